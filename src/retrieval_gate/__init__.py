@@ -1,0 +1,3 @@
+"""retrieval-gate."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,61 @@
+"""`retrieval-gate <verb>`: parses arguments and calls one function per verb. Each verb lives in
+`retrieval_gate.commands.<verb>` with `add_parser(subparsers)` and `run(args) -> int`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from .data.errors import DataError
+
+# verb -> module under retrieval_gate.commands; a verb's module is imported only when used,
+# so `retrieval-gate data summary` never pays for torch or vLLM.
+VERBS = {
+    "data": "data",
+    "models": "models",
+    "label": "label",
+    "train": "train",
+    "evaluate": "evaluate",
+    "transfer": "transfer",
+    "tune": "tune",
+    "export": "export",
+    "score": "score",
+    "rag": "rag",
+    "serve": "serve",
+    "demo": "demo",
+}
+
+
+def _available() -> dict[str, str]:
+    return {
+        v: m for v, m in VERBS.items() if importlib.util.find_spec(f"retrieval_gate.commands.{m}")
+    }
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="retrieval-gate", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs = _available()
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for verb, module in verbs.items():
+        if verb == wanted:
+            importlib.import_module(f"retrieval_gate.commands.{module}").add_parser(sub)
+        else:
+            sub.add_parser(verb, help=f"(run `retrieval-gate {verb} -h`)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except DataError as e:
+        print(f"retrieval-gate {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

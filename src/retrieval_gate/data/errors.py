@@ -1,0 +1,40 @@
+"""Errors raised on bad input: each names the file, the row and the field, and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """A dataset file, row or field is missing or malformed."""
+
+    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None):
+        where = ""
+        if path is not None:
+            where = f"{path}" + (f", line {line}" if line is not None else "") + ": "
+        super().__init__(where + message)
+        self.path = path
+        self.line = line
+
+
+class BadRows:
+    """Counts (and optionally tolerates) malformed rows.
+
+    With `skip=False` (the default) the first bad row raises; with `skip=True` bad rows are
+    counted per file and the loader goes on."""
+
+    def __init__(self, skip: bool = False):
+        self.skip = skip
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+
+    def report(self, error: DataError) -> None:
+        if not self.skip:
+            raise error
+        key = str(error.path)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        self.examples.setdefault(key, str(error))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

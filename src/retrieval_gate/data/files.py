@@ -1,0 +1,52 @@
+"""Reading JSON and JSONL files with errors that name the file and line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import BadRows, DataError
+
+
+def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line number, object) for each non-empty line; bad lines go to `bad`."""
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad.report(DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, lineno))
+                continue
+            if not isinstance(row, dict):
+                bad.report(DataError("expected a JSON object on this line", path, lineno))
+                continue
+            yield lineno, row
+
+
+def read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from e
+
+
+def require(row: dict[str, Any], key: str, path: Path, line: int | None) -> Any:
+    """The value of a field that must be present and non-empty."""
+    value = row.get(key)
+    if value is None or (isinstance(value, str | list) and len(value) == 0):
+        raise DataError(f"row has no {key!r} field (or it is empty)", path, line)
+    return value
+
+
+def require_file(path: Path, dataset: str) -> Path:
+    if not path.is_file():
+        raise DataError(
+            f"missing file for dataset {dataset!r}: looked for {path}. Point --data-dir (or "
+            "RETRIEVAL_GATE_DATA) at a folder laid out like ../shared/datasets."
+        )
+    return path

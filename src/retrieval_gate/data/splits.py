@@ -1,0 +1,56 @@
+"""Deterministic, stratified, leakage-free train/dev/test splits."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ..questions import Question, normalize_answer
+
+SPLITS = ("train", "dev", "test")
+
+
+def _rank(seed: int, key: str) -> str:
+    return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
+
+
+def assign_splits(
+    questions: Sequence[Question],
+    labels: Mapping[str, int] | None = None,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    seed: int = 0,
+) -> dict[str, str]:
+    """question id -> "train" | "dev" | "test".
+
+    Questions with the same normalised text form one group and land in one split, so no
+    text leaks across splits. Groups are stratified by (source, label) and ordered by a
+    seeded hash, so the result depends only on the ids, texts, labels and the seed, not on
+    input order or Python's hash seed."""
+    if abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
+        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
+    groups: dict[str, list[Question]] = defaultdict(list)
+    for q in questions:
+        groups[normalize_answer(q.text)].append(q)
+    strata: dict[tuple[str, int | None], list[str]] = defaultdict(list)
+    for key, members in groups.items():
+        first = min(members, key=lambda q: q.id)
+        label = labels.get(first.id) if labels is not None else None
+        strata[(first.source, label)].append(key)
+    out: dict[str, str] = {}
+    for stratum in sorted(strata, key=str):
+        keys = sorted(strata[stratum], key=lambda k: _rank(seed, k))
+        n = len(keys)
+        cut_train = round(n * fractions[0])
+        cut_dev = cut_train + round(n * fractions[1])
+        for i, key in enumerate(keys):
+            split = "train" if i < cut_train else "dev" if i < cut_dev else "test"
+            for q in groups[key]:
+                out[q.id] = split
+    return out
+
+
+def with_splits(questions: Sequence[Question], splits: Mapping[str, str]) -> list[Question]:
+    """Questions carrying their split (those without one are dropped)."""
+    return [replace(q, split=splits[q.id]) for q in questions if q.id in splits]

@@ -1,0 +1,1 @@
+"""Generators (vLLM, transformers), the paper prompts and model preparation."""

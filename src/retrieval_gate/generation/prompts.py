@@ -1,0 +1,46 @@
+"""The prompts of RetrievalQA / TA-ARE (MISSION.md), in one place. Each has a stable id that
+label files record as provenance."""
+
+from __future__ import annotations
+
+CLOSED_BOOK_ID = "retrievalqa-closed-book-v1"
+CLOSED_BOOK = (
+    "Please use your own knowledge to answer the questions. Only include the answer in your "
+    'response and try to be concise. If you do not know the answer, just say "I don\'t know".'
+    "\n\nQuestion: {question}\nAnswer:"
+)
+
+WITH_CONTEXT_ID = "retrievalqa-with-context-v1"
+WITH_CONTEXT = (
+    "Please answer the question based on the provided context. Only include the answer in your "
+    'response and try to be concise. If you do not know the answer, just say "I don\'t know".'
+    "\n\nParagraph:\n{documents}\n\nQuestion: {question}\nAnswer:"
+)
+
+VANILLA_ID = "retrievalqa-vanilla-v1"
+VANILLA = (
+    "Given a question, determine whether you need to retrieve external resources, such as "
+    "real-time search engines, Wikipedia, or databases, to answer the question correctly. Only "
+    'answer "[Yes]" or "[No]".\n\nQuestion: {question}\nAnswer:'
+)
+
+TA_ARE_ID = "retrievalqa-ta-are-v1"
+# TA-ARE: "Today is {date}." before the Vanilla instruction, then demonstrations after
+# "Here are some examples:", then the question.
+TA_ARE_PREFIX = "Today is {date}. "
+TA_ARE_EXAMPLES_HEADER = "Here are some examples:"
+TA_ARE_DEMO = "Question: {question}\nAnswer: {answer}"
+# Two questions any LLM knows, labelled [No] (RetrievalQA's hand-written demonstrations).
+TA_ARE_NO_DEMOS = ("What is the capital of France?", "Who wrote Romeo and Juliet?")
+
+
+def closed_book_prompt(question: str) -> str:
+    return CLOSED_BOOK.format(question=question)
+
+
+def with_context_prompt(question: str, documents: list[str]) -> str:
+    return WITH_CONTEXT.format(question=question, documents="\n".join(documents))
+
+
+def vanilla_prompt(question: str) -> str:
+    return VANILLA.format(question=question)

@@ -1,0 +1,110 @@
+"""The one record every dataset becomes, and the answer metrics of RetrievalQA and PopQA."""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Question:
+    """A short-form question with its gold answers and whatever metadata its source has.
+
+    `source` is the dataset name (popqa, retrievalqa, ...); `split` is the project's own
+    train/dev/test assignment (see `retrieval_gate.data.splits`), None until assigned.
+    Official splits and other source-specific fields live in `extra`.
+    """
+
+    id: str
+    text: str
+    answers: tuple[str, ...]
+    source: str
+    split: str | None = None
+    s_pop: int | None = None
+    o_pop: int | None = None
+    relation: str | None = None
+    entity: str | None = None
+    date: str | None = None
+    fact_type: str | None = None
+    false_premise: bool | None = None
+    hops: str | None = None
+    contexts: tuple[dict[str, str], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("Question needs a non-empty id")
+        if not self.text or not self.text.strip():
+            raise ValueError(f"Question {self.id!r} has an empty question text")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["answers"] = list(self.answers)
+        d["contexts"] = [dict(c) for c in self.contexts]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Question:
+        d = dict(d)
+        d["answers"] = tuple(d.get("answers") or ())
+        d["contexts"] = tuple(d.get("contexts") or ())
+        return cls(**d)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation (ASCII and Unicode) and articles, collapse spaces.
+
+    NFKC first so full-width digits and ligatures compare equal to their plain forms;
+    accents are kept (they distinguish names)."""
+    text = unicodedata.normalize("NFKC", str(text)).lower()
+    text = "".join(
+        " " if (ch in string.punctuation or unicodedata.category(ch).startswith("P")) else ch
+        for ch in text
+    )
+    text = _ARTICLES.sub(" ", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def _golds(answers: Iterable[str]) -> list[str]:
+    return [g for g in (normalize_answer(a) for a in answers) if g]
+
+
+def match(prediction: str, answers: Iterable[str]) -> bool:
+    """RetrievalQA / PopQA accuracy: some normalised gold answer is a substring of the
+    normalised prediction."""
+    pred = normalize_answer(prediction)
+    return any(g in pred for g in _golds(answers))
+
+
+def exact_match(prediction: str, answers: Iterable[str]) -> bool:
+    pred = normalize_answer(prediction)
+    return any(g == pred for g in _golds(answers))
+
+
+def token_f1(prediction: str, answers: Iterable[str]) -> float:
+    """SQuAD token F1, the best over gold answers (0.0 when there are none)."""
+    pred_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in _golds(answers):
+        gold_tokens = gold.split()
+        common = Counter(pred_tokens) & Counter(gold_tokens)
+        overlap = sum(common.values())
+        if overlap == 0:
+            continue
+        precision = overlap / len(pred_tokens)
+        recall = overlap / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def by_id(questions: Sequence[Question]) -> dict[str, Question]:
+    return {q.id: q for q in questions}
