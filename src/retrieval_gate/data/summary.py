@@ -63,9 +63,11 @@ def format_table(rows: Sequence[dict[str, object]]) -> str:
         return "(no rows)"
     cols = list(rows[0])
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    line = lambda vals: (
-        "| " + " | ".join(str(v).ljust(widths[c]) for c, v in zip(cols, vals)) + " |"
-    )  # noqa: E731
+
+    def line(vals: list[object]) -> str:
+        cells = (str(v).ljust(widths[c]) for c, v in zip(cols, vals, strict=True))
+        return "| " + " | ".join(cells) + " |"
+
     out = [line(cols), "|" + "|".join("-" * (widths[c] + 2) for c in cols) + "|"]
     out += [line([r[c] for c in cols]) for r in rows]
     return "\n".join(out)
