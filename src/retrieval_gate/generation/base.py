@@ -1,0 +1,45 @@
+"""The Generator interface: batched generation, optional per-token log-probabilities."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class Generation:
+    """One generated answer with its token accounting."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    token_logprobs: list[float] | None = None
+
+    @property
+    def mean_logprob(self) -> float | None:
+        """Mean log-probability of the generated tokens (None without logprobs)."""
+        if not self.token_logprobs:
+            return None
+        return float(np.mean(self.token_logprobs))
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Generates for a whole batch of user prompts in one call (chat template applied inside).
+
+    `name` and `checksum` (sha256 of the weights) go into label-file provenance."""
+
+    name: str
+    checksum: str
+
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
+    ) -> list[Generation]: ...
+
+    def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
+        """P(choice | prompt) for each prompt, normalised over `choices`: shape (n, len(choices)).
+        Prompt gates use it to score P([Yes])."""
+        ...

@@ -1,0 +1,1 @@
+"""Retrievers: BM25, dense MiniLM, and the questions' own contexts."""
