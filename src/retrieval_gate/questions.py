@@ -61,14 +61,15 @@ _SPACES = re.compile(r"\s+")
 
 
 def normalize_answer(text: str) -> str:
-    """Lower-case, drop punctuation (ASCII and Unicode) and articles, collapse spaces.
+    """Lower-case, delete punctuation (ASCII and Unicode) and articles, collapse spaces.
 
-    NFKC first so full-width digits and ligatures compare equal to their plain forms;
-    accents are kept (they distinguish names)."""
+    SQuAD's normalisation, as RetrievalQA and PopQA use it ("U.S." -> "us", "1,000" -> "1000"),
+    plus NFKC first so full-width forms compare equal to plain ones; accents are kept."""
     text = unicodedata.normalize("NFKC", str(text)).lower()
     text = "".join(
-        " " if (ch in string.punctuation or unicodedata.category(ch).startswith("P")) else ch
+        ch
         for ch in text
+        if not (ch in string.punctuation or unicodedata.category(ch).startswith("P"))
     )
     text = _ARTICLES.sub(" ", text)
     return _SPACES.sub(" ", text).strip()

@@ -315,11 +315,12 @@ def _toolqa_row(domain: str, difficulty: str):
         # gold answer, since ToolQA questions need their database whatever the answer.
         answer = str(row["answer"])
         return Question(
-            id=f"toolqa-{require(row, 'qid', path, line)}",
+            # ids from the file, not `qid`: airbnb-hard.jsonl reuses the qids hard-yelp-0030..0039
+            id=f"toolqa-{difficulty}-{domain}-{line - 1:04d}",
             text=str(require(row, "question", path, line)),
             answers=(answer,) if answer else (),
             source="toolqa",
-            extra={"domain": domain, "difficulty": difficulty},
+            extra={"domain": domain, "difficulty": difficulty, "qid": row.get("qid")},
         )
 
     return convert
