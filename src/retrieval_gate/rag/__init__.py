@@ -1,1 +1,20 @@
-"""rag"""
+"""The adaptive RAG loop: gate -> retriever -> generator, with QA accuracy and measured costs,
+mode comparison, and the HTTP service."""
+
+from .compare import ModeResult, compare_modes, comparison_rows
+from .loop import AdaptiveRAG, Answer, Costs, RagRun
+from .oracle import OracleGate
+
+# The HTTP app lives in `retrieval_gate.rag.service` (imported on its own: it pulls FastAPI).
+
+
+__all__ = [
+    "AdaptiveRAG",
+    "Answer",
+    "Costs",
+    "ModeResult",
+    "OracleGate",
+    "RagRun",
+    "compare_modes",
+    "comparison_rows",
+]

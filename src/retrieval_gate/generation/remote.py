@@ -1,0 +1,149 @@
+"""A `Generator` backed by an OpenAI-compatible server (`vllm serve`, or any server speaking
+the OpenAI chat-completions API): how the RAG loop scales out beyond one process.
+
+The server does the batching (vLLM's continuous batching across concurrent requests), so a
+batch of prompts goes out as concurrent requests over one HTTP connection pool; tensor and data
+parallelism are the server's own flags (`vllm serve --tensor-parallel-size N
+--data-parallel-size M`). The chat template is applied by the server, as the local backend
+applies it in-process. Token counts are the server's own `usage` numbers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+
+from ..data.errors import DataError
+from .base import Generation
+
+
+class RemoteGenerator:
+    """Generation through `POST {base_url}/chat/completions`, greedy decoding.
+
+    `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the first
+    model the server lists at `/v1/models`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 32,
+        timeout: float = 300.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self.concurrency = concurrency
+        self.name = model or self._first_model()
+        # The weights live on the server; their identity is the server's model id.
+        self.checksum = f"remote:{self.base_url}:{self.name}"
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self._client.post(f"{self.base_url}{path}", json=body)
+        except httpx.HTTPError as e:
+            raise DataError(f"cannot reach the generator server at {self.base_url} ({e})") from e
+        if r.status_code != 200:
+            raise DataError(
+                f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
+            )
+        return r.json()
+
+    def _first_model(self) -> str:
+        try:
+            r = self._client.get(f"{self.base_url}/models")
+            r.raise_for_status()
+            return str(r.json()["data"][0]["id"])
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+            raise DataError(
+                f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
+                "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
+            ) from e
+
+    def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
+        """Concurrent requests so the server can batch them; results in input order."""
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(items)))) as pool:
+            return list(pool.map(fn, items))
+
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
+    ) -> list[Generation]:
+        def one(prompt: str) -> Generation:
+            body = {
+                "model": self.name,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_new_tokens,
+                "temperature": 0.0,
+                "logprobs": logprobs,
+            }
+            out = self._post("/chat/completions", body)
+            choice = out["choices"][0]
+            token_logprobs = None
+            if logprobs and choice.get("logprobs"):
+                token_logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
+            usage = out.get("usage") or {}
+            return Generation(
+                text=choice["message"]["content"] or "",
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+                token_logprobs=token_logprobs,
+            )
+
+        return self._map(one, list(prompts))
+
+    def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
+        """P(choice | prompt) normalised over `choices`, scoring each whole choice as the
+        assistant's reply: log P = sum of the server's prompt log-probabilities of the choice
+        tokens (vLLM's `prompt_logprobs` with `continue_final_message`)."""
+        jobs = [(p, c) for p in prompts for c in ("", *choices)]
+        logps = self._map(lambda job: self._reply_logprobs(*job), jobs)
+        width = len(choices) + 1
+        out = np.zeros((len(prompts), len(choices)))
+        for i in range(len(prompts)):
+            base, *with_choice = logps[i * width : (i + 1) * width]
+            scores = np.array([sum(lp[len(base) :]) for lp in with_choice])
+            scores = np.exp(scores - scores.max())
+            out[i] = scores / scores.sum()
+        return out
+
+    def _reply_logprobs(self, prompt: str, reply: str) -> list[float]:
+        """Log-probabilities of every prompt token of (user prompt, assistant reply)."""
+        body = {
+            "model": self.name,
+            "messages": [
+                {"role": "user", "content": prompt},
+                {"role": "assistant", "content": reply},
+            ],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+            "prompt_logprobs": 0,
+        }
+        out = self._post("/chat/completions", body)
+        entries = out.get("prompt_logprobs")
+        if entries is None:
+            raise DataError(
+                f"the server at {self.base_url} returned no prompt_logprobs; choice_probs needs "
+                "a vLLM OpenAI-compatible server"
+            )
+        # One entry per prompt token (the first is null); each holds the actual token's logprob.
+        return [_actual_logprob(e) for e in entries[1:]]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _actual_logprob(entry: dict[str, Any] | None) -> float:
+    if not entry:
+        return 0.0
+    # With prompt_logprobs=0 the dict holds exactly one item: the token actually in the prompt.
+    (only,) = entry.values()
+    lp = float(only["logprob"])
+    return lp if math.isfinite(lp) else -1e9

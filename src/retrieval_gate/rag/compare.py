@@ -1,0 +1,119 @@
+"""Several gates ("modes") through the same RAG loop on the same questions, side by side.
+
+Honest cost accounting: each mode runs its own pass (`AdaptiveRAG.run`), i.e. its own gate
+call, its own batched retrieval call and its own batched generation call holding its
+closed-book and with-context prompts together. Sharing one generation batch across modes would
+save CPU, but then no mode's generation time would be measured; so modes are not merged.
+Two things keep the passes comparable:
+
+- before the first mode, the generator and every gate run once on a couple of questions
+  outside the timings (engine and ONNX Runtime warm-up, one-off lazy loading), so no mode pays
+  a cold start the others do not;
+- before each mode, the generator's prefix cache is cleared when it has one (vLLM caches the
+  KV of prompts it has seen; without the reset a later mode would reuse an earlier mode's
+  identical prompts and look cheaper than it is in a service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from ..gates.base import Gate
+from ..generation.base import Generator
+from ..generation.prompts import closed_book_prompt
+from ..questions import Question
+from ..retrieval.base import Retriever
+from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, RagRun
+
+WARMUP_QUESTIONS = 2
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    gate: str
+    run: RagRun
+
+
+def compare_modes(
+    gates: dict[str, Gate],
+    questions: Sequence[Question],
+    retriever: Retriever,
+    generator: Generator,
+    k: int = DEFAULT_K,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    warm_up: bool = True,
+) -> list[ModeResult]:
+    """One measured RAG pass per mode (mode name -> gate), on exactly the same questions."""
+    if not questions:
+        raise ValueError("no questions to answer")
+    if warm_up:
+        _warm_up(gates, questions[:WARMUP_QUESTIONS], generator)
+    results = []
+    for mode, gate in tqdm(gates.items(), desc="rag modes", unit="mode"):
+        clear_prefix_cache(generator)
+        rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens)
+        results.append(ModeResult(mode, gate.name, rag.run(questions)))
+    return results
+
+
+def _warm_up(gates: dict[str, Gate], questions: Sequence[Question], generator: Generator) -> None:
+    generator.generate([closed_book_prompt(q.text) for q in questions], max_new_tokens=2)
+    for gate in gates.values():
+        gate.scores(questions)
+
+
+def clear_prefix_cache(generator: Generator) -> bool:
+    """Clears a vLLM generator's prefix cache (the generator's own method, else its `llm`).
+    Returns whether there was one to clear."""
+    for owner in (generator, getattr(generator, "llm", None)):
+        reset = getattr(owner, "reset_prefix_cache", None)
+        if callable(reset):
+            reset()
+            return True
+    return False
+
+
+def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
+    """Table rows: accuracy, retrieval rate, per-question milliseconds of each stage, tokens,
+    the gate's share of end-to-end time, and time saved and accuracy change vs always-retrieve
+    (when an `always` mode was run)."""
+    always = next((r for r in results if r.mode == "always"), None)
+    rows = []
+    for r in results:
+        c, acc = r.run.costs, r.run.accuracy()
+        row: dict[str, object] = {
+            "mode": r.mode,
+            "n": c.questions,
+            "match": _pct(acc["match"]),
+            "EM": _pct(acc["em"]),
+            "F1": _pct(acc["f1"]),
+            "retrieve %": _pct(c.retrieval_rate),
+            "gate ms/q": f"{c.per_question_ms('gate'):.2f}",
+            "retr ms/q": f"{c.per_question_ms('retrieval'):.2f}",
+            "gen ms/q": f"{c.per_question_ms('generation'):.1f}",
+            "total ms/q": f"{c.per_question_ms('total'):.1f}",
+            "q/s": f"{c.questions_per_second:.2f}",
+            "prompt tok/q": f"{c.prompt_tokens / c.questions:.0f}",
+            "gen tok/q": f"{c.completion_tokens / c.questions:.1f}",
+            "gate share": f"{100 * c.gate_share:.2f}%",
+        }
+        if always is not None:
+            row.update(_versus_always(r.run, always.run))
+        rows.append(row)
+    return rows
+
+
+def _versus_always(run: RagRun, always: RagRun) -> dict[str, object]:
+    base = always.costs.total_seconds
+    saved = (base - run.costs.total_seconds) / base if base > 0 else 0.0
+    acc, ref = run.accuracy()["match"], always.accuracy()["match"]
+    delta = "-" if acc is None or ref is None else f"{100 * (acc - ref):+.1f}"
+    return {"time saved vs always": f"{100 * saved:+.1f}%", "match vs always": delta}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"

@@ -1,0 +1,45 @@
+"""The oracle gate: retrieve exactly when a label file says the question needs retrieval.
+
+It is the ceiling of the adaptive modes in the RAG comparison (with rag-gain labels: retrieve
+exactly where retrieval turns a wrong closed-book answer right)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..data.errors import DataError
+from ..labels.files import read_labels
+from ..questions import Question
+
+
+class OracleGate:
+    """A `Gate` whose score is the label itself (1.0 = retrieve, 0.0 = do not)."""
+
+    threshold = 0.5
+
+    def __init__(self, labels: Mapping[str, int], name: str = "oracle", source: str = ""):
+        self.labels = dict(labels)
+        self.name = name
+        self.source = source  # where the labels came from, for error messages
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> OracleGate:
+        return cls(read_labels(path), source=str(path))
+
+    def covers(self, questions: Sequence[Question]) -> list[Question]:
+        """The questions this oracle has a label for (modes compare on the same questions)."""
+        return [q for q in questions if q.id in self.labels]
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        missing = [q.id for q in questions if q.id not in self.labels]
+        if missing:
+            raise DataError(
+                f"the oracle has no label for {len(missing)} question(s), e.g. {missing[0]!r}; "
+                "label them first (`retrieval-gate label`) or restrict the questions to the "
+                "labelled ones",
+                self.source or None,
+            )
+        return np.array([float(self.labels[q.id]) for q in questions])
