@@ -107,3 +107,16 @@ def create_app(rag: AdaptiveRAG, max_questions: int = DEFAULT_MAX_QUESTIONS) -> 
 def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
     return f"{where}: {error.get('msg', 'invalid')}"
+
+
+def serve(
+    rag: AdaptiveRAG,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_questions: int = DEFAULT_MAX_QUESTIONS,
+) -> None:
+    """Serves `rag` over HTTP until interrupted (uvicorn, one worker: the engine is in-process;
+    scale generation out with a remote vLLM server instead of more workers)."""
+    import uvicorn
+
+    uvicorn.run(create_app(rag, max_questions), host=host, port=port, workers=1)

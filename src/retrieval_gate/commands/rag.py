@@ -1,0 +1,114 @@
+"""`retrieval-gate rag`: several gates through the same vLLM RAG loop, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..data import dataset_names, format_table
+from ..rag.backends import RETRIEVERS
+from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
+from ..rag.modes import MODES, ModeOptions, parse_thresholds
+from ..rag.sample import SPLITS
+
+
+def add_generator_args(p: argparse.ArgumentParser) -> None:
+    """Generator and retriever flags shared with `retrieval-gate serve`."""
+    g = p.add_argument_group("generation and retrieval")
+    g.add_argument("--retriever", choices=RETRIEVERS, default="context")
+    g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
+    g.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
+    g.add_argument("--model", help="generator model folder or name (default: SmolLM2-135M)")
+    g.add_argument(
+        "--generator-url",
+        help="OpenAI-compatible server to generate with instead of an in-process engine, "
+        "e.g. http://localhost:8000/v1 (`vllm serve` with its own parallelism flags)",
+    )
+    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallelism")
+    g.add_argument("--data-parallel-size", type=int, default=1, help="vLLM data parallelism")
+
+
+def add_gate_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("gates")
+    g.add_argument("--onnx", help="exported gate folder for the onnx mode (export/<name>)")
+    g.add_argument("--learned-run", help="training run folder for the learned mode")
+    g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE")
+    g.add_argument("--oracle-labels", type=Path, help="label file the oracle follows")
+    g.add_argument("--date", help="TA-ARE's 'Today is ...' (default: today)")
+    g.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="MODE=VALUE",
+        help="override a mode's threshold (repeatable)",
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rag", help="answer questions through gate -> retriever -> vLLM, per mode, with costs"
+    )
+    p.add_argument("--dataset", nargs="+", choices=dataset_names(), help="default: all")
+    p.add_argument("--split", choices=SPLITS, default="test", help="canonical split")
+    p.add_argument("--limit", type=int, default=200, help="seeded sample size (0: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--with-contexts", action="store_true", help="only questions with their own documents"
+    )
+    p.add_argument("--modes", nargs="+", default=list(MODES), metavar="MODE")
+    p.add_argument("--out", type=Path, help="write the table (.md) and full results (.json)")
+    add_generator_args(p)
+    add_gate_args(p)
+    p.set_defaults(run=run)
+
+
+def generator_kwargs(args: argparse.Namespace) -> dict:
+    return {
+        "generator_url": args.generator_url,
+        "model": args.model,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "data_parallel_size": args.data_parallel_size,
+    }
+
+
+def mode_options(args: argparse.Namespace) -> ModeOptions:
+    opts = ModeOptions(
+        onnx=args.onnx,
+        learned_run=args.learned_run,
+        date=args.date,
+        thresholds=parse_thresholds(args.threshold),
+    )
+    if args.labels:
+        opts.labels = args.labels
+    if args.oracle_labels:
+        opts.oracle_labels = args.oracle_labels
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..rag.report import run_comparison
+
+    report = run_comparison(
+        args.modes,
+        datasets=args.dataset,
+        split=args.split,
+        limit=args.limit,
+        seed=args.seed,
+        with_contexts=args.with_contexts,
+        retriever=args.retriever,
+        k=args.k,
+        max_new_tokens=args.max_new_tokens,
+        mode_options=mode_options(args),
+        **generator_kwargs(args),
+    )
+    print(format_table(report["table"]))
+    print(report["note"])
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".md").write_text(
+            format_table(report["table"]) + "\n\n" + report["note"] + "\n"
+        )
+        args.out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+        print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
+    return 0

