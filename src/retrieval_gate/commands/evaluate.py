@@ -1,0 +1,60 @@
+"""`retrieval-gate evaluate`: every gate on the same test questions, one report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..evaluation.dataset import DEFAULT_RUN_DIR
+    from ..gates.registry import gate_names
+
+    p = sub.add_parser("evaluate", help="compare gates on the canonical test split")
+    p.add_argument("--gates", nargs="+", default=DEFAULT_GATES, choices=gate_names())
+    p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s) (.jsonl)")
+    p.add_argument("--out", type=Path, default=Path("reports/evaluate"), help="report folder")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=DEFAULT_RUN_DIR,
+        help="labelling run with closed-book.jsonl / rag-gain.jsonl (answers for adaptive "
+        "accuracy, confidence records, TA-ARE demonstrations)",
+    )
+    p.add_argument("--learned-run", help="training run folder for the learned gate")
+    p.add_argument("--onnx", help="exported ONNX gate folder for the onnx gate")
+    p.add_argument("--date", help="TA-ARE's 'Today is' date (default: today)")
+    p.add_argument("--generator", help="generator model (default: the labelling generator)")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
+    p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
+    p.add_argument("--limit", type=int, help="only N test questions per label file (quick look)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation.compare import EvaluationConfig, run_evaluation
+
+    options = {
+        "learned": {"run": args.learned_run},
+        "onnx": {"path": args.onnx},
+        "prompt-vanilla": {"date": args.date},
+        "prompt-ta-are": {"date": args.date},
+    }
+    cfg = EvaluationConfig(
+        gates=args.gates,
+        label_files=args.labels,
+        out_dir=args.out,
+        run_dir=args.run_dir,
+        gate_options=options,
+        generator_options={"model": args.generator} if args.generator else {},
+        n_resamples=args.resamples,
+        cost_questions=args.cost_questions,
+        measure_cost=not args.no_cost,
+        limit=args.limit,
+    )
+    path = run_evaluation(cfg)
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,169 @@
+"""`retrieval-gate evaluate`: every gate on the canonical test split of each label file, one
+table, plots and a JSON of all figures in reports/<name>/."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data.errors import DataError
+from ..gates.registry import GateContext, build_gate
+from ..labels.files import LabelFile
+from . import plots
+from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
+from .report import comparison_table, per_source_table
+
+# Gates whose scores do not depend on the label file: scored once on the union of test
+# questions and shared by every policy (prompt gates cost minutes of vLLM time).
+LABEL_FREE = {"always", "never", "prompt-vanilla", "prompt-ta-are", "confidence", "learned", "onnx"}
+LLM_GATES = {"prompt-vanilla", "prompt-ta-are", "confidence"}
+
+
+@dataclass
+class EvaluationConfig:
+    gates: Sequence[str]
+    label_files: Sequence[Path]
+    out_dir: Path
+    run_dir: Path | None = DEFAULT_RUN_DIR  # labelling run: closed-book/rag-gain answers
+    gate_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    n_resamples: int = 1000
+    cost_questions: int = 30
+    measure_cost: bool = True
+    limit: int | None = None  # evaluate on the first N test questions (a quick look)
+
+
+def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
+    path = (run_dir or DEFAULT_RUN_DIR) / "closed-book.jsonl"
+    return LabelFile(path).rows if path.is_file() else {}
+
+
+def _limit(test: EvalSet, limit: int | None) -> EvalSet:
+    if limit is None or limit >= len(test):
+        return test
+    # An even spread over sources, not the first source only.
+    order = np.argsort([hash(q.id) % 1_000_003 for q in test.questions], kind="stable")
+    mask = np.zeros(len(test), bool)
+    mask[order[:limit]] = True
+    return test.subset(mask)
+
+
+def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
+    out = {}
+    for s in sorted(set(test.sources.tolist())):
+        y = test.y[test.sources == s]
+        out[s] = {"n": int(len(y)), "positive": float(y.mean())}
+    return out
+
+
+def run_evaluation(cfg: EvaluationConfig) -> Path:
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    splits = {policy_name(p): load_splits(p, cfg.run_dir) for p in cfg.label_files}
+    tests = {k: _limit(s.test, cfg.limit) for k, s in splits.items()}
+    records = closed_book_records(cfg.run_dir)
+    shared = GateContext(closed_book=records, generator_options=cfg.generator_options)
+    cache: dict[str, dict[str, float]] = {}  # label-free gate -> question id -> score
+    costs: dict[str, float] = {}
+    report: dict[str, Any] = {"label_files": [str(p) for p in cfg.label_files], "policies": {}}
+    for policy, sp in splits.items():
+        ctx = GateContext(sp.train, sp.dev, records, cfg.generator_options)
+        ctx._generator = shared._generator
+        results = []
+        for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
+            gate = build_gate(name, ctx, **cfg.gate_options.get(name, {}))
+            shared._generator = ctx._generator or shared._generator
+            scores = (
+                _label_free_scores(name, gate, policy, tests, cache) if name in LABEL_FREE else None
+            )
+            result = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores)
+            if cfg.measure_cost and name not in costs:
+                n = max(5, cfg.cost_questions // 3) if name in LLM_GATES else cfg.cost_questions
+                try:
+                    costs[name] = cost_per_question(gate, tests[policy].questions, n)
+                except DataError as e:  # e.g. no generator here: say so, keep the rest
+                    result.notes.append(f"cost not measured: {e}")
+            result.cost_ms = costs.get(name)
+            results.append(result)
+        report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
+    (cfg.out_dir / "results.json").write_text(json.dumps(report, indent=2, default=float))
+    path = cfg.out_dir / "report.md"
+    path.write_text(_markdown(report, cfg))
+    return path
+
+
+def _label_free_scores(name, gate, policy: str, tests: dict[str, EvalSet], cache) -> np.ndarray:
+    """Scores on the union of every policy's test questions, computed in one batch once."""
+    if name not in cache:
+        union = {q.id: q for t in tests.values() for q in t.questions}
+        qs = list(union.values())
+        cache[name] = dict(zip(union, np.asarray(gate.scores(qs), float), strict=True))
+    return np.array([cache[name][q.id] for q in tests[policy].questions])
+
+
+def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
+    scores = {r.name: r.scores for r in results}
+    figs = {
+        "roc_pr": plots.roc_pr(test.y, scores, policy, out / f"{policy}-roc-pr.png").name,
+        "reliability": plots.reliability(
+            test.y, scores, f"reliability: {policy}", out / f"{policy}-reliability.png"
+        ).name,
+    }
+    pop = np.array([q.s_pop is not None for q in test.questions])
+    known = pop & ~np.isnan(test.closed_correct) & ~np.isnan(test.rag_correct)
+    if known.sum() >= 20:
+        s_pop = np.array([q.s_pop or 0 for q in test.questions], float)[known]
+        decisions = {
+            r.name: (r.scores >= r.threshold)[known]
+            for r in results
+            if r.name not in ("always", "never")
+        }
+        figs["mallen"] = plots.mallen(
+            s_pop,
+            test.closed_correct[known],
+            test.rag_correct[known],
+            decisions,
+            out / f"{policy}-mallen.png",
+        ).name
+    return {
+        "n_train": len(sp.train),
+        "n_dev": len(sp.dev),
+        "n_test": len(test),
+        "test_positive_rate": float(test.y.mean()),
+        "sources": source_counts(test),
+        "gates": [result_json(r) for r in results],
+        "figures": figs,
+    }
+
+
+def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
+    lines = ["# Gate comparison", ""]
+    lines.append(
+        "Canonical split `assign_splits(load_all(), seed=0)`; every gate on the same test "
+        "questions of each label file. 95% CIs: percentile bootstrap, "
+        f"{cfg.n_resamples} resamples. Cost: median ms of one decision on one question "
+        "(batch 1, after a warm-up), measured once per gate in this run."
+    )
+    for policy, pr in report["policies"].items():
+        lines += [
+            "",
+            f"## Labels: {policy}",
+            "",
+            f"train {pr['n_train']}, dev {pr['n_dev']}, test {pr['n_test']} questions; "
+            f"{pr['test_positive_rate']:.1%} of test questions need retrieval.",
+            "",
+            comparison_table(pr["gates"]),
+            "",
+            "Per source (AUROC / macro-F1 / retrieval rate):",
+            "",
+            per_source_table(pr["gates"], pr["sources"]),
+            "",
+        ]
+        lines += [f"![{k}]({v})" for k, v in pr["figures"].items()]
+    return "\n".join(lines) + "\n"

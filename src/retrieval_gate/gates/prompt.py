@@ -1,0 +1,158 @@
+"""Prompt-based gates of RetrievalQA: ask the generator whether it needs retrieval.
+
+Both are scored as P([Yes]) from the generator's own probabilities over the two answers
+(`Generator.choice_probs`), so they have an ROC curve and a tunable threshold, not only a
+yes/no. `vanilla` is the plain RetrievalQA prompt; `ta-are` (time-aware adaptive retrieval)
+prefixes today's date and adds 4 demonstrations: the 2 training questions nearest to the asked
+one (MiniLM embeddings, cosine) among long-tail questions the generator got wrong closed-book,
+labelled [Yes], then 2 hand-written questions any LLM knows, labelled [No]."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from functools import cached_property
+
+import numpy as np
+
+from ..generation.base import Generator
+from ..generation.prompts import (
+    TA_ARE_DEMO,
+    TA_ARE_EXAMPLES_HEADER,
+    TA_ARE_NO_DEMOS,
+    TA_ARE_PREFIX,
+    VANILLA,
+    vanilla_prompt,
+)
+from ..questions import Question
+
+CHOICES = ("[Yes]", "[No]")
+# The Vanilla instruction without its question slot, which TA-ARE places after the examples.
+INSTRUCTION, QUESTION_SLOT = VANILLA.split("\n\nQuestion: ", 1)
+LONG_TAIL_POP = 100  # Mallen's long tail: s_pop < 100 monthly page views
+
+
+def ta_are_prompt(question: str, date: str, yes_demos: Sequence[str]) -> str:
+    """Today's date, the Vanilla instruction, the [Yes] demonstrations (nearest first) then
+    the [No] ones, then the question."""
+    demos = [TA_ARE_DEMO.format(question=q, answer="[Yes]") for q in yes_demos]
+    demos += [TA_ARE_DEMO.format(question=q, answer="[No]") for q in TA_ARE_NO_DEMOS]
+    return (
+        TA_ARE_PREFIX.format(date=date)
+        + INSTRUCTION
+        + "\n\n"
+        + TA_ARE_EXAMPLES_HEADER
+        + "\n\n"
+        + "\n\n".join(demos)
+        + "\n\nQuestion: "
+        + QUESTION_SLOT.format(question=question)
+    )
+
+
+def is_long_tail(q: Question) -> bool:
+    """RetrievalQA's long-tail sources: PopQA below 100 page views, and TriviaQA."""
+    return (q.s_pop is not None and q.s_pop < LONG_TAIL_POP) or q.source == "triviaqa"
+
+
+class MiniLMEmbedder:
+    """Normalised sentence embeddings from the bundled all-MiniLM-L6-v2 (sentence-transformers)."""
+
+    def __init__(self, model: str | None = None, batch_size: int = 128):
+        self.model_name = model
+        self.batch_size = batch_size
+
+    @cached_property
+    def model(self):  # noqa: ANN201 - loaded lazily: prompt assembly tests need no weights
+        from sentence_transformers import SentenceTransformer
+
+        from ..models import minilm_path
+
+        return SentenceTransformer(self.model_name or str(minilm_path()), device="cpu")
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True)
+
+
+class DemoPool:
+    """Long-tail training questions the generator answered wrong closed-book; `nearest`
+    returns, per asked question, the texts of the k most similar ones (never itself)."""
+
+    def __init__(
+        self,
+        questions: Sequence[Question],
+        embed: Callable[[Sequence[str]], np.ndarray],
+        k: int = 2,
+    ):
+        if len(questions) < k + 1:
+            raise ValueError(
+                f"TA-ARE needs more than {k} demonstration questions, got {len(questions)}"
+            )
+        self.questions = list(questions)
+        self.embed = embed
+        self.k = k
+        self.vectors = np.asarray(embed([q.text for q in self.questions]))
+
+    @classmethod
+    def from_closed_book(
+        cls,
+        train: Sequence[Question],
+        closed_book_rows: dict[str, dict],
+        embed: Callable[[Sequence[str]], np.ndarray],
+        k: int = 2,
+    ) -> DemoPool:
+        wrong = [
+            q
+            for q in train
+            if is_long_tail(q)
+            and q.id in closed_book_rows
+            and not closed_book_rows[q.id].get("match")
+        ]
+        return cls(wrong, embed, k)
+
+    def nearest(self, questions: Sequence[Question]) -> list[list[str]]:
+        sims = np.asarray(self.embed([q.text for q in questions])) @ self.vectors.T
+        ids = [q.id for q in self.questions]
+        out = []
+        for row, q in zip(sims, questions, strict=True):
+            order = np.argsort(-row, kind="stable")
+            picked = [i for i in order[: self.k + 1] if ids[i] != q.id][: self.k]
+            out.append([self.questions[i].text for i in picked])
+        return out
+
+
+class PromptGate:
+    """P([Yes]) of the generator under the Vanilla or TA-ARE prompt, all prompts in one call."""
+
+    def __init__(
+        self,
+        generator: Callable[[], Generator],
+        template: str = "vanilla",
+        demos: DemoPool | None = None,
+        date: str | None = None,
+        threshold: float = 0.5,
+    ):
+        if template not in ("vanilla", "ta-are"):
+            raise ValueError(f"unknown prompt template {template!r}; use vanilla or ta-are")
+        if template == "ta-are" and demos is None:
+            raise ValueError("the TA-ARE gate needs a demonstration pool (closed-book labels)")
+        self.generator = generator
+        self.template = template
+        self.demos = demos
+        self.date = date or dt.date.today().isoformat()
+        self.threshold = threshold
+        self.name = f"prompt-{template}"
+
+    def prompts(self, questions: Sequence[Question]) -> list[str]:
+        if self.template == "vanilla":
+            return [vanilla_prompt(q.text) for q in questions]
+        assert self.demos is not None
+        nearest = self.demos.nearest(questions)
+        return [
+            ta_are_prompt(q.text, self.date, d) for q, d in zip(questions, nearest, strict=True)
+        ]
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        if not questions:
+            return np.empty(0)
+        probs = self.generator().choice_probs(self.prompts(questions), list(CHOICES))
+        return np.asarray(probs)[:, 0]

@@ -1,0 +1,135 @@
+"""Every gate by name: `build_gate("tfidf", context)`.
+
+Gates that learn (popularity, tfidf), look things up (confidence), or need demonstrations
+(TA-ARE) take what they need from a `GateContext` holding ONLY the train and dev splits,
+the closed-book records and a lazily started generator; test questions never reach a gate's
+construction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..data.errors import DataError
+from ..evaluation.dataset import EvalSet
+from ..generation.base import Generator
+from .base import Gate
+
+
+@dataclass
+class GateContext:
+    train: EvalSet | None = None
+    dev: EvalSet | None = None
+    closed_book: dict[str, dict] = field(default_factory=dict)
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    _generator: Generator | None = None
+
+    def generator(self) -> Generator:
+        """The generator, started on first use (vLLM takes ~25 s) and shared by all gates."""
+        if self._generator is None:
+            try:
+                from ..generation import build_generator
+            except ImportError as e:
+                raise DataError(f"no generator backend available ({e})") from None
+            self._generator = build_generator(**self.generator_options)
+        return self._generator
+
+    def need(self, what: str, gate: str) -> Any:
+        value = getattr(self, what)
+        if value is None or (isinstance(value, dict | EvalSet) and not len(value)):
+            raise DataError(f"gate {gate!r} needs {what} data (labels for the canonical split)")
+        return value
+
+
+def _always(ctx: GateContext, **_: Any) -> Gate:
+    from .trivial import always_gate
+
+    return always_gate()
+
+
+def _never(ctx: GateContext, **_: Any) -> Gate:
+    from .trivial import never_gate
+
+    return never_gate()
+
+
+def _popularity(ctx: GateContext, per_relation: bool = True, **_: Any) -> Gate:
+    from .popularity import fit_popularity
+
+    dev = ctx.need("dev", "popularity")
+    return fit_popularity(dev.questions, dev.y, dev.closed_correct, dev.rag_correct, per_relation)
+
+
+def _popularity_global(ctx: GateContext, **kw: Any) -> Gate:
+    return _popularity(ctx, per_relation=False)
+
+
+def _tfidf(ctx: GateContext, **kw: Any) -> Gate:
+    from .tfidf import TfidfGate
+
+    train = ctx.need("train", "tfidf")
+    return TfidfGate.fit(train.questions, train.y, **kw)
+
+
+def _confidence(ctx: GateContext, **_: Any) -> Gate:
+    from .confidence import ConfidenceGate
+
+    return ConfidenceGate(ctx.closed_book, ctx.generator)
+
+
+def _prompt(template: str) -> Callable[..., Gate]:
+    def build(ctx: GateContext, date: str | None = None, **_: Any) -> Gate:
+        from .prompt import DemoPool, MiniLMEmbedder, PromptGate
+
+        demos = None
+        if template == "ta-are":
+            train = ctx.need("train", "prompt-ta-are")
+            records = ctx.need("closed_book", "prompt-ta-are")
+            demos = DemoPool.from_closed_book(train.questions, records, MiniLMEmbedder())
+        return PromptGate(ctx.generator, template, demos, date)
+
+    return build
+
+
+def _learned(ctx: GateContext, run: str | None = None, **_: Any) -> Gate:
+    if not run:
+        raise DataError(
+            "the learned gate needs a training run folder: --learned-run checkpoints/<run>"
+        )
+    from .learned import LearnedGate
+
+    return LearnedGate(run)
+
+
+def _onnx(ctx: GateContext, path: str | None = None, **_: Any) -> Gate:
+    if not path:
+        raise DataError("the onnx gate needs an exported model: --onnx export/<name>")
+    from .onnx import OnnxGate
+
+    return OnnxGate(path)
+
+
+GATES: dict[str, Callable[..., Gate]] = {
+    "always": _always,
+    "never": _never,
+    "popularity": _popularity,
+    "popularity-global": _popularity_global,
+    "prompt-vanilla": _prompt("vanilla"),
+    "prompt-ta-are": _prompt("ta-are"),
+    "confidence": _confidence,
+    "tfidf": _tfidf,
+    "learned": _learned,
+    "onnx": _onnx,
+}
+
+
+def gate_names() -> list[str]:
+    return list(GATES)
+
+
+def build_gate(name: str, context: GateContext | None = None, **options: Any) -> Gate:
+    """A gate by registry name; `options` go to that gate (e.g. run=, path=, date=)."""
+    if name not in GATES:
+        raise DataError(f"unknown gate {name!r}; known gates: {', '.join(GATES)}")
+    return GATES[name](context or GateContext(), **options)

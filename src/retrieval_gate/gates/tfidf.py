@@ -1,0 +1,39 @@
+"""The cheap learned baseline: TF-IDF word n-grams + logistic regression (scikit-learn)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import Pipeline, make_pipeline
+
+from ..questions import Question
+
+
+class TfidfGate:
+    """P(needs retrieval) from a logistic regression over TF-IDF uni- and bi-grams."""
+
+    def __init__(self, pipeline: Pipeline, threshold: float = 0.5, name: str = "tfidf"):
+        self.pipeline = pipeline
+        self.threshold = threshold
+        self.name = name
+
+    @classmethod
+    def fit(
+        cls, questions: Sequence[Question], y: np.ndarray, c: float = 4.0, seed: int = 0
+    ) -> TfidfGate:
+        labels = np.asarray(y).astype(int)
+        if len(set(labels.tolist())) < 2:
+            raise ValueError("tfidf gate: the training questions have only one label")
+        pipeline = make_pipeline(
+            TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+            # balanced: label shares differ a lot between policies and sources
+            LogisticRegression(C=c, class_weight="balanced", max_iter=2000, random_state=seed),
+        )
+        pipeline.fit([q.text for q in questions], labels)
+        return cls(pipeline)
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        return self.pipeline.predict_proba([q.text for q in questions])[:, 1]

@@ -1,0 +1,207 @@
+"""Baseline gates: popularity thresholds vs brute force, TA-ARE prompt assembly, confidence,
+TF-IDF, the registry."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from retrieval_gate.data.errors import DataError
+from retrieval_gate.gates.base import Gate, decide
+from retrieval_gate.gates.confidence import ConfidenceGate, confidence_score
+from retrieval_gate.gates.popularity import best_cut, fit_popularity, mallen_protocol
+from retrieval_gate.gates.prompt import DemoPool, PromptGate, ta_are_prompt
+from retrieval_gate.gates.registry import GateContext, build_gate, gate_names
+from retrieval_gate.gates.tfidf import TfidfGate
+from retrieval_gate.generation.prompts import TA_ARE_NO_DEMOS
+from retrieval_gate.questions import Question
+
+RNG = np.random.default_rng(3)
+
+
+def q(i, text=None, s_pop=None, relation=None, source="popqa"):
+    return Question(
+        f"q{i}", text or f"question {i}?", ("a",), source, s_pop=s_pop, relation=relation
+    )
+
+
+def brute_force(s_pop, if_r, if_k):
+    """Every threshold from the data's own values (and beyond): the reference optimum."""
+    best = -1.0
+    for t in [*np.unique(s_pop), np.max(s_pop) + 1]:
+        best = max(best, float(if_r[s_pop < t].sum() + if_k[s_pop >= t].sum()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_best_cut_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = rng.integers(1, 40)
+    s_pop = rng.integers(0, 15, n).astype(float)  # small range: many ties
+    if_r, if_k = rng.integers(0, 2, n).astype(float), rng.integers(0, 2, n).astype(float)
+    t = best_cut(s_pop, if_r, if_k)
+    got = if_r[s_pop < t].sum() + if_k[s_pop >= t].sum()
+    assert got == brute_force(s_pop, if_r, if_k)
+
+
+def test_per_relation_fit_and_score_semantics():
+    # relation A: retrieval pays below 100 views; relation B: it never pays
+    qs, closed, rag = [], [], []
+    for i, pop in enumerate([5, 50, 90, 200, 500, 1000] * 2):
+        rel = "A" if i < 6 else "B"
+        qs.append(q(i, s_pop=pop, relation=rel))
+        closed.append(float(pop >= 100 or rel == "B"))
+        rag.append(float(rel == "A" and pop < 100))
+    qs.append(q(99, source="triviaqa"))  # no s_pop: falls back to the label base rate
+    closed, rag = np.array([*closed, np.nan]), np.array([*rag, np.nan])
+    y = np.array([int(r > c) for r, c in zip(rag[:-1], closed[:-1], strict=True)] + [1])
+    gate = fit_popularity(qs, y, closed, rag, min_per_relation=3)
+    assert 90 < gate.relation_thresholds["A"] < 200
+    assert gate.relation_thresholds["B"] < 5
+    d = decide(gate, qs)
+    assert d[:3].all() and not d[3:12].any()
+    assert gate.scores(qs)[-1] == 1.0 and d[-1]  # the only no-s_pop question needed retrieval
+    # per-relation brute force reaches the total optimum: every question right
+    assert np.mean(np.where(d[:-1], rag[:-1], closed[:-1])) == 1.0
+
+
+def test_global_threshold_is_brute_force_optimal_across_relations():
+    qs = [
+        q(i, s_pop=int(p), relation=r)
+        for i, (p, r) in enumerate(zip(RNG.integers(0, 50, 60), itertools.cycle("XYZ")))
+    ]
+    closed, rag = RNG.integers(0, 2, 60).astype(float), RNG.integers(0, 2, 60).astype(float)
+    y = (rag > closed).astype(int)
+    gate = fit_popularity(qs, y, closed, rag, per_relation=False)
+    d = decide(gate, qs)
+    pops = np.array([x.s_pop for x in qs], float)
+    assert np.where(d, rag, closed).sum() == brute_force(pops, rag, closed)
+
+
+def test_mallen_protocol_averages_held_out_splits():
+    qs = [q(i, s_pop=int(p), relation="A") for i, p in enumerate(RNG.integers(0, 1000, 80))]
+    pops = np.array([x.s_pop for x in qs])
+    closed, rag = (pops >= 300).astype(float), (pops < 300).astype(float)
+    out = mallen_protocol(qs, (rag > closed).astype(int), closed, rag, n_splits=10)
+    assert out["n_splits"] == 10 and out["adaptive_accuracy_mean"] > 0.95
+    assert out["adaptive_accuracy_mean"] > max(
+        out["closed_book_accuracy"], out["always_retrieve_accuracy"]
+    )
+
+
+def test_ta_are_prompt_assembly_order():
+    p = ta_are_prompt("Who is X?", "2026-11-22", ["Near one?", "Near two?"])
+    assert p.startswith("Today is 2026-11-22. Given a question, determine whether")
+    positions = [p.index(s) for s in ("Here are some examples:", "Near one?\nAnswer: [Yes]",
+                 "Near two?\nAnswer: [Yes]", f"{TA_ARE_NO_DEMOS[0]}\nAnswer: [No]",
+                 f"{TA_ARE_NO_DEMOS[1]}\nAnswer: [No]", "Question: Who is X?\nAnswer:")]  # fmt: skip
+    assert positions == sorted(positions)
+    assert p.endswith("Question: Who is X?\nAnswer:") and p.count("[Yes]") == 3  # 2 + instruction
+
+
+class VocabEmbed:
+    vocab = ["capital", "born", "river", "actor", "city", "where", "who", "what"]
+
+    def __call__(self, texts):
+        v = np.array([[t.lower().count(w) for w in self.vocab] for t in texts], float) + 1e-6
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_ta_are_demos_are_nearest_long_tail_questions_the_generator_got_wrong():
+    train = [
+        q(1, "Where was the actor born?", s_pop=10),
+        q(2, "Which river is in the city?", s_pop=20),
+        q(3, "Where was the actor born in the city?", s_pop=30),
+        q(4, "Where was the actor born, again?", s_pop=5000),  # popular: not long tail
+        q(5, "Where was the other actor born?", s_pop=40),  # answered right: not a demo
+        q(6, "What river flows by the capital?", source="triviaqa"),
+    ]
+    records = {f"q{i}": {"match": i == 5} for i in range(1, 7)}
+    pool = DemoPool.from_closed_book(train, records, VocabEmbed())
+    assert [x.id for x in pool.questions] == ["q1", "q2", "q3", "q6"]
+    gate = PromptGate(lambda: None, "ta-are", pool, date="2024-01-31")
+    asked = [q(10, "Where was this actor born?"), q(1, "Where was the actor born?", s_pop=10)]
+    prompts = gate.prompts(asked)
+    assert "Where was the actor born?\nAnswer: [Yes]" in prompts[0]
+    assert "born in the city?\nAnswer: [Yes]" in prompts[0]
+    assert "river" not in prompts[0].split("Here are some examples:")[1].split("[No]")[0]
+    # a training question is never its own demonstration
+    assert prompts[1].count("Where was the actor born?") == 1
+
+
+class FakeGenerator:
+    """A stand-in generator for prompt routing only (the real engine is tested below)."""
+
+    name, checksum = "fake", "0"
+
+    def __init__(self):
+        self.calls = []
+
+    def choice_probs(self, prompts, choices):
+        self.calls.append((list(prompts), list(choices)))
+        return np.array([[0.25, 0.75]] * len(prompts))
+
+
+def test_prompt_gate_batches_all_prompts_in_one_call_and_returns_p_yes():
+    gen = FakeGenerator()
+    gate = PromptGate(lambda: gen, "vanilla")
+    s = gate.scores([q(1), q(2), q(3)])
+    assert len(gen.calls) == 1 and gen.calls[0][1] == ["[Yes]", "[No]"]
+    assert len(gen.calls[0][0]) == 3 and np.allclose(s, 0.25)
+
+
+def test_prompt_gates_with_the_real_engine(vllm_generator):
+    gate = PromptGate(lambda: vllm_generator, "vanilla")
+    qs = [q(1, "What is the capital of France?"), q(2, "What is today's weather in Tokyo?")]
+    s = gate.scores(qs)
+    assert s.shape == (2,) and np.all((s > 0) & (s < 1))
+    pool = DemoPool(
+        [
+            q(3, "Who was the director of Xyz?"),
+            q(4, "Who is the father of Abc?"),
+            q(5, "What genre is Q?"),
+        ],
+        VocabEmbed(),
+    )
+    ta = PromptGate(lambda: vllm_generator, "ta-are", pool, date="2026-11-22").scores(qs)
+    assert ta.shape == (2,) and np.all((ta > 0) & (ta < 1))
+
+
+def test_confidence_score_works_in_probabilities():
+    assert confidence_score(0.0, False) == 0.0  # certain answer: no retrieval
+    assert confidence_score(np.log(0.2), False) == pytest.approx(0.8)
+    assert confidence_score(-0.1, True) == 1.0  # "I don't know" always retrieves
+    # lower log-probability -> higher need (the inversion of AkariAsai/self-rag#45 cannot happen)
+    assert confidence_score(-3.0, False) > confidence_score(-0.5, False)
+    gate = ConfidenceGate({"q1": {"mean_logprob": -2.0, "idk": False}})
+    assert gate.scores([q(1)])[0] == pytest.approx(1 - np.exp(-2.0))
+    with pytest.raises(DataError, match="no closed-book record"):
+        gate.scores([q(2)])
+
+
+def test_tfidf_gate_learns_words():
+    texts = [f"what is the weather today in city {i}" for i in range(20)] + [
+        f"who wrote the famous book number {i}" for i in range(20)
+    ]
+    qs = [q(i, t) for i, t in enumerate(texts)]
+    y = np.array([1] * 20 + [0] * 20)
+    gate = TfidfGate.fit(qs, y)
+    s = gate.scores(
+        [q(100, "what is the weather today in city 99"), q(101, "who wrote the famous book")]
+    )
+    assert s[0] > 0.5 > s[1]
+
+
+def test_registry_builds_gates_and_names_missing_data():
+    assert {"always", "never", "popularity", "prompt-vanilla", "prompt-ta-are", "confidence",
+            "tfidf", "learned", "onnx"} <= set(gate_names())  # fmt: skip
+    for name in ("always", "never"):
+        assert isinstance(build_gate(name), Gate)
+    with pytest.raises(DataError, match="tfidf.*train"):
+        build_gate("tfidf", GateContext())
+    with pytest.raises(DataError, match="unknown gate"):
+        build_gate("nope")
+    with pytest.raises(DataError, match="--learned-run"):
+        build_gate("learned", GateContext())
