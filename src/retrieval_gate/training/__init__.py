@@ -1,1 +1,18 @@
-"""training"""
+"""Training learned gates with PyTorch Lightning (see run.train and configs/)."""
+
+from .checkpoint import load_run, read_metadata, save_threshold
+from .config import load_config
+from .data import CLASS_NAMES, GateDataModule
+from .module import RetrievalGateModule
+from .run import train
+
+__all__ = [
+    "CLASS_NAMES",
+    "GateDataModule",
+    "RetrievalGateModule",
+    "load_config",
+    "load_run",
+    "read_metadata",
+    "save_threshold",
+    "train",
+]

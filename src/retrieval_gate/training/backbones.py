@@ -1,0 +1,132 @@
+"""The three backbone kinds, each a module (input_ids, attention_mask) -> one vector a question.
+
+- encoder: any `AutoModel` encoder (BERT/MiniLM, RoBERTa, DeBERTa), full fine-tuning or LoRA.
+- t5-lora: `T5EncoderModel` + LoRA. Chosen over T5 generating a label word: a pooled head
+  gives a calibrated P(retrieve) from one encoder pass, shares the head/metrics/export path
+  with the other backbones, and halves the parameters (no decoder); the label-word variant
+  needs a decoder step per question and a verbaliser, and adds nothing a head cannot learn
+  from the same encoder states, so it is not kept.
+- decoder-lora: the generator itself (SmolLM2) + LoRA, pooled at the last real token: its
+  last hidden state is what the generator "knows" about the question (UAR / probing).
+
+`from_pretrained=False` builds the same architecture from a saved config (checkpoint reload;
+the weights come from the checkpoint's state dict)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, T5EncoderModel
+
+from ..data.errors import DataError
+from ..models import SMOLLM2, resolve_model
+
+KINDS = ("encoder", "t5-lora", "decoder-lora")
+DEFAULT_POOLING = {"encoder": "mean", "t5-lora": "mean", "decoder-lora": "last"}
+
+
+def resolve_backbone(name: str) -> str:
+    """`minilm` -> bundled folder; `smollm2-135m-instruct` -> the converted safetensors folder
+    (issue 3's `prepare_smollm2`); anything else: a local folder or a hub name."""
+    if name == SMOLLM2:
+        try:
+            from ..generation.models import prepare_smollm2
+        except ImportError as e:
+            raise DataError(
+                f"model {name!r} needs retrieval_gate.generation.models.prepare_smollm2 "
+                "(`retrieval-gate models prepare`); pass a converted folder instead"
+            ) from e
+        return str(prepare_smollm2())
+    return resolve_model(name)
+
+
+def load_tokenizer(name_or_path: str | Path) -> Any:
+    tok = AutoTokenizer.from_pretrained(str(name_or_path))
+    tok.padding_side = "right"  # last-token pooling and the ONNX graph assume right padding
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _build_model(kind: str, source: str | PretrainedConfig, pretrained: bool) -> nn.Module:
+    cls = T5EncoderModel if kind == "t5-lora" else AutoModel
+    if pretrained:
+        return cls.from_pretrained(source)
+    return cls.from_config(source) if cls is AutoModel else cls(source)
+
+
+def _wrap_lora(model: nn.Module, lora: dict[str, Any] | None, kind: str) -> nn.Module:
+    if lora is None:
+        if kind != "encoder":
+            raise DataError(f"backbone {kind!r} needs a model.lora section (r, alpha, ...)")
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=int(lora.get("r", 8)),
+        lora_alpha=int(lora.get("alpha", 16)),
+        lora_dropout=float(lora.get("dropout", 0.05)),
+        target_modules=lora.get("target_modules"),  # None: peft's default for the model type
+        bias="none",
+    )
+    return get_peft_model(model, cfg)
+
+
+class Pooler(nn.Module):
+    """mean over real tokens, the first token (cls) or the last real token (right padding)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        if how not in ("mean", "cls", "last"):
+            raise DataError(f"model.pooling must be mean, cls or last, got {how!r}")
+        self.how = how
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.how == "cls":
+            return hidden[:, 0]
+        if self.how == "last":
+            idx = mask.long().sum(1) - 1
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), idx]
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+class Backbone(nn.Module):
+    """A transformer body (optionally LoRA-wrapped) and its pooler."""
+
+    def __init__(self, model_cfg: dict[str, Any], hf_config: PretrainedConfig | None = None):
+        super().__init__()
+        kind = model_cfg["backbone"]
+        if kind not in KINDS:
+            raise DataError(f"model.backbone must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
+        if hf_config is None:
+            body = _build_model(kind, resolve_backbone(model_cfg["name"]), pretrained=True)
+        else:
+            body = _build_model(kind, hf_config, pretrained=False)
+        self.hf_config = body.config
+        self.body = _wrap_lora(body, model_cfg.get("lora"), kind)
+        self.pooler = Pooler(model_cfg.get("pooling") or DEFAULT_POOLING[kind])
+        self.hidden_size = int(
+            getattr(self.hf_config, "hidden_size", None) or self.hf_config.d_model
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.body(input_ids=input_ids, attention_mask=attention_mask)
+        return self.pooler(out.last_hidden_state, attention_mask)
+
+    def merged(self) -> Backbone:
+        """LoRA folded into the base weights (for export: one plain graph)."""
+        if hasattr(self.body, "merge_and_unload"):
+            self.body = self.body.merge_and_unload()
+        return self
+
+
+def saved_config(path: Path) -> PretrainedConfig:
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as e:
+        raise DataError(f"backbone config unreadable ({e})", path) from None

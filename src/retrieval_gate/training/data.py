@@ -1,0 +1,179 @@
+"""Questions + a label file + the canonical split, tokenised with dynamic padding."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, WeightedRandomSampler
+
+from ..data import DataError, assign_splits, load_all
+from ..labels import LabelFile
+from ..questions import Question
+
+# Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
+CLASS_NAMES = {
+    "binary": ["no_retrieval", "retrieval"],
+    "3way": ["no_retrieval", "retrieval", "retrieval_complex"],
+}
+
+
+def task_labels(path: Path, task: str) -> dict[str, int]:
+    """id -> class index for a task; a clear error for rows that do not fit it."""
+    if not path.is_file():
+        raise DataError(
+            "label file not found; run `retrieval-gate label` or fix data.label_file", path
+        )
+    rows = LabelFile(path).rows
+    field, n_classes = ("label", 2) if task == "binary" else ("label3", 3)
+    out: dict[str, int] = {}
+    for qid, row in rows.items():
+        if field not in row:
+            raise DataError(
+                f"row {qid!r} has no {field!r} field: task {task!r} needs "
+                + ("an rrcp label file" if task == "3way" else "a binary label file"),
+                path,
+            )
+        value = row[field]
+        if value is None:
+            continue
+        if value not in range(n_classes) or isinstance(value, bool):
+            raise DataError(
+                f"row {qid!r}: {field}={value!r} is not a class 0..{n_classes - 1}", path
+            )
+        out[qid] = int(value)
+    if not out:
+        raise DataError("label file has no labelled rows", path)
+    return out
+
+
+def labelled_splits(
+    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path
+) -> dict[str, list[tuple[str, str, int]]]:
+    """split -> [(id, text, label)] over the canonical split of ALL questions, so every label
+    file shares one train/dev/test assignment."""
+    known = {q.id: q for q in questions}
+    missing = [i for i in labels if i not in known]
+    if len(missing) == len(labels):
+        raise DataError(
+            f"none of the {len(labels)} label ids is a known question id (e.g. {missing[0]!r}): "
+            "the label file belongs to other data",
+            path,
+        )
+    splits = assign_splits(questions, seed=split_seed)
+    out: dict[str, list[tuple[str, str, int]]] = {"train": [], "dev": [], "test": []}
+    for qid in sorted(labels):
+        if qid in known:
+            out[splits[qid]].append((qid, known[qid].text, labels[qid]))
+    return out
+
+
+def _subsample(rows: list, n: int | None, seed: int) -> list:
+    if n is None or n >= len(rows):
+        return rows
+    return sorted(random.Random(seed).sample(rows, n))
+
+
+class Collate:
+    """Tokenises a batch and pads it to its own longest row (dynamic padding, right side)."""
+
+    def __init__(self, tokenizer: Any, max_length: int):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, batch: list[tuple[str, str, int]]) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer(
+            [text for _, text, _ in batch],
+            truncation=True,
+            max_length=self.max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        return {
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "labels": torch.tensor([y for *_, y in batch], dtype=torch.long),
+        }
+
+
+class GateDataModule(pl.LightningDataModule):
+    """One label file on the canonical split. `questions` defaults to every dataset."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        data: dict[str, Any],
+        seed: int = 0,
+        questions: Sequence[Question] | None = None,
+    ):
+        super().__init__()
+        self.cfg = data
+        self.seed = seed
+        self.path = Path(data["label_file"])
+        self.tokenizer = tokenizer
+        self.collate = Collate(tokenizer, data["max_length"])
+        self.num_classes = len(CLASS_NAMES[data["task"]])
+        labels = task_labels(self.path, data["task"])
+        qs = questions if questions is not None else load_all(data["datasets"])
+        rows = labelled_splits(qs, labels, data["split_seed"], self.path)
+        self.rows = {
+            "train": _subsample(rows["train"], data["max_train_examples"], seed),
+            "dev": _subsample(rows["dev"], data["max_eval_examples"], seed),
+            "test": _subsample(rows["test"], data["max_eval_examples"], seed),
+        }
+        for split, part in self.rows.items():
+            if not part:
+                raise DataError(f"the {split} split has no labelled questions", self.path)
+
+    def class_counts(self) -> list[int]:
+        counts = Counter(y for *_, y in self.rows["train"])
+        return [counts.get(c, 0) for c in range(self.num_classes)]
+
+    def class_weights(self) -> torch.Tensor | None:
+        """n / (C * n_c) on the train split: each class weighs the same in the loss."""
+        if self.cfg["balance"] != "class_weights":
+            return None
+        counts = torch.tensor(self.class_counts(), dtype=torch.float).clamp(min=1)
+        return counts.sum() / (len(counts) * counts)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            split: {"n": len(r), "positives": sum(y > 0 for *_, y in r)}
+            for split, r in self.rows.items()
+        }
+
+    def train_dataloader(self) -> DataLoader:
+        rows = self.rows["train"]
+        sampler = None
+        if self.cfg["balance"] == "sampler":
+            counts = self.class_counts()
+            weights = [1.0 / max(counts[y], 1) for *_, y in rows]
+            gen = torch.Generator().manual_seed(self.seed)
+            sampler = WeightedRandomSampler(weights, len(rows), replacement=True, generator=gen)
+        return DataLoader(
+            rows,
+            batch_size=self.cfg["batch_size"],
+            shuffle=sampler is None,
+            sampler=sampler,
+            collate_fn=self.collate,
+            num_workers=self.cfg["num_workers"],
+        )
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        return DataLoader(
+            self.rows[split],
+            batch_size=self.cfg["eval_batch_size"],
+            collate_fn=self.collate,
+            num_workers=self.cfg["num_workers"],
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("dev")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")

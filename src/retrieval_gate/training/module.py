@@ -1,0 +1,122 @@
+"""`RetrievalGateModule`: a backbone, a classification head, the loss and the metrics.
+
+Devices, precision and strategy are the Trainer's business; nothing here moves tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torchmetrics
+from torch import nn
+from torchmetrics.classification import (
+    BinaryAUROC,
+    BinaryAveragePrecision,
+    BinaryCalibrationError,
+    MulticlassAccuracy,
+    MulticlassF1Score,
+)
+from transformers import PretrainedConfig, get_linear_schedule_with_warmup
+
+from .backbones import Backbone
+
+
+class RetrievalRate(torchmetrics.MeanMetric):
+    """Share of questions sent to retrieval at the threshold."""
+
+
+def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
+    """Accuracy and macro-F1 over the task's classes (decisions at the threshold for the
+    binary task), AUROC / AP / ECE of P(needs retrieval), and the retrieval rate."""
+    return {
+        "acc": MulticlassAccuracy(num_classes, average="micro"),
+        "macro_f1": MulticlassF1Score(num_classes, average="macro"),
+        "auroc": BinaryAUROC(),
+        "ap": BinaryAveragePrecision(),
+        "ece": BinaryCalibrationError(n_bins=15, norm="l1"),
+        "retrieval_rate": RetrievalRate(),
+    }
+
+
+class RetrievalGateModule(pl.LightningModule):
+    """P(class | question); class 0 = no retrieval, classes > 0 need retrieval."""
+
+    def __init__(
+        self,
+        model_cfg: dict[str, Any],
+        num_classes: int = 2,
+        class_weights: torch.Tensor | None = None,
+        hf_config: PretrainedConfig | None = None,
+    ):
+        super().__init__()
+        self.model_cfg = model_cfg
+        self.num_classes = num_classes
+        self.threshold = float(model_cfg.get("threshold", 0.5))
+        self.backbone = Backbone(model_cfg, hf_config)
+        self.head = nn.Sequential(
+            nn.Dropout(float(model_cfg.get("dropout", 0.1))),
+            nn.Linear(self.backbone.hidden_size, num_classes),
+        )
+        self.loss = nn.CrossEntropyLoss(weight=class_weights)
+        self.metrics = nn.ModuleDict(
+            {
+                stage: nn.ModuleDict(gate_metrics(num_classes))
+                for stage in ("train_", "val_", "test_")  # ModuleDict keys cannot be "train"
+            }
+        )
+        self.train()  # from_pretrained leaves bodies in eval mode (dropout off)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, num_classes); float32 whatever precision the body runs in."""
+        return self.head(self.backbone(input_ids, attention_mask).float())
+
+    def retrieval_probability(self, logits: torch.Tensor) -> torch.Tensor:
+        """P(needs retrieval) = 1 - P(class 0): one score for binary and 3-way tasks."""
+        return 1.0 - logits.softmax(-1)[:, 0]
+
+    def decisions(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.num_classes == 2:
+            return (self.retrieval_probability(logits) >= self.threshold).long()
+        return logits.argmax(-1)
+
+    def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        logits = self(batch["input_ids"], batch["attention_mask"])
+        y = batch["labels"]
+        loss = self.loss(logits, y)
+        p = self.retrieval_probability(logits).detach()
+        metrics = self.metrics[stage + "_"]
+        metrics["acc"].update(self.decisions(logits), y)
+        metrics["macro_f1"].update(self.decisions(logits), y)
+        for name in ("auroc", "ap", "ece"):
+            metrics[name].update(p, (y > 0).long())
+        metrics["retrieval_rate"].update((p >= self.threshold).float())
+        n = y.shape[0]
+        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, batch_size=n)
+        for name, metric in metrics.items():
+            self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, batch_size=n)
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
+        self._step(batch, "test")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+        return self.retrieval_probability(self(batch["input_ids"], batch["attention_mask"]))
+
+    def configure_optimizers(self) -> Any:
+        cfg = self.model_cfg
+        body = [p for p in self.backbone.parameters() if p.requires_grad]
+        groups = [
+            {"params": body, "lr": float(cfg["lr"])},
+            {"params": list(self.head.parameters()), "lr": float(cfg["head_lr"])},
+        ]
+        opt = torch.optim.AdamW(groups, weight_decay=float(cfg["weight_decay"]))
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        sched = get_linear_schedule_with_warmup(opt, int(total * cfg["warmup_ratio"]), total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
