@@ -1,0 +1,32 @@
+"""Chat-template handling shared by both backends, so vLLM and transformers see the very same
+token ids for a prompt (their outputs are then comparable and label files interchangeable)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def chat_token_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
+    """Each prompt as one user turn through the model's chat template, ready for the
+    assistant's answer. Models without a template get the raw prompt tokens."""
+    if getattr(tokenizer, "chat_template", None):
+        out = []
+        for p in prompts:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 BatchEncoding
+                ids = ids["input_ids"]
+            out.append(list(ids))
+        return out
+    return [list(tokenizer(p)["input_ids"]) for p in prompts]
+
+
+def choice_token_ids(tokenizer: Any, choices: Sequence[str]) -> list[list[int]]:
+    """The tokens of each answer choice as the assistant would write it (no special tokens)."""
+    ids = [list(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in choices]
+    for c, t in zip(choices, ids, strict=True):
+        if not t:
+            raise ValueError(f"choice {c!r} tokenises to nothing; pass a non-empty choice")
+    return ids

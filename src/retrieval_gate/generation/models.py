@@ -1,0 +1,91 @@
+"""Model preparation: the bundled SmolLM2 GGUF becomes a safetensors folder in a cache, once.
+
+vLLM cannot load the Q4_1 GGUF on CPU, so transformers dequantises it (`gguf_file=`) and the
+folder is saved as bf16 safetensors with the tokenizer. A `prepared.json` marker records the
+GGUF's sha256 and the weights' sha256; a second call finds it and returns at once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..models import SMOLLM2, smollm2_gguf_path
+
+MARKER = "prepared.json"
+
+
+def cache_dir() -> Path:
+    """`$RETRIEVAL_GATE_CACHE` or ~/.cache/retrieval-gate."""
+    root = os.environ.get("RETRIEVAL_GATE_CACHE") or Path.home() / ".cache" / "retrieval-gate"
+    return Path(root)
+
+
+def smollm2_dir() -> Path:
+    return cache_dir() / "models" / SMOLLM2
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def folder_checksum(folder: Path) -> str:
+    """sha256 over a model folder's weight files (recorded once in the marker when present)."""
+    marker = folder / MARKER
+    if marker.is_file():
+        return json.loads(marker.read_text())["weights_sha256"]
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin")):
+        h.update(sha256_file(path).encode())
+    return h.hexdigest()
+
+
+def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
+    """Convert the bundled SmolLM2-135M-Instruct GGUF to a safetensors folder (skipped when
+    the marker says it is already there) and return the folder."""
+    target = Path(target) if target else smollm2_dir()
+    if (target / MARKER).is_file() and not force:
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
+    )
+    # The weights are already dequantised; drop the GGUF "quantisation" so they can be saved.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    marker = {
+        "source": str(gguf),
+        "gguf_sha256": sha256_file(gguf),
+        "weights_sha256": folder_checksum(tmp),
+        "dtype": "bfloat16",
+    }
+    (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    if target.exists():
+        import shutil
+
+        shutil.rmtree(target)
+    tmp.replace(target)  # atomic: an interrupted conversion never looks finished
+    return target
+
+
+def resolve_generator_model(name_or_path: str) -> str:
+    """`smollm2-135m-instruct` (or `smollm2`) -> the prepared folder (prepared on first use);
+    any other local folder or hub name is passed through."""
+    if name_or_path in (SMOLLM2, "smollm2"):
+        return str(prepare_smollm2())
+    return name_or_path
