@@ -1,0 +1,49 @@
+"""`retrieval-gate export --run checkpoints/<run> [--name NAME] [--variants fp32 opt int8]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..export.metadata import VARIANTS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a trained gate to ONNX (+ int8/fp16, model card)")
+    p.add_argument("--run", required=True, help="training run folder, e.g. checkpoints/<run>")
+    p.add_argument("--name", help="export name (default: the run name)")
+    p.add_argument("--out-dir", default="export", help="parent folder of exports")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=["fp32", "opt", "int8"],
+        choices=list(VARIANTS),
+        help="fp32 (always), opt (ORT fusions), int8 (CPU), fp16 (GPU)",
+    )
+    p.add_argument(
+        "--parity-limit",
+        type=int,
+        default=1000,
+        help="test-split questions for the parity/quality check (0 = all)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..export.build import build_export
+
+    run_dir = Path(args.run)
+    out = Path(args.out_dir) / (args.name or run_dir.name)
+    out, report = build_export(run_dir, out, args.variants, args.parity_limit or None)
+    print(f"export folder: {out}")
+    print(f"parity on {report['n']} test questions (PyTorch AUROC {report['pytorch']['auroc']}):")
+    for variant, r in report["variants"].items():
+        print(f"  {variant:5s} {json.dumps(r)}")
+    failed = [v for v, r in report["variants"].items() if r.get("runnable") and not r["passed"]]
+    if "fp32" in failed:
+        print("error: fp32 ONNX does not match PyTorch; do not ship this export")
+        return 1
+    if failed:
+        print(f"warning: {', '.join(failed)} missed their quality bar (see parity.json)")
+    return 0

@@ -1,0 +1,28 @@
+"""`build_export`: export, check every variant, write the model card (the `export` verb)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .card import write_model_card
+from .onnx import export_gate
+from .parity import check_parity, parity_set
+
+
+def build_export(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    variants: Sequence[str] = ("fp32", "opt", "int8"),
+    parity_limit: int | None = 1000,
+    parity: tuple[Sequence[str], Sequence[int] | None] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """`parity` = (texts, labels) to check on; by default the run's test split (up to
+    `parity_limit` questions)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    export_gate(run_dir, out_dir, variants)
+    texts, labels = parity if parity is not None else parity_set(run_dir, parity_limit)
+    report = check_parity(run_dir, out_dir, texts, labels)
+    write_model_card(run_dir, out_dir, report)
+    return out_dir, report

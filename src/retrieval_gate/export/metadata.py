@@ -1,0 +1,31 @@
+"""What an exported gate carries inside its ONNX file (metadata_props) and its file names.
+
+Torch-free on purpose: `gates.onnx.OnnxGate` reads this in deployments without torch."""
+
+from __future__ import annotations
+
+FORMAT = "retrieval-gate-onnx/1"
+
+# key -> what it means; every key is required: an ONNX file missing one is refused.
+REQUIRED = {
+    "format": f"always {FORMAT!r}",
+    "classes": "JSON list: class index -> meaning (class 0 = no retrieval)",
+    "score": "how the `scores` output is defined",
+    "threshold": "retrieve iff score >= threshold",
+    "threshold_objective": "what chose the threshold (tuning objective or the 0.5 default)",
+    "max_length": "tokenizer truncation length used in training",
+    "pad_token_id": "id used to pad input_ids (right padding)",
+    "backbone": "encoder | t5-lora | decoder-lora",
+    "model_name": "the backbone's model name or path",
+    "label_provenance": "JSON: label file path, sha256, counts, generator/policy meta",
+    "package_version": "retrieval-gate version that exported it",
+    "variant": "fp32 | opt | int8 | fp16",
+}
+
+# variant -> file name in export/<name>/; each a named option of `retrieval-gate export`.
+VARIANTS = {
+    "fp32": "model.onnx",  # plain export, the parity reference
+    "opt": "model.opt.onnx",  # ONNX Runtime graph optimisation (transformer fusions for BERT)
+    "int8": "model.int8.onnx",  # dynamic int8 quantisation of `opt`, for CPUs
+    "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
+}

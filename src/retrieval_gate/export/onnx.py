@@ -1,0 +1,171 @@
+"""A trained gate (any backbone, LoRA merged) -> one ONNX graph + tokenizer + metadata, and the
+optimised variants: `opt` (ORT graph optimisation / transformer fusions), `int8` (dynamic
+quantisation, CPU) and `fp16` (GPU)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from torch import nn
+
+from .. import __version__
+from ..data.errors import DataError
+from ..training.checkpoint import load_run, read_json
+from .metadata import FORMAT, VARIANTS
+
+OPSET = 17
+# Encoders the ORT transformer optimiser knows how to fuse (attention, layer norm, GELU).
+FUSABLE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert"}
+
+
+class GateGraph(nn.Module):
+    """(input_ids, attention_mask) -> (scores = P(needs retrieval), probs over classes)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.backbone = module.backbone.merged()
+        self.head = module.head
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = self.head(self.backbone(input_ids, attention_mask).float()).softmax(-1)
+        return 1.0 - probs[:, 0], probs
+
+
+def gate_metadata(run_dir: Path, meta: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+    labels = read_json(run_dir / "labels.json")
+    return {
+        "format": FORMAT,
+        "classes": json.dumps(meta["classes"]),
+        "score": meta["score"],
+        "threshold": repr(float(meta.get("threshold", 0.5))),
+        "threshold_objective": str(meta.get("objective", "default 0.5 (not tuned)")),
+        "max_length": str(meta["max_length"]),
+        "pad_token_id": str(tokenizer.pad_token_id),
+        "backbone": meta["backbone"],
+        "model_name": str(meta["model_name"]),
+        "label_provenance": json.dumps(labels, sort_keys=True),
+        "package_version": __version__,
+        "run": run_dir.name,
+        "task": meta["task"],
+    }
+
+
+def set_metadata(path: Path, props: dict[str, str]) -> None:
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    onnx.helper.set_model_props(model, props)
+    onnx.save(model, str(path))
+
+
+def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) -> None:
+    graph = GateGraph(module).eval()
+    sample = tokenizer(
+        ["Who wrote Hamlet?", "What is the capital city of a country with a long name?"],
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        return_tensors="pt",
+    )
+    dynamic = {0: "batch", 1: "sequence"}
+    with torch.inference_mode():
+        torch.onnx.export(
+            graph,
+            (sample["input_ids"], sample["attention_mask"]),
+            str(path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["scores", "probs"],
+            dynamic_axes={
+                "input_ids": dynamic,
+                "attention_mask": dynamic,
+                "scores": {0: "batch"},
+                "probs": {0: "batch"},
+            },
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def optimise(src: Path, dst: Path, hf_config: Any) -> None:
+    """Transformer fusions for BERT-like encoders; ORT's extended graph optimisation (constant
+    folding, redundant-node elimination) for the rest."""
+    model_type = FUSABLE.get(getattr(hf_config, "model_type", ""))
+    if model_type:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimized = optimize_model(
+            str(src),
+            model_type=model_type,
+            num_heads=int(hf_config.num_attention_heads),
+            hidden_size=int(hf_config.hidden_size),
+            opt_level=1,
+        )
+        optimized.save_model_to_file(str(dst))
+        return
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(dst)
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+
+
+def quantise_int8(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The fused graph holds contrib ops ONNX shape inference cannot type; they are float32.
+    quantize_dynamic(
+        str(src),
+        str(dst),
+        weight_type=QuantType.QInt8,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def to_fp16(src: Path, dst: Path) -> None:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    onnx.save(model, str(dst))
+
+
+def export_gate(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    variants: Sequence[str] = ("fp32", "opt", "int8"),
+) -> Path:
+    """Writes `out_dir/{model*.onnx, tokenizer files}`; returns out_dir. fp32 is always made
+    (it is the reference the other variants are checked against)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    module, tokenizer, meta = load_run(run_dir)
+    hf_config = module.backbone.hf_config
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {v: out_dir / VARIANTS[v] for v in VARIANTS}
+    for stale in paths.values():  # never ship a variant left from an earlier export
+        stale.unlink(missing_ok=True)
+    tokenizer.save_pretrained(out_dir)
+    if not (out_dir / "tokenizer.json").is_file():
+        raise DataError("the tokenizer has no fast (tokenizer.json) version to export", run_dir)
+    shutil.copy(run_dir / "metadata.json", out_dir / "gate_metadata.json")
+    props = gate_metadata(run_dir, meta, tokenizer)
+    export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
+    if "opt" in variants or "int8" in variants:
+        optimise(paths["fp32"], paths["opt"], hf_config)
+    if "int8" in variants:
+        quantise_int8(paths["opt"], paths["int8"])
+    if "fp16" in variants:
+        to_fp16(paths["fp32"], paths["fp16"])
+    for variant, path in paths.items():
+        if path.is_file():
+            set_metadata(path, {**props, "variant": variant})
+    return out_dir

@@ -1,0 +1,115 @@
+"""Parity and quality of each exported variant against the PyTorch checkpoint.
+
+Each variant has its own bar: fp32 must match PyTorch (|diff| <= 1e-4, identical decisions);
+`opt` is the same graph after fusions; int8 and fp16 trade accuracy for speed, so they are
+judged on what matters downstream: decision agreement and the AUROC drop on the test split."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from ..data import assign_splits, load_all
+from ..data.errors import DataError
+from ..gates.learned import LearnedGate
+from ..gates.onnx import OnnxGate
+from ..training.checkpoint import read_json, write_json
+from ..training.data import task_labels
+from .metadata import VARIANTS
+
+# variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
+BARS: dict[str, tuple[float | None, float, float | None]] = {
+    "fp32": (1e-4, 1.0, None),
+    "opt": (1e-3, 0.995, 0.002),
+    "int8": (None, 0.95, 0.01),
+    "fp16": (1e-2, 0.99, 0.005),
+}
+
+
+def parity_set(
+    run_dir: Path, limit: int | None = 1000, seed: int = 0
+) -> tuple[list[str], list[int]]:
+    """Test-split questions of the run's label file (canonical split) with binary labels."""
+    provenance = read_json(run_dir / "labels.json")
+    config_task = read_json(run_dir / "metadata.json")["task"]
+    labels = task_labels(Path(provenance["path"]), config_task)
+    questions = load_all()
+    splits = assign_splits(questions, seed=0)
+    rows = [
+        (q.text, int(labels[q.id] > 0))
+        for q in questions
+        if q.id in labels and splits[q.id] == "test"
+    ]
+    if limit and len(rows) > limit:
+        rows = random.Random(seed).sample(rows, limit)
+    if not rows:
+        raise DataError("no test-split questions for the run's label file", provenance["path"])
+    return [t for t, _ in rows], [y for _, y in rows]
+
+
+def _auroc(labels: Sequence[int] | None, scores: np.ndarray) -> float | None:
+    if labels is None or len(set(labels)) < 2:
+        return None
+    return float(roc_auc_score(labels, scores))
+
+
+def check_parity(
+    run_dir: str | Path,
+    export_dir: str | Path,
+    texts: Sequence[str],
+    labels: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Scores `texts` with PyTorch and every variant present; writes parity.json beside the
+    export and returns it. A variant that cannot run here (fp16 on a CPU build without fp16
+    kernels) is reported as not runnable instead of failing the export."""
+    run_dir, export_dir = Path(run_dir), Path(export_dir)
+    reference = LearnedGate(run_dir)
+    ref = reference.score_texts(list(texts))
+    ref_auroc = _auroc(labels, ref)
+    report: dict[str, Any] = {"n": len(texts), "pytorch": {"auroc": ref_auroc}, "variants": {}}
+    for variant, filename in VARIANTS.items():
+        if not (export_dir / filename).is_file():
+            continue
+        try:
+            gate = OnnxGate(export_dir, variant)
+            scores = gate.score_texts(list(texts))
+        except Exception as e:  # noqa: BLE001  (ORT: missing kernels for this provider)
+            report["variants"][variant] = {"runnable": False, "error": str(e).splitlines()[0]}
+            continue
+        report["variants"][variant] = _compare(variant, ref, scores, reference.threshold, labels,
+                                               ref_auroc, gate.provider)  # fmt: skip
+    write_json(export_dir / "parity.json", report)
+    return report
+
+
+def _compare(
+    variant: str,
+    ref: np.ndarray,
+    scores: np.ndarray,
+    threshold: float,
+    labels: Sequence[int] | None,
+    ref_auroc: float | None,
+    provider: str,
+) -> dict[str, Any]:
+    max_diff, min_agree, max_drop = BARS[variant]
+    diff = float(np.abs(scores - ref).max())
+    agree = float(((scores >= threshold) == (ref >= threshold)).mean())
+    auroc = _auroc(labels, scores)
+    drop = None if auroc is None or ref_auroc is None else ref_auroc - auroc
+    ok = agree >= min_agree and (max_diff is None or diff <= max_diff)
+    ok = ok and (max_drop is None or drop is None or drop <= max_drop)
+    return {
+        "runnable": True,
+        "provider": provider,
+        "max_abs_diff": diff,
+        "decision_agreement": agree,
+        "auroc": auroc,
+        "auroc_drop": drop,
+        "bar": {"max_abs_diff": max_diff, "min_agreement": min_agree, "max_auroc_drop": max_drop},
+        "passed": bool(ok),
+    }

@@ -1,0 +1,135 @@
+"""`OnnxGate`: an exported gate run by ONNX Runtime. Needs only onnxruntime, tokenizers and
+numpy (no torch, no Lightning), so a RAG service can ship it alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from ..data.errors import DataError
+from ..export.metadata import FORMAT, REQUIRED, VARIANTS
+from ..questions import Question
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+
+
+def select_providers(available: Sequence[str], prefer: str | None = None) -> list[str]:
+    """CUDA when onnxruntime-gpu sees a GPU, else CPU; `prefer` forces one (e.g. "cpu")."""
+    if prefer:
+        wanted = {"cpu": CPU, "cuda": CUDA}.get(prefer.lower(), prefer)
+        if wanted not in available:
+            raise DataError(
+                f"execution provider {wanted!r} is not available (have: {', '.join(available)}); "
+                "install onnxruntime-gpu for CUDA"
+            )
+        return [wanted] if wanted == CPU else [wanted, CPU]
+    return [CUDA, CPU] if CUDA in available else [CPU]
+
+
+def check_metadata(meta: dict[str, str], path: Path) -> dict[str, str]:
+    """Refuses an ONNX file without the gate metadata the exporter writes."""
+    missing = [k for k in REQUIRED if k not in meta]
+    if missing:
+        raise DataError(
+            f"ONNX file lacks the gate metadata {', '.join(missing)}: it was not written by "
+            "`retrieval-gate export` (re-export the checkpoint)",
+            path,
+        )
+    if meta["format"] != FORMAT:
+        raise DataError(f"unsupported gate format {meta['format']!r} (expected {FORMAT})", path)
+    return meta
+
+
+class OnnxGate:
+    """A `Gate` from `export/<name>/`: `variant` picks model.onnx / .opt / .int8 / .fp16."""
+
+    def __init__(
+        self,
+        export_dir: str | Path,
+        variant: str = "fp32",
+        provider: str | None = None,
+        threads: int | None = None,
+        batch_size: int = 64,
+        name: str | None = None,
+    ):
+        self.export_dir = Path(export_dir)
+        if variant not in VARIANTS:
+            raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+        path = self.export_dir / VARIANTS[variant]
+        if not path.is_file():
+            raise DataError(
+                f"no {variant} model in this export; run `retrieval-gate export --variants "
+                f"{variant}`",
+                path,
+            )
+        self.session = self._session(path, provider, threads)
+        self.metadata = check_metadata(dict(self.session.get_modelmeta().custom_metadata_map), path)
+        self.classes = json.loads(self.metadata["classes"])
+        self.threshold = float(self.metadata["threshold"])
+        self.max_length = int(self.metadata["max_length"])
+        self.pad_id = int(self.metadata["pad_token_id"])
+        self.batch_size = batch_size
+        self.name = name or f"onnx:{self.export_dir.name}:{variant}"
+        self.tokenizer = self._tokenizer()
+        self.provider = self.session.get_providers()[0]
+
+    def _tokenizer(self) -> Tokenizer:
+        path = self.export_dir / "tokenizer.json"
+        if not path.is_file():
+            raise DataError("export has no tokenizer.json (re-export the checkpoint)", path)
+        tok = Tokenizer.from_file(str(path))
+        tok.enable_truncation(self.max_length)
+        tok.no_padding()  # padding is done per length bucket below
+        return tok
+
+    def _session(self, path: Path, provider: str | None, threads: int | None) -> Any:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # One request at a time is the serving pattern: sequential execution, a fixed pool.
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        providers = select_providers(ort.get_available_providers(), provider)
+        try:
+            return ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as e:  # noqa: BLE001  (ORT raises its own types for damaged files)
+            raise DataError(f"not a loadable ONNX file ({str(e).splitlines()[0]})", path) from None
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+    def run_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """Scores for one batch of token ids, padded to its own longest row."""
+        width = max(len(row) for row in ids)
+        input_ids = np.full((len(ids), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for i, row in enumerate(ids):
+            input_ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        out = self.session.run(["scores"], {"input_ids": input_ids, "attention_mask": mask})
+        return out[0].astype(np.float32)
+
+    def score_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """P(needs retrieval) per text; batches are length buckets (sorted by token count) so
+        padding stays small, and results come back in input order."""
+        if not len(texts):
+            return np.zeros(0, dtype=np.float32)
+        if any(not t or not t.strip() for t in texts):
+            raise DataError("cannot score an empty question text")
+        ids = self.encode(texts)
+        order = np.argsort([len(r) for r in ids], kind="stable")
+        out = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(ids), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = self.run_ids([ids[i] for i in idx])
+        return out
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        return self.score_texts([q.text for q in questions])

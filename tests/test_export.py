@@ -1,0 +1,175 @@
+"""ONNX export round trip for every backbone, parity with PyTorch, metadata enforcement,
+provider selection, torch-free scoring and bad inputs (real ONNX Runtime, no mocks)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from retrieval_gate.data.errors import DataError
+from retrieval_gate.export.build import build_export
+from retrieval_gate.export.metadata import REQUIRED, VARIANTS
+from retrieval_gate.gates.learned import LearnedGate
+from retrieval_gate.gates.onnx import CPU, CUDA, OnnxGate, select_providers
+from retrieval_gate.models import minilm_path
+from retrieval_gate.training import save_threshold, train
+from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+
+QUESTIONS, LABELS = synthetic_questions(120, seed=1)
+TEXTS = [q.text for q in QUESTIONS]
+PARITY = (TEXTS[:48], [LABELS[q.id] for q in QUESTIONS[:48]])
+LORA = {"lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
+
+# name -> (backbone kind, tiny model kind or None for MiniLM, extra model keys, variants)
+CASES = {
+    "minilm": ("encoder", None, {}, ("fp32", "opt", "int8", "fp16")),
+    "minilm-lora": ("encoder", None, LORA, ("fp32", "int8")),
+    "roberta": ("encoder", "roberta", {"pooling": "cls"}, ("fp32", "int8")),
+    "t5-lora": ("t5-lora", "t5", {}, ("fp32", "int8")),
+    "decoder-lora": ("decoder-lora", "llama", {}, ("fp32", "int8")),
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
+    """name -> (run folder, export folder, parity report); each gate trained for 2 batches."""
+    root = tmp_path_factory.mktemp("export")
+    label_file = write_label_file(root / "labels.jsonl", LABELS)
+    out = {}
+    for name, (kind, tiny, extra, variants) in CASES.items():
+        model = str(minilm_path()) if tiny is None else str(
+            tiny_backbone(tiny, root / "models" / tiny, TEXTS)
+        )  # fmt: skip
+        cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
+        cfg["run"]["name"] = name
+        cfg["trainer"]["limit_train_batches"] = 2
+        run_dir = train(cfg, questions=QUESTIONS)
+        if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
+            save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
+        export_dir, report = build_export(run_dir, root / "export" / name, variants, parity=PARITY)
+        out[name] = (run_dir, export_dir, report)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_round_trip_parity_and_metadata(exports, name):
+    run_dir, export_dir, report = exports[name]
+    fp32 = report["variants"]["fp32"]
+    assert fp32["max_abs_diff"] <= 1e-4 and fp32["decision_agreement"] == 1.0 and fp32["passed"]
+    for variant in CASES[name][3]:
+        r = report["variants"][variant]
+        assert r["runnable"], r
+        assert r["decision_agreement"] >= 0.8 and r["max_abs_diff"] < 0.2, (variant, r)
+        meta = {
+            p.key: p.value for p in onnx.load(str(export_dir / VARIANTS[variant])).metadata_props
+        }
+        assert set(REQUIRED) <= set(meta) and meta["variant"] == variant
+        assert meta["backbone"] == CASES[name][0]
+        assert json.loads(meta["label_provenance"])["meta"] == {"policy": "synthetic"}
+    # dynamic batch and sequence axes: any batch size / length runs, order is preserved
+    gate = OnnxGate(export_dir)
+    one = gate.score_texts(TEXTS[:1])
+    many = gate.score_texts(TEXTS[:7])
+    assert one.shape == (1,) and many.shape == (7,)
+    assert abs(one[0] - many[0]) < 1e-5
+    torch_scores = LearnedGate(run_dir).score_texts(TEXTS[:7])
+    np.testing.assert_allclose(many, torch_scores, atol=1e-4)
+    card = (export_dir / "README.md").read_text()
+    assert "Intended use and limitations" in card and "fp32" in card
+    assert (export_dir / "tokenizer.json").is_file() and (export_dir / "parity.json").is_file()
+
+
+def test_tuned_threshold_travels_into_the_export(exports):
+    _, export_dir, _ = exports["minilm"]
+    gate = OnnxGate(export_dir, "int8")
+    assert gate.threshold == pytest.approx(0.42)
+    assert gate.metadata["threshold_objective"] == "max macro-F1 on dev"
+    assert "max macro-F1 on dev" in (export_dir / "README.md").read_text()
+
+
+def test_onnx_without_metadata_is_refused(exports, tmp_path):
+    _, export_dir, _ = exports["roberta"]
+    bare = Path(shutil.copytree(export_dir, tmp_path / "bare"))
+    model = onnx.load(str(bare / "model.onnx"))
+    kept = [p for p in model.metadata_props if p.key not in ("threshold", "classes")]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    onnx.save(model, str(bare / "model.onnx"))
+    with pytest.raises(DataError, match="lacks the gate metadata classes, threshold"):
+        OnnxGate(bare)
+    (bare / "model.onnx").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="not a loadable ONNX file"):
+        OnnxGate(bare)
+    with pytest.raises(DataError, match="no fp16 model"):
+        OnnxGate(export_dir, "fp16")
+
+
+def test_provider_selection():
+    assert select_providers([CUDA, CPU]) == [CUDA, CPU]
+    assert select_providers([CPU]) == [CPU]
+    assert select_providers([CUDA, CPU], prefer="cpu") == [CPU]
+    with pytest.raises(DataError, match="onnxruntime-gpu"):
+        select_providers([CPU], prefer="cuda")
+
+
+def test_provider_reported(exports):
+    import onnxruntime as ort
+
+    gate = OnnxGate(exports["t5-lora"][1])
+    expected = CUDA if CUDA in ort.get_available_providers() else CPU
+    assert gate.provider == expected
+
+
+def test_bad_inputs(exports):
+    _, export_dir, _ = exports["minilm"]
+    gate = OnnxGate(export_dir, "int8")
+    with pytest.raises(DataError, match="empty question"):
+        gate.score_texts(["Who wrote Hamlet?", "  "])
+    long_text = "who is the mayor of " + "a very long town name " * 2000
+    words = long_text.split()
+    prefix = " ".join(words[:200])  # far beyond max_length tokens: truncated to the same ids
+    scores = gate.score_texts([long_text, prefix])
+    assert 0.0 <= scores[0] <= 1.0 and abs(scores[0] - scores[1]) < 1e-6
+
+
+SCRIPT = """
+import sys
+from retrieval_gate.cli import main
+code = main(["score", "--model", sys.argv[1], "--input", sys.argv[2], "--variant", "int8",
+             "--output", sys.argv[3]])
+assert code == 0, code
+heavy = sorted(m for m in ("torch", "pytorch_lightning", "lightning", "transformers")
+               if m in sys.modules)
+print("HEAVY=" + ",".join(heavy))
+"""
+
+
+def test_score_command_imports_no_torch_and_reports_bad_lines(exports, tmp_path):
+    _, export_dir, _ = exports["minilm"]
+    questions = tmp_path / "questions.txt"
+    questions.write_bytes(
+        b"Who wrote Hamlet?\n\nWhat is the capital of \xff\xfeFrance?\n"
+        + ("where is " * 3000).encode()
+        + b"\n"
+    )
+    out = tmp_path / "scores.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(export_dir), str(questions), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY=\n" in proc.stdout, proc.stdout  # no torch/lightning/transformers imported
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 3, 4]
+    assert "score" in rows[0] and "score" in rows[3]
+    assert rows[1]["error"] == "empty question" and "UTF-8" in rows[2]["error"]
+    assert "CPUExecutionProvider" in proc.stderr or "CUDAExecutionProvider" in proc.stderr
