@@ -1,0 +1,55 @@
+"""`retrieval-gate transfer`: the leave-one-source-out matrix."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..evaluation.dataset import DEFAULT_RUN_DIR
+
+    p = sub.add_parser("transfer", help="leave-one-source-out transfer matrix")
+    p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s)")
+    p.add_argument(
+        "--gates",
+        nargs="+",
+        default=["tfidf", "popularity"],
+        choices=["tfidf", "popularity", "popularity-global"],
+    )
+    p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
+    p.add_argument(
+        "--learned-config", default="configs/backbones/minilm.yaml", help="training config"
+    )
+    p.add_argument(
+        "--learned-set",
+        nargs="*",
+        default=[
+            "data.max_train_examples=2000",
+            "data.max_eval_examples=1000",
+            "trainer.max_epochs=1",
+        ],
+        help="training overrides (CPU budget by default; drop them on a GPU)",
+    )
+    p.add_argument("--learned-out", type=Path, default=Path("checkpoints/transfer"))
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
+    p.add_argument("--out", type=Path, default=Path("reports/transfer"))
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation.dataset import policy_name
+    from ..evaluation.transfer import learned_fitter, run_transfer
+
+    extra = {}
+    if args.learned:
+        files = {policy_name(p): p for p in args.labels}
+        extra["learned"] = learned_fitter(
+            files, args.learned_config, args.learned_set, args.learned_out
+        )
+    command = "retrieval-gate " + shlex.join(sys.argv[1:])
+    path = run_transfer(args.labels, args.gates, args.out, args.run_dir, extra, command)
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,150 @@
+"""`retrieval-gate tune`: Optuna studies (SQLite, resumable) for a gate's threshold, the
+Pareto front, per-relation popularity thresholds, or the learned gate's hyper-parameters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+OBJECTIVES = ["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto", "relations", "hparams"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..evaluation.dataset import DEFAULT_RUN_DIR
+    from ..gates.registry import gate_names
+    from ..tuning.studies import DEFAULT_STORAGE
+
+    p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
+    p.add_argument("--gate", required=True, choices=gate_names())
+    p.add_argument("--labels", required=True, type=Path, help="label file (.jsonl)")
+    p.add_argument(
+        "--objective",
+        nargs="+",
+        default=["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto"],
+        choices=OBJECTIVES,
+        help="threshold objectives and/or pareto; `relations` (popularity gate) and `hparams` "
+        "(learned gate) run their own studies",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        default=0.95,
+        help="min-retrieval: share of always-retrieve accuracy",
+    )
+    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--storage", type=Path, default=DEFAULT_STORAGE, help="SQLite study database")
+    p.add_argument("--out", type=Path, default=Path("reports/tune"))
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
+    p.add_argument("--learned-run", help="training run folder (learned gate)")
+    p.add_argument(
+        "--save-objective", help="objective whose threshold is saved into the learned run"
+    )
+    p.add_argument(
+        "--config", default="configs/backbones/minilm-lora.yaml", help="hparams: training config"
+    )
+    p.add_argument("--set", nargs="*", default=["data.max_train_examples=2000", "data.max_eval_examples=1000"],
+                   help="hparams: training overrides (the CPU budget; drop on a GPU)")  # fmt: skip
+    p.add_argument(
+        "--max-epochs", type=int, default=3, help="hparams: upper bound of the epochs searched"
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation.dataset import load_splits, policy_name
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    policy = policy_name(args.labels)
+    command = "retrieval-gate " + shlex.join(sys.argv[1:])
+    if "hparams" in args.objective:
+        _hparams(args, policy, command)
+    sp = load_splits(args.labels, args.run_dir)
+    if "relations" in args.objective:
+        _relations(args, sp, policy, command)
+    wanted = [o for o in args.objective if o not in ("relations", "hparams")]
+    if wanted:
+        _thresholds(args, sp, policy, wanted, command)
+    return 0
+
+
+def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> None:
+    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
+    (args.out / f"{stem}.md").write_text(markdown)
+    print(markdown)
+    print(f"wrote {args.out / stem}.md / .json; studies in {args.storage}")
+
+
+def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> None:
+    from ..evaluation.compare import closed_book_records
+    from ..evaluation.tuned import dev_test_rows, tuned_markdown
+    from ..tuning.run import build_for_tuning, tune_gate_thresholds
+
+    records = closed_book_records(args.run_dir)
+    options = {"run": args.learned_run} if args.gate == "learned" else {}
+    gate = build_for_tuning(args.gate, sp.train, sp.dev, records, **options)
+    result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, args.storage, args.out,
+                                  args.trials, args.target, args.seed)  # fmt: skip
+    # tuning is over: only now are the chosen thresholds applied to the test split
+    rows = dev_test_rows(result, gate, sp.test)
+    result["rows"] = rows
+    md = f"# Tuned thresholds\n\n`{command}`\n\n" + tuned_markdown(result, rows)
+    if args.gate == "learned" and result["thresholds"]:
+        _save_threshold(args, result)
+    _write(args, f"tune-{args.gate}-{policy}", result, md)
+
+
+def _save_threshold(args, result: dict) -> None:
+    from ..training.checkpoint import save_threshold
+
+    name = args.save_objective or next(iter(result["thresholds"]))
+    key = next((k for k in result["thresholds"] if k.startswith(name)), None)
+    if key is None:
+        raise SystemExit(
+            f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
+        )
+    r = result["thresholds"][key]
+    save_threshold(args.learned_run, r["threshold"], key, r["dev_figures"])
+    print(f"saved threshold {r['threshold']:.4f} ({key}) into {args.learned_run}/metadata.json")
+
+
+def _relations(args, sp, policy: str, command: str) -> None:
+    from ..evaluation.report import table
+    from ..tuning.popularity import tune_relations
+    from ..tuning.studies import study_name
+
+    res = tune_relations(
+        sp.dev, study_name("popularity", policy, "relations"), args.storage, args.trials, args.seed
+    )
+    gate = res.pop("gate")
+    rels = sorted(res["brute_force_thresholds"])
+    body = [[r, res["brute_force_thresholds"][r], res["optuna_thresholds"][r]] for r in rels]
+    md = (f"# Per-relation popularity thresholds (Optuna vs brute force)\n\n`{command}`\n\n"
+          f"{res['n_questions']} dev PopQA questions with recorded answers, {res['n_trials']} trials. "
+          f"Adaptive accuracy on dev: Optuna {res['optuna_accuracy']:.4f}, brute force "
+          f"{res['brute_force_accuracy']:.4f}; global fallback threshold {gate.global_threshold:g}.\n\n"
+          + table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
+    _write(args, f"tune-popularity-relations-{policy}", res, md)
+
+
+def _hparams(args, policy: str, command: str) -> None:
+    from ..tuning.hparams import tune_hparams
+    from ..tuning.studies import study_name
+
+    name = study_name("learned-hparams", policy, "dev-auroc")
+    res = tune_hparams(
+        args.labels,
+        name,
+        args.storage,
+        args.trials,
+        args.config,
+        args.set,
+        args.max_epochs,
+        args.seed,
+    )
+    md = (f"# Hyper-parameter study of the learned gate\n\n`{command}`\n\n"
+          + "\n".join(f"- {k}: {v}" for k, v in res.items()) + "\n")  # fmt: skip
+    _write(args, f"tune-hparams-{policy}", res, md)

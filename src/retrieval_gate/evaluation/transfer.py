@@ -1,0 +1,188 @@
+"""`retrieval-gate transfer`: leave-one-source-out. For each source S, a gate is fitted on the
+train (and dev) questions of every OTHER source and tested on S's test questions; beside it,
+the in-domain figure (fitted on all sources' train) on the same S test questions.
+
+Cells where the held-out source has one label only (retrievalqa-style labels make ToolQA,
+FreshQA, RetrievalQA all "needs retrieval") get AUROC n/a with that reason; accuracy and
+retrieval rate are still defined there. Decisions use each gate's default threshold (0.5)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data.errors import DataError
+from ..gates.base import Gate
+from ..gates.registry import GateContext, build_gate
+from . import metrics as M
+from . import plots
+from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from .report import table
+
+SOURCES = ("popqa", "entityquestions", "triviaqa", "freshqa", "toolqa", "retrievalqa")
+
+
+def loso(sp: Splits, held_out: str) -> Splits:
+    """Train/dev without the held-out source; test = the held-out source's test questions."""
+    others = [s for s in SOURCES if s != held_out]
+    return Splits(
+        sp.train.where_source(others), sp.dev.where_source(others), sp.test.where_source([held_out])
+    )
+
+
+@dataclass
+class Cell:
+    gate: str
+    policy: str
+    setting: str  # in-domain | held-out
+    source: str
+    n: int
+    positive_rate: float
+    auroc: float | None
+    note: str
+    macro_f1: float
+    accuracy: float
+    retrieval_rate: float
+
+
+def _cell(
+    gate: str, policy: str, setting: str, test: EvalSet, scores: np.ndarray, t: float
+) -> Cell:
+    d = scores >= t
+    auc = M.auroc(test.y, scores)
+    note = "" if auc is not None else f"AUROC n/a: test source has only label {int(test.y[0])}"
+    return Cell(gate, policy, setting, test.questions[0].source, len(test), float(test.y.mean()),
+                auc, note, M.macro_f1(test.y, d), M.accuracy(test.y, d), M.retrieval_rate(d))  # fmt: skip
+
+
+def _na(gate: str, policy: str, setting: str, test: EvalSet, reason: str) -> Cell:
+    src = test.questions[0].source
+    return Cell(gate, policy, setting, src, len(test), float(test.y.mean()), None, reason,
+                float("nan"), float("nan"), float("nan"))  # fmt: skip
+
+
+# gate name -> fit(train/dev Splits without test use, policy, held-out source) -> Gate
+Fitter = Callable[[Splits, str, str], Gate]
+
+
+def registry_fitter(name: str) -> Fitter:
+    def fit(sp: Splits, policy: str, held_out: str) -> Gate:
+        return build_gate(name, GateContext(sp.train, sp.dev))
+
+    return fit
+
+
+def transfer_cells(
+    sp: Splits, policy: str, fitters: dict[str, Fitter], sources: Sequence[str] = SOURCES
+) -> list[Cell]:
+    cells = []
+    for name, fit in fitters.items():
+        try:
+            in_domain = fit(
+                Splits(sp.train, sp.dev, sp.test.subset(np.zeros(len(sp.test), bool))), policy, ""
+            )
+        except (ValueError, DataError) as e:
+            in_domain, why = None, str(e)
+        for src in tqdm(sources, desc=f"{name} / {policy}"):
+            part = loso(sp, src)
+            if not len(part.test):
+                continue
+            if in_domain is None:
+                cells.append(_na(name, policy, "in-domain", part.test, f"cannot fit: {why}"))
+            else:
+                s = np.asarray(in_domain.scores(part.test.questions), float)
+                cells.append(_cell(name, policy, "in-domain", part.test, s, in_domain.threshold))
+            try:
+                gate = fit(part, policy, src)
+            except (ValueError, DataError) as e:  # e.g. popularity: no s_pop outside PopQA
+                cells.append(
+                    _na(name, policy, "held-out", part.test, f"cannot fit without {src}: {e}")
+                )
+                continue
+            s = np.asarray(gate.scores(part.test.questions), float)
+            cells.append(_cell(name, policy, "held-out", part.test, s, gate.threshold))
+    return cells
+
+
+def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "transfer.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
+    lines = ["# Cross-dataset transfer (leave one source out)", "", f"`{command}`", "",
+             "Held-out: fitted on the other five sources' train/dev questions, tested on the "
+             "source's test questions. In-domain: fitted on all sources' train questions, "
+             "tested on the same questions. Threshold 0.5.", ""]  # fmt: skip
+    for policy in dict.fromkeys(c.policy for c in cells):
+        pc = [c for c in cells if c.policy == policy]
+        rows_keys = list(dict.fromkeys((c.gate, c.setting) for c in pc))
+        sources = list(dict.fromkeys(c.source for c in pc))
+        grid = np.full((len(rows_keys), len(sources)), np.nan)
+        body = []
+        for i, (g, setting) in enumerate(rows_keys):
+            row = [f"{g} ({setting})"]
+            for j, s in enumerate(sources):
+                c = next((c for c in pc if (c.gate, c.setting, c.source) == (g, setting, s)), None)
+                if c is None:
+                    row.append("")
+                    continue
+                grid[i, j] = np.nan if c.auroc is None else c.auroc
+                auc = f"{c.auroc:.3f}" if c.auroc is not None else "n/a"
+                row.append(f"{auc} / {c.macro_f1:.3f} / {c.accuracy:.3f} / {c.retrieval_rate:.2f}")
+            body.append(row)
+        header = ["gate (setting)"] + [f"{s} (n={next(c.n for c in pc if c.source == s)}, "
+                                       f"{next(c.positive_rate for c in pc if c.source == s):.0%} need)" for s in sources]  # fmt: skip
+        png = plots.heatmap(grid, [f"{g} ({s})" for g, s in rows_keys], sources,
+                            f"AUROC, labels {policy}", out_dir / f"transfer-{policy}.png")  # fmt: skip
+        lines += [f"## Labels: {policy}", "", "Cells: AUROC / macro-F1 / accuracy / retrieval rate", "",
+                  table(header, body), ""]  # fmt: skip
+        notes = sorted({c.note for c in pc if c.note})
+        lines += [f"- {n}" for n in notes] + ["", f"![transfer]({png.name})", ""]
+    path = out_dir / "transfer.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def run_transfer(
+    label_files: Sequence[Path],
+    gates: Sequence[str],
+    out_dir: Path,
+    run_dir: Path | None = DEFAULT_RUN_DIR,
+    extra_fitters: dict[str, Fitter] | None = None,
+    command: str = "",
+) -> Path:
+    cells = []
+    for path in label_files:
+        sp = load_splits(path, run_dir)
+        fitters: dict[str, Any] = {g: registry_fitter(g) for g in gates}
+        fitters |= extra_fitters or {}
+        cells += transfer_cells(sp, policy_name(path), fitters)
+    return write_transfer_report(cells, out_dir, command)
+
+
+def learned_fitter(
+    label_files: dict[str, Path], config: str | None, overrides: Sequence[str], output_dir: Path
+) -> Fitter:
+    """Trains the learned gate (training API) without the held-out source, once per cell: a
+    run folder that already has its weights is reused, so an interrupted matrix resumes."""
+
+    def fit(sp: Splits, policy: str, held_out: str) -> Gate:
+        from ..gates.learned import LearnedGate
+        from ..training.config import load_config
+        from ..training.run import train
+        from .dataset import canonical_questions
+
+        name = f"transfer-{policy}-without-{held_out or 'nothing'}"
+        run = output_dir / name
+        if not (run / "gate.pt").is_file():
+            sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
+                    f"run.output_dir={output_dir}"]  # fmt: skip
+            cfg = load_config(config, [*overrides, *sets])
+            train(cfg, [q for q in canonical_questions() if q.source != held_out])
+        return LearnedGate(run, name="learned")
+
+    return fit

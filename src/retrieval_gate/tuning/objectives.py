@@ -1,0 +1,95 @@
+"""Threshold objectives on dev scores, and the exhaustive reference every study is checked
+against. Each takes (labels, scores, recorded answers) of DEV questions and a threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..evaluation import metrics as M
+
+
+@dataclass(frozen=True)
+class DevData:
+    """What a threshold is tuned on: dev labels, gate scores and recorded answers."""
+
+    y: np.ndarray
+    scores: np.ndarray
+    closed: np.ndarray
+    rag: np.ndarray
+
+    def answered(self) -> DevData:
+        """Only questions with both recorded answers (adaptive accuracy needs them)."""
+        m = ~np.isnan(self.closed) & ~np.isnan(self.rag)
+        if not m.any():
+            raise ValueError(
+                "adaptive-accuracy objectives need the labelling run's answers "
+                "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions"
+            )
+        return DevData(self.y[m], self.scores[m], self.closed[m], self.rag[m])
+
+
+def figures(dev: DevData, t: float) -> dict[str, float | None]:
+    """Dev figures at a threshold (what justifies a chosen threshold)."""
+    d = dev.scores >= t
+    return {
+        "macro_f1": M.macro_f1(dev.y, d),
+        "accuracy": M.accuracy(dev.y, d),
+        "retrieval_rate": M.retrieval_rate(d),
+        "adaptive_accuracy": M.adaptive_accuracy(d, dev.closed, dev.rag),
+    }
+
+
+def macro_f1(dev: DevData, t: float) -> float:
+    return M.macro_f1(dev.y, dev.scores >= t)
+
+
+def adaptive_accuracy(dev: DevData, t: float) -> float:
+    return float(M.adaptive_accuracy(dev.scores >= t, dev.closed, dev.rag))
+
+
+def min_retrieval(target: float) -> Callable[[DevData, float], float]:
+    """Retrieval rate to MINIMISE subject to adaptive accuracy >= target x always-retrieve
+    accuracy; an infeasible threshold scores 1 + its shortfall, worse than any feasible one."""
+
+    def value(dev: DevData, t: float) -> float:
+        need = target * float(np.mean(dev.rag))
+        acc = adaptive_accuracy(dev, t)
+        rate = M.retrieval_rate(dev.scores >= t)
+        return rate if acc >= need - 1e-12 else 1.0 + (need - acc)
+
+    return value
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    direction: str  # maximize | minimize
+    value: Callable[[DevData, float], float]
+    needs_answers: bool
+
+
+def objective(name: str, target: float = 0.95) -> Objective:
+    if name == "macro-f1":
+        return Objective(name, "maximize", macro_f1, False)
+    if name == "adaptive-accuracy":
+        return Objective(name, "maximize", adaptive_accuracy, True)
+    if name == "min-retrieval":
+        return Objective(f"min-retrieval@{target:g}", "minimize", min_retrieval(target), True)
+    raise ValueError(f"unknown objective {name!r}; use macro-f1, adaptive-accuracy, min-retrieval")
+
+
+def candidate_thresholds(scores: np.ndarray) -> np.ndarray:
+    """Every distinct decision a threshold can make: each distinct score, and above all."""
+    u = np.unique(scores)
+    return np.r_[u, np.nextafter(u[-1], np.inf)]
+
+
+def exhaustive_best(obj: Objective, dev: DevData) -> tuple[float, float]:
+    """(threshold, value) of the best candidate threshold: the reference optimum."""
+    ts = candidate_thresholds(dev.scores)
+    values = np.array([obj.value(dev, t) for t in ts])
+    i = int(np.argmax(values) if obj.direction == "maximize" else np.argmin(values))
+    return float(ts[i]), float(values[i])

@@ -1,0 +1,74 @@
+"""Mallen's per-relation popularity thresholds as an Optuna study, checked against the
+brute-force search of the popularity gate: each relation's threshold is a categorical choice
+among the same candidate cuts brute force scans, so the study can reach its optimum exactly
+(TPE samples each parameter independently, which suits this separable objective)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from ..evaluation.dataset import EvalSet
+from ..evaluation.metrics import adaptive_accuracy
+from ..gates.popularity import PopularityGate, fit_popularity
+from .studies import open_study, remaining, require_no_test
+
+
+def relation_candidates(pops: np.ndarray) -> list[float]:
+    d = np.unique(pops)
+    return [float(x) for x in np.r_[d[0] - 0.5, (d[:-1] + d[1:]) / 2, d[-1] + 1.0]]
+
+
+def tune_relations(
+    dev: EvalSet,
+    name: str,
+    storage: str | Path,
+    n_trials: int = 300,
+    seed: int = 0,
+    min_per_relation: int = 5,
+) -> dict[str, Any]:
+    require_no_test(dev, "the popularity study")
+    keep = (
+        np.array([q.s_pop is not None for q in dev.questions])
+        & ~np.isnan(dev.closed_correct)
+        & ~np.isnan(dev.rag_correct)
+    )
+    part = dev.subset(keep)
+    if not len(part):
+        raise ValueError(
+            "no dev question has s_pop and recorded answers (PopQA with rag-gain rows)"
+        )
+    reference = fit_popularity(part.questions, part.y, part.closed_correct, part.rag_correct,
+                               min_per_relation=min_per_relation)  # fmt: skip
+    rel = np.array([q.relation or "" for q in part.questions])
+    pops = np.array([q.s_pop for q in part.questions], float)
+    relations = sorted(reference.relation_thresholds)
+    cands = {r: relation_candidates(pops[rel == r]) for r in relations}
+
+    def gate_for(thresholds: dict[str, float]) -> PopularityGate:
+        return PopularityGate(thresholds, reference.global_threshold, reference.fallback_score)
+
+    def accuracy(gate: PopularityGate) -> float:
+        d = gate.scores(part.questions) >= 0.5
+        return float(adaptive_accuracy(d, part.closed_correct, part.rag_correct))
+
+    study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
+
+    def trial_value(trial: optuna.Trial) -> float:
+        return accuracy(gate_for({r: trial.suggest_categorical(r, cands[r]) for r in relations}))
+
+    study.optimize(trial_value, n_trials=remaining(study, n_trials), show_progress_bar=True)
+    best = gate_for({r: float(study.best_params[r]) for r in relations})
+    return {
+        "study": name,
+        "n_trials": len(study.trials),
+        "n_questions": len(part),
+        "optuna_accuracy": study.best_value,
+        "brute_force_accuracy": accuracy(reference),
+        "optuna_thresholds": best.relation_thresholds,
+        "brute_force_thresholds": reference.relation_thresholds,
+        "gate": best,
+    }

@@ -1,0 +1,87 @@
+"""`retrieval-gate tune` behind the command: build a gate from train/dev only, score dev,
+run the requested studies. Nothing here sees the test split (the command evaluates the
+chosen thresholds on test afterwards, through `evaluation.tuned`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..evaluation.dataset import EvalSet
+from ..gates.base import Gate
+from ..gates.registry import GateContext, build_gate
+from .objectives import DevData, objective
+from .studies import require_no_test, study_name
+from .threshold import pareto_front, plot_pareto, tune_threshold
+
+THRESHOLD_OBJECTIVES = ("macro-f1", "adaptive-accuracy", "min-retrieval")
+
+
+def dev_scores(gate: Gate, dev: EvalSet, cache: Path | None = None) -> np.ndarray:
+    """The gate's dev scores, cached by question id (prompt gates cost minutes of LLM time)."""
+    require_no_test(dev)
+    if cache is not None and cache.is_file():
+        stored = np.load(cache, allow_pickle=False)
+        if list(stored["ids"]) == dev.ids:
+            return stored["scores"]
+    scores = np.asarray(gate.scores(dev.questions), float)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(cache, ids=np.array(dev.ids), scores=scores)
+    return scores
+
+
+def tune_gate_thresholds(
+    gate: Gate,
+    train: EvalSet,
+    dev: EvalSet,
+    policy: str,
+    objectives: list[str],
+    storage: Path,
+    out_dir: Path,
+    n_trials: int = 100,
+    target: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Threshold studies (and the Pareto front if `pareto` is asked) on dev scores."""
+    require_no_test(train, "gate fitting")
+    scores = dev_scores(gate, dev, out_dir / f"{gate.name}-{policy}.dev-scores.npz")
+    data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct)
+    out: dict[str, Any] = {"gate": gate.name, "policy": policy, "thresholds": {}, "skipped": {}}
+    for name in objectives:
+        if name == "pareto":
+            continue
+        obj = objective(name, target)
+        try:
+            res = tune_threshold(
+                obj, data, study_name(gate.name, policy, obj.name), storage, n_trials, seed
+            )
+        except ValueError as e:  # e.g. no recorded answers for adaptive accuracy
+            out["skipped"][obj.name] = str(e)
+            continue
+        out["thresholds"][obj.name] = asdict(res)
+    if "pareto" in objectives:
+        try:
+            front, trials = pareto_front(
+                data, study_name(gate.name, policy, "pareto"), storage, n_trials, seed
+            )
+        except ValueError as e:
+            out["skipped"]["pareto"] = str(e)
+        else:
+            answered = data.answered()
+            png = plot_pareto(front, trials, float(answered.rag.mean()), float(answered.closed.mean()),
+                              out_dir / f"pareto-{gate.name}-{policy}.png", f"{gate.name}, labels {policy} (dev)")  # fmt: skip
+            out["pareto"] = {"front": front, "n_trials": len(trials), "plot": png.name}
+    return out
+
+
+def build_for_tuning(
+    name: str, train: EvalSet, dev: EvalSet, records: dict, **options: Any
+) -> Gate:
+    """A gate fitted on train/dev only (the context never holds test questions)."""
+    require_no_test(train, "gate fitting")
+    require_no_test(dev)
+    return build_gate(name, GateContext(train, dev, records), **options)

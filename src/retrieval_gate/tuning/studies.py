@@ -1,0 +1,48 @@
+"""Optuna studies in one SQLite file: one study per gate x label file x objective, resumed by
+name (a stopped run loses no finished trial; rerunning adds only the missing trials)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from ..data.errors import DataError
+from ..evaluation.dataset import EvalSet
+
+DEFAULT_STORAGE = Path("reports/tune/studies.db")
+
+
+def storage_url(path: str | Path) -> str:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def study_name(gate: str, label_file: str, objective: str) -> str:
+    return f"{gate}|{label_file}|{objective}"
+
+
+def open_study(name: str, storage: str | Path, sampler, directions: list[str]) -> optuna.Study:
+    return optuna.create_study(
+        study_name=name,
+        storage=storage_url(storage),
+        sampler=sampler,
+        directions=directions,
+        load_if_exists=True,
+    )
+
+
+def remaining(study: optuna.Study, n_trials: int) -> int:
+    """Trials still to run for a study to reach n_trials finished ones (resume)."""
+    done = [t for t in study.trials if t.state.is_finished()]
+    return max(n_trials - len(done), 0)
+
+
+def require_no_test(evalset: EvalSet, what: str = "tuning") -> EvalSet:
+    """Tuning sees train/dev questions only: a test question here is a bug, not a choice."""
+    bad = [q.id for q in evalset.questions if q.split == "test"]
+    if bad:
+        raise DataError(f"{what} was given {len(bad)} test-split questions (e.g. {bad[0]}); "
+                        "tuning must never read the test split")  # fmt: skip
+    return evalset

@@ -1,0 +1,173 @@
+"""Optuna studies: objectives with known optima, resume, the test split never read, the
+popularity study vs brute force, and a real (tiny) Lightning hyper-parameter study."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pytest
+
+from retrieval_gate.data.errors import DataError
+from retrieval_gate.evaluation.dataset import EvalSet
+from retrieval_gate.gates.popularity import fit_popularity
+from retrieval_gate.questions import Question
+from retrieval_gate.tuning.objectives import DevData, exhaustive_best, objective
+from retrieval_gate.tuning.popularity import tune_relations
+from retrieval_gate.tuning.run import tune_gate_thresholds
+from retrieval_gate.tuning.threshold import pareto_front, tune_threshold
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+RNG = np.random.default_rng(11)
+
+
+def synthetic(n: int = 20) -> DevData:
+    """Scores uniform in [0, 1]; questions above 0.6 need retrieval (y); the closed-book answer
+    is right below 0.3, the with-retrieval answer right from 0.3 up."""
+    s = np.sort(RNG.random(n))
+    y = (s > 0.6).astype(int)
+    return DevData(y, s, (s < 0.3).astype(float), (s >= 0.3).astype(float))
+
+
+def test_macro_f1_study_finds_the_separating_threshold(tmp_path):
+    dev = synthetic()
+    res = tune_threshold(objective("macro-f1"), dev, "f1", tmp_path / "s.db", n_trials=30)
+    assert res.value == pytest.approx(1.0) and res.reference_value == pytest.approx(1.0)
+    assert dev.scores[dev.y == 0].max() < res.threshold <= dev.scores[dev.y == 1].min()
+
+
+def test_adaptive_accuracy_study_finds_the_answer_switch(tmp_path):
+    dev = synthetic()
+    res = tune_threshold(objective("adaptive-accuracy"), dev, "aa", tmp_path / "s.db", n_trials=30)
+    assert res.value == pytest.approx(1.0)
+    assert dev.scores[dev.scores < 0.3].max() < res.threshold <= dev.scores[dev.scores >= 0.3].min()
+    assert res.dev_figures["retrieval_rate"] == pytest.approx(np.mean(dev.scores >= 0.3))
+
+
+def test_min_retrieval_meets_the_target_with_the_fewest_retrievals(tmp_path):
+    s = np.linspace(0, 1, 41)
+    # retrieval fixes questions with score >= 0.5 only; closed-book gets the rest right
+    dev = DevData((s >= 0.5).astype(int), s, (s < 0.5).astype(float), np.ones_like(s))
+    # target 0.9 of always-retrieve (1.0): may leave at most ~10% wrong -> retrieve from ~0.6
+    obj = objective("min-retrieval", target=0.9)
+    ref_t, ref_v = exhaustive_best(obj, dev)
+    assert ref_v == pytest.approx(np.mean(s >= 0.6), abs=0.03)
+    res = tune_threshold(obj, dev, "mr", tmp_path / "s.db", n_trials=40)
+    assert res.value <= ref_v + 0.03  # feasible and within one question of the optimum
+    assert res.dev_figures["adaptive_accuracy"] >= 0.9
+
+
+def test_pareto_front_is_non_dominated_and_spans_the_trade_off(tmp_path):
+    dev = synthetic()
+    front, trials = pareto_front(dev, "p", tmp_path / "s.db", n_trials=40)
+    assert len(trials) == 40 and len(front) >= 3
+    for a in front:
+        for b in front:
+            assert not (
+                b["adaptive_accuracy"] > a["adaptive_accuracy"]
+                and b["retrieval_rate"] < a["retrieval_rate"]
+            )
+    assert max(p["adaptive_accuracy"] for p in front) == pytest.approx(1.0)
+
+
+def test_study_resumes_without_losing_trials(tmp_path):
+    dev, db = synthetic(), tmp_path / "s.db"
+    tune_threshold(objective("macro-f1"), dev, "r", db, n_trials=10)
+    url = f"sqlite:///{db.resolve()}"
+    first = [t.params for t in optuna.load_study(study_name="r", storage=url).trials]
+    res = tune_threshold(objective("macro-f1"), dev, "r", db, n_trials=15)  # "rerun after a stop"
+    again = optuna.load_study(study_name="r", storage=url).trials
+    assert res.n_trials == 15 and len(again) == 15
+    assert [t.params for t in again[:10]] == first
+
+
+def _evalset(split: str, n: int = 60) -> EvalSet:
+    qs = tuple(Question(f"{split}{i}", f"q {i}?", ("a",), "popqa", split=split) for i in range(n))
+    y = np.array([i % 2 for i in range(n)])
+    return EvalSet(qs, y, (y == 0).astype(float), (y == 1).astype(float))
+
+
+class RecordingGate:
+    name, threshold = "recording", 0.5
+
+    def __init__(self):
+        self.seen: list[Question] = []
+
+    def scores(self, questions):
+        self.seen += list(questions)
+        return np.array(
+            [0.9 if q.id.endswith(("1", "3", "5", "7", "9")) else 0.1 for q in questions]
+        )
+
+
+def test_tuning_never_reads_test_questions(tmp_path):
+    gate = RecordingGate()
+    out = tune_gate_thresholds(gate, _evalset("train"), _evalset("dev"), "synthetic",
+                               ["macro-f1", "adaptive-accuracy", "pareto"], tmp_path / "s.db", tmp_path, 8)  # fmt: skip
+    assert {q.split for q in gate.seen} == {"dev"}
+    assert set(out["thresholds"]) == {"macro-f1", "adaptive-accuracy"} and "pareto" in out
+    with pytest.raises(DataError, match="test-split"):
+        tune_gate_thresholds(
+            gate,
+            _evalset("train"),
+            _evalset("test"),
+            "x",
+            ["macro-f1"],
+            tmp_path / "s.db",
+            tmp_path,
+        )
+    with pytest.raises(DataError, match="test-split"):
+        tune_relations(_evalset("test"), "rel", tmp_path / "s.db", 5)
+
+
+def test_popularity_study_matches_brute_force(tmp_path):
+    qs, closed, rag = [], [], []
+    for i in range(40):
+        rel = "AB"[i % 2]
+        pop = int(RNG.choice([10, 30, 80, 200, 400, 900, 3000]))
+        qs.append(
+            Question(f"p{i}", f"q{i}?", ("a",), "popqa", split="dev", s_pop=pop, relation=rel)
+        )
+        cut = 300 if rel == "A" else 50
+        noisy = RNG.random() < 0.1
+        closed.append(float((pop >= cut) != noisy))
+        rag.append(float(pop < cut))
+    closed, rag = np.array(closed), np.array(rag)
+    dev = EvalSet(tuple(qs), (rag > closed).astype(int), closed, rag)
+    res = tune_relations(dev, "rel", tmp_path / "s.db", n_trials=60)
+    ref = fit_popularity(qs, dev.y, closed, rag)
+    assert res["brute_force_thresholds"] == ref.relation_thresholds
+    assert res["optuna_accuracy"] == pytest.approx(res["brute_force_accuracy"])
+
+
+def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
+    """A real trial of MiniLM-LoRA on 40 questions; a pruner that prunes at the first report
+    proves the Lightning callback reaches Optuna."""
+    from retrieval_gate.tuning import hparams
+
+    words = ["weather today", "stock price now", "capital city", "famous author"]
+    qs = [
+        Question(f"h{i}", f"what is the {words[i % 4]} number {i}?", ("a",), "popqa")
+        for i in range(60)
+    ]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        "".join(json.dumps({"id": q.id, "label": int(i % 4 < 2)}) + "\n" for i, q in enumerate(qs))
+    )
+    sets = ["data.batch_size=16", "data.max_length=16", "trainer.log_every_n_steps=1",
+            "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]  # fmt: skip
+    res = hparams.tune_hparams(
+        labels, "hp", tmp_path / "s.db", 2, overrides=sets, max_epochs=1, questions=qs
+    )
+    assert res["n_complete"] == 2 and 0.0 <= res["best_dev_auroc"] <= 1.0
+    assert set(res["best_params"]) >= {"lr", "epochs", "lora_r", "dropout", "balance"}
+    study = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(lower=2.0))  # prunes all
+    from retrieval_gate.training.config import load_config
+
+    cfg = load_config(
+        "configs/backbones/minilm-lora.yaml",
+        [*sets, f"data.label_file={labels}", "trainer.max_epochs=1"],
+    )
+    study.optimize(lambda t: hparams.fit_trial(cfg, t, qs), n_trials=1)
+    assert study.trials[0].state == optuna.trial.TrialState.PRUNED
