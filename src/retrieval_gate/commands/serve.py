@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     rag = open_rag(
         args.gate,
         retriever=args.retriever,
+        corpus=args.corpus,
         k=args.k,
         max_new_tokens=args.max_new_tokens,
         mode_options=mode_options(args),

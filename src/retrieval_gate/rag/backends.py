@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..generation.base import Generator
+from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
 from .modes import ModeOptions, build_mode_gates
-
-RETRIEVERS = ("context", "bm25", "dense")
 
 
 def open_generator(
@@ -34,26 +33,21 @@ def open_generator(
         engine["tensor_parallel_size"] = tensor_parallel_size
     if data_parallel_size > 1:
         engine["data_parallel_size"] = data_parallel_size
-    options: dict[str, Any] = {"model": model} if model else {}
-    return build_generator(**options, **engine)
+    return build_generator(model or SMOLLM2, **engine)
 
 
-def open_retriever(kind: str) -> Retriever:
-    """`context`: each question's own documents; `bm25` / `dense`: over the project corpus
-    (every document shipped with the datasets)."""
-    from .. import retrieval
+def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
+    """`contexts`: each question's own documents; `bm25` / `dense`: over `corpus` (a JSONL
+    file), by default every document shipped with the datasets."""
+    from ..retrieval import build_retriever, load_corpus
 
-    if kind == "context":
-        return retrieval.ContextRetriever()
-    if kind not in RETRIEVERS:
-        raise ValueError(f"unknown retriever {kind!r}; choose one of {', '.join(RETRIEVERS)}")
-    corpus = retrieval.load_corpus()
-    return retrieval.BM25Retriever(corpus) if kind == "bm25" else retrieval.DenseRetriever(corpus)
+    return build_retriever(kind, None if kind == "contexts" else load_corpus(corpus))
 
 
 def open_rag(
     gate: str,
     retriever: str = "bm25",
+    corpus: str | None = None,
     k: int = DEFAULT_K,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     mode_options: ModeOptions | None = None,
@@ -62,4 +56,4 @@ def open_rag(
     """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service)."""
     generator = open_generator(**generator_options)
     (built,) = build_mode_gates([gate], generator, mode_options or ModeOptions()).values()
-    return AdaptiveRAG(built, open_retriever(retriever), generator, k, max_new_tokens)
+    return AdaptiveRAG(built, open_retriever(retriever, corpus), generator, k, max_new_tokens)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from importlib import metadata
 from typing import Any
 
+from ..generation.base import Generator
 from .backends import open_generator, open_retriever
 from .compare import compare_modes, comparison_rows
 from .modes import ModeOptions, build_mode_gates, restrict_to_oracle
@@ -24,7 +25,8 @@ def run_comparison(
     limit: int | None = 200,
     seed: int = 0,
     with_contexts: bool = False,
-    retriever: str = "context",
+    retriever: str = "contexts",
+    corpus: str | None = None,
     k: int = 5,
     max_new_tokens: int = 24,
     generator_url: str | None = None,
@@ -32,12 +34,15 @@ def run_comparison(
     tensor_parallel_size: int = 1,
     data_parallel_size: int = 1,
     mode_options: ModeOptions | None = None,
+    generator: Generator | None = None,
 ) -> dict[str, Any]:
-    """The comparison table (rows as dicts), a note on what ran, and the full results."""
+    """The comparison table (rows as dicts), a note on what ran, and the full results.
+    `generator`: an engine already running (else one is started from the generator flags)."""
     questions = select_questions(datasets, split, limit or None, seed, with_contexts)
     started = time.perf_counter()
-    generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)
-    ret = open_retriever(retriever)
+    if generator is None:
+        generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)
+    ret = open_retriever(retriever, corpus)
     gates = build_mode_gates(modes, generator, mode_options or ModeOptions())
     setup_seconds = time.perf_counter() - started
     n_selected = len(questions)
