@@ -26,6 +26,7 @@ from retrieval_gate.generation.chat import chat_token_ids
 from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
 from retrieval_gate.generation.remote import RemoteGenerator
 from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.rag_gain import document_texts
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.compare import clear_prefix_cache
@@ -134,9 +135,9 @@ def test_oracle_gate_from_label_file_and_missing_ids(tmp_path):
     LabelFile(path).append([{"id": "q0", "label": 1}, {"id": "q1", "label": 0}])
     LabelFile(path).append([{"id": "q2", "label": None}])
     gate = OracleGate.from_file(path)
-    qs = _questions(3)
-    assert gate.covers(qs) == qs[:2]
-    assert gate.scores(qs[:2]).tolist() == [1.0, 0.0]
+    qs = _questions(4)
+    assert gate.covers(qs) == qs[:3]
+    assert gate.scores(qs[:3]).tolist() == [1.0, 0.0, 0.0]  # null: retrieval changes nothing
     with pytest.raises(DataError, match="no label for 1 question"):
         gate.scores(qs)
 
@@ -232,7 +233,7 @@ def test_real_loop_vllm_onnx_accounting(vllm_generator, onnx_gate, real_question
     assert c.generation_seconds > c.gate_seconds > 0
     # Token counts are vLLM's own and equal the chat-templated prompt the loop must have built.
     for q, a in zip(qs, run.answers, strict=True):
-        docs = [d.document.as_prompt_text() for d in ContextRetriever().retrieve([q], k=2)[0]]
+        docs = document_texts(ContextRetriever().retrieve([q], k=2)[0])
         prompt = with_context_prompt(q.text, docs) if a.retrieve else closed_book_prompt(q.text)
         assert a.prompt_tokens == len(chat_token_ids(vllm_generator.tokenizer, [prompt])[0])
         assert 0 < a.completion_tokens <= 8 and a.answer

@@ -16,7 +16,9 @@ from ..retrieval import RETRIEVERS
 def add_generator_args(p: argparse.ArgumentParser) -> None:
     """Generator and retriever flags shared with `retrieval-gate serve`."""
     g = p.add_argument_group("generation and retrieval")
-    g.add_argument("--retriever", choices=RETRIEVERS, default="contexts")
+    g.add_argument(
+        "--retriever", choices=RETRIEVERS, default="bm25", help="default bm25 (as the labels)"
+    )
     g.add_argument(
         "--corpus", help="JSONL corpus for bm25/dense (default: the datasets' documents)"
     )

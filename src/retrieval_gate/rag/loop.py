@@ -23,6 +23,7 @@ import numpy as np
 from ..gates.base import Gate
 from ..generation.base import Generation, Generator
 from ..generation.prompts import closed_book_prompt, with_context_prompt
+from ..labels.rag_gain import DOC_WORDS, document_texts
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 
@@ -119,7 +120,8 @@ class AdaptiveRAG:
 
     Questions the gate scores at or above its threshold get the top-`k` documents and the
     with-context prompt; the others get the closed-book prompt. All answers come from one
-    batched generator call."""
+    batched generator call. Documents are cut to their first `doc_words` words, as in the
+    rag-gain labelling run, so the loop answers with the prompts the labels were made with."""
 
     def __init__(
         self,
@@ -128,6 +130,7 @@ class AdaptiveRAG:
         generator: Generator,
         k: int = DEFAULT_K,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        doc_words: int = DOC_WORDS,
     ):
         if k < 1:
             raise ValueError(f"k (documents per question) must be >= 1, got {k}")
@@ -136,6 +139,7 @@ class AdaptiveRAG:
         self.generator = generator
         self.k = k
         self.max_new_tokens = max_new_tokens
+        self.doc_words = doc_words
 
     def answer(self, questions: Sequence[Question]) -> list[Answer]:
         """Answers for `questions`, in order."""
@@ -160,7 +164,7 @@ class AdaptiveRAG:
 
         hits = self._retrieve(questions, retrieve, costs)
         prompts = [
-            with_context_prompt(q.text, [h.document.as_prompt_text() for h in hits[i]])
+            with_context_prompt(q.text, document_texts(hits[i], self.doc_words))
             if retrieve[i]
             else closed_book_prompt(q.text)
             for i, q in enumerate(questions)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.errors import DataError
-from ..labels.files import read_labels
+from ..labels.files import LabelFile, read_labels
 from ..questions import Question
 
 
@@ -26,8 +26,14 @@ class OracleGate:
         self.source = source  # where the labels came from, for error messages
 
     @classmethod
-    def from_file(cls, path: str | Path) -> OracleGate:
-        return cls(read_labels(path), source=str(path))
+    def from_file(cls, path: str | Path, null_as: int = 0) -> OracleGate:
+        """Every row of a label file. A null label is a question the policy found no reason
+        to retrieve for (rag-gain: retrieval changes nothing, the answer is wrong either way),
+        so by default the oracle takes the cheaper path and does not retrieve."""
+        read_labels(path)  # clear errors for a missing or empty file
+        rows = LabelFile(path).rows
+        labels = {i: null_as if r["label"] is None else int(r["label"]) for i, r in rows.items()}
+        return cls(labels, source=str(path))
 
     def covers(self, questions: Sequence[Question]) -> list[Question]:
         """The questions this oracle has a label for (modes compare on the same questions)."""

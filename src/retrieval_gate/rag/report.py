@@ -25,7 +25,7 @@ def run_comparison(
     limit: int | None = 200,
     seed: int = 0,
     with_contexts: bool = False,
-    retriever: str = "contexts",
+    retriever: str = "bm25",
     corpus: str | None = None,
     k: int = 5,
     max_new_tokens: int = 24,
