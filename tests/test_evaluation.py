@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.calibration import calibration_curve
@@ -90,3 +92,108 @@ def test_evaluate_gate_reports_per_source_and_undefined_auroc():
     assert result.metrics["adaptive_accuracy"] == 0.0  # retrieval always wrong here
     assert set(result.per_source) == {"a", "b"}
     assert result.metrics["auroc"] == pytest.approx(0.5)  # constant scores: chance
+
+
+# ---------------------------------------------------------------- transfer
+
+from retrieval_gate.evaluation.dataset import Splits  # noqa: E402
+from retrieval_gate.evaluation.transfer import SOURCES, loso, transfer_cells  # noqa: E402
+
+
+def _multi_source(split: str, per_source: int = 12) -> EvalSet:
+    qs, ys = [], []
+    for s in SOURCES:
+        for i in range(per_source):
+            word = "today" if i % 2 else "capital"
+            qs.append(
+                Question(f"{s}-{split}-{i}", f"{s} {word} question {i}?", ("a",), s, split=split)
+            )
+            ys.append(int(s in ("freshqa", "toolqa") or i % 2))  # two single-class sources
+    n = len(qs)
+    return EvalSet(tuple(qs), np.array(ys), np.full(n, np.nan), np.full(n, np.nan))
+
+
+def test_loso_never_trains_on_the_held_out_source():
+    sp = Splits(_multi_source("train"), _multi_source("dev"), _multi_source("test"))
+    for held in SOURCES:
+        part = loso(sp, held)
+        assert held not in set(part.train.sources) | set(part.dev.sources)
+        assert set(part.test.sources) == {held}
+        assert len(part.train) == 5 * 12 and len(part.test) == 12
+
+
+def test_transfer_cells_fit_without_the_source_and_flag_single_class_auroc():
+    sp = Splits(_multi_source("train"), _multi_source("dev"), _multi_source("test"))
+    seen = []
+
+    def fit(part, policy, held_out):
+        seen.append(
+            (held_out, set(part.train.sources), set(part.test.sources) if len(part.test) else set())
+        )
+        from retrieval_gate.gates.tfidf import TfidfGate
+
+        return TfidfGate.fit(part.train.questions, part.train.y)
+
+    cells = transfer_cells(sp, "synthetic", {"tfidf": fit})
+    for held, train_sources, test_sources in seen:
+        assert held not in train_sources and not test_sources - {held}
+    assert len(cells) == 2 * len(SOURCES)  # in-domain and held-out per source
+    fresh = [c for c in cells if c.source == "freshqa"]
+    assert all(c.auroc is None and "only label 1" in c.note for c in fresh)
+    assert all(c.auroc is not None for c in cells if c.source == "popqa")
+
+
+# ---------------------------------------------------------------- the evaluate command
+
+
+def test_evaluate_command_writes_report_and_plots(tmp_path):
+    """`retrieval-gate evaluate` end to end on real questions with a small label file."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.evaluation.dataset import canonical_questions
+
+    qs = [q for q in canonical_questions() if q.source in ("popqa", "freshqa", "triviaqa")][::6]
+    run = tmp_path / "run"
+    run.mkdir()
+    lines, cb, rg = [], [], []
+    for i, q in enumerate(qs):
+        y = int(q.source == "freshqa" or (q.s_pop is not None and q.s_pop < 1000))
+        lines.append({"id": q.id, "label": y})
+        cb.append(
+            {"id": q.id, "label": y, "match": not y, "idk": i % 7 == 0, "mean_logprob": -0.2 - y}
+        )
+        rg.append(
+            {"id": q.id, "label": y, "closed_correct": not y, "rag_correct": bool(y or i % 3)}
+        )
+    for path, rows in (
+        (tmp_path / "policy.jsonl", lines),
+        (run / "closed-book.jsonl", cb),
+        (run / "rag-gain.jsonl", rg),
+    ):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "report"
+    code = main(["evaluate", "--gates", "always", "never", "popularity", "confidence", "tfidf",
+                 "--labels", str(tmp_path / "policy.jsonl"), "--run-dir", str(run), "--out", str(out),
+                 "--resamples", "30", "--no-cost"])  # fmt: skip
+    assert code == 0
+    report = (out / "report.md").read_text()
+    for gate in ("always", "never", "popularity", "confidence", "tfidf"):
+        assert f"| {gate} |" in report
+    assert {p.name for p in out.glob("*.png")} == {
+        "policy-roc-pr.png",
+        "policy-reliability.png",
+        "policy-mallen.png",
+    }
+    results = json.loads((out / "results.json").read_text())["policies"]["policy"]
+    conf = next(g for g in results["gates"] if g["name"] == "confidence")
+    assert conf["metrics"]["auroc"] > 0.9  # lower log-probability marks the need-retrieval rows
+    assert results["n_test"] == len([q for q in qs if q.split == "test"])
+
+
+def test_cost_per_question_times_single_questions():
+    from retrieval_gate.evaluation.evaluate import cost_per_question
+    from retrieval_gate.gates.tfidf import TfidfGate
+
+    es = _evalset()
+    gate = TfidfGate.fit(es.questions, es.y)
+    ms = cost_per_question(gate, es.questions, n=5)
+    assert 0 < ms < 1000

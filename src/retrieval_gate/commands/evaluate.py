@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_dir=args.run_dir,
         gate_options=options,
-        generator_options={"model": args.generator} if args.generator else {},
+        generator_options={"name_or_path": args.generator} if args.generator else {},
         n_resamples=args.resamples,
         cost_questions=args.cost_questions,
         measure_cost=not args.no_cost,

@@ -14,6 +14,7 @@ from typing import Any
 from ..data.errors import DataError
 from ..evaluation.dataset import EvalSet
 from ..generation.base import Generator
+from ..models import SMOLLM2
 from .base import Gate
 
 
@@ -32,7 +33,8 @@ class GateContext:
                 from ..generation import build_generator
             except ImportError as e:
                 raise DataError(f"no generator backend available ({e})") from None
-            self._generator = build_generator(**self.generator_options)
+            options = {"name_or_path": SMOLLM2, **self.generator_options}
+            self._generator = build_generator(**options)
         return self._generator
 
     def need(self, what: str, gate: str) -> Any:
