@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..data import dataset_names, format_table
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
-from ..rag.modes import MODES, ModeOptions, parse_thresholds
+from ..rag.modes import MODES, ModeOptions, known_modes, parse_thresholds
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
 
@@ -61,7 +61,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--with-contexts", action="store_true", help="only questions with their own documents"
     )
-    p.add_argument("--modes", nargs="+", default=list(MODES), metavar="MODE")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(MODES),
+        choices=known_modes(),
+        metavar="MODE",
+        help=f"default: {' '.join(MODES)}",
+    )
     p.add_argument("--out", type=Path, help="write the table (.md) and full results (.json)")
     add_generator_args(p)
     add_gate_args(p)

@@ -18,8 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-questions", type=int, default=64, help="per request")
     add_generator_args(p)
     add_gate_args(p)
-    # HTTP questions carry no documents of their own: search the corpus by default.
-    p.set_defaults(run=run, retriever="bm25")
+    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
-from .modes import ModeOptions, build_mode_gates
+from .modes import ModeOptions, build_mode_gates, check_modes
 
 
 def open_generator(
@@ -54,6 +54,8 @@ def open_rag(
     **generator_options: Any,
 ) -> AdaptiveRAG:
     """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service)."""
+    mode_options = mode_options or ModeOptions()
+    check_modes([gate], mode_options)
     generator = open_generator(**generator_options)
-    (built,) = build_mode_gates([gate], generator, mode_options or ModeOptions()).values()
+    (built,) = build_mode_gates([gate], generator, mode_options).values()
     return AdaptiveRAG(built, open_retriever(retriever, corpus), generator, k, max_new_tokens)

@@ -51,13 +51,36 @@ def known_modes() -> list[str]:
     return list(dict.fromkeys([*MODES, *gate_names()]))
 
 
+def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
+    """Fails fast, before an engine starts, on an unknown mode or a missing input file."""
+    unknown = [m for m in modes if m not in known_modes()]
+    if unknown:
+        raise DataError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}")
+    if "onnx" in modes and not options.onnx:
+        found = sorted(str(p.parent) for p in Path("export").glob("*/model.onnx"))
+        raise DataError(
+            "the onnx mode needs an exported gate: --onnx export/<name>"
+            + (f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)")
+        )
+    if "learned" in modes and not options.learned_run:
+        raise DataError("the learned mode needs a training run: --learned-run checkpoints/<run>")
+    needed = []
+    if "oracle" in modes:
+        needed.append(("oracle mode", "--oracle-labels", options.oracle_labels))
+    if _FITTED & set(modes):
+        needed.append(("popularity / TA-ARE / tfidf modes", "--labels", options.labels))
+    for what, flag, path in needed:
+        if not Path(path).is_file():
+            raise DataError(
+                f"the {what} need a label file: run `retrieval-gate label` or pass {flag}", path
+            )
+
+
 def build_mode_gates(
     modes: Sequence[str], generator: Generator, options: ModeOptions
 ) -> dict[str, Gate]:
     """mode name -> gate, in the order given."""
-    unknown = [m for m in modes if m not in known_modes()]
-    if unknown:
-        raise DataError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}")
+    check_modes(modes, options)
     context = _context(modes, generator, options)
     gates: dict[str, Gate] = {}
     for mode in modes:

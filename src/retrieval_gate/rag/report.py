@@ -14,7 +14,7 @@ from typing import Any
 from ..generation.base import Generator
 from .backends import open_generator, open_retriever
 from .compare import compare_modes, comparison_rows
-from .modes import ModeOptions, build_mode_gates, restrict_to_oracle
+from .modes import ModeOptions, build_mode_gates, check_modes, restrict_to_oracle
 from .sample import select_questions
 
 
@@ -38,12 +38,14 @@ def run_comparison(
 ) -> dict[str, Any]:
     """The comparison table (rows as dicts), a note on what ran, and the full results.
     `generator`: an engine already running (else one is started from the generator flags)."""
+    mode_options = mode_options or ModeOptions()
+    check_modes(modes, mode_options)
     questions = select_questions(datasets, split, limit or None, seed, with_contexts)
     started = time.perf_counter()
     if generator is None:
         generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)
     ret = open_retriever(retriever, corpus)
-    gates = build_mode_gates(modes, generator, mode_options or ModeOptions())
+    gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
     n_selected = len(questions)
     questions = restrict_to_oracle(gates, questions)
@@ -78,7 +80,7 @@ def run_comparison(
             "generator_checksum": generator.checksum,
             "gates": {m: g.name for m, g in gates.items()},
             "thresholds": {m: float(g.threshold) for m, g in gates.items()},
-            "mode_options": {k2: str(v) for k2, v in asdict(mode_options or ModeOptions()).items()},
+            "mode_options": {k2: str(v) for k2, v in asdict(mode_options).items()},
         },
         "environment": _environment(),
         "question_ids": [q.id for q in questions],
