@@ -72,7 +72,7 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     for what, flag, path in needed:
         if not Path(path).is_file():
             raise DataError(
-                f"the {what} need a label file: run `retrieval-gate label` or pass {flag}", path
+                f"no label file for the {what}: run `retrieval-gate label` or pass {flag}", path
             )
 
 
