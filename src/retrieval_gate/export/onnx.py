@@ -149,6 +149,10 @@ def export_gate(
         raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     module, tokenizer, meta = load_run(run_dir)
     hf_config = module.backbone.hf_config
+    if hf_config.model_type in FUSABLE:
+        # ORT's attention fusion recognises the eager (matmul-softmax-matmul) pattern, not the
+        # SDPA export; same maths, and the parity check below holds it to 1e-4.
+        hf_config._attn_implementation = "eager"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {v: out_dir / VARIANTS[v] for v in VARIANTS}
     for stale in paths.values():  # never ship a variant left from an earlier export

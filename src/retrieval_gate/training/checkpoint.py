@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,14 +29,6 @@ from .module import RetrievalGateModule
 REQUIRED = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
@@ -51,18 +42,6 @@ def read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise DataError(f"corrupt JSON ({e.msg} at line {e.lineno})", path) from None
-
-
-def label_provenance(label_file: Path, counts: dict[str, Any]) -> dict[str, Any]:
-    from ..labels.files import meta_path
-
-    mp = meta_path(label_file)
-    return {
-        "path": str(label_file),
-        "sha256": sha256_file(label_file),
-        "counts": counts,
-        "meta": json.loads(mp.read_text()) if mp.is_file() else None,
-    }
 
 
 def save_run(

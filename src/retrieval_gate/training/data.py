@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, WeightedRandomSampler
 from ..data import DataError, assign_splits, load_all
 from ..labels import LabelFile
 from ..questions import Question
+from .provenance import label_provenance
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
 CLASS_NAMES = {
@@ -119,6 +120,9 @@ class GateDataModule(pl.LightningDataModule):
         self.collate = Collate(tokenizer, data["max_length"])
         self.num_classes = len(CLASS_NAMES[data["task"]])
         labels = task_labels(self.path, data["task"])
+        # Provenance is taken when the labels are read: a label file still being written by a
+        # labelling run may have grown by the time training ends.
+        self.provenance = label_provenance(self.path)
         qs = questions if questions is not None else load_all(data["datasets"])
         rows = labelled_splits(qs, labels, data["split_seed"], self.path)
         self.rows = {

@@ -16,7 +16,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from .backbones import load_tokenizer, resolve_backbone
-from .checkpoint import label_provenance, save_run, write_json
+from .checkpoint import save_run, write_json
 from .data import GateDataModule
 from .module import RetrievalGateModule
 
@@ -98,7 +98,7 @@ def train(config: dict[str, Any], questions: list | None = None) -> Path:
         module.load_state_dict(state)
     dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
     test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
-    save_run(run_dir, config, module, tokenizer, label_provenance(dm.path, dm.summary()))
+    save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
     write_json(
         run_dir / "metrics.json",
         {
