@@ -7,7 +7,7 @@ generator, so their LLM calls are measured as gate time."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,10 +125,3 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
         if not sep or not mode:
             raise DataError(f"--threshold expects MODE=VALUE (e.g. onnx=0.4), got {item!r}")
     return out
-
-
-def restrict_to_oracle(gates: Mapping[str, Gate], questions: list) -> list:
-    """With an oracle among the modes, the questions it has labels for (every mode must see
-    the same questions)."""
-    oracle = gates.get("oracle")
-    return oracle.covers(questions) if isinstance(oracle, OracleGate) else questions

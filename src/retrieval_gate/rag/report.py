@@ -12,9 +12,10 @@ from importlib import metadata
 from typing import Any
 
 from ..generation.base import Generator
+from ..labels.files import LabelFile
 from .backends import open_generator, open_retriever
 from .compare import compare_modes, comparison_rows
-from .modes import ModeOptions, build_mode_gates, check_modes, restrict_to_oracle
+from .modes import ModeOptions, build_mode_gates, check_modes
 from .sample import select_questions
 
 
@@ -40,25 +41,22 @@ def run_comparison(
     `generator`: an engine already running (else one is started from the generator flags)."""
     mode_options = mode_options or ModeOptions()
     check_modes(modes, mode_options)
-    questions = select_questions(datasets, split, limit or None, seed, with_contexts)
+    # With an oracle, sample among the questions it has labels for (every mode must answer
+    # the same questions, and the oracle can only answer labelled ones).
+    among = set(LabelFile(mode_options.oracle_labels).rows) if "oracle" in modes else None
+    questions = select_questions(datasets, split, limit or None, seed, with_contexts, among)
     started = time.perf_counter()
     if generator is None:
         generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)
     ret = open_retriever(retriever, corpus)
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
-    n_selected = len(questions)
-    questions = restrict_to_oracle(gates, questions)
     results = compare_modes(gates, questions, ret, generator, k=k, max_new_tokens=max_new_tokens)
     note = (
         f"{len(questions)} questions (datasets={list(datasets or ['all'])}, split={split}, "
         f"seed={seed}"
         + (", with their own documents" if with_contexts else "")
-        + (
-            f"; {n_selected - len(questions)} without an oracle label dropped"
-            if len(questions) < n_selected
-            else ""
-        )
+        + ("; sampled among the oracle's labelled questions" if among is not None else "")
         + f"), retriever={ret.name}, k={k}, generator={generator.name}, "
         f"max_new_tokens={max_new_tokens}; setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."

@@ -3,7 +3,7 @@ questions that carry their own documents, and a seeded sample."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -20,9 +20,11 @@ def select_questions(
     limit: int | None = None,
     seed: int = 0,
     with_contexts: bool = False,
+    among: Collection[str] | None = None,
 ) -> list[Question]:
     """Questions of `datasets` (all when None) in the canonical split (`all`: every split),
-    keeping only those with their own documents when `with_contexts`, then a seeded random
+    keeping only those with their own documents when `with_contexts` and those whose id is
+    in `among` when given (e.g. the ids an oracle has labels for), then a seeded random
     sample of `limit` in a stable order (sorted by id)."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (--split); choose one of {', '.join(SPLITS)}")
@@ -32,11 +34,13 @@ def select_questions(
         if (not datasets or q.source in datasets)
         and (split == "all" or q.split == split)
         and (q.contexts or not with_contexts)
+        and (among is None or q.id in among)
     ]
     if not qs:
         raise DataError(
             f"no questions for datasets={list(datasets or [])} split={split!r}"
             + (" with their own documents (--with-contexts)" if with_contexts else "")
+            + (" among the oracle's labelled questions" if among is not None else "")
         )
     if limit is not None and limit < len(qs):
         picked = np.random.default_rng(seed).choice(len(qs), size=limit, replace=False)
