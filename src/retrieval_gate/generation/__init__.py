@@ -22,7 +22,7 @@ def build_generator(name_or_path: str, backend: str = "auto", **kwargs: Any) -> 
     if backend not in BACKENDS:
         raise ValueError(f"unknown generator backend {backend!r}; choose one of {BACKENDS}")
     model = resolve_generator_model(name_or_path)
-    name = Path(name_or_path).name if Path(name_or_path).is_dir() else name_or_path
+    name = Path(model).name if Path(model).is_dir() else name_or_path
     if backend == "auto":
         backend = "vllm" if importlib.util.find_spec("vllm") else "transformers"
     if backend == "vllm":

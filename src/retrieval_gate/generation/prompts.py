@@ -44,3 +44,17 @@ def with_context_prompt(question: str, documents: list[str]) -> str:
 
 def vanilla_prompt(question: str) -> str:
     return VANILLA.format(question=question)
+
+
+# RRCP's LLM-judge evaluator: the generator's P(Yes) that one document answers the question
+# (with the gold answer as reference, as a reference-based evaluator such as GenEval has).
+DOC_JUDGE_ID = "rrcp-doc-judge-v1"
+DOC_JUDGE = (
+    'Does the document contain the answer to the question? Only answer "Yes" or "No".'
+    "\n\nDocument:\n{document}\n\nQuestion: {question}\nReference answer: {answer}\nAnswer:"
+)
+DOC_JUDGE_CHOICES = ("Yes", "No")
+
+
+def doc_judge_prompt(question: str, document: str, answer: str) -> str:
+    return DOC_JUDGE.format(question=question, document=document, answer=answer)

@@ -3,9 +3,11 @@
 
 CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), torch threads = cores, so that neither pytest nor a library caller needs an
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
-the environment."""
+the environment. Torch threads: vLLM serves with 1 thread unless OMP_NUM_THREADS is set; keep
+it so on a shared CPU (measured here under load: 1 thread ~10 q/s closed-book, 2 threads
+1.3-1.7 q/s from spin-wait contention); OMP_NUM_THREADS=<cores> helps only on an idle box."""
 
 from __future__ import annotations
 
@@ -42,9 +44,6 @@ class VLLMGenerator:
     def __init__(self, model: str, name: str | None = None, max_model_len: int = 4096, **kw: Any):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        # vLLM drops torch to 1 thread for serving unless OMP_NUM_THREADS says otherwise;
-        # on 2 cores that halves throughput (measured 1.6 vs 9 q/s closed-book).
-        os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
         from vllm import LLM
 
         self.model = model

@@ -1,0 +1,115 @@
+"""Dense retrieval with MiniLM: mean-pooled token embeddings, L2-normalised, cosine by dot
+product. The encoder also exposes token embeddings (RRCP's token relevance uses them)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..generation.models import cache_dir
+from ..models import MINILM, resolve_model
+from ..questions import Question
+from .base import Document, Hit
+
+
+class MiniLMEncoder:
+    """A sentence-transformers-style encoder from any Hugging Face folder or name."""
+
+    def __init__(self, model: str = MINILM, batch_size: int = 64, max_length: int = 256):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.model_name = resolve_model(model)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+        self.model = AutoModel.from_pretrained(self.model_name).to(self.device).eval()
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    def _forward(self, texts: list[str]):
+        import torch
+
+        enc = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(self.device)
+        with torch.inference_mode():
+            hidden = self.model(**enc).last_hidden_state
+        return enc, hidden
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) unit-length mean-pooled embeddings."""
+        out = []
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
+        for i in range(0, len(order), self.batch_size):
+            batch = [texts[j] for j in order[i : i + self.batch_size]]
+            enc, hidden = self._forward(batch)
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out.append(pooled.float().cpu().numpy())
+        emb = np.concatenate(out) if out else np.zeros((0, 1), dtype=np.float32)
+        emb = emb[np.argsort(order)] if len(order) else emb
+        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+    def token_embeddings(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per text, the unit-length contextual embeddings of its word pieces, special and
+        punctuation-only tokens dropped (they carry no content to be relevant to)."""
+        out: list[np.ndarray] = []
+        special = set(self.tokenizer.all_special_ids)
+        for i in range(0, len(texts), self.batch_size):
+            enc, hidden = self._forward(list(texts[i : i + self.batch_size]))
+            for row, ids in enumerate(enc["input_ids"].tolist()):
+                pieces = self.tokenizer.convert_ids_to_tokens(ids)
+                keep = [
+                    j
+                    for j, (t, p) in enumerate(zip(ids, pieces, strict=True))
+                    if t not in special and any(c.isalnum() for c in p)
+                ]
+                emb = hidden[row, keep].float().cpu().numpy()
+                out.append(emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12))
+        return out
+
+
+class DenseRetriever:
+    """Cosine top-k over MiniLM embeddings of the corpus (cached on disk by corpus hash, so a
+    second run does not re-encode thousands of documents on a CPU)."""
+
+    name = "dense"
+
+    def __init__(self, documents: Sequence[Document], encoder: MiniLMEncoder | None = None):
+        if not documents:
+            raise ValueError("DenseRetriever needs at least one document")
+        self.documents = list(documents)
+        self.encoder = encoder or MiniLMEncoder()
+        self.matrix = self._corpus_embeddings()
+
+    def _corpus_embeddings(self) -> np.ndarray:
+        key = hashlib.sha1(
+            ("\n".join(d.id for d in self.documents) + self.encoder.model_name).encode()
+        ).hexdigest()[:16]
+        path = cache_dir() / "embeddings" / f"{key}.npy"
+        if path.is_file():
+            return np.load(path)
+        emb = self.encoder.encode([d.as_prompt_text() for d in self.documents])
+        _save(path, emb)
+        return emb
+
+    def retrieve(self, questions: Sequence[Question], k: int = 5) -> list[list[Hit]]:
+        if not questions:
+            return []
+        sims = self.encoder.encode([q.text for q in questions]) @ self.matrix.T
+        k = min(k, len(self.documents))
+        top = np.argsort(-sims, axis=1)[:, :k]
+        return [
+            [Hit(self.documents[int(j)], float(sims[r, j])) for j in row]
+            for r, row in enumerate(top)
+        ]
+
+
+def _save(path: Path, emb: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, emb)
+    tmp.replace(path)
