@@ -29,6 +29,7 @@ from retrieval_gate.labels.files import LabelFile
 from retrieval_gate.labels.rag_gain import document_texts
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
+from retrieval_gate.rag.backends import open_generator
 from retrieval_gate.rag.compare import clear_prefix_cache
 from retrieval_gate.rag.modes import ModeOptions
 from retrieval_gate.rag.report import run_comparison
@@ -350,3 +351,8 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
     run = AdaptiveRAG(onnx_gate, ContextRetriever(), remote, k=1, max_new_tokens=4).run(qs)
     assert run.costs.generation_calls == 1 and all(a.answer for a in run.answers)
     remote.close()
+
+
+def test_data_parallel_needs_a_vllm_server():
+    with pytest.raises(DataError, match="--generator-url"):
+        open_generator(data_parallel_size=2)

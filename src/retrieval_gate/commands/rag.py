@@ -31,7 +31,12 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         "e.g. http://localhost:8000/v1 (`vllm serve` with its own parallelism flags)",
     )
     g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallelism")
-    g.add_argument("--data-parallel-size", type=int, default=1, help="vLLM data parallelism")
+    g.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM data parallelism (a vLLM server's flag: use with --generator-url)",
+    )
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:

@@ -1,12 +1,14 @@
 """The generator and retriever a RAG run or the service uses, from command-line choices.
 
-Scale-out uses vLLM's own knobs: tensor / data parallelism are passed to the in-process engine,
-and `--generator-url` points at an OpenAI-compatible server (`vllm serve ...`) instead."""
+Scale-out uses vLLM's own knobs: tensor parallelism is passed to the in-process engine;
+`--generator-url` points at an OpenAI-compatible vLLM server instead, which is also where data
+parallelism lives (vLLM refuses `LLM(data_parallel_size>1)` in one process)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..data.errors import DataError
 from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
@@ -28,11 +30,16 @@ def open_generator(
         return RemoteGenerator(generator_url, model)
     from ..generation import build_generator
 
+    if data_parallel_size > 1:
+        raise DataError(
+            f"--data-parallel-size {data_parallel_size} needs a vLLM server (vLLM's in-process "
+            "engine has no data parallelism): start `python -m vllm.entrypoints.openai.api_server "
+            f"--model MODEL --data-parallel-size {data_parallel_size}` and pass --generator-url "
+            "http://HOST:PORT/v1"
+        )
     engine: dict[str, Any] = {}
     if tensor_parallel_size > 1:
         engine["tensor_parallel_size"] = tensor_parallel_size
-    if data_parallel_size > 1:
-        engine["data_parallel_size"] = data_parallel_size
     return build_generator(model or SMOLLM2, **engine)
 
 
