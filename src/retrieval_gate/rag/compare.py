@@ -92,6 +92,7 @@ def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
             "EM": _pct(acc["em"]),
             "F1": _pct(acc["f1"]),
             "retrieve %": _pct(c.retrieval_rate),
+            "retrievals": c.retrieved,
             "gate ms/q": f"{c.per_question_ms('gate'):.2f}",
             "retr ms/q": f"{c.per_question_ms('retrieval'):.2f}",
             "gen ms/q": f"{c.per_question_ms('generation'):.1f}",
