@@ -186,6 +186,7 @@ def test_evaluate_command_writes_report_and_plots(tmp_path):
     results = json.loads((out / "results.json").read_text())["policies"]["policy"]
     conf = next(g for g in results["gates"] if g["name"] == "confidence")
     assert conf["metrics"]["auroc"] > 0.9  # lower log-probability marks the need-retrieval rows
+    assert "Mallen et al.'s protocol" in report
     assert results["n_test"] == len([q for q in qs if q.split == "test"])
 
 
