@@ -174,6 +174,7 @@ def _client(gen, max_questions: int = 4) -> TestClient:
         ({"questions": ["ok", 3]}, 422, "questions.1: Input should be a valid string"),
         ({"questions": "not a list"}, 422, "valid list"),
         ({"questions": ["  "]}, 422, "questions[0] is empty"),
+        ({"questions": ["ok?", "x" * 1001]}, 422, "questions[1] is longer than 1000"),
         ({"questions": ["a?"] * 5}, 413, "too many questions: 5 > 4"),
         ({"questions": ["a?"], "k": 3}, 422, "k: Extra inputs"),
     ],

@@ -19,6 +19,8 @@ from ..questions import Question
 from .loop import AdaptiveRAG
 
 DEFAULT_MAX_QUESTIONS = 64
+# Short-form questions; a longer one is refused before it can overflow the model's context.
+MAX_QUESTION_CHARS = 1000
 
 
 class AnswerRequest(BaseModel):
@@ -73,11 +75,13 @@ def create_app(rag: AdaptiveRAG, max_questions: int = DEFAULT_MAX_QUESTIONS) -> 
                 detail=f"too many questions: {len(texts)} > {max_questions} per request; "
                 "split the batch",
             )
-        blank = [i for i, t in enumerate(texts) if not t.strip()]
-        if blank:
-            raise HTTPException(
-                status_code=422, detail=f"questions[{blank[0]}] is empty or only whitespace"
-            )
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise HTTPException(422, detail=f"questions[{i}] is empty or only whitespace")
+            if len(t) > MAX_QUESTION_CHARS:
+                raise HTTPException(
+                    422, detail=f"questions[{i}] is longer than {MAX_QUESTION_CHARS} characters"
+                )
         questions = [
             Question(id=f"request-{i}", text=t.strip(), answers=(), source="http")
             for i, t in enumerate(texts)
