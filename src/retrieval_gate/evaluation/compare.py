@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..data.errors import DataError
 from ..gates.popularity import mallen_protocol
-from ..gates.registry import GateContext, build_gate
+from ..gates.registry import GateContext, LazyGenerator, build_gate
 from ..labels.files import LabelFile
 from . import plots
 from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -69,17 +69,15 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     splits = {policy_name(p): load_splits(p, cfg.run_dir) for p in cfg.label_files}
     tests = {k: _limit(s.test, cfg.limit) for k, s in splits.items()}
     records = closed_book_records(cfg.run_dir)
-    shared = GateContext(closed_book=records, generator_options=cfg.generator_options)
+    generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     cache: dict[str, dict[str, float]] = {}  # label-free gate -> question id -> score
     costs: dict[str, float] = {}
     report: dict[str, Any] = {"label_files": [str(p) for p in cfg.label_files], "policies": {}}
     for policy, sp in splits.items():
-        ctx = GateContext(sp.train, sp.dev, records, cfg.generator_options)
-        ctx._generator = shared._generator
+        ctx = GateContext(sp.train, sp.dev, records, generator)
         results = []
         for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
             gate = build_gate(name, ctx, **cfg.gate_options.get(name, {}))
-            shared._generator = ctx._generator or shared._generator
             scores = (
                 _label_free_scores(name, gate, policy, tests, cache) if name in LABEL_FREE else None
             )

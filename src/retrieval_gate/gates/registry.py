@@ -8,7 +8,7 @@ construction."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from ..data.errors import DataError
@@ -18,24 +18,37 @@ from ..models import SMOLLM2
 from .base import Gate
 
 
-@dataclass
-class GateContext:
-    train: EvalSet | None = None
-    dev: EvalSet | None = None
-    closed_book: dict[str, dict] = field(default_factory=dict)
-    generator_options: dict[str, Any] = field(default_factory=dict)
-    _generator: Generator | None = None
+class LazyGenerator:
+    """The generator, started on first call (vLLM takes ~25 s) and then shared by every gate
+    holding this object."""
 
-    def generator(self) -> Generator:
-        """The generator, started on first use (vLLM takes ~25 s) and shared by all gates."""
+    def __init__(self, **options: Any):
+        self.options = {"name_or_path": SMOLLM2, **options}
+        self._generator: Generator | None = None
+
+    def __call__(self) -> Generator:
         if self._generator is None:
             try:
                 from ..generation import build_generator
             except ImportError as e:
                 raise DataError(f"no generator backend available ({e})") from None
-            options = {"name_or_path": SMOLLM2, **self.generator_options}
-            self._generator = build_generator(**options)
+            self._generator = build_generator(**self.options)
         return self._generator
+
+
+@dataclass
+class GateContext:
+    train: EvalSet | None = None
+    dev: EvalSet | None = None
+    closed_book: dict[str, dict] = field(default_factory=dict)
+    generator: LazyGenerator = field(default_factory=LazyGenerator)
+    # an already running generator (the RAG loop passes its own engine)
+    _generator: InitVar[Generator | None] = None
+
+    def __post_init__(self, _generator: Generator | None) -> None:
+        if _generator is not None:
+            self.generator = LazyGenerator()
+            self.generator._generator = _generator
 
     def need(self, what: str, gate: str) -> Any:
         value = getattr(self, what)
