@@ -159,6 +159,9 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
         "n_dev": len(sp.dev),
         "n_test": len(test),
         "test_positive_rate": float(test.y.mean()),
+        "n_test_answered": int(
+            np.sum(~np.isnan(test.closed_correct) & ~np.isnan(test.rag_correct))
+        ),
         "sources": source_counts(test),
         "gates": [result_json(r) for r in results],
         "figures": figs,

@@ -95,8 +95,10 @@ def tune_hparams(
     questions: Sequence | None = None,
 ) -> dict[str, Any]:
     """A resumable study maximising dev AUROC; returns best params and wall time."""
+    from ..data import load_all
     from ..training.config import load_config
 
+    questions = questions if questions is not None else load_all()  # once, not per trial
     study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
     # the pruner is not stored with the study: set it on every (re)open
     study.pruner = optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
