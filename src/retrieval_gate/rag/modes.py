@@ -40,7 +40,7 @@ class ModeOptions:
 
     onnx: str | None = None  # exported gate folder (export/<name>)
     learned_run: str | None = None  # training run folder (checkpoints/<run>)
-    labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"  # fits popularity / TA-ARE
+    labels: Path = DEFAULT_RUN_DIR / "closed-book.jsonl"  # fits popularity / TA-ARE
     run_dir: Path = DEFAULT_RUN_DIR  # closed-book records and outcomes of the labelling run
     oracle_labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"
     date: str | None = None  # TA-ARE's "Today is ..." (default: today)
