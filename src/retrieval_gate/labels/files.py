@@ -31,21 +31,27 @@ class LabelFile:
             self._read()
 
     def _read(self) -> None:
-        with open(self.path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    # A half-written last line is what an interrupted run leaves: drop it (the
-                    # run redoes that id); anywhere else it is corruption.
-                    if lineno == _line_count(self.path):
-                        continue
-                    raise DataError("malformed JSON in label file", self.path, lineno) from None
-                if not isinstance(row, dict) or "id" not in row or "label" not in row:
-                    raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
-                self.rows[str(row["id"])] = row
+        with open(self.path, "rb") as f:
+            lines = f.readlines()
+        offset = 0
+        for lineno, raw in enumerate(lines, start=1):
+            start, offset = offset, offset + len(raw)
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                # A half-written last line is what an interrupted run leaves: cut it off (the
+                # run redoes that id, and the next append starts on a clean line); anywhere
+                # else it is corruption.
+                if lineno == len(lines) and not raw.endswith(b"\n"):
+                    with open(self.path, "r+b") as f:
+                        f.truncate(start)
+                    break
+                raise DataError("malformed JSON in label file", self.path, lineno) from None
+            if not isinstance(row, dict) or "id" not in row or "label" not in row:
+                raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
+            self.rows[str(row["id"])] = row
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -76,11 +82,6 @@ class LabelFile:
     def labels(self) -> dict[str, int]:
         """id -> label for the rows the policy kept (label not null)."""
         return {i: int(r["label"]) for i, r in self.rows.items() if r["label"] is not None}
-
-
-def _line_count(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
 
 
 def read_labels(path: str | Path) -> dict[str, int]:

@@ -1,0 +1,92 @@
+"""`retrieval-gate label`: run a label policy (resumable) or summarise the label files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..models import SMOLLM2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..labels.policies import POLICIES
+    from ..labels.scoring import CRITERIA, DEFAULT_CRITERION
+    from ..labels.selection import EQ_SAMPLE
+
+    p = sub.add_parser("label", help="write retrieval-need labels keyed by question id")
+    p.add_argument("--policy", choices=POLICIES, help="label policy to run")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        dest="datasets",
+        help="dataset to label (repeatable; default: popqa triviaqa freshqa toolqa "
+        "retrievalqa + an EntityQuestions sample)",
+    )
+    p.add_argument("--limit", type=int, help="label only the first N questions")
+    p.add_argument("--generator", default=SMOLLM2, help="model name or folder")
+    p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
+    p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
+    p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
+    p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="label file (default data/labels/...)")
+    g = p.add_argument_group("rag-gain and rrcp")
+    g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
+    g.add_argument(
+        "--corpus",
+        type=Path,
+        help="JSONL of {id, title, text} (default: the documents the datasets carry)",
+    )
+    g.add_argument("--k", type=int, help="documents per question (default 5)")
+    g.add_argument(
+        "--neither-label",
+        type=int,
+        choices=(0, 1),
+        help="rag-gain: label for 'neither' (default: dropped)",
+    )
+    g.add_argument("--evaluator", choices=("overlap", "llm", "mean"), help="rrcp s_i evaluator")
+    g.add_argument("--no-llm-judge", action="store_true", help="rrcp: skip the P(Yes) judge")
+    g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
+    g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
+    p.add_argument("--report", action="store_true", help="print figures from the label files")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.report:
+        from ..labels.report import print_report
+
+        print_report(args.generator)
+        return 0
+    from ..data.errors import DataError
+    from ..labels.policies import LabelRequest, label
+
+    if not args.policy:
+        raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
+    req = LabelRequest(
+        policy=args.policy,
+        datasets=args.datasets,
+        limit=args.limit,
+        generator=args.generator,
+        backend=args.backend,
+        criterion=args.criterion,
+        chunk_size=args.chunk_size,
+        eq_sample=args.eq_sample,
+        seed=args.seed,
+        out=args.out,
+        options=_policy_options(args),
+    )
+    print(json.dumps(label(req), indent=2))
+    return 0
+
+
+def _policy_options(args: argparse.Namespace) -> dict:
+    opts = {"retriever": args.retriever, "corpus": args.corpus, "k": args.k}
+    if args.policy == "rag-gain":
+        opts["neither_label"] = args.neither_label
+    if args.policy == "rrcp":
+        opts.update(evaluator=args.evaluator, t_ans=args.t_ans, t_com=args.t_com)
+        if args.no_llm_judge:
+            opts["llm_judge"] = False
+    return opts

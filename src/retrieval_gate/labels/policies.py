@@ -1,0 +1,120 @@
+"""The label policies by name and where their files live; `label()` runs one of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models import SMOLLM2
+from .files import LABELS_DIR, LabelFile
+from .scoring import DEFAULT_CRITERION
+from .selection import EQ_SAMPLE, labelling_questions
+
+GENERATOR_FREE = ("retrievalqa", "popularity")
+GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
+POLICIES = GENERATOR_FREE + GENERATOR_POLICIES
+
+
+@dataclass
+class LabelRequest:
+    """What `retrieval-gate label` asks for (one field per CLI flag)."""
+
+    policy: str
+    datasets: Sequence[str] | None = None
+    limit: int | None = None
+    generator: str = SMOLLM2
+    backend: str = "auto"
+    criterion: str = DEFAULT_CRITERION
+    chunk_size: int = 512
+    eq_sample: int = EQ_SAMPLE
+    seed: int = 0
+    out: Path | None = None
+    labels_dir: Path = LABELS_DIR
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def generator_dir_name(generator: str) -> str:
+    return Path(generator).name.lower()
+
+
+def label_path(policy: str, generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> Path:
+    """data/labels/<policy>.jsonl, or data/labels/<generator>/<policy>.jsonl."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if policy in GENERATOR_FREE:
+        return labels_dir / f"{policy}.jsonl"
+    return labels_dir / generator_dir_name(generator) / f"{policy}.jsonl"
+
+
+def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> dict[str, Any]:
+    """Runs one policy over the requested questions, resuming its file. `generator` and
+    `retriever` may be passed in (tests reuse one engine); otherwise they are built when the
+    policy needs them."""
+    path = req.out or label_path(req.policy, req.generator, req.labels_dir)
+    questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
+    if req.policy in ("rag-gain", "rrcp"):  # only where documents exist
+        questions = [q for q in questions if q.contexts]
+    if req.limit:
+        questions = questions[: req.limit]
+    out = LabelFile(path)
+    if req.policy in GENERATOR_FREE:
+        stats = _generator_free(req.policy, questions, out)
+    elif req.policy == "retrievalqa-style":
+        from .retrievalqa_style import label_retrievalqa_style
+
+        closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+        stats = label_retrievalqa_style(questions, out, closed, req.criterion)
+    else:
+        stats = _generator_policy(req, questions, out, generator, retriever)
+    return {"path": str(path), "rows": len(out.rows), **stats}
+
+
+def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:
+    """Rewritten whole each time: reading a field costs nothing, so there is nothing to resume."""
+    from .run import provenance
+    from .simple import LONG_TAIL_S_POP, popularity_rows, retrievalqa_rows
+
+    rows = retrievalqa_rows(questions) if policy == "retrievalqa" else popularity_rows(questions)
+    out.path.unlink(missing_ok=True)
+    out.rows.clear()
+    out.append(rows)
+    extra = {"long_tail_s_pop": LONG_TAIL_S_POP} if policy == "popularity" else {}
+    out.write_meta(provenance(policy, generator=None, rows=len(rows), **extra))
+    return {"questions": len(rows)}
+
+
+def _generator_policy(
+    req: LabelRequest, questions: list, out: LabelFile, generator: Any, retriever: Any
+) -> dict[str, Any]:
+    gen = generator or _build(req)
+    if req.policy == "closed-book":
+        from .closed_book import label_closed_book
+
+        return label_closed_book(gen, questions, out, req.criterion, req.chunk_size)
+    closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+    opts = {k: v for k, v in req.options.items() if v is not None}
+    ret = retriever or _retriever(opts.pop("retriever", "bm25"), opts.pop("corpus", None))
+    opts.pop("retriever", None)
+    opts.pop("corpus", None)
+    args = (gen, ret, questions, out, closed, req.criterion, req.chunk_size)
+    if req.policy == "rag-gain":
+        from .rag_gain import label_rag_gain
+
+        return label_rag_gain(*args, **opts)
+    from .rrcp import label_rrcp
+
+    return label_rrcp(*args, **opts)
+
+
+def _build(req: LabelRequest) -> Any:
+    from ..generation import build_generator
+
+    return build_generator(req.generator, req.backend)
+
+
+def _retriever(name: str, corpus: Path | None) -> Any:
+    from ..retrieval import build_retriever, load_corpus
+
+    return build_retriever(name, None if name == "contexts" else load_corpus(corpus))

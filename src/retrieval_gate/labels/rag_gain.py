@@ -1,0 +1,130 @@
+"""`rag-gain` policy: answer again with the top-k retrieved documents (RetrievalQA's
+with-context prompt) and compare with the closed-book answer, so each question is known as
+"helps" (retrieval turns wrong into right), "hurts" (right into wrong: Mallen's 10%), "both"
+(right either way) or "neither".
+
+Label: 1 when retrieval helps; 0 when the closed-book answer is already right ("both" or
+"hurts"); "neither" is dropped (null) by default, since retrieval changes nothing there
+(`neither_label` may set it to 0 or 1 instead).
+
+Rows: id, label, closed_correct, rag_correct, effect, rag_prediction, rag match/em/f1,
+doc_ids (the retrieved documents, for RRCP and audits)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..generation.base import Generator
+from ..generation.prompts import WITH_CONTEXT_ID, with_context_prompt
+from ..questions import Question
+from ..retrieval.base import Hit, Retriever
+from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
+from .files import LabelFile
+from .run import provenance, run_chunked
+from .scoring import DEFAULT_CRITERION, correct, judge
+
+TOP_K = 5
+DOC_WORDS = 120  # each document is cut to its first words to bound the prompt
+
+
+def effect(closed_ok: bool, rag_ok: bool) -> str:
+    if rag_ok and not closed_ok:
+        return "helps"
+    if closed_ok and not rag_ok:
+        return "hurts"
+    return "both" if closed_ok else "neither"
+
+
+def gain_label(eff: str, neither_label: int | None = None) -> int | None:
+    return {"helps": 1, "hurts": 0, "both": 0}.get(eff, neither_label)
+
+
+def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
+    return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
+
+
+def rag_gain_rows(
+    generator: Generator,
+    retriever: Retriever,
+    questions: Sequence[Question],
+    closed: dict[str, dict[str, Any]],
+    frequent: dict[tuple[str, str], set[str]],
+    criterion: str = DEFAULT_CRITERION,
+    k: int = TOP_K,
+    neither_label: int | None = None,
+) -> list[dict[str, Any]]:
+    """One batched with-context generation over `questions` (closed-book rows come from
+    `closed`, the closed-book label file, and are generated here only where missing)."""
+    missing = [q for q in questions if q.id not in closed]
+    if missing:
+        closed = {**closed, **{r["id"]: r for r in closed_book_rows(generator, missing, frequent)}}
+    hits = retriever.retrieve(questions, k)
+    prompts = [
+        with_context_prompt(q.text, document_texts(h)) for q, h in zip(questions, hits, strict=True)
+    ]
+    gens = generator.generate(prompts, MAX_NEW_TOKENS)
+    rows = []
+    for q, g, h in zip(questions, gens, hits, strict=True):
+        judged = judge(g.text, q, frequent)
+        closed_ok = correct(closed[q.id], criterion)
+        rag_ok = correct(judged, criterion)
+        eff = effect(closed_ok, rag_ok)
+        rows.append(
+            {
+                "id": q.id,
+                "label": gain_label(eff, neither_label),
+                "closed_correct": closed_ok,
+                "rag_correct": rag_ok,
+                "effect": eff,
+                "rag_prediction": g.text[:PREDICTION_CHARS],
+                "rag_match": judged["match"],
+                "rag_em": judged["em"],
+                "rag_f1": judged["f1"],
+                "doc_ids": [x.document.id for x in h],
+            }
+        )
+    return rows
+
+
+def label_rag_gain(
+    generator: Generator,
+    retriever: Retriever,
+    questions: Sequence[Question],
+    out: LabelFile,
+    closed: LabelFile,
+    criterion: str = DEFAULT_CRITERION,
+    chunk_size: int = 256,
+    k: int = TOP_K,
+    neither_label: int | None = None,
+) -> dict[str, float]:
+    from .closed_book import source_frequent_answers
+
+    questions = [q for q in questions if q.contexts]  # where a corpus exists for them
+    frequent = source_frequent_answers(questions)
+    meta = provenance(
+        "rag-gain",
+        generator=generator.name,
+        generator_checksum=generator.checksum,
+        backend=getattr(generator, "backend", "?"),
+        prompt_id=WITH_CONTEXT_ID,
+        closed_book_file=closed.path.name,
+        retriever=retriever.name,
+        top_k=k,
+        doc_words=DOC_WORDS,
+        decoding=decoding(),
+        criterion=criterion,
+        neither_label=neither_label,
+    )
+    out.write_meta(meta)
+    stats = run_chunked(
+        questions,
+        out,
+        lambda qs: rag_gain_rows(
+            generator, retriever, qs, closed.rows, frequent, criterion, k, neither_label
+        ),
+        chunk_size,
+        "rag-gain",
+    )
+    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
+    return stats

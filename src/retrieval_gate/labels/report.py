@@ -1,0 +1,172 @@
+"""Figures from the label files: closed-book accuracy per source and per PopQA popularity
+quartile (the Mallen curve), with-retrieval accuracy and helps/hurts/neither shares, label
+balance per policy and source, and how much the correctness criterion moves the labels.
+`retrieval-gate label --report` prints them."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data import load_all
+from ..models import SMOLLM2
+from ..questions import Question
+from .files import LABELS_DIR, LabelFile
+from .policies import POLICIES, label_path
+from .scoring import CRITERIA, DEFAULT_CRITERION, correct
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:5.1f}"
+
+
+def accuracy_by_source(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
+    """Closed-book accuracy per source under every criterion, plus idk and guess shares."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    for i, r in rows.items():
+        if i in qs:
+            by[qs[i].source].append(r)
+    out = []
+    for source, rs in sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]:
+        accs = [_pct(np.mean([correct(r, c) for r in rs])) for c in CRITERIA]
+        extra = [
+            _pct(np.mean([bool(r["idk"]) for r in rs])),
+            _pct(np.mean([r["guess"] for r in rs])),
+        ]
+        out.append([source, str(len(rs)), *accs, *extra])
+    return out
+
+
+def popqa_quartiles(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
+    """PopQA closed-book accuracy per s_pop quartile, and at the long-tail cut s_pop < 100."""
+    pop = [(qs[i].s_pop, r) for i, r in rows.items() if i in qs and qs[i].source == "popqa"]
+    pop = [(s, r) for s, r in pop if s is not None]
+    if not pop:
+        return []
+    edges = np.quantile([s for s, _ in pop], [0, 0.25, 0.5, 0.75, 1.0])
+    bins = [(edges[k], edges[k + 1], k == 3) for k in range(4)]
+    out = []
+    for lo, hi, last in bins:
+        rs = [r for s, r in pop if lo <= s and (s <= hi if last else s < hi)]
+        out.append(_acc_row(f"s_pop {lo:.0f}-{hi:.0f}", rs))
+    out.append(_acc_row("s_pop < 100", [r for s, r in pop if s < 100]))
+    out.append(_acc_row("s_pop >= 100", [r for s, r in pop if s >= 100]))
+    return out
+
+
+def _acc_row(name: str, rs: Sequence[dict]) -> list[str]:
+    if not rs:
+        return [name, "0", "-", "-"]
+    loose = np.mean([correct(r, "loose") for r in rs])
+    strict = np.mean([correct(r, DEFAULT_CRITERION) for r in rs])
+    return [name, str(len(rs)), _pct(loose), _pct(strict)]
+
+
+def rag_effects(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
+    by: dict[str, list[dict]] = defaultdict(list)
+    for i, r in rows.items():
+        if i in qs:
+            by[qs[i].source].append(r)
+    out = []
+    for source, rs in sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]:
+        eff = Counter(r["effect"] for r in rs)
+        closed = np.mean([r["closed_correct"] for r in rs])
+        rag = np.mean([r["rag_correct"] for r in rs])
+        shares = [_pct(eff[e] / len(rs)) for e in ("helps", "hurts", "neither", "both")]
+        out.append([source, str(len(rs)), _pct(closed), _pct(rag), *shares])
+    return out
+
+
+def label_balance(files: dict[str, LabelFile], qs: dict[str, Question]) -> list[list[str]]:
+    out = []
+    for policy, lf in files.items():
+        by: dict[str, list] = defaultdict(list)
+        for i, r in lf.rows.items():
+            by[qs[i].source if i in qs else "?"].append(r["label"])
+        for source, labels in sorted(by.items()):
+            kept = [x for x in labels if x is not None]
+            pos = _pct(np.mean(kept)) if kept else "    -"
+            out.append([policy, source, str(len(labels)), str(len(kept)), pos])
+    return out
+
+
+def criterion_moves(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
+    """Share of closed-book labels that change when another criterion replaces the default."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    for i, r in rows.items():
+        if i in qs:
+            by[qs[i].source].append(r)
+    out = []
+    for source, rs in sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]:
+        moved = [
+            _pct(np.mean([correct(r, c) != correct(r, DEFAULT_CRITERION) for r in rs]))
+            for c in CRITERIA
+            if c != DEFAULT_CRITERION
+        ]
+        out.append([source, str(len(rs)), *moved])
+    return out
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    line = lambda r: "  ".join(str(x).rjust(w) for x, w in zip(r, widths, strict=False))  # noqa: E731
+    return "\n".join([f"## {title}", line(header), *map(line, rows), ""])
+
+
+def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
+    """The whole report as text (tables in markdown-ish fixed width)."""
+    qs = {q.id: q for q in load_all()}
+    files = {p: LabelFile(label_path(p, generator, labels_dir)) for p in POLICIES}
+    files = {p: f for p, f in files.items() if f.rows}
+    parts = []
+    closed = files.get("closed-book")
+    if closed:
+        others = [c for c in CRITERIA if c != DEFAULT_CRITERION]
+        parts.append(
+            _table(
+                "closed-book accuracy % per source (criteria), idk %, guess %",
+                ["source", "n", *CRITERIA, "idk", "guess"],
+                accuracy_by_source(closed.rows, qs),
+            )
+        )
+        parts.append(
+            _table(
+                "PopQA closed-book accuracy % by s_pop quartile",
+                ["bin", "n", "loose", DEFAULT_CRITERION],
+                popqa_quartiles(closed.rows, qs),
+            )
+        )
+        parts.append(
+            _table(
+                f"closed-book labels changed % vs {DEFAULT_CRITERION}",
+                ["source", "n", *others],
+                criterion_moves(closed.rows, qs),
+            )
+        )
+    if "rag-gain" in files:
+        parts.append(
+            _table(
+                "with retrieval: accuracy % and effect shares %",
+                ["source", "n", "closed", "rag", "helps", "hurts", "neither", "both"],
+                rag_effects(files["rag-gain"].rows, qs),
+            )
+        )
+    parts.append(
+        _table(
+            "label balance (rows, kept, % label 1)",
+            ["policy", "source", "rows", "kept", "pos%"],
+            label_balance(files, qs),
+        )
+    )
+    return "\n".join(parts)
+
+
+def print_report(generator: str = SMOLLM2) -> None:
+    print(report(generator))
+
+
+__all__: list[Any] = ["report", "print_report"]

