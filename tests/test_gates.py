@@ -152,6 +152,7 @@ def test_prompt_gate_batches_all_prompts_in_one_call_and_returns_p_yes():
     assert len(gen.calls[0][0]) == 3 and np.allclose(s, 0.25)
 
 
+@pytest.mark.vllm
 def test_prompt_gates_with_the_real_engine(vllm_generator):
     gate = PromptGate(lambda: vllm_generator, "vanilla")
     qs = [q(1, "What is the capital of France?"), q(2, "What is today's weather in Tokyo?")]
