@@ -50,6 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
     p.add_argument("--report", action="store_true", help="print figures from the label files")
+    p.add_argument(
+        "--throughput",
+        type=int,
+        metavar="N",
+        help="measure questions/s of --backend on N RetrievalQA questions (closed-book and "
+        "with 5 documents; median of 3) and exit",
+    )
     p.set_defaults(run=run)
 
 
@@ -58,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
         from ..labels.report import print_report
 
         print_report(args.generator)
+        return 0
+    if args.throughput:
+        from ..generation import build_generator
+        from ..labels.throughput import throughput
+
+        gen = build_generator(args.generator, args.backend)
+        print(json.dumps(throughput(gen, args.throughput), indent=2))
         return 0
     from ..data.errors import DataError
     from ..labels.policies import LabelRequest, label
