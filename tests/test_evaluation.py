@@ -67,8 +67,11 @@ def test_adaptive_accuracy_routes_answers_and_skips_unknown():
     d = np.array([True, False, True, False])
     closed = np.array([1.0, 1.0, 0.0, np.nan])
     rag = np.array([0.0, 0.0, 1.0, 1.0])
-    # q0 retrieves -> rag 0; q1 keeps -> closed 1; q2 retrieves -> 1; q3 unknown closed -> skipped
+    # q0 retrieves -> rag 0; q1 keeps -> closed 1; q2 retrieves -> 1; q3 lacks an answer -> skipped
     assert M.adaptive_accuracy(d, closed, rag) == pytest.approx(2 / 3)
+    # skipped whichever way the gate routes it: every gate is judged on the same questions
+    assert M.adaptive_accuracy(~d, closed, rag) == pytest.approx(1 / 3)
+    assert M.adaptive_accuracy(d, np.full(4, np.nan), rag) is None
 
 
 def test_bootstrap_ci_brackets_the_mean():

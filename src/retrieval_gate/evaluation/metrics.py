@@ -101,9 +101,13 @@ def retrieval_accuracy(y, decisions) -> float | None:
 
 def adaptive_accuracy(decisions, closed_correct, rag_correct) -> float | None:
     """QA accuracy when the gate routes: the with-retrieval answer's correctness where it
-    retrieves, the closed-book answer's elsewhere (Mallen's adaptive retrieval). Questions
-    without recorded answers (NaN) are left out; None if none has them."""
-    d = np.asarray(decisions, dtype=bool)
-    value = np.where(d, np.asarray(rag_correct, float), np.asarray(closed_correct, float))
-    value = value[~np.isnan(value)]
-    return float(value.mean()) if len(value) else None
+    retrieves, the closed-book answer's elsewhere (Mallen's adaptive retrieval). Only questions
+    with BOTH answers recorded count (NaN marks a missing one), so every gate is measured on the
+    same questions; None if there are none."""
+    closed = np.asarray(closed_correct, float)
+    rag = np.asarray(rag_correct, float)
+    known = ~np.isnan(closed) & ~np.isnan(rag)
+    if not known.any():
+        return None
+    d = np.asarray(decisions, dtype=bool)[known]
+    return float(np.mean(np.where(d, rag[known], closed[known])))
