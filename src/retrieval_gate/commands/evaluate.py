@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         cost_questions=args.cost_questions,
         measure_cost=not args.no_cost,
         limit=args.limit,
+        command="retrieval-gate " + shlex.join(sys.argv[1:]),
     )
     path = run_evaluation(cfg)
     print(f"report: {path}")

@@ -3,6 +3,7 @@ table, plots and a JSON of all figures in reports/<name>/."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class EvaluationConfig:
     cost_questions: int = 30
     measure_cost: bool = True
     limit: int | None = None  # evaluate on the first N test questions (a quick look)
+    command: str = ""
 
 
 def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
@@ -50,7 +52,8 @@ def _limit(test: EvalSet, limit: int | None) -> EvalSet:
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
-    order = np.argsort([hash(q.id) % 1_000_003 for q in test.questions], kind="stable")
+    keys = [hashlib.sha256(q.id.encode()).hexdigest() for q in test.questions]
+    order = np.argsort(keys, kind="stable")
     mask = np.zeros(len(test), bool)
     mask[order[:limit]] = True
     return test.subset(mask)
@@ -72,12 +75,21 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     cache: dict[str, dict[str, float]] = {}  # label-free gate -> question id -> score
     costs: dict[str, float] = {}
-    report: dict[str, Any] = {"label_files": [str(p) for p in cfg.label_files], "policies": {}}
+    skipped: dict[str, str] = {}
+    report: dict[str, Any] = {
+        "label_files": [str(p) for p in cfg.label_files],
+        "policies": {},
+        "skipped": skipped,
+    }
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
         results = []
         for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
-            gate = build_gate(name, ctx, **cfg.gate_options.get(name, {}))
+            try:
+                gate = build_gate(name, ctx, **cfg.gate_options.get(name, {}))
+            except (DataError, ValueError) as e:  # one gate's missing input: report it, go on
+                skipped[f"{name} ({policy})"] = str(e)
+                continue
             scores = (
                 _label_free_scores(name, gate, policy, tests, cache) if name in LABEL_FREE else None
             )
@@ -91,6 +103,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             result.cost_ms = costs.get(name)
             results.append(result)
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
+        report["policies"][policy]["label_file"] = _provenance(cfg.label_files, policy)
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
     (cfg.out_dir / "results.json").write_text(json.dumps(report, indent=2, default=float))
@@ -106,6 +119,17 @@ def _label_free_scores(name, gate, policy: str, tests: dict[str, EvalSet], cache
         qs = list(union.values())
         cache[name] = dict(zip(union, np.asarray(gate.scores(qs), float), strict=True))
     return np.array([cache[name][q.id] for q in tests[policy].questions])
+
+
+def _provenance(paths: Sequence[Path], policy: str) -> dict[str, Any]:
+    path = next(p for p in paths if policy_name(p) == policy)
+    lf = LabelFile(path)
+    try:
+        meta = lf.meta
+    except DataError:
+        meta = {}
+    keep = ("policy", "generator", "generator_checksum", "criterion", "date", "prompt_id")
+    return {"path": str(path), "rows": len(lf.rows), **{k: meta[k] for k in keep if k in meta}}
 
 
 def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
@@ -169,7 +193,7 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
 
 
 def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
-    lines = ["# Gate comparison", ""]
+    lines = ["# Gate comparison", "", f"`{cfg.command}`", ""]
     lines.append(
         "Canonical split `assign_splits(load_all(), seed=0)`; every gate on the same test "
         "questions of each label file. 95% CIs: percentile bootstrap, "
@@ -192,6 +216,7 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
             "",
         ]
         lines += [f"![{k}]({v})" for k, v in pr["figures"].items()]
+    lines += [f"- skipped {k}: {v}" for k, v in report["skipped"].items()]
     if "mallen_protocol" in report:
         lines += ["", "## Popularity gate: Mallen et al.'s protocol", "",
                   "Thresholds fitted by brute force on a random 75% of the labelled PopQA questions "
