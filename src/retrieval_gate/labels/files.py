@@ -27,6 +27,7 @@ class LabelFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.rows: dict[str, dict[str, Any]] = {}
+        self._partial_at: int | None = None  # byte offset of a half-written last line
         if self.path.exists():
             self._read()
 
@@ -36,18 +37,17 @@ class LabelFile:
         offset = 0
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
+            if lineno == len(lines) and not raw.endswith(b"\n"):
+                # A last line without its newline is what an interrupted run leaves (or a run
+                # still writing): skip it; the next `append` cuts it off before writing, so
+                # the resumed run redoes that id on a clean line.
+                self._partial_at = start
+                break
             if not raw.strip():
                 continue
             try:
                 row = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                # A half-written last line is what an interrupted run leaves: cut it off (the
-                # run redoes that id, and the next append starts on a clean line); anywhere
-                # else it is corruption.
-                if lineno == len(lines) and not raw.endswith(b"\n"):
-                    with open(self.path, "r+b") as f:
-                        f.truncate(start)
-                    break
                 raise DataError("malformed JSON in label file", self.path, lineno) from None
             if not isinstance(row, dict) or "id" not in row or "label" not in row:
                 raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
@@ -70,6 +70,10 @@ class LabelFile:
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         """Appends rows and flushes them to disk at once (resumability)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._partial_at is not None:  # only the writer repairs (readers never truncate)
+            with open(self.path, "r+b") as f:
+                f.truncate(self._partial_at)
+            self._partial_at = None
         with open(self.path, "a", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")

@@ -88,6 +88,10 @@ def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, A
 def _generator_policy(
     req: LabelRequest, questions: list, out: LabelFile, generator: Any, retriever: Any
 ) -> dict[str, Any]:
+    from .run import pending
+
+    if not pending(questions, out.done_ids()):  # all done: reuse the file, start no engine
+        return {"questions": 0, "seconds": 0.0, "questions_per_second": 0.0}
     gen = generator or _build(req)
     if req.policy == "closed-book":
         from .closed_book import label_closed_book
