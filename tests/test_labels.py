@@ -11,6 +11,7 @@ import pytest
 
 from retrieval_gate.cli import main
 from retrieval_gate.data import load_dataset
+from retrieval_gate.data.errors import DataError
 from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
 from retrieval_gate.labels.files import LabelFile
 from retrieval_gate.labels.policies import LabelRequest, label, label_path
@@ -247,3 +248,15 @@ def test_closed_book_rows_are_one_generator_call(vllm_generator):
     finally:
         del vllm_generator.generate
     assert calls == [3] and len(rows) == 3
+
+
+def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "l.jsonl"
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "lab\n{"id": "c", "label": 0}\n')
+    with pytest.raises(DataError, match=r"l.jsonl, line 2: malformed JSON"):
+        LabelFile(path)
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}')  # no final newline
+    lf = LabelFile(path)
+    assert lf.done_ids() == {"a"} and path.read_text().count("\n") == 1  # reading never cuts
+    lf.append([{"id": "b", "label": 1}])
+    assert LabelFile(path).labels() == {"a": 1, "b": 1}
