@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import shlex
 import sys
 from pathlib import Path
@@ -39,11 +40,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.compare import EvaluationConfig, run_evaluation
 
+    # explicit, so cached TA-ARE scores are keyed by the date their prompts carried
+    date = args.date or dt.date.today().isoformat()
     options = {
         "learned": {"run": args.learned_run},
         "onnx": {"path": args.onnx},
-        "prompt-vanilla": {"date": args.date},
-        "prompt-ta-are": {"date": args.date},
+        "prompt-ta-are": {"date": date},
     }
     cfg = EvaluationConfig(
         gates=args.gates,

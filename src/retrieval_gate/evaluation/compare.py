@@ -73,7 +73,6 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     tests = {k: _limit(s.test, cfg.limit) for k, s in splits.items()}
     records = closed_book_records(cfg.run_dir)
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
-    cache: dict[str, dict[str, float]] = {}  # label-free gate -> question id -> score
     costs: dict[str, float] = {}
     skipped: dict[str, str] = {}
     report: dict[str, Any] = {
@@ -86,12 +85,15 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         results = []
         for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
             try:
-                gate = build_gate(name, ctx, **cfg.gate_options.get(name, {}))
+                opts = cfg.gate_options.get(name, {})
+                gate = build_gate(name, ctx, **opts)
             except (DataError, ValueError) as e:  # one gate's missing input: report it, go on
                 skipped[f"{name} ({policy})"] = str(e)
                 continue
             scores = (
-                _label_free_scores(name, gate, policy, tests, cache) if name in LABEL_FREE else None
+                _label_free_scores(name, gate, policy, tests, cfg.out_dir / "scores", opts)
+                if name in LABEL_FREE
+                else None
             )
             result = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores)
             if cfg.measure_cost and name not in costs:
@@ -112,13 +114,28 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     return path
 
 
-def _label_free_scores(name, gate, policy: str, tests: dict[str, EvalSet], cache) -> np.ndarray:
-    """Scores on the union of every policy's test questions, computed in one batch once."""
-    if name not in cache:
-        union = {q.id: q for t in tests.values() for q in t.questions}
-        qs = list(union.values())
-        cache[name] = dict(zip(union, np.asarray(gate.scores(qs), float), strict=True))
-    return np.array([cache[name][q.id] for q in tests[policy].questions])
+def score_cache_key(name: str, options: dict[str, Any]) -> str:
+    """Cache file stem of a label-free gate: its name and the options that change its scores
+    (the learned run, the ONNX file, TA-ARE's date)."""
+    used = {k: str(v) for k, v in sorted(options.items()) if v is not None}
+    digest = hashlib.sha256(json.dumps(used).encode()).hexdigest()[:10]
+    return f"{name}-{digest}"
+
+
+def _label_free_scores(
+    name: str, gate, policy: str, tests: dict[str, EvalSet], cache_dir: Path, options: dict
+) -> np.ndarray:
+    """Scores on the union of every policy's test questions, computed in one batch and kept in
+    `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
+    path = cache_dir / f"{score_cache_key(name, options)}.json"
+    known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    union = {q.id: q for t in tests.values() for q in t.questions}
+    todo = [q for i, q in union.items() if i not in known]
+    if todo:
+        known |= dict(zip((q.id for q in todo), map(float, gate.scores(todo)), strict=True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known))
+    return np.array([known[q.id] for q in tests[policy].questions])
 
 
 def _provenance(paths: Sequence[Path], policy: str) -> dict[str, Any]:
