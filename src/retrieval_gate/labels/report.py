@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -167,6 +166,3 @@ def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
 
 def print_report(generator: str = SMOLLM2) -> None:
     print(report(generator))
-
-
-__all__: list[Any] = ["report", "print_report"]
