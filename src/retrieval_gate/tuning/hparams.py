@@ -20,8 +20,9 @@ from typing import Any
 
 import optuna
 import pytorch_lightning as pl
+import torch
 
-from .studies import open_study, remaining
+from .studies import fail_interrupted, open_study, remaining
 
 
 class LightningPruning(pl.Callback):
@@ -69,6 +70,8 @@ def fit_trial(
     from ..training.module import RetrievalGateModule
 
     pl.seed_everything(int(config["run"]["seed"]), workers=True)
+    if config["run"]["num_threads"]:  # on a crowded CPU fewer threads can be faster
+        torch.set_num_threads(int(config["run"]["num_threads"]))
     tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
     dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
     dm.rows["test"] = []  # tuning never reads the test split
@@ -102,6 +105,7 @@ def tune_hparams(
     study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
     # the pruner is not stored with the study: set it on every (re)open
     study.pruner = optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
+    fail_interrupted(study)  # a trial cut off by a stop is re-run
 
     def objective(trial: optuna.Trial) -> float:
         cfg = load_config(

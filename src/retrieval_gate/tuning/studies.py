@@ -33,9 +33,19 @@ def open_study(name: str, storage: str | Path, sampler, directions: list[str]) -
     )
 
 
+def fail_interrupted(study: optuna.Study) -> int:
+    """Marks trials left RUNNING by a stopped process as FAIL (one worker per study here, so a
+    RUNNING trial at start-up cannot be alive); they are then re-run, not counted."""
+    stale = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    for t in stale:
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(stale)
+
+
 def remaining(study: optuna.Study, n_trials: int) -> int:
     """Trials still to run for a study to reach n_trials finished ones (resume)."""
-    done = [t for t in study.trials if t.state.is_finished()]
+    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    done = [t for t in study.trials if t.state in counted]  # failed ones are re-run
     return max(n_trials - len(done), 0)
 
 
