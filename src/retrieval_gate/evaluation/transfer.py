@@ -116,7 +116,8 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
     lines = ["# Cross-dataset transfer (leave one source out)", "", f"`{command}`", "",
              "Held-out: fitted on the other five sources' train/dev questions, tested on the "
              "source's test questions. In-domain: fitted on all sources' train questions, "
-             "tested on the same questions. Threshold 0.5.", ""]  # fmt: skip
+             "tested on the same questions. Threshold 0.5. The popularity gate scores only PopQA "
+             "questions by s_pop; on other sources it gives its constant fallback score.", ""]  # fmt: skip
     for policy in dict.fromkeys(c.policy for c in cells):
         pc = [c for c in cells if c.policy == policy]
         rows_keys = list(dict.fromkeys((c.gate, c.setting) for c in pc))
@@ -131,6 +132,9 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
                     row.append("")
                     continue
                 grid[i, j] = np.nan if c.auroc is None else c.auroc
+                if np.isnan(c.accuracy):
+                    row.append("n/a (cannot fit, see below)")
+                    continue
                 auc = f"{c.auroc:.3f}" if c.auroc is not None else "n/a"
                 row.append(f"{auc} / {c.macro_f1:.3f} / {c.accuracy:.3f} / {c.retrieval_rate:.2f}")
             body.append(row)
