@@ -51,7 +51,7 @@ def create_app(rag: AdaptiveRAG, max_questions: int = DEFAULT_MAX_QUESTIONS) -> 
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's default 422 body, plus one readable sentence naming the field.
+        # One readable sentence per problem, naming the field (instead of the nested default).
         reasons = [_reason(e) for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
