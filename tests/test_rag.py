@@ -32,7 +32,7 @@ from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator
 from retrieval_gate.rag.compare import clear_prefix_cache
-from retrieval_gate.rag.modes import ModeOptions
+from retrieval_gate.rag.modes import ModeOptions, check_modes, oracle_from_run
 from retrieval_gate.rag.report import run_comparison
 from retrieval_gate.rag.sample import select_questions
 from retrieval_gate.rag.service import create_app
@@ -372,14 +372,15 @@ def test_comparison_saves_each_mode_and_resumes(tmp_path):
     ]
     gen = CountingTestGenerator()
     again = run_comparison(
-        ["never", "always", "oracle"],
+        ["never", "always", "oracle", "oracle-run"],
         generator=gen,
         progress_file=progress,
         mode_options=ModeOptions(oracle_labels=_oracle_file(tmp_path, first["question_ids"])),
         **kwargs,
     )
-    assert len(gen.calls) == 2  # warm-up + the oracle: never and always were kept
+    assert len(gen.calls) == 4  # 2 x (warm-up + 1 pass): never and always were kept
     assert again["modes"]["always"] == first["modes"]["always"]
+    assert [r["mode"] for r in again["table"]] == ["never", "always", "oracle", "oracle-run"]
     assert "kept from an earlier run: never, always" in again["note"]
     other = run_comparison(["never"], generator=gen, progress_file=progress, **{**kwargs, "k": 2})
     assert "kept" not in other["note"]  # other settings: measured again
@@ -389,3 +390,22 @@ def _oracle_file(tmp_path, ids):
     path = tmp_path / "oracle.jsonl"
     LabelFile(path).append([{"id": i, "label": 1} for i in ids])
     return path
+
+
+def test_oracle_run_retrieves_exactly_where_retrieval_turned_wrong_into_right():
+    qs = _questions(4)
+    never = AdaptiveRAG(
+        OracleGate({q.id: 0 for q in qs}), ContextRetriever(), CountingTestGenerator()
+    )
+    always = AdaptiveRAG(
+        OracleGate({q.id: 1 for q in qs}), ContextRetriever(), CountingTestGenerator()
+    )
+    runs = never.run(qs), always.run(qs)
+    runs[0].answers[1].match = True  # as if the closed-book answer to q1 had been right
+    gate = oracle_from_run(*runs)
+    assert gate.scores(qs).tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_oracle_run_needs_never_and_always():
+    with pytest.raises(DataError, match="needs the never and always"):
+        check_modes(["always", "oracle-run"], ModeOptions())

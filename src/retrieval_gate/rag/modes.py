@@ -1,4 +1,8 @@
-"""The RAG comparison's modes as gates: every registry gate by name, plus the oracle.
+"""The RAG comparison's modes as gates: every registry gate by name, plus two oracles:
+`oracle` follows a label file (rag-gain by default); `oracle-run` follows this very run's
+`never` and `always` answers (retrieve exactly where the with-context answer matches and the
+closed-book one does not), so it needs no labelling run and is the exact ceiling of any gate
+on these questions with this generator, retriever and prompts.
 
 Gates that fit something (popularity thresholds, TA-ARE demonstrations) take the train/dev
 part of the canonical split of a label file through the registry's `GateContext`; test
@@ -17,6 +21,7 @@ from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate, gate_names
 from ..generation.base import Generator
 from ..labels.files import LabelFile
+from .loop import RagRun
 from .oracle import OracleGate
 
 MODES = (
@@ -29,7 +34,9 @@ MODES = (
     "prompt-ta-are",
     "confidence",
     "oracle",
+    "oracle-run",
 )
+ORACLE_RUN = "oracle-run"  # built after `never` and `always` have run (see oracle_from_run)
 # Modes whose construction needs the labelled train/dev split.
 _FITTED = {"popularity", "popularity-global", "prompt-ta-are", "tfidf"}
 
@@ -48,7 +55,7 @@ class ModeOptions:
 
 
 def known_modes() -> list[str]:
-    return list(dict.fromkeys([*MODES, *gate_names()]))
+    return list(dict.fromkeys([*MODES, ORACLE_RUN, *gate_names()]))
 
 
 def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
@@ -62,6 +69,8 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
             "the onnx mode needs an exported gate: --onnx export/<name>"
             + (f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)")
         )
+    if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
+        raise DataError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
     if "learned" in modes and not options.learned_run:
         raise DataError("the learned mode needs a training run: --learned-run checkpoints/<run>")
     needed = []
@@ -83,7 +92,7 @@ def build_mode_gates(
     check_modes(modes, options)
     context = _context(modes, generator, options)
     gates: dict[str, Gate] = {}
-    for mode in modes:
+    for mode in (m for m in modes if m != ORACLE_RUN):
         gate = _build(mode, context, options)
         if mode in options.thresholds:
             gate.threshold = options.thresholds[mode]
@@ -111,6 +120,13 @@ def _context(modes: Sequence[str], generator: Generator, options: ModeOptions) -
     if "prompt-ta-are" in modes and closed.is_file():
         context.closed_book = LabelFile(closed).rows
     return context
+
+
+def oracle_from_run(never: RagRun, always: RagRun) -> OracleGate:
+    """Retrieve exactly where retrieval turned a wrong closed-book answer right (match)."""
+    closed = {a.id: bool(a.match) for a in never.answers}
+    labels = {a.id: int(bool(a.match) and not closed[a.id]) for a in always.answers}
+    return OracleGate(labels, name=ORACLE_RUN, source="this run's never/always answers")
 
 
 def parse_thresholds(items: Sequence[str]) -> dict[str, float]:

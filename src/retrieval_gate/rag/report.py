@@ -19,7 +19,7 @@ from ..generation.base import Generator
 from ..labels.files import LabelFile
 from .backends import open_generator, open_retriever
 from .compare import ModeResult, compare_modes, comparison_rows
-from .modes import ModeOptions, build_mode_gates, check_modes
+from .modes import ORACLE_RUN, ModeOptions, build_mode_gates, check_modes, oracle_from_run
 from .sample import select_questions
 
 
@@ -58,27 +58,38 @@ def run_comparison(
     ret = open_retriever(retriever, corpus)
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
-    keys = {
-        m: _mode_key(g, [q.id for q in questions], ret.name, k, max_new_tokens, generator)
-        for m, g in gates.items()
-    }
-    done = _read_progress(progress_file, keys)
-    results = compare_modes(
-        gates,
-        questions,
-        ret,
-        generator,
-        k=k,
-        max_new_tokens=max_new_tokens,
-        done=done,
-        on_result=lambda r: _append_progress(progress_file, keys[r.mode], r),
-    )
+    ids = [q.id for q in questions]
+    keys: dict[str, str] = {}
+    kept: list[str] = []
+
+    def run(gates: dict[str, Gate], done: dict[str, ModeResult]) -> list[ModeResult]:
+        keys.update(
+            (m, _mode_key(g, ids, ret.name, k, max_new_tokens, generator)) for m, g in gates.items()
+        )
+        saved = _read_progress(progress_file, keys)
+        kept.extend(m for m in saved if m not in done)
+        return compare_modes(
+            gates,
+            questions,
+            ret,
+            generator,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            done={**saved, **done},
+            on_result=lambda r: _append_progress(progress_file, keys[r.mode], r),
+        )
+
+    results = run(gates, {})
+    if ORACLE_RUN in modes:  # needs the never and always answers first
+        by_mode = {r.mode: r for r in results}
+        gates[ORACLE_RUN] = oracle_from_run(by_mode["never"].run, by_mode["always"].run)
+        results = run({m: gates[m] for m in modes}, by_mode)
     note = (
         f"{len(questions)} questions (datasets={list(datasets or ['all'])}, split={split}, "
         f"seed={seed}"
         + (", with their own documents" if with_contexts else "")
         + ("; sampled among the oracle's labelled questions" if among is not None else "")
-        + (f"; modes kept from an earlier run: {', '.join(done)}" if done else "")
+        + (f"; modes kept from an earlier run: {', '.join(kept)}" if kept else "")
         + f"), retriever={ret.name}, k={k}, generator={generator.name}, "
         f"max_new_tokens={max_new_tokens}; setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."
