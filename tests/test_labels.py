@@ -14,7 +14,7 @@ from retrieval_gate.data import load_dataset
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
 from retrieval_gate.labels.files import LabelFile
-from retrieval_gate.labels.policies import LabelRequest, label, label_path
+from retrieval_gate.labels.policies import LabelRequest, label, label_path, relabel
 from retrieval_gate.labels.rag_gain import effect, gain_label
 from retrieval_gate.labels.report import report
 from retrieval_gate.labels.retrievalqa_style import style_row
@@ -220,6 +220,15 @@ def test_every_generator_policy_through_label(vllm_generator, popqa_docs, tmp_pa
     assert st["rows"] == 4
     for policy in ("retrievalqa", "popularity"):
         label(LabelRequest(policy, datasets=["popqa", "retrievalqa"], labels_dir=tmp_path))
+    # relabelling from stored measures: same criterion changes nothing; loose = not match
+    for policy in ("closed-book", "rag-gain", "rrcp"):
+        assert relabel(policy, "loose-no-guess", labels_dir=tmp_path)["labels_changed"] == 0
+    relabel("closed-book", "loose", labels_dir=tmp_path)
+    cb_rows = LabelFile(cb["path"]).rows.values()
+    assert all(r["label"] == int(not r["match"]) for r in cb_rows)
+    relabel("rag-gain", "em", labels_dir=tmp_path, neither_label=1)
+    for r in LabelFile(rg["path"]).rows.values():
+        assert r["rag_correct"] == r["rag_em"] and r["label"] is not None
     text = report(labels_dir=tmp_path)
     assert "closed-book accuracy" in text and "with retrieval" in text and "popularity" in text
 

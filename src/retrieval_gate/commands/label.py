@@ -51,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
     p.add_argument("--report", action="store_true", help="print figures from the label files")
     p.add_argument(
+        "--relabel",
+        action="store_true",
+        help="recompute --policy's labels under --criterion from its stored measures "
+        "(no generation)",
+    )
+    p.add_argument(
         "--throughput",
         type=int,
         metavar="N",
@@ -78,6 +84,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.policy:
         raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
+    if args.relabel:
+        from ..labels.policies import relabel
+
+        result = relabel(
+            args.policy, args.criterion, args.generator, neither_label=args.neither_label
+        )
+        print(json.dumps(result, indent=2))
+        return 0
     req = LabelRequest(
         policy=args.policy,
         datasets=args.datasets,

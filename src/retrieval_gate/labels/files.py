@@ -80,6 +80,17 @@ class LabelFile:
                 self.rows[str(row["id"])] = row
             f.flush()
 
+    def rewrite(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Replaces the whole file atomically (relabelling; never while a run appends)."""
+        tmp = self.path.with_suffix(".rewrite.tmp")
+        self.rows = {}
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+                self.rows[str(row["id"])] = row
+        tmp.replace(self.path)
+        self._partial_at = None
+
     def done_ids(self) -> set[str]:
         return set(self.rows)
 

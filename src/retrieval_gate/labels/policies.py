@@ -122,3 +122,42 @@ def _retriever(name: str, corpus: Path | None) -> Any:
     from ..retrieval import build_retriever, load_corpus
 
     return build_retriever(name, None if name == "contexts" else load_corpus(corpus))
+
+
+def relabel(
+    policy: str,
+    criterion: str,
+    generator: str = SMOLLM2,
+    labels_dir: Path = LABELS_DIR,
+    neither_label: int | None = None,
+) -> dict[str, Any]:
+    """Recomputes a generator policy's labels under `criterion` from the measures its rows
+    keep (no generation) and records the criterion in the provenance."""
+    from .rag_gain import judge_gain
+    from .rrcp import rrcp_label3
+    from .scoring import correct
+
+    out = LabelFile(label_path(policy, generator, labels_dir))
+    closed = LabelFile(label_path("closed-book", generator, labels_dir))
+    if policy == "closed-book":
+        rows = [{**r, "label": int(not correct(r, criterion))} for r in out.rows.values()]
+    elif policy == "rag-gain":
+        rows = [
+            judge_gain(r, closed.rows[i], criterion, neither_label) for i, r in out.rows.items()
+        ]
+    elif policy == "rrcp":
+        rows = []
+        for i, r in out.rows.items():
+            l3 = rrcp_label3(correct(closed.rows[i], criterion), r["ans"], r["complex"])
+            rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
+    else:
+        raise ValueError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
+    before = out.labels()
+    out.rewrite(rows)
+    meta = {**out.meta, "criterion": criterion}
+    if policy == "rag-gain":
+        meta["neither_label"] = neither_label
+    out.write_meta(meta)
+    after = out.labels()
+    changed = sum(before.get(i) != after.get(i) for i in set(before) | set(after))
+    return {"path": str(out.path), "rows": len(rows), "labels_changed": changed}

@@ -22,7 +22,7 @@ from ..retrieval.base import Hit, Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
 from .files import LabelFile
 from .run import provenance, run_chunked
-from .scoring import DEFAULT_CRITERION, correct, judge
+from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 TOP_K = 5
 DOC_WORDS = 120  # each document is cut to its first words to bound the prompt
@@ -67,24 +67,44 @@ def rag_gain_rows(
     rows = []
     for q, g, h in zip(questions, gens, hits, strict=True):
         judged = judge(g.text, q, frequent)
-        closed_ok = correct(closed[q.id], criterion)
-        rag_ok = correct(judged, criterion)
-        eff = effect(closed_ok, rag_ok)
-        rows.append(
-            {
-                "id": q.id,
-                "label": gain_label(eff, neither_label),
-                "closed_correct": closed_ok,
-                "rag_correct": rag_ok,
-                "effect": eff,
-                "rag_prediction": g.text[:PREDICTION_CHARS],
-                "rag_match": judged["match"],
-                "rag_em": judged["em"],
-                "rag_f1": judged["f1"],
-                "doc_ids": [x.document.id for x in h],
-            }
-        )
+        row = {
+            "id": q.id,
+            "rag_prediction": g.text[:PREDICTION_CHARS],
+            "rag_match": judged["match"],
+            "rag_em": judged["em"],
+            "rag_f1": judged["f1"],
+            "doc_ids": [x.document.id for x in h],
+            "closed": measures(closed[q.id]),
+        }
+        rows.append(judge_gain(row, closed[q.id], criterion, neither_label))
     return rows
+
+
+def rag_correct(row: dict[str, Any], criterion: str) -> bool:
+    """The with-documents answer under `criterion`. A frequent answer read from the documents
+    is not a chance guess, so `loose-no-guess` counts a plain loose match here."""
+    judged = {"match": row["rag_match"], "em": row["rag_em"], "f1": row["rag_f1"], "guess": False}
+    return correct(judged, criterion)
+
+
+def judge_gain(
+    row: dict[str, Any],
+    closed_row: dict[str, Any],
+    criterion: str = DEFAULT_CRITERION,
+    neither_label: int | None = None,
+) -> dict[str, Any]:
+    """Fills closed_correct, rag_correct, effect and label from the stored measures (so a
+    file can be relabelled under another criterion without generating again)."""
+    closed_ok = correct(closed_row, criterion)
+    rag_ok = rag_correct(row, criterion)
+    eff = effect(closed_ok, rag_ok)
+    return {
+        **row,
+        "label": gain_label(eff, neither_label),
+        "closed_correct": closed_ok,
+        "rag_correct": rag_ok,
+        "effect": eff,
+    }
 
 
 def label_rag_gain(

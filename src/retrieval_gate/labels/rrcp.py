@@ -34,7 +34,7 @@ from .closed_book import closed_book_rows
 from .files import LabelFile
 from .rag_gain import TOP_K, document_texts
 from .run import provenance, run_chunked
-from .scoring import DEFAULT_CRITERION, correct
+from .scoring import DEFAULT_CRITERION, correct, measures
 
 T_ANS = 0.15
 T_COM = 0.80
@@ -179,9 +179,9 @@ def rrcp_rows(
     rows = []
     for q, scored in zip(questions, scorer.score(questions, docs), strict=True):
         l3 = rrcp_label3(correct(closed[q.id], criterion), scored["ans"], scored["complex"])
-        rows.append(
-            {"id": q.id, "label": None if l3 is None else int(l3 > 0), "label3": l3, **scored}
-        )
+        label = None if l3 is None else int(l3 > 0)
+        closed_m = measures(closed[q.id])
+        rows.append({"id": q.id, "label": label, "label3": l3, **scored, "closed": closed_m})
     return rows
 
 

@@ -77,3 +77,12 @@ def correct(row: dict[str, Any], criterion: str = DEFAULT_CRITERION) -> bool:
     if criterion == "f1":
         return float(row["f1"]) >= F1_THRESHOLD
     raise ValueError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+MEASURES = ("match", "em", "f1", "guess")
+
+
+def measures(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields `correct` needs, copied into rag-gain and rrcp rows as `closed` so those rows
+    can be relabelled on their own."""
+    return {k: row[k] for k in MEASURES}
