@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.errors import DataError
 from ..models import SMOLLM2
 from .files import LABELS_DIR, LabelFile
 from .scoring import DEFAULT_CRITERION
@@ -151,7 +152,7 @@ def relabel(
             l3 = rrcp_label3(correct(closed.rows[i], criterion), r["ans"], r["complex"])
             rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
     else:
-        raise ValueError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
+        raise DataError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
     before = out.labels()
     out.rewrite(rows)
     meta = {**out.meta, "criterion": criterion}
