@@ -257,6 +257,7 @@ def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_
         datasets=["retrievalqa"],
         limit=2,
         seed=2,
+        retriever="contexts",
         k=1,
         max_new_tokens=4,
         mode_options=options,
