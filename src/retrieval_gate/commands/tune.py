@@ -55,7 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import optuna
+
     from ..evaluation.dataset import load_splits, policy_name
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
 
     args.out.mkdir(parents=True, exist_ok=True)
     policy = policy_name(args.labels)

@@ -20,15 +20,19 @@ class DevData:
     closed: np.ndarray
     rag: np.ndarray
 
-    def answered(self) -> DevData:
-        """Only questions with both recorded answers (adaptive accuracy needs them)."""
-        m = ~np.isnan(self.closed) & ~np.isnan(self.rag)
-        if not m.any():
+    def require_answers(self) -> DevData:
+        """Adaptive accuracy is measured on the questions with both recorded answers (the
+        metric skips the others); retrieval rate stays over every dev question."""
+        if not np.any(~np.isnan(self.closed) & ~np.isnan(self.rag)):
             raise ValueError(
                 "adaptive-accuracy objectives need the labelling run's answers "
                 "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions"
             )
-        return DevData(self.y[m], self.scores[m], self.closed[m], self.rag[m])
+        return self
+
+    def always_accuracy(self) -> float:
+        known = ~np.isnan(self.closed) & ~np.isnan(self.rag)
+        return float(np.mean(self.rag[known]))
 
 
 def figures(dev: DevData, t: float) -> dict[str, float | None]:
@@ -55,7 +59,7 @@ def min_retrieval(target: float) -> Callable[[DevData, float], float]:
     accuracy; an infeasible threshold scores 1 + its shortfall, worse than any feasible one."""
 
     def value(dev: DevData, t: float) -> float:
-        need = target * float(np.mean(dev.rag))
+        need = target * dev.always_accuracy()
         acc = adaptive_accuracy(dev, t)
         rate = M.retrieval_rate(dev.scores >= t)
         return rate if acc >= need - 1e-12 else 1.0 + (need - acc)

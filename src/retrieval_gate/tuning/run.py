@@ -71,8 +71,8 @@ def tune_gate_thresholds(
         except ValueError as e:
             out["skipped"]["pareto"] = str(e)
         else:
-            answered = data.answered()
-            png = plot_pareto(front, trials, float(answered.rag.mean()), float(answered.closed.mean()),
+            known = ~np.isnan(data.closed) & ~np.isnan(data.rag)
+            png = plot_pareto(front, trials, float(data.rag[known].mean()), float(data.closed[known].mean()),
                               out_dir / f"pareto-{gate.name}-{policy}.png", f"{gate.name}, labels {policy} (dev)")  # fmt: skip
             out["pareto"] = {"front": front, "n_trials": len(trials), "plot": png.name}
     return out

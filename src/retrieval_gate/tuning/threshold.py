@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from ..evaluation import metrics as M
 from .objectives import DevData, Objective, candidate_thresholds, exhaustive_best, figures
 from .studies import open_study, remaining
 
@@ -38,7 +39,7 @@ def tune_threshold(
     obj: Objective, dev: DevData, name: str, storage: str | Path, n_trials: int = 100, seed: int = 0
 ) -> ThresholdResult:
     if obj.needs_answers:
-        dev = dev.answered()
+        dev = dev.require_answers()
     study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), [obj.direction])
     cands = candidate_thresholds(dev.scores)
 
@@ -60,7 +61,7 @@ def pareto_front(
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """NSGA-II over the threshold: maximise adaptive accuracy, minimise retrieval rate.
     Returns (front sorted by retrieval rate, all trials)."""
-    dev = dev.answered()
+    dev = dev.require_answers()
     sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
     study = open_study(name, storage, sampler, ["maximize", "minimize"])
     cands = candidate_thresholds(dev.scores)
@@ -68,8 +69,7 @@ def pareto_front(
     def trial_values(trial: optuna.Trial) -> tuple[float, float]:
         t = suggest_threshold(trial, cands)
         d = dev.scores >= t
-        acc = float(np.mean(np.where(d, dev.rag, dev.closed)))
-        return acc, float(d.mean())
+        return float(M.adaptive_accuracy(d, dev.closed, dev.rag)), float(d.mean())
 
     study.optimize(trial_values, n_trials=remaining(study, n_trials), show_progress_bar=True)
 
