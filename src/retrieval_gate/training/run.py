@@ -12,7 +12,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from pytorch_lightning.loggers import CSVLogger
 
 from .backbones import load_tokenizer, resolve_backbone
@@ -63,6 +63,8 @@ def _trainer(config: dict[str, Any], run_dir: Path, callbacks: list[pl.Callback]
         filename="best",
     )
     stop = EarlyStopping(monitor=es["monitor"], mode=es["mode"], patience=int(es["patience"]))
+    if config["trainer"].get("enable_progress_bar", True):  # tqdm: readable in log files too
+        callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
     return pl.Trainer(
         **config["trainer"],
         default_root_dir=str(run_dir),
