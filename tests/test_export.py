@@ -173,3 +173,14 @@ def test_score_command_imports_no_torch_and_reports_bad_lines(exports, tmp_path)
     assert "score" in rows[0] and "score" in rows[3]
     assert rows[1]["error"] == "empty question" and "UTF-8" in rows[2]["error"]
     assert "CPUExecutionProvider" in proc.stderr or "CUDAExecutionProvider" in proc.stderr
+
+
+def test_export_and_score_commands_parse():
+    from retrieval_gate.cli import build_parser
+
+    argv = ["export", "--run", "checkpoints/x", "--variants", "fp32", "int8"]
+    args = build_parser(argv).parse_args(argv)
+    assert callable(args.run) and args.run_dir == "checkpoints/x"
+    assert args.variants == ["fp32", "int8"]
+    argv = ["score", "--model", "export/x", "--input", "q.txt"]
+    assert callable(build_parser(argv).parse_args(argv).run)

@@ -11,7 +11,9 @@ from ..export.metadata import VARIANTS
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a trained gate to ONNX (+ int8/fp16, model card)")
-    p.add_argument("--run", required=True, help="training run folder, e.g. checkpoints/<run>")
+    p.add_argument(
+        "--run", dest="run_dir", required=True, help="training run folder, checkpoints/<run>"
+    )
     p.add_argument("--name", help="export name (default: the run name)")
     p.add_argument("--out-dir", default="export", help="parent folder of exports")
     p.add_argument(
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..export.build import build_export
 
-    run_dir = Path(args.run)
+    run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / (args.name or run_dir.name)
     out, report = build_export(run_dir, out, args.variants, args.parity_limit or None)
     print(f"export folder: {out}")
