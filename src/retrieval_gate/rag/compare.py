@@ -12,6 +12,9 @@ Two things keep the passes comparable:
 - before each mode, the generator's prefix cache is cleared when it has one (vLLM caches the
   KV of prompts it has seen; without the reset a later mode would reuse an earlier mode's
   identical prompts and look cheaper than it is in a service).
+
+Timings are wall-clock: on a machine shared with other jobs they carry that load, so compare
+modes within one run (same questions, same minutes), not across runs.
 """
 
 from __future__ import annotations
