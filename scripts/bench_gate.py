@@ -122,10 +122,14 @@ def main() -> None:
     from retrieval_gate.data import load_dataset
 
     texts = [q.text for q in load_dataset(args.dataset)]
-    rows = [bench_torch(args.run, texts, args)]
-    rows += [bench_onnx(args.export, v, texts, args) for v in args.variants]
+    jobs = [lambda: bench_torch(args.run, texts, args)]
+    jobs += [lambda v=v: bench_onnx(args.export, v, texts, args) for v in args.variants]
     if args.prompt_gate:
-        rows.append(bench_prompt_gate(texts, args))
+        jobs.append(lambda: bench_prompt_gate(texts, args))
+    rows = []
+    for job in jobs:
+        rows.append(job())
+        print(json.dumps(rows[-1]), flush=True)  # partial results survive an interrupted run
     load = os.getloadavg()
     print(f"{len(texts)} {args.dataset} questions, {args.threads} threads, batch {args.batch}, "
           f"load average {load[0]:.1f} (other processes share this CPU)")  # fmt: skip
