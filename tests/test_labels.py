@@ -177,7 +177,7 @@ def test_rag_gain_effects():
 
 @pytest.fixture(scope="module")
 def popqa_docs():
-    return [x for x in load_dataset("popqa") if x.contexts][:4]
+    return [x for x in load_dataset("popqa") if x.contexts][:2]
 
 
 def test_closed_book_rows_on_vllm(vllm_generator, tmp_path):
@@ -200,9 +200,9 @@ def test_closed_book_rows_on_vllm(vllm_generator, tmp_path):
 
 
 def test_every_generator_policy_through_label(vllm_generator, popqa_docs, tmp_path):
-    req = dict(datasets=["popqa"], limit=4, labels_dir=tmp_path, chunk_size=2)
+    req = dict(datasets=["popqa"], limit=2, labels_dir=tmp_path, chunk_size=2)
     cb = label(LabelRequest("closed-book", **req), generator=vllm_generator)
-    assert cb["rows"] == 4
+    assert cb["rows"] == 2
     ctx = ContextRetriever()
     rg = label(LabelRequest("rag-gain", **req), vllm_generator, ctx)
     rows = LabelFile(rg["path"]).rows
@@ -217,7 +217,7 @@ def test_every_generator_policy_through_label(vllm_generator, popqa_docs, tmp_pa
         assert r["complex"] == ((not r["ans"]) and r["com"])
         assert r["label"] == (None if r["label3"] is None else int(r["label3"] > 0))
     st = label(LabelRequest("retrievalqa-style", **req))
-    assert st["rows"] == 4
+    assert st["rows"] == 2
     for policy in ("retrievalqa", "popularity"):
         label(LabelRequest(policy, datasets=["popqa", "retrievalqa"], labels_dir=tmp_path))
     # relabelling from stored measures: same criterion changes nothing; loose = not match
