@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from ..data.paths import sha256_file
 from ..models import SMOLLM2, smollm2_gguf_path
 
 MARKER = "prepared.json"
@@ -24,14 +25,6 @@ def cache_dir() -> Path:
 
 def smollm2_dir() -> Path:
     return cache_dir() / "models" / SMOLLM2
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def folder_checksum(folder: Path) -> str:
