@@ -1,22 +1,23 @@
-"""`retrieval-gate demo`: the main job end to end on the data beside the project."""
+"""`retrieval-gate demo`: the main job end to end (see retrieval_gate.demo)."""
 
 from __future__ import annotations
 
 import argparse
-
-from .data import run_summary
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole pipeline on the default data")
+    p.add_argument("--out", default="runs/demo", help="demo folder (default runs/demo)")
     p.add_argument(
-        "--data-dir", help="dataset folder (default: $RETRIEVAL_GATE_DATA, ../shared/datasets)"
+        "--stage",
+        help="re-run one stage alone (data, models, labels, train, tune, export, evaluate, rag)",
     )
+    p.add_argument("--force", action="store_true", help="re-run finished stages too")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("== stage 1/1: data summary")
-    return run_summary(
-        argparse.Namespace(data_dir=args.data_dir, datasets=None, skip_bad_rows=False)
-    )
+    from ..demo import run_demo
+
+    return run_demo(Path(args.out), only=args.stage, force=args.force)

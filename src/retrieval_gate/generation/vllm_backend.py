@@ -89,7 +89,8 @@ class VLLMGenerator:
         tails = choice_token_ids(self.tokenizer, choices)
         seqs = [h + t for h in heads for t in tails]
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        outputs = self._run(seqs, params, progress=False)
+        # a progress bar for gate-sized batches (a whole test split), not for a handful
+        outputs = self._run(seqs, params, progress=len(seqs) > 256)
         scores = np.empty(len(seqs))
         for i, (out, seq) in enumerate(zip(outputs, seqs, strict=True)):
             n = len(tails[i % len(tails)])
