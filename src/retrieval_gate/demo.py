@@ -175,7 +175,9 @@ def first_table(markdown: str) -> str:
 
 def _demote(markdown: str) -> str:
     # The stage reports start at "#": nest them under this report's "##" headings.
-    return "\n".join("##" + line if line.startswith("#") else line for line in markdown.splitlines())
+    return "\n".join(
+        "##" + line if line.startswith("#") else line for line in markdown.splitlines()
+    )
 
 
 def _sections(out: Path) -> list[tuple[str, Path]]:
