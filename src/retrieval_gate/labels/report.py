@@ -23,14 +23,19 @@ def _pct(x: float) -> str:
     return f"{100 * x:5.1f}"
 
 
-def accuracy_by_source(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
-    """Closed-book accuracy per source under every criterion, plus idk and guess shares."""
+def _by_source(rows: dict[str, dict], qs: dict[str, Question]) -> list[tuple[str, list[dict]]]:
+    """Rows grouped by their question's source, sorted, then "ALL"."""
     by: dict[str, list[dict]] = defaultdict(list)
     for i, r in rows.items():
         if i in qs:
             by[qs[i].source].append(r)
+    return sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]
+
+
+def accuracy_by_source(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
+    """Closed-book accuracy per source under every criterion, plus idk and guess shares."""
     out = []
-    for source, rs in sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]:
+    for source, rs in _by_source(rows, qs):
         accs = [_pct(np.mean([correct(r, c) for r in rs])) for c in CRITERIA]
         extra = [
             _pct(np.mean([bool(r["idk"]) for r in rs])),
@@ -66,12 +71,9 @@ def _acc_row(name: str, rs: Sequence[dict]) -> list[str]:
 
 
 def rag_effects(rows: dict[str, dict], qs: dict[str, Question]) -> list[list[str]]:
-    by: dict[str, list[dict]] = defaultdict(list)
-    for i, r in rows.items():
-        if i in qs:
-            by[qs[i].source].append(r)
+    """Closed-book vs with-retrieval accuracy and helps/hurts/neither/both shares per source."""
     out = []
-    for source, rs in sorted(by.items()) + [("ALL", [r for v in by.values() for r in v])]:
+    for source, rs in _by_source(rows, qs):
         eff = Counter(r["effect"] for r in rs)
         closed = np.mean([r["closed_correct"] for r in rs])
         rag = np.mean([r["rag_correct"] for r in rs])
