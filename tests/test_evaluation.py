@@ -152,7 +152,7 @@ def test_transfer_cells_fit_without_the_source_and_flag_single_class_auroc():
 def test_evaluate_command_writes_report_and_plots(tmp_path):
     """`retrieval-gate evaluate` end to end on real questions with a small label file."""
     from retrieval_gate.cli import main
-    from retrieval_gate.evaluation.dataset import canonical_questions
+    from retrieval_gate.data import canonical_questions
 
     qs = [q for q in canonical_questions() if q.source in ("popqa", "freshqa", "triviaqa")][::6]
     run = tmp_path / "run"

@@ -4,13 +4,14 @@ from .errors import BadRows, DataError
 from .loaders import load_entityquestions_train, load_hub, popqa_relation
 from .paths import resolve_data_dir
 from .registry import dataset_names, load_all, load_dataset
-from .splits import assign_splits, with_splits
+from .splits import assign_splits, canonical_questions, with_splits
 from .summary import format_table, summary_rows
 
 __all__ = [
     "BadRows",
     "DataError",
     "assign_splits",
+    "canonical_questions",
     "dataset_names",
     "format_table",
     "load_all",

@@ -6,6 +6,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from ..questions import Question, normalize_answer
 
@@ -54,3 +55,13 @@ def assign_splits(
 def with_splits(questions: Sequence[Question], splits: Mapping[str, str]) -> list[Question]:
     """Questions carrying their split (those without one are dropped)."""
     return [replace(q, split=splits[q.id]) for q in questions if q.id in splits]
+
+
+@lru_cache(maxsize=1)
+def canonical_questions() -> tuple[Question, ...]:
+    """Every question with its canonical split (`assign_splits(load_all(), seed=0)`), the one
+    train/dev/test assignment every table uses; loaded once per process."""
+    from .registry import load_all
+
+    questions = load_all()
+    return tuple(with_splits(questions, assign_splits(questions, seed=0)))

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from ..data import assign_splits, load_all, with_splits
+from ..data import canonical_questions
 from ..data.errors import DataError
 from ..labels.files import LABELS_DIR, LabelFile, read_labels
 from ..questions import Question
@@ -101,13 +100,6 @@ def build_evalset(
 
     y = np.array([labels[q.id] for q in kept], dtype=int)
     return EvalSet(kept, y, column(outcomes.closed), column(outcomes.rag))
-
-
-@lru_cache(maxsize=1)
-def canonical_questions() -> tuple[Question, ...]:
-    """Every question with its canonical split (`assign_splits(load_all(), seed=0)`)."""
-    questions = load_all()
-    return tuple(with_splits(questions, assign_splits(questions, seed=0)))
 
 
 @dataclass(frozen=True)

@@ -175,10 +175,10 @@ def learned_fitter(
     run folder that already has its weights is reused, so an interrupted matrix resumes."""
 
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
+        from ..data import canonical_questions
         from ..gates.learned import LearnedGate
         from ..training.config import load_config
         from ..training.run import train
-        from .dataset import canonical_questions
 
         name = f"transfer-{policy}-without-{held_out or 'nothing'}"
         run = output_dir / name

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from ..data import assign_splits, load_all
+from ..data import canonical_questions
 from ..data.errors import DataError
 from ..gates.learned import LearnedGate
 from ..gates.onnx import OnnxGate
@@ -38,12 +38,10 @@ def parity_set(
     provenance = read_json(run_dir / "labels.json")
     config_task = read_json(run_dir / "metadata.json")["task"]
     labels = task_labels(Path(provenance["path"]), config_task)
-    questions = load_all()
-    splits = assign_splits(questions, seed=0)
     rows = [
         (q.text, int(labels[q.id] > 0))
-        for q in questions
-        if q.id in labels and splits[q.id] == "test"
+        for q in canonical_questions()
+        if q.id in labels and q.split == "test"
     ]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)

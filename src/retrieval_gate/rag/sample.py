@@ -7,8 +7,8 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from ..data import canonical_questions
 from ..data.errors import DataError
-from ..evaluation.dataset import canonical_questions
 from ..questions import Question
 
 SPLITS = ("train", "dev", "test", "all")
