@@ -8,7 +8,9 @@ import importlib
 import importlib.util
 import sys
 
-from .data.errors import DataError
+import traceback
+
+from .errors import EXIT_BUG, RetrievalGateError
 
 # verb -> module under retrieval_gate.commands; a verb's module is imported only when used,
 # so `retrieval-gate data summary` never pays for torch or vLLM.
@@ -48,13 +50,26 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one verb. Exit codes: 0 ok, 2 bad input or configuration, 3 engine/backend failure,
+    1 a bug (the only case that prints a traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except DataError as e:
+    except RetrievalGateError as e:
         print(f"retrieval-gate {args.verb}: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"retrieval-gate {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"retrieval-gate {args.verb}: internal error (a bug). Please report it with the "
+            "command and the traceback above.",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

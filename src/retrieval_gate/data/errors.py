@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-
-class DataError(ValueError):
-    """A dataset file, row or field is missing or malformed."""
-
-    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None):
-        where = ""
-        if path is not None:
-            where = f"{path}" + (f", line {line}" if line is not None else "") + ": "
-        super().__init__(where + message)
-        self.path = path
-        self.line = line
+from ..errors import DataError, InputError  # noqa: F401  (re-exported: loaders import them from here)
 
 
 class BadRows:

@@ -1,0 +1,55 @@
+"""Every error retrieval-gate raises on purpose, under one base, with the CLI exit code it maps to.
+
+| class | what failed | exit code |
+|---|---|---|
+| `InputError` (alias `DataError`) | a file, row, field or flag the user gave | 2 |
+| `ConfigError` | a configuration value or combination of options | 2 |
+| `LeakageError` | test questions found in training data | 2 |
+| `BackendError` | an engine, server, execution provider or installed package | 3 |
+
+Anything else that escapes a command is a bug: exit code 1, with a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RetrievalGateError(Exception):
+    """Base of every error raised on purpose; `exit_code` is what the CLI returns for it."""
+
+    exit_code = 2
+
+
+class InputError(RetrievalGateError, ValueError):
+    """A file, row, field or flag given by the user is missing or malformed.
+
+    The message names the file (and line) when there is one, and says how to fix it."""
+
+    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None):
+        where = ""
+        if path is not None:
+            where = f"{path}" + (f", line {line}" if line is not None else "") + ": "
+        super().__init__(where + message)
+        self.path = path
+        self.line = line
+
+
+DataError = InputError  # the historical name, used by the data loaders
+
+
+class ConfigError(InputError):
+    """A configuration key, value or combination of options is invalid."""
+
+
+class LeakageError(InputError):
+    """Questions of the test split appear in the data a gate was trained or tuned on."""
+
+
+class BackendError(RetrievalGateError, RuntimeError):
+    """An engine (vLLM, ONNX Runtime, a remote server) or a required package failed."""
+
+    exit_code = 3
+
+
+EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
