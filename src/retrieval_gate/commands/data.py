@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from ..data import (
     BadRows,
@@ -12,6 +13,7 @@ from ..data import (
     resolve_data_dir,
     summary_rows,
 )
+from .question_args import add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,10 +27,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--skip-bad-rows", action="store_true", help="count malformed rows instead of stopping"
     )
+    add_question_args(s, "question file to summarise (instead of the bundled datasets)")
     s.set_defaults(run=run_summary)
 
 
 def run_summary(args: argparse.Namespace) -> int:
+    questions = questions_from(args)
+    if questions is not None:
+        print(f"questions: {args.questions}")
+        print(format_table(summary_rows(list(questions))))
+        splits = Counter(q.split for q in questions)
+        print(f"total questions: {len(questions)} (" + ", ".join(
+            f"{s} {splits[s]}" for s in ("train", "dev", "test")) + ")")  # fmt: skip
+        return 0
     data_dir = resolve_data_dir(args.data_dir)
     bad = BadRows(skip=args.skip_bad_rows)
     questions = []

@@ -14,6 +14,7 @@ DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..evaluation.dataset import DEFAULT_RUN_DIR
     from ..gates.registry import gate_names
+    from .question_args import add_question_args
 
     p = sub.add_parser("evaluate", help="compare gates on the canonical test split")
     p.add_argument("--gates", nargs="+", default=DEFAULT_GATES, choices=gate_names())
@@ -34,11 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (quick look)")
+    add_question_args(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.compare import EvaluationConfig, run_evaluation
+    from .question_args import questions_from
 
     # explicit, so cached TA-ARE scores are keyed by the date their prompts carried
     date = args.date or dt.date.today().isoformat()
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         measure_cost=not args.no_cost,
         limit=args.limit,
         command="retrieval-gate " + shlex.join(sys.argv[1:]),
+        questions=questions_from(args),
     )
     path = run_evaluation(cfg)
     print(f"report: {path}")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..export.metadata import VARIANTS
+from .question_args import add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=1000,
         help="test-split questions for the parity/quality check (0 = all)",
     )
+    add_question_args(p, "questions for the parity check (default: the run's data.questions)")
     p.set_defaults(run=run)
 
 
@@ -37,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / (args.name or run_dir.name)
-    out, report = build_export(run_dir, out, args.variants, args.parity_limit or None)
+    out, report = build_export(
+        run_dir, out, args.variants, args.parity_limit or None, questions=questions_from(args)
+    )
     print(f"export folder: {out}")
     print(f"parity on {report['n']} test questions (PyTorch AUROC {report['pytorch']['auroc']}):")
     for variant, r in report["variants"].items():

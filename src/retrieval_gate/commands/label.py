@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..models import SMOLLM2
+from .question_args import add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="label file (default data/labels/...)")
+    p.add_argument(
+        "--labels-dir",
+        type=Path,
+        help="folder for label files, as <labels-dir>/<generator>/<policy>.jsonl (default "
+        "data/labels; required with --questions unless --out is given)",
+    )
+    add_question_args(p, "questions to label (instead of --dataset)")
     g = p.add_argument_group("rag-gain and rrcp")
     g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
     g.add_argument(
@@ -92,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
         )
         print(json.dumps(result, indent=2))
         return 0
+    questions = questions_from(args)
+    if questions is not None and not (args.out or args.labels_dir):
+        raise DataError(
+            "--questions: pass --labels-dir DIR (or --out FILE): labels of your own questions "
+            "do not go into the project's data/labels"
+        )
+    if questions is not None and args.datasets:
+        raise DataError("pass --questions or --dataset, not both")
     req = LabelRequest(
         policy=args.policy,
         datasets=args.datasets,
@@ -104,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=args.out,
         options=_policy_options(args),
+        questions=questions,
+        **({"labels_dir": args.labels_dir} if args.labels_dir else {}),
     )
     print(json.dumps(label(req), indent=2))
     return 0

@@ -11,6 +11,7 @@ from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import MODES, ModeOptions, known_modes, parse_thresholds
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
+from .question_args import add_question_args, questions_from
 
 
 def add_generator_args(p: argparse.ArgumentParser) -> None:
@@ -80,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write the table (.md) and results (.json); each mode is saved as it finishes "
         "(.modes.jsonl) and a rerun resumes from there",
     )
+    add_question_args(p)
     add_generator_args(p)
     add_gate_args(p)
     p.set_defaults(run=run)
@@ -105,6 +107,9 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
         opts.labels = args.labels
     if args.oracle_labels:
         opts.oracle_labels = args.oracle_labels
+    opts.questions = questions_from(args)
+    if opts.questions is not None and args.labels:  # your labels' folder holds your outcomes
+        opts.run_dir = args.labels.parent
     return opts
 
 

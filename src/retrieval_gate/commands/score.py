@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError
+from .question_args import add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score a question file with an exported ONNX gate")
     p.add_argument("--model", required=True, help="export folder, e.g. export/<name>")
-    p.add_argument("--input", required=True, help=".txt (one question a line) or .jsonl")
+    p.add_argument("--input", help=".txt (one question a line) or .jsonl; bad lines reported")
+    add_question_args(p, "questions to score (instead of --input)")
     p.add_argument("--output", help="JSONL output (default: stdout)")
     p.add_argument("--variant", default="fp32", help="fp32 | opt | int8 | fp16")
     p.add_argument("--provider", help="force an execution provider: cpu | cuda")
@@ -59,9 +61,14 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from ..gates.onnx import OnnxGate
 
+    if bool(args.input) == bool(args.questions):
+        raise DataError("pass exactly one of --input FILE and --questions SPEC")
     gate = OnnxGate(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
-    records = read_questions(Path(args.input))
+    if args.questions:
+        records = [{"id": q.id, "text": q.text} for q in questions_from(args) or ()]
+    else:
+        records = read_questions(Path(args.input))
     good = [r for r in records if "text" in r]
     scores = gate.score_texts([r["text"] for r in good]) if good else []
     for rec, score in zip(good, scores, strict=True):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..evaluation.dataset import DEFAULT_RUN_DIR
+    from .question_args import add_question_args
 
     p = sub.add_parser("transfer", help="leave-one-source-out transfer matrix")
     p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s)")
@@ -36,20 +37,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learned-out", type=Path, default=Path("checkpoints/transfer"))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument("--out", type=Path, default=Path("reports/transfer"))
+    add_question_args(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.dataset import policy_name
     from ..evaluation.transfer import learned_fitter, run_transfer
+    from .question_args import questions_from
 
+    questions = questions_from(args)
     extra = {}
     if args.learned:
         files = {policy_name(p): p for p in args.labels}
         extra["learned"] = learned_fitter(
-            files, args.learned_config, args.learned_set, args.learned_out
+            files, args.learned_config, args.learned_set, args.learned_out, questions
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
-    path = run_transfer(args.labels, args.gates, args.out, args.run_dir, extra, command)
+    path = run_transfer(args.labels, args.gates, args.out, args.run_dir, extra, command, questions)
     print(f"report: {path}")
     return 0

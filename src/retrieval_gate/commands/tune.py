@@ -16,6 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..evaluation.dataset import DEFAULT_RUN_DIR
     from ..gates.registry import gate_names
     from ..tuning.studies import DEFAULT_STORAGE
+    from .question_args import add_question_args
 
     p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
     p.add_argument("--gate", required=True, choices=gate_names())
@@ -51,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-epochs", type=int, default=3, help="hparams: upper bound of the epochs searched"
     )
+    add_question_args(p)
     p.set_defaults(run=run)
 
 
@@ -58,15 +60,17 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     from ..evaluation.dataset import load_splits, policy_name
+    from .question_args import questions_from
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
 
     args.out.mkdir(parents=True, exist_ok=True)
     policy = policy_name(args.labels)
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
+    questions = questions_from(args)
     if "hparams" in args.objective:
-        _hparams(args, policy, command)
-    sp = load_splits(args.labels, args.run_dir)
+        _hparams(args, policy, command, questions)
+    sp = load_splits(args.labels, args.run_dir, questions)
     if "relations" in args.objective:
         _relations(args, sp, policy, command)
     wanted = [o for o in args.objective if o not in ("relations", "hparams")]
@@ -134,7 +138,7 @@ def _relations(args, sp, policy: str, command: str) -> None:
     _write(args, f"tune-popularity-relations-{policy}", res, md)
 
 
-def _hparams(args, policy: str, command: str) -> None:
+def _hparams(args, policy: str, command: str, questions) -> None:
     from ..tuning.hparams import tune_hparams
     from ..tuning.studies import study_name
 
@@ -148,6 +152,7 @@ def _hparams(args, policy: str, command: str) -> None:
         args.set,
         args.max_epochs,
         args.seed,
+        questions,
     )
     md = (f"# Hyper-parameter study of the learned gate\n\n`{command}`\n\n"
           + "\n".join(f"- {k}: {v}" for k, v in res.items()) + "\n")  # fmt: skip

@@ -39,9 +39,19 @@ def assign_splits(
         first = min(members, key=lambda q: q.id)
         label = labels.get(first.id) if labels is not None else None
         strata[(first.source, label)].append(key)
+    return _cut([strata[k] for k in sorted(strata, key=str)], groups, seed, fractions)
+
+
+def _cut(
+    strata: list[list[str]],
+    groups: Mapping[str, list[Question]],
+    seed: int,
+    fractions: tuple[float, float, float],
+) -> dict[str, str]:
+    """Each stratum's group keys in seeded-hash order, cut at the fractions."""
     out: dict[str, str] = {}
-    for stratum in sorted(strata, key=str):
-        keys = sorted(strata[stratum], key=lambda k: _rank(seed, k))
+    for keys in strata:
+        keys = sorted(keys, key=lambda k: _rank(seed, k))
         n = len(keys)
         cut_train = round(n * fractions[0])
         cut_dev = cut_train + round(n * fractions[1])
@@ -65,3 +75,25 @@ def canonical_questions() -> tuple[Question, ...]:
 
     questions = load_all()
     return tuple(with_splits(questions, assign_splits(questions, seed=0)))
+
+
+def group_splits(
+    questions: Sequence[Question],
+    seed: int = 0,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+) -> dict[str, str]:
+    """question id -> split for questions that bring none (a user's own file).
+
+    Like `assign_splits`, but the group that must not straddle splits is the question's
+    entity when it has one (every question about one entity lands in one split) and its
+    normalised text otherwise, and the strata are (source, relation), so each relation is
+    spread over train/dev/test. Depends only on ids, texts, entities, relations and the seed."""
+    groups: dict[str, list[Question]] = defaultdict(list)
+    for q in questions:
+        key = f"entity:{normalize_answer(q.entity)}" if q.entity else normalize_answer(q.text)
+        groups[key or q.id].append(q)
+    strata: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for key, members in groups.items():
+        first = min(members, key=lambda q: q.id)
+        strata[(first.source, first.relation or "")].append(key)
+    return _cut([strata[k] for k in sorted(strata)], groups, seed, fractions)

@@ -17,6 +17,7 @@ from ..data.errors import DataError
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import GateContext, LazyGenerator, build_gate
 from ..labels.files import LabelFile
+from ..questions import Question
 from . import plots
 from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
@@ -41,6 +42,7 @@ class EvaluationConfig:
     measure_cost: bool = True
     limit: int | None = None  # evaluate on the first N test questions (a quick look)
     command: str = ""
+    questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
 
 
 def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
@@ -69,7 +71,7 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    splits = {policy_name(p): load_splits(p, cfg.run_dir) for p in cfg.label_files}
+    splits = {policy_name(p): load_splits(p, cfg.run_dir, cfg.questions) for p in cfg.label_files}
     tests = {k: _limit(s.test, cfg.limit) for k, s in splits.items()}
     records = closed_book_records(cfg.run_dir)
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate

@@ -122,11 +122,23 @@ def split_evalsets(
     return Splits(**parts)
 
 
-def load_splits(label_path: str | Path, run_dir: str | Path | None = DEFAULT_RUN_DIR) -> Splits:
-    """The canonical split of a label file, with the labelling run's outcomes if available."""
+def load_splits(
+    label_path: str | Path,
+    run_dir: str | Path | None = DEFAULT_RUN_DIR,
+    questions: Sequence[Question] | None = None,
+) -> Splits:
+    """A label file over `questions` (default: the bundled ones, canonical split), with the
+    labelling run's outcomes if available."""
     labels = read_labels(label_path)
     outcomes = read_outcomes(run_dir) if run_dir else Outcomes.empty()
-    return split_evalsets(canonical_questions(), labels, outcomes)
+    qs = questions if questions is not None else canonical_questions()
+    if not any(q.id in labels for q in qs):
+        raise DataError(
+            "no label id is a question id of the questions given"
+            + ("" if questions is not None else " (the bundled datasets): pass --questions SPEC"),
+            label_path,
+        )
+    return split_evalsets(qs, labels, outcomes)
 
 
 def policy_name(label_path: str | Path) -> str:

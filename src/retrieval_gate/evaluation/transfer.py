@@ -20,6 +20,7 @@ from tqdm import tqdm
 from ..data.errors import DataError
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
+from ..questions import Question
 from . import metrics as M
 from . import plots
 from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -158,10 +159,12 @@ def run_transfer(
     run_dir: Path | None = DEFAULT_RUN_DIR,
     extra_fitters: dict[str, Fitter] | None = None,
     command: str = "",
+    questions: Sequence[Question] | None = None,
 ) -> Path:
+    """The matrix over `questions` (default: the bundled datasets), one held-out source a cell."""
     cells = []
     for path in label_files:
-        sp = load_splits(path, run_dir)
+        sp = load_splits(path, run_dir, questions)
         fitters: dict[str, Any] = {g: registry_fitter(g) for g in gates}
         fitters |= extra_fitters or {}
         cells += transfer_cells(sp, policy_name(path), fitters)
@@ -169,13 +172,17 @@ def run_transfer(
 
 
 def learned_fitter(
-    label_files: dict[str, Path], config: str | None, overrides: Sequence[str], output_dir: Path
+    label_files: dict[str, Path],
+    config: str | None,
+    overrides: Sequence[str],
+    output_dir: Path,
+    questions: Sequence[Question] | None = None,
 ) -> Fitter:
     """Trains the learned gate (training API) without the held-out source, once per cell: a
     run folder that already has its weights is reused, so an interrupted matrix resumes."""
 
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
-        from ..data import canonical_questions
+        from ..data.user_questions import question_set
         from ..gates.learned import LearnedGate
         from ..training.config import load_config
         from ..training.run import train
@@ -186,7 +193,8 @@ def learned_fitter(
             sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
                     f"run.output_dir={output_dir}"]  # fmt: skip
             cfg = load_config(config, [*overrides, *sets])
-            train(cfg, [q for q in canonical_questions() if q.source != held_out])
+            pool = questions if questions is not None else question_set()
+            train(cfg, [q for q in pool if q.source != held_out])
         return LearnedGate(run, name="learned")
 
     return fit

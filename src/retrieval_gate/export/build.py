@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..questions import Question
 from .card import write_model_card
 from .onnx import export_gate
 from .parity import check_parity, parity_set
@@ -17,12 +18,15 @@ def build_export(
     variants: Sequence[str] = ("fp32", "opt", "int8"),
     parity_limit: int | None = 1000,
     parity: tuple[Sequence[str], Sequence[int] | None] | None = None,
+    questions: Sequence[Question] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """`parity` = (texts, labels) to check on; by default the run's test split (up to
-    `parity_limit` questions)."""
+    `parity_limit` questions) of `questions` (default: the run's own question set)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     export_gate(run_dir, out_dir, variants)
-    texts, labels = parity if parity is not None else parity_set(run_dir, parity_limit)
+    texts, labels = (
+        parity if parity is not None else parity_set(run_dir, parity_limit, questions=questions)
+    )
     report = check_parity(run_dir, out_dir, texts, labels)
     write_model_card(run_dir, out_dir, report)
     return out_dir, report

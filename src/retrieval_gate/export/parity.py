@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from sklearn.metrics import roc_auc_score
 
-from ..data import canonical_questions
 from ..data.errors import DataError
+from ..data.user_questions import question_set
 from ..gates.learned import LearnedGate
 from ..gates.onnx import OnnxGate
+from ..questions import Question
 from ..training.checkpoint import read_json, write_json
 from ..training.data import task_labels
 from .metadata import VARIANTS
@@ -32,16 +34,21 @@ BARS: dict[str, tuple[float | None, float, float | None]] = {
 
 
 def parity_set(
-    run_dir: Path, limit: int | None = 1000, seed: int = 0
+    run_dir: Path,
+    limit: int | None = 1000,
+    seed: int = 0,
+    questions: Sequence[Question] | None = None,
 ) -> tuple[list[str], list[int]]:
-    """Test-split questions of the run's label file (canonical split) with binary labels."""
+    """Test-split questions of the run's label file with binary labels: `questions`, else the
+    run's own `data.questions` file, else the bundled datasets (canonical split)."""
     provenance = read_json(run_dir / "labels.json")
     config_task = read_json(run_dir / "metadata.json")["task"]
     labels = task_labels(Path(provenance["path"]), config_task)
+    if questions is None:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
+        questions = question_set(data.get("questions"), data.get("fields"))
     rows = [
-        (q.text, int(labels[q.id] > 0))
-        for q in canonical_questions()
-        if q.id in labels and q.split == "test"
+        (q.text, int(labels[q.id] > 0)) for q in questions if q.id in labels and q.split == "test"
     ]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..data import load_dataset
+from ..data import dataset_names, load_dataset
 from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, closed_book_prompt
 from ..questions import Question
@@ -21,11 +21,16 @@ PREDICTION_CHARS = 200  # predictions are kept for inspection, trimmed to keep f
 
 
 def source_frequent_answers(questions: Sequence[Question]) -> dict[tuple[str, str], set[str]]:
-    """Frequent answers per relation from the whole of each source the questions come from
-    (not the sample being labelled, so a --limit run judges guesses the same way)."""
+    """Frequent answers per relation from the whole of each bundled source the questions come
+    from (not the sample being labelled, so a --limit run judges guesses the same way); a
+    source of your own (a question file) gives them from the questions given."""
+    bundled = set(dataset_names())
     pool: list[Question] = []
     for source in sorted({q.source for q in questions}):
-        pool.extend(load_dataset(source))
+        if source in bundled:
+            pool.extend(load_dataset(source))
+        else:
+            pool.extend(q for q in questions if q.source == source)
     return frequent_answers(pool)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..data.errors import DataError
 from ..models import SMOLLM2
+from ..questions import Question
 from .files import LABELS_DIR, LabelFile
 from .scoring import DEFAULT_CRITERION
 from .selection import EQ_SAMPLE, labelling_questions
@@ -34,6 +35,7 @@ class LabelRequest:
     out: Path | None = None
     labels_dir: Path = LABELS_DIR
     options: dict[str, Any] = field(default_factory=dict)
+    questions: Sequence[Question] | None = None  # your own questions (None: the bundled ones)
 
 
 def generator_dir_name(generator: str) -> str:
@@ -54,8 +56,13 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     `retriever` may be passed in (tests reuse one engine); otherwise they are built when the
     policy needs them."""
     path = req.out or label_path(req.policy, req.generator, req.labels_dir)
-    questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
-    if req.policy in ("rag-gain", "rrcp"):  # only where documents exist
+    if req.questions is None:
+        questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
+    else:
+        questions = list(req.questions)
+        check_answers(questions, req.policy)
+    needs_docs = req.questions is None or req.options.get("retriever") == "contexts"
+    if req.policy in ("rag-gain", "rrcp") and needs_docs:  # only where documents exist
         questions = [q for q in questions if q.contexts]
     if req.limit:
         questions = questions[: req.limit]
@@ -70,6 +77,20 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     else:
         stats = _generator_policy(req, questions, out, generator, retriever)
     return {"path": str(path), "rows": len(out.rows), **stats}
+
+
+def check_answers(questions: Sequence[Question], policy: str) -> None:
+    """Judging a generator's answers needs gold answers: say which way works without them."""
+    if policy not in GENERATOR_POLICIES:
+        return
+    missing = [q for q in questions if not q.answers]
+    if missing:
+        raise DataError(
+            f"{len(missing)} of {len(questions)} questions have no gold answers (e.g. "
+            f"{missing[0].id!r}), so policy {policy!r} cannot judge the generator's answers. "
+            "Add an answers column, or record whether each answer was right yourself and use "
+            "`--policy outcomes --outcomes FILE` with a correctness column"
+        )
 
 
 def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate, gate_names
 from ..generation.base import Generator
 from ..labels.files import LabelFile
+from ..questions import Question
 from .loop import RagRun
 from .oracle import OracleGate
 
@@ -52,6 +53,7 @@ class ModeOptions:
     oracle_labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"
     date: str | None = None  # TA-ARE's "Today is ..." (default: today)
     thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
+    questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
 
 
 def known_modes() -> list[str]:
@@ -114,7 +116,7 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
 def _context(modes: Sequence[str], generator: Generator, options: ModeOptions) -> GateContext:
     context = GateContext(_generator=generator)
     if _FITTED & set(modes):
-        splits = load_splits(options.labels, options.run_dir)
+        splits = load_splits(options.labels, options.run_dir, options.questions)
         context.train, context.dev = splits.train, splits.dev
     closed = Path(options.run_dir) / "closed-book.jsonl"
     if "prompt-ta-are" in modes and closed.is_file():

@@ -51,7 +51,9 @@ def run_comparison(
     # With an oracle, sample among the questions it has labels for (every mode must answer
     # the same questions, and the oracle can only answer labelled ones).
     among = set(LabelFile(mode_options.oracle_labels).rows) if "oracle" in modes else None
-    questions = select_questions(datasets, split, limit or None, seed, with_contexts, among)
+    questions = select_questions(
+        datasets, split, limit or None, seed, with_contexts, among, mode_options.questions
+    )
     started = time.perf_counter()
     if generator is None:
         generator = open_generator(generator_url, model, tensor_parallel_size, data_parallel_size)

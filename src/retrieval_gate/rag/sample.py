@@ -21,16 +21,18 @@ def select_questions(
     seed: int = 0,
     with_contexts: bool = False,
     among: Collection[str] | None = None,
+    pool: Sequence[Question] | None = None,
 ) -> list[Question]:
     """Questions of `datasets` (all when None) in the canonical split (`all`: every split),
     keeping only those with their own documents when `with_contexts` and those whose id is
     in `among` when given (e.g. the ids an oracle has labels for), then a seeded random
-    sample of `limit` in a stable order (sorted by id)."""
+    sample of `limit` in a stable order (sorted by id). `pool`: the question set to draw
+    from (default: the bundled datasets on the canonical split)."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (--split); choose one of {', '.join(SPLITS)}")
     qs = [
         q
-        for q in canonical_questions()
+        for q in (pool if pool is not None else canonical_questions())
         if (not datasets or q.source in datasets)
         and (split == "all" or q.split == split)
         and (q.contexts or not with_contexts)

@@ -20,6 +20,8 @@ DEFAULTS: dict[str, Any] = {
         "task": "binary",  # binary (label) | 3way (rrcp label3)
         "split_seed": 0,  # the canonical split: assign_splits(load_all(), seed=0)
         "datasets": None,  # None = every dataset
+        "questions": None,  # your own question file / hf:NAME (replaces datasets; own split)
+        "fields": None,  # {question: title, ...}: columns of data.questions read as fields
         "max_length": 64,
         "batch_size": 32,
         "eval_batch_size": 128,

@@ -56,8 +56,9 @@ def task_labels(path: Path, task: str) -> dict[str, int]:
 def labelled_splits(
     questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path
 ) -> dict[str, list[tuple[str, str, int]]]:
-    """split -> [(id, text, label)] over the canonical split of ALL questions, so every label
-    file shares one train/dev/test assignment."""
+    """split -> [(id, text, label)]. Questions that carry their split (a question file's own,
+    or the canonical one) keep it; otherwise the split is `assign_splits` over ALL questions,
+    so every label file shares one train/dev/test assignment."""
     known = {q.id: q for q in questions}
     missing = [i for i in labels if i not in known]
     if len(missing) == len(labels):
@@ -66,12 +67,24 @@ def labelled_splits(
             "the label file belongs to other data",
             path,
         )
-    splits = assign_splits(questions, seed=split_seed)
+    if all(q.split for q in questions):
+        splits = {q.id: str(q.split) for q in questions}
+    else:
+        splits = assign_splits(questions, seed=split_seed)
     out: dict[str, list[tuple[str, str, int]]] = {"train": [], "dev": [], "test": []}
     for qid in sorted(labels):
         if qid in known:
             out[splits[qid]].append((qid, known[qid].text, labels[qid]))
     return out
+
+
+def config_questions(data: dict[str, Any]) -> Sequence[Question]:
+    """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`."""
+    if data.get("questions"):
+        from ..data.user_questions import question_set
+
+        return question_set(data["questions"], data.get("fields"))
+    return load_all(data["datasets"])
 
 
 def _subsample(rows: list, n: int | None, seed: int) -> list:
@@ -103,7 +116,8 @@ class Collate:
 
 
 class GateDataModule(pl.LightningDataModule):
-    """One label file on the canonical split. `questions` defaults to every dataset."""
+    """One label file on the canonical split. `questions` defaults to `data.questions` (a
+    question file, its own split) or else every bundled dataset."""
 
     def __init__(
         self,
@@ -123,7 +137,7 @@ class GateDataModule(pl.LightningDataModule):
         # Provenance is taken when the labels are read: a label file still being written by a
         # labelling run may have grown by the time training ends.
         self.provenance = label_provenance(self.path)
-        qs = questions if questions is not None else load_all(data["datasets"])
+        qs = questions if questions is not None else config_questions(data)
         rows = labelled_splits(qs, labels, data["split_seed"], self.path)
         self.rows = {
             "train": _subsample(rows["train"], data["max_train_examples"], seed),

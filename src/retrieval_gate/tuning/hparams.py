@@ -98,10 +98,13 @@ def tune_hparams(
     questions: Sequence | None = None,
 ) -> dict[str, Any]:
     """A resumable study maximising dev AUROC; returns best params and wall time."""
-    from ..data import load_all
     from ..training.config import load_config
+    from ..training.data import config_questions
 
-    questions = questions if questions is not None else load_all()  # once, not per trial
+    if questions is None:  # read once, not per trial
+        questions = config_questions(
+            load_config(config, [*overrides, f"data.label_file={label_file}"])["data"]
+        )
     study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
     # the pruner is not stored with the study: set it on every (re)open
     study.pruner = optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)

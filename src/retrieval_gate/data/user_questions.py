@@ -1,0 +1,344 @@
+"""Your own question file as Questions: JSONL, CSV, Parquet, a `datasets` `save_to_disk` folder
+or a Hugging Face dataset (`hf:NAME[:CONFIG][@SPLIT]`).
+
+Columns map to Question fields by name (`id`, `question` or `text`, `answers` or `answer`,
+optional `source`, `split`, `relation`, `entity`, `s_pop`, `o_pop`, `date`); `--field
+question=title` maps a field to another column. Every other column is kept in `Question.extra`.
+Answers may be a list, a single string, or (in a CSV cell) a JSON list. A row without an id gets
+a stable one from its text; questions without a `split` get a seeded split (`spec_splits`)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..questions import Question
+from .errors import BadRows, DataError
+from .files import read_jsonl
+from .splits import SPLITS, canonical_questions, group_splits
+
+# Question field -> the columns tried, in order, when no --field override names one.
+DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "id": ("id",),
+    "text": ("question", "text"),
+    "answers": ("answers", "answer"),
+    "source": ("source",),
+    "split": ("split",),
+    "relation": ("relation",),
+    "entity": ("entity",),
+    "s_pop": ("s_pop",),
+    "o_pop": ("o_pop",),
+    "date": ("date",),
+}
+FIELD_ALIASES = {"question": "text", "answer": "answers"}
+FORMATS = (".jsonl", ".csv", ".parquet")
+
+Row = tuple[int, dict[str, Any]]
+
+
+def parse_fields(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]:
+    """`["question=title", "answers=gold"]` (or the dict `{question: title}` of a config)
+    -> {"text": "title", "answers": "gold"}."""
+    if isinstance(items, dict):
+        items = [f"{k}={v}" for k, v in items.items()]
+    out: dict[str, str] = {}
+    for item in items or ():
+        field, sep, column = item.partition("=")
+        field = FIELD_ALIASES.get(field.strip(), field.strip())
+        if not sep or not column.strip() or field not in DEFAULT_COLUMNS:
+            raise DataError(
+                f"--field {item!r}: expected FIELD=COLUMN with FIELD one of "
+                f"question, answers, {', '.join(f for f in DEFAULT_COLUMNS if f != 'text' and f != 'answers')}"
+                " (e.g. --field question=title)"
+            )
+        out[field] = column.strip()
+    return out
+
+
+def question_set(
+    spec: str | None = None, fields: Iterable[str] | dict[str, str] | None = None, seed: int = 0
+) -> tuple[Question, ...]:
+    """The questions a verb works on, each with its split: SPEC's (`read_questions`), or with
+    no SPEC every bundled dataset on the canonical split."""
+    if not spec:
+        return canonical_questions()
+    return tuple(read_questions(spec, parse_fields(fields), seed))
+
+
+def read_questions(
+    spec: str, fields: dict[str, str] | None = None, seed: int = 0
+) -> list[Question]:
+    """The questions of SPEC with their split (the file's `split` column, or a seeded one)."""
+    rows = list(_rows(spec))
+    if not rows:
+        raise DataError("the question file has no rows; write one question a row", spec)
+    columns = _columns(spec, rows, fields or {})
+    default_source = _default_source(spec)
+    questions = [_question(spec, n, row, columns, default_source) for n, row in rows]
+    return spec_splits(_drop_duplicates(spec, questions), seed)
+
+
+def spec_splits(questions: Sequence[Question], seed: int = 0) -> list[Question]:
+    """Questions that carry no split get one from `group_splits` (deterministic in the seed)."""
+    missing = [q for q in questions if q.split is None]
+    if not missing:
+        return list(questions)
+    assigned = group_splits(missing, seed)
+    return [q if q.split else replace(q, split=assigned[q.id]) for q in questions]
+
+
+def _default_source(spec: str) -> str:
+    if spec.startswith("hf:"):
+        return spec[3:].split(":")[0].split("@")[0].replace("/", "_")
+    return Path(spec).stem or "questions"
+
+
+# -- reading rows ---------------------------------------------------------------------------
+
+
+def _rows(spec: str) -> Iterator[Row]:
+    if spec.startswith("hf:"):
+        yield from _hf_rows(spec)
+        return
+    path = Path(spec)
+    if path.is_dir():
+        yield from _disk_rows(path)
+        return
+    if not path.is_file():
+        raise DataError(
+            "question file not found; pass a .jsonl, .csv or .parquet file, a save_to_disk "
+            "folder or hf:NAME[:CONFIG][@SPLIT]",
+            spec,
+        )
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
+        raise DataError(
+            f"unknown question file format {suffix or '(no extension)'!r}; use "
+            f"{', '.join(FORMATS)}, a save_to_disk folder or hf:NAME",
+            path,
+        )
+    if suffix == ".parquet":
+        yield from _parquet_rows(path)
+        return
+    _check_utf8(path)
+    yield from _jsonl_rows(path) if suffix == ".jsonl" else _csv_rows(path)
+
+
+def _check_utf8(path: Path) -> None:
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(
+            f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8", path, line
+        ) from None
+
+
+def _jsonl_rows(path: Path) -> Iterator[Row]:
+    yield from read_jsonl(path, BadRows())  # a bad line raises, naming the file and line
+
+
+def _csv_rows(path: Path) -> Iterator[Row]:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        first = f.readline()
+        if first.lstrip().startswith(("{", "[")):
+            raise DataError("this looks like JSON, not CSV; name the file .jsonl", path, 1)
+        f.seek(0)
+        reader = csv.DictReader(f)
+        for row in reader:
+            if None in row:
+                raise DataError(
+                    f"row has {len(reader.fieldnames or []) + len(row[None])} cells but the "
+                    f"header has {len(reader.fieldnames or [])}; quote cells that hold commas",
+                    path,
+                    reader.line_num,
+                )
+            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
+
+
+def _parquet_rows(path: Path) -> Iterator[Row]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(f"not a readable Parquet file ({e})", path) from None
+    yield from enumerate(table.to_pylist(), start=1)
+
+
+def _disk_rows(path: Path) -> Iterator[Row]:
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    try:
+        ds = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"not a `datasets` save_to_disk folder ({e})", path) from None
+    if isinstance(ds, DatasetDict):
+        ds = _with_split_column(ds)
+    assert isinstance(ds, Dataset)
+    yield from _dataset_rows(ds)
+
+
+def _hf_rows(spec: str) -> Iterator[Row]:
+    """hf:NAME[:CONFIG][@SPLIT], loaded through `datasets` (its cache, or the Hub if online)."""
+    from datasets import DatasetDict, load_dataset
+
+    body, _, split = spec[3:].partition("@")
+    name, _, config = body.partition(":")
+    if not name:
+        raise DataError("expected hf:NAME[:CONFIG][@SPLIT], e.g. hf:akariasai/PopQA@test", spec)
+    try:
+        ds = load_dataset(name, config or None, split=split or None)
+    except Exception as e:  # datasets raises many types (connection, not found, bad config)
+        raise DataError(
+            f"could not load Hugging Face dataset {name!r}"
+            + (f" config {config!r}" if config else "")
+            + (f" split {split!r}" if split else "")
+            + f": {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, "
+            "only datasets already in the Hugging Face cache load (HF_DATASETS_OFFLINE=1); or "
+            "save it once with `save_to_disk` and pass that folder",
+            spec,
+        ) from None
+    if isinstance(ds, DatasetDict):
+        ds = _with_split_column(ds)
+    yield from _dataset_rows(ds)
+
+
+def _with_split_column(dd: Any) -> Any:
+    """A DatasetDict as one Dataset; its split names become the `hf_split` column (kept in
+    extra: Hub splits are not the project's train/dev/test)."""
+    from datasets import concatenate_datasets
+
+    parts = [dd[name].add_column("hf_split", [name] * len(dd[name])) for name in dd]
+    return concatenate_datasets(parts)
+
+
+def _dataset_rows(ds: Any) -> Iterator[Row]:
+    for n, row in enumerate(ds, start=1):
+        yield n, dict(row)
+
+
+# -- rows to Questions ----------------------------------------------------------------------
+
+
+def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """Question field -> the columns that feed it, first non-empty wins (empty: absent)."""
+    seen: set[str] = set()
+    for _, row in rows:
+        seen.update(row)
+    for field, column in fields.items():
+        if column not in seen:
+            raise DataError(
+                f"--field {field}={column}: no column {column!r}; columns: {', '.join(sorted(seen))}",
+                spec,
+            )
+    out = {
+        f: (fields[f],) if f in fields else tuple(c for c in cands if c in seen)
+        for f, cands in DEFAULT_COLUMNS.items()
+    }
+    if not out["text"]:
+        raise DataError(
+            f"no question column: expected 'question' or 'text' (columns: "
+            f"{', '.join(sorted(seen))}); name yours with --field question=COLUMN",
+            spec,
+        )
+    return out
+
+
+def _question(
+    spec: str, n: int, row: dict[str, Any], columns: dict[str, tuple[str, ...]], source: str
+) -> Question:
+    def get(field: str) -> Any:
+        return next((row[c] for c in columns[field] if row.get(c) not in (None, "")), None)
+
+    text = get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
+    qid = get("id")
+    split = get("split")
+    if split is not None and split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {', '.join(SPLITS)}", spec, n)
+    used = {c for cols in columns.values() for c in cols}
+    return Question(
+        id=str(qid) if qid not in (None, "") else text_id(text),
+        text=text.strip(),
+        answers=_answers(get("answers"), spec, n),
+        source=str(get("source") or source),
+        split=split,
+        relation=_str_or_none(get("relation")),
+        entity=_str_or_none(get("entity")),
+        s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
+        o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
+        date=_str_or_none(get("date")),
+        extra={k: v for k, v in row.items() if k not in used},
+    )
+
+
+def text_id(text: str) -> str:
+    """A stable id from the question text (same text, same id, on every run and machine)."""
+    return "q-" + hashlib.sha256(text.strip().encode()).hexdigest()[:12]
+
+
+def _answers(value: Any, spec: str, n: int) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        if value.lstrip().startswith("["):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise DataError(
+                    "answers cell starts with '[' but is not a JSON list; write "
+                    '["a", "b"] with double quotes',
+                    spec,
+                    n,
+                ) from None
+        else:
+            return (value,)
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list | tuple):
+        return (str(value),)
+    return tuple(str(a) for a in value if a is not None and str(a).strip())
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        raise DataError(f"column {column!r} must be a number, got {value!r}", spec, n) from None
+
+
+def _drop_duplicates(spec: str, questions: Sequence[Question]) -> list[Question]:
+    """Repeated rows (same id, same text) are kept once and reported on stderr; one id with
+    two different texts is an error (label files are keyed by id)."""
+    first: dict[str, Question] = {}
+    repeats = 0
+    for q in questions:
+        if q.id not in first:
+            first[q.id] = q
+        elif first[q.id].text == q.text:
+            repeats += 1
+        else:
+            raise DataError(
+                f"id {q.id!r} names two different questions ({first[q.id].text!r} and "
+                f"{q.text!r}); ids must be unique",
+                spec,
+            )
+    if repeats:
+        print(f"{spec}: {repeats} repeated question row(s) kept once", file=sys.stderr)
+    return list(first.values())

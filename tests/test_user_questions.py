@@ -1,0 +1,127 @@
+"""Question files of your own: formats, field mapping, ids, splits and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from retrieval_gate.data.errors import DataError
+from retrieval_gate.data.user_questions import parse_fields, read_questions, text_id
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+ROWS = [
+    {"id": "a1", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"], "pop": 900},
+    {"id": "a2", "question": "Capital of France?", "answer": "Paris", "pop": 5000},
+    {"question": "Who founded Zorblat Inc?", "answers": [], "pop": None, "relation": "founder"},
+]
+
+
+def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
+    import pandas as pd
+    from datasets import Dataset
+
+    rows = [
+        {"id": f"q{i}", "question": f"Question number {i}?", "answers": [f"a{i}"], "pop": i}
+        for i in range(20)
+    ]
+    _jsonl(tmp_path / "q.jsonl", rows)
+    frame = pd.DataFrame(rows)
+    frame.to_parquet(tmp_path / "q.parquet")
+    frame.assign(answers=frame.answers.map(json.dumps)).to_csv(tmp_path / "q.csv", index=False)
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "q_disk"))
+    read = {
+        name: read_questions(str(tmp_path / name))
+        for name in ("q.jsonl", "q.csv", "q.parquet", "q_disk")
+    }
+    ref = [(q.id, q.text, q.answers, q.split) for q in read["q.jsonl"]]
+    for name, qs in read.items():
+        assert [(q.id, q.text, q.answers, q.split) for q in qs] == ref, name
+    assert read["q.parquet"][3].extra["pop"] == 3
+    assert read["q.csv"][3].extra["pop"] == "3"  # CSV cells are text; features parse them
+
+
+def test_defaults_extra_stable_ids_and_answer_shapes(tmp_path):
+    qs = read_questions(str(_jsonl(tmp_path / "mine.jsonl", ROWS)))
+    assert [q.answers for q in qs] == [("Shakespeare",), ("Paris",), ()]
+    assert qs[2].id == text_id("Who founded Zorblat Inc?") and qs[2].relation == "founder"
+    assert qs[0].source == "mine" and qs[0].extra == {"pop": 900}
+    assert {q.split for q in qs} <= {"train", "dev", "test"}
+    assert read_questions(str(tmp_path / "mine.jsonl")) == qs  # same file, same ids and split
+
+
+def test_field_override_and_unknown_mapping(tmp_path):
+    path = _jsonl(tmp_path / "t.jsonl", [{"title": "Who is X?", "gold": "x", "id": 7}])
+    (q,) = read_questions(str(path), parse_fields(["question=title", "answer=gold"]))
+    assert (q.id, q.text, q.answers) == ("7", "Who is X?", ("x",))
+    with pytest.raises(DataError, match="--field 'colour=title'"):
+        parse_fields(["colour=title"])
+    with pytest.raises(DataError, match="no column 'heading'"):
+        read_questions(str(path), parse_fields(["question=heading"]))
+
+
+def test_split_column_kept_and_seeded_split_groups_entities(tmp_path):
+    rows = [
+        {"id": f"e{i}-{j}", "question": f"Fact {j} about entity {i}?", "entity": f"E{i}",
+         "relation": f"r{i % 3}"}
+        for i in range(60) for j in range(3)
+    ]  # fmt: skip
+    qs = read_questions(str(_jsonl(tmp_path / "e.jsonl", rows)))
+    by_entity: dict[str, set] = {}
+    for q in qs:
+        by_entity.setdefault(q.entity, set()).add(q.split)
+    assert all(len(s) == 1 for s in by_entity.values())  # one entity, one split
+    assert {q.split for q in qs} == {"train", "dev", "test"}
+    assert [q.split for q in read_questions(str(tmp_path / "e.jsonl"), seed=1)] != [
+        q.split for q in qs
+    ]
+    fixed = _jsonl(tmp_path / "s.jsonl", [{"question": "Q?", "split": "test"}])
+    assert read_questions(str(fixed))[0].split == "test"
+
+
+def test_duplicates(tmp_path, capsys):
+    same = _jsonl(tmp_path / "d.jsonl", [{"question": "Same?"}, {"question": "Same?"}])
+    assert len(read_questions(str(same))) == 1
+    assert "1 repeated question row(s)" in capsys.readouterr().err
+    clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
+    with pytest.raises(DataError, match="id '1' names two different questions"):
+        read_questions(str(clash))
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("none.jsonl", '{"title": "x"}\n', "no question column"),
+        ("empty.csv", "", "has no rows"),
+        ("latin1.csv", "question\nCaf\xe9?\n".encode("latin-1"), "line 2: not valid UTF-8"),
+        ("mixed.jsonl", '{"question": "a?"}\nquestion,answers\n', "line 2: malformed JSON"),
+        ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
+        ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),
+        ("cells.csv", "question,answers\nWho?,a,b\n", "line 2: row has 3 cells"),
+        ("q.txt", "Who?\n", "unknown question file format '.txt'"),
+        ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
+        ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
+        ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),
+    ],
+)
+def test_bad_files_name_the_file_and_row(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(DataError, match=message) as err:
+        read_questions(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="question file not found"):
+        read_questions(str(tmp_path / "nope.jsonl"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match="could not load Hugging Face dataset 'no-such/set'"):
+        read_questions("hf:no-such/set@test")
