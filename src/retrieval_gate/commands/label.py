@@ -39,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "data/labels; required with --questions unless --out is given)",
     )
     add_question_args(p, "questions to label (instead of --dataset)")
+    p.add_argument(
+        "--outcomes",
+        type=Path,
+        help="--policy outcomes: your recorded answers (lm-eval --log_samples samples_*.jsonl, "
+        "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction])",
+    )
     g = p.add_argument_group("rag-gain and rrcp")
     g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
     g.add_argument(
@@ -106,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
             "--questions: pass --labels-dir DIR (or --out FILE): labels of your own questions "
             "do not go into the project's data/labels"
         )
+    if bool(args.outcomes) != (args.policy == "outcomes"):
+        raise DataError("--outcomes FILE and --policy outcomes go together")
     if questions is not None and args.datasets:
         raise DataError("pass --questions or --dataset, not both")
     req = LabelRequest(
@@ -129,8 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _policy_options(args: argparse.Namespace) -> dict:
     opts = {"retriever": args.retriever, "corpus": args.corpus, "k": args.k}
-    if args.policy == "rag-gain":
+    if args.policy in ("rag-gain", "outcomes"):
         opts["neither_label"] = args.neither_label
+    if args.policy == "outcomes":
+        opts["outcomes"] = args.outcomes
     if args.policy == "rrcp":
         opts.update(evaluator=args.evaluator, t_ans=args.t_ans, t_com=args.t_com)
         if args.no_llm_judge:

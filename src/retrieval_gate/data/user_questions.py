@@ -75,7 +75,7 @@ def read_questions(
     spec: str, fields: dict[str, str] | None = None, seed: int = 0
 ) -> list[Question]:
     """The questions of SPEC with their split (the file's `split` column, or a seeded one)."""
-    rows = list(_rows(spec))
+    rows = list(read_rows(spec))
     if not rows:
         raise DataError("the question file has no rows; write one question a row", spec)
     columns = _columns(spec, rows, fields or {})
@@ -102,7 +102,8 @@ def _default_source(spec: str) -> str:
 # -- reading rows ---------------------------------------------------------------------------
 
 
-def _rows(spec: str) -> Iterator[Row]:
+def read_rows(spec: str) -> Iterator[Row]:
+    """(row number, row) of a JSONL / CSV / Parquet file, a save_to_disk folder or hf:NAME."""
     if spec.startswith("hf:"):
         yield from _hf_rows(spec)
         return

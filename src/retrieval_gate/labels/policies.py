@@ -16,7 +16,8 @@ from .selection import EQ_SAMPLE, labelling_questions
 
 GENERATOR_FREE = ("retrievalqa", "popularity")
 GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
-POLICIES = GENERATOR_FREE + GENERATOR_POLICIES
+OUTCOMES = "outcomes"  # answers recorded elsewhere, imported (labels/outcomes.py)
+POLICIES = GENERATOR_FREE + GENERATOR_POLICIES + (OUTCOMES,)
 
 
 @dataclass
@@ -48,7 +49,8 @@ def label_path(policy: str, generator: str = SMOLLM2, labels_dir: Path = LABELS_
         raise ValueError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if policy in GENERATOR_FREE:
         return labels_dir / f"{policy}.jsonl"
-    return labels_dir / generator_dir_name(generator) / f"{policy}.jsonl"
+    name = "closed-book" if policy == OUTCOMES else policy  # outcomes write a closed-book file
+    return labels_dir / generator_dir_name(generator) / f"{name}.jsonl"
 
 
 def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> dict[str, Any]:
@@ -56,6 +58,8 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     `retriever` may be passed in (tests reuse one engine); otherwise they are built when the
     policy needs them."""
     path = req.out or label_path(req.policy, req.generator, req.labels_dir)
+    if req.policy == OUTCOMES:
+        return _outcomes(req, path)
     if req.questions is None:
         questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
     else:
@@ -91,6 +95,23 @@ def check_answers(questions: Sequence[Question], policy: str) -> None:
             "Add an answers column, or record whether each answer was right yourself and use "
             "`--policy outcomes --outcomes FILE` with a correctness column"
         )
+
+
+def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
+    from ..data.user_questions import question_set
+    from .outcomes import import_outcomes
+
+    if not req.options.get("outcomes"):
+        raise DataError("--policy outcomes needs --outcomes FILE (your recorded answers)")
+    questions = req.questions if req.questions is not None else question_set()
+    return import_outcomes(
+        req.options["outcomes"],
+        questions,
+        path.parent,
+        req.generator,
+        req.criterion,
+        req.options.get("neither_label"),
+    )
 
 
 def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:

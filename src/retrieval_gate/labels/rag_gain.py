@@ -120,7 +120,6 @@ def label_rag_gain(
 ) -> dict[str, float]:
     from .closed_book import source_frequent_answers
 
-    questions = [q for q in questions if q.contexts]  # where a corpus exists for them
     frequent = source_frequent_answers(questions)
     meta = provenance(
         "rag-gain",

@@ -202,7 +202,6 @@ def label_rrcp(
     """`llm_judge=False` skips the (costly) P(Yes) judge unless the evaluator needs it."""
     from .closed_book import source_frequent_answers
 
-    questions = [q for q in questions if q.contexts]
     frequent = source_frequent_answers(questions)
     judge = generator if (llm_judge or evaluator != "overlap") else None
     scorer = RRCPScorer(judge, MiniLMEncoder(), evaluator, t_ans, t_com)

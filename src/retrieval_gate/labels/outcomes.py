@@ -1,0 +1,220 @@
+"""`outcomes` policy: answers you already recorded (your LLM, your harness) become label files
+with the same rows as a labelling run, so adaptive accuracy, tuning and the RAG oracle work
+on them.
+
+Two kinds of outcomes file, told apart by their rows:
+- lm-evaluation-harness `--log_samples` output (`samples_<task>_<date>.jsonl`): each row has
+  `doc` (the question as the task saw it) and `filtered_resps` (the model's answer); the
+  answer is judged here against the gold answers, like a labelling run's.
+- a generic file (JSONL, CSV, Parquet): a question `id` (or its `question` text) and either a
+  correctness column (`correct`: true/false, 1/0, yes/no) or the model's `prediction` (judged
+  here); optionally the same for the answer with retrieval (`rag_correct` / `rag_prediction`).
+
+Closed-book rows go to `closed-book.jsonl`; when with-retrieval outcomes are there too, they
+go to `rag-gain.jsonl` beside it. A recorded correctness is stored as the measures the judge
+would give (match = em = correct, f1 = 1/0, guess = false), so every criterion reads it as is."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..data.errors import DataError
+from ..data.user_questions import read_rows
+from ..questions import Question, normalize_answer
+from .closed_book import PREDICTION_CHARS, source_frequent_answers
+from .files import LabelFile
+from .rag_gain import judge_gain
+from .run import provenance
+from .scoring import DEFAULT_CRITERION, correct, judge, measures
+
+CORRECT = ("correct", "is_correct", "closed_correct")
+PREDICTION = ("prediction", "closed_prediction", "response", "answer_given")
+RAG_CORRECT = ("rag_correct",)
+RAG_PREDICTION = ("rag_prediction",)
+_TRUE = {"true", "1", "yes", "y", "correct", "1.0"}
+_FALSE = {"false", "0", "no", "n", "incorrect", "wrong", "0.0"}
+
+
+def import_outcomes(
+    path: str | Path,
+    questions: Sequence[Question],
+    out_dir: Path,
+    generator: str,
+    criterion: str = DEFAULT_CRITERION,
+    neither_label: int | None = None,
+) -> dict[str, Any]:
+    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file."""
+    rows = list(read_rows(str(path)))
+    if not rows:
+        raise DataError("the outcomes file has no rows", path)
+    fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
+    matched, unmatched = _match(path, rows, questions, fmt)
+    frequent = source_frequent_answers([q for q, _ in matched.values()])
+    closed, rag = [], []
+    for q, row in matched.values():
+        closed.append(_closed_row(q, row, fmt, frequent, criterion, path))
+        rag_row = _rag_row(q, row, closed[-1], frequent, criterion, neither_label, path)
+        if rag_row is not None:
+            rag.append(rag_row)
+    meta = provenance(
+        "closed-book",
+        generator=generator,
+        generator_checksum=None,
+        source="outcomes",
+        outcomes_file=str(path),
+        outcomes_sha256=_sha256(Path(path)),
+        outcomes_format=fmt,
+        criterion=criterion,
+        rows=len(closed),
+        unmatched_rows=unmatched,
+    )
+    written = {"closed-book": _write(out_dir / "closed-book.jsonl", closed, meta)}
+    if rag:
+        rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
+                    "closed_book_file": "closed-book.jsonl"}  # fmt: skip
+        written["rag-gain"] = _write(out_dir / "rag-gain.jsonl", rag, rag_meta)
+    return {
+        "format": fmt,
+        "outcome_rows": len(rows),
+        "matched": len(matched),
+        "unmatched": unmatched,
+        **{f"{k}_file": str(v) for k, v in written.items()},
+        "labelled": len(closed),
+        "needs_retrieval": sum(r["label"] for r in closed),
+    }
+
+
+def _match(
+    path: str | Path, rows: list, questions: Sequence[Question], fmt: str
+) -> tuple[dict[str, tuple[Question, dict]], int]:
+    """question id -> (question, outcome row), by id first, else by normalised text."""
+    by_id = {q.id: q for q in questions}
+    by_text = {normalize_answer(q.text): q for q in questions}
+    matched: dict[str, tuple[Question, dict]] = {}
+    unmatched = 0
+    for n, row in rows:
+        key = row.get("doc") if fmt == "lm-eval-samples" else row
+        if not isinstance(key, dict):
+            raise DataError("lm-eval sample row has no 'doc' object", path, n)
+        qid, text = key.get("id"), key.get("question") or key.get("text")
+        if qid is None and not text:
+            raise DataError("outcome row has neither an 'id' nor a 'question' column", path, n)
+        q = by_id.get(str(qid)) if qid is not None else None
+        q = q or (by_text.get(normalize_answer(text)) if isinstance(text, str) else None)
+        if q is None:
+            unmatched += 1
+            continue
+        if q.id in matched:
+            raise DataError(f"a second outcome for question {q.id!r}", path, n)
+        matched[q.id] = (q, {**row, "_line": n})
+    if not matched:
+        raise DataError(
+            f"none of the {len(rows)} outcome rows matches a question by id or text: is this "
+            "the outcomes file of these questions (--questions)?",
+            path,
+        )
+    return matched, unmatched
+
+
+def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
+    n = row["_line"]
+    if fmt == "lm-eval-samples":
+        prediction = _lm_eval_answer(row, path, n)
+    else:
+        recorded = _bool(_first(row, CORRECT), path, n)
+        if recorded is not None:
+            return {"id": q.id, "prediction": None, **_recorded(recorded), "idk": None,
+                    "mean_logprob": None, "label": int(not recorded)}  # fmt: skip
+        prediction = _first(row, PREDICTION)
+        if prediction is None:
+            raise DataError(
+                f"outcome row has no correctness ({' / '.join(CORRECT)}) and no prediction "
+                f"({' / '.join(PREDICTION)}) column",
+                path,
+                n,
+            )
+    if not q.answers:
+        raise DataError(
+            f"question {q.id!r} has no gold answers to judge the prediction against; record "
+            "correctness in a 'correct' column instead",
+            path,
+            n,
+        )
+    prediction = str(prediction)
+    judged = {"id": q.id, "prediction": prediction[:PREDICTION_CHARS],
+              **judge(prediction, q, frequent), "mean_logprob": None}  # fmt: skip
+    return {**judged, "label": int(not correct(judged, criterion))}
+
+
+def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict | None:
+    n = row["_line"]
+    recorded = _bool(_first(row, RAG_CORRECT), path, n)
+    prediction = _first(row, RAG_PREDICTION)
+    if recorded is None and prediction is None:
+        return None
+    if recorded is not None:
+        m = _recorded(recorded)
+        rag = {"rag_prediction": None, "rag_match": m["match"], "rag_em": m["em"],
+               "rag_f1": m["f1"]}  # fmt: skip
+    else:
+        judged = judge(str(prediction), q, frequent)
+        rag = {"rag_prediction": str(prediction)[:PREDICTION_CHARS], "rag_match": judged["match"],
+               "rag_em": judged["em"], "rag_f1": judged["f1"]}  # fmt: skip
+    base = {"id": q.id, **rag, "doc_ids": [], "closed": measures(closed)}
+    return judge_gain(base, closed, criterion, neither_label)
+
+
+def _lm_eval_answer(row: dict, path, n: int) -> str:
+    resps = row.get("filtered_resps")
+    while isinstance(resps, list) and resps:
+        resps = resps[0]
+    if not isinstance(resps, str):
+        raise DataError(
+            "lm-eval sample has no text answer in 'filtered_resps' (a generate_until task "
+            "is needed: loglikelihood tasks record no answer text)",
+            path,
+            n,
+        )
+    return resps
+
+
+def _recorded(ok: bool) -> dict[str, Any]:
+    return {"match": ok, "em": ok, "f1": float(ok), "guess": False}
+
+
+def _first(row: dict, columns: tuple[str, ...]) -> Any:
+    return next((row[c] for c in columns if row.get(c) not in (None, "")), None)
+
+
+def _bool(value: Any, path, n: int) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise DataError(f"correctness {value!r} is not true/false, 1/0 or yes/no", path, n)
+
+
+def _sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:
+    """Replaces the file atomically; refuses to replace one a labelling run wrote."""
+    if path.exists():
+        mp = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+        previous = LabelFile(path).meta if mp.exists() else {}
+        if previous.get("source") != "outcomes":
+            raise DataError(
+                "a label file not made from outcomes is already there; pick another "
+                "--labels-dir / --generator name",
+                path,
+            )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = LabelFile(path)
+    out.rewrite(rows)
+    out.write_meta(meta)
+    return path
