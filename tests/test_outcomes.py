@@ -1,0 +1,124 @@
+"""Recorded outcomes become label files (`label --policy outcomes`), and questions without
+gold answers get a clear way out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from retrieval_gate.cli import main
+from retrieval_gate.labels.files import LabelFile
+
+QUESTIONS = [
+    {"id": "m1", "question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]},
+    {"id": "m2", "question": "What is the capital of France?", "answers": ["Paris"]},
+    {"id": "m3", "question": "Who founded Zorblat Inc?", "answers": ["Quen Vik"]},
+]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _label(tmp_path: Path, outcomes: Path, *extra: str) -> int:
+    qs = _jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    return main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(qs), "--generator", "my-llm", "--labels-dir", str(tmp_path / "labels"),
+                 *extra])  # fmt: skip
+
+
+def _sample(doc_id: int, doc: dict, answer: str) -> dict:
+    """One row of lm-evaluation-harness 0.4 `--log_samples` output (the layout `lm_eval`
+    wrote here for examples/lm-eval/closed_book_qa.yaml)."""
+    return {
+        "doc_id": doc_id,
+        "doc": doc,
+        "target": doc["answers"][0],
+        "arguments": {"gen_args_0": {"arg_0": f"Question: {doc['question']}\nAnswer:",
+                                     "arg_1": {"until": ["\n"], "max_gen_toks": 24}}},
+        "resps": [[answer]],
+        "filtered_resps": [answer],
+        "filter": "none",
+        "metrics": ["exact_match"],
+        "doc_hash": "0" * 64,
+        "prompt_hash": "1" * 64,
+        "target_hash": "2" * 64,
+        "exact_match": 0.0,
+    }  # fmt: skip
+
+
+def test_lm_eval_samples_are_judged_against_gold(tmp_path):
+    answers = ["It was William Shakespeare.", "Lyon", "I don't know"]
+    samples = [_sample(i, d, a) for i, (d, a) in enumerate(zip(QUESTIONS, answers, strict=True))]
+    assert _label(tmp_path, _jsonl(tmp_path / "samples_qa_2026.jsonl", samples)) == 0
+    out = LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl")
+    assert out.labels() == {"m1": 0, "m2": 1, "m3": 1}
+    assert out.rows["m3"]["idk"] and out.rows["m1"]["match"]
+    assert out.meta["outcomes_format"] == "lm-eval-samples" and out.meta["source"] == "outcomes"
+    assert not (tmp_path / "labels" / "my-llm" / "rag-gain.jsonl").exists()
+
+
+def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
+    path = tmp_path / "outcomes.csv"
+    path.write_text(
+        "question,correct,rag_prediction\n"
+        "who wrote hamlet,yes,Shakespeare wrote it (William Shakespeare)\n"
+        "What is the capital of France?,0,Paris\n"
+        "A question nobody asked?,1,\n"
+    )
+    assert _label(tmp_path, path) == 0
+    run = tmp_path / "labels" / "my-llm"
+    assert LabelFile(run / "closed-book.jsonl").labels() == {"m1": 0, "m2": 1}
+    gain = LabelFile(run / "rag-gain.jsonl")
+    assert gain.rows["m2"]["effect"] == "helps" and gain.labels() == {"m1": 0, "m2": 1}
+    assert gain.meta["unmatched_rows"] == 1
+    # the evaluation reads these files as a labelling run's outcomes
+    from retrieval_gate.evaluation.dataset import read_outcomes
+
+    outcomes = read_outcomes(run)
+    assert outcomes.closed == {"m1": True, "m2": False} and outcomes.rag["m2"] is True
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("id,correct\nx9,1\n", "none of the 1 outcome rows matches a question"),
+        ("id,score\nm1,0.3\n", "no correctness (correct / is_correct"),
+        ("id,correct\nm1,maybe\n", "correctness 'maybe' is not true/false"),
+        ("id,correct\nm1,1\nm1,0\n", "a second outcome for question 'm1'"),
+    ],
+)
+def test_bad_outcomes_files(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    assert _label(tmp_path, path) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "labels" / "my-llm" / "closed-book.jsonl").exists()
+
+
+def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
+    run = tmp_path / "labels" / "my-llm"
+    run.mkdir(parents=True)
+    (run / "closed-book.jsonl").write_text('{"id": "m1", "label": 1}\n')
+    (run / "closed-book.meta.json").write_text('{"policy": "closed-book"}')
+    path = _jsonl(tmp_path / "o.jsonl", [{"id": "m1", "correct": True}])
+    assert _label(tmp_path, path) == 2
+    assert "not made from outcomes is already there" in capsys.readouterr().err
+    assert (run / "closed-book.jsonl").read_text() == '{"id": "m1", "label": 1}\n'
+
+
+def test_no_gold_answers_points_to_outcomes(tmp_path, capsys):
+    qs = _jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
+    code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--labels-dir",
+                 str(tmp_path / "labels")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no gold answers" in err and "--policy outcomes --outcomes FILE" in err
+    prediction = _jsonl(tmp_path / "p.jsonl", [{"question": "Is it raining in Oslo?",
+                                                "prediction": "yes"}])  # fmt: skip
+    code = main(["label", "--policy", "outcomes", "--outcomes", str(prediction), "--questions",
+                 str(qs), "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
+    assert code == 2 and "record correctness in a 'correct' column" in capsys.readouterr().err
