@@ -76,7 +76,7 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
     assert gain.rows["m2"]["effect"] == "helps" and gain.labels() == {"m1": 0, "m2": 1}
     assert gain.meta["unmatched_rows"] == 1
     # the evaluation reads these files as a labelling run's outcomes
-    from retrieval_gate.evaluation.dataset import read_outcomes
+    from retrieval_gate.labels.evalset import read_outcomes
 
     outcomes = read_outcomes(run)
     assert outcomes.closed == {"m1": True, "m2": False} and outcomes.rag["m2"] is True

@@ -17,12 +17,13 @@ from sklearn.metrics import roc_auc_score
 
 from ..data.errors import DataError
 from ..data.user_questions import question_set
+from ..fileio import write_json
 from ..gates.learned import LearnedGate
 from ..gates.onnx import OnnxGate
+from ..gates.onnx_format import VARIANTS
 from ..questions import Question
-from ..training.checkpoint import read_json, write_json
+from ..training.checkpoint import read_run_json
 from ..training.data import task_labels
-from .metadata import VARIANTS
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -41,8 +42,8 @@ def parity_set(
 ) -> tuple[list[str], list[int]]:
     """Test-split questions of the run's label file with binary labels: `questions`, else the
     run's own `data.questions` file, else the bundled datasets (canonical split)."""
-    provenance = read_json(run_dir / "labels.json")
-    config_task = read_json(run_dir / "metadata.json")["task"]
+    provenance = read_run_json(run_dir / "labels.json")
+    config_task = read_run_json(run_dir / "metadata.json")["task"]
     labels = task_labels(Path(provenance["path"]), config_task)
     if questions is None:
         data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
