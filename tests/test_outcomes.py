@@ -122,3 +122,29 @@ def test_no_gold_answers_points_to_outcomes(tmp_path, capsys):
     code = main(["label", "--policy", "outcomes", "--outcomes", str(prediction), "--questions",
                  str(qs), "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
     assert code == 2 and "record correctness in a 'correct' column" in capsys.readouterr().err
+
+
+def test_generator_url_dead_server_and_no_gold_checked_first(tmp_path, capsys):
+    qs = _jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    dead = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url",
+                 dead, "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
+    assert code == 3 and "could not list models at http://127.0.0.1:9/v1" in capsys.readouterr().err
+    nogold = _jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
+    code = main(["label", "--policy", "closed-book", "--questions", str(nogold),
+                 "--generator-url", dead, "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
+    assert code == 2 and "--policy outcomes" in capsys.readouterr().err
+
+
+def test_remote_generator_retries_then_names_the_server(monkeypatch):
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation import remote
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    gen = remote.RemoteGenerator("http://127.0.0.1:9/v1", model="m")
+    calls = []
+    real_post = gen._client.post
+    gen._client.post = lambda *a, **k: calls.append(1) or real_post(*a, **k)
+    with pytest.raises(BackendError, match=r"cannot reach .*127.0.0.1:9.*after 4 attempts"):
+        gen.generate(["hi"])
+    assert len(calls) == 4

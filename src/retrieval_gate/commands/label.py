@@ -25,7 +25,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "retrievalqa + an EntityQuestions sample)",
     )
     p.add_argument("--limit", type=int, help="label only the first N questions")
-    p.add_argument("--generator", default=SMOLLM2, help="model name or folder")
+    p.add_argument(
+        "--generator",
+        help=f"model name or folder (default {SMOLLM2}); with --generator-url the server's model "
+        "id (default: the first it lists); with --policy outcomes the name of the LLM whose "
+        "answers they are",
+    )
+    p.add_argument(
+        "--generator-url",
+        help="OpenAI-compatible server to label with (e.g. `vllm serve` at "
+        "http://host:8000/v1), instead of an in-process engine",
+    )
     p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
     p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
     p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
@@ -81,6 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.generator and not args.generator_url:
+        args.generator = SMOLLM2
     if args.report:
         from ..labels.report import print_report
 
@@ -116,11 +128,12 @@ def run(args: argparse.Namespace) -> int:
         raise DataError("--outcomes FILE and --policy outcomes go together")
     if questions is not None and args.datasets:
         raise DataError("pass --questions or --dataset, not both")
+    generator = _remote(args, questions)
     req = LabelRequest(
         policy=args.policy,
         datasets=args.datasets,
         limit=args.limit,
-        generator=args.generator,
+        generator=generator.name if generator else args.generator,
         backend=args.backend,
         criterion=args.criterion,
         chunk_size=args.chunk_size,
@@ -131,8 +144,25 @@ def run(args: argparse.Namespace) -> int:
         questions=questions,
         **({"labels_dir": args.labels_dir} if args.labels_dir else {}),
     )
-    print(json.dumps(label(req), indent=2))
+    print(json.dumps(label(req, generator=generator), indent=2))
     return 0
+
+
+def _remote(args: argparse.Namespace, questions) -> object | None:
+    """The server's generator for --generator-url, checked before any labelling starts."""
+    if not args.generator_url:
+        return None
+    from ..data.errors import DataError
+    from ..generation.remote import RemoteGenerator
+    from ..labels.policies import GENERATOR_POLICIES, check_answers
+
+    if args.policy not in GENERATOR_POLICIES:
+        raise DataError(
+            f"--generator-url generates answers: it does not apply to --policy {args.policy}"
+        )
+    if questions is not None:
+        check_answers(questions, args.policy)  # before contacting the server
+    return RemoteGenerator(args.generator_url, model=args.generator)
 
 
 def _policy_options(args: argparse.Namespace) -> dict:

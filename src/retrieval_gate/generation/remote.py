@@ -10,6 +10,7 @@ applies it in-process. Token counts are the server's own `usage` numbers."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,8 +18,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ..data.errors import DataError
+from ..errors import BackendError
 from .base import Generation
+
+
+RETRIES = 3
+RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
 
 
 class RemoteGenerator:
@@ -45,15 +50,22 @@ class RemoteGenerator:
         self.checksum = f"remote:{self.base_url}:{self.name}"
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            r = self._client.post(f"{self.base_url}{path}", json=body)
-        except httpx.HTTPError as e:
-            raise DataError(f"cannot reach the generator server at {self.base_url} ({e})") from e
-        if r.status_code != 200:
-            raise DataError(
-                f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
-            )
-        return r.json()
+        """One request, retried RETRIES times (with a growing pause) when the server cannot
+        be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final."""
+        for attempt in range(RETRIES + 1):
+            try:
+                r = self._client.post(f"{self.base_url}{path}", json=body)
+            except httpx.HTTPError as e:
+                problem = f"cannot reach the generator server at {self.base_url} ({e})"
+            else:
+                if r.status_code == 200:
+                    return r.json()
+                problem = f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
+                if r.status_code < 500 and r.status_code != 429:
+                    raise BackendError(problem)
+            if attempt < RETRIES:
+                time.sleep(RETRY_PAUSE * 2**attempt)
+        raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
 
     def _first_model(self) -> str:
         try:
@@ -61,7 +73,7 @@ class RemoteGenerator:
             r.raise_for_status()
             return str(r.json()["data"][0]["id"])
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-            raise DataError(
+            raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
             ) from e
@@ -129,7 +141,7 @@ class RemoteGenerator:
         out = self._post("/chat/completions", body)
         entries = out.get("prompt_logprobs")
         if entries is None:
-            raise DataError(
+            raise BackendError(
                 f"the server at {self.base_url} returned no prompt_logprobs; choice_probs needs "
                 "a vLLM OpenAI-compatible server"
             )
