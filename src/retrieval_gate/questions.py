@@ -7,7 +7,7 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -105,6 +105,27 @@ def token_f1(prediction: str, answers: Iterable[str]) -> float:
         recall = overlap / len(gold_tokens)
         best = max(best, 2 * precision * recall / (precision + recall))
     return best
+
+
+_FIELDS = {f.name for f in fields(Question)}
+
+
+def feature_value(q: Question, name: str) -> float | None:
+    """A numeric side signal of a question: its own field (`s_pop`, `o_pop`) or a column of
+    your question file kept in `extra`. None when the question has no value for it; a value
+    that is not a number is an error naming the question and the column."""
+    value = getattr(q, name) if name in _FIELDS else q.extra.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        from .errors import InputError
+
+        raise InputError(
+            f"question {q.id!r}: feature column {name!r} holds {value!r}, not a number"
+        ) from None
+    return None if number != number else number  # NaN counts as missing
 
 
 def by_id(questions: Sequence[Question]) -> dict[str, Question]:

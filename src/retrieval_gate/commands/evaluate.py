@@ -36,6 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (quick look)")
     add_question_args(p)
+    p.add_argument(
+        "--feature",
+        metavar="COLUMN",
+        help="numeric signal the popularity gates threshold (default s_pop; any numeric "
+        "column of --questions: low value -> retrieve)",
+    )
     p.set_defaults(run=run)
 
 
@@ -49,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         "learned": {"run": args.learned_run},
         "onnx": {"path": args.onnx},
         "prompt-ta-are": {"date": date},
+        "popularity": {"feature": args.feature},
+        "popularity-global": {"feature": args.feature},
     }
     cfg = EvaluationConfig(
         gates=args.gates,

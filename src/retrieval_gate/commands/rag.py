@@ -47,6 +47,7 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE")
     g.add_argument("--oracle-labels", type=Path, help="label file the oracle follows")
     g.add_argument("--date", help="TA-ARE's 'Today is ...' (default: today)")
+    g.add_argument("--feature", metavar="COLUMN", help="popularity modes' signal (default s_pop)")
     g.add_argument(
         "--threshold",
         action="append",
@@ -107,7 +108,8 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
         opts.labels = args.labels
     if args.oracle_labels:
         opts.oracle_labels = args.oracle_labels
-    opts.questions = questions_from(args)
+    opts.questions = questions_from(args) if hasattr(args, "questions") else None  # not serve
+    opts.feature = args.feature
     if opts.questions is not None and args.labels:  # your labels' folder holds your outcomes
         opts.run_dir = args.labels.parent
     return opts

@@ -1,6 +1,8 @@
 """Mallen et al.'s adaptive retrieval: retrieve iff the subject's popularity (s_pop, monthly
 Wikipedia page views) is below a threshold, one threshold per relation type chosen by brute
-force to maximise adaptive accuracy (or one global threshold).
+force to maximise adaptive accuracy (or one global threshold). Any other numeric signal of
+yours (a column of your question file: a channel's hit count, an index score) can stand in
+for s_pop (`feature`): "retrieve when it is low".
 
 Scores: sigmoid(log1p(t_r) - log1p(s_pop)), so the gate's threshold 0.5 is exactly
 "s_pop < t_r" and the scores still rank questions (ROC curve) on the popularity scale.
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..questions import Question
+from ..questions import Question, feature_value
 
 
 def best_cut(s_pop: np.ndarray, if_retrieved: np.ndarray, if_kept: np.ndarray) -> float:
@@ -44,6 +46,8 @@ class PopularityGate:
     fallback_score: float
     name: str = "popularity"
     threshold: float = 0.5
+    feature: str = "s_pop"
+    log_scale: bool = True  # compare log1p(value) (counts, views); False: signals that go below 0
 
     def cut_for(self, q: Question) -> float:
         return self.relation_thresholds.get(q.relation or "", self.global_threshold)
@@ -51,8 +55,13 @@ class PopularityGate:
     def scores(self, questions: Sequence[Question]) -> np.ndarray:
         out = np.full(len(questions), self.fallback_score, dtype=float)
         for i, q in enumerate(questions):
-            if q.s_pop is not None:
-                z = np.log1p(self.cut_for(q)) - np.log1p(q.s_pop)  # cuts are > -1
+            value = feature_value(q, self.feature)
+            if value is not None:
+                cut = self.cut_for(q)
+                if self.log_scale:  # cuts are > -1
+                    z = np.log1p(cut) - np.log1p(max(value, 0.0))
+                else:
+                    z = cut - value
                 out[i] = 1.0 / (1.0 + np.exp(-z))
         return out
 
@@ -73,13 +82,18 @@ def fit_popularity(
     rag: np.ndarray,
     per_relation: bool = True,
     min_per_relation: int = 5,
+    feature: str = "s_pop",
 ) -> PopularityGate:
     """Brute-force thresholds on the given (dev) questions maximising adaptive accuracy."""
     if_r, if_k = payoffs(np.asarray(y), np.asarray(closed, float), np.asarray(rag, float))
-    has_pop = np.array([q.s_pop is not None for q in questions], dtype=bool)
+    values = [feature_value(q, feature) for q in questions]
+    has_pop = np.array([v is not None for v in values], dtype=bool)
     if not has_pop.any():
-        raise ValueError("popularity gate: no fitting question has s_pop (only PopQA has it)")
-    pops = np.array([q.s_pop if q.s_pop is not None else -1 for q in questions], dtype=float)
+        raise ValueError(
+            f"popularity gate: no fitting question has a value for {feature!r}"
+            + (" (only PopQA has s_pop; pass --feature COLUMN)" if feature == "s_pop" else "")
+        )
+    pops = np.array([v if v is not None else -1 for v in values], dtype=float)
     global_t = best_cut(pops[has_pop], if_r[has_pop], if_k[has_pop])
     thresholds: dict[str, float] = {}
     if per_relation:
@@ -91,7 +105,10 @@ def fit_popularity(
     no_pop = ~has_pop
     fallback = float(np.mean(np.asarray(y)[no_pop])) if no_pop.any() else 1.0
     name = "popularity" if per_relation else "popularity-global"
-    return PopularityGate(thresholds, global_t, fallback, name=name)
+    log_scale = bool((pops[has_pop] >= 0).all())
+    return PopularityGate(
+        thresholds, global_t, fallback, name, feature=feature, log_scale=log_scale
+    )
 
 
 def mallen_protocol(

@@ -69,15 +69,18 @@ def _never(ctx: GateContext, **_: Any) -> Gate:
     return never_gate()
 
 
-def _popularity(ctx: GateContext, per_relation: bool = True, **_: Any) -> Gate:
+def _popularity(
+    ctx: GateContext, per_relation: bool = True, feature: str | None = None, **_: Any
+) -> Gate:
     from .popularity import fit_popularity
 
     dev = ctx.need("dev", "popularity")
-    return fit_popularity(dev.questions, dev.y, dev.closed_correct, dev.rag_correct, per_relation)
+    return fit_popularity(dev.questions, dev.y, dev.closed_correct, dev.rag_correct, per_relation,
+                          feature=feature or "s_pop")  # fmt: skip
 
 
-def _popularity_global(ctx: GateContext, **kw: Any) -> Gate:
-    return _popularity(ctx, per_relation=False)
+def _popularity_global(ctx: GateContext, feature: str | None = None, **kw: Any) -> Gate:
+    return _popularity(ctx, per_relation=False, feature=feature)
 
 
 def _tfidf(ctx: GateContext, **kw: Any) -> Gate:

@@ -21,7 +21,6 @@ import numpy as np
 from ..errors import BackendError
 from .base import Generation
 
-
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
 

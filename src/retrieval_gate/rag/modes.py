@@ -54,6 +54,7 @@ class ModeOptions:
     date: str | None = None  # TA-ARE's "Today is ..." (default: today)
     thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
     questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
+    feature: str | None = None  # the popularity gates' signal (None: s_pop)
 
 
 def known_modes() -> list[str]:
@@ -105,7 +106,9 @@ def build_mode_gates(
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     if mode == "oracle":
         return OracleGate.from_file(options.oracle_labels)
-    kwargs = {"learned": {"run": options.learned_run}, "onnx": {"path": options.onnx}}
+    kwargs = {"learned": {"run": options.learned_run}, "onnx": {"path": options.onnx},
+              "popularity": {"feature": options.feature},
+              "popularity-global": {"feature": options.feature}}  # fmt: skip
     gate = build_gate(mode, context, **kwargs.get(mode, {}), date=options.date)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.

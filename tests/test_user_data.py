@@ -148,3 +148,26 @@ def test_remote_generator_retries_then_names_the_server(monkeypatch):
     with pytest.raises(BackendError, match=r"cannot reach .*127.0.0.1:9.*after 4 attempts"):
         gen.generate(["hi"])
     assert len(calls) == 4
+
+
+def test_popularity_gate_on_any_numeric_column():
+    import numpy as np
+
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.gates.popularity import fit_popularity
+    from retrieval_gate.questions import Question
+
+    def q(i: int, hits) -> Question:
+        return Question(id=f"q{i}", text=f"question {i}?", answers=("a",), source="mine",
+                        relation="r", extra={"hits": hits})  # fmt: skip
+
+    qs = [q(i, str(i * 10)) for i in range(20)]  # CSV cells arrive as text
+    y = np.array([int(i < 8) for i in range(20)])  # few index hits -> needs retrieval
+    nan = np.full(20, np.nan)
+    gate = fit_popularity(qs, y, nan, nan, feature="hits")
+    assert (gate.scores(qs) >= 0.5).tolist() == [bool(v) for v in y]
+    assert gate.scores([q(99, None)])[0] == gate.fallback_score  # missing value: fallback
+    with pytest.raises(InputError, match="question 'q7': feature column 'hits' holds 'many'"):
+        gate.scores([q(7, "many")])
+    with pytest.raises(ValueError, match="no fitting question has a value for 'views'"):
+        fit_popularity(qs, y, nan, nan, feature="views")
