@@ -66,11 +66,14 @@ def run(args: argparse.Namespace) -> int:
     gate = OnnxGate(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
     if args.questions:
-        records = [{"id": q.id, "text": q.text} for q in questions_from(args) or ()]
+        questions = questions_from(args) or ()
+        records = [{"id": q.id, "text": q.text} for q in questions]
+        scores = gate.scores(questions)  # with the side features of each question, if any
+        good = records
     else:
         records = read_questions(Path(args.input))
-    good = [r for r in records if "text" in r]
-    scores = gate.score_texts([r["text"] for r in good]) if good else []
+        good = [r for r in records if "text" in r]
+        scores = gate.score_texts([r["text"] for r in good]) if good else []
     for rec, score in zip(good, scores, strict=True):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout

@@ -213,8 +213,13 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
 
 def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
     lines = ["# Gate comparison", "", f"`{cfg.command}`", ""]
+    split = (
+        "Canonical split `assign_splits(load_all(), seed=0)`"
+        if cfg.questions is None
+        else "Your question file's split (its `split` column, else seeded by entity/text)"
+    )
     lines.append(
-        "Canonical split `assign_splits(load_all(), seed=0)`; every gate on the same test "
+        f"{split}; every gate on the same test "
         "questions of each label file. 95% CIs: percentile bootstrap, "
         f"{cfg.n_resamples} resamples. Cost: median ms of one decision on one question "
         "(batch 1, after a warm-up), measured once per gate in this run."

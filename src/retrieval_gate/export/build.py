@@ -20,13 +20,13 @@ def build_export(
     parity: tuple[Sequence[str], Sequence[int] | None] | None = None,
     questions: Sequence[Question] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """`parity` = (texts, labels) to check on; by default the run's test split (up to
+    """`parity` = (texts, labels[, side features]) to check on; by default the run's test split (up to
     `parity_limit` questions) of `questions` (default: the run's own question set)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     export_gate(run_dir, out_dir, variants)
-    texts, labels = (
+    texts, labels, *features = (
         parity if parity is not None else parity_set(run_dir, parity_limit, questions=questions)
     )
-    report = check_parity(run_dir, out_dir, texts, labels)
+    report = check_parity(run_dir, out_dir, texts, labels, features[0] if features else None)
     write_model_card(run_dir, out_dir, report)
     return out_dir, report

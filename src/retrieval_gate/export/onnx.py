@@ -33,13 +33,21 @@ class GateGraph(nn.Module):
         self.head = module.head
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        probs = self.head(self.backbone(input_ids, attention_mask).float()).softmax(-1)
+        pooled = self.backbone(input_ids, attention_mask).float()
+        if features is not None:  # side features: the graph's third input
+            pooled = torch.cat([pooled, features], dim=-1)
+        probs = self.head(pooled).softmax(-1)
         return 1.0 - probs[:, 0], probs
 
 
-def gate_metadata(run_dir: Path, meta: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+def gate_metadata(
+    run_dir: Path, meta: dict[str, Any], tokenizer: Any, side_features: dict | None = None
+) -> dict[str, str]:
     labels = read_run_json(run_dir / "labels.json")
     return {
         "format": FORMAT,
@@ -55,6 +63,7 @@ def gate_metadata(run_dir: Path, meta: dict[str, Any], tokenizer: Any) -> dict[s
         "package_version": __version__,
         "run": run_dir.name,
         "task": meta["task"],
+        "side_features": json.dumps(side_features),
     }
 
 
@@ -75,19 +84,22 @@ def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) 
         return_tensors="pt",
     )
     dynamic = {0: "batch", 1: "sequence"}
+    args = (sample["input_ids"], sample["attention_mask"])
+    names = ["input_ids", "attention_mask"]
+    axes = {"input_ids": dynamic, "attention_mask": dynamic, "scores": {0: "batch"},
+            "probs": {0: "batch"}}  # fmt: skip
+    if module.n_side:  # side features: (batch, 2 * n_features) float32, scaled as in metadata
+        args = (*args, torch.zeros(2, module.n_side))
+        names.append("features")
+        axes["features"] = {0: "batch"}
     with torch.inference_mode():
         torch.onnx.export(
             graph,
-            (sample["input_ids"], sample["attention_mask"]),
+            args,
             str(path),
-            input_names=["input_ids", "attention_mask"],
+            input_names=names,
             output_names=["scores", "probs"],
-            dynamic_axes={
-                "input_ids": dynamic,
-                "attention_mask": dynamic,
-                "scores": {0: "batch"},
-                "probs": {0: "batch"},
-            },
+            dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,
         )
@@ -161,7 +173,7 @@ def export_gate(
     if not (out_dir / "tokenizer.json").is_file():
         raise DataError("the tokenizer has no fast (tokenizer.json) version to export", run_dir)
     shutil.copy(run_dir / "metadata.json", out_dir / "gate_metadata.json")
-    props = gate_metadata(run_dir, meta, tokenizer)
+    props = gate_metadata(run_dir, meta, tokenizer, module.model_cfg.get("side_features"))
     export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
     if "opt" in variants or "int8" in variants:
         optimise(paths["fp32"], paths["opt"], hf_config)

@@ -16,6 +16,7 @@ import yaml
 from sklearn.metrics import roc_auc_score
 
 from ..data.errors import DataError
+from ..data.features import SideFeatures
 from ..data.user_questions import question_set
 from ..fileio import write_json
 from ..gates.learned import LearnedGate
@@ -39,23 +40,25 @@ def parity_set(
     limit: int | None = 1000,
     seed: int = 0,
     questions: Sequence[Question] | None = None,
-) -> tuple[list[str], list[int]]:
-    """Test-split questions of the run's label file with binary labels: `questions`, else the
-    run's own `data.questions` file, else the bundled datasets (canonical split)."""
+) -> tuple[list[str], list[int], np.ndarray | None]:
+    """Test-split questions of the run's label file: texts, binary labels and (for a gate with
+    side features) their scaled features. From `questions`, else the run's own
+    `data.questions` file, else the bundled datasets (canonical split)."""
     provenance = read_run_json(run_dir / "labels.json")
     config_task = read_run_json(run_dir / "metadata.json")["task"]
     labels = task_labels(Path(provenance["path"]), config_task)
     if questions is None:
         data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
         questions = question_set(data.get("questions"), data.get("fields"))
-    rows = [
-        (q.text, int(labels[q.id] > 0)) for q in questions if q.id in labels and q.split == "test"
-    ]
+    rows = [q for q in questions if q.id in labels and q.split == "test"]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)
     if not rows:
         raise DataError("no test-split questions for the run's label file", provenance["path"])
-    return [t for t, _ in rows], [y for _, y in rows]
+    model = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]
+    side = SideFeatures.from_dict(model.get("side_features"))
+    features = side.matrix(rows, strict=False) if side else None
+    return [q.text for q in rows], [int(labels[q.id] > 0) for q in rows], features
 
 
 def _auroc(labels: Sequence[int] | None, scores: np.ndarray) -> float | None:
@@ -69,13 +72,14 @@ def check_parity(
     export_dir: str | Path,
     texts: Sequence[str],
     labels: Sequence[int] | None = None,
+    features: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Scores `texts` with PyTorch and every variant present; writes parity.json beside the
     export and returns it. A variant that cannot run here (fp16 on a CPU build without fp16
     kernels) is reported as not runnable instead of failing the export."""
     run_dir, export_dir = Path(run_dir), Path(export_dir)
     reference = LearnedGate(run_dir)
-    ref = reference.score_texts(list(texts))
+    ref = reference.score_texts(list(texts), features)
     ref_auroc = _auroc(labels, ref)
     report: dict[str, Any] = {"n": len(texts), "pytorch": {"auroc": ref_auroc}, "variants": {}}
     for variant, filename in VARIANTS.items():
@@ -83,7 +87,7 @@ def check_parity(
             continue
         try:
             gate = OnnxGate(export_dir, variant)
-            scores = gate.score_texts(list(texts))
+            scores = gate.score_texts(list(texts), features)
         except Exception as e:  # noqa: BLE001  (ORT: missing kernels for this provider)
             report["variants"][variant] = {"runnable": False, "error": str(e).splitlines()[0]}
             continue

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.features import SideFeatures
 from ..questions import Question
 from ..training.checkpoint import load_run
 
@@ -23,11 +24,13 @@ class LearnedGate:
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
         self.name = name or f"learned:{self.run_dir.name}"
+        self.side_features = SideFeatures.from_dict(self.module.model_cfg.get("side_features"))
 
     @torch.inference_mode()
-    def score_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """P(needs retrieval) per text. Texts are batched in length order so each batch pads
-        only to similar lengths, and results are put back in input order."""
+    def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
+        """P(needs retrieval) per text (with its row of scaled side `features` when the gate
+        has them). Texts are batched in length order so each batch pads only to similar
+        lengths, and results are put back in input order."""
         order = np.argsort([len(t) for t in texts], kind="stable")
         out = np.empty(len(texts), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
@@ -39,9 +42,11 @@ class LearnedGate:
                 padding=True,
                 return_tensors="pt",
             )
-            logits = self.module(enc["input_ids"], enc["attention_mask"])
+            feats = None if features is None else torch.from_numpy(features[idx])
+            logits = self.module(enc["input_ids"], enc["attention_mask"], feats)
             out[idx] = self.module.retrieval_probability(logits).numpy()
         return out
 
     def scores(self, questions: Sequence[Question]) -> np.ndarray:
-        return self.score_texts([q.text for q in questions])
+        side = self.side_features
+        return self.score_texts([q.text for q in questions], side and side.matrix(questions))

@@ -13,6 +13,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ..data.errors import DataError
+from ..data.features import SideFeatures
 from ..questions import Question
 from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
@@ -78,6 +79,11 @@ class OnnxGate:
         self.name = name or f"onnx:{self.export_dir.name}:{variant}"
         self.tokenizer = self._tokenizer()
         self.provider = self.session.get_providers()[0]
+        # Side features (names + scaling) when the gate was trained with them; older exports
+        # have no such key and take text only.
+        self.side_features = SideFeatures.from_dict(
+            json.loads(self.metadata.get("side_features", "null"))
+        )
 
     def _tokenizer(self) -> Tokenizer:
         path = self.export_dir / "tokenizer.json"
@@ -105,20 +111,33 @@ class OnnxGate:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
-    def run_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
-        """Scores for one batch of token ids, padded to its own longest row."""
+    def run_ids(
+        self, ids: Sequence[Sequence[int]], features: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Scores for one batch of token ids, padded to its own longest row (with the batch's
+        scaled side features when the gate has them)."""
         width = max(len(row) for row in ids)
         input_ids = np.full((len(ids), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(ids), width), dtype=np.int64)
         for i, row in enumerate(ids):
             input_ids[i, : len(row)] = row
             mask[i, : len(row)] = 1
-        out = self.session.run(["scores"], {"input_ids": input_ids, "attention_mask": mask})
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if self.side_features is not None:
+            if features is None:
+                raise DataError(
+                    f"gate {self.name} needs the side features "
+                    f"{', '.join(self.side_features.names)}: score Questions (with them in "
+                    "Question.extra), not bare texts"
+                )
+            feeds["features"] = np.asarray(features, dtype=np.float32)
+        out = self.session.run(["scores"], feeds)
         return out[0].astype(np.float32)
 
-    def score_texts(self, texts: Sequence[str]) -> np.ndarray:
+    def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
         """P(needs retrieval) per text; batches are length buckets (sorted by token count) so
-        padding stays small, and results come back in input order."""
+        padding stays small, and results come back in input order. `features`: one row of
+        scaled side features per text (`side_features.matrix`), for gates that have them."""
         if not len(texts):
             return np.zeros(0, dtype=np.float32)
         if any(not t or not t.strip() for t in texts):
@@ -128,8 +147,10 @@ class OnnxGate:
         out = np.empty(len(ids), dtype=np.float32)
         for start in range(0, len(ids), self.batch_size):
             idx = order[start : start + self.batch_size]
-            out[idx] = self.run_ids([ids[i] for i in idx])
+            feats = None if features is None else features[idx]
+            out[idx] = self.run_ids([ids[i] for i in idx], feats)
         return out
 
     def scores(self, questions: Sequence[Question]) -> np.ndarray:
-        return self.score_texts([q.text for q in questions])
+        side = self.side_features
+        return self.score_texts([q.text for q in questions], side and side.matrix(questions))

@@ -22,6 +22,7 @@ DEFAULTS: dict[str, Any] = {
         "datasets": None,  # None = every dataset
         "questions": None,  # your own question file / hf:NAME (replaces datasets; own split)
         "fields": None,  # {question: title, ...}: columns of data.questions read as fields
+        "features": None,  # numeric side features beside the text, e.g. [s_pop] (data/features.py)
         "max_length": 64,
         "batch_size": 32,
         "eval_batch_size": 128,
@@ -41,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
         "weight_decay": 0.01,
         "warmup_ratio": 0.1,
         "threshold": 0.5,
+        "side_features": None,  # set by training from data.features: names + scaling
     },
     "trainer": {
         "max_epochs": 2,

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from ..data import DataError, assign_splits, load_all
+from ..data.features import SideFeatures
 from ..labels import LabelFile
 from ..questions import Question
 from .provenance import label_provenance
@@ -100,19 +102,23 @@ class Collate:
         self.tokenizer = tokenizer
         self.max_length = max_length
 
-    def __call__(self, batch: list[tuple[str, str, int]]) -> dict[str, torch.Tensor]:
+    def __call__(self, batch: list[tuple]) -> dict[str, torch.Tensor]:
+        """Rows are (id, text, label) or, with side features, (id, text, features, label)."""
         enc = self.tokenizer(
-            [text for _, text, _ in batch],
+            [row[1] for row in batch],
             truncation=True,
             max_length=self.max_length,
             padding=True,
             return_tensors="pt",
         )
-        return {
+        out = {
             "input_ids": enc["input_ids"],
             "attention_mask": enc["attention_mask"],
             "labels": torch.tensor([y for *_, y in batch], dtype=torch.long),
         }
+        if len(batch[0]) == 4:
+            out["features"] = torch.tensor(np.stack([row[2] for row in batch]))
+        return out
 
 
 class GateDataModule(pl.LightningDataModule):
@@ -147,6 +153,23 @@ class GateDataModule(pl.LightningDataModule):
         for split, part in self.rows.items():
             if not part:
                 raise DataError(f"the {split} split has no labelled questions", self.path)
+        self.side_features = self._add_side_features(qs, data.get("features") or [])
+
+    def _add_side_features(self, questions: Sequence[Question], names: list[str]):
+        """Fits the scaling on the train split and puts each row's features beside its text."""
+        if not names:
+            return None
+        by_id = {q.id: q for q in questions}
+        side = SideFeatures.fit([by_id[r[0]] for r in self.rows["train"]], names)
+        for split, rows in self.rows.items():
+            feats = side.matrix([by_id[r[0]] for r in rows], strict=False)
+            self.rows[split] = [(i, t, f, y) for (i, t, y), f in zip(rows, feats, strict=True)]
+        return side
+
+    def model_config(self, model: dict[str, Any]) -> dict[str, Any]:
+        """The model section with the side features' names and scaling (saved in the run)."""
+        side = self.side_features.to_dict() if self.side_features else None
+        return {**model, "side_features": side}
 
     def class_counts(self) -> list[int]:
         counts = Counter(y for *_, y in self.rows["train"])

@@ -54,9 +54,11 @@ class RetrievalGateModule(pl.LightningModule):
         self.num_classes = num_classes
         self.threshold = float(model_cfg.get("threshold", 0.5))
         self.backbone = Backbone(model_cfg, hf_config)
+        side = model_cfg.get("side_features") or {}
+        self.n_side = 2 * len(side.get("names", []))  # a value and a missing flag each
         self.head = nn.Sequential(
             nn.Dropout(float(model_cfg.get("dropout", 0.1))),
-            nn.Linear(self.backbone.hidden_size, num_classes),
+            nn.Linear(self.backbone.hidden_size + self.n_side, num_classes),
         )
         self.loss = nn.CrossEntropyLoss(weight=class_weights)
         self.metrics = nn.ModuleDict(
@@ -67,9 +69,20 @@ class RetrievalGateModule(pl.LightningModule):
         )
         self.train()  # from_pretrained leaves bodies in eval mode (dropout off)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits (batch, num_classes); float32 whatever precision the body runs in."""
-        return self.head(self.backbone(input_ids, attention_mask).float())
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        features: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (batch, num_classes); float32 whatever precision the body runs in. A gate
+        trained with side features takes them (scaled, data/features.py) beside the text."""
+        pooled = self.backbone(input_ids, attention_mask).float()
+        if self.n_side:
+            if features is None:
+                raise ValueError("this gate was trained with side features: pass `features`")
+            pooled = torch.cat([pooled, features.float()], dim=-1)
+        return self.head(pooled)
 
     def retrieval_probability(self, logits: torch.Tensor) -> torch.Tensor:
         """P(needs retrieval) = 1 - P(class 0): one score for binary and 3-way tasks."""
@@ -81,7 +94,7 @@ class RetrievalGateModule(pl.LightningModule):
         return logits.argmax(-1)
 
     def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
-        logits = self(batch["input_ids"], batch["attention_mask"])
+        logits = self(batch["input_ids"], batch["attention_mask"], batch.get("features"))
         y = batch["labels"]
         loss = self.loss(logits, y)
         p = self.retrieval_probability(logits).detach()
@@ -107,7 +120,8 @@ class RetrievalGateModule(pl.LightningModule):
         self._step(batch, "test")
 
     def predict_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
-        return self.retrieval_probability(self(batch["input_ids"], batch["attention_mask"]))
+        logits = self(batch["input_ids"], batch["attention_mask"], batch.get("features"))
+        return self.retrieval_probability(logits)
 
     def configure_optimizers(self) -> Any:
         cfg = self.model_cfg

@@ -89,6 +89,7 @@ def train(config: dict[str, Any], questions: list | None = None) -> Path:
     run_dir = Path(config["run"]["output_dir"]) / run_name(config)
     tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
     dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
+    config["model"] = dm.model_config(config["model"])  # side features' scaling, if any
     module = RetrievalGateModule(config["model"], dm.num_classes, dm.class_weights())
     throughput = Throughput()
     trainer = _trainer(config, run_dir, [throughput])

@@ -75,6 +75,7 @@ def fit_trial(
     tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
     dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
     dm.rows["test"] = []  # tuning never reads the test split
+    config["model"] = dm.model_config(config["model"])  # side features' scaling, if any
     module = RetrievalGateModule(config["model"], dm.num_classes, dm.class_weights())
     trainer = pl.Trainer(
         **{**config["trainer"], "val_check_interval": 0.5},  # two pruning checks per epoch

@@ -1,0 +1,132 @@
+"""The docs/your-data.md chain from the CLI alone, on a CSV the test writes: outcomes ->
+labels -> train (text + a side feature) -> tune -> export (ONNX, parity) -> evaluate -> score
+new questions. A tiny RoBERTa keeps it to seconds; every component is the real one."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from retrieval_gate.cli import main
+from retrieval_gate.data.errors import DataError
+from retrieval_gate.gates.learned import LearnedGate
+from retrieval_gate.gates.onnx import OnnxGate
+from retrieval_gate.questions import Question
+from tiny_backbones import synthetic_questions, tiny_backbone
+
+
+def _write_csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("your-data")
+    qs, labels = synthetic_questions(160, seed=3)
+    rng = np.random.default_rng(0)
+    # the user's question file: a popularity-like column, low where the LLM fails
+    rows = [{"id": q.id, "question": q.text, "answers": json.dumps(["x"]),
+             "hits": "" if i % 17 == 0 else int(rng.integers(1, 50) if labels[q.id] else
+                                                 rng.integers(500, 9000))}
+            for i, q in enumerate(qs)]  # fmt: skip
+    questions = _write_csv(root / "questions.csv", rows)
+    outcomes = _write_csv(root / "outcomes.csv", [
+        {"id": q.id, "correct": str(not labels[q.id]).lower(), "rag_correct": "true"}
+        for q in qs
+    ])  # fmt: skip
+    model = tiny_backbone("roberta", root / "tiny-roberta", [q.text for q in qs])
+    run_labels = root / "labels"
+    assert (
+        main(
+            [
+                "label",
+                "--policy",
+                "outcomes",
+                "--outcomes",
+                str(outcomes),
+                "--questions",
+                str(questions),
+                "--generator",
+                "my-llm",
+                "--labels-dir",
+                str(run_labels),
+            ]
+        )
+        == 0
+    )
+    labels_file = run_labels / "my-llm" / "closed-book.jsonl"
+    assert main(["train", "--config", "configs/backbones/minilm.yaml", "--set",
+                 f"data.questions={questions}", "data.features=[hits]",
+                 f"data.label_file={labels_file}", f"run.output_dir={root / 'ck'}", "run.name=mine",
+                 f"model.name={model}", "model.pooling=cls", "data.max_length=24",
+                 "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "model.lr=1e-3",
+                 "model.head_lr=1e-2"]) == 0  # fmt: skip
+    run = root / "ck" / "mine"
+    assert main(["tune", "--gate", "learned", "--learned-run", str(run), "--labels",
+                 str(labels_file), "--run-dir", str(labels_file.parent), "--questions",
+                 str(questions), "--objective", "adaptive-accuracy", "--trials", "10",
+                 "--storage", str(root / "studies.db"), "--out", str(root / "tune"),
+                 "--save-objective", "adaptive-accuracy"]) == 0  # fmt: skip
+    assert main(["export", "--run", str(run), "--out-dir", str(root / "export"),
+                 "--variants", "fp32", "int8"]) == 0  # fmt: skip
+    assert main(["evaluate", "--labels", str(labels_file), "--run-dir", str(labels_file.parent),
+                 "--questions", str(questions), "--gates", "always", "never", "popularity",
+                 "onnx", "--onnx", str(root / "export" / "mine"), "--feature", "hits",
+                 "--no-cost", "--resamples", "50", "--out", str(root / "report")]) == 0  # fmt: skip
+    return {"root": root, "run": run, "export": root / "export" / "mine", "labels": labels_file}
+
+
+def test_run_and_export_carry_the_side_feature(chain):
+    model = onnx.load(str(chain["export"] / "model.onnx"))
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert [i.name for i in model.graph.input] == ["input_ids", "attention_mask", "features"]
+    side = json.loads(meta["side_features"])
+    assert side["names"] == ["hits"] and len(side["mean"]) == 1
+    assert (
+        float(meta["threshold"])
+        == json.loads((chain["run"] / "metadata.json").read_text())["threshold"]
+    )
+    parity = json.loads((chain["export"] / "parity.json").read_text())
+    assert parity["variants"]["fp32"]["passed"] and parity["n"] > 0
+
+
+def test_feature_changes_the_score_and_missing_one_is_an_error(chain):
+    gate = OnnxGate(chain["export"])
+    base = dict(id="new", text="what is the zorblat of quenvik tesque number 999?", answers=(),
+                source="mine")  # fmt: skip
+    rare = gate.scores([Question(**base, extra={"hits": 3})])
+    famous = gate.scores([Question(**base, extra={"hits": 80000})])
+    unknown = gate.scores([Question(**base, extra={"hits": None})])
+    assert rare[0] != famous[0] and np.isfinite(unknown[0])
+    torch_gate = LearnedGate(chain["run"])
+    assert abs(torch_gate.scores([Question(**base, extra={"hits": 3})])[0] - rare[0]) < 1e-4
+    with pytest.raises(DataError, match="has no 'hits': this gate uses the side features hits"):
+        gate.scores([Question(**base)])
+    with pytest.raises(DataError, match="needs the side features hits"):
+        gate.score_texts(["who?"])
+
+
+def test_evaluate_report_and_score_new_questions(chain, capsys):
+    report = json.loads((chain["root"] / "report" / "results.json").read_text())
+    gates = {g["name"] for g in report["policies"]["closed-book"]["gates"]}
+    assert {"always", "never", "popularity", "onnx:mine:fp32"} <= gates
+    assert "Your question file's split" in (chain["root"] / "report" / "report.md").read_text()
+    new = _write_csv(chain["root"] / "new.csv", [
+        {"question": "who is the author of grisk ulbrecht?", "hits": 4},
+        {"question": "what is the capital of france paris?", "hits": 7000},
+    ])  # fmt: skip
+    out = chain["root"] / "scores.jsonl"
+    assert main(["score", "--model", str(chain["export"]), "--questions", str(new),
+                 "--output", str(out)]) == 0  # fmt: skip
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(scored) == 2 and all(0 <= r["score"] <= 1 for r in scored)
+    assert scored[0]["id"].startswith("q-")  # no id column: a stable id from the text
