@@ -167,7 +167,10 @@ def test_popularity_gate_on_any_numeric_column():
     gate = fit_popularity(qs, y, nan, nan, feature="hits")
     assert (gate.scores(qs) >= 0.5).tolist() == [bool(v) for v in y]
     assert gate.scores([q(99, None)])[0] == gate.fallback_score  # missing value: fallback
-    with pytest.raises(InputError, match="question 'q7': feature column 'hits' holds 'many'"):
+    with pytest.raises(
+        InputError,
+        match="question 'q7': feature column 'hits' \\(--feature / data.features\\) holds 'many'",
+    ):
         gate.scores([q(7, "many")])
     with pytest.raises(ValueError, match="no fitting question has a value for 'views'"):
         fit_popularity(qs, y, nan, nan, feature="views")

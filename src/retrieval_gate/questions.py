@@ -123,7 +123,8 @@ def feature_value(q: Question, name: str) -> float | None:
         from .errors import InputError
 
         raise InputError(
-            f"question {q.id!r}: feature column {name!r} holds {value!r}, not a number"
+            f"question {q.id!r}: feature column {name!r} (--feature / data.features) holds "
+            f"{value!r}, not a number; fix the cell or leave it empty (= unknown)"
         ) from None
     return None if number != number else number  # NaN counts as missing
 
