@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import ConfigError
 from retrieval_gate.export.onnx import export_gate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
@@ -360,7 +361,7 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
 
 
 def test_data_parallel_needs_a_vllm_server():
-    with pytest.raises(DataError, match="--generator-url"):
+    with pytest.raises(ConfigError, match="--generator-url"):
         open_generator(data_parallel_size=2)
 
 
@@ -411,5 +412,5 @@ def test_oracle_run_retrieves_exactly_where_retrieval_turned_wrong_into_right():
 
 
 def test_oracle_run_needs_never_and_always():
-    with pytest.raises(DataError, match="needs the never and always"):
+    with pytest.raises(ConfigError, match="needs the never and always"):
         check_modes(["always", "oracle-run"], ModeOptions())
