@@ -106,12 +106,13 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
 
 
 def _save_threshold(args, result: dict) -> None:
+    from ..errors import ConfigError
     from ..training.checkpoint import save_threshold
 
     name = args.save_objective or next(iter(result["thresholds"]))
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
     if key is None:
-        raise SystemExit(
+        raise ConfigError(
             f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
         )
     r = result["thresholds"][key]
@@ -120,7 +121,7 @@ def _save_threshold(args, result: dict) -> None:
 
 
 def _relations(args, sp, policy: str, command: str) -> None:
-    from ..evaluation.report import table
+    from ..tables import markdown_table
     from ..tuning.popularity import tune_relations
     from ..tuning.studies import study_name
 
@@ -134,7 +135,7 @@ def _relations(args, sp, policy: str, command: str) -> None:
           f"{res['n_questions']} dev PopQA questions with recorded answers, {res['n_trials']} trials. "
           f"Adaptive accuracy on dev: Optuna {res['optuna_accuracy']:.4f}, brute force "
           f"{res['brute_force_accuracy']:.4f}; global fallback threshold {gate.global_threshold:g}.\n\n"
-          + table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
+          + markdown_table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
     _write(args, f"tune-popularity-relations-{policy}", res, md)
 
 
