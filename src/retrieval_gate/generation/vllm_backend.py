@@ -53,6 +53,11 @@ class VLLMGenerator:
         self.settings = settings
         self.llm = LLM(model=model, seed=0, **settings)
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_window = int(self.llm.model_config.max_model_len)
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        """Tokens of each prompt as the engine sees it (chat template included)."""
+        return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
         prompts = [{"prompt_token_ids": ids} for ids in token_ids]
