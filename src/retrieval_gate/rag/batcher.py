@@ -5,9 +5,9 @@ takes everything waiting, up to `max_batch` items, runs ONE batched call and res
 request's future on that request's event loop. So the event loop never blocks (a health
 check answers at once), the engine is only ever entered from one thread, and concurrent
 one-question requests become one batch, which is what makes vLLM fast. A request that would
-overflow the backlog is refused at once (`Busy`, with a retry estimate) instead of queueing
-without bound. A batch that fails is re-run request by request, so one bad request cannot fail
-the others it was batched with."""
+overflow the backlog, or that would wait longer than `max_wait` at the measured rate, is
+refused at once (`Busy`, with a retry estimate) instead of queueing only to time out. A batch
+that fails is re-run request by request, so one bad request cannot fail the others."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Busy(Exception):
         self.retry_after = retry_after
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself, whatever it holds
 class _Job(Generic[T]):
     items: list[T]
     future: asyncio.Future
@@ -45,19 +45,22 @@ class _Job(Generic[T]):
 class Batcher(Generic[T, R]):
     """Runs `fn(items) -> results` (one result per item, in order) on its own thread over
     the items of every request waiting, at most `max_batch` per call (a request larger than
-    that runs alone)."""
+    that runs alone). `max_wait`: seconds a new request may expect to wait for its results
+    (backlog / rate of the recent calls) before it is refused."""
 
     def __init__(
         self,
         fn: Callable[[list[T]], Sequence[R]],
         max_batch: int,
         max_backlog: int,
+        max_wait: float | None = None,
         name: str = "batcher",
     ):
         self.fn, self.max_batch, self.max_backlog = fn, max_batch, max_backlog
+        self.max_wait = max_wait
         self.backlog = 0  # items waiting, not yet taken by the worker
         self.running = 0  # items in the call under way
-        self.rate: float | None = None  # items per second of the last call
+        self.rate: float | None = None  # items per second, smoothed over the recent calls
         self._jobs: deque[_Job[T]] = deque()
         self._wake = threading.Condition()
         self._closed = False
@@ -70,13 +73,28 @@ class Batcher(Generic[T, R]):
         withdraws a request that has not started."""
         loop = asyncio.get_running_loop()
         with self._wake:
-            if self.backlog + len(items) > self.max_backlog:
+            if not self._admits(len(items)):
                 raise Busy(self.backlog, self.retry_after())
             job = _Job(list(items), loop.create_future(), loop)
             self._jobs.append(job)
             self.backlog += len(items)
             self._wake.notify()
+        job.future.add_done_callback(lambda f: self._withdraw(job) if f.cancelled() else None)
         return await job.future
+
+    def _admits(self, n: int) -> bool:
+        if self.backlog + n > self.max_backlog:
+            return False
+        if self.max_wait is None or not self.rate or not self.backlog + self.running:
+            return True  # an idle worker takes work, and so measures its rate again
+        return (self.backlog + self.running + n) / self.rate <= self.max_wait
+
+    def _withdraw(self, job: _Job[T]) -> None:
+        """A request that gave up before its call started leaves the backlog at once."""
+        with self._wake:
+            if job in self._jobs:
+                self._jobs.remove(job)
+                self.backlog -= len(job.items)
 
     def retry_after(self) -> int:
         """Seconds until the waiting and running items are likely done, at the last rate."""
@@ -136,7 +154,8 @@ class Batcher(Generic[T, R]):
             log.warning("request failed: %s", e, exc_info=not _expected(e))
             _deliver(jobs[0], exception=e)
             return
-        self.rate = len(items) / max(time.perf_counter() - start, 1e-6)
+        rate = len(items) / max(time.perf_counter() - start, 1e-6)
+        self.rate = rate if self.rate is None else (self.rate + rate) / 2
         at = 0
         for job in jobs:
             _deliver(job, (results[at : at + len(job.items)], start - job.queued))

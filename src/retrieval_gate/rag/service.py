@@ -10,9 +10,10 @@ Built to degrade, not stall:
   question); a question whose prompt cannot fit the generator's context gets an error in its
   own answer, never a failed batch;
 - the gate and the engine each run on one worker thread fed by a bounded backlog (`Batcher`):
-  requests await futures, concurrent requests are batched into one call, a full backlog is
-  refused at once with 429 and `Retry-After`, and a request not served within
-  `request_timeout` gets 504, so `/health` and `/score` answer at once while the engine works;
+  requests await futures, concurrent requests are batched into one call, a request that does
+  not fit the backlog or would wait longer than `request_timeout` at the measured rate is
+  refused at once with 429 and `Retry-After`, one not served in time anyway gets 504, and
+  `/health` and `/score` answer at once while the engine works;
 - an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` stays open."""
 
 import asyncio
@@ -38,6 +39,9 @@ from .limits import Limits
 from .loop import AdaptiveRAG, Answer, Costs
 
 log = logging.getLogger(__name__)
+
+
+WARM_UP = "Who wrote Hamlet?"
 
 
 class ScoreItem(BaseModel):
@@ -158,9 +162,13 @@ def _request_model(name: str, limits: Limits) -> type[BaseModel]:
 
 
 def create_app(
-    service: AdaptiveRAG | Gate, limits: Limits | None = None, api_key: str | None = None
+    service: AdaptiveRAG | Gate,
+    limits: Limits | None = None,
+    api_key: str | None = None,
+    warm_up: bool = False,
 ) -> FastAPI:
-    """The app for a gate alone (`/score`) or a RAG loop (`/score` and `/answer`)."""
+    """The app for a gate alone (`/score`) or a RAG loop (`/score` and `/answer`). With
+    `warm_up`, one question goes through the gate (and the engine) at startup."""
     limits = limits or Limits()
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
@@ -168,20 +176,17 @@ def create_app(
     # A gate that holds the generator (prompt, confidence gates) must not enter the engine
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
-    scorer = Batcher(
-        _locked(gate.scores, engine if hasattr(gate, "generator") else None),
-        limits.max_batch,
-        limits.max_backlog,
-        "gate",
-    )
-    answerer = (
-        Batcher(_locked(_answers(rag), engine), limits.max_batch, limits.max_backlog, "engine")
-        if rag
-        else None
-    )
+    sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
+    shared = engine if hasattr(gate, "generator") else None
+    scorer = Batcher(_locked(gate.scores, shared), *sizes, name="gate")
+    answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine") if rag else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warm_up:  # the engines' first-call cost paid here, and their rate measured
+            for batcher in (scorer, answerer):
+                if batcher:
+                    await batcher.submit(_as_questions([WARM_UP]))
         yield
         for batcher in (scorer, answerer):
             if batcher:
@@ -212,7 +217,11 @@ def create_app(
             "retriever": rag.retriever.name if rag else None,
             "generator": rag.generator.name if rag else None,
             "limits": asdict(limits),
-            "backlog": {"gate": scorer.backlog, "engine": answerer.backlog if answerer else 0},
+            "queue": {
+                name: {"waiting": b.backlog, "running": b.running}
+                for name, b in (("gate", scorer), ("engine", answerer))
+                if b
+            },
         }
 
     score_request = _request_model("ScoreRequest", limits)
@@ -336,4 +345,5 @@ def serve(
     generation out with a remote vLLM server instead of more workers)."""
     import uvicorn
 
-    uvicorn.run(create_app(service, limits, api_key), host=host, port=port, workers=1)
+    app = create_app(service, limits, api_key, warm_up=True)
+    uvicorn.run(app, host=host, port=port, workers=1)
