@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..generation.base import Generator, WindowedGenerator
-from ..generation.prompts import closed_book_prompt, with_context_prompt
-from ..labels.rag_gain import document_texts
+from ..generation.prompts import closed_book_prompt, document_texts, with_context_prompt
 from ..retrieval.base import Hit
 
 

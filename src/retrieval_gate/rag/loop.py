@@ -22,7 +22,7 @@ import numpy as np
 
 from ..gates.base import Gate
 from ..generation.base import Generation, Generator
-from ..labels.rag_gain import DOC_WORDS
+from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 from .fit import FittedPrompt, fit_prompts
