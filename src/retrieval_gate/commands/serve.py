@@ -9,7 +9,7 @@ import sys
 from dataclasses import fields
 
 from ..errors import ConfigError
-from ..export.metadata import VARIANTS
+from ..gates.onnx_format import VARIANTS
 from ..rag.limits import Limits
 from ..rag.modes import known_modes
 from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
