@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from ..data.errors import DataError
+from ..errors import BackendError, DataError
 from ..generation.base import Generator
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
@@ -31,7 +31,7 @@ class LazyGenerator:
             try:
                 from ..generation import build_generator
             except ImportError as e:
-                raise DataError(f"no generator backend available ({e})") from None
+                raise BackendError(f"no generator backend available ({e})") from None
             self._generator = build_generator(**self.options)
         return self._generator
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.errors import DataError
 from ..errors import ConfigError
 from ..gates.base import Gate
 from ..generation.base import Generator
@@ -33,7 +32,7 @@ def open_generator(
     from ..generation import build_generator
 
     if data_parallel_size > 1:
-        raise DataError(
+        raise ConfigError(
             f"--data-parallel-size {data_parallel_size} needs a vLLM server (vLLM's in-process "
             "engine has no data parallelism): start `python -m vllm.entrypoints.openai.api_server "
             f"--model MODEL --data-parallel-size {data_parallel_size}` and pass --generator-url "
