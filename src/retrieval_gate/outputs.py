@@ -1,0 +1,53 @@
+"""How commands write files: a temporary file in the target folder renamed over the target (a
+crash never leaves half a file, a reader never sees one), names that stay inside their folder,
+and clear errors instead of tracebacks when a folder is missing or read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Writes `text` to `path` atomically (temp file beside it, then rename)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise InputError(f"cannot write here ({e.strerror}); choose another output", path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # the temp file is ours; the target is untouched
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def plain_name(name: str, what: str) -> str:
+    """A run or export name: one folder name, never a path (`../x`, `a/b`) or a hidden name."""
+    name = str(name)
+    if not name or name in (".", "..") or name.startswith(".") or any(s in name for s in "/\\"):
+        raise InputError(
+            f"{what} {name!r} must be a plain folder name (no '/', '\\', '..' or leading '.')"
+        )
+    return name
+
+
+def not_an_input(output: str | Path, inputs: list[str | Path], flag: str = "--output") -> None:
+    """Refuses an output path that is one of the inputs (it would be overwritten)."""
+    out = Path(output).resolve()
+    for src in inputs:
+        if Path(src).resolve() == out:
+            raise InputError(f"{flag} {output} is also an input; write to another file")
