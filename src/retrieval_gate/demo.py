@@ -51,7 +51,7 @@ def _export_dir(out: Path) -> Path:
 def _train(out: Path) -> list[str]:
     config = "configs/experiments/minilm-closed-book.yaml"
     sets = [f"run.output_dir={out / 'checkpoints'}", "run.name=minilm-closed-book"]
-    return ["train", "--config", config, "--set", *sets]
+    return ["train", "--config", config, "--resume", "--set", *sets]  # a killed demo continues
 
 
 def _tune(out: Path) -> list[str]:

@@ -186,7 +186,8 @@ def learned_fitter(
             sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
                     f"run.output_dir={output_dir}"]  # fmt: skip
             cfg = load_config(config, [*overrides, *sets])
-            train(cfg, [q for q in canonical_questions() if q.source != held_out])
+            questions = [q for q in canonical_questions() if q.source != held_out]
+            train(cfg, questions, resume=True)  # an interrupted cell continues
         return LearnedGate(run, name="learned")
 
     return fit
