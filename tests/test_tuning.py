@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from retrieval_gate.data.errors import DataError
-from retrieval_gate.evaluation.dataset import EvalSet
 from retrieval_gate.gates.popularity import fit_popularity
+from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 from retrieval_gate.tuning.objectives import DevData, exhaustive_best, objective
 from retrieval_gate.tuning.popularity import tune_relations

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import metrics as M
 from ..gates.base import Gate
-from . import metrics as M
-from .dataset import EvalSet
+from ..labels.evalset import EvalSet
 from .report import fmt, table
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..training.checkpoint import read_json
-from .metadata import VARIANTS
+from ..gates.onnx_format import VARIANTS
+from ..training.checkpoint import read_run_json
 
 
 def _fmt(value: Any) -> str:
@@ -35,9 +35,9 @@ def _parity_table(parity: dict[str, Any]) -> list[str]:
 
 
 def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
-    meta = read_json(run_dir / "metadata.json")
-    labels = read_json(run_dir / "labels.json")
-    metrics = read_json(run_dir / "metrics.json")
+    meta = read_run_json(run_dir / "metadata.json")
+    labels = read_run_json(run_dir / "labels.json")
+    metrics = read_run_json(run_dir / "metrics.json")
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [

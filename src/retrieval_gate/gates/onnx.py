@@ -13,8 +13,8 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ..data.errors import DataError
-from ..export.metadata import FORMAT, REQUIRED, VARIANTS
 from ..questions import Question
+from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 

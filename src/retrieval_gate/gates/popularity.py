@@ -107,7 +107,7 @@ def mallen_protocol(
     """Mallen's protocol: fit thresholds on a random 75%, measure adaptive accuracy on the
     other 25%, repeat over `n_splits` seeds; mean and std of the held-out accuracy and of the
     retrieval rate. Only questions with s_pop and both recorded answers take part."""
-    from ..evaluation.metrics import adaptive_accuracy
+    from ..metrics import adaptive_accuracy
 
     closed, rag = np.asarray(closed, float), np.asarray(rag, float)
     keep = [

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError
-from ..outputs import write_json, write_text
+from ..fileio import write_json, write_text
 
 LABELS_DIR = Path(__file__).resolve().parents[3] / "data" / "labels"
 

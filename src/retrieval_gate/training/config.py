@@ -17,7 +17,7 @@ import yaml
 
 from ..data.errors import DataError
 from ..errors import ConfigError
-from ..outputs import plain_name
+from ..fileio import plain_name
 
 DEFAULTS: dict[str, Any] = {
     "run": {"name": None, "seed": 0, "output_dir": "checkpoints", "num_threads": None},

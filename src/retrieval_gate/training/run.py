@@ -26,11 +26,10 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from pytorch_lightning.loggers import CSVLogger
 
-from ..data.paths import sha256_file
 from ..errors import ConfigError, DataError
-from ..outputs import write_text
+from ..fileio import read_json, sha256_file, write_json, write_text
 from .backbones import load_tokenizer, resolve_backbone
-from .checkpoint import read_json, save_run, write_json
+from .checkpoint import save_run
 from .data import GateDataModule
 from .module import RetrievalGateModule
 

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..evaluation.dataset import EvalSet
-from ..evaluation.metrics import adaptive_accuracy
 from ..gates.popularity import PopularityGate, fit_popularity
+from ..labels.evalset import EvalSet
+from ..metrics import adaptive_accuracy
 from .studies import open_study, remaining, require_no_test
 
 

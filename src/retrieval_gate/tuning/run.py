@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.dataset import EvalSet
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
+from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 
 from ..data.errors import DataError
-from ..evaluation.dataset import EvalSet
+from ..labels.evalset import EvalSet
 
 DEFAULT_STORAGE = Path("reports/tune/studies.db")
 

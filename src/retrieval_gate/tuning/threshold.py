@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..evaluation import metrics as M
+from .. import metrics as M
 from .objectives import DevData, Objective, candidate_thresholds, exhaustive_best, figures
 from .studies import open_study, remaining
 
@@ -87,7 +87,7 @@ def pareto_front(
 def plot_pareto(
     front: list[dict], trials: list[dict], always: float, closed: float, path: Path, title: str
 ) -> Path:
-    from ..evaluation.plots import _save, plt
+    from ..figures import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ax.scatter([t["retrieval_rate"] for t in trials], [t["adaptive_accuracy"] for t in trials],
@@ -98,4 +98,4 @@ def plot_pareto(
     ax.axhline(closed, ls=":", c="C2", lw=0.8, label=f"never retrieve ({closed:.3f})")
     ax.set(xlabel="retrieval rate (dev)", ylabel="adaptive QA accuracy (dev)", title=title)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

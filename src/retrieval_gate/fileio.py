@@ -1,20 +1,24 @@
-"""How commands write files: a temporary file in the target folder renamed over the target (a
-crash never leaves half a file, a reader never sees one), names that stay inside their folder,
-and clear errors instead of tracebacks when a folder is missing or read-only."""
+"""Small file helpers every stage shares: files written whole and atomically (a temporary file
+in the target folder renamed over the target: a crash never leaves half a file, a reader never
+sees one), JSON read with errors naming the line, file checksums, and the rules for output
+names and paths (plain names; an output is never an input).
+
+JSONL data rows are read by `data.files.read_jsonl`, which reports bad lines per row."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import DataError, InputError
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Writes `text` to `path` atomically (temp file beside it, then rename)."""
+    """Writes `text` to `path` atomically; a missing or read-only folder is an InputError."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,3 +55,23 @@ def not_an_input(output: str | Path, inputs: list[str | Path], flag: str = "--ou
     for src in inputs:
         if Path(src).resolve() == out:
             raise InputError(f"{flag} {output} is also an input; write to another file")
+
+
+def read_json(path: Path, missing: str = "missing file") -> Any:
+    """The parsed file; a missing file raises DataError(`missing`), a corrupt one names the
+    line and column."""
+    if not Path(path).is_file():
+        raise DataError(missing, path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
