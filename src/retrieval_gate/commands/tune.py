@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+NOT_THRESHOLDS = ("pareto", "relations", "hparams")
 OBJECTIVES = ["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto", "relations", "hparams"]
 
 
@@ -41,7 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument("--learned-run", help="training run folder (learned gate)")
     p.add_argument(
-        "--save-objective", help="objective whose threshold is saved into the learned run"
+        "--save-objective",
+        help="objective whose threshold is saved into the learned run's metadata.json "
+        "(without it tuning never changes the run)",
     )
     p.add_argument(
         "--config", default="configs/backbones/minilm-lora.yaml", help="hparams: training config"
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ..labels.evalset import load_splits, policy_name
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
-
+    _check_flags(args)
     args.out.mkdir(parents=True, exist_ok=True)
     policy = policy_name(args.labels)
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
@@ -75,9 +78,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flag values and combinations, before any gate is built or study opened."""
+    from ..errors import ConfigError, InputError
+
+    if args.trials < 1:
+        raise InputError(f"--trials must be at least 1, got {args.trials}")
+    if not 0.0 < args.target <= 1.0:
+        raise InputError(f"--target must be in (0, 1], got {args.target}")
+    if args.gate == "learned" and not args.learned_run:
+        raise ConfigError("--gate learned needs --learned-run (a training run folder)")
+    if args.save_objective:
+        if args.gate != "learned":
+            raise ConfigError(
+                "--save-objective saves into a learned run: use it with --gate learned"
+            )
+        if args.save_objective not in args.objective or args.save_objective in NOT_THRESHOLDS:
+            raise ConfigError(
+                f"--save-objective {args.save_objective!r} must be one of the threshold "
+                f"objectives tuned here: {', '.join(o for o in args.objective if o not in NOT_THRESHOLDS)}"
+            )
+
+
 def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> None:
-    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
-    (args.out / f"{stem}.md").write_text(markdown)
+    from ..fileio import write_text
+
+    write_text(args.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
+    write_text(args.out / f"{stem}.md", markdown)
     print(markdown)
     print(f"wrote {args.out / stem}.md / .json; studies in {args.storage}")
 
@@ -96,19 +123,22 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
     rows = dev_test_rows(result, gate, sp.test)
     result["rows"] = rows
     md = f"# Tuned thresholds\n\n`{command}`\n\n" + tuned_markdown(result, rows)
-    if args.gate == "learned" and result["thresholds"]:
+    if args.save_objective:  # only when asked: tuning alone never changes a run
         _save_threshold(args, result)
     _write(args, f"tune-{args.gate}-{policy}", result, md)
 
 
 def _save_threshold(args, result: dict) -> None:
+    from ..errors import InputError
     from ..training.checkpoint import save_threshold
 
-    name = args.save_objective or next(iter(result["thresholds"]))
+    name = args.save_objective
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
-    if key is None:
-        raise SystemExit(
-            f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
+    if key is None:  # e.g. adaptive accuracy without recorded answers
+        why = next((v for k, v in result["skipped"].items() if k.startswith(name)), "not tuned")
+        raise InputError(
+            f"--save-objective {name!r} could not be tuned ({why}); "
+            f"nothing saved into {args.learned_run}"
         )
     r = result["thresholds"][key]
     save_threshold(args.learned_run, r["threshold"], key, r["dev_figures"])

@@ -22,6 +22,8 @@ def meta_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
 
 
+LABEL_VALUES = (0, 1, None)
+
 # Provenance fields a resumed file must share with the run that started it: rows made under
 # another policy, generator, criterion or prompt would mix while the `.meta.json` claims one.
 RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids")
@@ -79,6 +81,13 @@ class LabelFile:
                 raise DataError("malformed JSON in label file", self.path, lineno) from None
             if not isinstance(row, dict) or "id" not in row or "label" not in row:
                 raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
+            if row["label"] not in LABEL_VALUES or isinstance(row["label"], bool):
+                raise DataError(
+                    f"label={row['label']!r}: a label is 1 (needs retrieval), 0 (does not) or "
+                    "null (dropped by the policy)",
+                    self.path,
+                    lineno,
+                )
             self.rows[str(row["id"])] = row
 
     @property
