@@ -9,6 +9,7 @@ import numpy as np
 import optuna
 import pytest
 
+from retrieval_gate.cli import main
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.gates.popularity import fit_popularity
 from retrieval_gate.labels.evalset import EvalSet
@@ -186,3 +187,48 @@ def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
     )
     study.optimize(lambda t: hparams.fit_trial(cfg, t, qs), n_trials=1)
     assert study.trials[0].state == optuna.trial.TrialState.PRUNED
+
+
+# ------------------------------------------------------------------ identity, not names
+
+
+def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys):
+    """Defects 1 and 2: two different models in folders with the same name (A/x, B/x) never
+    share trials or cached dev scores; the threshold is saved only with --save-objective."""
+    from retrieval_gate.data import canonical_questions
+    from retrieval_gate.gates.learned import LearnedGate
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.models import minilm_path
+    from retrieval_gate.training import read_metadata, train
+    from tiny_backbones import tiny_config, write_label_file
+
+    popqa = [q for q in canonical_questions() if q.source == "popqa"][:400]
+    labels = write_label_file(
+        tmp_path / "pop.jsonl", {q.id: int(len(q.text) % 3 == 0) for q in popqa}
+    )
+    runs = []
+    for parent, lr in (("A", "1e-3"), ("B", "3e-3")):
+        cfg = tiny_config(labels, tmp_path / parent, "encoder", str(minilm_path()))
+        cfg["run"]["name"] = "x"
+        cfg["model"]["lr"] = float(lr)
+        cfg["data"]["datasets"] = ["popqa"]
+        runs.append(train(cfg))
+    storage, out = tmp_path / "studies.db", tmp_path / "tune"
+    dev = load_splits(labels, tmp_path / "no-run").dev
+
+    def tune(run, *extra):
+        argv = ["tune", "--gate", "learned", "--learned-run", str(run), "--labels", str(labels),
+                "--objective", "macro-f1", "--trials", "4", "--storage", str(storage),
+                "--out", str(out), "--run-dir", str(tmp_path / "no-run"), *extra]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+        return json.loads((out / "tune-learned-pop.json").read_text())["thresholds"]["macro-f1"]
+
+    before = read_metadata(runs[0])["threshold"]
+    first = tune(runs[0])
+    assert read_metadata(runs[0])["threshold"] == before  # defect 2: no --save-objective
+    second = tune(runs[1], "--save-objective", "macro-f1")
+    assert first["study"] != second["study"] and second["n_trials"] == 4
+    fresh = LearnedGate(runs[1]).scores(dev.questions)
+    cached = np.load(out / "learned:x-pop.dev-scores.npz")["scores"]
+    np.testing.assert_allclose(cached, fresh, atol=1e-6)  # the new model's scores, not A's
+    assert read_metadata(runs[1])["threshold"] == second["threshold"]

@@ -19,6 +19,11 @@ from .errors import DataError, InputError
 
 def write_text(path: str | Path, text: str) -> Path:
     """Writes `text` to `path` atomically; a missing or read-only folder is an InputError."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Writes `data` to `path` atomically; a missing or read-only folder is an InputError."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,8 +31,8 @@ def write_text(path: str | Path, text: str) -> Path:
     except OSError as e:
         raise InputError(f"cannot write here ({e.strerror}); choose another output", path) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)  # the temp file is ours; the target is untouched

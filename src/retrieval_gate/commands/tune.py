@@ -112,13 +112,14 @@ def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> No
 def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> None:
     from ..evaluation.compare import closed_book_records
     from ..evaluation.tuned import dev_test_rows, tuned_markdown
-    from ..tuning.run import build_for_tuning, tune_gate_thresholds
+    from ..tuning.run import build_for_tuning, tune_gate_thresholds, tuning_identity
 
     records = closed_book_records(args.run_dir)
     options = {"run": args.learned_run} if args.gate == "learned" else {}
     gate = build_for_tuning(args.gate, sp.train, sp.dev, records, **options)
+    identity = tuning_identity(args.labels, args.run_dir, gate)  # content, not names
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, args.storage, args.out,
-                                  args.trials, args.target, args.seed)  # fmt: skip
+                                  args.trials, args.target, args.seed, identity)  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     rows = dev_test_rows(result, gate, sp.test)
     result["rows"] = rows
@@ -148,11 +149,12 @@ def _save_threshold(args, result: dict) -> None:
 def _relations(args, sp, policy: str, command: str) -> None:
     from ..evaluation.report import table
     from ..tuning.popularity import tune_relations
+    from ..tuning.run import tuning_identity
     from ..tuning.studies import study_name
 
-    res = tune_relations(
-        sp.dev, study_name("popularity", policy, "relations"), args.storage, args.trials, args.seed
-    )
+    identity = tuning_identity(args.labels, args.run_dir)
+    name = study_name("popularity", policy, "relations", identity)
+    res = tune_relations(sp.dev, name, args.storage, args.trials, args.seed)
     gate = res.pop("gate")
     rels = sorted(res["brute_force_thresholds"])
     body = [[r, res["brute_force_thresholds"][r], res["optuna_thresholds"][r]] for r in rels]
@@ -165,10 +167,15 @@ def _relations(args, sp, policy: str, command: str) -> None:
 
 
 def _hparams(args, policy: str, command: str) -> None:
+    from ..fileio import sha256_file
     from ..tuning.hparams import tune_hparams
-    from ..tuning.studies import study_name
+    from ..tuning.studies import content_id, study_name
 
-    name = study_name("learned-hparams", policy, "dev-auroc")
+    # trials depend on the label file's content, the training config and the search space
+    config = Path(args.config)
+    identity = content_id(sha256_file(args.labels), sha256_file(config) if config.is_file() else None,
+                          *sorted(args.set), str(args.max_epochs))  # fmt: skip
+    name = study_name("learned-hparams", policy, "dev-auroc", identity)
     res = tune_hparams(
         args.labels,
         name,
