@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.data import assign_splits
@@ -250,3 +251,17 @@ def test_config_values_are_typed_and_names_plain():
     with pytest.raises(DataError, match="plain folder name"):
         load_config(None, ["data.label_file=x", "run.name=../../x"])
     assert load_config(None, ["data.label_file=x", "model.lr=1e-3"])["model"]["lr"] == 0.001
+
+
+def test_training_ece_is_the_reports_ece():
+    """Training logs (and so model cards) the same ECE, with the same bins, as `evaluate`."""
+    from retrieval_gate import metrics as M
+    from retrieval_gate.training.module import ExpectedCalibrationError
+
+    rng = np.random.default_rng(0)
+    s, y = rng.random(300), rng.integers(0, 2, 300)
+    metric = ExpectedCalibrationError()
+    metric.update(torch.tensor(s[:100]), torch.tensor(y[:100]))
+    metric.update(torch.tensor(s[100:]), torch.tensor(y[100:]))
+    assert float(metric.compute()) == pytest.approx(M.ece(y, s), abs=1e-6)
+    assert M.ece(y, s) != pytest.approx(M.ece(y, s, n_bins=15))  # the bin count matters

@@ -62,8 +62,9 @@ def tune_gate_thresholds(
     seed: int = 0,
     identity: str = "",
 ) -> dict[str, Any]:
-    """Threshold studies (and the Pareto front if `pareto` is asked) on dev scores; studies and
-    the score cache are keyed by `identity` (see `tuning_identity`)."""
+    """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
+    dev scores; the Pareto study and the score cache are keyed by `identity` (see
+    `tuning_identity`)."""
     require_no_test(train, "gate fitting")
     cache = out_dir / f"{gate.name}-{policy}.dev-scores.npz"
     scores = dev_scores(gate, dev, cache, identity)
@@ -74,14 +75,7 @@ def tune_gate_thresholds(
             continue
         obj = objective(name, target)
         try:
-            res = tune_threshold(
-                obj,
-                data,
-                study_name(gate.name, policy, obj.name, identity),
-                storage,
-                n_trials,
-                seed,
-            )
+            res = tune_threshold(obj, data)
         except ValueError as e:  # e.g. no recorded answers for adaptive accuracy
             out["skipped"][obj.name] = str(e)
             continue
