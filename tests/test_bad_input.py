@@ -74,7 +74,7 @@ def test_score_output_folder_that_cannot_exist_is_a_message(tmp_path, capsys):
     from retrieval_gate.fileio import write_text
 
     (tmp_path / "file").write_text("")
-    with pytest.raises(InputError, match="cannot write here"):
+    with pytest.raises(InputError, match="cannot create its folder"):
         write_text(tmp_path / "file" / "out.jsonl", "x")
 
 

@@ -338,4 +338,4 @@ def test_label_out_in_an_unwritable_folder_is_a_message(tmp_path, capsys):
     argv = ["label", "--policy", "popularity", "--dataset", "popqa", "--limit", "3"]
     assert main([*argv, "--out", str(tmp_path / "file" / "pop.jsonl")]) == 2
     err = capsys.readouterr().err
-    assert "cannot write" in err and "Traceback" not in err
+    assert "cannot create its folder" in err and "Traceback" not in err

@@ -27,9 +27,16 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(
+            f"cannot create its folder ({e.strerror}); choose another output", path
+        ) from None
+    try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
-        raise InputError(f"cannot write here ({e.strerror}); choose another output", path) from None
+        raise InputError(
+            f"cannot write in its folder ({e.strerror}); choose another output", path
+        ) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
