@@ -162,7 +162,7 @@ def test_label_file_errors(tmp_path, label_file):
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "q1", "label": 7}\n')
-    with pytest.raises(DataError, match="label=7 is not a class"):
+    with pytest.raises(DataError, match="line 1: label=7"):
         task_labels(bad, "binary")
 
     garbled = tmp_path / "garbled.jsonl"
