@@ -180,9 +180,9 @@ def test_config_extends_overrides_and_typos(tmp_path):
     assert cfg["trainer"]["max_epochs"] == 5 and cfg["trainer"]["devices"] == [0, 1]
     assert cfg["model"]["backbone"] == "encoder" and cfg["data"]["max_train_examples"] is None
     assert cfg["early_stopping"]["monitor"] == "val/auroc"
-    with pytest.raises(DataError, match="unknown key"):
+    with pytest.raises(ConfigError, match="unknown key"):
         load_config(None, ["data.label_file=x", "data.lable_file=y"])
-    with pytest.raises(DataError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
         load_config(None, ["data.label_file"])
 
 

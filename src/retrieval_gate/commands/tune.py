@@ -130,14 +130,14 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
 
 
 def _save_threshold(args, result: dict) -> None:
-    from ..errors import InputError
+    from ..errors import ConfigError
     from ..training.checkpoint import save_threshold
 
     name = args.save_objective
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
     if key is None:  # e.g. adaptive accuracy without recorded answers
         why = next((v for k, v in result["skipped"].items() if k.startswith(name)), "not tuned")
-        raise InputError(
+        raise ConfigError(
             f"--save-objective {name!r} could not be tuned ({why}); "
             f"nothing saved into {args.learned_run}"
         )

@@ -15,7 +15,6 @@ from typing import Any
 
 import yaml
 
-from ..data.errors import DataError
 from ..errors import ConfigError
 from ..fileio import plain_name
 
@@ -86,15 +85,15 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = path.resolve()
     if path in seen:
-        raise DataError("config `extends` forms a cycle", path)
+        raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
-        raise DataError("config file not found", path)
+        raise ConfigError("config file not found", path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise DataError(f"config is not valid YAML: {e}", path) from None
+        raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
-        raise DataError("config must be a YAML mapping", path)
+        raise ConfigError("config must be a YAML mapping", path)
     parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
     for parent in [parents] if isinstance(parents, str) else parents:
@@ -108,13 +107,13 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str]) -> dict[st
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise DataError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. trainer.max_epochs=2")
+            raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. trainer.max_epochs=2")
         *parents, leaf = key.strip().split(".")
         node = config
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise DataError(f"--set {item!r}: {part!r} is not a section")
+                raise ConfigError(f"--set {item!r}: {part!r} is not a section")
         node[leaf] = yaml.safe_load(value)
     return config
 
