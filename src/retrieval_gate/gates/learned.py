@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..data.features import SideFeatures
+from ..fileio import sha256_file
 from ..questions import Question
 from ..training.checkpoint import load_run
 
@@ -24,6 +25,8 @@ class LearnedGate:
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
         self.name = name or f"learned:{self.run_dir.name}"
+        # the weights' identity: tuning keys its studies and caches by it, not by the folder name
+        self.checksum = sha256_file(self.run_dir / "gate.pt")
         self.side_features = SideFeatures.from_dict(self.module.model_cfg.get("side_features"))
 
     @torch.inference_mode()
