@@ -214,7 +214,7 @@ def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:
                 path,
             )
     path.parent.mkdir(parents=True, exist_ok=True)
-    out = LabelFile(path)
+    out = LabelFile(path, replacing=True)  # every row is rewritten: new provenance is fine
+    out.write_meta(meta)  # the sidecar first, as every label writer does
     out.rewrite(rows)
-    out.write_meta(meta)
     return path
