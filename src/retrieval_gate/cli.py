@@ -7,7 +7,6 @@ import argparse
 import importlib
 import importlib.util
 import sys
-
 import traceback
 
 from .errors import EXIT_BUG, RetrievalGateError

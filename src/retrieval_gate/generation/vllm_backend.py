@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .base import Generation
-from .chat import chat_token_ids, choice_token_ids
+from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .models import folder_checksum
 
 
@@ -78,18 +78,35 @@ class VLLMGenerator:
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         """P(choice | prompt), normalised over `choices`, shape (n, c).
 
-        Each (prompt, choice) pair becomes prompt + choice tokens; one vLLM call with
-        `prompt_logprobs=0` returns the log-probability of every prompt token, and the sum
-        over the choice's tokens is log P(choice | prompt). Scoring whole continuations (not
-        one next token) matters for choices such as "[Yes]"/"[No]" that share their first
-        token "["."""
+        Choices that differ in one token after a shared prefix ("[Yes]"/"[No]": "[" then
+        Yes|No) take ONE forward pass per prompt: prompt + prefix, reading the next-token
+        log-probabilities of the distinct tokens (`logprob_token_ids`). Other choices are
+        scored whole (`continuation_probs`). The fast path is what makes prompt gates run at
+        generation speed: `prompt_logprobs` computes a full-vocabulary log-softmax for every
+        prompt token, one sequence per choice, and turns vLLM's prefix cache off
+        (docs/prompt-gates.md has the measurements)."""
         from vllm import SamplingParams
 
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
+        split = next_token_split(tails)
+        if split is None:
+            return self.continuation_probs(heads, tails)
+        prefix, ids = split
+        params = SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+        # a progress bar for gate-sized batches (a whole test split), not for a handful
+        outputs = self._run([h + prefix for h in heads], params, progress=len(heads) > 128)
+        logp = np.array([[o.outputs[0].logprobs[0][t].logprob for t in ids] for o in outputs])
+        return softmax_rows(logp.reshape(len(heads), len(ids)))
+
+    def continuation_probs(self, heads: list[list[int]], tails: list[list[int]]) -> np.ndarray:
+        """The general path: each (prompt, choice) pair becomes prompt + choice tokens; one
+        vLLM call with `prompt_logprobs=0` returns the log-probability of every prompt token,
+        and the sum over the choice's tokens is log P(choice | prompt)."""
+        from vllm import SamplingParams
+
         seqs = [h + t for h in heads for t in tails]
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        # a progress bar for gate-sized batches (a whole test split), not for a handful
         outputs = self._run(seqs, params, progress=len(seqs) > 256)
         scores = np.empty(len(seqs))
         for i, (out, seq) in enumerate(zip(outputs, seqs, strict=True)):
