@@ -51,6 +51,11 @@ def test_over_budget_note_reads_the_last_progress_bar():
     assert "past its 240 s budget (300 s so far)" in note
     assert "Processed prompts 270/600" in note
     assert "left by its bar" in note
+    lightning = (
+        "Loading weights: 100%|##########| 103/103 [00:00<00:00, 17160.41it/s]\n"
+        "Epoch 0:   8%|8         | 10/125 [04:42<54:11,  0.04it/s]"
+    )
+    assert "Epoch 0 10/125, about 54:11 left" in over_budget_note("train", 240, 300, lightning)
     quiet = over_budget_note("train", 240, 250, "Loading weights\nEpoch 1 starting\n")
     assert "no progress bar yet, last output: Epoch 1 starting" in quiet
 

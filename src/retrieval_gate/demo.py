@@ -4,7 +4,7 @@ is reused on the next run; `--stage NAME` re-runs one stage alone, `--force` all
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
 it prints, once a minute, where it is and how long it still needs, read from the last progress
-bar (tqdm) on its stderr. Ctrl-C stops the running stage without marking it done, so the next
+bar (tqdm) in its output. Ctrl-C stops the running stage without marking it done, so the next
 run starts there; REPORT.md and the done markers are written to a temporary file and renamed,
 so an interrupted run never leaves half of one."""
 
@@ -148,19 +148,23 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
 
 
 def run_stage(argv: list[str], name: str, budget: float) -> int:
-    """One verb in its own process, its stderr passed through; past `budget` seconds, a note
-    every NOTE_EVERY seconds with the stage's last progress bar and the time it estimates."""
+    """One verb in its own process, its output passed through; past `budget` seconds, a note
+    every NOTE_EVERY seconds with the stage's last progress bar and the time it estimates.
+    stdout and stderr are read as one stream: Lightning draws its bars on stdout, tqdm and
+    vLLM on stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "retrieval_gate.cli", *argv], stderr=subprocess.PIPE
+        [sys.executable, "-m", "retrieval_gate.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
-    tail = StderrTail(proc.stderr)
+    tail = OutputTail(proc.stdout)
     start, next_note = time.perf_counter(), budget
     try:
         while proc.poll() is None:
             time.sleep(0.5)
             elapsed = time.perf_counter() - start
             if elapsed > next_note:
-                print(over_budget_note(name, budget, elapsed, tail.text()), flush=True)
+                print("\n" + over_budget_note(name, budget, elapsed, tail.text()), flush=True)
                 next_note = elapsed + NOTE_EVERY
     except KeyboardInterrupt:
         proc.wait()  # the terminal sent Ctrl-C to the stage as well: let it exit
@@ -170,8 +174,8 @@ def run_stage(argv: list[str], name: str, budget: float) -> int:
     return proc.returncode
 
 
-class StderrTail:
-    """Copies a child's stderr to ours as it comes and keeps its last few kilobytes."""
+class OutputTail:
+    """Copies a child's output to our stdout as it comes and keeps its last few kilobytes."""
 
     KEEP = 4096
 
@@ -185,8 +189,9 @@ class StderrTail:
     def _pump(self) -> None:
         fd = self._stream.fileno()
         while chunk := os.read(fd, 4096):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.flush()
+            sys.stdout.flush()  # our own lines first, then the child's bytes
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
             with self._lock:
                 self._buf = (self._buf + chunk)[-self.KEEP :]
 
@@ -202,12 +207,12 @@ class StderrTail:
 _BAR = re.compile(r"([^\r\n|]*?):?\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([\d:]+)<([\d:?]+)")
 
 
-def over_budget_note(name: str, budget: float, elapsed: float, stderr_tail: str) -> str:
+def over_budget_note(name: str, budget: float, elapsed: float, output_tail: str) -> str:
     """Where a stage past its budget is, and its remaining time by its last progress bar."""
     head = f"-- stage {name} is past its {budget:.0f} s budget ({elapsed:.0f} s so far)"
-    bars = _BAR.findall(stderr_tail)
+    bars = _BAR.findall(output_tail)
     if not bars:
-        lines = [ln.strip() for ln in re.split(r"[\r\n]", stderr_tail) if ln.strip()]
+        lines = [ln.strip() for ln in re.split(r"[\r\n]", output_tail) if ln.strip()]
         last = lines[-1][:160] if lines else "nothing yet"
         return f"{head}; no progress bar yet, last output: {last}"
     desc, n, total, _, left = bars[-1]

@@ -5,9 +5,10 @@ CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
-the environment. Torch threads: vLLM serves with 1 thread unless OMP_NUM_THREADS is set; keep
-it so on a shared CPU (measured here under load: 1 thread ~10 q/s closed-book, 2 threads
-1.3-1.7 q/s from spin-wait contention); OMP_NUM_THREADS=<cores> helps only on an idle box."""
+the environment. Threads: vllm-cpu 0.32 binds one OpenMP thread per core
+(`VLLM_CPU_OMP_THREADS_BIND=auto`, 2 here) and then ignores `torch.set_num_threads` in this
+process; `VLLM_CPU_OMP_THREADS_BIND=0` pins it to one core on a busy shared machine
+(docs/prompt-gates.md)."""
 
 from __future__ import annotations
 
