@@ -91,8 +91,8 @@ def test_multi_token_choices_are_scored_whole(vllm_generator):
 
 def test_next_token_split():
     """Choices that differ in exactly one token split into prefix + distinct tokens."""
-    assert next_token_split([[75, 10539, 77], [75, 5230, 77]]) == ([75], [10539, 5230])
-    assert next_token_split([[9], [8]]) == ([], [9, 8])
+    assert next_token_split([[75, 10539, 77], [75, 5230, 77]]) == ([75], [10539, 5230], [77])
+    assert next_token_split([[9], [8]]) == ([], [9, 8], [])
     assert next_token_split([[9], [8, 7]]) is None  # different lengths
     assert next_token_split([[1, 2], [3, 4]]) is None  # two differing positions
     assert next_token_split([[1, 2], [1, 2]]) is None  # identical choices
@@ -118,17 +118,17 @@ def _spy(monkeypatch, generator):
 
 
 def test_next_token_path_agrees_with_whole_continuation(vllm_generator, monkeypatch):
-    """[Yes]/[No]: one sequence per prompt ending in "[", next-token log-probabilities of
-    Yes and No; the same probabilities as summing every token of "[Yes]" and "[No]"."""
+    """[Yes]/[No] from next-token log-probabilities (Yes/No after "[", then "]" after each):
+    the same probabilities as summing every token of "[Yes]" and "[No]", without
+    prompt_logprobs."""
     prompts = [vanilla_prompt(q) for q in QUESTIONS] + [closed_book_prompt(QUESTIONS[2])]
     heads = chat_token_ids(vllm_generator.tokenizer, prompts)
     tails = choice_token_ids(vllm_generator.tokenizer, ["[Yes]", "[No]"])
     whole = vllm_generator.continuation_probs(heads, tails)
     calls, fallbacks = _spy(monkeypatch, vllm_generator)
     fast = vllm_generator.choice_probs(prompts, ["[Yes]", "[No]"])
-    assert not fallbacks and len(calls) == 1
-    n, params = calls[0]
-    assert n == len(prompts) and params.prompt_logprobs is None and params.logprob_token_ids
+    assert not fallbacks and [n for n, _ in calls] == [len(prompts), 2 * len(prompts)]
+    assert all(p.prompt_logprobs is None and p.logprob_token_ids for _, p in calls)
     np.testing.assert_allclose(fast, whole, atol=0.02)
     assert np.argmax(fast, axis=1).tolist() == np.argmax(whole, axis=1).tolist()
 

