@@ -90,3 +90,17 @@ def test_stage_times_and_budgets_in_report(tmp_path):
         == f"stage times: {STAGES[0].name} 2 s, {STAGES[1].name} 2 s; total 4 s"
     )
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
+    import subprocess
+    import sys
+
+    from retrieval_gate.demo import stop
+
+    code = (
+        "import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    stop(proc)  # the child never saw a Ctrl-C: stop sends it one
+    assert proc.returncode == 7

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -167,11 +168,30 @@ def run_stage(argv: list[str], name: str, budget: float) -> int:
                 print("\n" + over_budget_note(name, budget, elapsed, tail.text()), flush=True)
                 next_note = elapsed + NOTE_EVERY
     except KeyboardInterrupt:
-        proc.wait()  # the terminal sent Ctrl-C to the stage as well: let it exit
+        stop(proc)
         raise
     finally:
         tail.join()
     return proc.returncode
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """After Ctrl-C: a terminal sends it to the stage too, so give it time to exit; if only
+    the demo got it (`kill -INT`), pass it on, and terminate a stage that still hangs."""
+    steps = [
+        (lambda: None, 10),
+        (lambda: proc.send_signal(signal.SIGINT), 30),
+        (proc.terminate, 10),
+    ]
+    for act, seconds in steps:
+        act()
+        try:
+            proc.wait(timeout=seconds)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.wait()
 
 
 class OutputTail:
