@@ -15,11 +15,11 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from retrieval_gate.evaluation import metrics as M
+from retrieval_gate import metrics as M
 from retrieval_gate.evaluation.bootstrap import bootstrap_ci
-from retrieval_gate.evaluation.dataset import EvalSet
 from retrieval_gate.evaluation.evaluate import evaluate_gate
 from retrieval_gate.gates.trivial import always_gate
+from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 
 RNG = np.random.default_rng(7)
@@ -99,8 +99,8 @@ def test_evaluate_gate_reports_per_source_and_undefined_auroc():
 
 # ---------------------------------------------------------------- transfer
 
-from retrieval_gate.evaluation.dataset import Splits  # noqa: E402
 from retrieval_gate.evaluation.transfer import SOURCES, loso, transfer_cells  # noqa: E402
+from retrieval_gate.labels.evalset import Splits  # noqa: E402
 
 
 def _multi_source(split: str, per_source: int = 12) -> EvalSet:
@@ -201,3 +201,13 @@ def test_cost_per_question_times_single_questions():
     gate = TfidfGate.fit(es.questions, es.y)
     ms = cost_per_question(gate, es.questions, n=5)
     assert 0 < ms < 1000
+
+
+def test_one_markdown_table_writer():
+    from retrieval_gate.tables import markdown_table
+
+    assert markdown_table(["a", "b"], [[1, 0.5], [None, "x"]]) == (
+        "| a | b |\n|---|---|\n| 1 | 0.500 |\n| n/a | x |"
+    )
+    padded = markdown_table(["name", "n"], [["popqa", 12]], pad=True).splitlines()
+    assert padded == ["| name  | n  |", "|-------|----|", "| popqa | 12 |"]

@@ -15,7 +15,10 @@ from retrieval_gate.gates.popularity import best_cut, fit_popularity, mallen_pro
 from retrieval_gate.gates.prompt import DemoPool, PromptGate, ta_are_prompt
 from retrieval_gate.gates.registry import GateContext, build_gate, gate_names
 from retrieval_gate.gates.tfidf import TfidfGate
+from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.prompts import TA_ARE_NO_DEMOS
+from retrieval_gate.labels.evalset import EvalSet
+from retrieval_gate.labels.scoring import judge
 from retrieval_gate.questions import Question
 
 RNG = np.random.default_rng(3)
@@ -182,6 +185,28 @@ def test_confidence_score_works_in_probabilities():
         gate.scores([q(2)])
 
 
+class _Answers:
+    """A generator that returns fixed closed-book answers (the rule under test is the gate's)."""
+
+    name, checksum = "fixed", "-"
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        return [Generation(t, 10, 3, [-0.01] * 3) for t in self.texts[: len(prompts)]]
+
+
+def test_confidence_gate_uses_the_label_files_idk_rule():
+    """A fresh answer and a recorded one are judged declined by the same rule (labels' `idk`)."""
+    answers = ["I'm sorry, I cannot answer that.", "Unable to determine.", "Paris"]
+    gate = ConfidenceGate(generator=lambda: _Answers(answers))
+    fresh = gate.scores([q(i) for i in range(3)])
+    recorded = [judge(a, q(i), {})["idk"] for i, a in enumerate(answers)]
+    assert recorded == [True, True, False]
+    assert list(fresh[:2]) == [1.0, 1.0] and fresh[2] < 0.1
+
+
 def test_tfidf_gate_learns_words():
     texts = [f"what is the weather today in city {i}" for i in range(20)] + [
         f"who wrote the famous book number {i}" for i in range(20)
@@ -193,6 +218,19 @@ def test_tfidf_gate_learns_words():
         [q(100, "what is the weather today in city 99"), q(101, "who wrote the famous book")]
     )
     assert s[0] > 0.5 > s[1]
+
+
+def test_registry_ta_are_picks_demos_with_the_retrievers_minilm():
+    """The TA-ARE gate's demonstrations come from the same MiniLM encoder dense retrieval uses."""
+    texts = ["Who directed the film Blue Harbour?", "What sport does Ann Lee play?",
+             "In what country is Vell?", "Who is the father of Kip?"]  # fmt: skip
+    train = [q(i, t, s_pop=10) for i, t in enumerate(texts)]
+    evalset = EvalSet(tuple(train), np.ones(4, int), np.zeros(4), np.ones(4))
+    records = {x.id: {"match": False} for x in train}
+    gate = build_gate("prompt-ta-are", GateContext(train=evalset, closed_book=records))
+    prompt = gate.prompts([q(9, "Who was the director of the movie Blue Harbour?")])[0]
+    first_demo = prompt.split("Here are some examples:\n\n")[1].split("\n\n")[0]
+    assert first_demo == f"Question: {texts[0]}\nAnswer: [Yes]"  # the nearest one comes first
 
 
 def test_registry_builds_gates_and_names_missing_data():

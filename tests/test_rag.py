@@ -20,20 +20,24 @@ import pytest
 from fastapi.testclient import TestClient
 
 from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import ConfigError
 from retrieval_gate.export.onnx import export_gate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
-from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
+from retrieval_gate.generation.prompts import (
+    closed_book_prompt,
+    document_texts,
+    with_context_prompt,
+)
 from retrieval_gate.generation.remote import RemoteGenerator
 from retrieval_gate.labels.files import LabelFile
-from retrieval_gate.labels.rag_gain import document_texts
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator
 from retrieval_gate.rag.compare import clear_prefix_cache
+from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
 from retrieval_gate.rag.modes import ModeOptions, check_modes, oracle_from_run
-from retrieval_gate.rag.report import run_comparison
 from retrieval_gate.rag.sample import select_questions
 from retrieval_gate.rag.service import create_app
 from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, documents_of
@@ -254,12 +258,8 @@ def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_
     options = ModeOptions(onnx=str(onnx_gate.export_dir), oracle_labels=oracle_file)
     report = run_comparison(
         ["never", "always", "onnx", "oracle"],
-        datasets=["retrievalqa"],
-        limit=2,
-        seed=2,
-        retriever="contexts",
-        k=1,
-        max_new_tokens=4,
+        Sample(["retrievalqa"], limit=2, seed=2),
+        Pipeline("contexts", k=1, max_new_tokens=4),
         mode_options=options,
         generator=vllm_generator,
     )
@@ -357,13 +357,13 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
 
 
 def test_data_parallel_needs_a_vllm_server():
-    with pytest.raises(DataError, match="--generator-url"):
+    with pytest.raises(ConfigError, match="--generator-url"):
         open_generator(data_parallel_size=2)
 
 
 def test_comparison_saves_each_mode_and_resumes(tmp_path):
     progress = tmp_path / "run.modes.jsonl"
-    kwargs = dict(datasets=["retrievalqa"], limit=3, retriever="contexts", k=1)
+    kwargs = dict(sample=Sample(["retrievalqa"], limit=3), pipeline=Pipeline("contexts", k=1))
     first = run_comparison(
         ["never", "always"], generator=CountingTestGenerator(), progress_file=progress, **kwargs
     )
@@ -383,7 +383,12 @@ def test_comparison_saves_each_mode_and_resumes(tmp_path):
     assert again["modes"]["always"] == first["modes"]["always"]
     assert [r["mode"] for r in again["table"]] == ["never", "always", "oracle", "oracle-run"]
     assert "kept from an earlier run: never, always" in again["note"]
-    other = run_comparison(["never"], generator=gen, progress_file=progress, **{**kwargs, "k": 2})
+    other = run_comparison(
+        ["never"],
+        generator=gen,
+        progress_file=progress,
+        **{**kwargs, "pipeline": Pipeline("contexts", k=2)},
+    )
     assert "kept" not in other["note"]  # other settings: measured again
 
 
@@ -408,5 +413,5 @@ def test_oracle_run_retrieves_exactly_where_retrieval_turned_wrong_into_right():
 
 
 def test_oracle_run_needs_never_and_always():
-    with pytest.raises(DataError, match="needs the never and always"):
+    with pytest.raises(ConfigError, match="needs the never and always"):
         check_modes(["always", "oracle-run"], ModeOptions())

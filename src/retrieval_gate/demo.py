@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .labels import LABELS_DIR
+from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
 CLOSED_BOOK = os.path.relpath(LABELS_DIR / "smollm2-135m-instruct" / "closed-book.jsonl")
@@ -260,23 +261,17 @@ def _write_atomic(path: Path, text: str) -> None:
 def write_report(out: Path) -> Path:
     """One markdown report: stage times, then the reports the stages wrote (evaluation,
     tuning, RAG), each under its own heading."""
-    lines = [
-        "# retrieval-gate demo report",
-        "",
-        "| stage | command | wall time (s) | budget (s) |",
-        "|---|---|---|---|",
-    ]
-    total = 0.0
+    rows = []
     for stage in STAGES:
         done = out / f"{stage.name}.done.json"
         if done.exists():
             info = json.loads(done.read_text())
-            command = f"retrieval-gate {' '.join(info['argv'])}"
-            total += info["seconds"]
-            lines.append(
-                f"| {stage.title} | `{command}` | {info['seconds']} | {stage.budget:.0f} |"
-            )
-    lines.append(f"| total | | {total:.1f} | {sum(s.budget for s in STAGES):.0f} |")
+            command = f"`retrieval-gate {' '.join(info['argv'])}`"
+            rows.append([stage.title, command, info["seconds"], int(stage.budget)])
+    total = sum(r[2] for r in rows)
+    rows.append(["total", "", total, int(sum(s.budget for s in STAGES))])
+    header = ["stage", "command", "wall time (s)", "budget (s)"]
+    lines = ["# retrieval-gate demo report", "", markdown_table(header, rows, digits=1)]
     for title, path in _sections(out):
         if path.exists():
             lines += ["", f"## {title}", "", _demote(path.read_text().strip())]

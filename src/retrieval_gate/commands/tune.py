@@ -13,8 +13,8 @@ OBJECTIVES = ["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto", "relat
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..evaluation.dataset import DEFAULT_RUN_DIR
     from ..gates.registry import gate_names
+    from ..labels.evalset import DEFAULT_RUN_DIR
     from ..tuning.studies import DEFAULT_STORAGE
 
     p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
@@ -57,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
-    from ..evaluation.dataset import load_splits, policy_name
+    from ..labels.evalset import load_splits, policy_name
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
 
@@ -102,12 +102,13 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
 
 
 def _save_threshold(args, result: dict) -> None:
+    from ..errors import ConfigError
     from ..training.checkpoint import save_threshold
 
     name = args.save_objective or next(iter(result["thresholds"]))
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
     if key is None:
-        raise SystemExit(
+        raise ConfigError(
             f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
         )
     r = result["thresholds"][key]
@@ -116,7 +117,7 @@ def _save_threshold(args, result: dict) -> None:
 
 
 def _relations(args, sp, policy: str, command: str) -> None:
-    from ..evaluation.report import table
+    from ..tables import markdown_table
     from ..tuning.popularity import tune_relations
     from ..tuning.studies import study_name
 
@@ -130,7 +131,7 @@ def _relations(args, sp, policy: str, command: str) -> None:
           f"{res['n_questions']} dev PopQA questions with recorded answers, {res['n_trials']} trials. "
           f"Adaptive accuracy on dev: Optuna {res['optuna_accuracy']:.4f}, brute force "
           f"{res['brute_force_accuracy']:.4f}; global fallback threshold {gate.global_threshold:g}.\n\n"
-          + table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
+          + markdown_table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
     _write(args, f"tune-popularity-relations-{policy}", res, md)
 
 

@@ -11,11 +11,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..errors import BackendError
+from ..models import cache_dir
 from .errors import DataError
 
 ENV_VAR = "RETRIEVAL_GATE_DATA"
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
-CACHE_DIR = Path(os.environ.get("RETRIEVAL_GATE_CACHE", Path.home() / ".cache" / "retrieval-gate"))
 
 _RAW = "https://raw.githubusercontent.com"
 # (path in the data folder, URL of the authors' release, sha256) — PROVENANCE.md's sources.
@@ -107,16 +107,17 @@ HUB_POPQA = ("akariasai/PopQA", "popqa/popqa.tsv")
 
 
 def resolve_data_dir(flag: str | Path | None = None, download: bool = True) -> Path:
-    """The data folder, in order: the flag, $RETRIEVAL_GATE_DATA, ../shared/datasets (seen
-    from the working directory or the project root), else the official download cache."""
+    """The data folder, in order: the flag, $RETRIEVAL_GATE_DATA, ../shared/datasets seen from
+    the working directory, else the official download cache. Never a path relative to where
+    the package is installed: that only works from a source checkout."""
     if flag is not None:
         return _existing(Path(flag), "--data-dir")
     if os.environ.get(ENV_VAR):
         return _existing(Path(os.environ[ENV_VAR]), f"${ENV_VAR}")
-    for candidate in (Path.cwd() / "../shared/datasets", PROJECT_ROOT / "../shared/datasets"):
-        if candidate.is_dir():
-            return candidate.resolve()
-    cache = CACHE_DIR / "datasets"
+    candidate = Path.cwd() / "../shared/datasets"
+    if candidate.is_dir():
+        return candidate.resolve()
+    cache = cache_dir() / "datasets"
     if download:
         fetch_official(cache)
     return cache
@@ -133,14 +134,6 @@ def _existing(path: Path, origin: str) -> Path:
     return path.resolve()
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fetch_official(cache: Path) -> None:
     """Downloads what is missing from the cache once; verifies checksums where known."""
     missing = [(p, u, s) for p, u, s in OFFICIAL_FILES if not (cache / p).is_file()]
@@ -151,13 +144,13 @@ def fetch_official(cache: Path) -> None:
             with urllib.request.urlopen(url, timeout=60) as r:
                 data = r.read()
         except (urllib.error.URLError, TimeoutError) as e:
-            raise DataError(
+            raise BackendError(
                 f"no local datasets (no --data-dir, no ${ENV_VAR}, no ../shared/datasets) and the "
                 f"official release could not be downloaded ({url}: {e}). This machine looks "
                 f"offline: put the files in a folder and pass --data-dir."
             ) from e
         if sha and hashlib.sha256(data).hexdigest() != sha:
-            raise DataError(f"checksum mismatch for {url}; expected sha256 {sha}", target)
+            raise BackendError(f"checksum mismatch for {url}; expected sha256 {sha}", target)
         tmp = target.with_suffix(target.suffix + ".part")
         tmp.write_bytes(data)
         tmp.replace(target)
@@ -172,7 +165,7 @@ def save_hub_popqa(target: Path) -> None:
 
         rows = datasets.load_dataset(HUB_POPQA[0], split="test")
     except Exception as e:  # the hub client raises many types when offline
-        raise DataError(f"could not download {HUB_POPQA[0]} from the hub ({e}); offline?") from e
+        raise BackendError(f"could not download {HUB_POPQA[0]} from the hub ({e}); offline?") from e
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows.column_names), delimiter="\t")

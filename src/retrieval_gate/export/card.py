@@ -6,38 +6,34 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..training.checkpoint import read_json
-from .metadata import VARIANTS
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else "-" if value is None else str(value)
+from ..gates.onnx_format import VARIANTS
+from ..tables import markdown_table
+from ..training.checkpoint import read_run_json
 
 
 def _metrics_table(test: dict[str, float]) -> list[str]:
     keys = ["auroc", "ap", "macro_f1", "acc", "ece", "retrieval_rate"]
-    return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
-            "| " + " | ".join(_fmt(test.get(k)) for k in keys) + " |"]  # fmt: skip
+    return [markdown_table(keys, [[test.get(k) for k in keys]], digits=4)]
 
 
 def _parity_table(parity: dict[str, Any]) -> list[str]:
-    lines = ["| variant | file | max abs diff vs PyTorch | decision agreement | AUROC | "
-             "AUROC drop | passed |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    header = ["variant", "file", "max abs diff vs PyTorch", "decision agreement", "AUROC",
+              "AUROC drop", "passed"]  # fmt: skip
+    rows = []
     for variant, r in parity.get("variants", {}).items():
         if not r.get("runnable"):
-            lines.append(f"| {variant} | {VARIANTS[variant]} | not runnable here: "
-                         f"{r['error'][:80]} | | | | |")  # fmt: skip
+            rows.append([variant, VARIANTS[variant], f"not runnable here: {r['error'][:80]}",
+                         "", "", "", ""])  # fmt: skip
             continue
-        cells = [r["max_abs_diff"], r["decision_agreement"], r["auroc"], r["auroc_drop"]]
-        lines.append(f"| {variant} | {VARIANTS[variant]} | "
-                     + " | ".join(_fmt(c) for c in cells) + f" | {r['passed']} |")  # fmt: skip
-    return lines
+        rows.append([variant, VARIANTS[variant], r["max_abs_diff"], r["decision_agreement"],
+                     r["auroc"], r["auroc_drop"], r["passed"]])  # fmt: skip
+    return [markdown_table(header, rows, digits=4)]
 
 
 def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
-    meta = read_json(run_dir / "metadata.json")
-    labels = read_json(run_dir / "labels.json")
-    metrics = read_json(run_dir / "metrics.json")
+    meta = read_run_json(run_dir / "metadata.json")
+    labels = read_run_json(run_dir / "labels.json")
+    metrics = read_run_json(run_dir / "metrics.json")
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [

@@ -12,9 +12,9 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..data.errors import DataError
-from ..export.metadata import FORMAT, REQUIRED, VARIANTS
+from ..errors import BackendError, DataError
 from ..questions import Question
+from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 
@@ -24,7 +24,7 @@ def select_providers(available: Sequence[str], prefer: str | None = None) -> lis
     if prefer:
         wanted = {"cpu": CPU, "cuda": CUDA}.get(prefer.lower(), prefer)
         if wanted not in available:
-            raise DataError(
+            raise BackendError(
                 f"execution provider {wanted!r} is not available (have: {', '.join(available)}); "
                 "install onnxruntime-gpu for CUDA"
             )

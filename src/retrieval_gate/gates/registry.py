@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from ..data.errors import DataError
-from ..evaluation.dataset import EvalSet
+from ..errors import BackendError, DataError
 from ..generation.base import Generator
+from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
 from .base import Gate
 
@@ -31,7 +31,7 @@ class LazyGenerator:
             try:
                 from ..generation import build_generator
             except ImportError as e:
-                raise DataError(f"no generator backend available ({e})") from None
+                raise BackendError(f"no generator backend available ({e})") from None
             self._generator = build_generator(**self.options)
         return self._generator
 
@@ -95,13 +95,14 @@ def _confidence(ctx: GateContext, **_: Any) -> Gate:
 
 def _prompt(template: str) -> Callable[..., Gate]:
     def build(ctx: GateContext, date: str | None = None, **_: Any) -> Gate:
-        from .prompt import DemoPool, MiniLMEmbedder, PromptGate
+        from ..retrieval.dense import MiniLMEncoder
+        from .prompt import DemoPool, PromptGate
 
         demos = None
         if template == "ta-are":
             train = ctx.need("train", "prompt-ta-are")
             records = ctx.need("closed_book", "prompt-ta-are")
-            demos = DemoPool.from_closed_book(train.questions, records, MiniLMEmbedder())
+            demos = DemoPool.from_closed_book(train.questions, records, MiniLMEncoder().encode)
         return PromptGate(ctx.generator, template, demos, date)
 
     return build

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..errors import BackendError
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .models import folder_checksum
@@ -64,7 +65,11 @@ class VLLMGenerator:
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
         settings = {**engine_kwargs(_cuda()), "max_model_len": max_model_len, **kw}
         self.settings = settings
-        self.llm = LLM(model=model, seed=0, **settings)
+        try:
+            self.llm = LLM(model=model, seed=0, **settings)
+        except Exception as e:  # vLLM raises many types when an engine cannot start
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise BackendError(f"the vLLM engine did not start for {model}: {first}") from e
         self.tokenizer = self.llm.get_tokenizer()
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:

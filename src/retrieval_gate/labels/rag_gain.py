@@ -16,16 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..generation.base import Generator
-from ..generation.prompts import WITH_CONTEXT_ID, with_context_prompt
+from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID, document_texts, with_context_prompt
 from ..questions import Question
-from ..retrieval.base import Hit, Retriever
+from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
 from .files import LabelFile
-from .run import provenance, run_chunked
+from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 TOP_K = 5
-DOC_WORDS = 120  # each document is cut to its first words to bound the prompt
 
 
 def effect(closed_ok: bool, rag_ok: bool) -> str:
@@ -38,10 +37,6 @@ def effect(closed_ok: bool, rag_ok: bool) -> str:
 
 def gain_label(eff: str, neither_label: int | None = None) -> int | None:
     return {"helps": 1, "hurts": 0, "both": 0}.get(eff, neither_label)
-
-
-def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
-    return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
 
 
 def rag_gain_rows(
@@ -122,11 +117,15 @@ def label_rag_gain(
 
     questions = [q for q in questions if q.contexts]  # where a corpus exists for them
     frequent = source_frequent_answers(questions)
-    meta = provenance(
+    return run_policy(
         "rag-gain",
-        generator=generator.name,
-        generator_checksum=generator.checksum,
-        backend=getattr(generator, "backend", "?"),
+        generator,
+        questions,
+        out,
+        lambda qs: rag_gain_rows(
+            generator, retriever, qs, closed.rows, frequent, criterion, k, neither_label
+        ),
+        chunk_size,
         prompt_id=WITH_CONTEXT_ID,
         closed_book_file=closed.path.name,
         retriever=retriever.name,
@@ -136,15 +135,3 @@ def label_rag_gain(
         criterion=criterion,
         neither_label=neither_label,
     )
-    out.write_meta(meta)
-    stats = run_chunked(
-        questions,
-        out,
-        lambda qs: rag_gain_rows(
-            generator, retriever, qs, closed.rows, frequent, criterion, k, neither_label
-        ),
-        chunk_size,
-        "rag-gain",
-    )
-    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
-    return stats

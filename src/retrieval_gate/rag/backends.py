@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.errors import DataError
+from ..errors import ConfigError
 from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
@@ -31,7 +31,7 @@ def open_generator(
     from ..generation import build_generator
 
     if data_parallel_size > 1:
-        raise DataError(
+        raise ConfigError(
             f"--data-parallel-size {data_parallel_size} needs a vLLM server (vLLM's in-process "
             "engine has no data parallelism): start `python -m vllm.entrypoints.openai.api_server "
             f"--model MODEL --data-parallel-size {data_parallel_size}` and pass --generator-url "

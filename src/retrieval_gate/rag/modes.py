@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.errors import DataError
-from ..evaluation.dataset import DEFAULT_RUN_DIR, load_splits
+from ..errors import ConfigError, DataError
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate, gate_names
 from ..generation.base import Generator
+from ..labels.evalset import DEFAULT_RUN_DIR, load_splits
 from ..labels.files import LabelFile
 from .loop import RagRun
 from .oracle import OracleGate
@@ -62,17 +62,19 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     """Fails fast, before an engine starts, on an unknown mode or a missing input file."""
     unknown = [m for m in modes if m not in known_modes()]
     if unknown:
-        raise DataError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}")
+        raise ConfigError(
+            f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}"
+        )
     if "onnx" in modes and not options.onnx:
         found = sorted(str(p.parent) for p in Path("export").glob("*/model.onnx"))
-        raise DataError(
+        raise ConfigError(
             "the onnx mode needs an exported gate: --onnx export/<name>"
             + (f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)")
         )
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
-        raise DataError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
+        raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
     if "learned" in modes and not options.learned_run:
-        raise DataError("the learned mode needs a training run: --learned-run checkpoints/<run>")
+        raise ConfigError("the learned mode needs a training run: --learned-run checkpoints/<run>")
     needed = []
     if "oracle" in modes:
         needed.append(("oracle mode", "--oracle-labels", options.oracle_labels))

@@ -1,0 +1,60 @@
+"""The package works installed like a user installs it (not editable, run from elsewhere): no
+path may depend on where the source tree is."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from retrieval_gate.data import resolve_data_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Runs the CLI in-process, then lists every retrieval_gate module not loaded from the install.
+CHECK = """
+import sys
+from retrieval_gate.cli import main
+rc = main(sys.argv[2:])
+stray = [m.__file__ for n, m in list(sys.modules.items())
+         if n.startswith("retrieval_gate") and getattr(m, "__file__", None)
+         and not m.__file__.startswith(sys.argv[1])]
+print("STRAY", stray)
+sys.exit(rc)
+"""
+
+
+def test_cli_runs_from_a_non_editable_install(tmp_path):
+    source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(site), str(source)], check=True, timeout=900)
+    shutil.rmtree(source)  # nothing may be read from a source tree
+    # a project folder laid out like the repository's: ../shared/datasets beside it
+    work = tmp_path / "project"
+    work.mkdir()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "datasets").symlink_to(resolve_data_dir())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRIEVAL_GATE_")}
+    env["PYTHONPATH"] = str(site)
+    argv = [str(site), "data", "summary", "--datasets", "popqa"]
+    r = subprocess.run([sys.executable, "-c", CHECK, *argv], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "| popqa" in r.stdout and "total questions:" in r.stdout
+    assert "STRAY []" in r.stdout
+    labels = [
+        sys.executable,
+        "-c",
+        "from retrieval_gate.labels import LABELS_DIR; print(LABELS_DIR)",
+    ]
+    r = subprocess.run(labels, cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == str(work / "data" / "labels")  # the working directory's
+    env["RETRIEVAL_GATE_LABELS"] = str(tmp_path / "mine")
+    r = subprocess.run(labels, cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == str(tmp_path / "mine")
