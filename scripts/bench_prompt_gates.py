@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from retrieval_gate.evaluation.compare import closed_book_records, sample_test
-from retrieval_gate.evaluation.dataset import DEFAULT_RUN_DIR, load_splits
 from retrieval_gate.gates.confidence import ConfidenceGate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.prompt import PromptGate
@@ -31,6 +30,7 @@ from retrieval_gate.gates.registry import GateContext, LazyGenerator, build_gate
 from retrieval_gate.generation.chat import chat_token_ids
 from retrieval_gate.generation.prompts import closed_book_prompt
 from retrieval_gate.labels.closed_book import MAX_NEW_TOKENS
+from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
 from retrieval_gate.questions import Question
 
 

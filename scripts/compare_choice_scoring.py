@@ -21,10 +21,10 @@ from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.evaluation.compare import closed_book_records, sample_test
-from retrieval_gate.evaluation.dataset import DEFAULT_RUN_DIR, load_splits
 from retrieval_gate.gates.prompt import CHOICES
 from retrieval_gate.gates.registry import GateContext, LazyGenerator, build_gate
 from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids
+from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
 
 LABELS = DEFAULT_RUN_DIR / "closed-book.jsonl"
 
