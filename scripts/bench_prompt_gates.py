@@ -121,7 +121,7 @@ def main() -> None:
     p.add_argument("--date", default="2026-11-23", help="TA-ARE's 'Today is' date")
     p.add_argument("--out", type=Path, help="also write the rows as JSON")
     args = p.parse_args()
-    if not (args.export / "metadata.json").is_file() and not list(args.export.glob("*.onnx")):
+    if not list(args.export.glob("*.onnx")):
         p.error(f"--export {args.export}: no exported gate there (run `retrieval-gate export`)")
     labels = DEFAULT_RUN_DIR / "closed-book.jsonl"
     splits = load_splits(labels, DEFAULT_RUN_DIR)
