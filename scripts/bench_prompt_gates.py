@@ -7,8 +7,9 @@ and the exported ONNX gate (fp32, int8), each as questions/s and prompt tokens/s
 
 Every LLM job is one batched call over all questions (what `evaluate` and `label` do), timed
 `--rounds` times with vLLM's prefix cache emptied before each call (so a round never reuses
-the previous one's prompts); the median is printed. One warm-up call per job first, so
-engine start-up and first-call stalls are not counted (the warm-up time is printed too).
+the previous one's prompts); the median is printed. A warm-up call first (LLM jobs: on 8
+questions; ONNX: the whole batch), so engine start-up and first-call stalls are not counted
+(the warm-up time is printed too).
 The ratio line divides ONNX int8 questions/s by each prompt gate's. Prints; asserts nothing."""
 
 from __future__ import annotations
@@ -34,11 +35,17 @@ from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
 from retrieval_gate.questions import Question
 
 
-def timed_median(fn: Callable[[], object], rounds: int, before: Callable[[], object]) -> tuple:
-    """(warm-up seconds, median seconds over `rounds` calls), `before` run ahead of each."""
+def timed_median(
+    fn: Callable[[], object],
+    rounds: int,
+    before: Callable[[], object],
+    warmup: Callable[[], object],
+) -> tuple[float, float]:
+    """(warm-up seconds, median seconds of `fn` over `rounds` calls), `before` run ahead of
+    each call."""
     before()
     start = time.perf_counter()
-    fn()
+    warmup()
     warm = time.perf_counter() - start
     times = []
     for _ in range(rounds):
@@ -81,8 +88,7 @@ def llm_rows(qs: Sequence[Question], ctx: GateContext, rounds: int, date: str) -
     jobs += [(n, g.scores, count(g.prompts(qs)) + len(qs)) for n, g in gates.items()]  # + "["
     jobs += [("confidence (uncached)", confidence.scores, count(cb))]
     for name, fn, tokens in jobs:
-        fn(warm_q)
-        warm, seconds = timed_median(lambda fn=fn: fn(qs), rounds, reset)
+        warm, seconds = timed_median(lambda fn=fn: fn(qs), rounds, reset, lambda fn=fn: fn(warm_q))
         rows.append(row(name, len(qs), tokens, warm, seconds))
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -93,7 +99,11 @@ def onnx_rows(export: Path, texts: Sequence[str], rounds: int, threads: int) -> 
     for variant in ("fp32", "int8"):
         gate = OnnxGate(export, variant, threads=threads)
         tokens = sum(map(len, gate.encode(texts)))
-        warm, seconds = timed_median(lambda g=gate: g.score_texts(texts), rounds, lambda: None)
+
+        def batch(g: OnnxGate = gate) -> object:
+            return g.score_texts(texts)
+
+        warm, seconds = timed_median(batch, rounds, lambda: None, batch)
         rows.append(row(f"ONNX {variant} ({gate.provider})", len(texts), tokens, warm, seconds))
         print(json.dumps(rows[-1]), flush=True)
     return rows
