@@ -118,12 +118,12 @@ def _learned(ctx: GateContext, run: str | None = None, **_: Any) -> Gate:
     return LearnedGate(run)
 
 
-def _onnx(ctx: GateContext, path: str | None = None, **_: Any) -> Gate:
+def _onnx(ctx: GateContext, path: str | None = None, variant: str = "fp32", **_: Any) -> Gate:
     if not path:
         raise DataError("the onnx gate needs an exported model: --onnx export/<name>")
     from .onnx import OnnxGate
 
-    return OnnxGate(path)
+    return OnnxGate(path, variant=variant)
 
 
 GATES: dict[str, Callable[..., Gate]] = {

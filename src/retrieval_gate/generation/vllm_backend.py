@@ -71,6 +71,11 @@ class VLLMGenerator:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise BackendError(f"the vLLM engine did not start for {model}: {first}") from e
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_window = int(self.llm.model_config.max_model_len)
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        """Tokens of each prompt as the engine sees it (chat template included)."""
+        return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
         prompts = [{"prompt_token_ids": ids} for ids in token_ids]
