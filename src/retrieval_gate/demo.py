@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fileio import write_text
 from .labels import LABELS_DIR
 from .tables import markdown_table
 
@@ -64,7 +65,7 @@ def _export_dir(out: Path) -> Path:
 def _train(out: Path) -> list[str]:
     config = "configs/experiments/minilm-closed-book.yaml"
     sets = [f"run.output_dir={out / 'checkpoints'}", "run.name=minilm-closed-book"]
-    return ["train", "--config", config, "--set", *sets]
+    return ["train", "--config", config, "--resume", "--set", *sets]  # a killed demo continues
 
 
 def _tune(out: Path) -> list[str]:
@@ -143,7 +144,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
             )
             return code
         print(f"== stage {stage.name} done in {seconds:.0f} s", flush=True)
-        _write_atomic(done, json.dumps({"argv": argv, "seconds": round(seconds, 1)}) + "\n")
+        write_text(done, json.dumps({"argv": argv, "seconds": round(seconds, 1)}) + "\n")
     report = write_report(out)
     print(f"\n{headline(out)}\n{stage_times(out)}\nfull report: {report}")
     return 0
@@ -252,12 +253,6 @@ def _seconds(done: Path) -> float:
     return float(json.loads(done.read_text())["seconds"])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def write_report(out: Path) -> Path:
     """One markdown report: stage times, then the reports the stages wrote (evaluation,
     tuning, RAG), each under its own heading."""
@@ -276,7 +271,7 @@ def write_report(out: Path) -> Path:
         if path.exists():
             lines += ["", f"## {title}", "", _demote(path.read_text().strip())]
     report = out / "REPORT.md"
-    _write_atomic(report, "\n".join(lines) + "\n")
+    write_text(report, "\n".join(lines) + "\n")
     return report
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
 from ..tables import markdown_table
 from ..training.checkpoint import read_run_json
@@ -80,5 +81,5 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         "Score with `retrieval-gate score --model <this folder> --input questions.txt`.",
     ]
     path = export_dir / "README.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path
