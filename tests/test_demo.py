@@ -34,3 +34,73 @@ def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
     assert "## Evaluation" in report and "### Gates" in report  # stage headings nested
     assert report.count("| 1.5 |") == len(STAGES)
     assert "tfidf" in headline(tmp_path)
+
+
+def test_over_budget_note_reads_the_last_progress_bar():
+    import io
+
+    from tqdm import tqdm
+
+    from retrieval_gate.demo import over_budget_note
+
+    err = io.StringIO()
+    bar = tqdm(total=600, desc="Processed prompts", file=err, mininterval=0)
+    bar.update(270)
+    bar.close()
+    note = over_budget_note("evaluate", 240, 300, "vLLM log line\n" + err.getvalue())
+    assert "past its 240 s budget (300 s so far)" in note
+    assert "Processed prompts 270/600" in note
+    assert "left by its bar" in note
+    lightning = (
+        "Loading weights: 100%|##########| 103/103 [00:00<00:00, 17160.41it/s]\n"
+        "Epoch 0:   8%|8         | 10/125 [04:42<54:11,  0.04it/s]"
+    )
+    assert "Epoch 0 10/125, about 54:11 left" in over_budget_note("train", 240, 300, lightning)
+    quiet = over_budget_note("train", 240, 250, "Loading weights\nEpoch 1 starting\n")
+    assert "no progress bar yet, last output: Epoch 1 starting" in quiet
+
+
+def test_interrupted_stage_is_not_marked_done_and_no_report(tmp_path, monkeypatch, capsys):
+    import retrieval_gate.demo as demo
+
+    first = STAGES[0]
+    (tmp_path / f"{first.name}.done.json").write_text(json.dumps({"argv": [], "seconds": 1.0}))
+
+    def interrupted(argv, name, budget):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_stage", interrupted)
+    assert run_demo(tmp_path) == 130
+    assert "interrupted in stage " + STAGES[1].name in capsys.readouterr().err
+    assert (tmp_path / f"{first.name}.done.json").exists()  # finished stage kept
+    assert not (tmp_path / f"{STAGES[1].name}.done.json").exists()  # resumed next run
+    assert not (tmp_path / "REPORT.md").exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_stage_times_and_budgets_in_report(tmp_path):
+    from retrieval_gate.demo import stage_times
+
+    for stage in STAGES[:2]:
+        (tmp_path / f"{stage.name}.done.json").write_text(json.dumps({"argv": [], "seconds": 2.0}))
+    report = write_report(tmp_path).read_text()
+    assert "| total |  | 4.0 | 900 |" in report
+    assert sum(s.budget for s in STAGES) <= 15 * 60
+    assert (
+        stage_times(tmp_path)
+        == f"stage times: {STAGES[0].name} 2 s, {STAGES[1].name} 2 s; total 4 s"
+    )
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
+    import subprocess
+    import sys
+
+    from retrieval_gate.demo import stop
+
+    code = (
+        "import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    stop(proc)  # the child never saw a Ctrl-C: stop sends it one
+    assert proc.returncode == 7

@@ -211,3 +211,19 @@ def test_one_markdown_table_writer():
     )
     padded = markdown_table(["name", "n"], [["popqa", 12]], pad=True).splitlines()
     assert padded == ["| name  | n  |", "|-------|----|", "| popqa | 12 |"]
+
+
+def test_limit_larger_than_the_split_zero_or_negative():
+    import numpy as np
+
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.evaluation.compare import sample_test
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.questions import Question
+
+    qs = tuple(Question(id=f"q{i}", text=f"t{i}", answers=(), source="s") for i in range(5))
+    test = EvalSet(qs, np.zeros(5, int), np.full(5, np.nan), np.full(5, np.nan))
+    assert len(sample_test(test, 3)) == 3 and sample_test(test, 99) is test
+    for bad in (0, -2):
+        with pytest.raises(InputError, match="--limit must be a positive"):
+            sample_test(test, bad)

@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 
 from retrieval_gate.generation import build_generator, prepare_smollm2
-from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids
+from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids, next_token_split
 from retrieval_gate.generation.models import MARKER, folder_checksum
-from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
+from retrieval_gate.generation.prompts import (
+    closed_book_prompt,
+    vanilla_prompt,
+    with_context_prompt,
+)
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -83,6 +87,62 @@ def test_multi_token_choices_are_scored_whole(vllm_generator):
     assert tails[0][0] == tails[1][0] and len(tails[0]) > 1
     probs = vllm_generator.choice_probs([closed_book_prompt(QUESTIONS[0])], ["[Yes]", "[No]"])
     assert abs(probs[0, 0] - 0.5) > 1e-3
+
+
+def test_next_token_split():
+    """Choices that differ in exactly one token split into prefix + distinct tokens."""
+    assert next_token_split([[75, 10539, 77], [75, 5230, 77]]) == ([75], [10539, 5230], [77])
+    assert next_token_split([[9], [8]]) == ([], [9, 8], [])
+    assert next_token_split([[9], [8, 7]]) is None  # different lengths
+    assert next_token_split([[1, 2], [3, 4]]) is None  # two differing positions
+    assert next_token_split([[1, 2], [1, 2]]) is None  # identical choices
+    assert next_token_split([[1, 2]]) is None
+
+
+def _spy(monkeypatch, generator):
+    """Records the SamplingParams of every engine call and whether the fallback ran."""
+    calls, fallbacks = [], []
+    real_generate, real_fallback = generator.llm.generate, generator.continuation_probs
+
+    def generate(prompts, params, **kw):
+        calls.append((len(prompts), params))
+        return real_generate(prompts, params, **kw)
+
+    def fallback(heads, tails):
+        fallbacks.append(len(heads))
+        return real_fallback(heads, tails)
+
+    monkeypatch.setattr(generator.llm, "generate", generate)
+    monkeypatch.setattr(generator, "continuation_probs", fallback)
+    return calls, fallbacks
+
+
+def test_next_token_path_agrees_with_whole_continuation(vllm_generator, monkeypatch):
+    """[Yes]/[No] from next-token log-probabilities (Yes/No after "[", then "]" after each):
+    the same probabilities as summing every token of "[Yes]" and "[No]", without
+    prompt_logprobs."""
+    prompts = [vanilla_prompt(q) for q in QUESTIONS] + [closed_book_prompt(QUESTIONS[2])]
+    heads = chat_token_ids(vllm_generator.tokenizer, prompts)
+    tails = choice_token_ids(vllm_generator.tokenizer, ["[Yes]", "[No]"])
+    whole = vllm_generator.continuation_probs(heads, tails)
+    calls, fallbacks = _spy(monkeypatch, vllm_generator)
+    fast = vllm_generator.choice_probs(prompts, ["[Yes]", "[No]"])
+    assert not fallbacks and [n for n, _ in calls] == [len(prompts), 2 * len(prompts)]
+    assert all(p.prompt_logprobs is None and p.logprob_token_ids for _, p in calls)
+    np.testing.assert_allclose(fast, whole, atol=0.02)
+    assert np.argmax(fast, axis=1).tolist() == np.argmax(whole, axis=1).tolist()
+
+
+def test_choices_that_do_not_split_are_scored_whole(vllm_generator, monkeypatch):
+    """Choices of different token lengths take the whole-continuation path."""
+    tails = choice_token_ids(vllm_generator.tokenizer, ["Paris", "London, England"])
+    assert next_token_split(tails) is None
+    calls, fallbacks = _spy(monkeypatch, vllm_generator)
+    probs = vllm_generator.choice_probs(
+        [closed_book_prompt(QUESTIONS[0])], ["Paris", "London, England"]
+    )
+    assert fallbacks == [1] and calls[0][1].prompt_logprobs == 0
+    assert probs[0, 0] > probs[0, 1]
 
 
 def test_transformers_backend_matches_vllm(vllm_generator, hf_generator):

@@ -1,13 +1,22 @@
 """The main job end to end: each stage is one `retrieval-gate` verb run in its own process,
 writing under `runs/demo/`. A finished stage leaves `<stage>.done.json` (command, seconds) and
-is reused on the next run; `--stage NAME` re-runs one stage alone, `--force` all of them."""
+is reused on the next run; `--stage NAME` re-runs one stage alone, `--force` all of them.
+
+Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
+it prints, once a minute, where it is and how long it still needs, read from the last progress
+bar (tqdm) in its output. Ctrl-C stops the running stage without marking it done, so the next
+run starts there; REPORT.md and the done markers are written to a temporary file and renamed,
+so an interrupted run never leaves half of one."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,10 +28,12 @@ from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
 CLOSED_BOOK = os.path.relpath(LABELS_DIR / "smollm2-135m-instruct" / "closed-book.jsonl")
-# CPU budget of the demo (under 20 minutes on 2 cores): the LLM-prompted gates score a seeded
-# sample of the test split, and the RAG loop runs every mode on a smaller one.
+# CPU budget of the demo (15 minutes on 2 cores): every gate, the LLM-prompted ones included,
+# scores a seeded sample of the test split (600 questions: AUROC CIs about +-0.04), and the
+# RAG loop runs every mode on a smaller one.
 EVAL_QUESTIONS = 600
 RAG_QUESTIONS = 60
+NOTE_EVERY = 60.0  # seconds between "still running" notes once a stage is past its budget
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class Stage:
     name: str
     title: str
     argv: Callable[[Path], list[str]]  # the verb's arguments, given the demo folder
+    budget: float  # seconds on a quiet 2-core machine (the 8 sum to 15 minutes)
 
 
 def _label_sample(out: Path) -> list[str]:
@@ -83,23 +95,23 @@ def _rag(out: Path) -> list[str]:
 
 
 STAGES = [
-    Stage("data", "data summary", lambda out: ["data", "summary"]),
-    Stage("models", "model preparation", lambda out: ["models", "prepare"]),
-    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample),
-    Stage("train", "train the MiniLM gate", _train),
-    Stage("tune", "tune its threshold (Optuna)", _tune),
-    Stage("export", "export ONNX (+int8)", _export),
-    Stage("evaluate", "evaluate against every baseline", _evaluate),
-    Stage("rag", "adaptive RAG loop on held-out questions", _rag),
+    Stage("data", "data summary", lambda out: ["data", "summary"], 15),
+    Stage("models", "model preparation", lambda out: ["models", "prepare"], 60),
+    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 75),
+    Stage("train", "train the MiniLM gate", _train, 240),
+    Stage("tune", "tune its threshold (Optuna)", _tune, 60),
+    Stage("export", "export ONNX (+int8)", _export, 45),
+    Stage("evaluate", "evaluate against every baseline", _evaluate, 240),
+    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 165),
 ]
 
 
 def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     """Runs the stages in order (or just `only`), reusing finished ones; writes the report."""
-    out.mkdir(parents=True, exist_ok=True)
     names = [s.name for s in STAGES]
     if only is not None and only not in names:
         raise ValueError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
+    out.mkdir(parents=True, exist_ok=True)
     for i, stage in enumerate(STAGES, start=1):
         done = out / f"{stage.name}.done.json"
         if only is not None and stage.name != only:
@@ -108,12 +120,22 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
             print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {_seconds(done):.0f} s)")
             continue
         argv = stage.argv(out)
+        done.unlink(missing_ok=True)  # a re-run stage is unfinished until it ends again
         print(
-            f"== stage {i}/{len(STAGES)}: {stage.title}\n$ retrieval-gate {' '.join(argv)}",
+            f"== stage {i}/{len(STAGES)}: {stage.title} (budget {stage.budget:.0f} s)\n"
+            f"$ retrieval-gate {' '.join(argv)}",
             flush=True,
         )
         start = time.perf_counter()
-        code = subprocess.call([sys.executable, "-m", "retrieval_gate.cli", *argv])
+        try:
+            code = run_stage(argv, stage.name, stage.budget)
+        except KeyboardInterrupt:
+            print(
+                f"\ninterrupted in stage {stage.name}: it is not marked done; re-run "
+                "`make demo` to resume from it (finished stages are reused)",
+                file=sys.stderr,
+            )
+            return 130
         seconds = time.perf_counter() - start
         if code != 0:
             print(
@@ -121,10 +143,110 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
                 f"(finished stages are reused) or `retrieval-gate demo --stage {stage.name}`"
             )
             return code
+        print(f"== stage {stage.name} done in {seconds:.0f} s", flush=True)
         write_text(done, json.dumps({"argv": argv, "seconds": round(seconds, 1)}) + "\n")
     report = write_report(out)
-    print(f"\n{headline(out)}\nfull report: {report}")
+    print(f"\n{headline(out)}\n{stage_times(out)}\nfull report: {report}")
     return 0
+
+
+def run_stage(argv: list[str], name: str, budget: float) -> int:
+    """One verb in its own process, its output passed through; past `budget` seconds, a note
+    every NOTE_EVERY seconds with the stage's last progress bar and the time it estimates.
+    stdout and stderr are read as one stream: Lightning draws its bars on stdout, tqdm and
+    vLLM on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retrieval_gate.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    tail = OutputTail(proc.stdout)
+    start, next_note = time.perf_counter(), budget
+    try:
+        while proc.poll() is None:
+            time.sleep(0.5)
+            elapsed = time.perf_counter() - start
+            if elapsed > next_note:
+                print("\n" + over_budget_note(name, budget, elapsed, tail.text()), flush=True)
+                next_note = elapsed + NOTE_EVERY
+    except KeyboardInterrupt:
+        stop(proc)
+        raise
+    finally:
+        tail.join()
+    return proc.returncode
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """After Ctrl-C: a terminal sends it to the stage too, so give it time to exit; if only
+    the demo got it (`kill -INT`), pass it on, and terminate a stage that still hangs."""
+    steps = [
+        (lambda: None, 10),
+        (lambda: proc.send_signal(signal.SIGINT), 30),
+        (proc.terminate, 10),
+    ]
+    for act, seconds in steps:
+        act()
+        try:
+            proc.wait(timeout=seconds)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+class OutputTail:
+    """Copies a child's output to our stdout as it comes and keeps its last few kilobytes."""
+
+    KEEP = 4096
+
+    def __init__(self, stream) -> None:  # noqa: ANN001 - a binary pipe
+        self._stream = stream
+        self._buf = b""
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        fd = self._stream.fileno()
+        while chunk := os.read(fd, 4096):
+            sys.stdout.flush()  # our own lines first, then the child's bytes
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            with self._lock:
+                self._buf = (self._buf + chunk)[-self.KEEP :]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._buf.decode(errors="replace")
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+
+# tqdm's bar: "<desc>: 45%|####   | 270/600 [00:30<00:33, 9.1it/s]"
+_BAR = re.compile(r"([^\r\n|]*?):?\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([\d:]+)<([\d:?]+)")
+
+
+def over_budget_note(name: str, budget: float, elapsed: float, output_tail: str) -> str:
+    """Where a stage past its budget is, and its remaining time by its last progress bar."""
+    head = f"-- stage {name} is past its {budget:.0f} s budget ({elapsed:.0f} s so far)"
+    bars = _BAR.findall(output_tail)
+    if not bars:
+        lines = [ln.strip() for ln in re.split(r"[\r\n]", output_tail) if ln.strip()]
+        last = lines[-1][:160] if lines else "nothing yet"
+        return f"{head}; no progress bar yet, last output: {last}"
+    desc, n, total, _, left = bars[-1]
+    return f"{head}: {desc.strip() or 'progress'} {n}/{total}, about {left} left by its bar"
+
+
+def stage_times(out: Path) -> str:
+    """Seconds per finished stage and their total, as printed at the end."""
+    done = [(s.name, out / f"{s.name}.done.json") for s in STAGES]
+    rows = [(n, _seconds(path)) for n, path in done if path.exists()]
+    total = sum(t for _, t in rows)
+    return "stage times: " + ", ".join(f"{n} {t:.0f} s" for n, t in rows) + f"; total {total:.0f} s"
 
 
 def _seconds(done: Path) -> float:
@@ -139,10 +261,11 @@ def write_report(out: Path) -> Path:
         done = out / f"{stage.name}.done.json"
         if done.exists():
             info = json.loads(done.read_text())
-            rows.append(
-                [stage.title, f"`retrieval-gate {' '.join(info['argv'])}`", info["seconds"]]
-            )
-    header = ["stage", "command", "wall time (s)"]
+            command = f"`retrieval-gate {' '.join(info['argv'])}`"
+            rows.append([stage.title, command, info["seconds"], int(stage.budget)])
+    total = sum(r[2] for r in rows)
+    rows.append(["total", "", total, int(sum(s.budget for s in STAGES))])
+    header = ["stage", "command", "wall time (s)", "budget (s)"]
     lines = ["# retrieval-gate demo report", "", markdown_table(header, rows, digits=1)]
     for title, path in _sections(out):
         if path.exists():

