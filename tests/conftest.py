@@ -28,3 +28,12 @@ def vllm_generator():
     yield generator
     del generator  # frees the engine and its KV cache at session end
     gc.collect()
+
+
+@pytest.fixture(scope="session")
+def minilm_gate_dirs(tmp_path_factory):
+    """(run folder, export folder) of a MiniLM gate trained for 2 batches, threshold 0.42:
+    shared by the RetrievalGate and install tests (one training per session)."""
+    from tiny_backbones import minilm_gate
+
+    return minilm_gate(tmp_path_factory.mktemp("minilm-gate"))

@@ -14,6 +14,7 @@ import onnx
 import pytest
 
 from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import BackendError
 from retrieval_gate.export.build import build_export
 from retrieval_gate.export.metadata import REQUIRED, VARIANTS
 from retrieval_gate.gates.learned import LearnedGate
@@ -115,7 +116,7 @@ def test_provider_selection():
     assert select_providers([CUDA, CPU]) == [CUDA, CPU]
     assert select_providers([CPU]) == [CPU]
     assert select_providers([CUDA, CPU], prefer="cpu") == [CPU]
-    with pytest.raises(DataError, match="onnxruntime-gpu"):
+    with pytest.raises(BackendError, match="onnxruntime-gpu"):
         select_providers([CPU], prefer="cuda")
 
 

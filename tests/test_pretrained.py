@@ -18,14 +18,13 @@ from retrieval_gate.errors import InputError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.pretrained import as_questions
 from retrieval_gate.questions import Question
-from tiny_backbones import minilm_gate
 
 TEXTS = ["Who wrote Hamlet?", "What is the zorblat of quenvik tesque?", "Is the sky blue?"]
 
 
-@pytest.fixture(scope="module")
-def gate_dirs(tmp_path_factory) -> tuple[Path, Path]:
-    return minilm_gate(tmp_path_factory.mktemp("pretrained"))
+@pytest.fixture
+def gate_dirs(minilm_gate_dirs) -> tuple[Path, Path]:
+    return minilm_gate_dirs
 
 
 def test_root_import_is_cheap_and_lazy():
@@ -158,3 +157,20 @@ def test_bad_folders_and_backends(gate_dirs, tmp_path):
         RetrievalGate.from_pretrained(tmp_path / "empty")
     with pytest.raises(InputError, match="no fp16 model"):
         RetrievalGate.from_pretrained(export_dir, variant="fp16")
+
+
+def test_model_card_front_matter(gate_dirs):
+    from huggingface_hub import ModelCard
+
+    _, export_dir = gate_dirs
+    card = ModelCard.load(export_dir / "README.md")
+    data = card.data
+    assert data.library_name == "retrieval-gate" and "onnx" in data.tags
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "hyintell/RetrievalQA" in data.datasets
+    assert data.decision_threshold == pytest.approx(0.42)
+    results = {r.metric_type: r for r in data.eval_results}
+    assert {"auroc", "macro_f1", "ece"} <= set(results)
+    assert results["macro_f1"].metric_args == {"threshold": 0.5}  # measured in training
+    assert results["auroc"].metric_args is None and results["auroc"].dataset_split == "test"
+    assert "## Threshold" in card.text and "RetrievalGate.from_pretrained" in card.text

@@ -65,7 +65,7 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
 
 
 def folder_kind(folder: Path) -> str:
-    """ "onnx" for an export folder, "torch" for a training run folder."""
+    """The backend a folder holds: onnx (an export) or torch (a training run)."""
     if (folder / "gate.pt").is_file():
         return "torch"
     if any((folder / f).is_file() for f in VARIANTS.values()):
@@ -80,14 +80,10 @@ def folder_kind(folder: Path) -> str:
 def _load_gate(folder: Path, backend: str, variant: str, device: str | None, **kw: Any) -> Gate:
     kind = folder_kind(folder)
     if backend != kind:
-        fix = (
-            (
-                "export it first (`retrieval-gate export --run <folder>`) or load it with "
-                "backend='torch'"
-            )
-            if kind == "torch"
-            else "load the training run folder instead"
-        )
+        fix = {
+            "torch": "export it first (`retrieval-gate export --run <folder>`) or use backend='torch'",
+            "onnx": "load the training run folder instead",
+        }[kind]
         raise InputError(f"this folder holds a {kind} gate, not a {backend} one: {fix}", folder)  # fmt: skip
     if backend == "onnx":
         from .onnx import OnnxGate

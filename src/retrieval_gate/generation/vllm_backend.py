@@ -5,7 +5,8 @@ CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
-the environment. Torch threads: vLLM serves with 1 thread unless OMP_NUM_THREADS is set; keep
+the environment. On GPUs vLLM keeps its own defaults (a separate engine-core process overlaps
+scheduling with the GPU work). Torch threads: vLLM serves with 1 thread unless OMP_NUM_THREADS is set; keep
 it so on a shared CPU (measured here under load: 1 thread ~10 q/s closed-book, 2 threads
 1.3-1.7 q/s from spin-wait contention); OMP_NUM_THREADS=<cores> helps only on an idle box."""
 
@@ -29,6 +30,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def engine_env(cuda: bool) -> dict[str, str]:
+    """Environment defaults set before vLLM starts: the CPU settings above; none on GPUs."""
+    if cuda:
+        return {}
+    return {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def engine_kwargs(cuda: bool) -> dict[str, Any]:
     """`LLM(...)` settings: small-footprint eager bf16 on CPU; vLLM's defaults on a GPU."""
     if cuda:
@@ -42,14 +50,15 @@ class VLLMGenerator:
     backend = "vllm"
 
     def __init__(self, model: str, name: str | None = None, max_model_len: int = 4096, **kw: Any):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        cuda = _cuda()
+        for key, value in engine_env(cuda).items():
+            os.environ.setdefault(key, value)
         from vllm import LLM
 
         self.model = model
         self.name = name or Path(model).name
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
-        settings = {**engine_kwargs(_cuda()), "max_model_len": max_model_len, **kw}
+        settings = {**engine_kwargs(cuda), "max_model_len": max_model_len, **kw}
         self.settings = settings
         self.llm = LLM(model=model, seed=0, **settings)
         self.tokenizer = self.llm.get_tokenizer()
