@@ -10,6 +10,7 @@ demo: setup
 lint: setup
 	.venv/bin/ruff check src tests scripts
 	.venv/bin/ruff format --check src tests scripts
+	.venv/bin/lint-imports
 
 test: lint
 	.venv/bin/python -m pytest

@@ -15,11 +15,11 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from retrieval_gate.evaluation import metrics as M
+from retrieval_gate import metrics as M
 from retrieval_gate.evaluation.bootstrap import bootstrap_ci
-from retrieval_gate.evaluation.dataset import EvalSet
 from retrieval_gate.evaluation.evaluate import evaluate_gate
 from retrieval_gate.gates.trivial import always_gate
+from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 
 RNG = np.random.default_rng(7)
@@ -99,8 +99,8 @@ def test_evaluate_gate_reports_per_source_and_undefined_auroc():
 
 # ---------------------------------------------------------------- transfer
 
-from retrieval_gate.evaluation.dataset import Splits  # noqa: E402
 from retrieval_gate.evaluation.transfer import SOURCES, loso, transfer_cells  # noqa: E402
+from retrieval_gate.labels.evalset import Splits  # noqa: E402
 
 
 def _multi_source(split: str, per_source: int = 12) -> EvalSet:

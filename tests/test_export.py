@@ -16,9 +16,9 @@ import pytest
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import BackendError
 from retrieval_gate.export.build import build_export
-from retrieval_gate.export.metadata import REQUIRED, VARIANTS
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.gates.onnx import CPU, CUDA, OnnxGate, select_providers
+from retrieval_gate.gates.onnx_format import REQUIRED, VARIANTS
 from retrieval_gate.models import minilm_path
 from retrieval_gate.training import save_threshold, train
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file

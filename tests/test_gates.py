@@ -15,7 +15,9 @@ from retrieval_gate.gates.popularity import best_cut, fit_popularity, mallen_pro
 from retrieval_gate.gates.prompt import DemoPool, PromptGate, ta_are_prompt
 from retrieval_gate.gates.registry import GateContext, build_gate, gate_names
 from retrieval_gate.gates.tfidf import TfidfGate
+from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.prompts import TA_ARE_NO_DEMOS
+from retrieval_gate.labels.scoring import judge
 from retrieval_gate.questions import Question
 
 RNG = np.random.default_rng(3)
@@ -180,6 +182,28 @@ def test_confidence_score_works_in_probabilities():
     assert gate.scores([q(1)])[0] == pytest.approx(1 - np.exp(-2.0))
     with pytest.raises(DataError, match="no closed-book record"):
         gate.scores([q(2)])
+
+
+class _Answers:
+    """A generator that returns fixed closed-book answers (the rule under test is the gate's)."""
+
+    name, checksum = "fixed", "-"
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        return [Generation(t, 10, 3, [-0.01] * 3) for t in self.texts[: len(prompts)]]
+
+
+def test_confidence_gate_uses_the_label_files_idk_rule():
+    """A fresh answer and a recorded one are judged declined by the same rule (labels' `idk`)."""
+    answers = ["I'm sorry, I cannot answer that.", "Unable to determine.", "Paris"]
+    gate = ConfidenceGate(generator=lambda: _Answers(answers))
+    fresh = gate.scores([q(i) for i in range(3)])
+    recorded = [judge(a, q(i), {})["idk"] for i, a in enumerate(answers)]
+    assert recorded == [True, True, False]
+    assert list(fresh[:2]) == [1.0, 1.0] and fresh[2] < 0.1
 
 
 def test_tfidf_gate_learns_words():

@@ -26,10 +26,10 @@ from retrieval_gate.labels.rrcp import (
     rrcp_label3,
 )
 from retrieval_gate.labels.run import run_chunked
-from retrieval_gate.labels.scoring import correct, frequent_answers, is_idk, judge
+from retrieval_gate.labels.scoring import correct, frequent_answers, judge
 from retrieval_gate.labels.selection import sample_by_relation
 from retrieval_gate.labels.simple import popularity_rows, retrievalqa_rows
-from retrieval_gate.questions import Question
+from retrieval_gate.questions import Question, is_idk
 from retrieval_gate.retrieval import ContextRetriever
 
 

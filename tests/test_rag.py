@@ -24,10 +24,13 @@ from retrieval_gate.export.onnx import export_gate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
-from retrieval_gate.generation.prompts import closed_book_prompt, with_context_prompt
+from retrieval_gate.generation.prompts import (
+    closed_book_prompt,
+    document_texts,
+    with_context_prompt,
+)
 from retrieval_gate.generation.remote import RemoteGenerator
 from retrieval_gate.labels.files import LabelFile
-from retrieval_gate.labels.rag_gain import document_texts
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.data import assign_splits
@@ -188,3 +189,17 @@ def test_bundled_configs_all_load():
     for path in sorted((repo / "configs").rglob("*.yaml")):
         cfg = load_config(path, ["data.label_file=x.jsonl"])
         assert cfg["model"]["backbone"] in ("encoder", "t5-lora", "decoder-lora"), path
+
+
+def test_training_ece_is_the_reports_ece():
+    """Training logs (and so model cards) the same ECE, with the same bins, as `evaluate`."""
+    from retrieval_gate import metrics as M
+    from retrieval_gate.training.module import ExpectedCalibrationError
+
+    rng = np.random.default_rng(0)
+    s, y = rng.random(300), rng.integers(0, 2, 300)
+    metric = ExpectedCalibrationError()
+    metric.update(torch.tensor(s[:100]), torch.tensor(y[:100]))
+    metric.update(torch.tensor(s[100:]), torch.tensor(y[100:]))
+    assert float(metric.compute()) == pytest.approx(M.ece(y, s), abs=1e-6)
+    assert M.ece(y, s) != pytest.approx(M.ece(y, s, n_bins=15))  # the bin count matters

@@ -5,12 +5,20 @@ instead wherever a model is asked for."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
-from .data.errors import DataError
+from .errors import DataError
 
 MINILM = "minilm"
 SMOLLM2 = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    """Where prepared models, embeddings and downloaded datasets are cached:
+    `$RETRIEVAL_GATE_CACHE` or ~/.cache/retrieval-gate."""
+    root = os.environ.get("RETRIEVAL_GATE_CACHE") or Path.home() / ".cache" / "retrieval-gate"
+    return Path(root)
 
 
 def package_dir(package: str, pip_name: str, extra: str = "") -> Path:

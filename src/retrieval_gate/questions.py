@@ -10,6 +10,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# One rule for "the model declined", used by label files (`idk`) and the confidence gate alike.
+_IDK = re.compile(
+    r"\b(i don'?t know|i do not know|not sure|unknown|no information|cannot answer|"
+    r"can'?t answer|unable to (answer|determine|find|provide)|i'?m sorry|no idea)\b",
+    re.IGNORECASE,
+)
+
+
+def is_idk(prediction: str) -> bool:
+    """The model declined ("I don't know", "I'm sorry", an empty answer)."""
+    return not prediction.strip() or bool(_IDK.search(prediction))
+
 
 @dataclass(frozen=True)
 class Question:

@@ -12,8 +12,8 @@ DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..evaluation.dataset import DEFAULT_RUN_DIR
     from ..gates.registry import gate_names
+    from ..labels.evalset import DEFAULT_RUN_DIR
 
     p = sub.add_parser("evaluate", help="compare gates on the canonical test split")
     p.add_argument("--gates", nargs="+", default=DEFAULT_GATES, choices=gate_names())

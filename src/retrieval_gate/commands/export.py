@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..export.metadata import VARIANTS
+from ..gates.onnx_format import VARIANTS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..evaluation.dataset import DEFAULT_RUN_DIR
+    from ..labels.evalset import DEFAULT_RUN_DIR
 
     p = sub.add_parser("transfer", help="leave-one-source-out transfer matrix")
     p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s)")
@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.dataset import policy_name
     from ..evaluation.transfer import learned_fitter, run_transfer
+    from ..labels.evalset import policy_name
 
     extra = {}
     if args.learned:

@@ -13,8 +13,8 @@ OBJECTIVES = ["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto", "relat
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..evaluation.dataset import DEFAULT_RUN_DIR
     from ..gates.registry import gate_names
+    from ..labels.evalset import DEFAULT_RUN_DIR
     from ..tuning.studies import DEFAULT_STORAGE
 
     p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
@@ -57,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
-    from ..evaluation.dataset import load_splits, policy_name
+    from ..labels.evalset import load_splits, policy_name
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
 

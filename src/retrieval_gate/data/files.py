@@ -1,4 +1,4 @@
-"""Reading JSON and JSONL files with errors that name the file and line."""
+"""Reading JSONL data files row by row, with errors that name the file and line."""
 
 from __future__ import annotations
 
@@ -25,14 +25,6 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
                 bad.report(DataError("expected a JSON object on this line", path, lineno))
                 continue
             yield lineno, row
-
-
-def read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from e
 
 
 def require(row: dict[str, Any], key: str, path: Path, line: int | None) -> Any:

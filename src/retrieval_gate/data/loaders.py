@@ -12,9 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..fileio import read_json
 from ..questions import Question
 from .errors import BadRows, DataError
-from .files import read_json, read_jsonl, require, require_file
+from .files import read_jsonl, require, require_file
 from .registry import register
 
 # ---------------------------------------------------------------- RetrievalQA

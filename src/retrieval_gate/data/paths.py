@@ -11,11 +11,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..models import cache_dir
 from .errors import DataError
 
 ENV_VAR = "RETRIEVAL_GATE_DATA"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-CACHE_DIR = Path(os.environ.get("RETRIEVAL_GATE_CACHE", Path.home() / ".cache" / "retrieval-gate"))
 
 _RAW = "https://raw.githubusercontent.com"
 # (path in the data folder, URL of the authors' release, sha256) — PROVENANCE.md's sources.
@@ -116,7 +116,7 @@ def resolve_data_dir(flag: str | Path | None = None, download: bool = True) -> P
     for candidate in (Path.cwd() / "../shared/datasets", PROJECT_ROOT / "../shared/datasets"):
         if candidate.is_dir():
             return candidate.resolve()
-    cache = CACHE_DIR / "datasets"
+    cache = cache_dir() / "datasets"
     if download:
         fetch_official(cache)
     return cache
@@ -131,14 +131,6 @@ def _existing(path: Path, origin: str) -> Path:
             "such as popqa/ and retrievalqa/ (see ../shared/datasets/PROVENANCE.md)"
         )
     return path.resolve()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch_official(cache: Path) -> None:

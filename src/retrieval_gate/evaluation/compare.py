@@ -16,9 +16,9 @@ from tqdm import tqdm
 from ..data.errors import DataError
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import GateContext, LazyGenerator, build_gate
+from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..labels.files import LabelFile
 from . import plots
-from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
 

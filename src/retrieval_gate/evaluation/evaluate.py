@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import metrics as M
 from ..gates.base import Gate
+from ..labels.evalset import EvalSet
 from ..questions import Question
-from . import metrics as M
 from .bootstrap import bootstrap_ci
-from .dataset import EvalSet
 
 # metric name -> f(y, scores, decisions, closed, rag); all on one set of questions
 METRICS = {

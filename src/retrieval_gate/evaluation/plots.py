@@ -5,22 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from sklearn.metrics import precision_recall_curve, roc_curve
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.metrics import precision_recall_curve, roc_curve  # noqa: E402
-
-from . import metrics as M  # noqa: E402
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+from .. import metrics as M
+from ..figures import plt, save_figure
 
 
 def roc_pr(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, path: Path) -> Path:
@@ -40,7 +29,7 @@ def roc_pr(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, path: Pa
     pr.set(xlabel="recall (needs retrieval)", ylabel="precision", title=f"PR: {title}")
     roc.legend(fontsize=8)
     pr.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def reliability(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, path: Path) -> Path:
@@ -60,7 +49,7 @@ def reliability(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, pat
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def heatmap(
@@ -78,7 +67,7 @@ def heatmap(
             ax.text(j, i, text, ha="center", va="center", color="w" if v < 0.6 else "k")
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def mallen(
@@ -106,4 +95,4 @@ def mallen(
     ax.set(xlabel="subject popularity s_pop (monthly page views, bin centre)", ylabel="accuracy")
     ax.set_title(f"PopQA accuracy vs popularity ({len(s_pop)} questions)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

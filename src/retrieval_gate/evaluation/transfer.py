@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from .. import metrics as M
 from ..data.errors import DataError
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
-from . import metrics as M
+from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from . import plots
-from .dataset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from .report import table
 
 SOURCES = ("popqa", "entityquestions", "triviaqa", "freshqa", "toolqa", "retrievalqa")

@@ -7,19 +7,14 @@ from typing import Any
 import numpy as np
 
 from ..gates.base import Gate
-from . import metrics as M
-from .dataset import EvalSet
+from ..labels.evalset import EvalSet
+from ..tuning.objectives import DevData, figures
 from .report import fmt, table
 
 
 def figures_at(scores: np.ndarray, test: EvalSet, t: float) -> dict[str, float | None]:
-    d = scores >= t
-    return {
-        "macro_f1": M.macro_f1(test.y, d),
-        "accuracy": M.accuracy(test.y, d),
-        "retrieval_rate": M.retrieval_rate(d),
-        "adaptive_accuracy": M.adaptive_accuracy(d, test.closed_correct, test.rag_correct),
-    }
+    """The tuner's dev figures, computed on test questions."""
+    return figures(DevData(test.y, scores, test.closed_correct, test.rag_correct), t)
 
 
 def dev_test_rows(result: dict[str, Any], gate: Gate, test: EvalSet) -> list[dict[str, Any]]:
@@ -27,9 +22,9 @@ def dev_test_rows(result: dict[str, Any], gate: Gate, test: EvalSet) -> list[dic
     scores = np.asarray(gate.scores(test.questions), float)
     rows = []
     for obj, r in result["thresholds"].items():
-        rows.append({"objective": obj, "threshold": r["threshold"], "reference_threshold": r["reference_threshold"],
-                     "value": r["value"], "reference_value": r["reference_value"], "n_trials": r["n_trials"],
-                     "dev": r["dev_figures"], "test": figures_at(scores, test, r["threshold"])})  # fmt: skip
+        rows.append({"objective": obj, "threshold": r["threshold"], "value": r["value"],
+                     "n_candidates": r["n_candidates"], "dev": r["dev_figures"],
+                     "test": figures_at(scores, test, r["threshold"])})  # fmt: skip
     for p in result.get("pareto", {}).get("front", []):
         p["test"] = figures_at(scores, test, p["threshold"])
     always = figures_at(np.ones(len(test)), test, 0.5)
@@ -40,9 +35,9 @@ def dev_test_rows(result: dict[str, Any], gate: Gate, test: EvalSet) -> list[dic
 
 def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     keys = ("macro_f1", "retrieval_rate", "adaptive_accuracy")
-    header = ["objective", "threshold (Optuna)", "value (Optuna / exhaustive)", "trials"]
+    header = ["objective", "threshold", "dev value", "thresholds tried"]
     header += [f"dev {k}" for k in keys] + [f"test {k}" for k in keys]
-    body = [[r["objective"], r["threshold"], f"{fmt(r['value'])} / {fmt(r['reference_value'])}", r["n_trials"],
+    body = [[r["objective"], r["threshold"], r["value"], r["n_candidates"],
              *(r["dev"][k] for k in keys), *(r["test"][k] for k in keys)] for r in rows]  # fmt: skip
     lines = [f"## {result['gate']} on labels {result['policy']}", "", table(header, body), ""]
     a, n = result["test_always_retrieve"], result["test_never_retrieve"]

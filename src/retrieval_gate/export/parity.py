@@ -16,11 +16,12 @@ from sklearn.metrics import roc_auc_score
 
 from ..data import canonical_questions
 from ..data.errors import DataError
+from ..fileio import write_json
 from ..gates.learned import LearnedGate
 from ..gates.onnx import OnnxGate
-from ..training.checkpoint import read_json, write_json
+from ..gates.onnx_format import VARIANTS
+from ..training.checkpoint import read_run_json
 from ..training.data import task_labels
-from .metadata import VARIANTS
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -35,8 +36,8 @@ def parity_set(
     run_dir: Path, limit: int | None = 1000, seed: int = 0
 ) -> tuple[list[str], list[int]]:
     """Test-split questions of the run's label file (canonical split) with binary labels."""
-    provenance = read_json(run_dir / "labels.json")
-    config_task = read_json(run_dir / "metadata.json")["task"]
+    provenance = read_run_json(run_dir / "labels.json")
+    config_task = read_run_json(run_dir / "metadata.json")["task"]
     labels = task_labels(Path(provenance["path"]), config_task)
     rows = [
         (q.text, int(labels[q.id] > 0))

@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..data.errors import DataError
+from ..errors import DataError
 from ..generation.base import Generation, Generator
 from ..generation.prompts import closed_book_prompt
-from ..questions import Question, normalize_answer
-
-IDK = normalize_answer("I don't know")
+from ..questions import Question, is_idk
 
 
 def confidence_score(mean_logprob: float | None, idk: bool) -> float:
@@ -65,7 +63,7 @@ class ConfidenceGate:
                 out[i] = confidence_score(row.get("mean_logprob"), bool(row.get("idk")))
         if missing:
             for i, g in zip(missing, self._generate([questions[i] for i in missing]), strict=True):
-                out[i] = confidence_score(g.mean_logprob, IDK in normalize_answer(g.text))
+                out[i] = confidence_score(g.mean_logprob, is_idk(g.text))
         return out
 
     def _generate(self, questions: Sequence[Question]) -> list[Generation]:

@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 
 from ..data.errors import DataError
 from ..errors import BackendError
-from ..export.metadata import FORMAT, REQUIRED, VARIANTS
 from ..questions import Question
+from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 ORT_WHEELS = ("onnxruntime", "onnxruntime-gpu")

@@ -19,16 +19,20 @@ import numpy as np
 from ..questions import Question
 
 
-def best_cut(s_pop: np.ndarray, if_retrieved: np.ndarray, if_kept: np.ndarray) -> float:
-    """The threshold t maximising sum(if_retrieved[s_pop < t]) + sum(if_kept[s_pop >= t]).
+def candidate_cuts(s_pop: np.ndarray) -> np.ndarray:
+    """Every distinct decision a popularity threshold can make: a cut between consecutive
+    distinct s_pop values, one below all (never retrieve) and one above all (always retrieve)."""
+    distinct = np.unique(np.asarray(s_pop, float))
+    return np.r_[distinct[0] - 0.5, (distinct[:-1] + distinct[1:]) / 2, distinct[-1] + 1.0]
 
-    Candidates lie between consecutive distinct s_pop values, below all (never retrieve) and
-    above all (always retrieve); O(n log n) with cumulative sums. Ties go to the smallest t
+
+def best_cut(s_pop: np.ndarray, if_retrieved: np.ndarray, if_kept: np.ndarray) -> float:
+    """The threshold t maximising sum(if_retrieved[s_pop < t]) + sum(if_kept[s_pop >= t]),
+    over the candidate cuts; O(n log n) with cumulative sums. Ties go to the smallest t
     (fewest retrievals: retrieval costs)."""
     order = np.argsort(s_pop, kind="mergesort")
     s, r, k = np.asarray(s_pop, float)[order], if_retrieved[order], if_kept[order]
-    distinct = np.unique(s)
-    cuts = np.r_[distinct[0] - 0.5, (distinct[:-1] + distinct[1:]) / 2, distinct[-1] + 1.0]
+    cuts = candidate_cuts(s)
     n_below = np.searchsorted(s, cuts)  # questions with s_pop < cut
     gain_r = np.r_[0.0, np.cumsum(r)][n_below]
     gain_k = k.sum() - np.r_[0.0, np.cumsum(k)][n_below]
@@ -107,7 +111,7 @@ def mallen_protocol(
     """Mallen's protocol: fit thresholds on a random 75%, measure adaptive accuracy on the
     other 25%, repeat over `n_splits` seeds; mean and std of the held-out accuracy and of the
     retrieval rate. Only questions with s_pop and both recorded answers take part."""
-    from ..evaluation.metrics import adaptive_accuracy
+    from ..metrics import adaptive_accuracy
 
     closed, rag = np.asarray(closed, float), np.asarray(rag, float)
     keep = [

@@ -22,9 +22,9 @@ from typing import Any, overload
 import numpy as np
 
 from ..errors import BackendError, InputError
-from ..export.metadata import VARIANTS
 from ..questions import Question
 from .base import Gate
+from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
 # What a saved torch gate consists of (the rest of a run folder -- Lightning checkpoints,

@@ -12,8 +12,8 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from ..data.errors import DataError
-from ..evaluation.dataset import EvalSet
 from ..generation.base import Generator
+from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
 from .base import Gate
 

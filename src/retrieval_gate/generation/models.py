@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from ..data.paths import sha256_file
-from ..models import SMOLLM2, smollm2_gguf_path
+from ..fileio import sha256_file
+from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 
 MARKER = "prepared.json"
-
-
-def cache_dir() -> Path:
-    """`$RETRIEVAL_GATE_CACHE` or ~/.cache/retrieval-gate."""
-    root = os.environ.get("RETRIEVAL_GATE_CACHE") or Path.home() / ".cache" / "retrieval-gate"
-    return Path(root)
 
 
 def smollm2_dir() -> Path:

@@ -3,6 +3,10 @@ label files record as provenance."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..retrieval.base import Hit
+
 CLOSED_BOOK_ID = "retrievalqa-closed-book-v1"
 CLOSED_BOOK = (
     "Please use your own knowledge to answer the questions. Only include the answer in your "
@@ -40,6 +44,14 @@ def closed_book_prompt(question: str) -> str:
 
 def with_context_prompt(question: str, documents: list[str]) -> str:
     return WITH_CONTEXT.format(question=question, documents="\n".join(documents))
+
+
+DOC_WORDS = 120  # each retrieved document is cut to its first words to bound the prompt
+
+
+def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
+    """Retrieved documents as the with-context prompt shows them."""
+    return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
 
 
 def vanilla_prompt(question: str) -> str:

@@ -16,16 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..generation.base import Generator
-from ..generation.prompts import WITH_CONTEXT_ID, with_context_prompt
+from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID, document_texts, with_context_prompt
 from ..questions import Question
-from ..retrieval.base import Hit, Retriever
+from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
 from .files import LabelFile
 from .run import provenance, run_chunked
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 TOP_K = 5
-DOC_WORDS = 120  # each document is cut to its first words to bound the prompt
 
 
 def effect(closed_ok: bool, rag_ok: bool) -> str:
@@ -38,10 +37,6 @@ def effect(closed_ok: bool, rag_ok: bool) -> str:
 
 def gain_label(eff: str, neither_label: int | None = None) -> int | None:
     return {"helps": 1, "hurts": 0, "both": 0}.get(eff, neither_label)
-
-
-def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
-    return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
 
 
 def rag_gain_rows(

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 
 from ..generation.base import Generator
-from ..generation.prompts import DOC_JUDGE_CHOICES, DOC_JUDGE_ID, doc_judge_prompt
+from ..generation.prompts import DOC_JUDGE_CHOICES, DOC_JUDGE_ID, doc_judge_prompt, document_texts
 from ..questions import Question, normalize_answer
 from ..retrieval.base import Retriever
 from ..retrieval.dense import MiniLMEncoder
 from .closed_book import closed_book_rows
 from .files import LabelFile
-from .rag_gain import TOP_K, document_texts
+from .rag_gain import TOP_K
 from .run import provenance, run_chunked
 from .scoring import DEFAULT_CRITERION, correct, measures
 

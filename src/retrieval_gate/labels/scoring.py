@@ -9,12 +9,11 @@ a loose match only when it is not such a guess."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ..questions import Question, exact_match, match, normalize_answer, token_f1
+from ..questions import Question, exact_match, is_idk, match, normalize_answer, token_f1
 
 CRITERIA = ("loose-no-guess", "loose", "em", "f1")
 DEFAULT_CRITERION = "loose-no-guess"
@@ -23,17 +22,6 @@ F1_THRESHOLD = 0.5
 # questions (and at least FREQUENT_MIN of them) have it.
 FREQUENT_SHARE = 0.05
 FREQUENT_MIN = 3
-
-_IDK = re.compile(
-    r"\b(i don'?t know|i do not know|not sure|unknown|no information|cannot answer|"
-    r"can'?t answer|unable to (answer|determine|find|provide)|i'?m sorry|no idea)\b",
-    re.IGNORECASE,
-)
-
-
-def is_idk(prediction: str) -> bool:
-    """The model declined ("I don't know", "I'm sorry", an empty answer)."""
-    return not prediction.strip() or bool(_IDK.search(prediction))
 
 
 def frequent_answers(questions: Sequence[Question]) -> dict[tuple[str, str], set[str]]:

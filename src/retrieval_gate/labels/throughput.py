@@ -10,10 +10,10 @@ from typing import Any
 
 from ..data import load_dataset
 from ..generation.base import Generator
-from ..generation.prompts import closed_book_prompt, with_context_prompt
+from ..generation.prompts import closed_book_prompt, document_texts, with_context_prompt
 from ..retrieval import ContextRetriever
 from .closed_book import MAX_NEW_TOKENS
-from .rag_gain import TOP_K, document_texts
+from .rag_gain import TOP_K
 
 
 def throughput(generator: Generator, n: int = 64, repeats: int = 3) -> dict[str, Any]:

@@ -22,8 +22,7 @@ import numpy as np
 
 from ..gates.base import Gate
 from ..generation.base import Generation, Generator
-from ..generation.prompts import closed_book_prompt, with_context_prompt
-from ..labels.rag_gain import DOC_WORDS, document_texts
+from ..generation.prompts import DOC_WORDS, closed_book_prompt, document_texts, with_context_prompt
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.errors import DataError
-from ..evaluation.dataset import DEFAULT_RUN_DIR, load_splits
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate, gate_names
 from ..generation.base import Generator
+from ..labels.evalset import DEFAULT_RUN_DIR, load_splits
 from ..labels.files import LabelFile
 from .loop import RagRun
 from .oracle import OracleGate

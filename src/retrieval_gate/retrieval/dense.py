@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..generation.models import cache_dir
-from ..models import MINILM, resolve_model
+from ..models import MINILM, cache_dir, resolve_model
 from ..questions import Question
 from .base import Document, Hit
 

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ import torch
 import yaml
 
 from .. import __version__
-from ..data.errors import DataError
+from ..errors import DataError
+from ..fileio import read_json, write_json
 from .backbones import load_tokenizer, saved_config
 from .data import CLASS_NAMES
 from .module import RetrievalGateModule
@@ -29,19 +29,9 @@ from .module import RetrievalGateModule
 REQUIRED = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json")
 
 
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)  # atomic: a crash never leaves half a metadata file
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError("missing file; is this a training run folder?", path)
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"corrupt JSON ({e.msg} at line {e.lineno})", path) from None
+def read_run_json(path: Path) -> dict[str, Any]:
+    """One JSON file of a run folder."""
+    return read_json(path, missing="missing file; is this a training run folder?")
 
 
 def save_run(
@@ -58,7 +48,7 @@ def save_run(
     tokenizer.save_pretrained(run_dir / "tokenizer")
     torch.save(module.state_dict(), run_dir / "gate.pt")
     meta_file = run_dir / "metadata.json"
-    meta = read_json(meta_file) if meta_file.is_file() else {}
+    meta = read_run_json(meta_file) if meta_file.is_file() else {}
     meta.update(
         {
             "task": config["data"]["task"],
@@ -76,7 +66,7 @@ def save_run(
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
-    return read_json(Path(run_dir) / "metadata.json")
+    return read_run_json(Path(run_dir) / "metadata.json")
 
 
 def save_threshold(
@@ -87,7 +77,7 @@ def save_threshold(
     if not 0.0 <= float(threshold) <= 1.0:
         raise DataError(f"threshold must be in [0, 1], got {threshold}")
     path = Path(run_dir) / "metadata.json"
-    meta = read_json(path)
+    meta = read_run_json(path)
     meta.update(
         threshold=float(threshold),
         objective=objective,

@@ -13,17 +13,37 @@ from torch import nn
 from torchmetrics.classification import (
     BinaryAUROC,
     BinaryAveragePrecision,
-    BinaryCalibrationError,
     MulticlassAccuracy,
     MulticlassF1Score,
 )
+from torchmetrics.utilities import dim_zero_cat
 from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
+from .. import metrics as M
 from .backbones import Backbone
 
 
 class RetrievalRate(torchmetrics.MeanMetric):
     """Share of questions sent to retrieval at the threshold."""
+
+
+class ExpectedCalibrationError(torchmetrics.Metric):
+    """ECE of P(needs retrieval) by `metrics.ece`, so training logs, the model card and
+    `evaluate` report the same number for the same scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.add_state("scores", default=[], dist_reduce_fx="cat")
+        self.add_state("target", default=[], dist_reduce_fx="cat")
+
+    def update(self, scores: torch.Tensor, target: torch.Tensor) -> None:
+        self.scores.append(scores.float().cpu())
+        self.target.append(target.cpu())
+
+    def compute(self) -> torch.Tensor:
+        scores = dim_zero_cat(self.scores).numpy()
+        target = dim_zero_cat(self.target).numpy()
+        return torch.tensor(M.ece(target, scores))
 
 
 def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
@@ -34,7 +54,7 @@ def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
         "macro_f1": MulticlassF1Score(num_classes, average="macro"),
         "auroc": BinaryAUROC(),
         "ap": BinaryAveragePrecision(),
-        "ece": BinaryCalibrationError(n_bins=15, norm="l1"),
+        "ece": ExpectedCalibrationError(),
         "retrieval_rate": RetrievalRate(),
     }
 

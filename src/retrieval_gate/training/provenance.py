@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..data.paths import sha256_file
+from ..fileio import sha256_file
 from ..labels.files import meta_path
 
 

@@ -15,8 +15,9 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from pytorch_lightning.loggers import CSVLogger
 
+from ..fileio import write_json
 from .backbones import load_tokenizer, resolve_backbone
-from .checkpoint import save_run, write_json
+from .checkpoint import save_run
 from .data import GateDataModule
 from .module import RetrievalGateModule
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluation import metrics as M
+from .. import metrics as M
 
 
 @dataclass(frozen=True)

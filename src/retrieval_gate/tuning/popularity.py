@@ -11,15 +11,10 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..evaluation.dataset import EvalSet
-from ..evaluation.metrics import adaptive_accuracy
-from ..gates.popularity import PopularityGate, fit_popularity
+from ..gates.popularity import PopularityGate, candidate_cuts, fit_popularity
+from ..labels.evalset import EvalSet
+from ..metrics import adaptive_accuracy
 from .studies import open_study, remaining, require_no_test
-
-
-def relation_candidates(pops: np.ndarray) -> list[float]:
-    d = np.unique(pops)
-    return [float(x) for x in np.r_[d[0] - 0.5, (d[:-1] + d[1:]) / 2, d[-1] + 1.0]]
 
 
 def tune_relations(
@@ -46,7 +41,7 @@ def tune_relations(
     rel = np.array([q.relation or "" for q in part.questions])
     pops = np.array([q.s_pop for q in part.questions], float)
     relations = sorted(reference.relation_thresholds)
-    cands = {r: relation_candidates(pops[rel == r]) for r in relations}
+    cands = {r: [float(c) for c in candidate_cuts(pops[rel == r])] for r in relations}
 
     def gate_for(thresholds: dict[str, float]) -> PopularityGate:
         return PopularityGate(thresholds, reference.global_threshold, reference.fallback_score)

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.dataset import EvalSet
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
+from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
@@ -46,7 +46,8 @@ def tune_gate_thresholds(
     target: float = 0.95,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Threshold studies (and the Pareto front if `pareto` is asked) on dev scores."""
+    """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
+    dev scores."""
     require_no_test(train, "gate fitting")
     scores = dev_scores(gate, dev, out_dir / f"{gate.name}-{policy}.dev-scores.npz")
     data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct)
@@ -56,9 +57,7 @@ def tune_gate_thresholds(
             continue
         obj = objective(name, target)
         try:
-            res = tune_threshold(
-                obj, data, study_name(gate.name, policy, obj.name), storage, n_trials, seed
-            )
+            res = tune_threshold(obj, data)
         except ValueError as e:  # e.g. no recorded answers for adaptive accuracy
             out["skipped"][obj.name] = str(e)
             continue

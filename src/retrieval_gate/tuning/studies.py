@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from ..data.errors import DataError
-from ..evaluation.dataset import EvalSet
+from ..errors import LeakageError
+from ..labels.evalset import EvalSet
 
 DEFAULT_STORAGE = Path("reports/tune/studies.db")
 
@@ -38,7 +38,7 @@ def fail_interrupted(study: optuna.Study) -> int:
     RUNNING trial at start-up cannot be alive); they are then re-run, not counted."""
     stale = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     for t in stale:
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(stale)
 
 
@@ -53,6 +53,6 @@ def require_no_test(evalset: EvalSet, what: str = "tuning") -> EvalSet:
     """Tuning sees train/dev questions only: a test question here is a bug, not a choice."""
     bad = [q.id for q in evalset.questions if q.split == "test"]
     if bad:
-        raise DataError(f"{what} was given {len(bad)} test-split questions (e.g. {bad[0]}); "
+        raise LeakageError(f"{what} was given {len(bad)} test-split questions (e.g. {bad[0]}); "
                         "tuning must never read the test split")  # fmt: skip
     return evalset

@@ -1,5 +1,5 @@
-"""Threshold studies: one objective (TPE), or NSGA-II's Pareto front of adaptive accuracy vs
-retrieval rate. Both work on dev scores only."""
+"""Thresholds on dev scores: the exact optimum of one objective, or NSGA-II's Pareto front of
+adaptive accuracy vs retrieval rate (an Optuna study)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..evaluation import metrics as M
+from .. import metrics as M
 from .objectives import DevData, Objective, candidate_thresholds, exhaustive_best, figures
 from .studies import open_study, remaining
 
@@ -25,35 +25,23 @@ def suggest_threshold(trial: optuna.Trial, candidates: np.ndarray) -> float:
 
 @dataclass
 class ThresholdResult:
-    study: str
     objective: str
     threshold: float
     value: float
-    reference_threshold: float  # exhaustive search over every distinct dev score
-    reference_value: float
-    n_trials: int
+    n_candidates: int  # distinct decisions searched: every distinct dev score, and above all
     dev_figures: dict[str, Any]
 
 
-def tune_threshold(
-    obj: Objective, dev: DevData, name: str, storage: str | Path, n_trials: int = 100, seed: int = 0
-) -> ThresholdResult:
+def tune_threshold(obj: Objective, dev: DevData) -> ThresholdResult:
+    """The exact optimum of a one-dimensional objective: every distinct dev score is tried, so
+    no sampler is needed (Optuna runs the Pareto front and the per-relation and
+    hyper-parameter studies, where the space is too large to enumerate)."""
     if obj.needs_answers:
         dev = dev.require_answers()
-    study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), [obj.direction])
-    cands = candidate_thresholds(dev.scores)
-
-    def trial_value(trial: optuna.Trial) -> float:
-        t = suggest_threshold(trial, cands)
-        trial.set_user_attr("retrieval_rate", float(np.mean(dev.scores >= t)))
-        return obj.value(dev, t)
-
-    study.optimize(trial_value, n_trials=remaining(study, n_trials), show_progress_bar=True)
-    best = study.best_trial
-    ref_t, ref_v = exhaustive_best(obj, dev)
-    t = float(best.user_attrs["threshold"])
-    return ThresholdResult(name, obj.name, t, float(best.value), ref_t, ref_v,
-                           len(study.trials), figures(dev, t))  # fmt: skip
+    t, value = exhaustive_best(obj, dev)
+    return ThresholdResult(
+        obj.name, t, value, len(candidate_thresholds(dev.scores)), figures(dev, t)
+    )
 
 
 def pareto_front(
@@ -87,7 +75,7 @@ def pareto_front(
 def plot_pareto(
     front: list[dict], trials: list[dict], always: float, closed: float, path: Path, title: str
 ) -> Path:
-    from ..evaluation.plots import _save, plt
+    from ..figures import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ax.scatter([t["retrieval_rate"] for t in trials], [t["adaptive_accuracy"] for t in trials],
@@ -98,4 +86,4 @@ def plot_pareto(
     ax.axhline(closed, ls=":", c="C2", lw=0.8, label=f"never retrieve ({closed:.3f})")
     ax.set(xlabel="retrieval rate (dev)", ylabel="adaptive QA accuracy (dev)", title=title)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
+# One bin count for every ECE the package reports: training logs, model cards, `evaluate`.
+ECE_BINS = 10
+
 
 def _arrays(y, d) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y).astype(int)
@@ -68,7 +71,7 @@ def average_precision(y, scores) -> float | None:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def reliability(y, scores, n_bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def reliability(y, scores, n_bins: int = ECE_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per non-empty uniform bin: mean predicted probability, observed frequency, count
     (the bins of scikit-learn's calibration_curve)."""
     y, s = _arrays(y, scores)
@@ -81,7 +84,7 @@ def reliability(y, scores, n_bins: int = 10) -> tuple[np.ndarray, np.ndarray, np
     return pred[keep] / total[keep], true[keep] / total[keep], total[keep]
 
 
-def ece(y, scores, n_bins: int = 10) -> float:
+def ece(y, scores, n_bins: int = ECE_BINS) -> float:
     """Expected calibration error of P(needs retrieval): count-weighted |observed - predicted|."""
     pred, true, count = reliability(y, scores, n_bins)
     return float(np.sum(count * np.abs(true - pred)) / np.sum(count))

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..data import canonical_questions
 from ..data.errors import DataError
-from ..labels.files import LABELS_DIR, LabelFile, read_labels
 from ..questions import Question
+from .files import LABELS_DIR, LabelFile, read_labels
 
 DEFAULT_RUN_DIR = LABELS_DIR / "smollm2-135m-instruct"
 
