@@ -53,15 +53,20 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
             name,
         )
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
+    not_local = f"no local folder {name!r}, so it was taken as a Hub id"
     try:
         return Path(snapshot_download(repo_id=name, **hub_kwargs))
-    except LocalEntryNotFoundError as e:
-        raise InputError(f"Hub model not in the local cache and not downloadable ({e})",
-                         name) from None  # fmt: skip
+    except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
+        raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
+                         f"be downloaded ({str(e).splitlines()[0]})", name) from None  # fmt: skip
     except HfHubHTTPError as e:
-        raise BackendError(f"{name}: the Hub refused the download ({e})") from None
+        raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
 
 
 def folder_kind(folder: Path) -> str:
