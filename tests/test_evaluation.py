@@ -201,3 +201,13 @@ def test_cost_per_question_times_single_questions():
     gate = TfidfGate.fit(es.questions, es.y)
     ms = cost_per_question(gate, es.questions, n=5)
     assert 0 < ms < 1000
+
+
+def test_one_markdown_table_writer():
+    from retrieval_gate.tables import markdown_table
+
+    assert markdown_table(["a", "b"], [[1, 0.5], [None, "x"]]) == (
+        "| a | b |\n|---|---|\n| 1 | 0.500 |\n| n/a | x |"
+    )
+    padded = markdown_table(["name", "n"], [["popqa", 12]], pad=True).splitlines()
+    assert padded == ["| name  | n  |", "|-------|----|", "| popqa | 12 |"]

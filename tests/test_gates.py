@@ -17,6 +17,7 @@ from retrieval_gate.gates.registry import GateContext, build_gate, gate_names
 from retrieval_gate.gates.tfidf import TfidfGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.prompts import TA_ARE_NO_DEMOS
+from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.labels.scoring import judge
 from retrieval_gate.questions import Question
 
@@ -217,6 +218,19 @@ def test_tfidf_gate_learns_words():
         [q(100, "what is the weather today in city 99"), q(101, "who wrote the famous book")]
     )
     assert s[0] > 0.5 > s[1]
+
+
+def test_registry_ta_are_picks_demos_with_the_retrievers_minilm():
+    """The TA-ARE gate's demonstrations come from the same MiniLM encoder dense retrieval uses."""
+    texts = ["Who directed the film Blue Harbour?", "What sport does Ann Lee play?",
+             "In what country is Vell?", "Who is the father of Kip?"]  # fmt: skip
+    train = [q(i, t, s_pop=10) for i, t in enumerate(texts)]
+    evalset = EvalSet(tuple(train), np.ones(4, int), np.zeros(4), np.ones(4))
+    records = {x.id: {"match": False} for x in train}
+    gate = build_gate("prompt-ta-are", GateContext(train=evalset, closed_book=records))
+    prompt = gate.prompts([q(9, "Who was the director of the movie Blue Harbour?")])[0]
+    first_demo = prompt.split("Here are some examples:\n\n")[1].split("\n\n")[0]
+    assert first_demo == f"Question: {texts[0]}\nAnswer: [Yes]"  # the nearest one comes first
 
 
 def test_registry_builds_gates_and_names_missing_data():

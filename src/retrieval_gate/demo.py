@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .labels import LABELS_DIR
+from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
 CLOSED_BOOK = os.path.relpath(LABELS_DIR / "smollm2-135m-instruct" / "closed-book.jsonl")
@@ -132,18 +133,16 @@ def _seconds(done: Path) -> float:
 def write_report(out: Path) -> Path:
     """One markdown report: stage times, then the reports the stages wrote (evaluation,
     tuning, RAG), each under its own heading."""
-    lines = [
-        "# retrieval-gate demo report",
-        "",
-        "| stage | command | wall time (s) |",
-        "|---|---|---|",
-    ]
+    rows = []
     for stage in STAGES:
         done = out / f"{stage.name}.done.json"
         if done.exists():
             info = json.loads(done.read_text())
-            command = f"retrieval-gate {' '.join(info['argv'])}"
-            lines.append(f"| {stage.title} | `{command}` | {info['seconds']} |")
+            rows.append(
+                [stage.title, f"`retrieval-gate {' '.join(info['argv'])}`", info["seconds"]]
+            )
+    header = ["stage", "command", "wall time (s)"]
+    lines = ["# retrieval-gate demo report", "", markdown_table(header, rows, digits=1)]
     for title, path in _sections(out):
         if path.exists():
             lines += ["", f"## {title}", "", _demote(path.read_text().strip())]

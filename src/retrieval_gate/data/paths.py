@@ -15,7 +15,6 @@ from ..models import cache_dir
 from .errors import DataError
 
 ENV_VAR = "RETRIEVAL_GATE_DATA"
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 _RAW = "https://raw.githubusercontent.com"
 # (path in the data folder, URL of the authors' release, sha256) — PROVENANCE.md's sources.
@@ -107,15 +106,16 @@ HUB_POPQA = ("akariasai/PopQA", "popqa/popqa.tsv")
 
 
 def resolve_data_dir(flag: str | Path | None = None, download: bool = True) -> Path:
-    """The data folder, in order: the flag, $RETRIEVAL_GATE_DATA, ../shared/datasets (seen
-    from the working directory or the project root), else the official download cache."""
+    """The data folder, in order: the flag, $RETRIEVAL_GATE_DATA, ../shared/datasets seen from
+    the working directory, else the official download cache. Never a path relative to where
+    the package is installed: that only works from a source checkout."""
     if flag is not None:
         return _existing(Path(flag), "--data-dir")
     if os.environ.get(ENV_VAR):
         return _existing(Path(os.environ[ENV_VAR]), f"${ENV_VAR}")
-    for candidate in (Path.cwd() / "../shared/datasets", PROJECT_ROOT / "../shared/datasets"):
-        if candidate.is_dir():
-            return candidate.resolve()
+    candidate = Path.cwd() / "../shared/datasets"
+    if candidate.is_dir():
+        return candidate.resolve()
     cache = cache_dir() / "datasets"
     if download:
         fetch_official(cache)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..questions import Question
+from ..tables import markdown_table
 
 
 def _subsources(q: Question) -> list[str]:
@@ -62,12 +63,4 @@ def format_table(rows: Sequence[dict[str, object]]) -> str:
     if not rows:
         return "(no rows)"
     cols = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-
-    def line(vals: list[object]) -> str:
-        cells = (str(v).ljust(widths[c]) for c, v in zip(cols, vals, strict=True))
-        return "| " + " | ".join(cells) + " |"
-
-    out = [line(cols), "|" + "|".join("-" * (widths[c] + 2) for c in cols) + "|"]
-    out += [line([r[c] for c in cols]) for r in rows]
-    return "\n".join(out)
+    return markdown_table(cols, [[r[c] for c in cols] for r in rows], pad=True)

@@ -5,25 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-
-def fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+from ..tables import fmt, markdown_table
 
 
 def with_ci(value: float | None, ci: Sequence[float] | None) -> str:
     if value is None:
         return "n/a"
     return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{value:.3f}"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 COLUMNS = (
@@ -54,7 +42,7 @@ def comparison_table(results: Sequence[dict[str, Any]]) -> str:
                 fmt(r["cost_ms_per_question"], 2),
             ]
         )
-    return table(COLUMNS, rows)
+    return markdown_table(COLUMNS, rows)
 
 
 def per_source_table(results: Sequence[dict[str, Any]], counts: dict[str, Any]) -> str:
@@ -71,4 +59,4 @@ def per_source_table(results: Sequence[dict[str, Any]], counts: dict[str, Any]) 
             auc = fmt(m["auroc"]) if m["auroc"] is not None else "n/a"
             cells.append(f"{auc} / {fmt(m['macro_f1'])} / {fmt(m['retrieval_rate'], 2)}")
         rows.append(cells)
-    return table(header, rows)
+    return markdown_table(header, rows)

@@ -22,8 +22,8 @@ from ..data.errors import DataError
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from ..tables import markdown_table
 from . import plots
-from .report import table
 
 SOURCES = ("popqa", "entityquestions", "triviaqa", "freshqa", "toolqa", "retrievalqa")
 
@@ -143,7 +143,7 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
         png = plots.heatmap(grid, [f"{g} ({s})" for g, s in rows_keys], sources,
                             f"AUROC, labels {policy}", out_dir / f"transfer-{policy}.png")  # fmt: skip
         lines += [f"## Labels: {policy}", "", "Cells: AUROC / macro-F1 / accuracy / retrieval rate", "",
-                  table(header, body), ""]  # fmt: skip
+                  markdown_table(header, body), ""]  # fmt: skip
         notes = sorted({c.note for c in pc if c.note})
         lines += [f"- {n}" for n in notes] + ["", f"![transfer]({png.name})", ""]
     path = out_dir / "transfer.md"

@@ -8,8 +8,8 @@ import numpy as np
 
 from ..gates.base import Gate
 from ..labels.evalset import EvalSet
+from ..tables import fmt, markdown_table
 from ..tuning.objectives import DevData, figures
-from .report import fmt, table
 
 
 def figures_at(scores: np.ndarray, test: EvalSet, t: float) -> dict[str, float | None]:
@@ -39,7 +39,12 @@ def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     header += [f"dev {k}" for k in keys] + [f"test {k}" for k in keys]
     body = [[r["objective"], r["threshold"], r["value"], r["n_candidates"],
              *(r["dev"][k] for k in keys), *(r["test"][k] for k in keys)] for r in rows]  # fmt: skip
-    lines = [f"## {result['gate']} on labels {result['policy']}", "", table(header, body), ""]
+    lines = [
+        f"## {result['gate']} on labels {result['policy']}",
+        "",
+        markdown_table(header, body),
+        "",
+    ]
     a, n = result["test_always_retrieve"], result["test_never_retrieve"]
     lines.append(f"Test reference points: always retrieve adaptive accuracy {fmt(a['adaptive_accuracy'])}, "
                  f"never retrieve {fmt(n['adaptive_accuracy'])}.")  # fmt: skip
@@ -50,6 +55,6 @@ def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         front = [[p["threshold"], p["adaptive_accuracy"], p["retrieval_rate"],
                   p["test"]["adaptive_accuracy"], p["test"]["retrieval_rate"]] for p in pr["front"]]  # fmt: skip
         lines += ["", f"Pareto front (NSGA-II, {pr['n_trials']} trials): adaptive accuracy vs retrieval rate", "",
-                  table(["threshold", "dev adaptive acc.", "dev retrieval rate", "test adaptive acc.",
+                  markdown_table(["threshold", "dev adaptive acc.", "dev retrieval rate", "test adaptive acc.",
                          "test retrieval rate"], front), "", f"![pareto]({pr['plot']})"]  # fmt: skip
     return "\n".join(lines) + "\n"

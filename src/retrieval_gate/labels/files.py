@@ -8,13 +8,17 @@ then whatever the policy records (prediction, match, mean_logprob, ...)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..data.errors import DataError
+from ..errors import DataError
 
-LABELS_DIR = Path(__file__).resolve().parents[3] / "data" / "labels"
+LABELS_ENV = "RETRIEVAL_GATE_LABELS"
+# The committed label files: $RETRIEVAL_GATE_LABELS, else data/labels under the working
+# directory (the repository root); commands that read or write labels also take a flag.
+LABELS_DIR = Path(os.environ.get(LABELS_ENV) or Path.cwd() / "data" / "labels")
 
 
 def meta_path(path: Path) -> Path:

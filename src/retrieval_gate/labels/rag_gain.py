@@ -21,7 +21,7 @@ from ..questions import Question
 from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
 from .files import LabelFile
-from .run import provenance, run_chunked
+from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 TOP_K = 5
@@ -117,11 +117,15 @@ def label_rag_gain(
 
     questions = [q for q in questions if q.contexts]  # where a corpus exists for them
     frequent = source_frequent_answers(questions)
-    meta = provenance(
+    return run_policy(
         "rag-gain",
-        generator=generator.name,
-        generator_checksum=generator.checksum,
-        backend=getattr(generator, "backend", "?"),
+        generator,
+        questions,
+        out,
+        lambda qs: rag_gain_rows(
+            generator, retriever, qs, closed.rows, frequent, criterion, k, neither_label
+        ),
+        chunk_size,
         prompt_id=WITH_CONTEXT_ID,
         closed_book_file=closed.path.name,
         retriever=retriever.name,
@@ -131,15 +135,3 @@ def label_rag_gain(
         criterion=criterion,
         neither_label=neither_label,
     )
-    out.write_meta(meta)
-    stats = run_chunked(
-        questions,
-        out,
-        lambda qs: rag_gain_rows(
-            generator, retriever, qs, closed.rows, frequent, criterion, k, neither_label
-        ),
-        chunk_size,
-        "rag-gain",
-    )
-    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
-    return stats

@@ -14,6 +14,7 @@ import numpy as np
 from ..data import load_all
 from ..models import SMOLLM2
 from ..questions import Question
+from ..tables import markdown_table
 from .files import LABELS_DIR, LabelFile
 from .policies import POLICIES, label_path
 from .scoring import CRITERIA, DEFAULT_CRITERION, correct
@@ -113,13 +114,11 @@ def criterion_moves(rows: dict[str, dict], qs: dict[str, Question]) -> list[list
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    line = lambda r: "  ".join(str(x).rjust(w) for x, w in zip(r, widths, strict=False))  # noqa: E731
-    return "\n".join([f"## {title}", line(header), *map(line, rows), ""])
+    return "\n".join([f"## {title}", "", markdown_table(header, rows, pad=True), ""])
 
 
 def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
-    """The whole report as text (tables in markdown-ish fixed width)."""
+    """The whole report as markdown (columns aligned for a terminal)."""
     qs = {q.id: q for q in load_all()}
     files = {p: LabelFile(label_path(p, generator, labels_dir)) for p in POLICIES}
     files = {p: f for p, f in files.items() if f.rows}

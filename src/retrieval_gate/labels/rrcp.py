@@ -33,7 +33,7 @@ from ..retrieval.dense import MiniLMEncoder
 from .closed_book import closed_book_rows
 from .files import LabelFile
 from .rag_gain import TOP_K
-from .run import provenance, run_chunked
+from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, measures
 
 T_ANS = 0.15
@@ -206,23 +206,9 @@ def label_rrcp(
     frequent = source_frequent_answers(questions)
     judge = generator if (llm_judge or evaluator != "overlap") else None
     scorer = RRCPScorer(judge, MiniLMEncoder(), evaluator, t_ans, t_com)
-    meta = provenance(
+    return run_policy(
         "rrcp",
-        generator=generator.name,
-        generator_checksum=generator.checksum,
-        backend=getattr(generator, "backend", "?"),
-        prompt_id=DOC_JUDGE_ID if judge else None,
-        closed_book_file=closed.path.name,
-        retriever=retriever.name,
-        top_k=k,
-        evaluator=evaluator,
-        t_ans=t_ans,
-        t_com=t_com,
-        encoder="minilm",
-        criterion=criterion,
-    )
-    out.write_meta(meta)
-    stats = run_chunked(
+        generator,
         questions,
         out,
         lambda qs: rrcp_rows(
@@ -235,7 +221,13 @@ def label_rrcp(
             k,
         ),
         chunk_size,
-        "rrcp",
+        prompt_id=DOC_JUDGE_ID if judge else None,
+        closed_book_file=closed.path.name,
+        retriever=retriever.name,
+        top_k=k,
+        evaluator=evaluator,
+        t_ans=t_ans,
+        t_com=t_com,
+        encoder="minilm",
+        criterion=criterion,
     )
-    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
-    return stats

@@ -1,4 +1,5 @@
-"""The resumable, chunked labelling loop every generator policy shares.
+"""The resumable, chunked labelling loop every generator policy shares, and `run_policy`,
+which the generator policies (closed-book, rag-gain, rrcp) plug their row function into.
 
 Questions go to the generator in chunks (default 512): each chunk is ONE batched generator
 call, and its rows are appended and flushed before the next chunk starts, so an interrupted
@@ -14,6 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..generation.base import Generator
 from ..questions import Question
 from .files import LabelFile
 
@@ -62,3 +64,28 @@ def provenance(policy: str, **fields: Any) -> dict[str, Any]:
         "package_version": version("retrieval-gate"),
         **fields,
     }
+
+
+def run_policy(
+    policy: str,
+    generator: Generator,
+    questions: Sequence[Question],
+    out: LabelFile,
+    compute: ChunkFn,
+    chunk_size: int,
+    **fields: Any,
+) -> dict[str, float]:
+    """One generator policy's run: provenance (the generator's name, checksum and backend, and
+    the policy's `fields`) is written before the first row, so a label file never lacks it;
+    then the chunked, resumable loop; then the provenance again with this run's throughput."""
+    meta = provenance(
+        policy,
+        generator=generator.name,
+        generator_checksum=generator.checksum,
+        backend=getattr(generator, "backend", "?"),
+        **fields,
+    )
+    out.write_meta(meta)
+    stats = run_chunked(questions, out, compute, chunk_size, policy)
+    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
+    return stats
