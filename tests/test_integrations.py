@@ -54,7 +54,10 @@ def test_langchain_router(routed):
     router = GateRouter(gate, retrieve=rag, direct=direct, threshold=threshold)
     answers = router.batch([{"question": q} for q in QUESTIONS])
     assert answers == ["from-rag" if e else "from-llm" for e in expected]
-    assert retriever.queries == [q for q, e in zip(QUESTIONS, expected, strict=True) if e]
+    # (a branch's batch runs its inputs in threads: the retriever sees them in any order)
+    assert sorted(retriever.queries) == sorted(
+        q for q, e in zip(QUESTIONS, expected, strict=True) if e
+    )
     one = QUESTIONS[expected.index(False)]
     assert router.invoke({"question": one}) == "from-llm" and len(retriever.queries) == 2
     # bare strings work too when the branches take strings
