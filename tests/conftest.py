@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import os
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,20 @@ def minilm_gate_dirs(tmp_path_factory):
     from tiny_backbones import minilm_gate
 
     return minilm_gate(tmp_path_factory.mktemp("minilm-gate"))
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx_export(tmp_path_factory) -> Path:
+    """A tiny randomly initialised RoBERTa gate, trained 3 batches and exported (fp32 and int8)
+    by the project's exporter: the folder `OnnxGate` loads."""
+    from retrieval_gate.export.onnx import export_gate
+    from retrieval_gate.training import train
+    from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+
+    work = tmp_path_factory.mktemp("onnx-gate")
+    qs, labels = synthetic_questions()
+    label_file = write_label_file(work / "labels.jsonl", labels)
+    model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
+    cfg = tiny_config(label_file, work / "ck", "encoder", str(model), pooling="cls")
+    run_dir = train(cfg, questions=qs)
+    return export_gate(run_dir, work / "export", variants=("fp32", "int8"))

@@ -17,6 +17,7 @@ from retrieval_gate.data import (
     popqa_relation,
     resolve_data_dir,
 )
+from retrieval_gate.errors import BackendError
 from retrieval_gate.questions import normalize_answer
 
 # PROVENANCE.md's row counts (PopQA: the three files merged by id, 381 rows of the paragraphs
@@ -212,8 +213,21 @@ def test_offline_download_says_so(tmp_path, monkeypatch):
     from retrieval_gate.data import paths
 
     monkeypatch.setattr(paths, "OFFICIAL_FILES", [("x/y.json", "http://127.0.0.1:9/y.json", "")])
-    with pytest.raises(DataError, match="offline"):
+    with pytest.raises(BackendError, match="offline"):
         paths.fetch_official(tmp_path)
+
+
+def test_a_failed_download_exits_3_and_says_so(tmp_path, monkeypatch, capsys):
+    """A backend failure (here the network) is exit code 3 with a message, not a traceback."""
+    from retrieval_gate.data import paths
+
+    monkeypatch.chdir(tmp_path)  # no ../shared/datasets from here
+    monkeypatch.delenv("RETRIEVAL_GATE_DATA", raising=False)
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(paths, "OFFICIAL_FILES", [("x/y.json", "http://127.0.0.1:9/y.json", "")])
+    assert main(["data", "summary"]) == 3
+    err = capsys.readouterr().err
+    assert "offline" in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------ splits

@@ -17,10 +17,9 @@ from collections.abc import Sequence
 import httpx
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from retrieval_gate.data.errors import DataError
-from retrieval_gate.export.onnx import export_gate
+from retrieval_gate.errors import ConfigError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
@@ -35,14 +34,11 @@ from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator
 from retrieval_gate.rag.compare import clear_prefix_cache
+from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
 from retrieval_gate.rag.modes import ModeOptions, check_modes, oracle_from_run
-from retrieval_gate.rag.report import run_comparison
 from retrieval_gate.rag.sample import select_questions
-from retrieval_gate.rag.service import create_app
-from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, documents_of
+from retrieval_gate.retrieval import ContextRetriever
 from retrieval_gate.retrieval.corpus import document_id
-from retrieval_gate.training import train
-from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
 
 class CountingTestGenerator:
@@ -164,47 +160,12 @@ def test_compare_modes_same_questions_and_versus_always():
     assert rows[0]["match vs always"] == "-100.0" and rows[1]["time saved vs always"] == "+0.0%"
 
 
-def _client(gen, max_questions: int = 4) -> TestClient:
-    gate = OracleGate({f"request-{i}": i % 2 for i in range(max_questions)})
-    rag = AdaptiveRAG(gate, ContextRetriever(), gen)
-    return TestClient(create_app(rag, max_questions=max_questions))
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "reason"),
-    [
-        ({}, 422, "questions: Field required"),
-        ({"questions": []}, 422, "at least 1 item"),
-        ({"questions": ["ok", 3]}, 422, "questions.1: Input should be a valid string"),
-        ({"questions": "not a list"}, 422, "valid list"),
-        ({"questions": ["  "]}, 422, "questions[0] is empty"),
-        ({"questions": ["ok?", "x" * 1001]}, 422, "questions[1] is longer than 1000"),
-        ({"questions": ["a?"] * 5}, 413, "too many questions: 5 > 4"),
-        ({"questions": ["a?"], "k": 3}, 422, "k: Extra inputs"),
-    ],
-)
-def test_http_bad_requests_get_4xx_with_reason(body, status, reason):
-    client = _client(CountingTestGenerator())
-    r = client.post("/answer", json=body)
-    assert r.status_code == status
-    assert reason in r.json()["detail"]
-    assert client.get("/health").json()["status"] == "ok"  # still serving
-
-
 # ------------------------------------------------------------------ the real loop (vLLM, ONNX)
 
 
 @pytest.fixture(scope="module")
-def onnx_gate(tmp_path_factory) -> OnnxGate:
-    """A tiny randomly initialised RoBERTa gate, trained 3 batches and exported by the
-    project's exporter, run by ONNX Runtime."""
-    work = tmp_path_factory.mktemp("rag-gate")
-    qs, labels = synthetic_questions()
-    label_file = write_label_file(work / "labels.jsonl", labels)
-    model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
-    cfg = tiny_config(label_file, work / "ck", "encoder", str(model), pooling="cls")
-    run_dir = train(cfg, questions=qs)
-    return OnnxGate(export_gate(run_dir, work / "export", variants=("fp32",)))
+def onnx_gate(tiny_onnx_export) -> OnnxGate:
+    return OnnxGate(tiny_onnx_export)
 
 
 @pytest.fixture(scope="module")
@@ -257,12 +218,8 @@ def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_
     options = ModeOptions(onnx=str(onnx_gate.export_dir), oracle_labels=oracle_file)
     report = run_comparison(
         ["never", "always", "onnx", "oracle"],
-        datasets=["retrievalqa"],
-        limit=2,
-        seed=2,
-        retriever="contexts",
-        k=1,
-        max_new_tokens=4,
+        Sample(["retrievalqa"], limit=2, seed=2),
+        Pipeline("contexts", k=1, max_new_tokens=4),
         mode_options=options,
         generator=vllm_generator,
     )
@@ -276,31 +233,6 @@ def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_
     assert all([a["id"] for a in modes[m]["answers"]] == report["question_ids"] for m in modes)
     assert [r["mode"] for r in report["table"]] == ["never", "always", "onnx", "oracle"]
     assert clear_prefix_cache(vllm_generator)
-
-
-@pytest.mark.vllm
-def test_real_http_endpoint_good_and_bad_requests(vllm_generator, onnx_gate, real_questions):
-    rag = AdaptiveRAG(onnx_gate, BM25Retriever(documents_of(real_questions)), vllm_generator)
-    rag.max_new_tokens = 8
-    client = TestClient(create_app(rag, max_questions=3))
-    texts = [q.text for q in real_questions[:3]]
-
-    r = client.post("/answer", json={"questions": texts})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert [a["question"] for a in body["answers"]] == texts
-    for a in body["answers"]:
-        assert a["answer"] and a["retrieve"] == (a["probability"] >= body["threshold"])
-        assert (len(a["documents"]) > 0) == a["retrieve"]
-    assert body["costs"]["questions"] == 3 and body["costs"]["generation_calls"] == 1
-
-    assert client.post("/answer", json={"questions": texts + ["one more?"]}).status_code == 413
-    assert client.post("/answer", json={"questions": [None]}).status_code == 422
-    assert client.post("/answer", content=b"{not json").status_code == 422
-    r = client.post("/answer", json={"questions": [texts[0]]})  # still serving
-    assert r.status_code == 200 and r.json()["answers"][0]["question"] == texts[0]
-    health = client.get("/health").json()
-    assert health["gate"] == onnx_gate.name and health["generator"] == vllm_generator.name
 
 
 # ------------------------------------------------------------------ remote generator (vLLM server)
@@ -360,13 +292,13 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
 
 
 def test_data_parallel_needs_a_vllm_server():
-    with pytest.raises(DataError, match="--generator-url"):
+    with pytest.raises(ConfigError, match="--generator-url"):
         open_generator(data_parallel_size=2)
 
 
 def test_comparison_saves_each_mode_and_resumes(tmp_path):
     progress = tmp_path / "run.modes.jsonl"
-    kwargs = dict(datasets=["retrievalqa"], limit=3, retriever="contexts", k=1)
+    kwargs = dict(sample=Sample(["retrievalqa"], limit=3), pipeline=Pipeline("contexts", k=1))
     first = run_comparison(
         ["never", "always"], generator=CountingTestGenerator(), progress_file=progress, **kwargs
     )
@@ -386,7 +318,12 @@ def test_comparison_saves_each_mode_and_resumes(tmp_path):
     assert again["modes"]["always"] == first["modes"]["always"]
     assert [r["mode"] for r in again["table"]] == ["never", "always", "oracle", "oracle-run"]
     assert "kept from an earlier run: never, always" in again["note"]
-    other = run_comparison(["never"], generator=gen, progress_file=progress, **{**kwargs, "k": 2})
+    other = run_comparison(
+        ["never"],
+        generator=gen,
+        progress_file=progress,
+        **{**kwargs, "pipeline": Pipeline("contexts", k=2)},
+    )
     assert "kept" not in other["note"]  # other settings: measured again
 
 
@@ -411,5 +348,5 @@ def test_oracle_run_retrieves_exactly_where_retrieval_turned_wrong_into_right():
 
 
 def test_oracle_run_needs_never_and_always():
-    with pytest.raises(DataError, match="needs the never and always"):
+    with pytest.raises(ConfigError, match="needs the never and always"):
         check_modes(["always", "oracle-run"], ModeOptions())

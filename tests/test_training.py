@@ -12,6 +12,7 @@ from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.data import assign_splits
 from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import ConfigError
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.models import minilm_path
 from retrieval_gate.training import load_config, load_run, read_metadata, save_threshold, train
@@ -178,9 +179,9 @@ def test_config_extends_overrides_and_typos(tmp_path):
     assert cfg["trainer"]["max_epochs"] == 5 and cfg["trainer"]["devices"] == [0, 1]
     assert cfg["model"]["backbone"] == "encoder" and cfg["data"]["max_train_examples"] is None
     assert cfg["early_stopping"]["monitor"] == "val/auroc"
-    with pytest.raises(DataError, match="unknown key"):
+    with pytest.raises(ConfigError, match="unknown key"):
         load_config(None, ["data.label_file=x", "data.lable_file=y"])
-    with pytest.raises(DataError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
         load_config(None, ["data.label_file"])
 
 

@@ -8,7 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .errors import DataError
+from .errors import BackendError
 
 MINILM = "minilm"
 SMOLLM2 = "smollm2-135m-instruct"
@@ -25,7 +25,7 @@ def package_dir(package: str, pip_name: str, extra: str = "") -> Path:
     """The folder of an installed package, found without importing it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise DataError(
+        raise BackendError(
             f"the model package {pip_name!r} is not installed; run `pip install {pip_name}{extra}` "
             "(scripts/setup.sh does this)"
         )

@@ -109,22 +109,15 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..rag.report import run_comparison
+    from ..rag.experiment import Pipeline, Sample, run_comparison
 
     report = run_comparison(
         args.modes,
-        datasets=args.dataset,
-        split=args.split,
-        limit=args.limit,
-        seed=args.seed,
-        with_contexts=args.with_contexts,
-        retriever=args.retriever,
-        corpus=args.corpus,
-        k=args.k,
-        max_new_tokens=args.max_new_tokens,
+        Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
+        Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens),
         mode_options=mode_options(args),
+        engine=generator_kwargs(args),
         progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
-        **generator_kwargs(args),
     )
     print(format_table(report["table"]))
     print(report["note"])

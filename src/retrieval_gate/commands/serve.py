@@ -1,38 +1,129 @@
-"""`retrieval-gate serve`: the gate in front of a RAG service over HTTP."""
+"""`retrieval-gate serve`: the gate alone (`--mode gate`) or in front of a RAG loop, over HTTP."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+import sys
+from dataclasses import fields
 
+from ..errors import ConfigError
+from ..gates.onnx_format import VARIANTS
+from ..rag.limits import Limits
 from ..rag.modes import known_modes
 from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
 
+API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="HTTP: POST /answer {'questions': [...]}, GET /health")
+    p = sub.add_parser(
+        "serve",
+        help="HTTP: POST /score and /answer {'questions': [...]}, GET /health, /docs",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("answer", "gate"),
+        default="answer",
+        help="answer: /score and /answer (starts the generator); gate: /score only, no "
+        "generator (default: answer)",
+    )
     p.add_argument(
         "--gate", default="onnx", choices=known_modes(), help="gate in front (default: onnx)"
     )
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--variant",
+        choices=list(VARIANTS),
+        default="fp32",
+        help="ONNX file of the export for the onnx gate (default: fp32)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-questions", type=int, default=64, help="per request")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require `Authorization: Bearer KEY` on /score and /answer (default: ${API_KEY_ENV})",
+    )
+    add_limit_args(p)
     add_generator_args(p)
     add_gate_args(p)
     p.set_defaults(run=run)
 
 
+def add_limit_args(p: argparse.ArgumentParser) -> None:
+    d = Limits()
+    g = p.add_argument_group("limits (a request over them gets a 4xx, never a stalled server)")
+    g.add_argument("--max-questions", type=int, default=d.max_questions, help="per request")
+    g.add_argument(
+        "--max-question-chars", type=int, default=d.max_question_chars, help="per question"
+    )
+    g.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=d.max_body_bytes,
+        help="request body, refused with 413 before it is read",
+    )
+    g.add_argument("--max-batch", type=int, default=d.max_batch, help="questions per engine call")
+    g.add_argument(
+        "--max-backlog",
+        type=int,
+        default=d.max_backlog,
+        help="questions waiting before new requests get 429 with Retry-After",
+    )
+    g.add_argument(
+        "--request-timeout",
+        type=float,
+        default=d.request_timeout,
+        help="seconds a request may wait for its answer, queue included (then 504)",
+    )
+
+
+def limits(args: argparse.Namespace) -> Limits:
+    """The limits from the flags, checked (before any engine starts)."""
+    out = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
+    out.check()
+    return out
+
+
+def check_bind(host: str, port: int, api_key: str | None) -> None:
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be 1-65535, got {port}")
+    if api_key is not None and not api_key.strip():
+        raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if not api_key and not _loopback(host):
+        print(
+            f"warning: serving on {host} without --api-key: anyone who can reach it can use it",
+            file=sys.stderr,
+        )
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..rag.backends import open_rag
+    from ..rag.backends import open_gate, open_rag
     from ..rag.service import serve
 
-    rag = open_rag(
-        args.gate,
-        retriever=args.retriever,
-        corpus=args.corpus,
-        k=args.k,
-        max_new_tokens=args.max_new_tokens,
-        mode_options=mode_options(args),
-        **generator_kwargs(args),
-    )
-    serve(rag, args.host, args.port, args.max_questions)
+    checked = limits(args)
+    check_bind(args.host, args.port, args.api_key)
+    options = mode_options(args)
+    options.variant = args.variant
+    if args.mode == "gate":
+        service = open_gate(args.gate, options)
+    else:
+        service = open_rag(
+            args.gate,
+            retriever=args.retriever,
+            corpus=args.corpus,
+            k=args.k,
+            max_new_tokens=args.max_new_tokens,
+            mode_options=options,
+            **generator_kwargs(args),
+        )
+    serve(service, args.host, args.port, checked, args.api_key)
     return 0

@@ -102,12 +102,13 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
 
 
 def _save_threshold(args, result: dict) -> None:
+    from ..errors import ConfigError
     from ..training.checkpoint import save_threshold
 
     name = args.save_objective or next(iter(result["thresholds"]))
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
     if key is None:
-        raise SystemExit(
+        raise ConfigError(
             f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
         )
     r = result["thresholds"][key]

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..errors import BackendError
 from ..models import cache_dir
 from .errors import DataError
 
@@ -143,13 +144,13 @@ def fetch_official(cache: Path) -> None:
             with urllib.request.urlopen(url, timeout=60) as r:
                 data = r.read()
         except (urllib.error.URLError, TimeoutError) as e:
-            raise DataError(
+            raise BackendError(
                 f"no local datasets (no --data-dir, no ${ENV_VAR}, no ../shared/datasets) and the "
                 f"official release could not be downloaded ({url}: {e}). This machine looks "
                 f"offline: put the files in a folder and pass --data-dir."
             ) from e
         if sha and hashlib.sha256(data).hexdigest() != sha:
-            raise DataError(f"checksum mismatch for {url}; expected sha256 {sha}", target)
+            raise BackendError(f"checksum mismatch for {url}; expected sha256 {sha}", target)
         tmp = target.with_suffix(target.suffix + ".part")
         tmp.write_bytes(data)
         tmp.replace(target)
@@ -164,7 +165,7 @@ def save_hub_popqa(target: Path) -> None:
 
         rows = datasets.load_dataset(HUB_POPQA[0], split="test")
     except Exception as e:  # the hub client raises many types when offline
-        raise DataError(f"could not download {HUB_POPQA[0]} from the hub ({e}); offline?") from e
+        raise BackendError(f"could not download {HUB_POPQA[0]} from the hub ({e}); offline?") from e
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows.column_names), delimiter="\t")

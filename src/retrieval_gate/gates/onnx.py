@@ -12,8 +12,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..data.errors import DataError
-from ..errors import BackendError
+from ..errors import BackendError, DataError
 from ..questions import Question
 from .onnx_format import FORMAT, REQUIRED, VARIANTS
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from ..data.errors import DataError
+from ..errors import BackendError, DataError
 from ..generation.base import Generator
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
@@ -31,7 +31,7 @@ class LazyGenerator:
             try:
                 from ..generation import build_generator
             except ImportError as e:
-                raise DataError(f"no generator backend available ({e})") from None
+                raise BackendError(f"no generator backend available ({e})") from None
             self._generator = build_generator(**self.options)
         return self._generator
 
@@ -118,12 +118,12 @@ def _learned(ctx: GateContext, run: str | None = None, **_: Any) -> Gate:
     return LearnedGate(run)
 
 
-def _onnx(ctx: GateContext, path: str | None = None, **_: Any) -> Gate:
+def _onnx(ctx: GateContext, path: str | None = None, variant: str = "fp32", **_: Any) -> Gate:
     if not path:
         raise DataError("the onnx gate needs an exported model: --onnx export/<name>")
     from .onnx import OnnxGate
 
-    return OnnxGate(path)
+    return OnnxGate(path, variant=variant)
 
 
 GATES: dict[str, Callable[..., Gate]] = {

@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from .base import Generation, Generator
 from .models import prepare_smollm2, resolve_generator_model
 
@@ -20,7 +21,7 @@ def build_generator(name_or_path: str, backend: str = "auto", **kwargs: Any) -> 
     """A `Generator` for a model name or folder. `backend="auto"` picks vLLM when it is
     installed (one batched engine call per method), else transformers."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown generator backend {backend!r}; choose one of {BACKENDS}")
+        raise ConfigError(f"unknown generator backend {backend!r}; choose one of {BACKENDS}")
     model = resolve_generator_model(name_or_path)
     name = Path(model).name if Path(model).is_dir() else name_or_path
     if backend == "auto":

@@ -43,3 +43,14 @@ class Generator(Protocol):
         """P(choice | prompt) for each prompt, normalised over `choices`: shape (n, len(choices)).
         Prompt gates use it to score P([Yes])."""
         ...
+
+
+@runtime_checkable
+class WindowedGenerator(Generator, Protocol):
+    """A generator that knows its context window and counts a prompt's tokens exactly as it
+    will feed them (chat template included), so callers can fit prompts before generating:
+    one prompt over the window would otherwise fail the engine's whole batch."""
+
+    context_window: int  # tokens per sequence: prompt + generated answer
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]: ...

@@ -21,7 +21,13 @@ class TransformersGenerator:
 
     backend = "transformers"
 
-    def __init__(self, model: str, name: str | None = None, batch_size: int = 32):
+    def __init__(
+        self,
+        model: str,
+        name: str | None = None,
+        batch_size: int = 32,
+        max_model_len: int | None = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -37,6 +43,13 @@ class TransformersGenerator:
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
+        # as vLLM's max_model_len: the model's own length, or less when asked
+        window = int(self.model.config.max_position_embeddings)
+        self.context_window = min(window, max_model_len) if max_model_len else window
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        """Tokens of each prompt as the model sees it (chat template included)."""
+        return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def _batches(self, seqs: list[list[int]]) -> list[list[int]]:
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ..data.errors import DataError
+from ..errors import BackendError
 from .base import Generation
 
 
@@ -48,9 +48,9 @@ class RemoteGenerator:
         try:
             r = self._client.post(f"{self.base_url}{path}", json=body)
         except httpx.HTTPError as e:
-            raise DataError(f"cannot reach the generator server at {self.base_url} ({e})") from e
+            raise BackendError(f"cannot reach the generator server at {self.base_url} ({e})") from e
         if r.status_code != 200:
-            raise DataError(
+            raise BackendError(
                 f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
             )
         return r.json()
@@ -61,7 +61,7 @@ class RemoteGenerator:
             r.raise_for_status()
             return str(r.json()["data"][0]["id"])
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-            raise DataError(
+            raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
             ) from e
@@ -129,7 +129,7 @@ class RemoteGenerator:
         out = self._post("/chat/completions", body)
         entries = out.get("prompt_logprobs")
         if entries is None:
-            raise DataError(
+            raise BackendError(
                 f"the server at {self.base_url} returned no prompt_logprobs; choice_probs needs "
                 "a vLLM OpenAI-compatible server"
             )

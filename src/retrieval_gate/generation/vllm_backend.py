@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BackendError
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids
 from .models import folder_checksum
@@ -60,8 +61,17 @@ class VLLMGenerator:
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
         settings = {**engine_kwargs(cuda), "max_model_len": max_model_len, **kw}
         self.settings = settings
-        self.llm = LLM(model=model, seed=0, **settings)
+        try:
+            self.llm = LLM(model=model, seed=0, **settings)
+        except Exception as e:  # vLLM raises many types when an engine cannot start
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise BackendError(f"the vLLM engine did not start for {model}: {first}") from e
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_window = int(self.llm.model_config.max_model_len)
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        """Tokens of each prompt as the engine sees it (chat template included)."""
+        return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
         prompts = [{"prompt_token_ids": ids} for ids in token_ids]

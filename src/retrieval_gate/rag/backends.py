@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.errors import DataError
+from ..errors import ConfigError
+from ..gates.base import Gate
 from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
-from .modes import ModeOptions, build_mode_gates, check_modes
+from .modes import GENERATOR_MODES, ModeOptions, build_mode_gates, check_modes
 
 
 def open_generator(
@@ -31,7 +32,7 @@ def open_generator(
     from ..generation import build_generator
 
     if data_parallel_size > 1:
-        raise DataError(
+        raise ConfigError(
             f"--data-parallel-size {data_parallel_size} needs a vLLM server (vLLM's in-process "
             "engine has no data parallelism): start `python -m vllm.entrypoints.openai.api_server "
             f"--model MODEL --data-parallel-size {data_parallel_size}` and pass --generator-url "
@@ -49,6 +50,20 @@ def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
     from ..retrieval import build_retriever, load_corpus
 
     return build_retriever(kind, None if kind == "contexts" else load_corpus(corpus))
+
+
+def open_gate(gate: str, mode_options: ModeOptions | None = None) -> Gate:
+    """The gate of mode `gate` alone, for a gate-only service: no generator is started, so
+    the gates that ask the generator are refused."""
+    if gate in GENERATOR_MODES:
+        raise ConfigError(
+            f"the {gate} gate asks the generator, which gate-only serving does not start: "
+            "serve it with --mode answer, or pick a gate such as onnx"
+        )
+    mode_options = mode_options or ModeOptions()
+    check_modes([gate], mode_options)
+    (built,) = build_mode_gates([gate], None, mode_options).values()
+    return built
 
 
 def open_rag(

@@ -22,9 +22,10 @@ import numpy as np
 
 from ..gates.base import Gate
 from ..generation.base import Generation, Generator
-from ..generation.prompts import DOC_WORDS, closed_book_prompt, document_texts, with_context_prompt
+from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
+from .fit import FittedPrompt, fit_prompts
 
 DEFAULT_K = 5  # RetrievalQA's top-5 documents
 DEFAULT_MAX_NEW_TOKENS = 24
@@ -46,6 +47,7 @@ class Answer:
     match: bool | None = None
     em: bool | None = None
     f1: float | None = None
+    error: str | None = None  # why this question got no answer (its prompt did not fit)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,6 +58,7 @@ class Costs:
     """Measured cost of one pass over a batch of questions (seconds and token counts)."""
 
     questions: int = 0
+    failed: int = 0  # questions answered with an error instead of a generation
     retrieved: int = 0  # questions sent to retrieval (each one retrieval request)
     retrieval_calls: int = 0  # batched calls made to the retriever
     generation_calls: int = 0  # batched calls made to the generator
@@ -120,7 +123,9 @@ class AdaptiveRAG:
     Questions the gate scores at or above its threshold get the top-`k` documents and the
     with-context prompt; the others get the closed-book prompt. All answers come from one
     batched generator call. Documents are cut to their first `doc_words` words, as in the
-    rag-gain labelling run, so the loop answers with the prompts the labels were made with."""
+    rag-gain labelling run, so the loop answers with the prompts the labels were made with.
+    A prompt longer than the generator's context window loses documents, or, when even the
+    question alone is too long, that question gets an `error` and no generation."""
 
     def __init__(
         self,
@@ -162,13 +167,32 @@ class AdaptiveRAG:
         retrieve = probs >= self.gate.threshold
 
         hits = self._retrieve(questions, retrieve, costs)
-        prompts = [
-            with_context_prompt(q.text, document_texts(hits[i], self.doc_words))
-            if retrieve[i]
-            else closed_book_prompt(q.text)
-            for i, q in enumerate(questions)
+        fitted = fit_prompts(
+            self.generator,
+            [q.text for q in questions],
+            [hits[i] if retrieve[i] else None for i in range(len(questions))],
+            self.doc_words,
+            self.max_new_tokens,
+        )
+        generations = self._generate(fitted, costs)
+        answers = [
+            _answer(q, g, bool(retrieve[i]), float(probs[i]), f)
+            for i, (q, g, f) in enumerate(zip(questions, generations, fitted, strict=True))
         ]
+        costs.failed = sum(a.error is not None for a in answers)
+        costs.prompt_tokens = sum(a.prompt_tokens for a in answers)
+        costs.completion_tokens = sum(a.completion_tokens for a in answers)
+        costs.total_seconds = time.perf_counter() - start
+        costs.overhead_seconds = costs.total_seconds - (
+            costs.gate_seconds + costs.retrieval_seconds + costs.generation_seconds
+        )
+        return RagRun(answers, costs)
 
+    def _generate(self, fitted: list[FittedPrompt], costs: Costs) -> list[Generation | None]:
+        """One batched call over the prompts that fit; None where a question has none."""
+        prompts = [f.prompt for f in fitted if f.prompt is not None]
+        if not prompts:
+            return [None] * len(fitted)
         t = time.perf_counter()
         generations = self.generator.generate(prompts, max_new_tokens=self.max_new_tokens)
         costs.generation_seconds = time.perf_counter() - t
@@ -178,18 +202,8 @@ class AdaptiveRAG:
                 f"generator {self.generator.name!r} returned {len(generations)} generations "
                 f"for {len(prompts)} prompts"
             )
-
-        answers = [
-            _answer(q, g, bool(retrieve[i]), float(probs[i]), hits.get(i, []))
-            for i, (q, g) in enumerate(zip(questions, generations, strict=True))
-        ]
-        costs.prompt_tokens = sum(a.prompt_tokens for a in answers)
-        costs.completion_tokens = sum(a.completion_tokens for a in answers)
-        costs.total_seconds = time.perf_counter() - start
-        costs.overhead_seconds = costs.total_seconds - (
-            costs.gate_seconds + costs.retrieval_seconds + costs.generation_seconds
-        )
-        return RagRun(answers, costs)
+        it = iter(generations)
+        return [next(it) if f.prompt is not None else None for f in fitted]
 
     def _retrieve(
         self, questions: Sequence[Question], retrieve: np.ndarray, costs: Costs
@@ -211,8 +225,12 @@ class AdaptiveRAG:
         return dict(zip(chosen, hits, strict=True))
 
 
-def _answer(q: Question, g: Generation, retrieve: bool, prob: float, hits: list[Hit]) -> Answer:
-    text = g.text.strip()
+def _answer(
+    q: Question, g: Generation | None, retrieve: bool, prob: float, fitted: FittedPrompt
+) -> Answer:
+    """The answer to `q`; without a generation (its prompt did not fit) the reason, and
+    scored as a miss when the question has gold answers."""
+    text = g.text.strip() if g else ""
     scored = bool(q.answers)
     return Answer(
         id=q.id,
@@ -220,10 +238,11 @@ def _answer(q: Question, g: Generation, retrieve: bool, prob: float, hits: list[
         answer=text,
         retrieve=retrieve,
         probability=prob,
-        documents=[h.document.id for h in hits],
-        prompt_tokens=g.prompt_tokens,
-        completion_tokens=g.completion_tokens,
+        documents=[h.document.id for h in fitted.hits],
+        prompt_tokens=g.prompt_tokens if g else 0,
+        completion_tokens=g.completion_tokens if g else 0,
         match=match(text, q.answers) if scored else None,
         em=exact_match(text, q.answers) if scored else None,
         f1=token_f1(text, q.answers) if scored else None,
+        error=fitted.error,
     )

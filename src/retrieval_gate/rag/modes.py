@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.errors import DataError
+from ..errors import ConfigError, DataError
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate, gate_names
 from ..generation.base import Generator
@@ -37,6 +37,8 @@ MODES = (
     "oracle-run",
 )
 ORACLE_RUN = "oracle-run"  # built after `never` and `always` have run (see oracle_from_run)
+# Gates that ask the generator itself (they cannot be served without one).
+GENERATOR_MODES = ("prompt-vanilla", "prompt-ta-are", "confidence")
 # Modes whose construction needs the labelled train/dev split.
 _FITTED = {"popularity", "popularity-global", "prompt-ta-are", "tfidf"}
 
@@ -46,6 +48,7 @@ class ModeOptions:
     """Where each mode's gate comes from."""
 
     onnx: str | None = None  # exported gate folder (export/<name>)
+    variant: str = "fp32"  # which ONNX file of that export: fp32 / opt / int8 / fp16
     learned_run: str | None = None  # training run folder (checkpoints/<run>)
     labels: Path = DEFAULT_RUN_DIR / "closed-book.jsonl"  # fits popularity / TA-ARE
     run_dir: Path = DEFAULT_RUN_DIR  # closed-book records and outcomes of the labelling run
@@ -62,17 +65,19 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     """Fails fast, before an engine starts, on an unknown mode or a missing input file."""
     unknown = [m for m in modes if m not in known_modes()]
     if unknown:
-        raise DataError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}")
+        raise ConfigError(
+            f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}"
+        )
     if "onnx" in modes and not options.onnx:
         found = sorted(str(p.parent) for p in Path("export").glob("*/model.onnx"))
-        raise DataError(
+        raise ConfigError(
             "the onnx mode needs an exported gate: --onnx export/<name>"
             + (f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)")
         )
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
-        raise DataError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
+        raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
     if "learned" in modes and not options.learned_run:
-        raise DataError("the learned mode needs a training run: --learned-run checkpoints/<run>")
+        raise ConfigError("the learned mode needs a training run: --learned-run checkpoints/<run>")
     needed = []
     if "oracle" in modes:
         needed.append(("oracle mode", "--oracle-labels", options.oracle_labels))
@@ -86,9 +91,10 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
 
 
 def build_mode_gates(
-    modes: Sequence[str], generator: Generator, options: ModeOptions
+    modes: Sequence[str], generator: Generator | None, options: ModeOptions
 ) -> dict[str, Gate]:
-    """mode name -> gate, in the order given."""
+    """mode name -> gate, in the order given (`generator`: the engine the prompt and
+    confidence gates share, None when there is none)."""
     check_modes(modes, options)
     context = _context(modes, generator, options)
     gates: dict[str, Gate] = {}
@@ -103,7 +109,10 @@ def build_mode_gates(
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     if mode == "oracle":
         return OracleGate.from_file(options.oracle_labels)
-    kwargs = {"learned": {"run": options.learned_run}, "onnx": {"path": options.onnx}}
+    kwargs = {
+        "learned": {"run": options.learned_run},
+        "onnx": {"path": options.onnx, "variant": options.variant},
+    }
     gate = build_gate(mode, context, **kwargs.get(mode, {}), date=options.date)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.
@@ -111,7 +120,9 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     return uncached() if callable(uncached) else gate
 
 
-def _context(modes: Sequence[str], generator: Generator, options: ModeOptions) -> GateContext:
+def _context(
+    modes: Sequence[str], generator: Generator | None, options: ModeOptions
+) -> GateContext:
     context = GateContext(_generator=generator)
     if _FITTED & set(modes):
         splits = load_splits(options.labels, options.run_dir)

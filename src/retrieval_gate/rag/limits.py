@@ -1,0 +1,38 @@
+"""What one request to the service may ask and how long it may wait (torch- and
+fastapi-free, so `serve` checks its flags before importing the server or starting an engine)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask and how long it may wait; each field is a `serve` flag."""
+
+    max_questions: int = 64  # per request
+    max_question_chars: int = 1000  # short-form questions
+    max_body_bytes: int = 1 << 20  # 64 questions of 1,000 escaped characters fit
+    # questions per engine (or gate) call: larger batches raise a GPU's throughput; on a CPU,
+    # where prompt processing dominates, smaller ones answer the first requests sooner
+    max_batch: int = 16
+    max_backlog: int = 256  # questions waiting for the engine before 429
+    # seconds from arrival to answer, queue included; a request expected to wait longer at
+    # the measured rate is refused at once (429) rather than left to time out (504)
+    request_timeout: float = 120.0
+
+    def check(self) -> None:
+        """Refuses a limit that is not positive (or not finite), naming its flag."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (math.isfinite(value) and value > 0):
+                flag = "--" + f.name.replace("_", "-")
+                raise ConfigError(f"{flag} must be a positive number, got {value}")
+        if self.max_backlog < self.max_questions:
+            raise ConfigError(
+                f"--max-backlog ({self.max_backlog}) must hold one full request "
+                f"(--max-questions {self.max_questions})"
+            )

