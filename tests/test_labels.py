@@ -78,6 +78,7 @@ def test_interrupted_run_resumes_without_losing_or_redoing(tmp_path):
         return [{"id": x.id, "label": 1} for x in chunk]
 
     out = LabelFile(tmp_path / "l.jsonl")
+    out.write_meta({"policy": "closed-book"})  # labellers write provenance before any row
     with pytest.raises(KeyboardInterrupt):
         run_chunked(qs, out, compute, chunk_size=3)
     # a half-written line, as a kill in the middle of a write leaves it
@@ -265,7 +266,76 @@ def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
     with pytest.raises(DataError, match=r"l.jsonl, line 2: malformed JSON"):
         LabelFile(path)
     path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}')  # no final newline
+    (tmp_path / "l.meta.json").write_text('{"policy": "closed-book"}')  # a label run made it
     lf = LabelFile(path)
     assert lf.done_ids() == {"a"} and path.read_text().count("\n") == 1  # reading never cuts
     lf.append([{"id": "b", "label": 1}])
     assert LabelFile(path).labels() == {"a": 1, "b": 1}
+
+
+# ------------------------------------------------------------------ user files and flags
+
+
+@pytest.mark.parametrize("policy", ["popularity", "retrievalqa", "retrievalqa-style"])
+@pytest.mark.parametrize(
+    "content", [b"KEY=1", b'{"id": "q1", "label": 1}\n{"id": "q2", "la', b"a,b\n1,2\n"]
+)
+def test_label_never_changes_a_file_it_did_not_make(tmp_path, capsys, policy, content):
+    """Defect 4: a user's file (no .meta.json beside it) is refused, byte for byte intact."""
+    f = tmp_path / "f"
+    f.write_bytes(content)
+    argv = ["label", "--policy", policy, "--dataset", "popqa", "--limit", "3", "--out", str(f)]
+    assert main(argv) == 2
+    assert f.read_bytes() == content
+    err = capsys.readouterr().err
+    assert str(f) in err and "Traceback" not in err
+
+
+def test_label_resume_refuses_other_settings_unless_relabel(tmp_path):
+    out = tmp_path / "cb.jsonl"
+    out.write_text('{"id": "q1", "label": 1}\n')
+    meta = {"policy": "closed-book", "generator": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "criterion": "match"}  # fmt: skip
+    (tmp_path / "cb.meta.json").write_text(json.dumps(meta))
+    req = LabelRequest("closed-book", ["popqa"], limit=2, criterion="exact", out=out)
+    with pytest.raises(DataError, match="criterion='match'.*--relabel"):
+        label(req, generator=object())  # refused before any question is generated
+    req = LabelRequest("rag-gain", ["popqa"], limit=2, out=out)
+    with pytest.raises(DataError, match="policy='closed-book'"):
+        label(req, generator=object())
+    req = LabelRequest("closed-book", ["popqa"], limit=2, criterion="match", generator="x/Other",
+                       out=out)  # fmt: skip
+    with pytest.raises(DataError, match="generator"):
+        label(req, generator=object())
+    assert out.read_text() == '{"id": "q1", "label": 1}\n'
+    # another prompt id (known once the labeller starts) is refused before any row is written
+    (tmp_path / "cb.meta.json").write_text(json.dumps({**meta, "prompt_id": "a"}))
+    with pytest.raises(DataError, match="prompt_id='a'"):
+        LabelFile(out).write_meta({**meta, "prompt_id": "b"})
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--limit", "0"], "--limit"), (["--limit", "-5"], "--limit"),
+     (["--chunk-size", "0"], "--chunk-size")],
+)  # fmt: skip
+def test_label_flags_checked_before_work(tmp_path, capsys, flags, message):
+    out = tmp_path / "cb.jsonl"
+    assert main(["label", "--policy", "closed-book", "--dataset", "popqa", *flags,
+                 "--out", str(out)]) == 2  # fmt: skip
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_label_limit_above_available_is_clamped_with_a_note(tmp_path, capsys):
+    out = tmp_path / "pop.jsonl"
+    argv = ["label", "--policy", "popularity", "--dataset", "popqa", "--limit", "99999"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "labelling all 3818" in capsys.readouterr().err
+
+
+def test_label_out_in_an_unwritable_folder_is_a_message(tmp_path, capsys):
+    (tmp_path / "file").write_text("")  # a folder that cannot be made (even by root)
+    argv = ["label", "--policy", "popularity", "--dataset", "popqa", "--limit", "3"]
+    assert main([*argv, "--out", str(tmp_path / "file" / "pop.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create its folder" in err and "Traceback" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -161,7 +162,7 @@ def test_label_file_errors(tmp_path, label_file):
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "q1", "label": 7}\n')
-    with pytest.raises(DataError, match="label=7 is not a class"):
+    with pytest.raises(DataError, match="line 1: label=7"):
         task_labels(bad, "binary")
 
     garbled = tmp_path / "garbled.jsonl"
@@ -190,6 +191,66 @@ def test_bundled_configs_all_load():
     for path in sorted((repo / "configs").rglob("*.yaml")):
         cfg = load_config(path, ["data.label_file=x.jsonl"])
         assert cfg["model"]["backbone"] in ("encoder", "t5-lora", "decoder-lora"), path
+
+
+# ------------------------------------------------------------------ reruns and resume
+
+
+def _tiny(label_file: Path, out: Path, **trainer) -> dict:
+    cfg = tiny_config(label_file, out, "encoder", str(minilm_path()))
+    cfg["run"]["name"] = "x"
+    cfg["trainer"].update(trainer)
+    return cfg
+
+
+def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(tmp_path, label_file):
+    """Defect 3: another config under the same run name never keeps the old weights."""
+    run_dir = train(_tiny(label_file, tmp_path), questions=QUESTIONS)
+    weights = (run_dir / "gate.pt").read_bytes()
+    flipped = write_label_file(tmp_path / "flipped.jsonl", {k: 1 - v for k, v in LABELS.items()})
+    other = _tiny(flipped, tmp_path)
+    with pytest.raises(ConfigError, match="already holds a run.*--overwrite"):
+        train(other, questions=QUESTIONS)
+    with pytest.raises(ConfigError, match="another config or label file"):
+        train(other, questions=QUESTIONS, resume=True)
+    assert (run_dir / "gate.pt").read_bytes() == weights
+    (run_dir / "notes.txt").write_text("mine")  # not a run file: overwrite keeps it
+    train(other, questions=QUESTIONS, overwrite=True)
+    assert (run_dir / "gate.pt").read_bytes() != weights
+    assert json.loads((run_dir / "labels.json").read_text())["path"] == str(flipped)
+    assert (run_dir / "notes.txt").read_text() == "mine"
+
+
+def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(tmp_path, label_file, capsys):
+    """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
+    a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
+    run_dir = train(_tiny(label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
+    train(_tiny(label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
+    epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    with open(run_dir / "logs" / "metrics.csv") as f:
+        assert {r["epoch"] for r in csv.DictReader(f) if r["train/auroc"]} == {"0", "1"}
+    last = run_dir / "lightning" / "last.ckpt"
+    damaged = last.read_bytes()[:200]
+    last.write_bytes(damaged)
+    train(_tiny(label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
+    assert "damaged" in capsys.readouterr().err
+    assert (run_dir / "lightning" / "last.ckpt.damaged").read_bytes() == damaged
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2
+
+
+def test_config_values_are_typed_and_names_plain():
+    with pytest.raises(ConfigError, match="max_epoch.*did you mean max_epochs"):
+        load_config(None, ["data.label_file=x", "trainer.max_epoch=1"])
+    with pytest.raises(ConfigError, match="model.lr='abc': expected a number"):
+        load_config(None, ["data.label_file=x", "model.lr=abc"])
+    with pytest.raises(ConfigError, match="expected an integer"):
+        load_config(None, ["data.label_file=x", "data.batch_size=2.5"])
+    with pytest.raises(ConfigError, match="expected true or false"):
+        load_config(None, ["data.label_file=x", "trainer.deterministic=maybe"])
+    with pytest.raises(DataError, match="plain folder name"):
+        load_config(None, ["data.label_file=x", "run.name=../../x"])
+    assert load_config(None, ["data.label_file=x", "model.lr=1e-3"])["model"]["lr"] == 0.001
 
 
 def test_training_ece_is_the_reports_ece():

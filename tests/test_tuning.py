@@ -9,13 +9,14 @@ import numpy as np
 import optuna
 import pytest
 
+from retrieval_gate.cli import main
 from retrieval_gate.errors import LeakageError
 from retrieval_gate.gates.popularity import fit_popularity
 from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 from retrieval_gate.tuning.objectives import DevData, exhaustive_best, objective
 from retrieval_gate.tuning.popularity import tune_relations
-from retrieval_gate.tuning.run import tune_gate_thresholds
+from retrieval_gate.tuning.run import tune_gate_thresholds, tuning_identity
 from retrieval_gate.tuning.threshold import pareto_front, tune_threshold
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -198,3 +199,53 @@ def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
     )
     study.optimize(lambda t: hparams.fit_trial(cfg, t, qs), n_trials=1)
     assert study.trials[0].state == optuna.trial.TrialState.PRUNED
+
+
+# ------------------------------------------------------------------ identity, not names
+
+
+def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys):
+    """Defects 1 and 2: two different models in folders with the same name (A/x, B/x) never
+    share trials or cached dev scores; the threshold is saved only with --save-objective."""
+    from retrieval_gate.data import canonical_questions
+    from retrieval_gate.gates.learned import LearnedGate
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.models import minilm_path
+    from retrieval_gate.training import read_metadata, train
+    from tiny_backbones import tiny_config, write_label_file
+
+    popqa = [q for q in canonical_questions() if q.source == "popqa"][:400]
+    labels = write_label_file(
+        tmp_path / "pop.jsonl", {q.id: int(len(q.text) % 3 == 0) for q in popqa}
+    )
+    runs = []
+    for parent, lr in (("A", "1e-3"), ("B", "3e-3")):
+        cfg = tiny_config(labels, tmp_path / parent, "encoder", str(minilm_path()))
+        cfg["run"]["name"] = "x"
+        cfg["model"]["lr"] = float(lr)
+        cfg["data"]["datasets"] = ["popqa"]
+        runs.append(train(cfg))
+    storage, out = tmp_path / "studies.db", tmp_path / "tune"
+    dev = load_splits(labels, tmp_path / "no-run").dev
+
+    def tune(run, *extra):
+        argv = ["tune", "--gate", "learned", "--learned-run", str(run), "--labels", str(labels),
+                "--objective", "macro-f1", "--trials", "4", "--storage", str(storage),
+                "--out", str(out), "--run-dir", str(tmp_path / "no-run"), *extra]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+        return json.loads((out / "tune-learned-pop.json").read_text())["thresholds"]["macro-f1"]
+
+    before = read_metadata(runs[0])["threshold"]
+    tune(runs[0])
+    assert read_metadata(runs[0])["threshold"] == before  # defect 2: no --save-objective
+    second = tune(runs[1], "--save-objective", "macro-f1")
+    fresh = LearnedGate(runs[1]).scores(dev.questions)
+    cached = np.load(out / "learned:x-pop.dev-scores.npz")["scores"]
+    np.testing.assert_allclose(cached, fresh, atol=1e-6)  # defect 1: B's scores, not A's
+    best, _ = exhaustive_best(objective("macro-f1"), DevData(dev.y, fresh, dev.closed_correct,
+                                                              dev.rag_correct))  # fmt: skip
+    assert second["threshold"] == pytest.approx(best)
+    assert read_metadata(runs[1])["threshold"] == pytest.approx(best)
+    # the identity the Pareto/relations studies are named by differs too
+    ids = {tuning_identity(labels, tmp_path, LearnedGate(r)) for r in runs}
+    assert len(ids) == 2

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fileio import write_text
 from .labels import LABELS_DIR
 from .tables import markdown_table
 
@@ -52,7 +53,7 @@ def _export_dir(out: Path) -> Path:
 def _train(out: Path) -> list[str]:
     config = "configs/experiments/minilm-closed-book.yaml"
     sets = [f"run.output_dir={out / 'checkpoints'}", "run.name=minilm-closed-book"]
-    return ["train", "--config", config, "--set", *sets]
+    return ["train", "--config", config, "--resume", "--set", *sets]  # a killed demo continues
 
 
 def _tune(out: Path) -> list[str]:
@@ -120,7 +121,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
                 f"(finished stages are reused) or `retrieval-gate demo --stage {stage.name}`"
             )
             return code
-        done.write_text(json.dumps({"argv": argv, "seconds": round(seconds, 1)}) + "\n")
+        write_text(done, json.dumps({"argv": argv, "seconds": round(seconds, 1)}) + "\n")
     report = write_report(out)
     print(f"\n{headline(out)}\nfull report: {report}")
     return 0
@@ -147,7 +148,7 @@ def write_report(out: Path) -> Path:
         if path.exists():
             lines += ["", f"## {title}", "", _demote(path.read_text().strip())]
     report = out / "REPORT.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_text(report, "\n".join(lines) + "\n")
     return report
 
 

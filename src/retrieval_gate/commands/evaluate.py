@@ -38,7 +38,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import InputError
     from ..evaluation.compare import EvaluationConfig, run_evaluation
+
+    for flag, value, least in (("--limit", args.limit, 1), ("--resamples", args.resamples, 1),
+                               ("--cost-questions", args.cost_questions, 0)):  # fmt: skip
+        if value is not None and value < least:
+            raise InputError(f"{flag} must be at least {least}, got {value}")
 
     # explicit, so cached TA-ARE scores are keyed by the date their prompts carried
     date = args.date or dt.date.today().isoformat()

@@ -34,9 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..export.build import build_export
+    from ..fileio import plain_name
 
     run_dir = Path(args.run_dir)
-    out = Path(args.out_dir) / (args.name or run_dir.name)
+    out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
     out, report = build_export(run_dir, out, args.variants, args.parity_limit or None)
     print(f"export folder: {out}")
     print(f"parity on {report['n']} test questions (PyTorch AUROC {report['pytorch']['auroc']}):")

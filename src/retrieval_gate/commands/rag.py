@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..data import dataset_names, format_table
+from ..fileio import write_text
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import MODES, ModeOptions, known_modes, parse_thresholds
 from ..rag.sample import SPLITS
@@ -123,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
     print(report["note"])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(
-            format_table(report["table"]) + "\n\n" + report["note"] + "\n"
+        write_text(
+            args.out.with_suffix(".md"),
+            format_table(report["table"]) + "\n\n" + report["note"] + "\n",
         )
-        args.out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+        write_text(args.out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
         print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
     return 0

@@ -17,13 +17,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000",
     )
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in the run folder"
+    )
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the run folder from its last checkpoint (same config only)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..training import load_config, train
 
-    run_dir = train(load_config(args.config, args.overrides))
+    config = load_config(args.config, args.overrides)
+    run_dir = train(config, overwrite=args.overwrite, resume=args.resume)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     print(f"run folder: {run_dir}")
     print("test:", json.dumps({k: round(v, 4) for k, v in metrics["test"].items()}))

@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+NOT_THRESHOLDS = ("pareto", "relations", "hparams")
 OBJECTIVES = ["macro-f1", "adaptive-accuracy", "min-retrieval", "pareto", "relations", "hparams"]
 
 
@@ -41,7 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument("--learned-run", help="training run folder (learned gate)")
     p.add_argument(
-        "--save-objective", help="objective whose threshold is saved into the learned run"
+        "--save-objective",
+        help="objective whose threshold is saved into the learned run's metadata.json "
+        "(without it tuning never changes the run)",
     )
     p.add_argument(
         "--config", default="configs/backbones/minilm-lora.yaml", help="hparams: training config"
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ..labels.evalset import load_splits, policy_name
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
-
+    _check_flags(args)
     args.out.mkdir(parents=True, exist_ok=True)
     policy = policy_name(args.labels)
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
@@ -75,9 +78,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flag values and combinations, before any gate is built or study opened."""
+    from ..errors import ConfigError, InputError
+
+    if args.trials < 1:
+        raise InputError(f"--trials must be at least 1, got {args.trials}")
+    if not 0.0 < args.target <= 1.0:
+        raise InputError(f"--target must be in (0, 1], got {args.target}")
+    if args.gate == "learned" and not args.learned_run:
+        raise ConfigError("--gate learned needs --learned-run (a training run folder)")
+    if args.save_objective:
+        if args.gate != "learned":
+            raise ConfigError(
+                "--save-objective saves into a learned run: use it with --gate learned"
+            )
+        if args.save_objective not in args.objective or args.save_objective in NOT_THRESHOLDS:
+            raise ConfigError(
+                f"--save-objective {args.save_objective!r} must be one of the threshold "
+                f"objectives tuned here: {', '.join(o for o in args.objective if o not in NOT_THRESHOLDS)}"
+            )
+
+
 def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> None:
-    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
-    (args.out / f"{stem}.md").write_text(markdown)
+    from ..fileio import write_text
+
+    write_text(args.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
+    write_text(args.out / f"{stem}.md", markdown)
     print(markdown)
     print(f"wrote {args.out / stem}.md / .json; studies in {args.storage}")
 
@@ -85,18 +112,19 @@ def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> No
 def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> None:
     from ..evaluation.compare import closed_book_records
     from ..evaluation.tuned import dev_test_rows, tuned_markdown
-    from ..tuning.run import build_for_tuning, tune_gate_thresholds
+    from ..tuning.run import build_for_tuning, tune_gate_thresholds, tuning_identity
 
     records = closed_book_records(args.run_dir)
     options = {"run": args.learned_run} if args.gate == "learned" else {}
     gate = build_for_tuning(args.gate, sp.train, sp.dev, records, **options)
+    identity = tuning_identity(args.labels, args.run_dir, gate)  # content, not names
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, args.storage, args.out,
-                                  args.trials, args.target, args.seed)  # fmt: skip
+                                  args.trials, args.target, args.seed, identity)  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     rows = dev_test_rows(result, gate, sp.test)
     result["rows"] = rows
     md = f"# Tuned thresholds\n\n`{command}`\n\n" + tuned_markdown(result, rows)
-    if args.gate == "learned" and result["thresholds"]:
+    if args.save_objective:  # only when asked: tuning alone never changes a run
         _save_threshold(args, result)
     _write(args, f"tune-{args.gate}-{policy}", result, md)
 
@@ -105,11 +133,13 @@ def _save_threshold(args, result: dict) -> None:
     from ..errors import ConfigError
     from ..training.checkpoint import save_threshold
 
-    name = args.save_objective or next(iter(result["thresholds"]))
+    name = args.save_objective
     key = next((k for k in result["thresholds"] if k.startswith(name)), None)
-    if key is None:
+    if key is None:  # e.g. adaptive accuracy without recorded answers
+        why = next((v for k, v in result["skipped"].items() if k.startswith(name)), "not tuned")
         raise ConfigError(
-            f"--save-objective {name!r} was not tuned; tuned: {', '.join(result['thresholds'])}"
+            f"--save-objective {name!r} could not be tuned ({why}); "
+            f"nothing saved into {args.learned_run}"
         )
     r = result["thresholds"][key]
     save_threshold(args.learned_run, r["threshold"], key, r["dev_figures"])
@@ -119,11 +149,12 @@ def _save_threshold(args, result: dict) -> None:
 def _relations(args, sp, policy: str, command: str) -> None:
     from ..tables import markdown_table
     from ..tuning.popularity import tune_relations
+    from ..tuning.run import tuning_identity
     from ..tuning.studies import study_name
 
-    res = tune_relations(
-        sp.dev, study_name("popularity", policy, "relations"), args.storage, args.trials, args.seed
-    )
+    identity = tuning_identity(args.labels, args.run_dir)
+    name = study_name("popularity", policy, "relations", identity)
+    res = tune_relations(sp.dev, name, args.storage, args.trials, args.seed)
     gate = res.pop("gate")
     rels = sorted(res["brute_force_thresholds"])
     body = [[r, res["brute_force_thresholds"][r], res["optuna_thresholds"][r]] for r in rels]
@@ -136,10 +167,15 @@ def _relations(args, sp, policy: str, command: str) -> None:
 
 
 def _hparams(args, policy: str, command: str) -> None:
+    from ..fileio import sha256_file
     from ..tuning.hparams import tune_hparams
-    from ..tuning.studies import study_name
+    from ..tuning.studies import content_id, study_name
 
-    name = study_name("learned-hparams", policy, "dev-auroc")
+    # trials depend on the label file's content, the training config and the search space
+    config = Path(args.config)
+    identity = content_id(sha256_file(args.labels), sha256_file(config) if config.is_file() else None,
+                          *sorted(args.set), str(args.max_epochs))  # fmt: skip
+    name = study_name("learned-hparams", policy, "dev-auroc", identity)
     res = tune_hparams(
         args.labels,
         name,

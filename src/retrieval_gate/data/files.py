@@ -12,8 +12,19 @@ from .errors import BadRows, DataError
 
 def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-empty line; bad lines go to `bad`."""
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad.report(
+                    DataError(
+                        f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8",
+                        path,
+                        lineno,
+                    )
+                )
+                continue
             if not line.strip():
                 continue
             try:

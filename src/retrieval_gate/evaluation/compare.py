@@ -14,6 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
+from ..fileio import write_text
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import GateContext, LazyGenerator, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -108,9 +109,9 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         report["policies"][policy]["label_file"] = _provenance(cfg.label_files, policy)
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
-    (cfg.out_dir / "results.json").write_text(json.dumps(report, indent=2, default=float))
+    write_text(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
     path = cfg.out_dir / "report.md"
-    path.write_text(_markdown(report, cfg))
+    write_text(path, _markdown(report, cfg))
     return path
 
 
@@ -134,7 +135,7 @@ def _label_free_scores(
     if todo:
         known |= dict(zip((q.id for q in todo), map(float, gate.scores(todo)), strict=True))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known))
+        write_text(path, json.dumps(known))
     return np.array([known[q.id] for q in tests[policy].questions])
 
 

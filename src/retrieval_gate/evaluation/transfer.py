@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from .. import metrics as M
 from ..data.errors import DataError
+from ..fileio import write_text
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -112,7 +113,7 @@ def transfer_cells(
 
 def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "transfer.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
+    write_text(out_dir / "transfer.json", json.dumps([asdict(c) for c in cells], indent=2))
     lines = ["# Cross-dataset transfer (leave one source out)", "", f"`{command}`", "",
              "Held-out: fitted on the other five sources' train/dev questions, tested on the "
              "source's test questions. In-domain: fitted on all sources' train questions, "
@@ -147,7 +148,7 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
         notes = sorted({c.note for c in pc if c.note})
         lines += [f"- {n}" for n in notes] + ["", f"![transfer]({png.name})", ""]
     path = out_dir / "transfer.md"
-    path.write_text("\n".join(lines))
+    write_text(path, "\n".join(lines))
     return path
 
 
@@ -186,7 +187,8 @@ def learned_fitter(
             sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
                     f"run.output_dir={output_dir}"]  # fmt: skip
             cfg = load_config(config, [*overrides, *sets])
-            train(cfg, [q for q in canonical_questions() if q.source != held_out])
+            questions = [q for q in canonical_questions() if q.source != held_out]
+            train(cfg, questions, resume=True)  # an interrupted cell continues
         return LearnedGate(run, name="learned")
 
     return fit

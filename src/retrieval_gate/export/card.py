@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
 from ..tables import markdown_table
@@ -138,5 +139,5 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
     data = card_data(export_dir.name, meta, config, metrics.get("test", {}))
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
     path = export_dir / "README.md"
-    card.save(path)
+    write_text(path, card.content)  # atomic, like every file the exporter writes
     return path

@@ -147,6 +147,16 @@ def export_gate(
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    if (
+        out_dir.is_dir()
+        and any(out_dir.iterdir())
+        and not (out_dir / "gate_metadata.json").is_file()
+    ):
+        raise DataError(
+            "is a non-empty folder that is not an export (no gate_metadata.json); refusing to "
+            "write into it: pass another --name or --out-dir",
+            out_dir,
+        )
     module, tokenizer, meta = load_run(run_dir)
     hf_config = module.backbone.hf_config
     if hf_config.model_type in FUSABLE:
@@ -155,7 +165,7 @@ def export_gate(
         hf_config._attn_implementation = "eager"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {v: out_dir / VARIANTS[v] for v in VARIANTS}
-    for stale in paths.values():  # never ship a variant left from an earlier export
+    for stale in paths.values():  # never ship a variant left from an earlier export (ours)
         stale.unlink(missing_ok=True)
     tokenizer.save_pretrained(out_dir)
     if not (out_dir / "tokenizer.json").is_file():

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..fileio import sha256_file
 from ..questions import Question
 from ..training.checkpoint import load_run
 
@@ -37,6 +38,8 @@ class LearnedGate:
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
         self.name = name or f"learned:{self.run_dir.name}"
+        # the weights' identity: tuning keys its studies and caches by it, not by the folder name
+        self.checksum = sha256_file(self.run_dir / "gate.pt")
 
     @torch.inference_mode()
     def score_texts(self, texts: Sequence[str]) -> np.ndarray:

@@ -4,6 +4,7 @@ numpy (no torch, no Lightning), so a RAG service can ship it alone."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,40 @@ def check_metadata(meta: dict[str, str], path: Path) -> dict[str, str]:
         )
     if meta["format"] != FORMAT:
         raise DataError(f"unsupported gate format {meta['format']!r} (expected {FORMAT})", path)
+    parse_metadata(meta, path)
     return meta
+
+
+def parse_metadata(meta: dict[str, str], path: Path) -> dict[str, Any]:
+    """The typed values a gate uses from the ONNX metadata, each checked with a clear error
+    (a hand-edited `threshold="abc"` names the key, not a Python traceback)."""
+
+    def bad(key: str, want: str) -> DataError:
+        return DataError(f"ONNX metadata {key}={meta[key]!r} is not {want}; re-export", path)
+
+    try:
+        threshold = float(meta["threshold"])
+    except ValueError:
+        raise bad("threshold", "a number") from None
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise bad("threshold", "a number in [0, 1]")
+    ints = {}
+    for key in ("max_length", "pad_token_id"):
+        try:
+            ints[key] = int(meta[key])
+        except ValueError:
+            raise bad(key, "an integer") from None
+    if ints["max_length"] < 1:
+        raise bad("max_length", "a positive integer")
+    try:
+        classes = json.loads(meta["classes"])
+    except json.JSONDecodeError:
+        raise bad("classes", "a JSON list") from None
+    if not (
+        isinstance(classes, list) and len(classes) >= 2 and all(isinstance(c, str) for c in classes)
+    ):
+        raise bad("classes", "a JSON list of at least two class names")
+    return {"threshold": threshold, "classes": classes, **ints}
 
 
 class OnnxGate:
@@ -91,10 +125,11 @@ class OnnxGate:
             )
         self.session = self._session(path, provider, threads)
         self.metadata = check_metadata(dict(self.session.get_modelmeta().custom_metadata_map), path)
-        self.classes = json.loads(self.metadata["classes"])
-        self.threshold = float(self.metadata["threshold"])
-        self.max_length = int(self.metadata["max_length"])
-        self.pad_id = int(self.metadata["pad_token_id"])
+        values = parse_metadata(self.metadata, path)
+        self.classes = values["classes"]
+        self.threshold = values["threshold"]
+        self.max_length = values["max_length"]
+        self.pad_id = values["pad_token_id"]
         self.batch_size = batch_size
         self.name = name or f"onnx:{self.export_dir.name}:{variant}"
         self.tokenizer = self._tokenizer()

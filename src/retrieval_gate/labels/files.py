@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..fileio import write_json, write_text
 
 LABELS_ENV = "RETRIEVAL_GATE_LABELS"
 # The committed label files: $RETRIEVAL_GATE_LABELS, else data/labels under the working
@@ -25,23 +26,52 @@ def meta_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
 
 
+LABEL_VALUES = (0, 1, None)
+
+# Provenance fields a resumed file must share with the run that started it: rows made under
+# another policy, generator, criterion or prompt would mix while the `.meta.json` claims one.
+RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids")
+
+
+def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuses to continue a label file made under other settings (see RESUME_KEYS)."""
+    for key in RESUME_KEYS:
+        if key in old and key in new and old[key] != new[key]:
+            fix = (
+                "pass --relabel to recompute its labels under the new --criterion"
+                if key == "criterion"
+                else "pass another --out (or move the file) to label under the new settings"
+            )
+            raise DataError(
+                f"this label file was made with {key}={old[key]!r}, not {new[key]!r}; "
+                f"resuming would mix rows under one provenance: {fix}",
+                path,
+            )
+
+
 class LabelFile:
     """A label file on disk: read what is there, append new rows, record provenance."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, replacing: bool = False):
         self.path = Path(path)
+        # True when every row is rewritten (relabelling, rebuilt policies): the provenance may
+        # then change, as no row of the old settings survives.
+        self.replacing = replacing
         self.rows: dict[str, dict[str, Any]] = {}
         self._partial_at: int | None = None  # byte offset of a half-written last line
-        if self.path.exists():
+        if self.path.is_file():
             self._read()
 
     def _read(self) -> None:
-        with open(self.path, "rb") as f:
-            lines = f.readlines()
+        try:
+            with open(self.path, "rb") as f:
+                lines = f.readlines()
+        except OSError as e:
+            raise DataError(f"cannot read the label file ({e.strerror})", self.path) from None
         offset = 0
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
-            if lineno == len(lines) and not raw.endswith(b"\n"):
+            if lineno == len(lines) and not raw.endswith(b"\n") and raw.startswith(b"{"):
                 # A last line without its newline is what an interrupted run leaves (or a run
                 # still writing): skip it; the next `append` cuts it off before writing, so
                 # the resumed run redoes that id on a clean line.
@@ -55,6 +85,13 @@ class LabelFile:
                 raise DataError("malformed JSON in label file", self.path, lineno) from None
             if not isinstance(row, dict) or "id" not in row or "label" not in row:
                 raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
+            if row["label"] not in LABEL_VALUES or isinstance(row["label"], bool):
+                raise DataError(
+                    f"label={row['label']!r}: a label is 1 (needs retrieval), 0 (does not) or "
+                    "null (dropped by the policy)",
+                    self.path,
+                    lineno,
+                )
             self.rows[str(row["id"])] = row
 
     @property
@@ -62,37 +99,56 @@ class LabelFile:
         mp = meta_path(self.path)
         if not mp.exists():
             raise DataError(f"label file has no provenance file {mp.name} beside it", self.path)
-        return json.loads(mp.read_text())
+        try:
+            meta = json.loads(mp.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise DataError("provenance file is not valid JSON", mp) from None
+        if not isinstance(meta, dict):
+            raise DataError("provenance file must hold a JSON object", mp)
+        return meta
+
+    def require_ours(self) -> None:
+        """Writers change only files a label run made: an existing non-empty file without
+        its `.meta.json` (written before the first row) is the user's, never truncated."""
+        if self.path.is_dir():
+            raise DataError("is a folder; --out needs a .jsonl file path", self.path)
+        if self.path.is_file() and self.path.stat().st_size and not meta_path(self.path).exists():
+            raise DataError(
+                f"exists and is not a retrieval-gate label file (no {meta_path(self.path).name} "
+                "beside it); refusing to change it: pass another --out or move the file",
+                self.path,
+            )
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        mp = meta_path(self.path)
-        mp.parent.mkdir(parents=True, exist_ok=True)
-        tmp = mp.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        tmp.replace(mp)
+        self.require_ours()
+        if meta_path(self.path).exists() and not self.replacing:
+            check_resume(self.path, self.meta, meta)
+        write_json(meta_path(self.path), meta)
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         """Appends rows and flushes them to disk at once (resumability)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self._partial_at is not None:  # only the writer repairs (readers never truncate)
-            with open(self.path, "r+b") as f:
-                f.truncate(self._partial_at)
-            self._partial_at = None
-        with open(self.path, "a", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-                self.rows[str(row["id"])] = row
-            f.flush()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self._partial_at is not None:  # only the writer repairs (readers never truncate)
+                self.require_ours()  # and only in a file a label run made
+                with open(self.path, "r+b") as f:
+                    f.truncate(self._partial_at)
+                self._partial_at = None
+            with open(self.path, "a", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+                    self.rows[str(row["id"])] = row
+                f.flush()
+        except OSError as e:
+            raise DataError(f"cannot write the label file ({e.strerror})", self.path) from None
 
     def rewrite(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Replaces the whole file atomically (relabelling; never while a run appends)."""
-        tmp = self.path.with_suffix(".rewrite.tmp")
-        self.rows = {}
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-                self.rows[str(row["id"])] = row
-        tmp.replace(self.path)
+        """Replaces the whole file atomically (temp file + rename; a crash keeps the old one)."""
+        self.require_ours()
+        rows = list(rows)
+        text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+        write_text(self.path, text)
+        self.rows = {str(r["id"]): r for r in rows}
         self._partial_at = None
 
     def done_ids(self) -> set[str]:

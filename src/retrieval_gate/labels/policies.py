@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.errors import DataError
+from ..data.errors import DataError, InputError
 from ..models import SMOLLM2
-from .files import LABELS_DIR, LabelFile
+from .files import LABELS_DIR, LabelFile, check_resume, meta_path
 from .scoring import DEFAULT_CRITERION
 from .selection import EQ_SAMPLE, labelling_questions
 
 GENERATOR_FREE = ("retrievalqa", "popularity")
 GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
 POLICIES = GENERATOR_FREE + GENERATOR_POLICIES
+REBUILT = (*GENERATOR_FREE, "retrievalqa-style")  # recomputed whole on every run
 
 
 @dataclass
@@ -54,12 +56,23 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     `retriever` may be passed in (tests reuse one engine); otherwise they are built when the
     policy needs them."""
     path = req.out or label_path(req.policy, req.generator, req.labels_dir)
+    validate_request(req)
+    rebuilt = req.policy in REBUILT  # rewritten whole: no old row survives to be mixed
+    out = LabelFile(path, replacing=rebuilt)
+    out.require_ours()  # before any engine starts: refuse a user's file or other settings
+    if meta_path(path).exists():
+        old = out.meta
+        check_resume(path, old, {"policy": req.policy} if rebuilt else _expected_meta(req))
+        if not rebuilt:
+            _same_generator(path, old, req.generator)
     questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
     if req.policy in ("rag-gain", "rrcp"):  # only where documents exist
         questions = [q for q in questions if q.contexts]
-    if req.limit:
+    if req.limit is not None:
+        if req.limit > len(questions):
+            print(f"note: --limit {req.limit} is more than the {len(questions)} questions "
+                  f"available; labelling all {len(questions)}", file=sys.stderr)  # fmt: skip
         questions = questions[: req.limit]
-    out = LabelFile(path)
     if req.policy in GENERATOR_FREE:
         stats = _generator_free(req.policy, questions, out)
     elif req.policy == "retrievalqa-style":
@@ -72,17 +85,41 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     return {"path": str(path), "rows": len(out.rows), **stats}
 
 
+def validate_request(req: LabelRequest) -> None:
+    """Flag values checked before any question is read or engine started."""
+    if req.limit is not None and req.limit < 1:
+        raise InputError(f"--limit must be a positive number of questions, got {req.limit}")
+    if req.chunk_size < 1:
+        raise InputError(f"--chunk-size must be at least 1 question, got {req.chunk_size}")
+    if req.eq_sample < 0:
+        raise InputError(f"--eq-sample must be 0 or more, got {req.eq_sample}")
+
+
+def _expected_meta(req: LabelRequest) -> dict[str, Any]:
+    """The provenance fields of an appending policy comparable before the engine is built (the
+    generator is compared by folder name in `_same_generator`, the prompt id at write_meta)."""
+    return {"policy": req.policy, "criterion": req.criterion}
+
+
+def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
+    recorded = old.get("generator") or old.get("reference")
+    if recorded and generator_dir_name(recorded) != generator_dir_name(generator):
+        raise InputError(
+            f"this label file was made with generator {recorded!r}, not {generator!r}; "
+            "pass another --out (or move the file) to label with another generator",
+            path,
+        )
+
+
 def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:
     """Rewritten whole each time: reading a field costs nothing, so there is nothing to resume."""
     from .run import provenance
     from .simple import LONG_TAIL_S_POP, popularity_rows, retrievalqa_rows
 
     rows = retrievalqa_rows(questions) if policy == "retrievalqa" else popularity_rows(questions)
-    out.path.unlink(missing_ok=True)
-    out.rows.clear()
-    out.append(rows)
     extra = {"long_tail_s_pop": LONG_TAIL_S_POP} if policy == "popularity" else {}
-    out.write_meta(provenance(policy, generator=None, rows=len(rows), **extra))
+    out.write_meta(provenance(policy, generator=None, rows=len(rows), **extra))  # first, as
+    out.rewrite(rows)  # every labeller does; temp file + rename keeps the old file until then
     return {"questions": len(rows)}
 
 
@@ -138,7 +175,7 @@ def relabel(
     from .rrcp import rrcp_label3
     from .scoring import correct
 
-    out = LabelFile(label_path(policy, generator, labels_dir))
+    out = LabelFile(label_path(policy, generator, labels_dir), replacing=True)
     closed = LabelFile(label_path("closed-book", generator, labels_dir))
     if policy == "closed-book":
         rows = [{**r, "label": int(not correct(r, criterion))} for r in out.rows.values()]

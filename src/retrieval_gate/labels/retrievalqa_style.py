@@ -56,9 +56,6 @@ def label_retrievalqa_style(
 ) -> dict[str, Any]:
     """Rebuilt from the closed-book file each time (no generation: cheap, always current)."""
     rows = [style_row(q, closed.rows.get(q.id), criterion) for q in questions]
-    out.path.unlink(missing_ok=True)
-    out.rows.clear()
-    out.append(rows)
     counts = Counter(r["reason"] for r in rows)
     meta = provenance(
         "retrievalqa-style",
@@ -71,5 +68,6 @@ def label_retrievalqa_style(
         dropped=sum(r["label"] is None for r in rows),
         rows=len(rows),
     )
-    out.write_meta(meta)
+    out.write_meta(meta)  # provenance first, then the rows (temp file + rename)
+    out.rewrite(rows)
     return {"rows": len(rows), "dropped": meta["dropped"]}

@@ -21,7 +21,7 @@ import yaml
 
 from .. import __version__
 from ..errors import DataError
-from ..fileio import read_json, write_json
+from ..fileio import read_json, write_json, write_text
 from .backbones import load_tokenizer, saved_config
 from .data import CLASS_NAMES
 from .module import RetrievalGateModule
@@ -42,7 +42,7 @@ def save_run(
     labels: dict[str, Any],
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_json(run_dir / "labels.json", labels)
     module.backbone.hf_config.save_pretrained(run_dir / "backbone")
     tokenizer.save_pretrained(run_dir / "tokenizer")

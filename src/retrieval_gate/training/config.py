@@ -5,6 +5,10 @@ command-line overrides. One nested dict with the sections `run`, `data`, `model`
 from __future__ import annotations
 
 import copy
+import difflib
+import inspect
+import math
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ..fileio import plain_name
 
 DEFAULTS: dict[str, Any] = {
     "run": {"name": None, "seed": 0, "output_dir": "checkpoints", "num_threads": None},
@@ -51,6 +56,19 @@ DEFAULTS: dict[str, Any] = {
         "deterministic": False,
     },
     "early_stopping": {"monitor": "val/auroc", "mode": "max", "patience": 2},
+}
+
+
+# Types of the keys whose default is None (the others are typed by their default value).
+OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("run", "name"): (str,),
+    ("run", "num_threads"): (int,),
+    ("data", "label_file"): (str, os.PathLike),
+    ("data", "datasets"): (list,),
+    ("data", "max_train_examples"): (int,),
+    ("data", "max_eval_examples"): (int,),
+    ("model", "pooling"): (str,),
+    ("model", "lora"): (dict,),
 }
 
 
@@ -100,23 +118,78 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str]) -> dict[st
     return config
 
 
+def _close(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=3)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _trainer_keys() -> set[str]:
+    import pytorch_lightning as pl
+
+    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+
+
+def _typed(section: str, key: str, value: Any) -> Any:
+    """`value` as the type of the key's default; YAML reads `1e-3` as a string, so numeric
+    strings become numbers and anything else is a ConfigError naming the key."""
+    default = DEFAULTS.get(section, {}).get(key)
+    where = f"{section}.{key}={value!r}"
+    if value is None:
+        return value
+    if default is None:
+        types = OPTIONAL_TYPES.get((section, key))
+        if types and (not isinstance(value, types) or isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {' or '.join(t.__name__ for t in types)}")
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false")
+        return value
+    if isinstance(default, int | float):
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value) if isinstance(default, float) else int(value)
+            except ValueError:
+                number = None
+        ok_int = isinstance(number, int) and not isinstance(number, bool)
+        ok = ok_int or (isinstance(default, float) and isinstance(number, float))
+        if not ok or not math.isfinite(number):
+            kind = "a number" if isinstance(default, float) else "an integer"
+            raise ConfigError(f"{where}: expected {kind}")
+        return float(number) if isinstance(default, float) else number
+    if section != "trainer" and isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string")
+    return value
+
+
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """Unknown sections/keys are typos: refuse them rather than silently ignore them."""
+    """Unknown sections/keys are typos: refuse them (naming close keys) rather than silently
+    ignore them; values are typed against DEFAULTS."""
     for section, values in config.items():
         if section not in DEFAULTS:
-            raise ConfigError(f"unknown config section {section!r}; known: {', '.join(DEFAULTS)}")
-        if section == "trainer":  # any Trainer argument is allowed
-            continue
-        unknown = set(values) - set(DEFAULTS[section])
-        if unknown:
             raise ConfigError(
-                f"unknown key(s) {', '.join(sorted(unknown))} in section {section!r}; "
-                f"known: {', '.join(DEFAULTS[section])}"
+                f"unknown config section {section!r}{_close(section, DEFAULTS)}; "
+                f"known: {', '.join(DEFAULTS)}"
             )
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {section!r} must be a mapping of keys")
+        known = _trainer_keys() if section == "trainer" else set(DEFAULTS[section])
+        for key in sorted(set(values) - known):
+            raise ConfigError(
+                f"unknown key {key!r} in section {section!r}{_close(key, known)}"
+                + ("" if section == "trainer" else f"; known: {', '.join(DEFAULTS[section])}")
+            )
+        for key, value in values.items():
+            values[key] = _typed(section, key, value)
     if not config["data"]["label_file"]:
         raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
     if config["data"]["task"] not in ("binary", "3way"):
         raise ConfigError(f"data.task must be binary or 3way, got {config['data']['task']!r}")
+    if not 0.0 <= config["model"]["threshold"] <= 1.0:
+        raise ConfigError(f"model.threshold must be in [0, 1], got {config['model']['threshold']}")
+    if config["run"]["name"] is not None:
+        plain_name(config["run"]["name"], "run.name")
     return config
 
 

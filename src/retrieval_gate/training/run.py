@@ -1,12 +1,23 @@
 """`train(config)`: DataModule + module + Trainer -> a run folder with metrics beside it.
 
-Resumable: Lightning writes `lightning/last.ckpt` every epoch and a rerun of the same run name
-continues from it. Early stopping and the kept checkpoint follow validation AUROC."""
+A run folder belongs to one configuration: `run.json` records the hash of the resolved config
+and of the label file's bytes. Training into an existing folder is refused unless `overwrite`
+(the run's files are replaced) or `resume` with the same hash (Lightning's
+`lightning/last.ckpt`, written every epoch, is continued; the epochs before it stay in
+`metrics.json` and `logs/metrics.csv`). Early stopping and the kept checkpoint follow
+validation AUROC."""
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
+import json
 import resource
+import shutil
+import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +26,8 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from pytorch_lightning.loggers import CSVLogger
 
-from ..fileio import write_json
+from ..errors import ConfigError, DataError
+from ..fileio import read_json, sha256_file, write_json, write_text
 from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
 from .data import GateDataModule
@@ -26,11 +38,23 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+# What a training run writes into its folder (all that `overwrite` removes; nothing else).
+RUN_FILES = ("run.json", "config.yaml", "labels.json", "backbone", "tokenizer", "gate.pt",
+             "metrics.json", "metadata.json", "lightning", "logs")  # fmt: skip
+
+
 class Throughput(pl.Callback):
-    """Training examples/s and wall time per epoch (the figures the issue asks for)."""
+    """Training examples/s and wall time per epoch (the figures the issue asks for). Its list
+    is saved in Lightning's checkpoints, so a resumed run keeps the epochs before it."""
 
     def __init__(self) -> None:
         self.epochs: list[dict[str, float]] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.epochs = list(state_dict.get("epochs", []))
 
     def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._start, self._n = time.perf_counter(), 0
@@ -81,20 +105,139 @@ def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, flo
     return out
 
 
-def train(config: dict[str, Any], questions: list | None = None) -> Path:
-    """Trains one gate as configured; returns its run folder."""
+# How long to train is not what a run is: a resume may extend it.
+LENGTH_KEYS = ("max_epochs", "max_steps")
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """sha256 of the resolved config (but its length, LENGTH_KEYS) and of the label file's
+    bytes: what makes two runs the same run (a label file rewritten in place is another)."""
+    trainer = {k: v for k, v in config["trainer"].items() if k not in LENGTH_KEYS}
+    text = json.dumps({**config, "trainer": trainer}, sort_keys=True, default=str)
+    text += sha256_file(Path(config["data"]["label_file"]))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_run_dir(
+    run_dir: Path, config: dict[str, Any], overwrite: bool = False, resume: bool = False
+) -> str:
+    """Refuses an existing run unless `overwrite` or `resume` with the same config hash (checked
+    before any data or model is loaded); returns this config's hash."""
+    if overwrite and resume:
+        raise ConfigError("pass --overwrite or --resume, not both")
+    label_file = Path(config["data"]["label_file"])
+    if not label_file.is_file():
+        raise DataError(
+            "label file not found; run `retrieval-gate label` first or pass a path", label_file
+        )
+    digest = config_hash(config)
+    existing = [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
+    if not existing or overwrite:
+        return digest
+    if not resume:
+        raise ConfigError(
+            f"run folder {run_dir} already holds a run ({', '.join(existing)}); pass --resume to "
+            "continue it (same config), --overwrite to replace it, or another run.name"
+        )
+    run_json = run_dir / "run.json"
+    old = read_json(run_json).get("config_sha256") if run_json.is_file() else None
+    if old != digest:
+        raise ConfigError(
+            f"run folder {run_dir} was trained with another config or label file "
+            f"({'no run.json' if old is None else 'config hash differs'}); --resume continues "
+            "the same run only: pass --overwrite or another run.name"
+        )
+    return digest
+
+
+def claim_run_dir(run_dir: Path, digest: str, label_file: Path, overwrite: bool) -> None:
+    """With `overwrite`, removes the files a run writes (RUN_FILES; nothing else in the folder),
+    then records this run's identity in run.json."""
+    for name in RUN_FILES if overwrite else ():
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    write_json(run_dir / "run.json", {"config_sha256": digest, "label_sha256": sha256_file(label_file),
+               "started": datetime.now(UTC).isoformat(timespec="seconds")})  # fmt: skip
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The newest readable Lightning checkpoint (last, else best); an unreadable one is
+    reported and renamed `*.damaged` (never deleted), and training falls back."""
+    folder = run_dir / "lightning"
+    for ckpt in [folder / "last.ckpt", *sorted(folder.glob("best*.ckpt"))]:
+        if not ckpt.is_file():
+            continue
+        try:
+            torch.load(ckpt, map_location="cpu", weights_only=False)
+            return ckpt
+        except Exception as e:  # torch raises several types for truncated/garbled files
+            aside = ckpt.with_name(ckpt.name + ".damaged")
+            ckpt.replace(aside)
+            print(f"warning: {ckpt} is damaged ({type(e).__name__}); set aside as {aside.name}",
+                  file=sys.stderr)  # fmt: skip
+    if folder.is_dir():
+        print(f"note: no readable checkpoint in {folder}; training from scratch", file=sys.stderr)
+    return None
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
+
+
+def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
+    fields = sorted({k for r in rows for k in r})
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buf.getvalue())
+
+
+def keep_csv_history(run_dir: Path) -> Path:
+    """Lightning's CSVLogger deletes `logs/metrics.csv` when it starts: on resume its rows are
+    first carried into `logs/metrics.before-resume.csv` (merged back by `merge_csv_history`)."""
+    logs = run_dir / "logs"
+    earlier = logs / "metrics.before-resume.csv"
+    rows = _read_csv(earlier) + _read_csv(logs / "metrics.csv")
+    if rows:
+        _write_csv(earlier, rows)
+    return earlier
+
+
+def merge_csv_history(run_dir: Path, earlier: Path) -> None:
+    if earlier.is_file():
+        current = run_dir / "logs" / "metrics.csv"
+        _write_csv(current, _read_csv(earlier) + _read_csv(current))
+        earlier.unlink()  # made by keep_csv_history
+
+
+def train(
+    config: dict[str, Any],
+    questions: list | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> Path:
+    """Trains one gate as configured; returns its run folder. An existing run folder is
+    refused unless `overwrite` or `resume` (same config and label file) is given."""
     pl.seed_everything(int(config["run"]["seed"]), workers=True)
     if config["run"]["num_threads"]:  # on a shared CPU fewer threads than cores can be faster
         torch.set_num_threads(int(config["run"]["num_threads"]))
     run_dir = Path(config["run"]["output_dir"]) / run_name(config)
+    digest = check_run_dir(run_dir, config, overwrite, resume)
     tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
     dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
+    run_dir.mkdir(parents=True, exist_ok=True)  # the data are good: only now touch the folder
+    claim_run_dir(run_dir, digest, dm.path, overwrite)
     module = RetrievalGateModule(config["model"], dm.num_classes, dm.class_weights())
     throughput = Throughput()
+    start_from = resume_checkpoint(run_dir)
+    earlier = keep_csv_history(run_dir)
     trainer = _trainer(config, run_dir, [throughput])
-    last = run_dir / "lightning" / "last.ckpt"
     started = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.is_file() else None)
+    trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
     best = trainer.checkpoint_callback.best_model_path
     if best:  # weights of the best validation epoch, not the last one
         state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
@@ -118,6 +261,7 @@ def train(config: dict[str, Any], questions: list | None = None) -> Path:
         "world_size": trainer.world_size,
     }
     if trainer.is_global_zero:
+        merge_csv_history(run_dir, earlier)
         save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
         write_json(run_dir / "metrics.json", metrics)
     trainer.strategy.barrier("run folder written")

@@ -4,33 +4,48 @@ chosen thresholds on test afterwards, through `evaluation.tuned`)."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..fileio import sha256_file, write_bytes
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
 from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
-from .studies import require_no_test, study_name
+from .studies import content_id, require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
 
 THRESHOLD_OBJECTIVES = ("macro-f1", "adaptive-accuracy", "min-retrieval")
 
 
-def dev_scores(gate: Gate, dev: EvalSet, cache: Path | None = None) -> np.ndarray:
-    """The gate's dev scores, cached by question id (prompt gates cost minutes of LLM time)."""
+def tuning_identity(label_file: Path, run_dir: Path, gate: Gate | None = None) -> str:
+    """What threshold studies and dev scores depend on, by content: the label file, the
+    labelling run's recorded answers and (when it has one) the gate's weights checksum."""
+    answers = [run_dir / "closed-book.jsonl", run_dir / "rag-gain.jsonl"]
+    sums = [sha256_file(p) if p.is_file() else None for p in answers]
+    return content_id(sha256_file(Path(label_file)), *sums, getattr(gate, "checksum", None))
+
+
+def dev_scores(
+    gate: Gate, dev: EvalSet, cache: Path | None = None, identity: str = ""
+) -> np.ndarray:
+    """The gate's dev scores, cached (prompt gates cost minutes of LLM time) and reused only
+    for the same question ids and the same `identity` (see `tuning_identity`)."""
     require_no_test(dev)
     if cache is not None and cache.is_file():
-        stored = np.load(cache, allow_pickle=False)
-        if list(stored["ids"]) == dev.ids:
-            return stored["scores"]
+        with np.load(cache, allow_pickle=False) as stored:
+            same = "identity" in stored and str(stored["identity"]) == identity
+            if same and list(stored["ids"]) == dev.ids:
+                return stored["scores"]
     scores = np.asarray(gate.scores(dev.questions), float)
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(cache, ids=np.array(dev.ids), scores=scores)
+        buf = io.BytesIO()
+        np.savez(buf, ids=np.array(dev.ids), scores=scores, identity=np.array(identity))
+        write_bytes(cache, buf.getvalue())
     return scores
 
 
@@ -45,11 +60,14 @@ def tune_gate_thresholds(
     n_trials: int = 100,
     target: float = 0.95,
     seed: int = 0,
+    identity: str = "",
 ) -> dict[str, Any]:
     """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
-    dev scores."""
+    dev scores; the Pareto study and the score cache are keyed by `identity` (see
+    `tuning_identity`)."""
     require_no_test(train, "gate fitting")
-    scores = dev_scores(gate, dev, out_dir / f"{gate.name}-{policy}.dev-scores.npz")
+    cache = out_dir / f"{gate.name}-{policy}.dev-scores.npz"
+    scores = dev_scores(gate, dev, cache, identity)
     data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct)
     out: dict[str, Any] = {"gate": gate.name, "policy": policy, "thresholds": {}, "skipped": {}}
     for name in objectives:
@@ -65,7 +83,7 @@ def tune_gate_thresholds(
     if "pareto" in objectives:
         try:
             front, trials = pareto_front(
-                data, study_name(gate.name, policy, "pareto"), storage, n_trials, seed
+                data, study_name(gate.name, policy, "pareto", identity), storage, n_trials, seed
             )
         except ValueError as e:
             out["skipped"]["pareto"] = str(e)

@@ -1,8 +1,10 @@
-"""Optuna studies in one SQLite file: one study per gate x label file x objective, resumed by
+"""Optuna studies in one SQLite file: one study per gate x label file x objective x content
+identity (checksums of the label file, the recorded answers and the gate's weights), resumed by
 name (a stopped run loses no finished trial; rerunning adds only the missing trials)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import optuna
@@ -19,8 +21,15 @@ def storage_url(path: str | Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def study_name(gate: str, label_file: str, objective: str) -> str:
-    return f"{gate}|{label_file}|{objective}"
+def content_id(*parts: str | None) -> str:
+    """A short hash of what a study's results depend on (file and weight checksums)."""
+    return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]
+
+
+def study_name(gate: str, label_file: str, objective: str, identity: str) -> str:
+    """Readable names plus the content identity: a retrained model or a rewritten label file
+    under the same names opens a new study instead of reusing the old trials."""
+    return f"{gate}|{label_file}|{objective}|{identity}"
 
 
 def open_study(name: str, storage: str | Path, sampler, directions: list[str]) -> optuna.Study:
