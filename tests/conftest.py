@@ -32,6 +32,15 @@ def vllm_generator():
 
 
 @pytest.fixture(scope="session")
+def minilm_gate_dirs(tmp_path_factory):
+    """(run folder, export folder) of a MiniLM gate trained for 2 batches, threshold 0.42:
+    shared by the RetrievalGate and install tests (one training per session)."""
+    from tiny_backbones import minilm_gate
+
+    return minilm_gate(tmp_path_factory.mktemp("minilm-gate"))
+
+
+@pytest.fixture(scope="session")
 def tiny_onnx_export(tmp_path_factory) -> Path:
     """A tiny randomly initialised RoBERTa gate, trained 3 batches and exported (fp32 and int8)
     by the project's exporter: the folder `OnnxGate` loads."""

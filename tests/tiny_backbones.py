@@ -127,3 +127,23 @@ def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) 
         overrides.append(f"model.lora={json.dumps(lora)}")
     overrides += [f"model.{k}={json.dumps(v)}" for k, v in model.items()]
     return load_config(None, overrides)
+
+
+def minilm_gate(root: Path, variants: tuple[str, ...] = ("fp32", "int8")) -> tuple[Path, Path]:
+    """(run folder, export folder) of a MiniLM gate trained for 2 batches on synthetic
+    questions, threshold tuned to 0.42: for tests that need a real exported gate."""
+    from retrieval_gate.export.build import build_export
+    from retrieval_gate.models import minilm_path
+    from retrieval_gate.training import save_threshold, train
+
+    questions, labels = synthetic_questions(64, seed=2)
+    cfg = tiny_config(write_label_file(root / "labels.jsonl", labels), root / "ck", "encoder",
+                      str(minilm_path()))  # fmt: skip
+    cfg["run"]["name"] = "minilm-gate"
+    cfg["trainer"]["limit_train_batches"] = 2
+    run_dir = train(cfg, questions=questions)
+    save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
+    texts = [q.text for q in questions[:16]]
+    parity = (texts, [labels[q.id] for q in questions[:16]])
+    export_dir, _ = build_export(run_dir, root / "export" / "minilm-gate", variants, parity=parity)
+    return run_dir, export_dir

@@ -9,7 +9,7 @@ import importlib.util
 import sys
 import traceback
 
-from .errors import EXIT_BUG, RetrievalGateError
+from .errors import EXIT_BUG, RetrievalGateError, missing_package
 
 # verb -> module under retrieval_gate.commands; a verb's module is imported only when used,
 # so `retrieval-gate data summary` never pays for torch or vLLM.
@@ -52,23 +52,34 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one verb. Exit codes: 0 ok, 2 bad input or configuration, 3 engine/backend failure,
     1 a bug (the only case that prints a traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    verb = next((a for a in argv if not a.startswith("-")), "")
     try:
+        args = build_parser(argv).parse_args(argv)
         return int(args.run(args) or 0)
     except RetrievalGateError as e:
-        print(f"retrieval-gate {args.verb}: error: {e}", file=sys.stderr)
+        print(f"retrieval-gate {verb}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except ModuleNotFoundError as e:  # a verb whose extra is not installed (base install)
+        error = missing_package(e)
+        if error is None:
+            return _bug(verb)
+        print(f"retrieval-gate {verb}: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
-        print(f"retrieval-gate {args.verb}: interrupted", file=sys.stderr)
+        print(f"retrieval-gate {verb}: interrupted", file=sys.stderr)
         return 130
     except Exception:
-        traceback.print_exc()
-        print(
-            f"retrieval-gate {args.verb}: internal error (a bug). Please report it with the "
-            "command and the traceback above.",
-            file=sys.stderr,
-        )
-        return EXIT_BUG
+        return _bug(verb)
+
+
+def _bug(verb: str) -> int:
+    traceback.print_exc()
+    print(
+        f"retrieval-gate {verb}: internal error (a bug). Please report it with the "
+        "command and the traceback above.",
+        file=sys.stderr,
+    )
+    return EXIT_BUG
 
 
 if __name__ == "__main__":

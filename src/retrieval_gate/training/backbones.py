@@ -108,6 +108,10 @@ class Backbone(nn.Module):
         else:
             body = _build_model(kind, hf_config, pretrained=False)
         self.hf_config = body.config
+        # BERT/RoBERTa's own tanh pooler is unused (our Pooler reads last_hidden_state): frozen,
+        # it is no "parameter that was not used in producing the loss" for DDP.
+        if isinstance(getattr(body, "pooler", None), nn.Module):
+            body.pooler.requires_grad_(False)
         self.body = _wrap_lora(body, model_cfg.get("lora"), kind)
         self.pooler = Pooler(model_cfg.get("pooling") or DEFAULT_POOLING[kind])
         self.hidden_size = int(

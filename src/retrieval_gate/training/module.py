@@ -125,7 +125,10 @@ class RetrievalGateModule(pl.LightningModule):
             metrics[name].update(p, (y > 0).long())
         metrics["retrieval_rate"].update((p >= self.threshold).float())
         n = y.shape[0]
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, batch_size=n)
+        # sync_dist: under DDP the epoch loss of val/test is averaged over ranks (the metrics
+        # below are torchmetrics objects, which Lightning syncs across ranks itself).
+        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, batch_size=n,
+                 sync_dist=stage != "train")  # fmt: skip
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, batch_size=n)
         return loss

@@ -245,20 +245,25 @@ def train(
         module.load_state_dict(state)
     dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
     test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
-    merge_csv_history(run_dir, earlier)
-    save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
-    write_json(
-        run_dir / "metrics.json",
-        {
-            "dev": dev,
-            "test": test,
-            "epochs": throughput.epochs,
-            "fit_seconds": time.perf_counter() - started,
-            "peak_rss_mb": peak_rss_mb(),
-            "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
-            "parameters": sum(p.numel() for p in module.parameters()),
-            "torch_threads": torch.get_num_threads(),
-            "splits": dm.summary(),
-        },
-    )
+    # Under DDP every rank runs this function; validate/test metrics are already gathered
+    # across ranks (torchmetrics sync), and only rank zero writes the run folder (all ranks
+    # writing it would race on the same *.tmp files). The barrier keeps the other ranks
+    # from returning a folder that is not written yet.
+    metrics = {
+        "dev": dev,
+        "test": test,
+        "epochs": throughput.epochs,
+        "fit_seconds": time.perf_counter() - started,
+        "peak_rss_mb": peak_rss_mb(),
+        "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "torch_threads": torch.get_num_threads(),
+        "splits": dm.summary(),
+        "world_size": trainer.world_size,
+    }
+    if trainer.is_global_zero:
+        merge_csv_history(run_dir, earlier)
+        save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
+        write_json(run_dir / "metrics.json", metrics)
+    trainer.strategy.barrier("run folder written")
     return run_dir

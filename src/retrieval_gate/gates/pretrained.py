@@ -1,0 +1,263 @@
+"""`RetrievalGate`: the one gate object a user touches, in the style of SetFit and
+sentence-transformers.
+
+    gate = RetrievalGate.from_pretrained("export/minilm-gate")   # or a Hub id, or a run folder
+    gate.predict_proba(["Who wrote Hamlet?"])                      # P(needs retrieval)
+    gate.predict("What is Henry Feilden's occupation?")          # retrieve? at the threshold
+
+ONNX (onnxruntime + tokenizers, no torch) is the default for export folders; a training run
+folder (checkpoints/<run>/) is scored with PyTorch. A Hub id goes through
+`huggingface_hub.snapshot_download`, which returns a local folder: from there on it is the same
+code as a local path."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from ..errors import BackendError, InputError
+from ..questions import Question
+from .base import Gate
+from .onnx_format import VARIANTS
+
+BACKENDS = ("onnx", "torch")
+# What a saved torch gate consists of (the rest of a run folder -- Lightning checkpoints,
+# logs -- is training state); an export folder is the gate, all of its files.
+RUN_FILES = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json", "labels.json",
+             "metrics.json")  # fmt: skip
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+Features = Mapping[str, Sequence[float]] | Sequence[Mapping[str, float]]
+Questions = str | Sequence[str] | Sequence[Question]
+
+
+def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
+    """A local folder as is; an `owner/name` Hub id through `snapshot_download` (its cache,
+    `local_dir`, `revision`, `token`, `local_files_only` pass through `hub_kwargs`)."""
+    path = Path(path_or_repo_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise InputError("expected a folder (an export or a training run), got a file", path)
+    name = str(path_or_repo_id)
+    if not _REPO_ID.match(name):
+        raise InputError(
+            "no such folder, and not a Hub id of the form owner/name: give an export folder "
+            "(`retrieval-gate export`), a run folder (`retrieval-gate train`) or a Hub id",
+            name,
+        )
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    not_local = f"no local folder {name!r}, so it was taken as a Hub id"
+    try:
+        return Path(snapshot_download(repo_id=name, **hub_kwargs))
+    except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
+        raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
+                         f"be downloaded ({str(e).splitlines()[0]})", name) from None  # fmt: skip
+    except HfHubHTTPError as e:
+        raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
+
+
+def folder_kind(folder: Path) -> str:
+    """The backend a folder holds: onnx (an export) or torch (a training run)."""
+    if (folder / "gate.pt").is_file():
+        return "torch"
+    if any((folder / f).is_file() for f in VARIANTS.values()):
+        return "onnx"
+    raise InputError(
+        "neither an export (model*.onnx) nor a training run (gate.pt): point at the folder "
+        "that `retrieval-gate export` or `retrieval-gate train` wrote",
+        folder,
+    )
+
+
+def _load_gate(folder: Path, backend: str, variant: str, device: str | None, **kw: Any) -> Gate:
+    kind = folder_kind(folder)
+    if backend != kind:
+        fix = {
+            "torch": "export it first (`retrieval-gate export --run <folder>`) or use backend='torch'",
+            "onnx": "load the training run folder instead",
+        }[kind]
+        raise InputError(f"this folder holds a {kind} gate, not a {backend} one: {fix}", folder)  # fmt: skip
+    if backend == "onnx":
+        from .onnx import OnnxGate
+
+        return OnnxGate(folder, variant, provider=device, **kw)
+    from .learned import LearnedGate  # torch only when asked for
+
+    return LearnedGate(folder, device=device, **kw)
+
+
+def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
+    """Per-question side features from a mapping of columns or a list of per-question dicts."""
+    if features is None:
+        return [{} for _ in range(n)]
+    if isinstance(features, Mapping):
+        for name, column in features.items():
+            if len(column) != n:
+                raise InputError(f"feature {name!r} has {len(column)} values for {n} questions")
+        return [{name: column[i] for name, column in features.items()} for i in range(n)]
+    if len(features) != n:
+        raise InputError(f"features has {len(features)} rows for {n} questions")
+    return [dict(row) for row in features]
+
+
+def as_questions(questions: Questions, features: Features | None = None) -> list[Question]:
+    """Bare strings become `Question`s (ids "0", "1", ...; source "api"); side features ride
+    along in `Question.extra` (merged over any `extra` a given Question already has)."""
+    items = [questions] if isinstance(questions, str) else list(questions)
+    rows = _features_for(features, len(items))
+    out = []
+    for i, (item, extra) in enumerate(zip(items, rows, strict=True)):
+        if isinstance(item, Question):
+            out.append(item if not extra else _with_extra(item, extra))
+        elif isinstance(item, str) and item.strip():
+            out.append(Question(id=str(i), text=item, answers=(), source="api", extra=extra))
+        else:
+            raise InputError(f"question {i} is {item!r}: expected a non-empty string or Question")
+    return out
+
+
+def _with_extra(q: Question, extra: dict[str, Any]) -> Question:
+    from dataclasses import replace
+
+    return replace(q, extra={**q.extra, **extra})
+
+
+def _export_files(folder: Path) -> list[str]:
+    # hidden entries are not the gate's (snapshot_download keeps its .cache/ in local_dir)
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+class RetrievalGate:
+    """A trained gate with its threshold and metadata; wraps an `OnnxGate` or `LearnedGate`
+    (`.gate`, itself a `Gate` usable by evaluation, tuning and the RAG loop)."""
+
+    def __init__(self, gate: Gate, folder: Path, backend: str, variant: str | None = None):
+        self.gate = gate
+        self.folder = folder
+        self.backend = backend
+        self.variant = variant
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_repo_id: str | Path,
+        backend: str | None = None,
+        variant: str = "fp32",
+        device: str | None = None,
+        batch_size: int = 64,
+        **hub_kwargs: Any,
+    ) -> RetrievalGate:
+        """Loads an export folder, a training run folder or a Hub id (`owner/name`).
+
+        backend: "onnx" or "torch"; by default whatever the folder holds (ONNX for exports).
+        variant: the ONNX file (fp32 | opt | int8 | fp16). device: "cpu" or "cuda" (ONNX
+        execution provider / torch device; default CUDA when available, else CPU).
+        hub_kwargs: passed to `snapshot_download` (revision, token, cache_dir, local_dir,
+        local_files_only)."""
+        if backend is not None and backend not in BACKENDS:
+            raise InputError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        folder = resolve_folder(path_or_repo_id, **hub_kwargs)
+        backend = backend or folder_kind(folder)
+        gate = _load_gate(folder, backend, variant, device, batch_size=batch_size)
+        return cls(gate, folder, backend, variant if backend == "onnx" else None)
+
+    @property
+    def threshold(self) -> float:
+        """Retrieve iff P(needs retrieval) >= threshold (the tuned one travels in the files)."""
+        return float(self.gate.threshold)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Label meaning, threshold and the objective that chose it, backbone, provenance."""
+        return dict(self.gate.metadata)  # type: ignore[attr-defined]
+
+    @property
+    def device(self) -> str:
+        """The ONNX execution provider or the torch device actually used."""
+        gate = self.gate
+        return str(gate.provider if self.backend == "onnx" else gate.device)  # type: ignore[attr-defined]
+
+    @overload
+    def predict_proba(self, questions: str, features: Features | None = None) -> float: ...
+    @overload
+    def predict_proba(
+        self, questions: Sequence[str] | Sequence[Question], features: Features | None = None
+    ) -> np.ndarray: ...
+    def predict_proba(self, questions: Questions, features: Features | None = None) -> Any:
+        """P(needs retrieval): a float for one string, else an array in input order."""
+        scores = np.asarray(self.gate.scores(as_questions(questions, features)), np.float32)
+        return float(scores[0]) if isinstance(questions, str) else scores
+
+    @overload
+    def predict(
+        self, questions: str, features: Features | None = None, threshold: float | None = None
+    ) -> bool: ...
+    @overload
+    def predict(
+        self,
+        questions: Sequence[str] | Sequence[Question],
+        features: Features | None = None,
+        threshold: float | None = None,
+    ) -> np.ndarray: ...
+    def predict(
+        self, questions: Questions, features: Features | None = None,
+        threshold: float | None = None,
+    ) -> Any:  # fmt: skip
+        """Retrieve (True) or not, at the stored threshold unless `threshold` is given."""
+        t = self.threshold if threshold is None else float(threshold)
+        decisions = np.asarray(self.predict_proba(questions, features)) >= t
+        return bool(decisions) if isinstance(questions, str) else decisions
+
+    def save_pretrained(self, save_directory: str | Path) -> Path:
+        """Writes the gate's files (every ONNX variant, tokenizer, model card; or the run's
+        config, weights and metadata) into a new or empty folder: loadable by
+        `from_pretrained` and uploadable as a Hub repo as is."""
+        out = Path(save_directory)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError("refusing to write into a non-empty folder; choose a new one", out)
+        names = RUN_FILES if self.backend == "torch" else _export_files(self.folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            src = self.folder / name
+            if src.is_dir():
+                shutil.copytree(src, out / name)
+            elif src.is_file():
+                shutil.copy2(src, out / name)
+        return out
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        private: bool = False,
+        token: str | None = None,
+        commit_message: str = "Upload retrieval gate",
+        api: Any = None,
+    ) -> str:
+        """Creates (if needed) the Hub model repo and uploads `save_pretrained`'s files;
+        returns the commit URL. `api` defaults to `huggingface_hub.HfApi(token=token)`."""
+        from huggingface_hub import HfApi
+
+        api = api or HfApi(token=token)
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.save_pretrained(Path(tmp) / "gate")
+            info = api.upload_folder(repo_id=repo_id, folder_path=str(folder),
+                                     commit_message=commit_message, repo_type="model")  # fmt: skip
+        return str(info)
+
+    def __repr__(self) -> str:
+        return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "
+                f"variant={self.variant!r}, threshold={self.threshold})")  # fmt: skip

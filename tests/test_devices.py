@@ -1,0 +1,85 @@
+"""Device selection and multi-process training on this CPU machine: the GPU paths' logic
+(vLLM environment, LearnedGate's default device) and real DDP with two CPU ranks (gloo),
+where only rank zero may write the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from retrieval_gate.gates.learned import default_device
+from retrieval_gate.generation.vllm_backend import engine_env, engine_kwargs
+
+
+def test_vllm_multiprocessing_is_forced_off_only_on_cpu():
+    assert engine_env(cuda=False)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert engine_env(cuda=True) == {}  # vLLM's own defaults on GPUs
+    assert engine_kwargs(cuda=True)["dtype"] == "auto"
+    assert engine_kwargs(cuda=False)["enforce_eager"] is True
+
+
+def test_learned_gate_default_device_follows_cuda():
+    assert default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+DDP_SCRIPT = """
+import json, sys
+from pathlib import Path
+from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+from retrieval_gate.training import train
+
+root = Path(sys.argv[1])
+questions, labels = synthetic_questions(96, seed=3)
+model = tiny_backbone("roberta", root / "model", [q.text for q in questions])
+cfg = tiny_config(write_label_file(root / "labels.jsonl", labels), root / "ck", "encoder",
+                  str(model), pooling="cls")
+cfg["run"]["name"] = "ddp"
+cfg["trainer"].update(accelerator="cpu", devices=2, strategy="ddp", limit_train_batches=2)
+run_dir = train(cfg, questions=questions)
+import torch.distributed as dist
+print("RANK-DONE", dist.get_rank(), (run_dir / "metrics.json").is_file(), flush=True)
+"""
+
+
+def test_ddp_on_two_cpu_ranks_writes_the_run_folder_once(tmp_path):
+    script = tmp_path / "ddp_train.py"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+           os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = sorted(line for line in proc.stdout.splitlines() if line.startswith("RANK-DONE"))
+    # both ranks returned, and each found the folder written (the barrier waited for rank 0)
+    assert done == ["RANK-DONE 0 True", "RANK-DONE 1 True"], proc.stdout[-2000:]
+    run_dir = tmp_path / "ck" / "ddp"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and 0.0 <= metrics["test"]["auroc"] <= 1.0
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_check_gpu_lists_what_it_could_not_check_and_fails_without_cuda():
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(["bash", str(root / "scripts/check_gpu.sh")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 8 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
+    if not torch.cuda.is_available():
+        assert proc.returncode == 1 and all("| not checked |" in row for row in rows), proc.stdout
+
+
+def test_check_gpu_job_steps_parse_with_the_real_cli(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from check_gpu import job_steps
+
+    from retrieval_gate.cli import build_parser
+
+    for _, args, _ in job_steps(tmp_path):
+        assert callable(build_parser(args).parse_args(args).run), args

@@ -1,0 +1,178 @@
+"""`RetrievalGate`: from_pretrained on export folders, run folders and Hub ids (through
+`snapshot_download`'s local-dir form, no network), predict/predict_proba on bare strings,
+save_pretrained / push_to_hub round trips, side features, bad inputs. Real ONNX Runtime and
+PyTorch on a MiniLM gate trained for two batches."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval_gate import RetrievalGate
+from retrieval_gate.errors import InputError
+from retrieval_gate.gates.onnx import OnnxGate
+from retrieval_gate.gates.pretrained import as_questions
+from retrieval_gate.questions import Question
+
+TEXTS = ["Who wrote Hamlet?", "What is the zorblat of quenvik tesque?", "Is the sky blue?"]
+
+
+@pytest.fixture
+def gate_dirs(minilm_gate_dirs) -> tuple[Path, Path]:
+    return minilm_gate_dirs
+
+
+def test_root_import_is_cheap_and_lazy():
+    code = (
+        "import sys, retrieval_gate\n"
+        "assert not {'torch', 'onnxruntime', 'numpy'} & set(sys.modules), sys.modules.keys()\n"
+        "from retrieval_gate import RetrievalGate\n"
+        "assert RetrievalGate.__name__ == 'RetrievalGate' and 'torch' not in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        import retrieval_gate
+
+        retrieval_gate.Nope  # noqa: B018
+
+
+def test_onnx_export_scores_bare_strings(gate_dirs):
+    _, export_dir = gate_dirs
+    gate = RetrievalGate.from_pretrained(export_dir, variant="int8")
+    assert gate.backend == "onnx" and gate.device == "CPUExecutionProvider"
+    assert gate.threshold == pytest.approx(0.42)
+    assert gate.metadata["threshold_objective"] == "max macro-F1 on dev"
+    probs = gate.predict_proba(TEXTS)
+    assert probs.shape == (3,) and ((probs >= 0) & (probs <= 1)).all()
+    np.testing.assert_allclose(probs, OnnxGate(export_dir, "int8").score_texts(TEXTS), atol=1e-6)
+    one = gate.predict_proba(TEXTS[1])
+    # dynamic int8 quantises activations per batch: batch 1 and batch 3 differ slightly
+    assert isinstance(one, float) and one == pytest.approx(float(probs[1]), abs=0.01)
+    assert list(gate.predict(TEXTS)) == list(probs >= 0.42)
+    assert list(gate.predict(TEXTS, threshold=0.0)) == [True] * 3
+    assert gate.predict(TEXTS[0]) is bool(probs[0] >= 0.42)
+    qs = [Question(id=f"x{i}", text=t, answers=(), source="mine") for i, t in enumerate(TEXTS)]
+    np.testing.assert_allclose(gate.predict_proba(qs), probs, atol=1e-6)
+
+
+def test_torch_backend_on_a_run_folder_agrees_with_onnx(gate_dirs):
+    run_dir, export_dir = gate_dirs
+    torch_gate = RetrievalGate.from_pretrained(run_dir, device="cpu")
+    assert torch_gate.backend == "torch" and torch_gate.device == "cpu"
+    assert torch_gate.threshold == pytest.approx(0.42)
+    onnx_probs = RetrievalGate.from_pretrained(export_dir).predict_proba(TEXTS)
+    np.testing.assert_allclose(torch_gate.predict_proba(TEXTS), onnx_probs, atol=1e-4)
+
+
+def test_save_pretrained_and_hub_local_dir_round_trip(gate_dirs, tmp_path):
+    _, export_dir = gate_dirs
+    gate = RetrievalGate.from_pretrained(export_dir)
+    saved = gate.save_pretrained(tmp_path / "saved")
+    assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "README.md"} <= {
+        p.name for p in saved.iterdir()
+    }
+    with pytest.raises(InputError, match="non-empty folder"):
+        gate.save_pretrained(saved)
+    # A Hub id resolves through snapshot_download; its local-dir form needs no network.
+    hub = RetrievalGate.from_pretrained(
+        "acme/minilm-gate", local_dir=saved, local_files_only=True, variant="int8"
+    )
+    assert hub.folder == saved.resolve() and hub.threshold == pytest.approx(0.42)
+    np.testing.assert_allclose(
+        hub.predict_proba(TEXTS), RetrievalGate.from_pretrained(saved, variant="int8")
+        .predict_proba(TEXTS), atol=1e-6,
+    )  # fmt: skip
+    with pytest.raises(
+        InputError, match="no local folder .acme/absent.*not in the local Hub cache"
+    ):
+        RetrievalGate.from_pretrained(
+            "acme/absent", cache_dir=tmp_path / "hf", local_files_only=True
+        )
+
+
+def test_torch_save_pretrained_keeps_only_the_gate(gate_dirs, tmp_path):
+    run_dir, _ = gate_dirs
+    saved = RetrievalGate.from_pretrained(run_dir, device="cpu").save_pretrained(tmp_path / "run")
+    assert (saved / "gate.pt").is_file() and not (saved / "lightning").exists()
+    again = RetrievalGate.from_pretrained(saved, backend="torch", device="cpu")
+    assert again.threshold == pytest.approx(0.42)
+
+
+class FolderHub:
+    """Test double for `huggingface_hub.HfApi` (no network): the "Hub" is a local folder."""
+
+    def __init__(self, root: Path):
+        self.root, self.created = root, []
+
+    def create_repo(self, repo_id: str, **kw) -> None:
+        self.created.append((repo_id, kw))
+
+    def upload_folder(self, repo_id: str, folder_path: str, **kw) -> str:
+        shutil.copytree(folder_path, self.root / repo_id)
+        return f"commit:{repo_id}"
+
+
+def test_push_to_hub_uploads_what_from_pretrained_loads(gate_dirs, tmp_path):
+    _, export_dir = gate_dirs
+    hub = FolderHub(tmp_path / "hub")
+    gate = RetrievalGate.from_pretrained(export_dir)
+    assert gate.push_to_hub("acme/gate", private=True, api=hub) == "commit:acme/gate"
+    assert hub.created == [("acme/gate", {"repo_type": "model", "private": True,
+                                          "exist_ok": True})]  # fmt: skip
+    pulled = RetrievalGate.from_pretrained(tmp_path / "hub" / "acme" / "gate")
+    np.testing.assert_allclose(pulled.predict_proba(TEXTS), gate.predict_proba(TEXTS), atol=1e-6)
+
+
+def test_side_features_ride_in_extra():
+    cols = as_questions(["a?", "b?"], {"s_pop": [10.0, 2000.0]})
+    assert [q.extra for q in cols] == [{"s_pop": 10.0}, {"s_pop": 2000.0}]
+    rows = as_questions("a?", [{"s_pop": 3.0}])
+    assert rows[0].extra == {"s_pop": 3.0} and rows[0].source == "api"
+    given = Question(id="q", text="c?", answers=(), source="x", extra={"k": 1})
+    assert as_questions([given], {"s_pop": [5.0]})[0].extra == {"k": 1, "s_pop": 5.0}
+    with pytest.raises(InputError, match="feature 's_pop' has 1 values for 2 questions"):
+        as_questions(["a?", "b?"], {"s_pop": [1.0]})
+    with pytest.raises(InputError, match="question 1 is ''"):
+        as_questions(["a?", ""])
+
+
+def test_bad_folders_and_backends(gate_dirs, tmp_path):
+    run_dir, export_dir = gate_dirs
+    with pytest.raises(InputError, match="export it first"):
+        RetrievalGate.from_pretrained(run_dir, backend="onnx")
+    with pytest.raises(InputError, match="load the training run folder"):
+        RetrievalGate.from_pretrained(export_dir, backend="torch")
+    with pytest.raises(InputError, match="unknown backend 'tf'"):
+        RetrievalGate.from_pretrained(export_dir, backend="tf")
+    with pytest.raises(InputError, match="not a Hub id"):
+        RetrievalGate.from_pretrained(tmp_path / "missing" / "deep" / "path")
+    with pytest.raises(InputError, match="got a file"):
+        RetrievalGate.from_pretrained(export_dir / "model.onnx")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="neither an export"):
+        RetrievalGate.from_pretrained(tmp_path / "empty")
+    with pytest.raises(InputError, match="no fp16 model"):
+        RetrievalGate.from_pretrained(export_dir, variant="fp16")
+
+
+def test_model_card_front_matter(gate_dirs):
+    from huggingface_hub import ModelCard
+
+    _, export_dir = gate_dirs
+    card = ModelCard.load(export_dir / "README.md")
+    data = card.data
+    assert data.library_name == "retrieval-gate" and "onnx" in data.tags
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "hyintell/RetrievalQA" in data.datasets
+    assert data.decision_threshold == pytest.approx(0.42)
+    results = {r.metric_type: r for r in data.eval_results}
+    assert {"auroc", "macro_f1", "ece"} <= set(results)
+    assert results["macro_f1"].metric_args == {"threshold": 0.5}  # measured in training
+    assert results["auroc"].metric_args is None and results["auroc"].dataset_split == "test"
+    assert "## Threshold" in card.text and "RetrievalGate.from_pretrained" in card.text
