@@ -12,6 +12,7 @@ The model folder is prepared on first use (`retrieval-gate models prepare`, cach
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from pathlib import Path
@@ -22,6 +23,10 @@ import pytest
 @pytest.fixture(scope="session")
 def vllm_generator():
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # numba (loaded by BM25 and many user programs) used to stop vLLM from starting
+    # (generation.vllm_backend._llvmlite_hidden): load it first, so every run checks the fix.
+    with contextlib.suppress(ImportError):
+        import numba  # noqa: F401
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from retrieval_gate.generation import build_generator
 

@@ -14,7 +14,9 @@ process; `VLLM_CPU_OMP_THREADS_BIND=0` pins it to one core on a busy shared mach
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,21 @@ def engine_kwargs(cuda: bool) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _llvmlite_hidden() -> Iterator[None]:
+    """Hides llvmlite/numba modules from `sys.modules` while vLLM starts: vLLM's Triton kernel
+    rebinding scans every loaded module's objects and crashes on llvmlite's ctypes wrappers
+    ("'_lib_fn_wrapper' object has no attribute 'get'"), which numba (pulled in by bm25s, or
+    by a user's own code) loads. The modules are put back untouched afterwards."""
+    hidden = {k: m for k, m in sys.modules.items() if k.split(".")[0] in ("llvmlite", "numba")}
+    for key in hidden:
+        del sys.modules[key]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 class VLLMGenerator:
     """A `Generator` over a local model folder or hub name (chat template applied inside)."""
 
@@ -75,7 +92,8 @@ class VLLMGenerator:
         settings = {**engine_kwargs(cuda), "max_model_len": max_model_len, **kw}
         self.settings = settings
         try:
-            self.llm = LLM(model=model, seed=0, **settings)
+            with _llvmlite_hidden():
+                self.llm = LLM(model=model, seed=0, **settings)
         except Exception as e:  # vLLM raises many types when an engine cannot start
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise BackendError(f"the vLLM engine did not start for {model}: {first}") from e
