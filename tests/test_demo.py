@@ -98,8 +98,11 @@ def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
 
     from retrieval_gate.demo import stop
 
+    # the handler is set explicitly: a shell running the suite in the background makes its
+    # children ignore SIGINT, and Python then installs no KeyboardInterrupt handler
     code = (
-        "import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     stop(proc)  # the child never saw a Ctrl-C: stop sends it one
