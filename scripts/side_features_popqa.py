@@ -2,12 +2,14 @@
 (closed-book labels of SmolLM2-135M; side feature: s_pop), at a CPU budget.
 
     python scripts/side_features_popqa.py --out reports/side-features [--train-examples 3000]
+        [--learned-run RUN ...]
 
 Fine-tuning MiniLM twice did not fit this machine's budget (2 shared cores), so each variant is
 a class-balanced logistic regression on the same inputs the learned gate's head sees: frozen
 MiniLM mean-pooled text embeddings (text), the scaled side features of data/features.py (value
 + missing flag; features), or both concatenated (both); plus Mallen's per-relation s_pop
-threshold fitted on dev, for reference. AUROC and adaptive accuracy with bootstrap 95% CIs on
+threshold fitted on dev, for reference. `--learned-run` adds fine-tuned gates (e.g. trained with
+`--set "data.datasets=[popqa]"`, with and without `"data.features=[s_pop]"`). AUROC and adaptive accuracy with bootstrap 95% CIs on
 the PopQA test questions (adaptive accuracy where both recorded answers exist)."""
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from retrieval_gate.data import canonical_questions
 from retrieval_gate.data.features import SideFeatures
 from retrieval_gate.evaluation.evaluate import evaluate_gate
+from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.gates.registry import GateContext, build_gate
 from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
 from retrieval_gate.retrieval.dense import MiniLMEncoder
@@ -49,6 +52,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("reports/side-features"))
     p.add_argument("--train-examples", type=int, default=3000)
     p.add_argument("--resamples", type=int, default=1000)
+    p.add_argument("--learned-run", type=Path, nargs="*", default=[], help="fine-tuned runs")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     popqa = [q for q in canonical_questions() if q.source == "popqa"]
@@ -70,6 +74,7 @@ def main() -> None:
         ProbeGate("features (s_pop)", feats, ids, y),
         ProbeGate("text + s_pop", both, ids, y),
         build_gate("popularity", GateContext(sp.train, sp.dev)),
+        *(LearnedGate(run) for run in args.learned_run),
     ]
     rows, results = [], {}
     for gate in gates:
