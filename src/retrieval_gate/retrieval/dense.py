@@ -4,11 +4,13 @@ product. The encoder also exposes token embeddings (RRCP's token relevance uses 
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ..fileio import write_bytes
 from ..models import MINILM, cache_dir, resolve_model
 from ..questions import Question
 from .base import Document, Hit
@@ -108,7 +110,6 @@ class DenseRetriever:
 
 
 def _save(path: Path, emb: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, emb)
-    tmp.replace(path)
+    buf = io.BytesIO()
+    np.save(buf, emb)
+    write_bytes(path, buf.getvalue())  # atomic: a crash never leaves a half-written cache
