@@ -87,9 +87,10 @@ class DenseRetriever:
         self.matrix = self._corpus_embeddings()
 
     def _corpus_embeddings(self) -> np.ndarray:
-        key = hashlib.sha1(
-            ("\n".join(d.id for d in self.documents) + self.encoder.model_name).encode()
-        ).hexdigest()[:16]
+        # keyed by the documents' text and the encoder, not only their ids: an edited corpus
+        # with the same ids must not reuse old embeddings
+        texts = "\n".join(f"{d.id}\t{d.as_prompt_text()}" for d in self.documents)
+        key = hashlib.sha1((texts + self.encoder.model_name).encode()).hexdigest()[:16]
         path = cache_dir() / "embeddings" / f"{key}.npy"
         if path.is_file():
             return np.load(path)
