@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +40,13 @@ class LearnedGate:
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
         self.name = name or f"learned:{self.run_dir.name}"
-        # the weights' identity: tuning keys its studies and caches by it, not by the folder name
-        self.checksum = sha256_file(self.run_dir / "gate.pt")
         self.side_features = SideFeatures.from_dict(self.module.model_cfg.get("side_features"))
+
+    @cached_property
+    def checksum(self) -> str:
+        """The weights' identity: tuning keys its studies and caches by it, not by the folder
+        name. Hashed on first use, so loading a gate to score pays nothing for it."""
+        return sha256_file(self.run_dir / "gate.pt")
 
     @torch.inference_mode()
     def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
