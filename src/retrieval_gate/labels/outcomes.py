@@ -16,16 +16,16 @@ would give (match = em = correct, f1 = 1/0, guess = false), so every criterion r
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError
 from ..data.user_questions import read_rows
+from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .files import LabelFile
+from .files import LabelFile, meta_path
 from .rag_gain import judge_gain
 from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
@@ -65,7 +65,7 @@ def import_outcomes(
         generator_checksum=None,
         source="outcomes",
         outcomes_file=str(path),
-        outcomes_sha256=_sha256(Path(path)),
+        outcomes_sha256=sha256_file(Path(path)) if Path(path).is_file() else None,  # hf: specs
         outcomes_format=fmt,
         criterion=criterion,
         rows=len(closed),
@@ -198,15 +198,10 @@ def _bool(value: Any, path, n: int) -> bool | None:
     raise DataError(f"correctness {value!r} is not true/false, 1/0 or yes/no", path, n)
 
 
-def _sha256(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
 def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:
     """Replaces the file atomically; refuses to replace one a labelling run wrote."""
     if path.exists():
-        mp = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
-        previous = LabelFile(path).meta if mp.exists() else {}
+        previous = LabelFile(path).meta if meta_path(path).exists() else {}
         if previous.get("source") != "outcomes":
             raise DataError(
                 "a label file not made from outcomes is already there; pick another "
