@@ -101,8 +101,8 @@ STAGES = [
     Stage("train", "train the MiniLM gate", _train, 240),
     Stage("tune", "tune its threshold (Optuna)", _tune, 60),
     Stage("export", "export ONNX (+int8)", _export, 45),
-    Stage("evaluate", "evaluate against every baseline", _evaluate, 240),
-    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 165),
+    Stage("evaluate", "evaluate against every baseline", _evaluate, 150),
+    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 255),
 ]
 
 
