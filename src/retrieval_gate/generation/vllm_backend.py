@@ -88,7 +88,7 @@ def _llvmlite_hidden() -> Iterator[None]:
 def _eager_sampler(cuda: bool) -> Iterator[None]:
     """On CPU, runs vLLM's `torch.compile`d sampler helper (`batched_count_greater_than`, used
     by every logprobs request) eagerly: compiling it with Inductor's C++ backend stalls the
-    first logprobs call ~45 s on a fresh machine, for a tiny op. On GPUs vLLM's choice stands."""
+    first logprobs call 20-45 s on a fresh machine, for a tiny op. On GPUs vLLM's choice stands."""
     if cuda:
         yield
         return
@@ -156,10 +156,11 @@ class VLLMGenerator:
         "[" then Yes|No then "]") are scored from next-token log-probabilities
         (`logprob_token_ids`): of Yes and No after prompt + "[", and in the same request of
         "]" after the greedy one of them; a second request reads "]" after the other, its
-        prompt + "[" already in vLLM's prefix cache. Other choices are scored whole (`continuation_probs`). This is what
-        makes prompt gates run at generation speed: `prompt_logprobs`, which whole scoring
-        needs, computes a full-vocabulary log-softmax for every prompt token and turns the
-        prefix cache off (docs/prompt-gates.md has the measurements)."""
+        prompt + "[" already in vLLM's prefix cache. Other choices are scored whole
+        (`continuation_probs`). This is what makes prompt gates run at generation speed:
+        `prompt_logprobs`, which whole scoring needs, computes a full-vocabulary log-softmax
+        for every prompt token and turns the prefix cache off (docs/prompt-gates.md has the
+        measurements)."""
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
         split = next_token_split(tails)
