@@ -203,6 +203,20 @@ def test_cost_per_question_times_single_questions():
     assert 0 < ms < 1000
 
 
+def test_score_cache_is_keyed_by_the_gates_content_not_its_options():
+    """A retrained model or another generator under the same flags gets its own scores file."""
+    from types import SimpleNamespace
+
+    from retrieval_gate.evaluation.compare import score_cache_key
+
+    opts = {"run": "checkpoints/my-gate"}
+    old, new = SimpleNamespace(checksum="sha-old"), SimpleNamespace(checksum="sha-new")
+    assert score_cache_key("learned", old, opts) != score_cache_key("learned", new, opts)
+    assert score_cache_key("learned", old, opts) == score_cache_key("learned", old, {})
+    plain = always_gate()  # no checksum: its options are the key
+    assert score_cache_key("always", plain, {}) != score_cache_key("always", plain, opts)
+
+
 def test_one_markdown_table_writer():
     from retrieval_gate.tables import markdown_table
 

@@ -16,6 +16,7 @@ import pytest
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import BackendError
 from retrieval_gate.export.build import build_export
+from retrieval_gate.fileio import sha256_file
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.gates.onnx import CPU, CUDA, OnnxGate, select_providers
 from retrieval_gate.gates.onnx_format import REQUIRED, VARIANTS
@@ -76,6 +77,7 @@ def test_round_trip_parity_and_metadata(exports, name):
         assert json.loads(meta["label_provenance"])["meta"] == {"policy": "synthetic"}
     # dynamic batch and sequence axes: any batch size / length runs, order is preserved
     gate = OnnxGate(export_dir)
+    assert gate.checksum == sha256_file(export_dir / VARIANTS["fp32"])  # cached scores' key
     one = gate.score_texts(TEXTS[:1])
     many = gate.score_texts(TEXTS[:7])
     assert one.shape == (1,) and many.shape == (7,)

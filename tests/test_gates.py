@@ -13,7 +13,7 @@ from retrieval_gate.gates.base import Gate, decide
 from retrieval_gate.gates.confidence import ConfidenceGate, confidence_score
 from retrieval_gate.gates.popularity import best_cut, fit_popularity, mallen_protocol
 from retrieval_gate.gates.prompt import DemoPool, PromptGate, ta_are_prompt
-from retrieval_gate.gates.registry import GateContext, build_gate, gate_names
+from retrieval_gate.gates.registry import GateContext, LazyGenerator, build_gate, gate_names
 from retrieval_gate.gates.tfidf import TfidfGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.prompts import TA_ARE_NO_DEMOS
@@ -153,6 +153,42 @@ def test_prompt_gate_batches_all_prompts_in_one_call_and_returns_p_yes():
     s = gate.scores([q(1), q(2), q(3)])
     assert len(gen.calls) == 1 and gen.calls[0][1] == ["[Yes]", "[No]"]
     assert len(gen.calls[0][0]) == 3 and np.allclose(s, 0.25)
+
+
+def test_llm_gates_are_keyed_by_what_their_scores_depend_on():
+    """Cached scores (evaluate's, tune's) are found by `checksum`: another generator's
+    weights, TA-ARE date, demonstration pool or set of recorded answers is another key; the
+    same inputs are the same key."""
+    texts = ["Where was the actor born?", "Which river is in the city?", "Who is the actor?"]
+    train = [q(i, t, s_pop=10) for i, t in enumerate(texts)]
+    gen_a, gen_b = FakeGenerator(), FakeGenerator()
+    gen_b.checksum = "1"
+
+    def key(gen, **kw):
+        return PromptGate(lambda: gen, **kw).checksum
+
+    ta = {"template": "ta-are", "demos": DemoPool(train, VocabEmbed()), "date": "2024-01-31"}
+    assert key(gen_a) == key(gen_a) != key(gen_b)
+    assert key(gen_a, **ta) not in (key(gen_a), key(gen_b, **ta))
+    assert key(gen_a, **ta) != key(gen_a, **{**ta, "date": "2025-01-31"})
+    assert key(gen_a, **ta) != key(gen_a, **{**ta, "demos": DemoPool(train, VocabEmbed(), k=1)})
+    assert key(gen_a, **ta) == key(gen_a, **{**ta, "demos": DemoPool(train, VocabEmbed())})
+
+    def confidence(gen, records):
+        return ConfidenceGate(records, lambda: gen).checksum
+
+    assert confidence(gen_a, {"q1": {"match": True}}) != confidence(gen_a, {"q1": {"match": False}})
+    assert confidence(gen_a, {}) != confidence(gen_b, {})
+    assert gen_a.calls == []  # keys never run the generator
+
+
+def test_lazy_generator_knows_its_checksum_without_starting_the_engine(tmp_path):
+    (tmp_path / "prepared.json").write_text('{"weights_sha256": "abc"}')
+    lazy = LazyGenerator(name_or_path=str(tmp_path))
+    assert lazy.checksum == "abc" and lazy._generator is None
+    assert LazyGenerator(name_or_path="org/some-model").checksum == "org/some-model"
+    running = GateContext(_generator=FakeGenerator()).generator
+    assert running.checksum == "0"
 
 
 @pytest.mark.vllm

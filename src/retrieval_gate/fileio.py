@@ -87,3 +87,8 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def content_id(*parts: str | None) -> str:
+    """A short hash of what a cached result depends on (file, weight and model checksums)."""
+    return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]

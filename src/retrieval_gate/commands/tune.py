@@ -171,9 +171,9 @@ def _relations(args, sp, policy: str, command: str) -> None:
 
 
 def _hparams(args, policy: str, command: str, questions) -> None:
-    from ..fileio import sha256_file
+    from ..fileio import content_id, sha256_file
     from ..tuning.hparams import tune_hparams
-    from ..tuning.studies import content_id, study_name
+    from ..tuning.studies import study_name
 
     # trials depend on the label file's content, the training config and the search space
     config = Path(args.config)

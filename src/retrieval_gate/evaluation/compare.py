@@ -14,7 +14,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
-from ..fileio import write_text
+from ..fileio import content_id, write_text
+from ..gates.base import Gate
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import GateContext, LazyGenerator, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -121,20 +122,20 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     return path
 
 
-def score_cache_key(name: str, options: dict[str, Any]) -> str:
-    """Cache file stem of a label-free gate: its name and the options that change its scores
-    (the learned run, the ONNX file, TA-ARE's date)."""
+def score_cache_key(name: str, gate: Gate, options: dict[str, Any]) -> str:
+    """Cache file stem of a label-free gate: its name and, by content, what its scores depend
+    on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
+    one, else the options it was built with."""
     used = {k: str(v) for k, v in sorted(options.items()) if v is not None}
-    digest = hashlib.sha256(json.dumps(used).encode()).hexdigest()[:10]
-    return f"{name}-{digest}"
+    return f"{name}-{content_id(getattr(gate, 'checksum', None) or json.dumps(used))}"
 
 
 def _label_free_scores(
-    name: str, gate, policy: str, tests: dict[str, EvalSet], cache_dir: Path, options: dict
+    name: str, gate: Gate, policy: str, tests: dict[str, EvalSet], cache_dir: Path, options: dict
 ) -> np.ndarray:
     """Scores on the union of every policy's test questions, computed in one batch and kept in
     `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
-    path = cache_dir / f"{score_cache_key(name, options)}.json"
+    path = cache_dir / f"{score_cache_key(name, gate, options)}.json"
     known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
     union = {q.id: q for t in tests.values() for q in t.questions}
     todo = [q for i, q in union.items() if i not in known]

@@ -9,13 +9,15 @@ threshold 0.2 retrieve for every question: AkariAsai/self-rag#45)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
-from ..generation.base import Generation, Generator
+from ..fileio import content_id
+from ..generation.base import Generation, Generator, checksum_of
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question, is_idk
 
@@ -47,6 +49,14 @@ class ConfidenceGate:
         self.threshold = threshold
         self.max_new_tokens = max_new_tokens
         self.name = name
+
+    @property
+    def checksum(self) -> str:
+        """What its scores depend on, by content: the recorded answers, the generator's weights
+        (for questions without a record) and the answer length."""
+        rows = json.dumps(self.records, sort_keys=True, default=str)
+        generator = checksum_of(self.generator) if self.generator is not None else None
+        return content_id(rows, generator, str(self.max_new_tokens))
 
     def uncached(self) -> ConfidenceGate:
         """The same gate generating every answer (what a question costs in deployment)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tokenizers import Tokenizer
 
 from ..data.features import SideFeatures
 from ..errors import BackendError, DataError
+from ..fileio import sha256_file
 from ..questions import Question
 from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
@@ -124,6 +126,7 @@ class OnnxGate:
                 f"{variant}`",
                 path,
             )
+        self.path = path
         self.session = self._session(path, provider, threads)
         self.metadata = check_metadata(dict(self.session.get_modelmeta().custom_metadata_map), path)
         values = parse_metadata(self.metadata, path)
@@ -140,6 +143,11 @@ class OnnxGate:
         self.side_features = SideFeatures.from_dict(
             json.loads(self.metadata.get("side_features", "null"))
         )
+
+    @cached_property
+    def checksum(self) -> str:
+        """The model file's sha256: cached scores are keyed by it, not by the folder name."""
+        return sha256_file(self.path)
 
     def _tokenizer(self) -> Tokenizer:
         path = self.export_dir / "tokenizer.json"

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..generation.base import Generator
+from ..fileio import content_id
+from ..generation.base import Generator, checksum_of
 from ..generation.prompts import (
     TA_ARE_DEMO,
     TA_ARE_EXAMPLES_HEADER,
@@ -71,6 +72,12 @@ class DemoPool:
         self.embed = embed
         self.k = k
         self.vectors = np.asarray(embed([q.text for q in self.questions]))
+        # the encoder (a bound `MiniLMEncoder.encode` names its model), k and the pool's texts
+        owner = getattr(embed, "__self__", embed)
+        encoder = getattr(owner, "model_name", None) or getattr(
+            owner, "__qualname__", type(owner).__qualname__
+        )
+        self.checksum = content_id(str(encoder), str(k), *(q.text for q in self.questions))
 
     @classmethod
     def from_closed_book(
@@ -121,6 +128,13 @@ class PromptGate:
         self.date = date or dt.date.today().isoformat()
         self.threshold = threshold
         self.name = f"prompt-{template}"
+
+    @property
+    def checksum(self) -> str:
+        """What its scores depend on, by content: the generator's weights, the template and,
+        for TA-ARE, the date and the demonstration pool (cached scores are keyed by it)."""
+        extra = (self.date, self.demos.checksum) if self.demos is not None else ()
+        return content_id(checksum_of(self.generator), self.template, *extra)
 
     def prompts(self, questions: Sequence[Question]) -> list[str]:
         if self.template == "vanilla":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, DataError
@@ -34,6 +35,18 @@ class LazyGenerator:
                 raise BackendError(f"no generator backend available ({e})") from None
             self._generator = build_generator(**self.options)
         return self._generator
+
+    @property
+    def checksum(self) -> str:
+        """What the generator reports as its `checksum` (a local folder's weights sha256, else
+        the model's name), known without starting the engine: cached prompt-gate scores are
+        found by it, so a cache hit costs no engine start."""
+        if self._generator is not None:
+            return self._generator.checksum
+        from ..generation.models import folder_checksum, resolve_generator_model
+
+        model = resolve_generator_model(self.options["name_or_path"])
+        return folder_checksum(Path(model)) if Path(model).is_dir() else model
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -54,3 +54,10 @@ class WindowedGenerator(Generator, Protocol):
     context_window: int  # tokens per sequence: prompt + generated answer
 
     def prompt_lengths(self, prompts: Sequence[str]) -> list[int]: ...
+
+
+def checksum_of(factory: Callable[[], Generator]) -> str:
+    """The weights identity of the generator a factory returns: the factory's own `checksum`
+    when it knows it without starting an engine (`LazyGenerator`), else the generator's."""
+    known = getattr(factory, "checksum", None)
+    return known if known is not None else factory().checksum

@@ -4,7 +4,6 @@ reproduce it (settings, versions, per-mode costs and answers)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import time
@@ -14,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..fileio import content_id
 from ..gates.base import Gate
 from ..generation.base import Generator
 from ..labels.files import LabelFile
@@ -178,7 +178,7 @@ class Progress:
         """What a mode's result depends on; a saved result is reused only under the same key."""
         ids, retriever, k, max_new_tokens, checksum = self.context
         what = [gate.name, float(gate.threshold), ids, retriever, k, max_new_tokens, checksum]
-        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+        return content_id(json.dumps(what), getattr(gate, "checksum", None))
 
 
 def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ..fileio import sha256_file, write_bytes
+from ..fileio import content_id, sha256_file, write_bytes
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
 from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
-from .studies import content_id, require_no_test, study_name
+from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
 
 THRESHOLD_OBJECTIVES = ("macro-f1", "adaptive-accuracy", "min-retrieval")

@@ -4,7 +4,6 @@ name (a stopped run loses no finished trial; rerunning adds only the missing tri
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import optuna
@@ -19,11 +18,6 @@ def storage_url(path: str | Path) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
-
-
-def content_id(*parts: str | None) -> str:
-    """A short hash of what a study's results depend on (file and weight checksums)."""
-    return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]
 
 
 def study_name(gate: str, label_file: str, objective: str, identity: str) -> str:
