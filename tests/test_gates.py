@@ -95,13 +95,18 @@ def test_mallen_protocol_averages_held_out_splits():
 
 
 def test_ta_are_prompt_assembly_order():
+    """The authors' layout: [No] and [Yes] alternating, a [No] first; the nearest last."""
     p = ta_are_prompt("Who is X?", "2026-11-22", ["Near one?", "Near two?"])
     assert p.startswith("Today is 2026-11-22. Given a question, determine whether")
-    positions = [p.index(s) for s in ("Here are some examples:", "Near one?\nAnswer: [Yes]",
-                 "Near two?\nAnswer: [Yes]", f"{TA_ARE_NO_DEMOS[0]}\nAnswer: [No]",
-                 f"{TA_ARE_NO_DEMOS[1]}\nAnswer: [No]", "Question: Who is X?\nAnswer:")]  # fmt: skip
+    positions = [p.index(s) for s in ("Here are some examples:", f"{TA_ARE_NO_DEMOS[0]}\nAnswer: [No].",
+                 "Near two?\nAnswer: [Yes].", f"{TA_ARE_NO_DEMOS[1]}\nAnswer: [No].",
+                 "Near one?\nAnswer: [Yes].", "Question: Who is X?\nAnswer:")]  # fmt: skip
     assert positions == sorted(positions)
     assert p.endswith("Question: Who is X?\nAnswer:") and p.count("[Yes]") == 3  # 2 + instruction
+    # every question's prompt starts with the same head up to the first [Yes] demonstration
+    other = ta_are_prompt("Who is Y?", "2026-11-22", ["Far?", "Farther?"])
+    head = p[: p.index("Near two?")]
+    assert other.startswith(head) and head.endswith("Answer: [No].\n\nQuestion: ")
 
 
 class VocabEmbed:
@@ -265,8 +270,8 @@ def test_registry_ta_are_picks_demos_with_the_retrievers_minilm():
     records = {x.id: {"match": False} for x in train}
     gate = build_gate("prompt-ta-are", GateContext(train=evalset, closed_book=records))
     prompt = gate.prompts([q(9, "Who was the director of the movie Blue Harbour?")])[0]
-    first_demo = prompt.split("Here are some examples:\n\n")[1].split("\n\n")[0]
-    assert first_demo == f"Question: {texts[0]}\nAnswer: [Yes]"  # the nearest one comes first
+    last_demo = prompt.split("Here are some examples:\n\n")[1].split("\n\n")[3]
+    assert last_demo == f"Question: {texts[0]}\nAnswer: [Yes]."  # the nearest, next to the question
 
 
 def test_registry_builds_gates_and_names_missing_data():

@@ -4,13 +4,15 @@ Both are scored as P([Yes]) from the generator's own probabilities over the two 
 (`Generator.choice_probs`), so they have an ROC curve and a tunable threshold, not only a
 yes/no. `vanilla` is the plain RetrievalQA prompt; `ta-are` (time-aware adaptive retrieval)
 prefixes today's date and adds 4 demonstrations: the 2 training questions nearest to the asked
-one (`retrieval.dense.MiniLMEncoder` embeddings, cosine) among long-tail questions the generator got wrong closed-book,
-labelled [Yes], then 2 hand-written questions any LLM knows, labelled [No]."""
+one (`retrieval.dense.MiniLMEncoder` embeddings, cosine) among long-tail questions the generator
+got wrong closed-book, labelled [Yes], alternating with 2 hand-written questions any LLM knows,
+labelled [No], as in the authors' release."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from itertools import zip_longest
 
 import numpy as np
 
@@ -19,9 +21,11 @@ from ..generation.base import Generator, checksum_of
 from ..generation.prompts import (
     TA_ARE_DEMO,
     TA_ARE_EXAMPLES_HEADER,
+    TA_ARE_ID,
     TA_ARE_NO_DEMOS,
     TA_ARE_PREFIX,
     VANILLA,
+    VANILLA_ID,
     vanilla_prompt,
 )
 from ..questions import Question
@@ -33,10 +37,14 @@ LONG_TAIL_POP = 100  # Mallen's long tail: s_pop < 100 monthly page views
 
 
 def ta_are_prompt(question: str, date: str, yes_demos: Sequence[str]) -> str:
-    """Today's date, the Vanilla instruction, the [Yes] demonstrations (nearest first) then
-    the [No] ones, then the question."""
-    demos = [TA_ARE_DEMO.format(question=q, answer="[Yes]") for q in yes_demos]
-    demos += [TA_ARE_DEMO.format(question=q, answer="[No]") for q in TA_ARE_NO_DEMOS]
+    """Today's date, the Vanilla instruction, then [No] and [Yes] demonstrations alternating
+    (the authors' layout, a [No] first), the nearest [Yes] one last, next to the question.
+    The shared head (date, instruction, first [No]) is the same for every question, so vLLM's
+    prefix cache computes it once."""
+    demos = []
+    for no, yes in zip_longest(TA_ARE_NO_DEMOS, reversed(yes_demos)):
+        pair = ((no, "[No]"), (yes, "[Yes]"))
+        demos += [TA_ARE_DEMO.format(question=q, answer=a) for q, a in pair if q]
     return (
         TA_ARE_PREFIX.format(date=date)
         + INSTRUCTION
@@ -131,10 +139,12 @@ class PromptGate:
 
     @property
     def checksum(self) -> str:
-        """What its scores depend on, by content: the generator's weights, the template and,
-        for TA-ARE, the date and the demonstration pool (cached scores are keyed by it)."""
+        """What its scores depend on, by content: the generator's weights, the prompt (by its
+        versioned id) and, for TA-ARE, the date and the demonstration pool (cached scores are
+        keyed by it)."""
+        prompt_id = TA_ARE_ID if self.template == "ta-are" else VANILLA_ID
         extra = (self.date, self.demos.checksum) if self.demos is not None else ()
-        return content_id(checksum_of(self.generator), self.template, *extra)
+        return content_id(checksum_of(self.generator), prompt_id, *extra)
 
     def prompts(self, questions: Sequence[Question]) -> list[str]:
         if self.template == "vanilla":

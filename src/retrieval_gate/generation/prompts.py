@@ -28,14 +28,17 @@ VANILLA = (
     'answer "[Yes]" or "[No]".\n\nQuestion: {question}\nAnswer:'
 )
 
-TA_ARE_ID = "retrievalqa-ta-are-v1"
+TA_ARE_ID = "retrievalqa-ta-are-v2"
 # TA-ARE: "Today is {date}." before the Vanilla instruction, then demonstrations after
-# "Here are some examples:", then the question.
+# "Here are some examples:", then the question. Demonstrations as in the authors' release
+# (hyintell/RetrievalQA, utils.py `fewshot_examples`): "Question: ...\nAnswer: [No]." and
+# "[Yes]." alternating, a [No] first; the paper puts the 2 nearest long-tail failures in the
+# [Yes] places. v1 put both [Yes] first, then both [No].
 TA_ARE_PREFIX = "Today is {date}. "
 TA_ARE_EXAMPLES_HEADER = "Here are some examples:"
-TA_ARE_DEMO = "Question: {question}\nAnswer: {answer}"
-# Two questions any LLM knows, labelled [No] (RetrievalQA's hand-written demonstrations).
-TA_ARE_NO_DEMOS = ("What is the capital of France?", "Who wrote Romeo and Juliet?")
+TA_ARE_DEMO = "Question: {question}\nAnswer: {answer}."
+# The release's two hand-written questions any LLM knows, labelled [No].
+TA_ARE_NO_DEMOS = ("what is the water boiling point?", "What is the capital of France?")
 
 
 def closed_book_prompt(question: str) -> str:
