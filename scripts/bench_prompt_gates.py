@@ -142,8 +142,10 @@ def main() -> None:
     rows = onnx_rows(args.export, [q.text for q in qs], args.rounds, args.threads)
     rows = llm_rows(qs, ctx, args.rounds, args.date) + rows
     load = os.getloadavg()
-    print(f"\n{len(qs)} test questions, median of {args.rounds} rounds, load average "
-          f"{load[0]:.1f} (other processes share this CPU)")  # fmt: skip
+    # the 1-min load average counts this run's own engine threads (about 2 here): only a
+    # figure well above the core count means other work shared the CPU
+    print(f"\n{len(qs)} test questions, median of {args.rounds} rounds, 1-min load average "
+          f"{load[0]:.1f} on {os.cpu_count()} cores, this run included")  # fmt: skip
     print(table(rows))
     by = {r["name"]: r for r in rows}
     int8 = next(r for r in rows if r["name"].startswith("ONNX int8"))
