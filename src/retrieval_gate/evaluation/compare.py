@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,9 @@ def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
     all of them when `limit` is None or not smaller than the split."""
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be a positive number of test questions, got {limit}")
+    if limit is not None and limit > len(test):
+        print(f"note: --limit {limit} is more than the {len(test)} test questions; "
+              f"evaluating all {len(test)}", file=sys.stderr)  # fmt: skip
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
