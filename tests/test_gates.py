@@ -178,6 +178,12 @@ def test_llm_gates_are_keyed_by_what_their_scores_depend_on():
     assert key(gen_a, **ta) != key(gen_a, **{**ta, "date": "2025-01-31"})
     assert key(gen_a, **ta) != key(gen_a, **{**ta, "demos": DemoPool(train, VocabEmbed(), k=1)})
     assert key(gen_a, **ta) == key(gen_a, **{**ta, "demos": DemoPool(train, VocabEmbed())})
+    # a new prompt version is a new key (v1 TA-ARE scores are not reused for v2)
+    before = (key(gen_a), key(gen_a, **ta))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("retrieval_gate.gates.prompt.TA_ARE_ID", "retrievalqa-ta-are-v0")
+        mp.setattr("retrieval_gate.gates.prompt.VANILLA_ID", "retrievalqa-vanilla-v0")
+        assert key(gen_a) != before[0] and key(gen_a, **ta) != before[1]
 
     def confidence(gen, records):
         return ConfidenceGate(records, lambda: gen).checksum
