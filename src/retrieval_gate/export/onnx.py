@@ -1,10 +1,15 @@
 """A trained gate (any backbone, LoRA merged) -> one ONNX graph + tokenizer + metadata, and the
 optimised variants: `opt` (ORT graph optimisation / transformer fusions), `int8` (dynamic
-quantisation, CPU) and `fp16` (GPU)."""
+quantisation, CPU) and `fp16` (GPU).
+
+An export folder is written whole: everything goes into a staging folder beside it, renamed
+into place at the end (`fileio.staged_folder`), so a crash or a kill mid-export leaves the
+previous export (or none), never half of one."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +21,7 @@ from torch import nn
 
 from .. import __version__
 from ..data.errors import DataError
+from ..fileio import staged_folder, write_bytes
 from ..gates.onnx_format import FORMAT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json
 
@@ -148,14 +154,16 @@ def to_fp16(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
-def export_gate(
-    run_dir: str | Path,
-    out_dir: str | Path,
-    variants: Sequence[str] = ("fp32", "opt", "int8"),
-) -> Path:
-    """Writes `out_dir/{model*.onnx, tokenizer files}`; returns out_dir. fp32 is always made
-    (it is the reference the other variants are checked against)."""
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
+# What an export writes besides the tokenizer's own files; anything else found in an older export
+# folder is the user's and is carried into the new one.
+EXPORT_FILES = (*VARIANTS.values(), "gate_metadata.json", "parity.json", "README.md")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
+                   "chat_template.jinja")  # fmt: skip
+
+
+def check_export_target(out_dir: Path, variants: Sequence[str]) -> None:
+    """Refuses unknown variants and a non-empty folder that is not an export."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
@@ -169,20 +177,38 @@ def export_gate(
             "write into it: pass another --name or --out-dir",
             out_dir,
         )
+
+
+def keep_users_files(old: Path, stage: Path) -> None:
+    """Links what the user put into an older export folder (not an export's own file) into the
+    new one, so replacing the folder removes only what an export wrote."""
+    if not old.is_dir():
+        return
+    for entry in old.iterdir():
+        if entry.name in EXPORT_FILES or entry.name in TOKENIZER_FILES:
+            continue
+        if (stage / entry.name).exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, stage / entry.name, copy_function=os.link, symlinks=True)
+        else:
+            os.link(entry, stage / entry.name, follow_symlinks=False)
+
+
+def write_export(run_dir: Path, out_dir: Path, variants: Sequence[str]) -> None:
+    """The ONNX files, tokenizer and metadata into the (empty, staging) folder `out_dir`."""
     module, tokenizer, meta = load_run(run_dir)
     hf_config = module.backbone.hf_config
     if hf_config.model_type in FUSABLE:
         # ORT's attention fusion recognises the eager (matmul-softmax-matmul) pattern, not the
         # SDPA export; same maths, and the parity check below holds it to 1e-4.
         hf_config._attn_implementation = "eager"
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {v: out_dir / VARIANTS[v] for v in VARIANTS}
-    for stale in paths.values():  # never ship a variant left from an earlier export (ours)
-        stale.unlink(missing_ok=True)
     tokenizer.save_pretrained(out_dir)
     if not (out_dir / "tokenizer.json").is_file():
         raise DataError("the tokenizer has no fast (tokenizer.json) version to export", run_dir)
-    shutil.copy(run_dir / "metadata.json", out_dir / "gate_metadata.json")
+    # a new file (umask mode), not shutil.copy, which would carry the run file's mode along
+    write_bytes(out_dir / "gate_metadata.json", (run_dir / "metadata.json").read_bytes())
     props = gate_metadata(run_dir, meta, tokenizer, module.model_cfg.get("side_features"))
     export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
     if "opt" in variants or "int8" in variants:
@@ -194,4 +220,19 @@ def export_gate(
     for variant, path in paths.items():
         if path.is_file():
             set_metadata(path, {**props, "variant": variant})
+
+
+def export_gate(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    variants: Sequence[str] = ("fp32", "opt", "int8"),
+) -> Path:
+    """Writes `out_dir/{model*.onnx, tokenizer files}` whole (an older export there is
+    replaced, the user's own files in it kept); returns out_dir. fp32 is always made (it is the
+    reference the other variants are checked against)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_export_target(out_dir, variants)
+    with staged_folder(out_dir) as stage:
+        write_export(run_dir, stage, variants)
+        keep_users_files(out_dir, stage)
     return out_dir

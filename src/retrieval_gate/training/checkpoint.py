@@ -8,7 +8,10 @@
     metrics.json       dev/test metrics, throughput, wall time, peak RSS
     metadata.json      task, class names, threshold + the objective that chose it
 
-`save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it."""
+`save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it.
+Every file and folder is written atomically (a temporary one beside it, renamed into place) and
+gate.pt last: a run killed while saving has no gate.pt (`load_run` calls it incomplete) or all of
+them, never a half-written one."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import yaml
 
 from .. import __version__
 from ..errors import DataError
-from ..fileio import read_json, write_json, write_text
+from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
 from .backbones import load_tokenizer, saved_config
 from .data import CLASS_NAMES
 from .module import RetrievalGateModule
@@ -40,13 +43,15 @@ def save_run(
     module: RetrievalGateModule,
     tokenizer: Any,
     labels: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_json(run_dir / "labels.json", labels)
-    module.backbone.hf_config.save_pretrained(run_dir / "backbone")
-    tokenizer.save_pretrained(run_dir / "tokenizer")
-    torch.save(module.state_dict(), run_dir / "gate.pt")
+    with staged_folder(run_dir / "backbone") as stage:
+        module.backbone.hf_config.save_pretrained(stage)
+    with staged_folder(run_dir / "tokenizer") as stage:
+        tokenizer.save_pretrained(stage)
     meta_file = run_dir / "metadata.json"
     meta = read_run_json(meta_file) if meta_file.is_file() else {}
     meta.update(
@@ -63,6 +68,10 @@ def save_run(
     meta.setdefault("threshold", float(config["model"]["threshold"]))
     meta.setdefault("objective", "default 0.5 (not tuned)")
     write_json(meta_file, meta)
+    if metrics is not None:
+        write_json(run_dir / "metrics.json", metrics)
+    with atomic_path(run_dir / "gate.pt") as tmp:  # last: its presence says the run is whole
+        torch.save(module.state_dict(), tmp)
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:

@@ -263,7 +263,7 @@ def train(
     }
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
-        save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
-        write_json(run_dir / "metrics.json", metrics)
+        labels = {**dm.provenance, "counts": dm.summary()}
+        save_run(run_dir, config, module, tokenizer, labels, metrics)
     trainer.strategy.barrier("run folder written")
     return run_dir
