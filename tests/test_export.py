@@ -50,8 +50,7 @@ def exports(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
             tiny_backbone(tiny, root / "models" / tiny, TEXTS)
         )  # fmt: skip
         cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
-        cfg["run"]["name"] = name
-        cfg["trainer"]["limit_train_batches"] = 2
+        cfg = cfg.override(f"run.name={name}", "trainer.limit_train_batches=2")
         run_dir = train(cfg, questions=QUESTIONS)
         if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
             save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})

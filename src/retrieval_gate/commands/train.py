@@ -33,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..training import load_config, train
 
     config = load_config(args.config, args.overrides)
-    run_dir = train(config, overwrite=args.overwrite, resume=args.resume)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    print(f"run folder: {run_dir}")
-    print("test:", json.dumps({k: round(v, 4) for k, v in metrics["test"].items()}))
+    run = train(config, overwrite=args.overwrite, resume=args.resume)
+    print(f"run folder: {run.path}")
+    print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))
     return 0

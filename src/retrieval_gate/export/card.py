@@ -57,7 +57,7 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     """Front matter; each test metric is a model-index result, the threshold-dependent ones
     with the threshold they were measured at (the training threshold, before tuning)."""
     names = config["data"].get("datasets") or list(HUB_DATASETS)
-    label_file = Path(config["data"]["label_file"]).stem
+    label_file = Path(config["data"]["label_file"] or "in-memory").stem
     trained_at = float(config["model"].get("threshold", 0.5))
     results = [
         EvalResult(task_type="text-classification", task_name="retrieval necessity",
@@ -104,7 +104,8 @@ def write_model_card(
         f"- trained by retrieval-gate {meta['package_version']} (run `{run_dir.name}`)",
         "",
         "## Training data and labels",
-        f"- label file: `{labels['path']}` (sha256 `{labels['sha256'][:16]}...`)",
+        f"- label file: `{labels['path'] or 'labels given in memory'}` "
+        f"(sha256 `{labels['sha256'][:16]}...`)",
         f"- label policy: {label_meta.get('policy', 'not recorded')}; generator the labels "
         f"came from: {json.dumps(generator) if not isinstance(generator, str) else generator}",
         f"- split sizes (canonical split, seed 0): {json.dumps(labels.get('counts'))}",

@@ -65,7 +65,10 @@ def gate_metadata(
         "pad_token_id": str(tokenizer.pad_token_id),
         "backbone": meta["backbone"],
         "model_name": str(meta["model_name"]),
-        "label_provenance": json.dumps(labels, sort_keys=True),
+        # in-memory labels stay in the run's labels.json: the ONNX files carry their checksum
+        "label_provenance": json.dumps(
+            {k: v for k, v in labels.items() if k != "labels"}, sort_keys=True
+        ),
         "package_version": __version__,
         "run": run_dir.name,
         "task": meta["task"],
@@ -209,7 +212,8 @@ def write_export(run_dir: Path, out_dir: Path, variants: Sequence[str]) -> None:
         raise DataError("the tokenizer has no fast (tokenizer.json) version to export", run_dir)
     # a new file (umask mode), not shutil.copy, which would carry the run file's mode along
     write_bytes(out_dir / "gate_metadata.json", (run_dir / "metadata.json").read_bytes())
-    props = gate_metadata(run_dir, meta, tokenizer, module.model_cfg.get("side_features"))
+    side = module.side_features
+    props = gate_metadata(run_dir, meta, tokenizer, side.to_dict() if side else None)
     export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
     if "opt" in variants or "int8" in variants:
         optimise(paths["fp32"], paths["opt"], hf_config)
