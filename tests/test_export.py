@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
+from retrieval_gate.data import assign_splits
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import BackendError
 from retrieval_gate.export.build import build_export
@@ -86,6 +87,32 @@ def test_round_trip_parity_and_metadata(exports, name):
     card = (export_dir / "README.md").read_text()
     assert "Intended use and limitations" in card and "fp32" in card
     assert (export_dir / "tokenizer.json").is_file() and (export_dir / "parity.json").is_file()
+
+
+def test_int8_scores_do_not_depend_on_batch_mates(exports):
+    """Issue 28: with dynamic int8 a question's score moved with the questions scored beside it
+    (activation scales over the whole batch tensor). Static int8 (scales fixed at export from
+    the run's dev questions): alone or in mixed batches of short and long questions, the same
+    decisions and |delta score| <= 1e-4."""
+    import random
+
+    run_dir, export_dir, _ = exports["minilm"]
+    gate = OnnxGate(export_dir, "int8")
+    longer = [f"{t} and also, in the long run, what else is known about it {t}" for t in TEXTS[:8]]
+    texts = [*TEXTS[:16], "who?", *longer]
+    alone = np.array([gate.score_texts([t])[0] for t in texts])
+    rng = random.Random(0)
+    batches = [rng.sample(range(len(texts)), rng.randint(2, 8)) for _ in range(25)]
+    for idx in [*batches, list(range(len(texts)))]:
+        scores = gate.score_texts([texts[i] for i in idx])
+        assert np.abs(scores - alone[idx]).max() <= 1e-4, idx
+        assert ((scores >= gate.threshold) == (alone[idx] >= gate.threshold)).all()
+    # calibrated on the run's dev questions, which stay in the run, not in the export
+    kept = json.loads((run_dir / "metadata.json").read_text())["calibration"]
+    assert kept["split"] == "dev" and 0 < len(kept["texts"]) <= 256
+    splits = assign_splits(QUESTIONS, seed=0)  # the split training gave these questions
+    assert set(kept["texts"]) <= {q.text for q in QUESTIONS if splits[q.id] == "dev"}
+    assert "calibration" not in json.loads((export_dir / "gate_metadata.json").read_text())
 
 
 def test_tuned_threshold_travels_into_the_export(exports):

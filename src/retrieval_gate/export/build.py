@@ -10,7 +10,7 @@ from ..fileio import staged_folder
 from ..questions import Question
 from .card import write_model_card
 from .onnx import check_export_target, keep_users_files, write_export
-from .parity import check_parity, parity_set
+from .parity import calibration_set, check_parity, parity_set
 
 
 def build_export(
@@ -29,8 +29,9 @@ def build_export(
     texts, labels, *features = (
         parity if parity is not None else parity_set(run_dir, parity_limit, questions=questions)
     )
+    calibration = calibration_set(run_dir, questions) if "int8" in variants else None
     with staged_folder(out_dir) as stage:
-        write_export(run_dir, stage, variants)
+        write_export(run_dir, stage, variants, calibration)
         report = check_parity(run_dir, stage, texts, labels, features[0] if features else None)
         write_model_card(run_dir, stage, report, name=out_dir.name)
         keep_users_files(out_dir, stage)

@@ -23,7 +23,7 @@ from ..gates.onnx_format import VARIANTS
 from ..questions import Question
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
-from ..training.data import memory_labels, task_labels
+from ..training.data import CALIBRATION_QUESTIONS, memory_labels, task_labels
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -39,9 +39,10 @@ def parity_set(
     limit: int | None = 1000,
     seed: int = 0,
     questions: Sequence[Question] | None = None,
+    split: str = "test",
 ) -> tuple[list[str], list[int], np.ndarray | None]:
-    """Test-split questions of the run's labels: texts, binary labels and (for a gate with
-    side features) their scaled features. From `questions`, else the run's own
+    """Test-split (or `split`) questions of the run's labels: texts, binary labels and (for a
+    gate with side features) their scaled features. From `questions`, else the run's own
     `data.questions` file, else the bundled datasets (canonical split)."""
     provenance = read_run_json(run_dir / "labels.json")
     meta = read_run_json(run_dir / "metadata.json")
@@ -52,18 +53,34 @@ def parity_set(
         labels = memory_labels(provenance.get("labels") or {}, meta["task"])
     if questions is None:
         questions = question_set(config.data.questions, config.data.fields)
-    rows = [q for q in questions if q.id in labels and q.split == "test"]
+    rows = [q for q in questions if q.id in labels and q.split == split]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)
     if not rows:
         raise DataError(
-            "no test-split questions for the run's labels (pass the questions it was trained "
-            "on: export --questions FILE)",
+            f"no {split}-split questions for the run's labels (pass the questions it was "
+            "trained on: export --questions FILE)",
             provenance.get("path") or run_dir,
         )
     side = run_side_features(meta, old_side)
     features = side.matrix(rows, strict=False) if side else None
     return [q.text for q in rows], [int(labels[q.id] > 0) for q in rows], features
+
+
+def calibration_set(
+    run_dir: Path, questions: Sequence[Question] | None = None
+) -> tuple[list[str], np.ndarray | None]:
+    """Dev-split questions for int8 calibration (texts, scaled side features): those the run
+    kept when it trained (metadata.json `calibration`), else (runs trained before it kept them)
+    its dev split found again in `questions`, by default the run's own question set."""
+    kept = read_run_json(Path(run_dir) / "metadata.json").get("calibration")
+    if kept:
+        features = kept.get("features")
+        return list(kept["texts"]), None if features is None else np.asarray(features, np.float32)
+    texts, _, features = parity_set(
+        Path(run_dir), CALIBRATION_QUESTIONS, questions=questions, split="dev"
+    )
+    return texts, features
 
 
 def _auroc(labels: Sequence[int] | None, scores: np.ndarray) -> float | None:

@@ -47,6 +47,7 @@ def save_run(
     tokenizer: Any,
     labels: dict[str, Any],
     metrics: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -67,6 +68,7 @@ def save_run(
             "model_name": config.model.name,
             "max_length": config.data.max_length,
             "side_features": side.to_dict() if side else None,
+            "calibration": calibration,  # dev questions for int8 (export/parity.py)
             "package_version": __version__,
         }
     )

@@ -118,6 +118,9 @@ def config_questions(data: DataConfig) -> Sequence[Question]:
     return load_all(list(data.datasets) if data.datasets else None)
 
 
+CALIBRATION_QUESTIONS = 256  # dev questions int8's activation ranges are measured on
+
+
 def _subsample(rows: list, n: int | None, seed: int) -> list:
     if n is None or n >= len(rows):
         return rows
@@ -203,6 +206,14 @@ class GateDataModule(pl.LightningDataModule):
             feats = side.matrix([by_id[r[0]] for r in rows], strict=False)
             self.rows[split] = [(i, t, f, y) for (i, t, y), f in zip(rows, feats, strict=True)]
         return side
+
+    def calibration_sample(self, n: int = CALIBRATION_QUESTIONS) -> dict[str, Any]:
+        """Up to `n` dev questions (texts and scaled side features), kept in the run for int8
+        calibration at export: the dev split of questions handed in memory is found nowhere
+        else later."""
+        rows = _subsample(self.rows["dev"], n, self.seed)
+        features = [row[2].tolist() for row in rows] if self.side_features else None
+        return {"split": "dev", "texts": [row[1] for row in rows], "features": features}
 
     def class_counts(self) -> list[int]:
         counts = Counter(y for *_, y in self.rows["train"])

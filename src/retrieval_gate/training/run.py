@@ -343,6 +343,7 @@ def train(
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
         labels_json = {**dm.provenance, "counts": dm.summary()}
-        save_run(run_dir, config, module, tokenizer, labels_json, metrics)
+        save_run(run_dir, config, module, tokenizer, labels_json, metrics,
+                 dm.calibration_sample())  # fmt: skip
     trainer.strategy.barrier("run folder written")
     return TrainedRun(run_dir, config, metrics, read_json(run_dir / "metadata.json"))
