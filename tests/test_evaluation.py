@@ -208,13 +208,20 @@ def test_score_cache_is_keyed_by_the_gates_content_not_its_options():
     from types import SimpleNamespace
 
     from retrieval_gate.evaluation.compare import score_cache_key
+    from retrieval_gate.gates.registry import GATES, GateOptions
 
-    opts = {"run": "checkpoints/my-gate"}
+    opts, none = GateOptions(learned_run="checkpoints/my-gate"), GateOptions()
+    learned = GATES["learned"]
     old, new = SimpleNamespace(checksum="sha-old"), SimpleNamespace(checksum="sha-new")
-    assert score_cache_key("learned", old, opts) != score_cache_key("learned", new, opts)
-    assert score_cache_key("learned", old, opts) == score_cache_key("learned", old, {})
-    plain = always_gate()  # no checksum: its options are the key
-    assert score_cache_key("always", plain, {}) != score_cache_key("always", plain, opts)
+    assert score_cache_key(learned, old, opts) != score_cache_key(learned, new, opts)
+    assert score_cache_key(learned, old, opts) == score_cache_key(learned, old, none)
+    plain = always_gate()  # no checksum: the options its spec reads are the key
+    popularity = GATES["popularity"]
+    views = GateOptions(feature="views")
+    assert score_cache_key(popularity, plain, none) != score_cache_key(popularity, plain, views)
+    assert score_cache_key(GATES["always"], plain, none) == score_cache_key(
+        GATES["always"], plain, views
+    )
 
 
 def test_one_markdown_table_writer():

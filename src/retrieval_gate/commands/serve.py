@@ -9,9 +9,8 @@ import sys
 from dataclasses import fields
 
 from ..errors import ConfigError
-from ..gates.onnx_format import VARIANTS
+from ..gates.registry import gate_names
 from ..rag.limits import Limits
-from ..rag.modes import known_modes
 from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
 
 API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
@@ -30,13 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "generator (default: answer)",
     )
     p.add_argument(
-        "--gate", default="onnx", choices=known_modes(), help="gate in front (default: onnx)"
-    )
-    p.add_argument(
-        "--variant",
-        choices=list(VARIANTS),
-        default="fp32",
-        help="ONNX file of the export for the onnx gate (default: fp32)",
+        "--gate", default="onnx", choices=gate_names(), help="gate in front (default: onnx)"
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
     p.add_argument("--port", type=int, default=8000)
@@ -112,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
     checked = limits(args)
     check_bind(args.host, args.port, args.api_key)
     options = mode_options(args)
-    options.variant = args.variant
     if args.mode == "gate":
         service = open_gate(args.gate, options)
     else:

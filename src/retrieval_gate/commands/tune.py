@@ -17,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
     from ..labels.evalset import DEFAULT_RUN_DIR
     from ..tuning.studies import DEFAULT_STORAGE
+    from .gate_args import add_gate_options
     from .question_args import add_question_args
 
     p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
@@ -41,7 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", type=Path, default=DEFAULT_STORAGE, help="SQLite study database")
     p.add_argument("--out", type=Path, default=Path("reports/tune"))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
-    p.add_argument("--learned-run", help="training run folder (learned gate)")
     p.add_argument(
         "--save-objective",
         help="objective whose threshold is saved into the learned run's metadata.json "
@@ -56,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--max-epochs", type=int, default=3, help="hparams: upper bound of the epochs searched"
     )
     add_question_args(p)
+    add_gate_options(p)
     p.set_defaults(run=run)
 
 
@@ -85,13 +86,15 @@ def run(args: argparse.Namespace) -> int:
 def _check_flags(args: argparse.Namespace) -> None:
     """Flag values and combinations, before any gate is built or study opened."""
     from ..errors import ConfigError, InputError
+    from ..gates.registry import check_options
+    from .gate_args import gate_options
 
     if args.trials < 1:
         raise InputError(f"--trials must be at least 1, got {args.trials}")
     if not 0.0 < args.target <= 1.0:
         raise InputError(f"--target must be in (0, 1], got {args.target}")
-    if args.gate == "learned" and not args.learned_run:
-        raise ConfigError("--gate learned needs --learned-run (a training run folder)")
+    if set(args.objective) - {"relations", "hparams"}:  # those two build their own gates
+        check_options([args.gate], gate_options(args))
     if args.save_objective:
         if args.gate != "learned":
             raise ConfigError(
@@ -117,10 +120,10 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
     from ..evaluation.compare import closed_book_records
     from ..evaluation.tuned import dev_test_rows, tuned_markdown
     from ..tuning.run import build_for_tuning, tune_gate_thresholds, tuning_identity
+    from .gate_args import gate_options
 
     records = closed_book_records(args.run_dir)
-    options = {"run": args.learned_run} if args.gate == "learned" else {}
-    gate = build_for_tuning(args.gate, sp.train, sp.dev, records, **options)
+    gate = build_for_tuning(args.gate, sp.train, sp.dev, records, gate_options(args))
     identity = tuning_identity(args.labels, args.run_dir, gate)  # content, not names
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, args.storage, args.out,
                                   args.trials, args.target, args.seed, identity)  # fmt: skip

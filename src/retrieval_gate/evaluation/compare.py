@@ -15,21 +15,25 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
+from ..errors import MissingInputError
 from ..fileio import content_id, write_text
 from ..gates.base import Gate
 from ..gates.popularity import mallen_protocol
-from ..gates.registry import GateContext, LazyGenerator, build_gate
+from ..gates.registry import (
+    GATES,
+    GateContext,
+    GateOptions,
+    GateSpec,
+    LazyGenerator,
+    build_gate,
+    check_options,
+)
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..labels.files import LabelFile
 from ..questions import Question
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
-
-# Gates whose scores do not depend on the label file: scored once on the union of test
-# questions and shared by every policy (prompt gates cost minutes of vLLM time).
-LABEL_FREE = {"always", "never", "prompt-vanilla", "prompt-ta-are", "confidence", "learned", "onnx"}
-LLM_GATES = {"prompt-vanilla", "prompt-ta-are", "confidence"}
 
 
 @dataclass
@@ -38,7 +42,7 @@ class EvaluationConfig:
     label_files: Sequence[Path]
     out_dir: Path
     run_dir: Path | None = DEFAULT_RUN_DIR  # labelling run: closed-book/rag-gain answers
-    gate_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gate_options: GateOptions = field(default_factory=GateOptions)
     generator_options: dict[str, Any] = field(default_factory=dict)
     n_resamples: int = 1000
     cost_questions: int = 30
@@ -92,24 +96,28 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         "policies": {},
         "skipped": skipped,
     }
+    gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
         results = []
-        for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
+        for name in tqdm(gates, desc=f"gates on {policy}"):
+            spec = GATES[name]
             try:
-                opts = cfg.gate_options.get(name, {})
-                gate = build_gate(name, ctx, **opts)
+                gate = build_gate(name, ctx, cfg.gate_options)
             except (DataError, ValueError) as e:  # one gate's missing input: report it, go on
                 skipped[f"{name} ({policy})"] = str(e)
                 continue
             scores = (
-                _label_free_scores(name, gate, policy, tests, cfg.out_dir / "scores", opts)
-                if name in LABEL_FREE
+                _label_free_scores(
+                    spec, gate, policy, tests, cfg.out_dir / "scores", cfg.gate_options
+                )
+                if spec.label_free
                 else None
             )
             result = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores)
             if cfg.measure_cost and name not in costs:
-                n = max(5, cfg.cost_questions // 3) if name in LLM_GATES else cfg.cost_questions
+                llm = "generator" in spec.needs  # an LLM call per question: fewer timed
+                n = max(5, cfg.cost_questions // 3) if llm else cfg.cost_questions
                 try:
                     costs[name] = cost_per_question(gate, tests[policy].questions, n)
                 except DataError as e:  # e.g. no generator here: say so, keep the rest
@@ -126,20 +134,38 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     return path
 
 
-def score_cache_key(name: str, gate: Gate, options: dict[str, Any]) -> str:
+def _gates_with_options(cfg: EvaluationConfig, skipped: dict[str, str]) -> list[str]:
+    """The requested gates whose flags are given (a gate without its flag is skipped, with
+    the reason; a flag pointing at a wrong path is an error, before anything runs)."""
+    kept = []
+    for name in cfg.gates:
+        try:
+            check_options([name], cfg.gate_options)
+            kept.append(name)
+        except MissingInputError as e:
+            skipped[name] = str(e)
+    return kept
+
+
+def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     """Cache file stem of a label-free gate: its name and, by content, what its scores depend
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
-    one, else the options it was built with."""
-    used = {k: str(v) for k, v in sorted(options.items()) if v is not None}
-    return f"{name}-{content_id(getattr(gate, 'checksum', None) or json.dumps(used))}"
+    one, else the options it reads."""
+    used = {k: str(getattr(options, k)) for k in spec.options if getattr(options, k) is not None}
+    return f"{spec.name}-{content_id(getattr(gate, 'checksum', None) or json.dumps(used))}"
 
 
 def _label_free_scores(
-    name: str, gate: Gate, policy: str, tests: dict[str, EvalSet], cache_dir: Path, options: dict
+    spec: GateSpec,
+    gate: Gate,
+    policy: str,
+    tests: dict[str, EvalSet],
+    cache_dir: Path,
+    options: GateOptions,
 ) -> np.ndarray:
     """Scores on the union of every policy's test questions, computed in one batch and kept in
     `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
-    path = cache_dir / f"{score_cache_key(name, gate, options)}.json"
+    path = cache_dir / f"{score_cache_key(spec, gate, options)}.json"
     known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
     union = {q.id: q for t in tests.values() for q in t.questions}
     todo = [q for i, q in union.items() if i not in known]

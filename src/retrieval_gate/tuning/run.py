@@ -13,7 +13,7 @@ import numpy as np
 
 from ..fileio import content_id, sha256_file, write_bytes
 from ..gates.base import Gate
-from ..gates.registry import GateContext, build_gate
+from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
@@ -96,9 +96,9 @@ def tune_gate_thresholds(
 
 
 def build_for_tuning(
-    name: str, train: EvalSet, dev: EvalSet, records: dict, **options: Any
+    name: str, train: EvalSet, dev: EvalSet, records: dict, options: GateOptions | None = None
 ) -> Gate:
     """A gate fitted on train/dev only (the context never holds test questions)."""
     require_no_test(train, "gate fitting")
     require_no_test(dev)
-    return build_gate(name, GateContext(train, dev, records), **options)
+    return build_gate(name, GateContext(train, dev, records), options)
