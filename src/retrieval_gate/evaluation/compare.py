@@ -17,7 +17,7 @@ from tqdm import tqdm
 from ..data.errors import DataError
 from ..errors import MissingInputError
 from ..fileio import content_id, write_text
-from ..gates.base import Gate
+from ..gates.base import Gate, gate_checksum
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import (
     GATES,
@@ -152,7 +152,7 @@ def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
     one, else the options it reads."""
     used = {k: str(getattr(options, k)) for k in spec.options if getattr(options, k) is not None}
-    return f"{spec.name}-{content_id(getattr(gate, 'checksum', None) or json.dumps(used))}"
+    return f"{spec.name}-{content_id(gate_checksum(gate) or json.dumps(used))}"
 
 
 def _label_free_scores(

@@ -20,6 +20,7 @@ from ..fileio import content_id
 from ..generation.base import Generation, Generator, checksum_of
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question, is_idk
+from .base import Questions, as_questions
 
 
 def confidence_score(mean_logprob: float | None, idk: bool) -> float:
@@ -62,7 +63,8 @@ class ConfidenceGate:
         """The same gate generating every answer (what a question costs in deployment)."""
         return ConfidenceGate(None, self.generator, self.threshold, self.max_new_tokens, self.name)
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         out = np.empty(len(questions))
         missing = []
         for i, q in enumerate(questions):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..questions import Question, feature_value
+from .base import Questions, as_questions
 
 
 def candidate_cuts(s_pop: np.ndarray) -> np.ndarray:
@@ -56,7 +57,8 @@ class PopularityGate:
     def cut_for(self, q: Question) -> float:
         return self.relation_thresholds.get(q.relation or "", self.global_threshold)
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         out = np.full(len(questions), self.fallback_score, dtype=float)
         for i, q in enumerate(questions):
             value = feature_value(q, self.feature)

@@ -29,6 +29,7 @@ from ..generation.prompts import (
     vanilla_prompt,
 )
 from ..questions import Question
+from .base import Questions, as_questions
 
 CHOICES = ("[Yes]", "[No]")
 # The Vanilla instruction without its question slot, which TA-ARE places after the examples.
@@ -155,7 +156,8 @@ class PromptGate:
             ta_are_prompt(q.text, self.date, d) for q, d in zip(questions, nearest, strict=True)
         ]
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         if not questions:
             return np.empty(0)
         probs = self.generator().choice_probs(self.prompts(questions), list(CHOICES))

@@ -10,6 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from ..questions import Question
+from .base import Questions, as_questions
 
 
 class TfidfGate:
@@ -35,5 +36,6 @@ class TfidfGate:
         pipeline.fit([q.text for q in questions], labels)
         return cls(pipeline)
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         return self.pipeline.predict_proba([q.text for q in questions])[:, 1]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from ..gates.base import Gate
+from ..gates.base import Gate, uncached_gate
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
 from ..labels.evalset import DEFAULT_RUN_DIR, load_splits
@@ -92,8 +92,7 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     gate = build_gate(mode, context, options)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.
-    uncached = getattr(gate, "uncached", None)
-    return uncached() if callable(uncached) else gate
+    return uncached_gate(gate)
 
 
 def _context(

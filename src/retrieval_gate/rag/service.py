@@ -32,7 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from ..errors import BackendError, RetrievalGateError
-from ..gates.base import Gate
+from ..gates.base import AsksGenerator, Gate
 from ..questions import Question
 from .batcher import Batcher, Busy
 from .limits import Limits
@@ -177,7 +177,7 @@ def create_app(
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
-    shared = engine if hasattr(gate, "generator") else None
+    shared = engine if isinstance(gate, AsksGenerator) else None
     scorer = Batcher(_locked(gate.scores, shared), *sizes, name="gate")
     answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine") if rag else None
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..fileio import content_id, sha256_file, write_bytes
-from ..gates.base import Gate
+from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
 from .objectives import DevData, objective
@@ -27,7 +27,7 @@ def tuning_identity(label_file: Path, run_dir: Path, gate: Gate | None = None) -
     labelling run's recorded answers and (when it has one) the gate's weights checksum."""
     answers = [run_dir / "closed-book.jsonl", run_dir / "rag-gain.jsonl"]
     sums = [sha256_file(p) if p.is_file() else None for p in answers]
-    return content_id(sha256_file(Path(label_file)), *sums, getattr(gate, "checksum", None))
+    return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None)
 
 
 def dev_scores(
