@@ -85,10 +85,11 @@ def test_split_column_kept_and_seeded_split_groups_entities(tmp_path):
     assert read_questions(str(fixed))[0].split == "test"
 
 
-def test_duplicates(tmp_path, capsys):
+def test_duplicates(tmp_path, caplog):
+    caplog.set_level("INFO", logger="retrieval_gate")
     same = _jsonl(tmp_path / "d.jsonl", [{"question": "Same?"}, {"question": "Same?"}])
     assert len(read_questions(str(same))) == 1
-    assert "1 repeated question row(s)" in capsys.readouterr().err
+    assert "1 repeated question row(s)" in caplog.text
     clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
     with pytest.raises(DataError, match="id '1' names two different questions"):
         read_questions(str(clash))

@@ -10,6 +10,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import math
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from ..errors import InputError
 from ..fileio import not_an_input, write_text
 from .question_args import add_question_args, questions_from
 
+log = logging.getLogger(__name__)
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")
 
@@ -157,6 +159,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("".join(lines))
     bad = len(records) - len(good)
-    print(f"scored {len(good)} questions with {gate.name} on {gate.provider} "
-          f"(threshold {threshold}); {bad} bad lines reported", file=sys.stderr)  # fmt: skip
+    log.info(f"scored {len(good)} questions with {gate.name} on {gate.provider} "
+             f"(threshold {threshold}); {bad} bad lines reported")  # fmt: skip
     return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
-import sys
 from dataclasses import fields
 
 from ..errors import ConfigError
@@ -13,6 +13,7 @@ from ..gates.registry import gate_names
 from ..rag.limits import Limits
 from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
 
+log = logging.getLogger(__name__)
 API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
 
 
@@ -85,10 +86,7 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
     if api_key is not None and not api_key.strip():
         raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
     if not api_key and not _loopback(host):
-        print(
-            f"warning: serving on {host} without --api-key: anyone who can reach it can use it",
-            file=sys.stderr,
-        )
+        log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
 
 
 def _loopback(host: str) -> bool:

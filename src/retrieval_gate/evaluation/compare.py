@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +35,8 @@ from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class EvaluationConfig:
@@ -63,8 +65,8 @@ def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be a positive number of test questions, got {limit}")
     if limit is not None and limit > len(test):
-        print(f"note: --limit {limit} is more than the {len(test)} test questions; "
-              f"evaluating all {len(test)}", file=sys.stderr)  # fmt: skip
+        log.info(f"--limit {limit} is more than the {len(test)} test questions; "
+                 f"evaluating all {len(test)}")  # fmt: skip
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
@@ -104,7 +106,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             spec = GATES[name]
             try:
                 gate = build_gate(name, ctx, cfg.gate_options)
-            except (DataError, ValueError) as e:  # one gate's missing input: report it, go on
+            except MissingInputError as e:  # one gate's missing input: report it, go on
                 skipped[f"{name} ({policy})"] = str(e)
                 continue
             scores = (
@@ -120,7 +122,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 n = max(5, cfg.cost_questions // 3) if llm else cfg.cost_questions
                 try:
                     costs[name] = cost_per_question(gate, tests[policy].questions, n)
-                except DataError as e:  # e.g. no generator here: say so, keep the rest
+                except MissingInputError as e:  # e.g. no generator here: say so, keep the rest
                     result.notes.append(f"cost not measured: {e}")
             result.cost_ms = costs.get(name)
             results.append(result)
@@ -204,7 +206,7 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
                 every.questions, every.y, every.closed_correct, every.rag_correct,
                 n_splits=100, per_relation=per_relation,
             )  # fmt: skip
-        except ValueError as e:
+        except MissingInputError as e:
             out["per-relation" if per_relation else "global"] = {"n/a": str(e)}
     return out
 

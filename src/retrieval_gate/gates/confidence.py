@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import MissingInputError
 from ..fileio import content_id
 from ..generation.base import Generation, Generator, checksum_of
 from ..generation.prompts import closed_book_prompt
@@ -80,7 +80,7 @@ class ConfidenceGate:
 
     def _generate(self, questions: Sequence[Question]) -> list[Generation]:
         if self.generator is None:
-            raise DataError(
+            raise MissingInputError(
                 f"confidence gate: {len(questions)} questions have no closed-book record "
                 "(e.g. " + questions[0].id + "); pass the closed-book label file or a generator"
             )

@@ -16,6 +16,7 @@ from itertools import zip_longest
 
 import numpy as np
 
+from ..errors import ConfigError, MissingInputError
 from ..fileio import content_id
 from ..generation.base import Generator, checksum_of
 from ..generation.prompts import (
@@ -74,7 +75,7 @@ class DemoPool:
         k: int = 2,
     ):
         if len(questions) < k + 1:
-            raise ValueError(
+            raise MissingInputError(
                 f"TA-ARE needs more than {k} demonstration questions, got {len(questions)}"
             )
         self.questions = list(questions)
@@ -128,9 +129,11 @@ class PromptGate:
         threshold: float = 0.5,
     ):
         if template not in ("vanilla", "ta-are"):
-            raise ValueError(f"unknown prompt template {template!r}; use vanilla or ta-are")
+            raise ConfigError(f"unknown prompt template {template!r}; use vanilla or ta-are")
         if template == "ta-are" and demos is None:
-            raise ValueError("the TA-ARE gate needs a demonstration pool (closed-book labels)")
+            raise MissingInputError(
+                "the TA-ARE gate needs a demonstration pool (closed-book labels)"
+            )
         self.generator = generator
         self.template = template
         self.demos = demos

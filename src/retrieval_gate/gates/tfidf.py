@@ -9,6 +9,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from ..errors import MissingInputError
 from ..questions import Question
 from .base import Questions, as_questions
 
@@ -27,7 +28,7 @@ class TfidfGate:
     ) -> TfidfGate:
         labels = np.asarray(y).astype(int)
         if len(set(labels.tolist())) < 2:
-            raise ValueError("tfidf gate: the training questions have only one label")
+            raise MissingInputError("tfidf gate: the training questions have only one label")
         pipeline = make_pipeline(
             TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
             # balanced: label shares differ a lot between policies and sources

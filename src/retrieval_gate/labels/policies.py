@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError, InputError
+from ..errors import ConfigError
 from ..models import SMOLLM2
 from ..questions import Question
 from .files import LABELS_DIR, LabelFile, check_resume, meta_path
 from .scoring import DEFAULT_CRITERION
 from .selection import EQ_SAMPLE, labelling_questions
+
+log = logging.getLogger(__name__)
 
 GENERATOR_FREE = ("retrievalqa", "popularity")
 GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
@@ -48,7 +51,7 @@ def generator_dir_name(generator: str) -> str:
 def label_path(policy: str, generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> Path:
     """data/labels/<policy>.jsonl, or data/labels/<generator>/<policy>.jsonl."""
     if policy not in POLICIES:
-        raise ValueError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        raise ConfigError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if policy in GENERATOR_FREE:
         return labels_dir / f"{policy}.jsonl"
     name = "closed-book" if policy == OUTCOMES else policy  # outcomes write a closed-book file
@@ -81,8 +84,8 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
         questions = [q for q in questions if q.contexts]
     if req.limit is not None:
         if req.limit > len(questions):
-            print(f"note: --limit {req.limit} is more than the {len(questions)} questions "
-                  f"available; labelling all {len(questions)}", file=sys.stderr)  # fmt: skip
+            log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
+                     f"available; labelling all {len(questions)}")  # fmt: skip
         questions = questions[: req.limit]
     if req.policy in GENERATOR_FREE:
         stats = _generator_free(req.policy, questions, out)

@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from ..errors import BackendError, RetrievalGateError
+from ..errors import BackendError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate
 from ..questions import Question
 from .batcher import Batcher, Busy
@@ -129,7 +129,7 @@ def _valid_unicode(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(
+            raise InputError(  # a ValueError, so pydantic reports it as a 422
                 f"is not valid Unicode (a lone surrogate at character {e.start}); send UTF-8"
             ) from None
     return value
@@ -137,7 +137,7 @@ def _valid_unicode(value: Any) -> Any:
 
 def _not_blank(text: str) -> str:
     if not text.strip():
-        raise ValueError("is empty or only whitespace")
+        raise InputError("is empty or only whitespace")
     return text
 
 

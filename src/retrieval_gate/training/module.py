@@ -20,6 +20,7 @@ from torchmetrics.utilities import dim_zero_cat
 from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
+from ..errors import InputError
 from .backbones import Backbone
 
 
@@ -100,7 +101,7 @@ class RetrievalGateModule(pl.LightningModule):
         pooled = self.backbone(input_ids, attention_mask).float()
         if self.n_side:
             if features is None:
-                raise ValueError("this gate was trained with side features: pass `features`")
+                raise InputError("this gate was trained with side features: pass `features`")
             pooled = torch.cat([pooled, features.float()], dim=-1)
         return self.head(pooled)
 

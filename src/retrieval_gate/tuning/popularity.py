@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from ..errors import MissingInputError
 from ..gates.popularity import PopularityGate, candidate_cuts, fit_popularity
 from ..labels.evalset import EvalSet
 from ..metrics import adaptive_accuracy
@@ -33,7 +34,7 @@ def tune_relations(
     )
     part = dev.subset(keep)
     if not len(part):
-        raise ValueError(
+        raise MissingInputError(
             "no dev question has s_pop and recorded answers (PopQA with rag-gain rows)"
         )
     reference = fit_popularity(part.questions, part.y, part.closed_correct, part.rag_correct,

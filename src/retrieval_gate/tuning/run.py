@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MissingInputError
 from ..fileio import content_id, sha256_file, write_bytes
 from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
@@ -76,7 +77,7 @@ def tune_gate_thresholds(
         obj = objective(name, target)
         try:
             res = tune_threshold(obj, data)
-        except ValueError as e:  # e.g. no recorded answers for adaptive accuracy
+        except MissingInputError as e:  # e.g. no recorded answers for adaptive accuracy
             out["skipped"][obj.name] = str(e)
             continue
         out["thresholds"][obj.name] = asdict(res)
@@ -85,7 +86,7 @@ def tune_gate_thresholds(
             front, trials = pareto_front(
                 data, study_name(gate.name, policy, "pareto", identity), storage, n_trials, seed
             )
-        except ValueError as e:
+        except MissingInputError as e:
             out["skipped"]["pareto"] = str(e)
         else:
             known = ~np.isnan(data.closed) & ~np.isnan(data.rag)
