@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from retrieval_gate.cli import main
-from retrieval_gate.commands.score import read_questions
+from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.errors import InputError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.onnx_format import FORMAT, REQUIRED
@@ -53,21 +53,21 @@ def test_score_with_no_scorable_line_is_an_error(tmp_path, capsys):
 def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     csv_file = tmp_path / "q.csv"
     csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\n')
-    rows = read_questions(csv_file)
+    rows = read_question_lines(csv_file)
     assert rows == [
         {"line": 2, "id": "x1", "text": "Who wrote Hamlet, the play?"},
         {"line": 3, "id": "x2", "error": "empty question"},
     ]
     txt = tmp_path / "q.txt"
     txt.write_text("question\nWho wrote Hamlet?\n")
-    assert [r["text"] for r in read_questions(txt)] == ["Who wrote Hamlet?"]
+    assert [r["text"] for r in read_question_lines(txt)] == ["Who wrote Hamlet?"]
     bad_header = tmp_path / "b.csv"
     bad_header.write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="no 'question' or 'text' column"):
-        read_questions(bad_header)
+        read_question_lines(bad_header)
     jsonl = tmp_path / "q.jsonl"
     jsonl.write_text('{"id": "own-7", "question": ""}\n{"id": "own-8", "q": "x"}\n')
-    assert [r["id"] for r in read_questions(jsonl)] == ["own-7", "own-8"]
+    assert [r["id"] for r in read_question_lines(jsonl)] == ["own-7", "own-8"]
 
 
 def test_score_output_folder_that_cannot_exist_is_a_message(tmp_path, capsys):

@@ -138,7 +138,7 @@ def test_tuning_never_reads_test_questions(tmp_path):
 
 
 def test_the_tuned_report_applies_dev_thresholds_to_test(tmp_path):
-    from retrieval_gate.evaluation.tuned import dev_test_rows, tuned_markdown
+    from retrieval_gate.tuning.report import dev_test_rows, tuned_markdown
 
     gate = RecordingGate()
     out = tune_gate_thresholds(gate, _evalset("train"), _evalset("dev"), "synthetic",

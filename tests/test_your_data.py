@@ -117,7 +117,7 @@ def test_feature_changes_the_score_and_missing_one_is_an_error(chain):
 
 def test_evaluate_report_and_score_new_questions(chain, capsys):
     report = json.loads((chain["root"] / "report" / "results.json").read_text())
-    gates = {g["name"] for g in report["policies"]["closed-book"]["gates"]}
+    gates = {g["name"] for g in report["policies"]["my-llm/closed-book"]["gates"]}
     assert {"always", "never", "popularity", "onnx:mine:fp32"} <= gates
     assert "Your question file's split" in (chain["root"] / "report" / "report.md").read_text()
     new = _write_csv(chain["root"] / "new.csv", [

@@ -28,8 +28,9 @@ from ..gates.registry import (
     build_gate,
     check_options,
 )
-from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, label_file_names, load_splits
 from ..labels.files import LabelFile
+from ..labels.labelling_run import LabellingRun
 from ..questions import Question
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
@@ -52,11 +53,6 @@ class EvaluationConfig:
     limit: int | None = None  # evaluate on the first N test questions (a quick look)
     command: str = ""
     questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
-
-
-def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
-    path = (run_dir or DEFAULT_RUN_DIR) / "closed-book.jsonl"
-    return LabelFile(path).rows if path.is_file() else {}
 
 
 def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
@@ -87,9 +83,10 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    splits = {policy_name(p): load_splits(p, cfg.run_dir, cfg.questions) for p in cfg.label_files}
+    files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
+    splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
-    records = closed_book_records(cfg.run_dir)
+    records = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR).records()
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     costs: dict[str, float] = {}
     skipped: dict[str, str] = {}
@@ -127,7 +124,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             result.cost_ms = costs.get(name)
             results.append(result)
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
-        report["policies"][policy]["label_file"] = _provenance(cfg.label_files, policy)
+        report["policies"][policy]["label_file"] = _provenance(files[policy])
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
     write_text(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
@@ -178,8 +175,7 @@ def _label_free_scores(
     return np.array([known[q.id] for q in tests[policy].questions])
 
 
-def _provenance(paths: Sequence[Path], policy: str) -> dict[str, Any]:
-    path = next(p for p in paths if policy_name(p) == policy)
+def _provenance(path: Path) -> dict[str, Any]:
     lf = LabelFile(path)
     try:
         meta = lf.meta
@@ -213,10 +209,11 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
 
 def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
     scores = {r.name: r.scores for r in results}
+    stem = policy.replace("/", "-")  # figure files of `<generator>/<policy>`
     figs = {
-        "roc_pr": plots.roc_pr(test.y, scores, policy, out / f"{policy}-roc-pr.png").name,
+        "roc_pr": plots.roc_pr(test.y, scores, policy, out / f"{stem}-roc-pr.png").name,
         "reliability": plots.reliability(
-            test.y, scores, f"reliability: {policy}", out / f"{policy}-reliability.png"
+            test.y, scores, f"reliability: {policy}", out / f"{stem}-reliability.png"
         ).name,
     }
     pop = np.array([q.s_pop is not None for q in test.questions])
@@ -233,7 +230,7 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
             test.closed_correct[known],
             test.rag_correct[known],
             decisions,
-            out / f"{policy}-mallen.png",
+            out / f"{stem}-mallen.png",
         ).name
     return {
         "n_train": len(sp.train),

@@ -11,6 +11,7 @@ import torch
 
 from ..data.features import SideFeatures
 from ..fileio import sha256_file
+from ..run_folder import RunFolder
 from ..training.checkpoint import load_run
 from .encoder import EncoderGate
 
@@ -48,7 +49,7 @@ class LearnedGate(EncoderGate):
     def checksum(self) -> str:
         """The weights' identity: tuning keys its studies and caches by it, not by the folder
         name. Hashed on first use, so loading a gate to score pays nothing for it."""
-        return sha256_file(self.run_dir / "gate.pt")
+        return sha256_file(RunFolder(self.run_dir).weights)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)

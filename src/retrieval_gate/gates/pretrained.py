@@ -23,14 +23,11 @@ import numpy as np
 
 from ..errors import BackendError, InputError
 from ..questions import Question
+from ..run_folder import RunFolder
 from .base import Features, Gate, HasMetadata, OnDevice, Questions, as_questions
 from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
-# What a saved torch gate consists of (the rest of a run folder -- Lightning checkpoints,
-# logs -- is training state); an export folder is the gate, all of its files.
-RUN_FILES = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json", "labels.json",
-             "metrics.json")  # fmt: skip
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -68,7 +65,7 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
 
 def folder_kind(folder: Path) -> str:
     """The backend a folder holds: onnx (an export) or torch (a training run)."""
-    if (folder / "gate.pt").is_file():
+    if RunFolder(folder).is_run():
         return "torch"
     if any((folder / f).is_file() for f in VARIANTS.values()):
         return "onnx"
@@ -206,7 +203,8 @@ class RetrievalGate:
         out = Path(save_directory)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError("refusing to write into a non-empty folder; choose a new one", out)
-        names = RUN_FILES if self.backend == "torch" else _export_files(self.folder)
+        # a run folder's gate files (the rest is training state); an export is all its files
+        names = RunFolder.GATE if self.backend == "torch" else _export_files(self.folder)
         out.mkdir(parents=True, exist_ok=True)
         for name in names:
             src = self.folder / name

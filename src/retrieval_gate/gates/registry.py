@@ -22,6 +22,7 @@ from ..errors import BackendError, ConfigError, DataError, MissingInputError
 from ..generation.base import Generator
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
+from ..run_folder import RunFolder
 from .base import Gate
 from .onnx_format import VARIANTS
 
@@ -256,7 +257,7 @@ def check_options(names: Sequence[str], opts: GateOptions) -> None:
         needs = gate_spec(name).needs
         if "run" in needs:
             run = Path(_required(opts, name, "learned_run"))
-            if not (run / "gate.pt").is_file():
+            if not RunFolder(run).is_run():
                 raise DataError("not a training run folder (no gate.pt): pass the folder "
                                 "`retrieval-gate train` wrote (--learned-run)", run)  # fmt: skip
         if "export" in needs:

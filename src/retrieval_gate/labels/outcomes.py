@@ -26,6 +26,7 @@ from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .files import LabelFile, meta_path
+from .labelling_run import CLOSED_BOOK, RAG_GAIN
 from .rag_gain import judge_gain
 from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
@@ -71,11 +72,11 @@ def import_outcomes(
         rows=len(closed),
         unmatched_rows=unmatched,
     )
-    written = {"closed-book": _write(out_dir / "closed-book.jsonl", closed, meta)}
+    written = {"closed-book": _write(out_dir / CLOSED_BOOK, closed, meta)}
     if rag:
         rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
-                    "closed_book_file": "closed-book.jsonl"}  # fmt: skip
-        written["rag-gain"] = _write(out_dir / "rag-gain.jsonl", rag, rag_meta)
+                    "closed_book_file": CLOSED_BOOK}  # fmt: skip
+        written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta)
     return {
         "format": fmt,
         "outcome_rows": len(rows),

@@ -20,8 +20,8 @@ from ..errors import ConfigError, DataError
 from ..gates.base import Gate, uncached_gate
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
-from ..labels.evalset import DEFAULT_RUN_DIR, load_splits
-from ..labels.files import LabelFile
+from ..labels.evalset import load_splits
+from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
 from ..questions import Question
 from .loop import RagRun
 from .oracle import OracleGate
@@ -35,9 +35,9 @@ class ModeOptions(GateOptions):
     """Where each mode's gate comes from: the gate options, plus the label files the fitted
     gates and the oracle read, and per-mode threshold overrides."""
 
-    labels: Path = DEFAULT_RUN_DIR / "closed-book.jsonl"  # fits popularity / TA-ARE / tfidf
+    labels: Path = DEFAULT_RUN_DIR / CLOSED_BOOK  # fits popularity / TA-ARE / tfidf
     run_dir: Path = DEFAULT_RUN_DIR  # closed-book records and outcomes of the labelling run
-    oracle_labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"
+    oracle_labels: Path = DEFAULT_RUN_DIR / RAG_GAIN
     thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
     questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
 
@@ -102,9 +102,8 @@ def _context(
     if needing("labels", modes):
         splits = load_splits(options.labels, options.run_dir, options.questions)
         context.train, context.dev = splits.train, splits.dev
-    closed = Path(options.run_dir) / "closed-book.jsonl"
-    if "prompt-ta-are" in modes and closed.is_file():
-        context.closed_book = LabelFile(closed).rows
+    if "prompt-ta-are" in modes:
+        context.closed_book = LabellingRun(Path(options.run_dir)).records()
     return context
 
 

@@ -22,11 +22,12 @@ import yaml
 from .. import __version__
 from ..errors import DataError
 from ..fileio import read_json, write_json, write_text
+from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
 from .data import CLASS_NAMES
 from .module import RetrievalGateModule
 
-REQUIRED = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json")
+REQUIRED = RunFolder.REQUIRED
 
 
 def read_run_json(path: Path) -> dict[str, Any]:

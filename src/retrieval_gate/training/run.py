@@ -28,6 +28,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..errors import ConfigError, DataError
 from ..fileio import read_json, sha256_file, write_json, write_text
+from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
 from .data import GateDataModule
@@ -38,9 +39,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-# What a training run writes into its folder (all that `overwrite` removes; nothing else).
-RUN_FILES = ("run.json", "config.yaml", "labels.json", "backbone", "tokenizer", "gate.pt",
-             "metrics.json", "metadata.json", "lightning", "logs")  # fmt: skip
+RUN_FILES = RunFolder.WRITTEN  # what a training run writes (all that `overwrite` removes)
 
 
 class Throughput(pl.Callback):

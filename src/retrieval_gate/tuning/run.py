@@ -1,6 +1,6 @@
-"""`retrieval-gate tune` behind the command: build a gate from train/dev only, score dev,
-run the requested studies. Nothing here sees the test split (the command evaluates the
-chosen thresholds on test afterwards, through `evaluation.tuned`)."""
+"""Threshold studies of one gate: build it from train/dev only, score dev (cached), tune each
+objective and the Pareto front. Nothing here sees the test split (`run_tuning` applies the
+chosen thresholds to test afterwards, through `tuning.report`)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,16 @@ from ..fileio import content_id, sha256_file, write_bytes
 from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
+from ..labels.labelling_run import LabellingRun
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
-
-THRESHOLD_OBJECTIVES = ("macro-f1", "adaptive-accuracy", "min-retrieval")
 
 
 def tuning_identity(label_file: Path, run_dir: Path, gate: Gate | None = None) -> str:
     """What threshold studies and dev scores depend on, by content: the label file, the
     labelling run's recorded answers and (when it has one) the gate's weights checksum."""
-    answers = [run_dir / "closed-book.jsonl", run_dir / "rag-gain.jsonl"]
-    sums = [sha256_file(p) if p.is_file() else None for p in answers]
+    sums = LabellingRun(run_dir).checksums()
     return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None)
 
 
