@@ -41,7 +41,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="label file (default data/labels/...)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the label file the policy writes (default data/labels/...); outcomes with "
+        "with-retrieval answers make two files: give --labels-dir instead",
+    )
     p.add_argument(
         "--labels-dir",
         type=Path,

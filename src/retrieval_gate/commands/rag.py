@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..data import dataset_names, format_table
+from ..errors import ConfigError
 from ..fileio import write_text
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import ModeOptions, known_modes, parse_thresholds
@@ -94,6 +95,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generator_kwargs(args: argparse.Namespace) -> dict:
+    """The engine's options, checked (before any engine starts)."""
+    for flag in ("k", "max_new_tokens", "tensor_parallel_size", "data_parallel_size"):
+        value = getattr(args, flag)
+        if value < 1:
+            name = "-k" if flag == "k" else "--" + flag.replace("_", "-")
+            raise ConfigError(f"{name} must be at least 1, got {value}")
     return {
         "generator_url": args.generator_url,
         "model": args.model,
@@ -117,12 +124,13 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
 def run(args: argparse.Namespace) -> int:
     from ..rag.experiment import Pipeline, Sample, run_comparison
 
+    engine = generator_kwargs(args)
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
         Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens),
         mode_options=mode_options(args),
-        engine=generator_kwargs(args),
+        engine=engine,
         progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
     )
     print(format_table(report["table"]))

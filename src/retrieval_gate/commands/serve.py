@@ -100,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
     from ..rag.backends import open_gate, open_rag
     from ..rag.service import serve
 
+    # every flag and path before any engine starts (the gate's in open_gate / open_rag)
     checked = limits(args)
     check_bind(args.host, args.port, args.api_key)
     options = mode_options(args)
+    engine = generator_kwargs(args)
     if args.mode == "gate":
         service = open_gate(args.gate, options)
     else:
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             k=args.k,
             max_new_tokens=args.max_new_tokens,
             mode_options=options,
-            **generator_kwargs(args),
+            **engine,
         )
     serve(service, args.host, args.port, checked, args.api_key)
     return 0

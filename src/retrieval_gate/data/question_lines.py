@@ -20,7 +20,8 @@ QUESTION_COLUMNS = ("question", "text")
 
 def read_question_lines(path: Path) -> list[dict[str, Any]]:
     """One record a line: {line, id, text} or {line, id, error}. Bad lines (not UTF-8, empty,
-    malformed JSON, no question field) become error records; the rest are still scored. A file
+    malformed JSON, no question field, a lone surrogate) become error records; the rest are
+    still scored. A file
     that cannot be read at all is an InputError."""
     if not path.is_file():
         raise InputError("input file not found", path)
@@ -57,6 +58,11 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
         line = row.get("question", row.get("text"))
         if not isinstance(line, str):
             return {**rec, "error": "no 'question' or 'text' string field"}
+        try:  # JSON may escape a lone surrogate ("\ud800"), which no tokenizer can encode
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return {**rec, "error": f"not valid Unicode (a lone surrogate at character "
+                                    f"{e.start}); write the question as UTF-8"}  # fmt: skip
     if not line.strip():
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}

@@ -261,7 +261,11 @@ def check_options(names: Sequence[str], opts: GateOptions) -> None:
                 raise DataError("not a training run folder (no gate.pt): pass the folder "
                                 "`retrieval-gate train` wrote (--learned-run)", run)  # fmt: skip
         if "export" in needs:
-            model = Path(_required(opts, name, "onnx")) / VARIANTS[opts.variant]
+            folder = Path(_required(opts, name, "onnx"))
+            if not folder.is_dir():
+                raise DataError("no such export folder: pass the folder `retrieval-gate "
+                                "export` wrote (--onnx)", folder)  # fmt: skip
+            model = folder / VARIANTS[opts.variant]
             if not model.is_file():
                 raise DataError(f"no {opts.variant} model in this export (--onnx, --variant): "
                                 "run `retrieval-gate export --variants {opts.variant}`", model)  # fmt: skip

@@ -11,7 +11,8 @@ Two kinds of outcomes file, told apart by their rows:
   here); optionally the same for the answer with retrieval (`rag_correct` / `rag_prediction`).
 
 Closed-book rows go to `closed-book.jsonl`; when with-retrieval outcomes are there too, they
-go to `rag-gain.jsonl` beside it. A recorded correctness is stored as the measures the judge
+go to `rag-gain.jsonl` beside it (a labelling run's folder, `--labels-dir`). `--out FILE`
+names the one file closed-book outcomes make; outcomes that make both files need a folder. A recorded correctness is stored as the measures the judge
 would give (match = em = correct, f1 = 1/0, guess = false), so every criterion reads it as is."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..data.errors import DataError
 from ..data.user_questions import read_rows
+from ..errors import ConfigError
 from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
@@ -46,8 +48,11 @@ def import_outcomes(
     generator: str,
     criterion: str = DEFAULT_CRITERION,
     neither_label: int | None = None,
+    out_file: Path | None = None,
 ) -> dict[str, Any]:
-    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file."""
+    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file; with
+    `out_file`, the closed-book labels go to that one file (refused, before anything is
+    written, when the outcomes also make rag-gain labels)."""
     rows = list(read_rows(str(path)))
     if not rows:
         raise DataError("the outcomes file has no rows", path)
@@ -60,6 +65,14 @@ def import_outcomes(
         rag_row = _rag_row(q, row, closed[-1], frequent, criterion, neither_label, path)
         if rag_row is not None:
             rag.append(rag_row)
+    if out_file is not None and rag:
+        raise ConfigError(
+            f"--out names one label file, but {len(rag)} outcome rows also record the answer "
+            "with retrieval (rag_correct / rag_prediction), which makes a second file "
+            f"({RAG_GAIN}): pass --labels-dir DIR for both instead of --out",
+            path,
+        )
+    closed_file = out_file or out_dir / CLOSED_BOOK
     meta = provenance(
         "closed-book",
         generator=generator,
@@ -72,7 +85,7 @@ def import_outcomes(
         rows=len(closed),
         unmatched_rows=unmatched,
     )
-    written = {"closed-book": _write(out_dir / CLOSED_BOOK, closed, meta)}
+    written = {"closed-book": _write(closed_file, closed, meta)}
     if rag:
         rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
                     "closed_book_file": CLOSED_BOOK}  # fmt: skip

@@ -127,6 +127,7 @@ def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
         req.generator,
         req.criterion,
         req.options.get("neither_label"),
+        out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
     )
 
 

@@ -79,6 +79,7 @@ def open_rag(
     """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service)."""
     mode_options = mode_options or ModeOptions()
     check_modes([gate], mode_options)
+    ret = open_retriever(retriever, corpus)  # a bad --corpus fails before the engine starts
     generator = open_generator(**generator_options)
     (built,) = build_mode_gates([gate], generator, mode_options).values()
-    return AdaptiveRAG(built, open_retriever(retriever, corpus), generator, k, max_new_tokens)
+    return AdaptiveRAG(built, ret, generator, k, max_new_tokens)

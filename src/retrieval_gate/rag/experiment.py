@@ -64,8 +64,8 @@ def run_comparison(
     check_modes(modes, mode_options)
     questions, among = _questions(modes, sample, mode_options)
     started = time.perf_counter()
+    ret = open_retriever(pipeline.retriever, pipeline.corpus)  # a bad --corpus: before the engine
     generator = generator or open_generator(**(engine or {}))
-    ret = open_retriever(pipeline.retriever, pipeline.corpus)
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
     progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator)
