@@ -93,6 +93,7 @@ def test_stage_times_and_budgets_in_report(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@pytest.mark.slow  # a subprocess
 def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
     import subprocess
     import sys

@@ -202,7 +202,6 @@ def test_lazy_generator_knows_its_checksum_without_starting_the_engine(tmp_path)
     assert running.checksum == "0"
 
 
-@pytest.mark.vllm
 def test_prompt_gates_with_the_real_engine(vllm_generator):
     gate = PromptGate(lambda: vllm_generator, "vanilla")
     qs = [q(1, "What is the capital of France?"), q(2, "What is today's weather in Tokyo?")]

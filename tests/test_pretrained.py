@@ -27,6 +27,7 @@ def gate_dirs(minilm_gate_dirs) -> tuple[Path, Path]:
     return minilm_gate_dirs
 
 
+@pytest.mark.slow  # a subprocess
 def test_root_import_is_cheap_and_lazy():
     code = (
         "import sys, retrieval_gate\n"

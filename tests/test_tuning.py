@@ -169,6 +169,7 @@ def test_popularity_study_matches_brute_force(tmp_path):
     assert res["optuna_accuracy"] == pytest.approx(res["brute_force_accuracy"])
 
 
+@pytest.mark.slow  # Optuna trials train gates with Lightning
 def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
     """A real trial of MiniLM-LoRA on 40 questions; a pruner that prunes at the first report
     proves the Lightning callback reaches Optuna."""
@@ -204,14 +205,14 @@ def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
 # ------------------------------------------------------------------ identity, not names
 
 
-def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys):
+def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, train_gate):
     """Defects 1 and 2: two different models in folders with the same name (A/x, B/x) never
     share trials or cached dev scores; the threshold is saved only with --save-objective."""
     from retrieval_gate.data import canonical_questions
     from retrieval_gate.gates.learned import LearnedGate
     from retrieval_gate.labels.evalset import load_splits
     from retrieval_gate.models import minilm_path
-    from retrieval_gate.training import read_metadata, train
+    from retrieval_gate.training import read_metadata
     from tiny_backbones import tiny_config, write_label_file
 
     popqa = [q for q in canonical_questions() if q.source == "popqa"][:400]
@@ -224,7 +225,7 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys):
         cfg["run"]["name"] = "x"
         cfg["model"]["lr"] = float(lr)
         cfg["data"]["datasets"] = ["popqa"]
-        runs.append(train(cfg))
+        runs.append(train_gate(cfg))
     storage, out = tmp_path / "studies.db", tmp_path / "tune"
     dev = load_splits(labels, tmp_path / "no-run").dev
 

@@ -124,5 +124,9 @@ def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
         read_questions(str(tmp_path / "nope.jsonl"))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the variables are read when `datasets` is imported (an earlier test may have done so):
+    # without these it retries the Hub for 23 s before failing
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="could not load Hugging Face dataset 'no-such/set'"):
         read_questions("hf:no-such/set@test")

@@ -1,18 +1,7 @@
 """What a training run folder (`checkpoints/<run>/`) holds: the one list of its files, used by
 training (what it writes, what `--overwrite` removes), loading (what a gate needs) and
 `RetrievalGate.save_pretrained` (what a saved gate is). A leaf: no torch, so the base install
-can read it.
-
-    config.yaml     the resolved training config
-    labels.json     label-file provenance (path, sha256, counts, the label file's .meta.json)
-    backbone/       the backbone's Hugging Face config (architecture without weights)
-    tokenizer/      the tokenizer
-    gate.pt         the best module's state dict (LoRA unmerged)
-    metrics.json    dev/test metrics, throughput, wall time, peak RSS
-    metadata.json   task, class names, threshold + the objective that chose it
-    run.json        the config and label-file hashes (training state)
-    lightning/      Lightning's checkpoints (training state)
-    logs/           Lightning's CSV metrics (training state)"""
+can read it."""
 
 from __future__ import annotations
 
@@ -25,16 +14,16 @@ from typing import ClassVar
 class RunFolder:
     path: Path
 
-    CONFIG: ClassVar[str] = "config.yaml"
-    LABELS: ClassVar[str] = "labels.json"
-    BACKBONE: ClassVar[str] = "backbone"
+    CONFIG: ClassVar[str] = "config.yaml"  # the resolved training config
+    LABELS: ClassVar[str] = "labels.json"  # label-file provenance
+    BACKBONE: ClassVar[str] = "backbone"  # the backbone's Hugging Face config (no weights)
     TOKENIZER: ClassVar[str] = "tokenizer"
-    WEIGHTS: ClassVar[str] = "gate.pt"
-    METRICS: ClassVar[str] = "metrics.json"
-    METADATA: ClassVar[str] = "metadata.json"
-    RUN: ClassVar[str] = "run.json"
-    LIGHTNING: ClassVar[str] = "lightning"
-    LOGS: ClassVar[str] = "logs"
+    WEIGHTS: ClassVar[str] = "gate.pt"  # the best module's state dict
+    METRICS: ClassVar[str] = "metrics.json"  # dev/test metrics, throughput, wall time
+    METADATA: ClassVar[str] = "metadata.json"  # task, classes, threshold and its objective
+    RUN: ClassVar[str] = "run.json"  # training state: the config and label-file hashes
+    LIGHTNING: ClassVar[str] = "lightning"  # training state: Lightning's checkpoints
+    LOGS: ClassVar[str] = "logs"  # training state: Lightning's CSV metrics
 
     # what loading a gate needs
     REQUIRED: ClassVar[tuple[str, ...]] = (CONFIG, BACKBONE, TOKENIZER, WEIGHTS, METADATA)
