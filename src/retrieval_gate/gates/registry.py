@@ -164,6 +164,13 @@ def _tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
     return TfidfGate.fit(train.questions, train.y)
 
 
+def _length(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .length import LengthGate
+
+    train = ctx.need("train", "length")
+    return LengthGate.fit(train.questions, train.y)
+
+
 def _confidence(ctx: GateContext, opts: GateOptions) -> Gate:
     from .confidence import ConfidenceGate
 
@@ -215,6 +222,8 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"generator"}), label_free=True),
         GateSpec("tfidf", _tfidf, "TF-IDF + logistic regression fitted on train",
                  frozenset({"labels"})),
+        GateSpec("length", _length, "question length (words), logistic regression fitted on "
+                 "train: a floor line", frozenset({"labels"})),
         GateSpec("learned", _learned, "a trained gate, scored with PyTorch",
                  frozenset({"run"}), label_free=True, options=("learned_run",)),
         GateSpec("onnx", _onnx, "an exported gate, scored with ONNX Runtime",
