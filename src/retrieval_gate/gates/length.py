@@ -8,36 +8,25 @@ from collections.abc import Sequence
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
 
-from ..errors import MissingInputError
 from ..questions import Question
-from .base import Questions, as_questions
+from .tfidf import TextModelGate
 
 
-def word_counts(questions: Sequence[Question]) -> np.ndarray:
+def word_counts(texts: Sequence[str]) -> np.ndarray:
     """(n, 1) log(1 + words): one feature per question."""
-    return np.log1p([[len(q.text.split())] for q in questions])
+    return np.log1p([[len(t.split())] for t in texts])
 
 
-class LengthGate:
+class LengthGate(TextModelGate):
     """P(needs retrieval) grows (or falls, as the train labels say) with the word count."""
 
-    def __init__(self, model: LogisticRegression, threshold: float = 0.5, name: str = "length"):
-        self.model = model
-        self.threshold = threshold
-        self.name = name
-
     @classmethod
-    def fit(cls, questions: Sequence[Question], y: np.ndarray) -> LengthGate:
-        labels = np.asarray(y).astype(int)
-        if len(set(labels.tolist())) < 2:
-            raise MissingInputError("length gate: the training questions have only one label")
+    def fit(cls, questions: Sequence[Question], y: np.ndarray) -> TextModelGate:
         # balanced: label shares differ a lot between policies and sources
-        model = LogisticRegression(class_weight="balanced").fit(word_counts(questions), labels)
-        return cls(model)
-
-    def scores(self, questions: Questions) -> np.ndarray:
-        qs = as_questions(questions)
-        if not qs:
-            return np.zeros(0)
-        return self.model.predict_proba(word_counts(qs))[:, 1]
+        model = make_pipeline(
+            FunctionTransformer(word_counts), LogisticRegression(class_weight="balanced")
+        )
+        return cls.fit_pipeline(model, questions, y, "length")
