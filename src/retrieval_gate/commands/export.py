@@ -46,12 +46,13 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export.build import build_export
     from ..fileio import plain_name
 
+    check_out_dir(Path(args.out_dir))  # before torch and onnx load (seconds)
     run_dir = Path(args.run_dir)
-    check_out_dir(Path(args.out_dir))
     out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
+    from ..export.build import build_export
+
     out, report = build_export(
         run_dir, out, args.variants, args.parity_limit or None, questions=questions_from(args)
     )
