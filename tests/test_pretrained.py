@@ -190,8 +190,8 @@ class EchoGenerator:
         return [Generation("x", 1, 1) for _ in prompts]
 
 
-def test_retrieval_gate_is_a_gate_everywhere_a_gate_goes(gate_dirs):
-    """No `.gate` unwrapping: the public object is scored by evaluation, served by
+def test_retrieval_gate_is_a_gate_everywhere_a_gate_goes(gate_dirs, tmp_path):
+    """No `.gate` unwrapping: the public object is scored by evaluation, tuned, served by
     `create_app`, and sits in `AdaptiveRAG`; its capabilities are protocol checks."""
     from fastapi.testclient import TestClient
 
@@ -201,16 +201,19 @@ def test_retrieval_gate_is_a_gate_everywhere_a_gate_goes(gate_dirs):
     from retrieval_gate.rag import AdaptiveRAG
     from retrieval_gate.rag.service import create_app
     from retrieval_gate.retrieval import ContextRetriever
+    from retrieval_gate.tuning.run import tune_gate_thresholds
 
     gate = RetrievalGate.from_pretrained(gate_dirs[1])
     assert isinstance(gate, Gate) and not is_router(gate)
     assert all(isinstance(gate, p) for p in (HasChecksum, HasMetadata, OnDevice))
     assert gate.checksum == gate.gate.checksum and gate.name == gate.gate.name
     qs = [Question(id=f"x{i}", text=t, answers=("a",), source="mine") for i, t in enumerate(TEXTS)]
-    result = evaluate_gate(
-        gate, EvalSet(tuple(qs), np.array([0, 1, 0]), np.ones(3), np.ones(3)), 20
-    )
+    evalset = EvalSet(tuple(qs), np.array([0, 1, 0]), np.ones(3), np.ones(3))
+    result = evaluate_gate(gate, evalset, 20)
     np.testing.assert_allclose(result.scores, gate.predict_proba(TEXTS), atol=1e-6)
+    tuned = tune_gate_thresholds(gate, evalset, evalset, "p", ["macro-f1"], tmp_path / "s.db",
+                                 tmp_path, identity=gate.checksum)  # fmt: skip
+    assert tuned["gate"] == gate.name and "macro-f1" in tuned["thresholds"]
     with TestClient(create_app(gate)) as client:
         body = client.post("/score", json={"questions": TEXTS[:1]}).json()
     assert body["gate"] == gate.name and body["threshold"] == pytest.approx(0.42)
