@@ -58,7 +58,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--outcomes",
         type=Path,
         help="--policy outcomes: your recorded answers (lm-eval --log_samples samples_*.jsonl, "
-        "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction])",
+        "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction]), "
+        "or an Adaptive-RAG release folder (predictions/<split>/; --generator picks its LLM)",
+    )
+    p.add_argument(
+        "--strategies",
+        nargs="+",
+        help="--policy outcomes: strategy names in cost order, the cheapest first; the file "
+        "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
+        "writes strategies.jsonl (docs/label.md)",
+    )
+    p.add_argument(
+        "--unanswered",
+        help="strategy labels: target of questions no strategy answers: prior (default; "
+        "single-hop sets -> 2nd strategy, multi-hop -> last; prior:SOURCE=STRATEGY,... adds "
+        "sources), exclude, or a strategy name",
     )
     g = p.add_argument_group("rag-gain and rrcp")
     g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
@@ -96,6 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.llm = args.generator  # as given: a release folder picks its LLM by it
     if not args.generator and not args.generator_url:
         args.generator = SMOLLM2
     if args.report:
@@ -175,7 +190,12 @@ def _policy_options(args: argparse.Namespace) -> dict:
     if args.policy in ("rag-gain", "outcomes"):
         opts["neither_label"] = args.neither_label
     if args.policy == "outcomes":
-        opts["outcomes"] = args.outcomes
+        opts.update(outcomes=args.outcomes, strategies=args.strategies, llm=args.llm,
+                    unanswered=args.unanswered)  # fmt: skip
+    elif args.strategies or args.unanswered:
+        from ..data.errors import InputError
+
+        raise InputError("--strategies and --unanswered go with --policy outcomes")
     if args.policy == "rrcp":
         opts.update(evaluator=args.evaluator, t_ans=args.t_ans, t_com=args.t_com)
         if args.no_llm_judge:

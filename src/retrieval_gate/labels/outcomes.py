@@ -49,15 +49,18 @@ def import_outcomes(
     criterion: str = DEFAULT_CRITERION,
     neither_label: int | None = None,
     out_file: Path | None = None,
+    rows: list[tuple[int, dict[str, Any]]] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file; with
+    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
+    `rows` already read from it (the strategy importer passes its first two strategies); with
     `out_file`, the closed-book labels go to that one file (refused, before anything is
     written, when the outcomes also make rag-gain labels)."""
-    rows = list(read_rows(str(path)))
+    rows = rows if rows is not None else list(read_rows(str(path)))
     if not rows:
         raise DataError("the outcomes file has no rows", path)
     fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
-    matched, unmatched = _match(path, rows, questions, fmt)
+    matched, unmatched = match_rows(path, rows, questions, fmt)
     frequent = source_frequent_answers([q for q, _ in matched.values()])
     closed, rag = [], []
     for q, row in matched.values():
@@ -85,6 +88,7 @@ def import_outcomes(
         rows=len(closed),
         unmatched_rows=unmatched,
     )
+    meta.update(extra_meta or {})
     written = {"closed-book": _write(closed_file, closed, meta)}
     if rag:
         rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
@@ -101,7 +105,7 @@ def import_outcomes(
     }
 
 
-def _match(
+def match_rows(
     path: str | Path, rows: list, questions: Sequence[Question], fmt: str
 ) -> tuple[dict[str, tuple[Question, dict]], int]:
     """question id -> (question, outcome row), by id first, else by normalised text."""
@@ -138,7 +142,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
     if fmt == "lm-eval-samples":
         prediction = _lm_eval_answer(row, path, n)
     else:
-        recorded = _bool(_first(row, CORRECT), path, n)
+        recorded = parse_bool(_first(row, CORRECT), path, n)
         if recorded is not None:
             return {"id": q.id, "prediction": None, **_recorded(recorded), "idk": None,
                     "mean_logprob": None, "label": int(not recorded)}  # fmt: skip
@@ -165,7 +169,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
 
 def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict | None:
     n = row["_line"]
-    recorded = _bool(_first(row, RAG_CORRECT), path, n)
+    recorded = parse_bool(_first(row, RAG_CORRECT), path, n)
     prediction = _first(row, RAG_PREDICTION)
     if recorded is None and prediction is None:
         return None
@@ -203,13 +207,14 @@ def _first(row: dict, columns: tuple[str, ...]) -> Any:
     return next((row[c] for c in columns if row.get(c) not in (None, "")), None)
 
 
-def _bool(value: Any, path, n: int) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
+def parse_bool(value: Any, path, n: int, column: str = "correctness") -> bool | None:
+    """A recorded correctness cell: true/false, 1/0, yes/no (None when empty)."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None if value == "" else value
     text = str(value).strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise DataError(f"correctness {value!r} is not true/false, 1/0 or yes/no", path, n)
+    raise DataError(f"{column} {value!r} is not true/false, 1/0 or yes/no", path, n)
 
 
 def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:

@@ -114,11 +114,14 @@ def check_answers(questions: Sequence[Question], policy: str) -> None:
 
 
 def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
+    from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
     from .outcomes import import_outcomes
 
     if not req.options.get("outcomes"):
         raise DataError("--policy outcomes needs --outcomes FILE (your recorded answers)")
+    if req.options.get("strategies") or is_release(req.options["outcomes"]):
+        return _strategy_outcomes(req)
     questions = req.questions if req.questions is not None else question_set()
     return import_outcomes(
         req.options["outcomes"],
@@ -129,6 +132,32 @@ def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
         req.options.get("neither_label"),
         out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
     )
+
+
+def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
+    """Outcomes of N strategies (a release folder, or a file with --strategies): closed-book,
+    rag-gain and strategies files in one folder."""
+    from ..data.adaptive_rag import is_release
+    from ..data.user_questions import question_set
+    from .strategies import import_release, import_strategy_outcomes, parse_strategies
+
+    opts = req.options
+    if req.out is not None:
+        raise InputError(
+            f"--out {req.out}: outcomes of several strategies write three files (closed-book, "
+            "rag-gain, strategies); pass the folder as --labels-dir DIR"
+        )
+    strategies = parse_strategies(opts["strategies"]) if opts.get("strategies") else None
+    if is_release(opts["outcomes"]):  # its own questions and strategies
+        if req.questions is not None:
+            raise InputError("--questions: a release folder carries its own questions; drop it")
+        return import_release(opts["outcomes"], req.labels_dir, opts.get("llm"),
+                              opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
+    questions = req.questions if req.questions is not None else question_set()
+    return import_strategy_outcomes(
+        opts["outcomes"], questions, strategies or [], req.labels_dir / generator_dir_name(req.generator),
+        req.generator, req.criterion, opts.get("unanswered"), opts.get("neither_label"),
+    )  # fmt: skip
 
 
 def validate_request(req: LabelRequest) -> None:
