@@ -1,4 +1,4 @@
-"""`retrieval-gate tune`: Optuna studies (SQLite, resumable) for a gate's threshold, the
+"""`retrieval-gate tune`: Optuna studies (resumable; `--storage`, `--workers`) for a gate's threshold, the
 Pareto front, per-relation popularity thresholds, or the learned gate's hyper-parameters."""
 
 from __future__ import annotations
@@ -38,7 +38,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--storage", type=Path, default=DEFAULT_STORAGE, help="SQLite study database")
+    p.add_argument(
+        "--storage",
+        default=str(DEFAULT_STORAGE),
+        help="Optuna storage: a SQLite file (one process), postgresql://user:pass@host/db or "
+        "mysql://... (many workers, heartbeats), journal:PATH (shared file system)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes on one study (hparams, pareto, relations; --trials bounds the study); "
+        "needs a non-SQLite --storage; the 1-D threshold objectives are exact and need none",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/tune"))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument("--learned-run", help="training run folder (learned gate)")
@@ -85,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
 def _check_flags(args: argparse.Namespace) -> None:
     """Flag values and combinations, before any gate is built or study opened."""
     from ..errors import ConfigError, InputError
+    from ..tuning.storage import check_storage
 
     if args.trials < 1:
         raise InputError(f"--trials must be at least 1, got {args.trials}")
+    check_storage(args.storage, args.workers)  # reachable and writable before any work
     if not 0.0 < args.target <= 1.0:
         raise InputError(f"--target must be in (0, 1], got {args.target}")
     if args.gate == "learned" and not args.learned_run:
@@ -110,7 +124,9 @@ def _write(args: argparse.Namespace, stem: str, data: dict, markdown: str) -> No
     write_text(args.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
     write_text(args.out / f"{stem}.md", markdown)
     print(markdown)
-    print(f"wrote {args.out / stem}.md / .json; studies in {args.storage}")
+    from ..tuning.storage import shown
+
+    print(f"wrote {args.out / stem}.md / .json; studies in {shown(args.storage)}")
 
 
 def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> None:
@@ -123,7 +139,7 @@ def _thresholds(args, sp, policy: str, objectives: list[str], command: str) -> N
     gate = build_for_tuning(args.gate, sp.train, sp.dev, records, **options)
     identity = tuning_identity(args.labels, args.run_dir, gate)  # content, not names
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, args.storage, args.out,
-                                  args.trials, args.target, args.seed, identity)  # fmt: skip
+                                  args.trials, args.target, args.seed, identity, args.workers)  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     rows = dev_test_rows(result, gate, sp.test)
     result["rows"] = rows
@@ -158,7 +174,7 @@ def _relations(args, sp, policy: str, command: str) -> None:
 
     identity = tuning_identity(args.labels, args.run_dir)
     name = study_name("popularity", policy, "relations", identity)
-    res = tune_relations(sp.dev, name, args.storage, args.trials, args.seed)
+    res = tune_relations(sp.dev, name, args.storage, args.trials, args.seed, workers=args.workers)
     gate = res.pop("gate")
     rels = sorted(res["brute_force_thresholds"])
     body = [[r, res["brute_force_thresholds"][r], res["optuna_thresholds"][r]] for r in rels]
@@ -190,6 +206,7 @@ def _hparams(args, policy: str, command: str, questions) -> None:
         args.max_epochs,
         args.seed,
         questions,
+        args.workers,
     )
     md = (f"# Hyper-parameter study of the learned gate\n\n`{command}`\n\n"
           + "\n".join(f"- {k}: {v}" for k, v in res.items()) + "\n")  # fmt: skip
