@@ -60,6 +60,7 @@ class RayOptions:
     in_flight: int = 8  # requests in flight per actor
     batch_size: int | None = None  # rows per Ray batch (default: 2 x in_flight, at least 8)
     retries: int = 4
+    backoff: float = 0.5  # seconds before the first retry of a 429/5xx (doubled each time)
     object_store_mb: int = 256  # a local Ray's object store
 
     def check(self) -> None:
@@ -219,7 +220,8 @@ class RayEngine:
         return ds.map_batches(
             HttpChatActor,
             fn_constructor_kwargs={"urls": self.urls, "model": self.name,
-                                   "in_flight": opts.in_flight, "retries": opts.retries},
+                                   "in_flight": opts.in_flight, "retries": opts.retries,
+                                   "backoff": opts.backoff},
             compute=ray.data.ActorPoolStrategy(size=opts.actors),
             batch_size=batch,
             num_cpus=0.01,  # waiting on the network: actors do not hold a CPU each
