@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -66,8 +68,14 @@ def optimize_until(
                     return ran
                 time.sleep(poll)  # the rest run elsewhere; wait for them (or their heartbeat)
                 continue
-            study.optimize(objective, n_trials=1, catch=())
+            study.optimize(lambda trial: _signed(trial, objective), n_trials=1, catch=())
             ran += 1
+
+
+def _signed(trial: optuna.Trial, objective: Callable[[optuna.Trial], Any]) -> Any:
+    """Runs the trial with the worker that ran it recorded (host:pid), for audits."""
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    return objective(trial)
 
 
 def _child(job: Callable[..., Any], kwargs: dict[str, Any]) -> None:
