@@ -37,7 +37,8 @@ def cli(argv: list[str]) -> dict:
         code = main(argv)
     if code:
         raise SystemExit(f"retrieval-gate {' '.join(argv)} exited {code}")
-    return json.loads(buf.getvalue())
+    text = buf.getvalue()  # engines may print before the summary: read the last JSON object
+    return json.loads(text[text.rindex("\n{") + 1 if "\n{" in text else 0 :])
 
 
 def main() -> None:
@@ -78,12 +79,18 @@ def main() -> None:
             limit = max(args.actors) * args.rows_per_actor
             served = cli([*base, "--limit", str(limit), "--out", str(work / "local-url.jsonl"),
                           "--generator-url", url])  # fmt: skip
-            print(f"local --generator-url: {served['questions_per_second']:.2f} questions/s "
-                  f"({limit} questions, 32 requests in flight)", flush=True)
+            print(
+                f"local --generator-url: {served['questions_per_second']:.2f} questions/s "
+                f"({limit} questions, 32 requests in flight)",
+                flush=True,
+            )
             engine = cli([*base, "--limit", str(limit), "--out", str(work / "local-vllm.jsonl"),
                           "--backend", "vllm"])  # fmt: skip
-            print(f"local in-process vLLM engine: {engine['questions_per_second']:.2f} "
-                  f"questions/s ({limit} questions)", flush=True)
+            print(
+                f"local in-process vLLM engine: {engine['questions_per_second']:.2f} "
+                f"questions/s ({limit} questions)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
