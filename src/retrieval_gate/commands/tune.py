@@ -1,5 +1,6 @@
-"""`retrieval-gate tune`: Optuna studies (resumable; `--storage`, `--workers`) for a gate's threshold, the
-Pareto front, per-relation popularity thresholds, or the learned gate's hyper-parameters."""
+"""`retrieval-gate tune`: Optuna studies (resumable; `--storage`, `--workers`) for a gate's
+threshold, the Pareto front, per-relation popularity thresholds, or the learned gate's
+hyper-parameters."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ..errors import BackendError, ConfigError
+from .base import Generation
 
 
 @dataclass
@@ -126,13 +127,7 @@ class EndpointPool:
 
     def chat(self, prompt: str, max_tokens: int, logprobs: bool = False) -> ChatResult:
         """One greedy chat completion; never raises for a server or network failure."""
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "logprobs": logprobs,
-        }
+        body = chat_body(self.model, prompt, max_tokens, logprobs)
         pause, problem, failures, attempt = self.backoff, "", 0, 0
         while True:
             attempt += 1
@@ -165,17 +160,33 @@ class EndpointPool:
         self._client.close()
 
 
-def _result(out: dict[str, Any], logprobs: bool, url: str, attempts: int) -> ChatResult:
+def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
+    """A greedy chat-completions request with the prompt as the user's message."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": logprobs,
+    }
+
+
+def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
+    """The answer, token counts and (when asked) token log-probabilities of a response."""
     choice = out["choices"][0]
     token_logprobs = None
     if logprobs and choice.get("logprobs"):
         token_logprobs = [float(t["logprob"]) for t in choice["logprobs"]["content"]]
     usage = out.get("usage") or {}
-    return ChatResult(
+    return Generation(
         text=choice["message"]["content"] or "",
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         completion_tokens=int(usage.get("completion_tokens", 0)),
         token_logprobs=token_logprobs,
-        url=url,
-        attempts=attempts,
     )
+
+
+def _result(out: dict[str, Any], logprobs: bool, url: str, attempts: int) -> ChatResult:
+    g = parse_chat(out, logprobs)
+    return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs,
+                      url=url, attempts=attempts)  # fmt: skip

@@ -77,7 +77,8 @@ def run_policy(
 ) -> dict[str, float]:
     """One generator policy's run: provenance (the generator's name, checksum and backend, and
     the policy's `fields`) is written before the first row, so a label file never lacks it;
-    then the chunked, resumable loop (or the generator's own `run_rows`, e.g. Ray's); then the provenance again with this run's throughput."""
+    then the chunked, resumable loop (or the generator's own `run_rows`: the Ray engine's);
+    then the provenance again with this run's throughput."""
     meta = provenance(
         policy,
         generator=generator.name,
