@@ -122,8 +122,12 @@ def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path
     with server as url:
         args = ["label", "--policy", "closed-book", "--questions", str(qfile), "--out", str(out),
                 "--generator-url", url]  # fmt: skip
+        import ray
+
+        # the driver joins this process's Ray (one Ray start less; --ray-address checked too)
+        address = ray.get_runtime_context().gcs_address
         ray_args = [*args, "--engine", "ray", "--actors", "2", "--in-flight", "1"]
-        cmd = [sys.executable, "-m", "retrieval_gate.cli", *ray_args]
+        cmd = [sys.executable, "-m", "retrieval_gate.cli", *ray_args, "--ray-address", address]
         first = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE)  # fmt: skip
         try:

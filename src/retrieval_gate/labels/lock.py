@@ -26,9 +26,16 @@ def single_writer(label_file: Path) -> Iterator[None]:
     path = lock_path(Path(label_file))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(
+            f"cannot create its folder ({e.strerror}); choose another output", label_file
+        ) from None
+    try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise InputError(f"cannot create its lock file ({e.strerror})", label_file) from None
+        raise InputError(
+            f"cannot write in its folder ({e.strerror}); choose another output", label_file
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
