@@ -75,7 +75,7 @@ def test_check_gpu_lists_what_it_could_not_check_and_fails_without_cuda():
     proc = subprocess.run(["bash", str(root / "scripts/check_gpu.sh")], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == 8 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
+    assert len(rows) == 9 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
     if not torch.cuda.is_available():
         assert proc.returncode == 1 and all("| not checked |" in row for row in rows), proc.stdout
 

@@ -83,21 +83,6 @@ def test_study_resumes_without_losing_trials(tmp_path):
     assert [t.params for t in again[:10]] == first
 
 
-def test_a_trial_cut_off_by_a_stop_is_failed_and_rerun(tmp_path):
-    from retrieval_gate.tuning.studies import fail_interrupted, open_study, remaining
-
-    study = open_study(
-        "cut", tmp_path / "s.db", optuna.samplers.RandomSampler(seed=0), ["maximize"]
-    )
-    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
-    study.ask()  # a trial the stopped process never told
-    reopened = open_study(
-        "cut", tmp_path / "s.db", optuna.samplers.RandomSampler(seed=0), ["maximize"]
-    )
-    assert fail_interrupted(reopened) == 1 and remaining(reopened, 5) == 2
-    assert [t.state.name for t in reopened.trials] == ["COMPLETE"] * 3 + ["FAIL"]
-
-
 def _evalset(split: str, n: int = 60) -> EvalSet:
     qs = tuple(Question(f"{split}{i}", f"q {i}?", ("a",), "popqa", split=split) for i in range(n))
     y = np.array([i % 2 for i in range(n)])

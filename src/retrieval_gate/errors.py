@@ -91,6 +91,7 @@ EXTRA_OF_MODULE = {
     ),  # fmt: skip
     **dict.fromkeys(("fastapi", "uvicorn", "pydantic"), "serve"),
     "vllm": "cpu] or [gpu",
+    **dict.fromkeys(("ray", "psycopg"), "cluster"),
     "langchain_core": "langchain",
     "llama_index": "llamaindex",
     "haystack": "haystack",

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..models import SMOLLM2
+from .label_engine import add_engine_args, ray_engine
 from .question_args import add_question_args, questions_from
 
 
@@ -33,8 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--generator-url",
+        nargs="+",
         help="OpenAI-compatible server to label with (e.g. `vllm serve` at "
-        "http://host:8000/v1), instead of an in-process engine",
+        "http://host:8000/v1), instead of an in-process engine; several replicas with --engine ray",
     )
     p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
     p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
@@ -92,6 +94,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-llm-judge", action="store_true", help="rrcp: skip the P(Yes) judge")
     g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
+    add_engine_args(p)
     p.add_argument("--report", action="store_true", help="print figures from the label files")
     p.add_argument(
         "--relabel",
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         raise DataError("--outcomes FILE and --policy outcomes go together")
     if questions is not None and args.datasets:
         raise DataError("pass --questions or --dataset, not both")
-    generator = _remote(args, questions)
+    generator = ray_engine(args, questions) if args.engine == "ray" else _remote(args, questions)
     req = LabelRequest(
         policy=args.policy,
         datasets=args.datasets,
@@ -180,9 +183,11 @@ def _remote(args: argparse.Namespace, questions) -> object | None:
         raise DataError(
             f"--generator-url generates answers: it does not apply to --policy {args.policy}"
         )
+    if len(args.generator_url) > 1:
+        raise DataError("several --generator-url replicas are spread by --engine ray")
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting the server
-    return RemoteGenerator(args.generator_url, model=args.generator)
+    return RemoteGenerator(args.generator_url[0], model=args.generator)
 
 
 def _policy_options(args: argparse.Namespace) -> dict:

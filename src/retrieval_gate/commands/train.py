@@ -31,8 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..training import load_config, train
+    from ..training.launch import launcher_trainer
 
     config = load_config(args.config, args.overrides)
+    config["trainer"] = launcher_trainer(config["trainer"])  # torchrun / srun: DDP across them
     run_dir = train(config, overwrite=args.overwrite, resume=args.resume)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     print(f"run folder: {run_dir}")

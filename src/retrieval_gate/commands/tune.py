@@ -1,6 +1,6 @@
-"""`retrieval-gate tune`: Optuna studies (SQLite, resumable) for a gate's threshold, the
-Pareto front, per-relation popularity thresholds, or the learned gate's hyper-parameters
-(`tuning.tune.run_tuning`)."""
+"""`retrieval-gate tune`: Optuna studies (resumable; `--storage`, `--workers`) for a gate's
+threshold, the Pareto front, per-relation popularity thresholds, or the learned gate's
+hyper-parameters (`tuning.tune.run_tuning`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="min-retrieval: share of always-retrieve accuracy")  # fmt: skip
     p.add_argument("--trials", type=int, default=d.trials)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--storage", type=Path, default=DEFAULT_STORAGE, help="SQLite study database")
+    p.add_argument(
+        "--storage",
+        default=str(DEFAULT_STORAGE),
+        help="Optuna storage: a SQLite file (one process), postgresql://user:pass@host/db or "
+        "mysql://... (many workers, heartbeats), journal:PATH (shared file system)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=d.workers,
+        help="processes on one study (hparams, pareto, relations; --trials bounds the study); "
+        "needs a non-SQLite --storage; the 1-D threshold objectives are exact and need none",
+    )
     p.add_argument("--out", type=Path, default=d.out)
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument(
@@ -53,13 +65,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..tuning.storage import shown
     from ..tuning.tune import TuneConfig, run_tuning
     from .gate_args import gate_options
     from .question_args import questions_from
 
     cfg = TuneConfig(gate=args.gate, labels=args.labels, objectives=args.objective,
                      target=args.target, trials=args.trials, seed=args.seed,
-                     storage=args.storage, out=args.out, run_dir=args.run_dir,
+                     storage=args.storage, workers=args.workers, out=args.out, run_dir=args.run_dir,
                      gate_options=gate_options(args), save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      command="retrieval-gate " + shlex.join(sys.argv[1:]))  # fmt: skip
@@ -67,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
     cfg.questions = questions_from(args)
     for report in run_tuning(cfg):
         print(report.read_text())
-        print(f"wrote {report} / .json; studies in {args.storage}")
+        print(f"wrote {report} / .json; studies in {shown(args.storage)}")
     return 0

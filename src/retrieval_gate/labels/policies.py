@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..models import SMOLLM2
 from ..questions import Question
 from .files import LABELS_DIR, LabelFile, check_resume, meta_path
+from .lock import single_writer
 from .scoring import DEFAULT_CRITERION
 from .selection import EQ_SAMPLE, labelling_questions
 
@@ -66,6 +67,11 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     validate_request(req)
     if req.policy == OUTCOMES:
         return _outcomes(req, path)
+    with single_writer(path):  # one run (local or Ray) writes a label file at a time
+        return _label_file(req, path, generator, retriever)
+
+
+def _label_file(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
     rebuilt = req.policy in REBUILT  # rewritten whole: no old row survives to be mixed
     out = LabelFile(path, replacing=rebuilt)
     out.require_ours()  # before any engine starts: refuse a user's file or other settings

@@ -60,6 +60,7 @@ def tune_gate_thresholds(
     target: float = 0.95,
     seed: int = 0,
     identity: str = "",
+    workers: int = 1,
 ) -> dict[str, Any]:
     """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
     dev scores; the Pareto study and the score cache are keyed by `identity` (see
@@ -82,7 +83,12 @@ def tune_gate_thresholds(
     if "pareto" in objectives:
         try:
             front, trials = pareto_front(
-                data, study_name(gate.name, policy, "pareto", identity), storage, n_trials, seed
+                data,
+                study_name(gate.name, policy, "pareto", identity),
+                storage,
+                n_trials,
+                seed,
+                workers,
             )
         except MissingInputError as e:
             out["skipped"]["pareto"] = str(e)
