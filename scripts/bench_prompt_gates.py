@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval_gate.evaluation.compare import closed_book_records, sample_test
+from retrieval_gate.evaluation.compare import sample_test
 from retrieval_gate.gates.confidence import ConfidenceGate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.prompt import PromptGate
@@ -32,6 +32,7 @@ from retrieval_gate.generation.chat import chat_token_ids
 from retrieval_gate.generation.prompts import closed_book_prompt
 from retrieval_gate.labels.closed_book import MAX_NEW_TOKENS
 from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
+from retrieval_gate.labels.labelling_run import LabellingRun
 from retrieval_gate.questions import Question
 
 
@@ -137,7 +138,7 @@ def main() -> None:
     splits = load_splits(labels, DEFAULT_RUN_DIR)
     qs = list(sample_test(splits.test, args.limit).questions)
     ctx = GateContext(
-        splits.train, splits.dev, closed_book_records(DEFAULT_RUN_DIR), LazyGenerator()
+        splits.train, splits.dev, LabellingRun(DEFAULT_RUN_DIR).records(), LazyGenerator()
     )
     rows = onnx_rows(args.export, [q.text for q in qs], args.rounds, args.threads)
     rows = llm_rows(qs, ctx, args.rounds, args.date) + rows

@@ -4,7 +4,8 @@ not be checked and why.
 
 Rows: the install (ONNX Runtime CUDA provider with only onnxruntime-gpu, vLLM on CUDA, a bf16
 training step), then the job itself, each step a `retrieval-gate` verb feeding the next:
-label a few questions on vLLM-CUDA -> train 20 steps with trainer.devices=auto -> export fp16
+label a few questions on vLLM-CUDA, and again with vLLM engines as Ray actors (`label --engine
+ray --ray-backend vllm`, docs/scale.md) -> train 20 steps with trainer.devices=auto -> export fp16
 -> score with the CUDA provider -> one adaptive RAG call."""
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def job_steps(work: Path) -> list[tuple[str, list[str], str]]:
         ("label 8 questions on vLLM-CUDA",
          ["label", "--policy", "closed-book", "--dataset", "popqa", "--limit", "8",
           "--backend", "vllm", "--out", str(work / "labels.jsonl")], ""),
+        # ray.data.llm's vLLMEngineProcessorConfig: one engine replica as a Ray actor on a GPU
+        # (a local Ray started by the command; cannot run on a CPU-only machine)
+        ("label 8 questions with vLLM engines as Ray actors",
+         ["label", "--policy", "closed-book", "--dataset", "popqa", "--limit", "8",
+          "--engine", "ray", "--ray-backend", "vllm", "--actors", "1",
+          "--out", str(work / "labels-ray.jsonl")], ""),
         ("train 20 steps, trainer.devices=auto, bf16",
          ["train", "--config", str(ROOT / "configs/experiments/minilm-closed-book.yaml"),
           "--set", f"data.label_file={LABELS}", f"run.output_dir={work / 'ck'}",

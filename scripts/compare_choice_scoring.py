@@ -20,11 +20,12 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from retrieval_gate.evaluation.compare import closed_book_records, sample_test
+from retrieval_gate.evaluation.compare import sample_test
 from retrieval_gate.gates.prompt import CHOICES
 from retrieval_gate.gates.registry import GateContext, LazyGenerator, build_gate
 from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids
 from retrieval_gate.labels.evalset import DEFAULT_RUN_DIR, load_splits
+from retrieval_gate.labels.labelling_run import LabellingRun
 
 LABELS = DEFAULT_RUN_DIR / "closed-book.jsonl"
 
@@ -66,7 +67,7 @@ def main() -> None:
     splits = load_splits(LABELS, DEFAULT_RUN_DIR)
     test = sample_test(splits.test, args.limit)
     ctx = GateContext(
-        splits.train, splits.dev, closed_book_records(DEFAULT_RUN_DIR), LazyGenerator()
+        splits.train, splits.dev, LabellingRun(DEFAULT_RUN_DIR).records(), LazyGenerator()
     )
     rows = []
     for template in args.templates:

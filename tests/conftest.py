@@ -8,7 +8,15 @@ logprobs)` and `choice_probs(prompts, choices)`, `.tokenizer`, `.llm` (the `vllm
 `.name`, `.checksum`. The engine core runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`):
 pytest has no `if __name__ == "__main__":` guard for vLLM's spawned processes. A smaller KV
 cache (1 GiB) and context (2,048 tokens) keep its memory low beside other test processes.
-The model folder is prepared on first use (`retrieval-gate models prepare`, cached)."""
+The model folder is prepared on first use (`retrieval-gate models prepare`, cached).
+
+One marker says what a test costs: `slow`, for every test that starts a vLLM engine, a server, a
+generator, a subprocess (CLI, venv, torchrun) or a training run. It is applied HERE, from the
+fixtures a test uses (`SLOW_FIXTURES`, transitively: a fixture built on one of them counts), so
+a new test that reuses them is marked without anyone remembering to; a test that spawns a
+subprocess itself carries `@pytest.mark.slow`. `vllm` is applied beside it to the tests that
+use the engine. `pytest -m "not slow"` is the quick suite; the summary lists any unmarked test
+that took longer than `SLOW_SECONDS`, so a new slow path is noticed."""
 
 from __future__ import annotations
 
@@ -18,6 +26,46 @@ import os
 from pathlib import Path
 
 import pytest
+
+# fixture -> what makes a test that uses it slow
+SLOW_FIXTURES = {
+    "vllm_generator": "starts the vLLM engine",
+    "vllm_server": "starts a vLLM server in a subprocess",
+    "hf_generator": "loads SmolLM2 as a transformers generator",
+    "minilm_gate_dirs": "a training run and an export",
+    "tiny_onnx_export": "a training run and an export",
+    "trained": "training runs (test_training)",
+    "exports": "training runs and exports of every backbone (test_export)",
+    "chain": "label, train, tune, export and evaluate through the CLI (test_your_data)",
+    "base_venv": "a fresh venv with a pip install (test_base_install)",
+    "train_gate": "a training run in the test itself",
+}
+VLLM_FIXTURES = {"vllm_generator", "vllm_server"}
+SLOW_SECONDS = 5.0
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(item.fixturenames)
+        if used & SLOW_FIXTURES.keys():
+            item.add_marker(pytest.mark.slow)
+        if used & VLLM_FIXTURES:
+            item.add_marker(pytest.mark.vllm)
+
+
+_unmarked_slow: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > SLOW_SECONDS and "slow" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _unmarked_slow:
+        terminalreporter.section(f"tests over {SLOW_SECONDS:g} s without the slow marker")
+        for nodeid, seconds in _unmarked_slow:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +82,15 @@ def vllm_generator():
     yield generator
     del generator  # frees the engine and its KV cache at session end
     gc.collect()
+
+
+@pytest.fixture
+def train_gate():
+    """`retrieval_gate.training.train`, for a test that trains a gate itself: a training run,
+    so asking for this fixture marks the test slow."""
+    from retrieval_gate.training import train
+
+    return train
 
 
 @pytest.fixture(scope="session")

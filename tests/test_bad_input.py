@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from retrieval_gate.cli import main
-from retrieval_gate.commands.score import read_questions
+from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.errors import InputError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.onnx_format import FORMAT, REQUIRED
@@ -53,21 +53,21 @@ def test_score_with_no_scorable_line_is_an_error(tmp_path, capsys):
 def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     csv_file = tmp_path / "q.csv"
     csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\n')
-    rows = read_questions(csv_file)
+    rows = read_question_lines(csv_file)
     assert rows == [
         {"line": 2, "id": "x1", "text": "Who wrote Hamlet, the play?"},
         {"line": 3, "id": "x2", "error": "empty question"},
     ]
     txt = tmp_path / "q.txt"
     txt.write_text("question\nWho wrote Hamlet?\n")
-    assert [r["text"] for r in read_questions(txt)] == ["Who wrote Hamlet?"]
+    assert [r["text"] for r in read_question_lines(txt)] == ["Who wrote Hamlet?"]
     bad_header = tmp_path / "b.csv"
     bad_header.write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="no 'question' or 'text' column"):
-        read_questions(bad_header)
+        read_question_lines(bad_header)
     jsonl = tmp_path / "q.jsonl"
     jsonl.write_text('{"id": "own-7", "question": ""}\n{"id": "own-8", "q": "x"}\n')
-    assert [r["id"] for r in read_questions(jsonl)] == ["own-7", "own-8"]
+    assert [r["id"] for r in read_question_lines(jsonl)] == ["own-7", "own-8"]
 
 
 def test_score_output_folder_that_cannot_exist_is_a_message(tmp_path, capsys):
@@ -135,3 +135,102 @@ def test_evaluate_refuses_label_values_outside_the_classes(tmp_path, capsys):
                           "--out", str(tmp_path / "out")], capsys)  # fmt: skip
         assert code == 2 and "label" in err and "line 1" in err, (value, err)
         assert labels.read_text() == content  # the label file is untouched
+
+
+# ------------------------------------------------------------------ the probe's last five
+
+
+def test_demo_unknown_stage_is_one_line_exit_2(tmp_path, capsys):
+    code, err = _run(["demo", "--out", str(tmp_path / "demo"), "--stage", "bogus"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "unknown stage 'bogus' (--stage)" in err and "train" in err
+    assert not (tmp_path / "demo").exists()  # refused before anything is written
+
+
+def test_export_out_dir_that_is_a_file(tmp_path, capsys):
+    a_file = tmp_path / "exports"
+    a_file.write_text("mine")
+    for out_dir in (a_file, a_file / "sub"):
+        code, err = _run(["export", "--run", str(tmp_path / "run"), "--out-dir", str(out_dir)],
+                         capsys)  # fmt: skip
+        assert code == 2 and "--out-dir must be a folder" in err, err
+    assert a_file.read_text() == "mine"
+
+
+def test_score_jsonl_with_an_escaped_lone_surrogate(tmp_path):
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": "bad", "question": "Who is \\ud800 Feilden?"}\n'
+                 '{"id": "ok", "question": "Who wrote Hamlet?"}\n')  # fmt: skip
+    bad, ok = read_question_lines(q)
+    assert bad["id"] == "bad" and "lone surrogate at character 7" in bad["error"]
+    assert ok == {"line": 2, "id": "ok", "text": "Who wrote Hamlet?"}
+
+
+def test_score_only_lone_surrogates_is_exit_2(tmp_path, capsys):
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question": "\\udfff"}\n')
+    code, err = _run(["score", "--model", str(tmp_path), "--input", str(q)], capsys)
+    assert code == 2 and "lone surrogate" in err
+
+
+def test_encoder_gates_refuse_lone_surrogates_with_an_input_error():
+    from retrieval_gate.gates.encoder import check_texts
+
+    with pytest.raises(InputError, match="question 1 is not valid Unicode"):
+        check_texts(["fine?", "bad \udc80"])
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Fails the test if serve gets as far as starting the generator."""
+
+    def started(**_):
+        raise AssertionError("the engine started before the flags were checked")
+
+    monkeypatch.setattr("retrieval_gate.rag.backends.open_generator", started)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gate", "onnx", "--onnx", "{tmp}/missing"], "no such export folder"),
+        (["--gate", "onnx", "--onnx", "{tmp}", "--variant", "int8"], "no int8 model"),
+        (["--gate", "learned", "--learned-run", "{tmp}/missing"], "not a training run folder"),
+        (["--gate", "always", "--corpus", "{tmp}/missing.jsonl"], "corpus file not found"),
+        (["--gate", "always", "-k", "0"], "-k must be at least 1"),
+        (["--gate", "popularity", "--labels", "{tmp}/none.jsonl"], "no label file"),
+    ],
+)
+def test_serve_refuses_bad_paths_before_the_engine_starts(tmp_path, capsys, no_engine, flags,
+                                                          message):  # fmt: skip
+    argv = ["serve", *(f.format(tmp=tmp_path) for f in flags)]
+    code, err = _run(argv, capsys)
+    assert code == 2 and message in err, err
+
+
+def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
+    """`--out labels.jsonl` is that file (it wrote closed-book.jsonl beside it); outcomes that
+    make two files need --labels-dir, and say so before writing anything."""
+    import json
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"m{i}", "question": f"Q{i}?"}) + "\n"
+                                 for i in range(4)))  # fmt: skip
+    closed = tmp_path / "closed.csv"
+    closed.write_text("id,correct\nm0,true\nm1,false\nm2,true\nm3,false\n")
+    out = tmp_path / "labels.jsonl"
+    base = ["label", "--policy", "outcomes", "--questions", str(questions), "--generator", "mine"]
+    code, _ = _run([*base, "--outcomes", str(closed), "--out", str(out)], capsys)
+    assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "closed.csv", "labels.jsonl", "labels.meta.json", "q.jsonl"]  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in rows] == [0, 1, 0, 1]
+    both = tmp_path / "both.csv"
+    both.write_text("id,correct,rag_correct\nm0,true,true\nm1,false,true\n")
+    two = tmp_path / "two.jsonl"
+    code, err = _run([*base, "--outcomes", str(both), "--out", str(two)], capsys)
+    assert code == 2 and "--labels-dir" in err and "rag-gain.jsonl" in err
+    assert not two.exists()
+    code, _ = _run([*base, "--outcomes", str(both), "--labels-dir", str(tmp_path / "d")], capsys)
+    assert code == 0 and {p.name for p in (tmp_path / "d" / "mine").glob("*.jsonl")} == {
+        "closed-book.jsonl", "rag-gain.jsonl"}  # fmt: skip

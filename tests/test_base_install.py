@@ -44,7 +44,7 @@ def base_venv(tmp_path_factory) -> Path:
     return venv
 
 
-@pytest.mark.slow_install
+@pytest.mark.slow
 def test_base_install_has_no_torch_and_scores_with_the_readme_example(base_venv, minilm_gate_dirs):
     _, export_dir = minilm_gate_dirs
     python = str(base_venv / "bin/python")
@@ -58,7 +58,7 @@ def test_base_install_has_no_torch_and_scores_with_the_readme_example(base_venv,
     assert len(probs.split()) == 2 and all(0.0 <= float(p) <= 1.0 for p in probs.split())
 
 
-@pytest.mark.slow_install
+@pytest.mark.slow
 def test_score_command_from_the_non_editable_install(base_venv, minilm_gate_dirs, tmp_path):
     _, export_dir = minilm_gate_dirs
     questions = tmp_path / "q.txt"

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from retrieval_gate.demo import STAGES, first_table, headline, run_demo, write_report
+from retrieval_gate.errors import ConfigError
 
 
 def test_first_table():
@@ -14,7 +15,7 @@ def test_first_table():
 
 
 def test_unknown_stage_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown stage 'nope'.*train"):
+    with pytest.raises(ConfigError, match="unknown stage 'nope'.*train"):
         run_demo(tmp_path, only="nope")
 
 
@@ -92,6 +93,7 @@ def test_stage_times_and_budgets_in_report(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@pytest.mark.slow  # a subprocess
 def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
     import subprocess
     import sys

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from retrieval_gate.gates.learned import default_device
@@ -48,6 +49,7 @@ os.write(1, f"RANK-DONE {dist.get_rank()} {(run_dir / 'metrics.json').is_file()}
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_ddp_on_two_cpu_ranks_writes_the_run_folder_once(tmp_path):
     script = tmp_path / "ddp_train.py"
     script.write_text(DDP_SCRIPT)
@@ -67,12 +69,13 @@ def test_ddp_on_two_cpu_ranks_writes_the_run_folder_once(tmp_path):
     assert not list(run_dir.rglob("*.tmp"))
 
 
+@pytest.mark.slow  # a subprocess
 def test_check_gpu_lists_what_it_could_not_check_and_fails_without_cuda():
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(["bash", str(root / "scripts/check_gpu.sh")], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == 8 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
+    assert len(rows) == 9 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
     if not torch.cuda.is_available():
         assert proc.returncode == 1 and all("| not checked |" in row for row in rows), proc.stdout
 

@@ -245,13 +245,20 @@ def test_score_cache_is_keyed_by_the_gates_content_not_its_options():
     from types import SimpleNamespace
 
     from retrieval_gate.evaluation.compare import score_cache_key
+    from retrieval_gate.gates.registry import GATES, GateOptions
 
-    opts = {"run": "checkpoints/my-gate"}
+    opts, none = GateOptions(learned_run="checkpoints/my-gate"), GateOptions()
+    learned = GATES["learned"]
     old, new = SimpleNamespace(checksum="sha-old"), SimpleNamespace(checksum="sha-new")
-    assert score_cache_key("learned", old, opts) != score_cache_key("learned", new, opts)
-    assert score_cache_key("learned", old, opts) == score_cache_key("learned", old, {})
-    plain = always_gate()  # no checksum: its options are the key
-    assert score_cache_key("always", plain, {}) != score_cache_key("always", plain, opts)
+    assert score_cache_key(learned, old, opts) != score_cache_key(learned, new, opts)
+    assert score_cache_key(learned, old, opts) == score_cache_key(learned, old, none)
+    plain = always_gate()  # no checksum: the options its spec reads are the key
+    popularity = GATES["popularity"]
+    views = GateOptions(feature="views")
+    assert score_cache_key(popularity, plain, none) != score_cache_key(popularity, plain, views)
+    assert score_cache_key(GATES["always"], plain, none) == score_cache_key(
+        GATES["always"], plain, views
+    )
 
 
 def test_one_markdown_table_writer():
@@ -264,7 +271,9 @@ def test_one_markdown_table_writer():
     assert padded == ["| name  | n  |", "|-------|----|", "| popqa | 12 |"]
 
 
-def test_limit_larger_than_the_split_zero_or_negative(capsys):
+def test_limit_larger_than_the_split_zero_or_negative(caplog):
+    import logging
+
     import numpy as np
 
     from retrieval_gate.errors import InputError
@@ -272,13 +281,48 @@ def test_limit_larger_than_the_split_zero_or_negative(capsys):
     from retrieval_gate.labels.evalset import EvalSet
     from retrieval_gate.questions import Question
 
+    caplog.set_level(logging.INFO, logger="retrieval_gate")
     qs = tuple(Question(id=f"q{i}", text=f"t{i}", answers=(), source="s") for i in range(5))
     test = EvalSet(qs, np.zeros(5, int), np.full(5, np.nan), np.full(5, np.nan))
-    assert len(sample_test(test, 3)) == 3 and "note" not in capsys.readouterr().err
+    assert len(sample_test(test, 3)) == 3 and not caplog.records
     assert sample_test(test, 99) is test
-    assert (
-        "--limit 99 is more than the 5 test questions; evaluating all 5" in capsys.readouterr().err
-    )
+    assert "--limit 99 is more than the 5 test questions; evaluating all 5" in caplog.text
     for bad in (0, -2):
         with pytest.raises(InputError, match="--limit must be a positive"):
             sample_test(test, bad)
+
+
+def test_two_generators_closed_book_files_keep_their_own_sections(tmp_path):
+    """Label files are named by generator/policy from their provenance, never by stem: two
+    generators' closed-book.jsonl in one report stay apart (they overwrote each other)."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.data import canonical_questions
+    from retrieval_gate.labels.evalset import label_file_names
+
+    qs = [q for q in canonical_questions() if q.source == "popqa"][::20]
+    files = []
+    for gen, flip in (("gen-a", 0), ("Org/Gen-B", 1)):
+        folder = tmp_path / gen.split("/")[-1]
+        folder.mkdir()
+        rows = [{"id": q.id, "label": (i + flip) % 2} for i, q in enumerate(qs)]
+        (folder / "closed-book.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        meta = {"policy": "closed-book", "generator": gen}
+        (folder / "closed-book.meta.json").write_text(json.dumps(meta))
+        files.append(folder / "closed-book.jsonl")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "closed-book.jsonl").write_text(files[0].read_text())  # no provenance: its stem
+    assert list(label_file_names([*files, bare / "closed-book.jsonl"])) == [
+        "gen-a/closed-book", "gen-b/closed-book", "closed-book"]  # fmt: skip
+    assert list(label_file_names([files[0], files[0]])) == [
+        "gen-a/closed-book", "gen-a/closed-book-2"]  # fmt: skip
+    out = tmp_path / "report"
+    assert main(["evaluate", "--gates", "always", "tfidf", "--labels", *map(str, files),
+                 "--run-dir", str(tmp_path), "--out", str(out), "--resamples", "20",
+                 "--no-cost"]) == 0  # fmt: skip
+    policies = json.loads((out / "results.json").read_text())["policies"]
+    assert list(policies) == ["gen-a/closed-book", "gen-b/closed-book"]
+    assert [p["label_file"]["generator"] for p in policies.values()] == ["gen-a", "Org/Gen-B"]
+    assert (out / "gen-b-closed-book-roc-pr.png").is_file()
+    report = (out / "report.md").read_text()
+    assert "## Labels: gen-a/closed-book" in report and "## Labels: gen-b/closed-book" in report

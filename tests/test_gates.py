@@ -202,7 +202,6 @@ def test_lazy_generator_knows_its_checksum_without_starting_the_engine(tmp_path)
     assert running.checksum == "0"
 
 
-@pytest.mark.vllm
 def test_prompt_gates_with_the_real_engine(vllm_generator):
     gate = PromptGate(lambda: vllm_generator, "vanilla")
     qs = [q(1, "What is the capital of France?"), q(2, "What is today's weather in Tokyo?")]
@@ -252,6 +251,21 @@ def test_confidence_gate_uses_the_label_files_idk_rule():
     recorded = [judge(a, q(i), {})["idk"] for i, a in enumerate(answers)]
     assert recorded == [True, True, False]
     assert list(fresh[:2]) == [1.0, 1.0] and fresh[2] < 0.1
+
+
+def test_length_gate_follows_the_word_count_the_labels_reward():
+    from retrieval_gate.errors import MissingInputError
+    from retrieval_gate.gates.length import LengthGate
+
+    short = [q(i, "who is " + "x" * (i + 1) + "?") for i in range(20)]  # 3 words, retrieve
+    long = [q(20 + i, " ".join(["word"] * (8 + i % 5)) + "?") for i in range(20)]  # 8-12 words
+    gate = LengthGate.fit(short + long, np.array([1] * 20 + [0] * 20))
+    s = gate.scores(["Who wrote it?", "which of the two films shot in the region came out first?"])
+    assert s[0] > 0.5 > s[1]  # strings, as every gate takes them
+    flipped = LengthGate.fit(short + long, np.array([0] * 20 + [1] * 20))
+    assert flipped.scores(["Who wrote it?"])[0] < 0.5
+    with pytest.raises(MissingInputError, match="only one label"):
+        LengthGate.fit(short, np.ones(20))
 
 
 def test_tfidf_gate_learns_words():

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from retrieval_gate.data import resolve_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +28,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_runs_from_a_non_editable_install(tmp_path):
     source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))

@@ -27,6 +27,7 @@ def gate_dirs(minilm_gate_dirs) -> tuple[Path, Path]:
     return minilm_gate_dirs
 
 
+@pytest.mark.slow  # a subprocess
 def test_root_import_is_cheap_and_lazy():
     code = (
         "import sys, retrieval_gate\n"
@@ -176,3 +177,80 @@ def test_model_card_front_matter(gate_dirs):
     assert results["macro_f1"].metric_args == {"threshold": 0.5}  # measured in training
     assert results["auroc"].metric_args is None and results["auroc"].dataset_split == "test"
     assert "## Threshold" in card.text and "RetrievalGate.from_pretrained" in card.text
+
+
+class EchoGenerator:
+    """Answers "x" to every prompt (the test is about the gate, not the generation)."""
+
+    name, checksum = "echo", "echo"
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        from retrieval_gate.generation.base import Generation
+
+        return [Generation("x", 1, 1) for _ in prompts]
+
+
+def test_retrieval_gate_is_a_gate_everywhere_a_gate_goes(gate_dirs, tmp_path):
+    """No `.gate` unwrapping: the public object is scored by evaluation, tuned, served by
+    `create_app`, and sits in `AdaptiveRAG`; its capabilities are protocol checks."""
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.evaluation.evaluate import evaluate_gate
+    from retrieval_gate.gates.base import Gate, HasChecksum, HasMetadata, OnDevice, is_router
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.rag import AdaptiveRAG
+    from retrieval_gate.rag.service import create_app
+    from retrieval_gate.retrieval import ContextRetriever
+    from retrieval_gate.tuning.run import tune_gate_thresholds
+
+    gate = RetrievalGate.from_pretrained(gate_dirs[1])
+    assert isinstance(gate, Gate) and not is_router(gate)
+    assert all(isinstance(gate, p) for p in (HasChecksum, HasMetadata, OnDevice))
+    assert gate.checksum == gate.gate.checksum and gate.name == gate.gate.name
+    qs = [Question(id=f"x{i}", text=t, answers=("a",), source="mine") for i, t in enumerate(TEXTS)]
+    evalset = EvalSet(tuple(qs), np.array([0, 1, 0]), np.ones(3), np.ones(3))
+    result = evaluate_gate(gate, evalset, 20)
+    np.testing.assert_allclose(result.scores, gate.predict_proba(TEXTS), atol=1e-6)
+    tuned = tune_gate_thresholds(gate, evalset, evalset, "p", ["macro-f1"], tmp_path / "s.db",
+                                 tmp_path, identity=gate.checksum)  # fmt: skip
+    assert tuned["gate"] == gate.name and "macro-f1" in tuned["thresholds"]
+    with TestClient(create_app(gate)) as client:
+        body = client.post("/score", json={"questions": TEXTS[:1]}).json()
+    assert body["gate"] == gate.name and body["threshold"] == pytest.approx(0.42)
+    answers = AdaptiveRAG(gate, ContextRetriever(), EchoGenerator()).answer(qs)
+    assert [a.probability for a in answers] == pytest.approx(result.scores.tolist(), abs=1e-6)
+    gate.threshold = 0.9  # a per-mode override reaches the wrapped gate
+    assert gate.gate.threshold == 0.9 and gate.threshold == 0.9
+
+
+def test_every_gate_takes_bare_strings(gate_dirs):
+    """`OnnxGate(dir).scores(["..."])` (the README's call) and the baselines take strings."""
+    from retrieval_gate.gates.learned import LearnedGate
+    from retrieval_gate.gates.trivial import always_gate
+
+    run_dir, export_dir = gate_dirs
+    onnx_scores = OnnxGate(export_dir).scores(TEXTS)
+    assert onnx_scores.shape == (3,)
+    np.testing.assert_allclose(LearnedGate(run_dir).scores(TEXTS), onnx_scores, atol=1e-4)
+    assert always_gate().scores(TEXTS).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_router_protocol_is_a_gate_with_strategies():
+    from retrieval_gate.gates.base import Gate, Router, is_router
+    from retrieval_gate.gates.trivial import always_gate
+
+    class TwoStep:
+        name, threshold, strategies = "two-step", 0.5, ("no_retrieval", "one_retrieval")
+
+        def scores(self, questions):
+            return 1 - self.strategy_proba(questions)[:, 0]
+
+        def strategy_proba(self, questions):
+            return np.tile([0.3, 0.7], (len(questions), 1))
+
+        def route(self, questions, budget=None):
+            return ["one_retrieval"] * len(questions)
+
+    router = TwoStep()
+    assert isinstance(router, Router) and isinstance(router, Gate) and is_router(router)
+    assert not is_router(always_gate())

@@ -10,9 +10,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retrieval_gate.commands.score import read_questions
 from retrieval_gate.data.errors import BadRows
 from retrieval_gate.data.loaders import load_retrievalqa
+from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.errors import RetrievalGateError
 from retrieval_gate.labels.files import LabelFile, read_labels
 
@@ -52,7 +52,7 @@ def test_label_file_reader(data: bytes) -> None:
 @given(CONTENT, st.sampled_from(["q.txt", "q.jsonl", "q.csv"]))
 def test_score_input_reader(data: bytes, name: str) -> None:
     def read(path: Path) -> None:
-        for rec in read_questions(path):
+        for rec in read_question_lines(path):
             assert ("text" in rec) != ("error" in rec) and isinstance(rec["id"], str)
 
     _check(data, name, read)

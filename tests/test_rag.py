@@ -180,7 +180,6 @@ def _median_threshold(gate: OnnxGate, questions: list[Question]) -> None:
     gate.threshold = float(np.sort(gate.scores(questions))[len(questions) // 2])
 
 
-@pytest.mark.vllm
 def test_real_loop_vllm_onnx_accounting(vllm_generator, onnx_gate, real_questions):
     qs = real_questions
     _median_threshold(onnx_gate, qs)
@@ -211,7 +210,6 @@ def test_real_loop_vllm_onnx_accounting(vllm_generator, onnx_gate, real_question
     assert c.completion_tokens == sum(a.completion_tokens for a in run.answers)
 
 
-@pytest.mark.vllm
 def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_path):
     qs = select_questions(["retrievalqa"], "test", limit=2, seed=2)
     oracle_file = tmp_path / "oracle.jsonl"
@@ -268,7 +266,6 @@ def vllm_server(vllm_generator) -> str:
     proc.wait(timeout=30)
 
 
-@pytest.mark.vllm
 def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, onnx_gate):
     remote = RemoteGenerator(vllm_server)
     assert remote.name == "smollm2"

@@ -365,7 +365,6 @@ def test_serve_flags_checked_before_any_engine(tiny_onnx_export, capsys, flags, 
 # ------------------------------------------------------------------ the real vLLM engine
 
 
-@pytest.mark.vllm
 def test_real_vllm_answers_and_overflow(vllm_generator, gate):
     """The 998-character question of issue 16: its prompt overflows the window (2,048 tokens
     here), so it alone gets an error; the other question of the batch is answered."""

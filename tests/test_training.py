@@ -106,19 +106,19 @@ def test_lora_trains_only_adapters_and_head(trained):
     assert lora["parameters"] > full["parameters"]  # adapters are extra weights
 
 
-def test_minilm_learns_the_synthetic_rule(workdir, label_file):
+def test_minilm_learns_the_synthetic_rule(workdir, label_file, train_gate):
     cfg = tiny_config(label_file, workdir / "ck", "encoder", str(minilm_path()))
     cfg = cfg.override("run.name=minilm-learns", "trainer.limit_train_batches=null",
                        "trainer.max_epochs=2")  # fmt: skip
-    run_dir = train(cfg, questions=QUESTIONS)
+    run_dir = train_gate(cfg, questions=QUESTIONS)
     test = json.loads((run_dir / "metrics.json").read_text())["test"]
     assert test["auroc"] > 0.9, test
 
 
-def test_three_way_task(workdir, label_file):
+def test_three_way_task(workdir, label_file, train_gate):
     cfg = tiny_config(label_file, workdir / "ck", "t5-lora", _model_name(workdir, "t5"))
     cfg = cfg.override("data.task=3way", "run.name=t5-3way")
-    run_dir = train(cfg, questions=QUESTIONS)
+    run_dir = train_gate(cfg, questions=QUESTIONS)
     module, _, meta = load_run(run_dir)
     assert meta["classes"] == ["no_retrieval", "retrieval", "retrieval_complex"]
     assert module.head[-1].out_features == 3
@@ -210,29 +210,33 @@ def _tiny(label_file: Path, out: Path, **trainer) -> TrainConfig:
     return cfg.override("run.name=x", *(f"trainer.{k}={v}" for k, v in trainer.items()))
 
 
-def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(tmp_path, label_file):
+def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
+    tmp_path, label_file, train_gate
+):
     """Defect 3: another config under the same run name never keeps the old weights."""
-    run_dir = train(_tiny(label_file, tmp_path), questions=QUESTIONS)
+    run_dir = train_gate(_tiny(label_file, tmp_path), questions=QUESTIONS)
     weights = (run_dir / "gate.pt").read_bytes()
     flipped = write_label_file(tmp_path / "flipped.jsonl", {k: 1 - v for k, v in LABELS.items()})
     other = _tiny(flipped, tmp_path)
     with pytest.raises(ConfigError, match="already holds a run.*--overwrite"):
-        train(other, questions=QUESTIONS)
+        train_gate(other, questions=QUESTIONS)
     with pytest.raises(ConfigError, match="another config or label file"):
-        train(other, questions=QUESTIONS, resume=True)
+        train_gate(other, questions=QUESTIONS, resume=True)
     assert (run_dir / "gate.pt").read_bytes() == weights
     (run_dir / "notes.txt").write_text("mine")  # not a run file: overwrite keeps it
-    train(other, questions=QUESTIONS, overwrite=True)
+    train_gate(other, questions=QUESTIONS, overwrite=True)
     assert (run_dir / "gate.pt").read_bytes() != weights
     assert json.loads((run_dir / "labels.json").read_text())["path"] == str(flipped)
     assert (run_dir / "notes.txt").read_text() == "mine"
 
 
-def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(tmp_path, label_file, caplog):
+def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
+    tmp_path, label_file, caplog, train_gate
+):
     """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
     a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
-    run_dir = train(_tiny(label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
-    train(_tiny(label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
+    run_dir = train_gate(_tiny(label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
+    train_gate(_tiny(label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
     epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
     assert [e["epoch"] for e in epochs] == [0, 1]
     with open(run_dir / "logs" / "metrics.csv") as f:
@@ -240,7 +244,7 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(tmp_path, 
     last = run_dir / "lightning" / "last.ckpt"
     damaged = last.read_bytes()[:200]
     last.write_bytes(damaged)
-    train(_tiny(label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
+    train_gate(_tiny(label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
     assert "damaged" in caplog.text  # a logged warning
     assert (run_dir / "lightning" / "last.ckpt.damaged").read_bytes() == damaged
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2

@@ -76,9 +76,9 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
     assert gain.rows["m2"]["effect"] == "helps" and gain.labels() == {"m1": 0, "m2": 1}
     assert gain.meta["unmatched_rows"] == 1
     # the evaluation reads these files as a labelling run's outcomes
-    from retrieval_gate.labels.evalset import read_outcomes
+    from retrieval_gate.labels.labelling_run import LabellingRun
 
-    outcomes = read_outcomes(run)
+    outcomes = LabellingRun(run).outcomes()
     assert outcomes.closed == {"m1": True, "m2": False} and outcomes.rag["m2"] is True
 
 

@@ -85,10 +85,11 @@ def test_split_column_kept_and_seeded_split_groups_entities(tmp_path):
     assert read_questions(str(fixed))[0].split == "test"
 
 
-def test_duplicates(tmp_path, capsys):
+def test_duplicates(tmp_path, caplog):
+    caplog.set_level("INFO", logger="retrieval_gate")
     same = _jsonl(tmp_path / "d.jsonl", [{"question": "Same?"}, {"question": "Same?"}])
     assert len(read_questions(str(same))) == 1
-    assert "1 repeated question row(s)" in capsys.readouterr().err
+    assert "1 repeated question row(s)" in caplog.text
     clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
     with pytest.raises(DataError, match="id '1' names two different questions"):
         read_questions(str(clash))
@@ -123,5 +124,9 @@ def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
         read_questions(str(tmp_path / "nope.jsonl"))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the variables are read when `datasets` is imported (an earlier test may have done so):
+    # without these it retries the Hub for 23 s before failing
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="could not load Hugging Face dataset 'no-such/set'"):
         read_questions("hf:no-such/set@test")

@@ -140,7 +140,7 @@ def test_feature_changes_the_score_and_missing_one_is_an_error(chain):
 
 def test_evaluate_report_and_score_new_questions(chain, capsys):
     report = json.loads((chain["root"] / "report" / "results.json").read_text())
-    gates = {g["name"] for g in report["policies"]["closed-book"]["gates"]}
+    gates = {g["name"] for g in report["policies"]["my-llm/closed-book"]["gates"]}
     assert {"always", "never", "popularity", "onnx:mine:fp32"} <= gates
     assert "Your question file's split" in (chain["root"] / "report" / "report.md").read_text()
     new = _write_csv(chain["root"] / "new.csv", [
@@ -153,3 +153,15 @@ def test_evaluate_report_and_score_new_questions(chain, capsys):
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(scored) == 2 and all(0 <= r["score"] <= 1 for r in scored)
     assert scored[0]["id"].startswith("q-")  # no id column: a stable id from the text
+
+
+def test_tune_takes_the_onnx_gate_with_its_flag(chain):
+    """`tune --gate onnx --onnx DIR` (the shared gate flags: tune had no --onnx before)."""
+    out = chain["root"] / "tune-onnx"
+    assert main(["tune", "--gate", "onnx", "--onnx", str(chain["export"]), "--variant", "int8",
+                 "--labels", str(chain["labels"]), "--run-dir", str(chain["labels"].parent),
+                 "--questions", str(chain["root"] / "questions.csv"), "--objective", "macro-f1",
+                 "--storage", str(out / "studies.db"), "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads((out / "tune-onnx-closed-book.json").read_text())
+    assert result["gate"] == "onnx:mine:int8"
+    assert [k for k in result["thresholds"] if k.startswith("macro-f1")]

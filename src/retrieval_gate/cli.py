@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import logging
 import sys
 import traceback
 
@@ -37,6 +38,11 @@ def _available() -> dict[str, str]:
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retrieval-gate", description=__doc__.split("\n")[0])
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument(
+        "-q", "--quiet", action="store_true", help="no notes, only warnings and errors"
+    )
+    loud.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     verbs = _available()
     wanted = next((a for a in argv if not a.startswith("-")), None)
@@ -55,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     verb = next((a for a in argv if not a.startswith("-")), "")
     try:
         args = build_parser(argv).parse_args(argv)
+        configure_logging(
+            logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
+        )
         return int(args.run(args) or 0)
     except RetrievalGateError as e:
         print(f"retrieval-gate {verb}: error: {e}", file=sys.stderr)
@@ -70,6 +79,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception:
         return _bug(verb)
+
+
+class _Notice(logging.Formatter):
+    """`note: ...` / `warning: ...`: library notices read as the CLI's own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        kind = "note" if record.levelno == logging.INFO else record.levelname.lower()
+        return f"{kind}: {record.getMessage()}"
+
+
+_handler: logging.Handler | None = None
+
+
+def configure_logging(level: int) -> None:
+    """The package's notices (`logging.getLogger(__name__)` in every module) to stderr at
+    `level`; called once per command (again in tests: the old handler is replaced)."""
+    global _handler
+    logger = logging.getLogger("retrieval_gate")
+    if _handler is not None:
+        logger.removeHandler(_handler)
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(_Notice())
+    logger.addHandler(_handler)
+    logger.setLevel(level)
 
 
 def _bug(verb: str) -> int:

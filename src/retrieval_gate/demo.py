@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
 from .fileio import write_text
 from .labels import LABELS_DIR
 from .tables import markdown_table
@@ -110,7 +111,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     """Runs the stages in order (or just `only`), reusing finished ones; writes the report."""
     names = [s.name for s in STAGES]
     if only is not None and only not in names:
-        raise ValueError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
+        raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
     out.mkdir(parents=True, exist_ok=True)
     for i, stage in enumerate(STAGES, start=1):
         done = out / f"{stage.name}.done.json"

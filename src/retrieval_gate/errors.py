@@ -3,6 +3,7 @@
 | class | what failed | exit code |
 |---|---|---|
 | `InputError` (alias `DataError`) | a file, row, field or flag the user gave | 2 |
+| `MissingInputError` | something a gate or figure needs was not given | 2 |
 | `ConfigError` | a configuration value or combination of options | 2 |
 | `LeakageError` | test questions found in training data | 2 |
 | `BackendError` | an engine, server, execution provider or installed package | 3 |
@@ -36,6 +37,13 @@ class InputError(RetrievalGateError, ValueError):
 
 
 DataError = InputError  # the historical name, used by the data loaders
+
+
+class MissingInputError(InputError):
+    """Something a gate, objective or figure needs was not given: a flag (`--learned-run`),
+    labels for a split, recorded answers, two classes to fit. Callers that can go on without
+    that one gate or figure (evaluate, tune's objectives) catch THIS class and record it as
+    skipped; any other error (a wrong path, test leakage, a crashed engine) still stops them."""
 
 
 class ConfigError(InputError):
@@ -83,6 +91,7 @@ EXTRA_OF_MODULE = {
     ),  # fmt: skip
     **dict.fromkeys(("fastapi", "uvicorn", "pydantic"), "serve"),
     "vllm": "cpu] or [gpu",
+    **dict.fromkeys(("ray", "psycopg"), "cluster"),
     "langchain_core": "langchain",
     "llama_index": "llamaindex",
     "haystack": "haystack",

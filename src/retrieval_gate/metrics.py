@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
+from .errors import InputError
+
 # One bin count for every ECE the package reports: training logs, model cards, `evaluate`.
 ECE_BINS = 10
 
@@ -17,7 +19,7 @@ def _arrays(y, d) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y).astype(int)
     d = np.asarray(d)
     if y.shape != d.shape:
-        raise ValueError(f"labels and predictions differ in shape: {y.shape} vs {d.shape}")
+        raise InputError(f"labels and predictions differ in shape: {y.shape} vs {d.shape}")
     return y, d
 
 

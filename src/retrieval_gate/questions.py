@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .errors import InputError
+
 # One rule for "the model declined", used by label files (`idk`) and the confidence gate alike.
 _IDK = re.compile(
     r"\b(i don'?t know|i do not know|not sure|unknown|no information|cannot answer|"
@@ -50,9 +52,9 @@ class Question:
 
     def __post_init__(self) -> None:
         if not self.id:
-            raise ValueError("Question needs a non-empty id")
+            raise InputError("Question needs a non-empty id")
         if not self.text or not self.text.strip():
-            raise ValueError(f"Question {self.id!r} has an empty question text")
+            raise InputError(f"Question {self.id!r} has an empty question text")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shlex
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
     from ..labels.evalset import DEFAULT_RUN_DIR
+    from .gate_args import add_gate_options
     from .question_args import add_question_args
 
     p = sub.add_parser("evaluate", help="compare gates on the canonical test split")
@@ -27,27 +27,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="labelling run with closed-book.jsonl / rag-gain.jsonl (answers for adaptive "
         "accuracy, confidence records, TA-ARE demonstrations)",
     )
-    p.add_argument("--learned-run", help="training run folder for the learned gate")
-    p.add_argument("--onnx", help="exported ONNX gate folder for the onnx gate")
-    p.add_argument("--date", help="TA-ARE's 'Today is' date (default: today)")
     p.add_argument("--generator", help="generator model (default: the labelling generator)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (quick look)")
     add_question_args(p)
-    p.add_argument(
-        "--feature",
-        metavar="COLUMN",
-        help="numeric signal the popularity gates threshold (default s_pop; any numeric "
-        "column of --questions: low value -> retrieve)",
-    )
+    add_gate_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..evaluation.compare import EvaluationConfig, run_evaluation
+    from .gate_args import gate_options
     from .question_args import questions_from
 
     for flag, value, least in (("--limit", args.limit, 1), ("--resamples", args.resamples, 1),
@@ -55,21 +48,12 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < least:
             raise InputError(f"{flag} must be at least {least}, got {value}")
 
-    # explicit, so cached TA-ARE scores are keyed by the date their prompts carried
-    date = args.date or dt.date.today().isoformat()
-    options = {
-        "learned": {"run": args.learned_run},
-        "onnx": {"path": args.onnx},
-        "prompt-ta-are": {"date": date},
-        "popularity": {"feature": args.feature},
-        "popularity-global": {"feature": args.feature},
-    }
     cfg = EvaluationConfig(
         gates=args.gates,
         label_files=args.labels,
         out_dir=args.out,
         run_dir=args.run_dir,
-        gate_options=options,
+        gate_options=gate_options(args),
         generator_options={"name_or_path": args.generator} if args.generator else {},
         n_resamples=args.resamples,
         cost_questions=args.cost_questions,

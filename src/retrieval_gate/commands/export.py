@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..errors import InputError
 from ..gates.onnx_format import VARIANTS
 from .question_args import add_question_args, questions_from
 
@@ -34,12 +35,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """--out-dir is a folder, or can become one (no file where a folder must be)."""
+    there = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not there.is_dir():
+        where = "" if there == out_dir else f" ({there} is a file)"
+        raise InputError(
+            f"--out-dir must be a folder, and a file is in the way{where}: pass a folder", out_dir
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..export.build import build_export
     from ..fileio import plain_name
 
+    check_out_dir(Path(args.out_dir))  # before torch and onnx load (seconds)
     run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
+    from ..export.build import build_export
+
     out, report = build_export(
         run_dir, out, args.variants, args.parity_limit or None, questions=questions_from(args)
     )

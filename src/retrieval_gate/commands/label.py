@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..models import SMOLLM2
+from .label_engine import add_engine_args, ray_engine
 from .question_args import add_question_args, questions_from
 
 
@@ -33,15 +34,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--generator-url",
+        nargs="+",
         help="OpenAI-compatible server to label with (e.g. `vllm serve` at "
-        "http://host:8000/v1), instead of an in-process engine",
+        "http://host:8000/v1), instead of an in-process engine; several replicas with --engine ray",
     )
     p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
     p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
     p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="label file (default data/labels/...)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the label file the policy writes (default data/labels/...); outcomes with "
+        "with-retrieval answers make two files: give --labels-dir instead",
+    )
     p.add_argument(
         "--labels-dir",
         type=Path,
@@ -53,7 +60,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--outcomes",
         type=Path,
         help="--policy outcomes: your recorded answers (lm-eval --log_samples samples_*.jsonl, "
-        "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction])",
+        "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction]), "
+        "or an Adaptive-RAG release folder (predictions/<split>/; --generator picks its LLM)",
+    )
+    p.add_argument(
+        "--strategies",
+        nargs="+",
+        help="--policy outcomes: strategy names in cost order, the cheapest first; the file "
+        "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
+        "writes strategies.jsonl (docs/label.md)",
+    )
+    p.add_argument(
+        "--unanswered",
+        help="strategy labels: target of questions no strategy answers: prior (default; "
+        "single-hop sets -> 2nd strategy, multi-hop -> last; prior:SOURCE=STRATEGY,... adds "
+        "sources), exclude, or a strategy name",
     )
     g = p.add_argument_group("rag-gain and rrcp")
     g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
@@ -73,6 +94,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-llm-judge", action="store_true", help="rrcp: skip the P(Yes) judge")
     g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
+    add_engine_args(p)
     p.add_argument("--report", action="store_true", help="print figures from the label files")
     p.add_argument(
         "--relabel",
@@ -91,6 +113,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.llm = args.generator  # as given: a release folder picks its LLM by it
     if not args.generator and not args.generator_url:
         args.generator = SMOLLM2
     if args.report:
@@ -128,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         raise DataError("--outcomes FILE and --policy outcomes go together")
     if questions is not None and args.datasets:
         raise DataError("pass --questions or --dataset, not both")
-    generator = _remote(args, questions)
+    generator = ray_engine(args, questions) if args.engine == "ray" else _remote(args, questions)
     req = LabelRequest(
         policy=args.policy,
         datasets=args.datasets,
@@ -160,9 +183,11 @@ def _remote(args: argparse.Namespace, questions) -> object | None:
         raise DataError(
             f"--generator-url generates answers: it does not apply to --policy {args.policy}"
         )
+    if len(args.generator_url) > 1:
+        raise DataError("several --generator-url replicas are spread by --engine ray")
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting the server
-    return RemoteGenerator(args.generator_url, model=args.generator)
+    return RemoteGenerator(args.generator_url[0], model=args.generator)
 
 
 def _policy_options(args: argparse.Namespace) -> dict:
@@ -170,7 +195,12 @@ def _policy_options(args: argparse.Namespace) -> dict:
     if args.policy in ("rag-gain", "outcomes"):
         opts["neither_label"] = args.neither_label
     if args.policy == "outcomes":
-        opts["outcomes"] = args.outcomes
+        opts.update(outcomes=args.outcomes, strategies=args.strategies, llm=args.llm,
+                    unanswered=args.unanswered)  # fmt: skip
+    elif args.strategies or args.unanswered:
+        from ..data.errors import InputError
+
+        raise InputError("--strategies and --unanswered go with --policy outcomes")
     if args.policy == "rrcp":
         opts.update(evaluator=args.evaluator, t_ans=args.t_ans, t_com=args.t_com)
         if args.no_llm_judge:

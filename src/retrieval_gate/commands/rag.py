@@ -7,12 +7,18 @@ import json
 from pathlib import Path
 
 from ..data import dataset_names, format_table
+from ..errors import ConfigError
 from ..fileio import write_text
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
-from ..rag.modes import MODES, ModeOptions, known_modes, parse_thresholds
+from ..rag.modes import ModeOptions, known_modes, parse_thresholds
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
+from .gate_args import add_gate_options, gate_options
 from .question_args import add_question_args, questions_from
+
+# The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
+DEFAULT_MODES = ("never", "always", "learned", "onnx", "popularity", "prompt-vanilla",
+                 "prompt-ta-are", "confidence", "oracle", "oracle-run")  # fmt: skip
 
 
 def add_generator_args(p: argparse.ArgumentParser) -> None:
@@ -42,13 +48,12 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("gates")
-    g.add_argument("--onnx", help="exported gate folder for the onnx mode (export/<name>)")
-    g.add_argument("--learned-run", help="training run folder for the learned mode")
-    g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE")
+    """The gate flags (shared with every verb that takes gates), plus the label files the
+    fitted gates and the oracle read, and threshold overrides (shared with `serve`)."""
+    add_gate_options(p)
+    g = p.add_argument_group("labels and thresholds")
+    g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE / tfidf")
     g.add_argument("--oracle-labels", type=Path, help="label file the oracle follows")
-    g.add_argument("--date", help="TA-ARE's 'Today is ...' (default: today)")
-    g.add_argument("--feature", metavar="COLUMN", help="popularity modes' signal (default s_pop)")
     g.add_argument(
         "--threshold",
         action="append",
@@ -72,10 +77,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--modes",
         nargs="+",
-        default=list(MODES),
+        default=list(DEFAULT_MODES),
         choices=known_modes(),
         metavar="MODE",
-        help=f"default: {' '.join(MODES)}",
+        help=f"any of: {' '.join(known_modes())} (default: {' '.join(DEFAULT_MODES)})",
     )
     p.add_argument(
         "--out",
@@ -90,6 +95,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generator_kwargs(args: argparse.Namespace) -> dict:
+    """The engine's options, checked (before any engine starts)."""
+    for flag in ("k", "max_new_tokens", "tensor_parallel_size", "data_parallel_size"):
+        value = getattr(args, flag)
+        if value < 1:
+            name = "-k" if flag == "k" else "--" + flag.replace("_", "-")
+            raise ConfigError(f"{name} must be at least 1, got {value}")
     return {
         "generator_url": args.generator_url,
         "model": args.model,
@@ -99,18 +110,12 @@ def generator_kwargs(args: argparse.Namespace) -> dict:
 
 
 def mode_options(args: argparse.Namespace) -> ModeOptions:
-    opts = ModeOptions(
-        onnx=args.onnx,
-        learned_run=args.learned_run,
-        date=args.date,
-        thresholds=parse_thresholds(args.threshold),
-    )
+    opts = ModeOptions(**vars(gate_options(args)), thresholds=parse_thresholds(args.threshold))
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:
         opts.oracle_labels = args.oracle_labels
     opts.questions = questions_from(args) if hasattr(args, "questions") else None  # not serve
-    opts.feature = args.feature
     if opts.questions is not None and args.labels:  # your labels' folder holds your outcomes
         opts.run_dir = args.labels.parent
     return opts
@@ -119,12 +124,13 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
 def run(args: argparse.Namespace) -> int:
     from ..rag.experiment import Pipeline, Sample, run_comparison
 
+    engine = generator_kwargs(args)
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
         Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens),
         mode_options=mode_options(args),
-        engine=generator_kwargs(args),
+        engine=engine,
         progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
     )
     print(format_table(report["table"]))

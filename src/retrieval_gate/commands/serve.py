@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
-import sys
 from dataclasses import fields
 
 from ..errors import ConfigError
-from ..gates.onnx_format import VARIANTS
+from ..gates.registry import gate_names
 from ..rag.limits import Limits
-from ..rag.modes import known_modes
 from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
 
+log = logging.getLogger(__name__)
 API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
 
 
@@ -30,13 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "generator (default: answer)",
     )
     p.add_argument(
-        "--gate", default="onnx", choices=known_modes(), help="gate in front (default: onnx)"
-    )
-    p.add_argument(
-        "--variant",
-        choices=list(VARIANTS),
-        default="fp32",
-        help="ONNX file of the export for the onnx gate (default: fp32)",
+        "--gate", default="onnx", choices=gate_names(), help="gate in front (default: onnx)"
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
     p.add_argument("--port", type=int, default=8000)
@@ -92,10 +86,7 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
     if api_key is not None and not api_key.strip():
         raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
     if not api_key and not _loopback(host):
-        print(
-            f"warning: serving on {host} without --api-key: anyone who can reach it can use it",
-            file=sys.stderr,
-        )
+        log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
 
 
 def _loopback(host: str) -> bool:
@@ -109,10 +100,11 @@ def run(args: argparse.Namespace) -> int:
     from ..rag.backends import open_gate, open_rag
     from ..rag.service import serve
 
+    # every flag and path before any engine starts (the gate's in open_gate / open_rag)
     checked = limits(args)
     check_bind(args.host, args.port, args.api_key)
     options = mode_options(args)
-    options.variant = args.variant
+    engine = generator_kwargs(args)
     if args.mode == "gate":
         service = open_gate(args.gate, options)
     else:
@@ -123,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             k=args.k,
             max_new_tokens=args.max_new_tokens,
             mode_options=options,
-            **generator_kwargs(args),
+            **engine,
         )
     serve(service, args.host, args.port, checked, args.api_key)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 
@@ -31,8 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..training import load_config, train
+    from ..training.launch import launcher_trainer
 
     config = load_config(args.config, args.overrides)
+    # torchrun / srun: DDP across the launched processes
+    config = dataclasses.replace(config, trainer=launcher_trainer(config.trainer))
     run = train(config, overwrite=args.overwrite, resume=args.resume)
     print(f"run folder: {run.path}")
     print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))

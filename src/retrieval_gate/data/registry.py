@@ -11,20 +11,26 @@ from .paths import resolve_data_dir
 
 Loader = Callable[[Path, BadRows], list[Question]]
 LOADERS: dict[str, Loader] = {}
+# Datasets loaded only when named (`--dataset NAME`): not in `load_all()`, so adding one
+# changes neither the default question set nor its canonical split.
+OPTIONAL: set[str] = set()
 
 
-def register(name: str) -> Callable[[Loader], Loader]:
+def register(name: str, default: bool = True) -> Callable[[Loader], Loader]:
     def wrap(fn: Loader) -> Loader:
         LOADERS[name] = fn
+        if not default:
+            OPTIONAL.add(name)
         return fn
 
     return wrap
 
 
-def dataset_names() -> list[str]:
-    from . import loaders  # noqa: F401  (registers the built-in loaders)
+def dataset_names(optional: bool = False) -> list[str]:
+    """The default datasets (what `load_all()` reads); with `optional`, every registered one."""
+    from . import adaptive_rag, loaders  # noqa: F401  (registers the built-in loaders)
 
-    return sorted(LOADERS)
+    return sorted(n for n in LOADERS if optional or n not in OPTIONAL)
 
 
 def load_dataset(
@@ -37,7 +43,11 @@ def load_dataset(
     (pass your own `BadRows` to read the counts) instead of raising."""
     names = dataset_names()
     if name not in LOADERS:
-        raise DataError(f"unknown dataset {name!r}; known datasets: {', '.join(names)}")
+        optional = ", ".join(sorted(OPTIONAL))
+        raise DataError(
+            f"unknown dataset {name!r}; known datasets: {', '.join(names)} (loaded only when "
+            f"named: {optional})"
+        )
     bad = bad if bad is not None else BadRows(skip=skip_bad_rows)
     questions = LOADERS[name](resolve_data_dir(data_dir), bad)
     if not questions:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from ..errors import ConfigError
 from ..questions import Question, normalize_answer
 
 SPLITS = ("train", "dev", "test")
@@ -30,7 +31,7 @@ def assign_splits(
     seeded hash, so the result depends only on the ids, texts, labels and the seed, not on
     input order or Python's hash seed."""
     if abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
-        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
+        raise ConfigError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
     groups: dict[str, list[Question]] = defaultdict(list)
     for q in questions:
         groups[normalize_answer(q.text)].append(q)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import sys
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +22,8 @@ from ..questions import Question
 from .errors import BadRows, DataError
 from .files import read_jsonl
 from .splits import SPLITS, canonical_questions, group_splits
+
+log = logging.getLogger(__name__)
 
 # Question field -> the columns tried, in order, when no --field override names one.
 DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -341,5 +343,5 @@ def _drop_duplicates(spec: str, questions: Sequence[Question]) -> list[Question]
                 spec,
             )
     if repeats:
-        print(f"{spec}: {repeats} repeated question row(s) kept once", file=sys.stderr)
+        log.info(f"{spec}: {repeats} repeated question row(s) kept once")
     return list(first.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,21 +15,28 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
+from ..errors import MissingInputError
 from ..fileio import content_id, write_text
-from ..gates.base import Gate
+from ..gates.base import Gate, gate_checksum
 from ..gates.popularity import mallen_protocol
-from ..gates.registry import GateContext, LazyGenerator, build_gate
-from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from ..gates.registry import (
+    GATES,
+    GateContext,
+    GateOptions,
+    GateSpec,
+    LazyGenerator,
+    build_gate,
+    check_options,
+)
+from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, label_file_names, load_splits
 from ..labels.files import LabelFile
+from ..labels.labelling_run import LabellingRun
 from ..questions import Question
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
 
-# Gates whose scores do not depend on the label file: scored once on the union of test
-# questions and shared by every policy (prompt gates cost minutes of vLLM time).
-LABEL_FREE = {"always", "never", "prompt-vanilla", "prompt-ta-are", "confidence", "learned", "onnx"}
-LLM_GATES = {"prompt-vanilla", "prompt-ta-are", "confidence"}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,7 +45,7 @@ class EvaluationConfig:
     label_files: Sequence[Path]
     out_dir: Path
     run_dir: Path | None = DEFAULT_RUN_DIR  # labelling run: closed-book/rag-gain answers
-    gate_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gate_options: GateOptions = field(default_factory=GateOptions)
     generator_options: dict[str, Any] = field(default_factory=dict)
     n_resamples: int = 1000
     cost_questions: int = 30
@@ -48,19 +55,14 @@ class EvaluationConfig:
     questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
 
 
-def closed_book_records(run_dir: Path | None) -> dict[str, dict]:
-    path = (run_dir or DEFAULT_RUN_DIR) / "closed-book.jsonl"
-    return LabelFile(path).rows if path.is_file() else {}
-
-
 def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
     """`limit` test questions spread evenly over sources (by id hash, so stable across runs);
     all of them when `limit` is None or not smaller than the split."""
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be a positive number of test questions, got {limit}")
     if limit is not None and limit > len(test):
-        print(f"note: --limit {limit} is more than the {len(test)} test questions; "
-              f"evaluating all {len(test)}", file=sys.stderr)  # fmt: skip
+        log.info(f"--limit {limit} is more than the {len(test)} test questions; "
+                 f"evaluating all {len(test)}")  # fmt: skip
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
@@ -81,9 +83,10 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    splits = {policy_name(p): load_splits(p, cfg.run_dir, cfg.questions) for p in cfg.label_files}
+    files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
+    splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
-    records = closed_book_records(cfg.run_dir)
+    records = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR).records()
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     costs: dict[str, float] = {}
     skipped: dict[str, str] = {}
@@ -92,32 +95,36 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         "policies": {},
         "skipped": skipped,
     }
+    gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
         results = []
-        for name in tqdm(cfg.gates, desc=f"gates on {policy}"):
+        for name in tqdm(gates, desc=f"gates on {policy}"):
+            spec = GATES[name]
             try:
-                opts = cfg.gate_options.get(name, {})
-                gate = build_gate(name, ctx, **opts)
-            except (DataError, ValueError) as e:  # one gate's missing input: report it, go on
+                gate = build_gate(name, ctx, cfg.gate_options)
+            except MissingInputError as e:  # one gate's missing input: report it, go on
                 skipped[f"{name} ({policy})"] = str(e)
                 continue
             scores = (
-                _label_free_scores(name, gate, policy, tests, cfg.out_dir / "scores", opts)
-                if name in LABEL_FREE
+                _label_free_scores(
+                    spec, gate, policy, tests, cfg.out_dir / "scores", cfg.gate_options
+                )
+                if spec.label_free
                 else None
             )
             result = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores)
             if cfg.measure_cost and name not in costs:
-                n = max(5, cfg.cost_questions // 3) if name in LLM_GATES else cfg.cost_questions
+                llm = "generator" in spec.needs  # an LLM call per question: fewer timed
+                n = max(5, cfg.cost_questions // 3) if llm else cfg.cost_questions
                 try:
                     costs[name] = cost_per_question(gate, tests[policy].questions, n)
-                except DataError as e:  # e.g. no generator here: say so, keep the rest
+                except MissingInputError as e:  # e.g. no generator here: say so, keep the rest
                     result.notes.append(f"cost not measured: {e}")
             result.cost_ms = costs.get(name)
             results.append(result)
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
-        report["policies"][policy]["label_file"] = _provenance(cfg.label_files, policy)
+        report["policies"][policy]["label_file"] = _provenance(files[policy])
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
     write_text(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
@@ -126,20 +133,38 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     return path
 
 
-def score_cache_key(name: str, gate: Gate, options: dict[str, Any]) -> str:
+def _gates_with_options(cfg: EvaluationConfig, skipped: dict[str, str]) -> list[str]:
+    """The requested gates whose flags are given (a gate without its flag is skipped, with
+    the reason; a flag pointing at a wrong path is an error, before anything runs)."""
+    kept = []
+    for name in cfg.gates:
+        try:
+            check_options([name], cfg.gate_options)
+            kept.append(name)
+        except MissingInputError as e:
+            skipped[name] = str(e)
+    return kept
+
+
+def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     """Cache file stem of a label-free gate: its name and, by content, what its scores depend
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
-    one, else the options it was built with."""
-    used = {k: str(v) for k, v in sorted(options.items()) if v is not None}
-    return f"{name}-{content_id(getattr(gate, 'checksum', None) or json.dumps(used))}"
+    one, else the options it reads."""
+    used = {k: str(getattr(options, k)) for k in spec.options if getattr(options, k) is not None}
+    return f"{spec.name}-{content_id(gate_checksum(gate) or json.dumps(used))}"
 
 
 def _label_free_scores(
-    name: str, gate: Gate, policy: str, tests: dict[str, EvalSet], cache_dir: Path, options: dict
+    spec: GateSpec,
+    gate: Gate,
+    policy: str,
+    tests: dict[str, EvalSet],
+    cache_dir: Path,
+    options: GateOptions,
 ) -> np.ndarray:
     """Scores on the union of every policy's test questions, computed in one batch and kept in
     `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
-    path = cache_dir / f"{score_cache_key(name, gate, options)}.json"
+    path = cache_dir / f"{score_cache_key(spec, gate, options)}.json"
     known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
     union = {q.id: q for t in tests.values() for q in t.questions}
     todo = [q for i, q in union.items() if i not in known]
@@ -150,8 +175,7 @@ def _label_free_scores(
     return np.array([known[q.id] for q in tests[policy].questions])
 
 
-def _provenance(paths: Sequence[Path], policy: str) -> dict[str, Any]:
-    path = next(p for p in paths if policy_name(p) == policy)
+def _provenance(path: Path) -> dict[str, Any]:
     lf = LabelFile(path)
     try:
         meta = lf.meta
@@ -178,17 +202,18 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
                 every.questions, every.y, every.closed_correct, every.rag_correct,
                 n_splits=100, per_relation=per_relation,
             )  # fmt: skip
-        except ValueError as e:
+        except MissingInputError as e:
             out["per-relation" if per_relation else "global"] = {"n/a": str(e)}
     return out
 
 
 def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
     scores = {r.name: r.scores for r in results}
+    stem = policy.replace("/", "-")  # figure files of `<generator>/<policy>`
     figs = {
-        "roc_pr": plots.roc_pr(test.y, scores, policy, out / f"{policy}-roc-pr.png").name,
+        "roc_pr": plots.roc_pr(test.y, scores, policy, out / f"{stem}-roc-pr.png").name,
         "reliability": plots.reliability(
-            test.y, scores, f"reliability: {policy}", out / f"{policy}-reliability.png"
+            test.y, scores, f"reliability: {policy}", out / f"{stem}-reliability.png"
         ).name,
     }
     pop = np.array([q.s_pop is not None for q in test.questions])
@@ -205,7 +230,7 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
             test.closed_correct[known],
             test.rag_correct[known],
             decisions,
-            out / f"{policy}-mallen.png",
+            out / f"{stem}-mallen.png",
         ).name
     return {
         "n_train": len(sp.train),

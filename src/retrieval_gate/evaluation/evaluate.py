@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as M
-from ..gates.base import Gate
+from ..gates.base import Gate, uncached_gate
 from ..labels.evalset import EvalSet
 from ..questions import Question
 from .bootstrap import bootstrap_ci
@@ -87,7 +87,7 @@ class GateResult:
 def cost_per_question(gate: Gate, questions: Sequence[Question], n: int = 30) -> float:
     """Median wall time (ms) of one decision on one question, over `n` questions scored one at
     a time after a warm-up call (what a deployed gate pays per incoming question)."""
-    probe = gate.uncached() if hasattr(gate, "uncached") else gate
+    probe = uncached_gate(gate)
     picked = list(questions[: n + 1])
     probe.scores(picked[:1])  # warm-up: lazy loading, first-call compilation
     times = []

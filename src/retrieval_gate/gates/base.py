@@ -1,13 +1,22 @@
-"""The one interface every decision-maker implements."""
+"""The one interface every decision-maker implements, and the optional capabilities some have.
+
+A capability is a small `runtime_checkable` protocol, asked with `isinstance(gate, HasChecksum)`
+(never `getattr`/`hasattr`), so what a caller relies on is named and typed in one place."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import InputError
+from ..generation.base import Generator
 from ..questions import Question
+
+# What a gate scores: `Question`s, or bare question texts.
+Questions = Sequence[Question] | Sequence[str]
 
 
 @runtime_checkable
@@ -15,14 +24,126 @@ class Gate(Protocol):
     """Decides, from the question alone, whether the generator needs retrieval.
 
     `scores` returns P(needs retrieval) in [0, 1], one float per question, so every gate has
-    an ROC curve; `decide` thresholds it (retrieve iff score >= threshold)."""
+    an ROC curve; `decide` thresholds it (retrieve iff score >= threshold). Questions may be
+    `Question`s or bare strings (see `as_questions`)."""
 
     name: str
     threshold: float
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray: ...
+    def scores(self, questions: Questions) -> np.ndarray: ...
 
 
-def decide(gate: Gate, questions: Sequence[Question]) -> np.ndarray:
+def decide(gate: Gate, questions: Questions) -> np.ndarray:
     """Boolean retrieve decisions of a gate at its threshold."""
     return np.asarray(gate.scores(questions)) >= gate.threshold
+
+
+# Per-question side features: a mapping of columns, or one mapping per question.
+Features = Mapping[str, Sequence[float]] | Sequence[Mapping[str, float]]
+
+
+def as_questions(questions: str | Questions, features: Features | None = None) -> list[Question]:
+    """`Question`s as they are; a bare string becomes one (id its position "0", "1", ...;
+    source "api"), so every gate takes what a user has at hand. Side `features` ride along in
+    `Question.extra` (merged over any `extra` a given Question already has)."""
+    items = [questions] if isinstance(questions, str) else list(questions)
+    rows = _features_for(features, len(items))
+    out = []
+    for i, (item, extra) in enumerate(zip(items, rows, strict=True)):
+        if isinstance(item, Question):
+            out.append(replace(item, extra={**item.extra, **extra}) if extra else item)
+        elif isinstance(item, str) and item.strip():
+            out.append(Question(id=str(i), text=item, answers=(), source="api", extra=extra))
+        else:
+            raise InputError(f"question {i} is {item!r}: expected a non-empty string or Question")
+    return out
+
+
+def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
+    if features is None:
+        return [{} for _ in range(n)]
+    if isinstance(features, Mapping):
+        for name, column in features.items():
+            if len(column) != n:
+                raise InputError(f"feature {name!r} has {len(column)} values for {n} questions")
+        return [{name: column[i] for name, column in features.items()} for i in range(n)]
+    if len(features) != n:
+        raise InputError(f"features has {len(features)} rows for {n} questions")
+    return [dict(row) for row in features]
+
+
+# ---------------------------------------------------------------- optional capabilities
+
+
+@runtime_checkable
+class HasChecksum(Protocol):
+    """Its scores are a function of content it can name (weights, a model file, a generator
+    and prompt): score caches and tuning studies are keyed by `checksum`, never by names."""
+
+    checksum: str
+
+
+@runtime_checkable
+class Cached(Protocol):
+    """It may look scores up in recorded answers; `uncached()` is the same gate computing
+    every score, as deployment pays for it (timed costs and RAG passes use that one)."""
+
+    def uncached(self) -> Gate: ...
+
+
+@runtime_checkable
+class AsksGenerator(Protocol):
+    """It calls the generator to score (prompt and confidence gates): a service must not let
+    it enter the engine while the engine generates."""
+
+    generator: Callable[[], Generator]
+
+
+@runtime_checkable
+class HasMetadata(Protocol):
+    """It carries the metadata of a trained gate (label meaning, threshold and the objective
+    that chose it, backbone, provenance)."""
+
+    metadata: Mapping[str, Any]
+
+
+@runtime_checkable
+class OnDevice(Protocol):
+    """It runs on a device: the ONNX execution provider or the torch device (`str()` names it)."""
+
+    device: Any
+
+
+def uncached_gate(gate: Gate) -> Gate:
+    """The gate computing every score (see `Cached`)."""
+    return gate.uncached() if isinstance(gate, Cached) else gate
+
+
+def gate_checksum(gate: Gate) -> str | None:
+    """The gate's content checksum, None for a gate without one."""
+    return gate.checksum if isinstance(gate, HasChecksum) else None
+
+
+# ---------------------------------------------------------------- routers (issue 25)
+
+
+@runtime_checkable
+class Router(Gate, Protocol):
+    """Picks a retrieval strategy per question, in `strategies` (cost order, the first
+    "no_retrieval"). A router is also a `Gate`: `scores` = P(needs retrieval) = 1 - P(no
+    retrieval suffices), so evaluation, tuning, serving and the adapters take it as any gate.
+
+    `strategy_proba(questions)`: (n, len(strategies)) array of what its decision rule needs;
+    `route(questions, budget)`: one strategy name per question, meeting `budget` (mean cost
+    per question; None: the router's default operating point)."""
+
+    strategies: tuple[str, ...]
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray: ...
+
+    def route(self, questions: Questions, budget: float | None = None) -> list[str]: ...
+
+
+def is_router(gate: object) -> bool:
+    """Whether `gate` also routes between strategies (see `Router`)."""
+    return isinstance(gate, Router)

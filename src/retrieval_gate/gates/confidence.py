@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import MissingInputError
 from ..fileio import content_id
 from ..generation.base import Generation, Generator, checksum_of
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question, is_idk
+from .base import Questions, as_questions
 
 
 def confidence_score(mean_logprob: float | None, idk: bool) -> float:
@@ -62,7 +63,8 @@ class ConfidenceGate:
         """The same gate generating every answer (what a question costs in deployment)."""
         return ConfidenceGate(None, self.generator, self.threshold, self.max_new_tokens, self.name)
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         out = np.empty(len(questions))
         missing = []
         for i, q in enumerate(questions):
@@ -78,7 +80,7 @@ class ConfidenceGate:
 
     def _generate(self, questions: Sequence[Question]) -> list[Generation]:
         if self.generator is None:
-            raise DataError(
+            raise MissingInputError(
                 f"confidence gate: {len(questions)} questions have no closed-book record "
                 "(e.g. " + questions[0].id + "); pass the closed-book label file or a generator"
             )

@@ -11,8 +11,9 @@ import torch
 
 from ..data.features import SideFeatures
 from ..fileio import sha256_file
-from ..questions import Question
+from ..run_folder import RunFolder
 from ..training.checkpoint import load_run
+from .encoder import EncoderGate
 
 
 def default_device() -> str:
@@ -20,10 +21,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class LearnedGate:
+class LearnedGate(EncoderGate):
     """Loads a run folder (checkpoints/<run>/); threshold from its metadata.json (tuned
     thresholds written by `save_threshold` included; 0.5 when absent). `device` is a torch
-    device ("cpu", "cuda", "cuda:1"); by default CUDA when available."""
+    device ("cpu", "cuda", "cuda:1"); by default CUDA when available. Scores strings or
+    `Question`s (`gates.encoder.EncoderGate`, shared with `OnnxGate`)."""
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class LearnedGate:
         self.threshold = float(self.metadata.get("threshold", 0.5))
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
+        self.pad_id = int(self.tokenizer.pad_token_id)
         self.name = name or f"learned:{self.run_dir.name}"
         self.side_features = SideFeatures.from_dict(self.module.model_cfg.get("side_features"))
 
@@ -46,30 +49,18 @@ class LearnedGate:
     def checksum(self) -> str:
         """The weights' identity: tuning keys its studies and caches by it, not by the folder
         name. Hashed on first use, so loading a gate to score pays nothing for it."""
-        return sha256_file(self.run_dir / "gate.pt")
+        return sha256_file(RunFolder(self.run_dir).weights)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)
+        return [list(ids) for ids in enc["input_ids"]]
 
     @torch.inference_mode()
-    def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
-        """P(needs retrieval) per text (with its row of scaled side `features` when the gate
-        has them). Texts are batched in length order so each batch pads only to similar
-        lengths, and results are put back in input order."""
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        out = np.empty(len(texts), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            enc = self.tokenizer(
-                [texts[i] for i in idx],
-                truncation=True,
-                max_length=self.max_length,
-                padding=True,
-                return_tensors="pt",
-            )
-            ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-            feats = None if features is None else torch.from_numpy(features[idx]).to(self.device)
-            logits = self.module(ids, mask, feats)
-            out[idx] = self.module.retrieval_probability(logits).cpu().numpy()
-        return out
-
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
-        side = self.side_features
-        return self.score_texts([q.text for q in questions], side and side.matrix(questions))
+    def run_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
+    ) -> np.ndarray:
+        ids = torch.from_numpy(input_ids).to(self.device)
+        attention = torch.from_numpy(mask).to(self.device)
+        feats = None if features is None else torch.from_numpy(features).to(self.device)
+        logits = self.module(ids, attention, feats)
+        return self.module.retrieval_probability(logits).float().cpu().numpy()

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from ..data.features import SideFeatures
 from ..errors import BackendError, DataError
 from ..fileio import sha256_file
-from ..questions import Question
+from .encoder import EncoderGate
 from .onnx_format import FORMAT, REQUIRED, VARIANTS
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
@@ -104,8 +104,9 @@ def parse_metadata(meta: dict[str, str], path: Path) -> dict[str, Any]:
     return {"threshold": threshold, "classes": classes, **ints}
 
 
-class OnnxGate:
-    """A `Gate` from `export/<name>/`: `variant` picks model.onnx / .opt / .int8 / .fp16."""
+class OnnxGate(EncoderGate):
+    """A `Gate` from `export/<name>/`: `variant` picks model.onnx / .opt / .int8 / .fp16.
+    Scores strings or `Question`s (`gates.encoder.EncoderGate`, shared with `LearnedGate`)."""
 
     def __init__(
         self,
@@ -155,7 +156,7 @@ class OnnxGate:
             raise DataError("export has no tokenizer.json (re-export the checkpoint)", path)
         tok = Tokenizer.from_file(str(path))
         tok.enable_truncation(self.max_length)
-        tok.no_padding()  # padding is done per length bucket below
+        tok.no_padding()  # padding is done per length bucket (EncoderGate.score_texts)
         return tok
 
     def _session(self, path: Path, provider: str | None, threads: int | None) -> Any:
@@ -172,49 +173,18 @@ class OnnxGate:
         except Exception as e:  # noqa: BLE001  (ORT raises its own types for damaged files)
             raise DataError(f"not a loadable ONNX file ({str(e).splitlines()[0]})", path) from None
 
+    @property
+    def device(self) -> str:
+        """The execution provider actually used (see `OnDevice`)."""
+        return self.provider
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
-    def run_ids(
-        self, ids: Sequence[Sequence[int]], features: np.ndarray | None = None
+    def run_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
     ) -> np.ndarray:
-        """Scores for one batch of token ids, padded to its own longest row (with the batch's
-        scaled side features when the gate has them)."""
-        width = max(len(row) for row in ids)
-        input_ids = np.full((len(ids), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(ids), width), dtype=np.int64)
-        for i, row in enumerate(ids):
-            input_ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if self.side_features is not None:
-            if features is None:
-                raise DataError(
-                    f"gate {self.name} needs the side features "
-                    f"{', '.join(self.side_features.names)}: score Questions (with them in "
-                    "Question.extra), not bare texts"
-                )
-            feeds["features"] = np.asarray(features, dtype=np.float32)
-        out = self.session.run(["scores"], feeds)
-        return out[0].astype(np.float32)
-
-    def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
-        """P(needs retrieval) per text; batches are length buckets (sorted by token count) so
-        padding stays small, and results come back in input order. `features`: one row of
-        scaled side features per text (`side_features.matrix`), for gates that have them."""
-        if not len(texts):
-            return np.zeros(0, dtype=np.float32)
-        if any(not t or not t.strip() for t in texts):
-            raise DataError("cannot score an empty question text")
-        ids = self.encode(texts)
-        order = np.argsort([len(r) for r in ids], kind="stable")
-        out = np.empty(len(ids), dtype=np.float32)
-        for start in range(0, len(ids), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            feats = None if features is None else features[idx]
-            out[idx] = self.run_ids([ids[i] for i in idx], feats)
-        return out
-
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
-        side = self.side_features
-        return self.score_texts([q.text for q in questions], side and side.matrix(questions))
+            feeds["features"] = features
+        return self.session.run(["scores"], feeds)[0].astype(np.float32)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import MissingInputError
 from ..questions import Question, feature_value
+from .base import Questions, as_questions
 
 
 def candidate_cuts(s_pop: np.ndarray) -> np.ndarray:
@@ -56,7 +58,8 @@ class PopularityGate:
     def cut_for(self, q: Question) -> float:
         return self.relation_thresholds.get(q.relation or "", self.global_threshold)
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         out = np.full(len(questions), self.fallback_score, dtype=float)
         for i, q in enumerate(questions):
             value = feature_value(q, self.feature)
@@ -93,7 +96,7 @@ def fit_popularity(
     values = [feature_value(q, feature) for q in questions]
     has_pop = np.array([v is not None for v in values], dtype=bool)
     if not has_pop.any():
-        raise ValueError(
+        raise MissingInputError(
             f"popularity gate: no fitting question has a value for {feature!r}"
             + (" (only PopQA has s_pop; pass --feature COLUMN)" if feature == "s_pop" else "")
         )
@@ -137,7 +140,9 @@ def mallen_protocol(
         if q.s_pop is not None and not np.isnan(closed[i]) and not np.isnan(rag[i])
     ]
     if len(keep) < 8:
-        raise ValueError(f"Mallen protocol needs questions with s_pop and answers; got {len(keep)}")
+        raise MissingInputError(
+            f"Mallen protocol needs questions with s_pop and answers; got {len(keep)}"
+        )
     qs = [questions[i] for i in keep]
     y, closed, rag = np.asarray(y)[keep], closed[keep], rag[keep]
     rng = np.random.default_rng(seed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -23,18 +23,12 @@ import numpy as np
 
 from ..errors import BackendError, InputError
 from ..questions import Question
-from .base import Gate
+from ..run_folder import RunFolder
+from .base import Features, Gate, HasMetadata, OnDevice, Questions, as_questions
 from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
-# What a saved torch gate consists of (the rest of a run folder -- Lightning checkpoints,
-# logs -- is training state); an export folder is the gate, all of its files.
-RUN_FILES = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json", "labels.json",
-             "metrics.json")  # fmt: skip
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-Features = Mapping[str, Sequence[float]] | Sequence[Mapping[str, float]]
-Questions = str | Sequence[str] | Sequence[Question]
 
 
 def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
@@ -71,7 +65,7 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
 
 def folder_kind(folder: Path) -> str:
     """The backend a folder holds: onnx (an export) or torch (a training run)."""
-    if (folder / "gate.pt").is_file():
+    if RunFolder(folder).is_run():
         return "torch"
     if any((folder / f).is_file() for f in VARIANTS.values()):
         return "onnx"
@@ -99,50 +93,15 @@ def _load_gate(folder: Path, backend: str, variant: str, device: str | None, **k
     return LearnedGate(folder, device=device, **kw)
 
 
-def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
-    """Per-question side features from a mapping of columns or a list of per-question dicts."""
-    if features is None:
-        return [{} for _ in range(n)]
-    if isinstance(features, Mapping):
-        for name, column in features.items():
-            if len(column) != n:
-                raise InputError(f"feature {name!r} has {len(column)} values for {n} questions")
-        return [{name: column[i] for name, column in features.items()} for i in range(n)]
-    if len(features) != n:
-        raise InputError(f"features has {len(features)} rows for {n} questions")
-    return [dict(row) for row in features]
-
-
-def as_questions(questions: Questions, features: Features | None = None) -> list[Question]:
-    """Bare strings become `Question`s (ids "0", "1", ...; source "api"); side features ride
-    along in `Question.extra` (merged over any `extra` a given Question already has)."""
-    items = [questions] if isinstance(questions, str) else list(questions)
-    rows = _features_for(features, len(items))
-    out = []
-    for i, (item, extra) in enumerate(zip(items, rows, strict=True)):
-        if isinstance(item, Question):
-            out.append(item if not extra else _with_extra(item, extra))
-        elif isinstance(item, str) and item.strip():
-            out.append(Question(id=str(i), text=item, answers=(), source="api", extra=extra))
-        else:
-            raise InputError(f"question {i} is {item!r}: expected a non-empty string or Question")
-    return out
-
-
-def _with_extra(q: Question, extra: dict[str, Any]) -> Question:
-    from dataclasses import replace
-
-    return replace(q, extra={**q.extra, **extra})
-
-
 def _export_files(folder: Path) -> list[str]:
     # hidden entries are not the gate's (snapshot_download keeps its .cache/ in local_dir)
     return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
 class RetrievalGate:
-    """A trained gate with its threshold and metadata; wraps an `OnnxGate` or `LearnedGate`
-    (`.gate`, itself a `Gate` usable by evaluation, tuning and the RAG loop)."""
+    """A trained gate with its threshold and metadata, itself a `Gate` (`name`, `threshold`,
+    `scores`): evaluation, tuning, `AdaptiveRAG` and `create_app` take it as it is. It wraps
+    an `OnnxGate` or a `LearnedGate` (`.gate`)."""
 
     def __init__(self, gate: Gate, folder: Path, backend: str, variant: str | None = None):
         self.gate = gate
@@ -175,20 +134,36 @@ class RetrievalGate:
         return cls(gate, folder, backend, variant if backend == "onnx" else None)
 
     @property
+    def name(self) -> str:
+        return self.gate.name
+
+    @property
     def threshold(self) -> float:
         """Retrieve iff P(needs retrieval) >= threshold (the tuned one travels in the files)."""
         return float(self.gate.threshold)
 
+    @threshold.setter
+    def threshold(self, value: float) -> None:  # e.g. a per-mode override in `rag`
+        self.gate.threshold = float(value)
+
+    @property
+    def checksum(self) -> str:
+        """The model file's (or the weights') sha256 (see `HasChecksum`)."""
+        return self.gate.checksum  # type: ignore[attr-defined]  (both backends have one)
+
     @property
     def metadata(self) -> dict[str, Any]:
         """Label meaning, threshold and the objective that chose it, backbone, provenance."""
-        return dict(self.gate.metadata)  # type: ignore[attr-defined]
+        return dict(self.gate.metadata) if isinstance(self.gate, HasMetadata) else {}
 
     @property
     def device(self) -> str:
         """The ONNX execution provider or the torch device actually used."""
-        gate = self.gate
-        return str(gate.provider if self.backend == "onnx" else gate.device)  # type: ignore[attr-defined]
+        return str(self.gate.device) if isinstance(self.gate, OnDevice) else "cpu"
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        """P(needs retrieval) per question (strings or `Question`s), as every `Gate`."""
+        return np.asarray(self.gate.scores(as_questions(questions)), np.float32)
 
     @overload
     def predict_proba(self, questions: str, features: Features | None = None) -> float: ...
@@ -198,7 +173,7 @@ class RetrievalGate:
     ) -> np.ndarray: ...
     def predict_proba(self, questions: Questions, features: Features | None = None) -> Any:
         """P(needs retrieval): a float for one string, else an array in input order."""
-        scores = np.asarray(self.gate.scores(as_questions(questions, features)), np.float32)
+        scores = self.scores(as_questions(questions, features))
         return float(scores[0]) if isinstance(questions, str) else scores
 
     @overload
@@ -228,7 +203,8 @@ class RetrievalGate:
         out = Path(save_directory)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError("refusing to write into a non-empty folder; choose a new one", out)
-        names = RUN_FILES if self.backend == "torch" else _export_files(self.folder)
+        # a run folder's gate files (the rest is training state); an export is all its files
+        names = RunFolder.GATE if self.backend == "torch" else _export_files(self.folder)
         out.mkdir(parents=True, exist_ok=True)
         for name in names:
             src = self.folder / name

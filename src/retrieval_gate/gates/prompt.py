@@ -16,6 +16,7 @@ from itertools import zip_longest
 
 import numpy as np
 
+from ..errors import ConfigError, MissingInputError
 from ..fileio import content_id
 from ..generation.base import Generator, checksum_of
 from ..generation.prompts import (
@@ -29,6 +30,7 @@ from ..generation.prompts import (
     vanilla_prompt,
 )
 from ..questions import Question
+from .base import Questions, as_questions
 
 CHOICES = ("[Yes]", "[No]")
 # The Vanilla instruction without its question slot, which TA-ARE places after the examples.
@@ -73,7 +75,7 @@ class DemoPool:
         k: int = 2,
     ):
         if len(questions) < k + 1:
-            raise ValueError(
+            raise MissingInputError(
                 f"TA-ARE needs more than {k} demonstration questions, got {len(questions)}"
             )
         self.questions = list(questions)
@@ -127,9 +129,11 @@ class PromptGate:
         threshold: float = 0.5,
     ):
         if template not in ("vanilla", "ta-are"):
-            raise ValueError(f"unknown prompt template {template!r}; use vanilla or ta-are")
+            raise ConfigError(f"unknown prompt template {template!r}; use vanilla or ta-are")
         if template == "ta-are" and demos is None:
-            raise ValueError("the TA-ARE gate needs a demonstration pool (closed-book labels)")
+            raise MissingInputError(
+                "the TA-ARE gate needs a demonstration pool (closed-book labels)"
+            )
         self.generator = generator
         self.template = template
         self.demos = demos
@@ -155,7 +159,8 @@ class PromptGate:
             ta_are_prompt(q.text, self.date, d) for q, d in zip(questions, nearest, strict=True)
         ]
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         if not questions:
             return np.empty(0)
         probs = self.generator().choice_probs(self.prompts(questions), list(CHOICES))

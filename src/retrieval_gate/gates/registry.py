@@ -1,4 +1,10 @@
-"""Every gate by name: `build_gate("tfidf", context)`.
+"""Every gate by name, one `GateSpec` each: `build_gate("tfidf", context, options)`.
+
+A spec says what its gate needs (`NEEDS`: labels, generator, a training run, an export),
+whether its scores are label-free, and which `GateOptions` it reads. Every verb that takes
+gates (`evaluate`, `tune`, `rag`, `serve`) offers the same gate flags (one per `GateOptions`
+field, `commands/gate_args.py`) and calls `check_options` before any engine starts. Adding a
+gate = its module + one `GateSpec` in `GATES`.
 
 Gates that learn (popularity, tfidf), look things up (confidence), or need demonstrations
 (TA-ARE) take what they need from a `GateContext` holding ONLY the train and dev splits,
@@ -7,16 +13,18 @@ construction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, DataError
+from ..errors import BackendError, ConfigError, DataError, MissingInputError
 from ..generation.base import Generator
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
+from ..run_folder import RunFolder
 from .base import Gate
+from .onnx_format import VARIANTS
 
 
 class LazyGenerator:
@@ -66,51 +74,111 @@ class GateContext:
     def need(self, what: str, gate: str) -> Any:
         value = getattr(self, what)
         if value is None or (isinstance(value, dict | EvalSet) and not len(value)):
-            raise DataError(f"gate {gate!r} needs {what} data (labels for the canonical split)")
+            raise MissingInputError(
+                f"gate {gate!r} needs {what} data (labels for the canonical split)"
+            )
         return value
 
 
-def _always(ctx: GateContext, **_: Any) -> Gate:
+@dataclass
+class GateOptions:
+    """Every option a gate can take, one field per command-line flag (`--learned-run`, ...):
+    each `GateSpec` names the fields it reads. A field's `metadata` is its flag's help."""
+
+    learned_run: str | None = field(
+        default=None,
+        metadata={"help": "training run folder (checkpoints/<run>) of the learned gate"},
+    )
+    onnx: str | None = field(
+        default=None, metadata={"help": "exported gate folder (export/<name>) of the onnx gate"}
+    )
+    variant: str = field(
+        default="fp32",
+        metadata={"help": "ONNX file of that export (default fp32)", "choices": tuple(VARIANTS)},
+    )
+    date: str | None = field(
+        default=None, metadata={"help": "TA-ARE's 'Today is ...' date (default: today)"}
+    )
+    feature: str | None = field(
+        default=None,
+        metadata={"help": "numeric signal the popularity gates threshold (default s_pop; any "
+                  "numeric column of --questions: low value -> retrieve)", "metavar": "COLUMN"},
+    )  # fmt: skip
+
+
+def option_flag(name: str) -> str:
+    """`learned_run` -> `--learned-run`."""
+    return "--" + name.replace("_", "-")
+
+
+# What a gate may need, and how a user provides it.
+NEEDS = {
+    "labels": "the train/dev split of a label file (--labels)",
+    "generator": "the generator (an LLM engine) at scoring time",
+    "run": "a training run folder (--learned-run)",
+    "export": "an exported gate folder (--onnx)",
+}
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """One gate: its name, builder, what it needs (`NEEDS` keys) and the `GateOptions` fields
+    it reads. `label_free`: its scores do not depend on the label file it is judged on, so
+    evaluation scores it once for all label files (keyed by its checksum)."""
+
+    name: str
+    build: Callable[[GateContext, GateOptions], Gate]
+    summary: str
+    needs: frozenset[str] = frozenset()
+    label_free: bool = False
+    options: tuple[str, ...] = ()
+
+
+def _always(ctx: GateContext, opts: GateOptions) -> Gate:
     from .trivial import always_gate
 
     return always_gate()
 
 
-def _never(ctx: GateContext, **_: Any) -> Gate:
+def _never(ctx: GateContext, opts: GateOptions) -> Gate:
     from .trivial import never_gate
 
     return never_gate()
 
 
-def _popularity(
-    ctx: GateContext, per_relation: bool = True, feature: str | None = None, **_: Any
-) -> Gate:
-    from .popularity import fit_popularity
+def _popularity(per_relation: bool) -> Callable[[GateContext, GateOptions], Gate]:
+    def build(ctx: GateContext, opts: GateOptions) -> Gate:
+        from .popularity import fit_popularity
 
-    dev = ctx.need("dev", "popularity")
-    return fit_popularity(dev.questions, dev.y, dev.closed_correct, dev.rag_correct, per_relation,
-                          feature=feature or "s_pop")  # fmt: skip
+        dev = ctx.need("dev", "popularity")
+        return fit_popularity(dev.questions, dev.y, dev.closed_correct, dev.rag_correct,
+                              per_relation, feature=opts.feature or "s_pop")  # fmt: skip
 
-
-def _popularity_global(ctx: GateContext, feature: str | None = None, **kw: Any) -> Gate:
-    return _popularity(ctx, per_relation=False, feature=feature)
+    return build
 
 
-def _tfidf(ctx: GateContext, **kw: Any) -> Gate:
+def _tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
     from .tfidf import TfidfGate
 
     train = ctx.need("train", "tfidf")
-    return TfidfGate.fit(train.questions, train.y, **kw)
+    return TfidfGate.fit(train.questions, train.y)
 
 
-def _confidence(ctx: GateContext, **_: Any) -> Gate:
+def _length(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .length import LengthGate
+
+    train = ctx.need("train", "length")
+    return LengthGate.fit(train.questions, train.y)
+
+
+def _confidence(ctx: GateContext, opts: GateOptions) -> Gate:
     from .confidence import ConfidenceGate
 
     return ConfidenceGate(ctx.closed_book, ctx.generator)
 
 
-def _prompt(template: str) -> Callable[..., Gate]:
-    def build(ctx: GateContext, date: str | None = None, **_: Any) -> Gate:
+def _prompt(template: str) -> Callable[[GateContext, GateOptions], Gate]:
+    def build(ctx: GateContext, opts: GateOptions) -> Gate:
         from ..retrieval.dense import MiniLMEncoder
         from .prompt import DemoPool, PromptGate
 
@@ -119,49 +187,102 @@ def _prompt(template: str) -> Callable[..., Gate]:
             train = ctx.need("train", "prompt-ta-are")
             records = ctx.need("closed_book", "prompt-ta-are")
             demos = DemoPool.from_closed_book(train.questions, records, MiniLMEncoder().encode)
-        return PromptGate(ctx.generator, template, demos, date)
+        return PromptGate(ctx.generator, template, demos, opts.date)
 
     return build
 
 
-def _learned(ctx: GateContext, run: str | None = None, **_: Any) -> Gate:
-    if not run:
-        raise DataError(
-            "the learned gate needs a training run folder: --learned-run checkpoints/<run>"
-        )
+def _learned(ctx: GateContext, opts: GateOptions) -> Gate:
     from .learned import LearnedGate
 
-    return LearnedGate(run)
+    return LearnedGate(_required(opts, "learned", "learned_run"))
 
 
-def _onnx(ctx: GateContext, path: str | None = None, variant: str = "fp32", **_: Any) -> Gate:
-    if not path:
-        raise DataError("the onnx gate needs an exported model: --onnx export/<name>")
+def _onnx(ctx: GateContext, opts: GateOptions) -> Gate:
     from .onnx import OnnxGate
 
-    return OnnxGate(path, variant=variant)
+    return OnnxGate(_required(opts, "onnx", "onnx"), variant=opts.variant)
 
 
-GATES: dict[str, Callable[..., Gate]] = {
-    "always": _always,
-    "never": _never,
-    "popularity": _popularity,
-    "popularity-global": _popularity_global,
-    "prompt-vanilla": _prompt("vanilla"),
-    "prompt-ta-are": _prompt("ta-are"),
-    "confidence": _confidence,
-    "tfidf": _tfidf,
-    "learned": _learned,
-    "onnx": _onnx,
-}
+GATES: dict[str, GateSpec] = {
+    spec.name: spec
+    for spec in (
+        GateSpec("always", _always, "retrieve for every question", label_free=True),
+        GateSpec("never", _never, "never retrieve", label_free=True),
+        GateSpec("popularity", _popularity(True), "entity popularity, per-relation thresholds "
+                 "(Mallen et al.)", frozenset({"labels"}), options=("feature",)),
+        GateSpec("popularity-global", _popularity(False), "entity popularity, one threshold",
+                 frozenset({"labels"}), options=("feature",)),
+        GateSpec("prompt-vanilla", _prompt("vanilla"), "ask the generator (RetrievalQA's "
+                 "prompt)", frozenset({"generator"}), label_free=True),
+        GateSpec("prompt-ta-are", _prompt("ta-are"), "ask the generator with date and "
+                 "demonstrations (TA-ARE)", frozenset({"generator", "labels"}), label_free=True,
+                 options=("date",)),
+        GateSpec("confidence", _confidence, "the generator's closed-book answer confidence",
+                 frozenset({"generator"}), label_free=True),
+        GateSpec("tfidf", _tfidf, "TF-IDF + logistic regression fitted on train",
+                 frozenset({"labels"})),
+        GateSpec("length", _length, "question length (words), logistic regression fitted on "
+                 "train: a floor line", frozenset({"labels"})),
+        GateSpec("learned", _learned, "a trained gate, scored with PyTorch",
+                 frozenset({"run"}), label_free=True, options=("learned_run",)),
+        GateSpec("onnx", _onnx, "an exported gate, scored with ONNX Runtime",
+                 frozenset({"export"}), label_free=True, options=("onnx", "variant")),
+    )
+}  # fmt: skip
 
 
 def gate_names() -> list[str]:
     return list(GATES)
 
 
-def build_gate(name: str, context: GateContext | None = None, **options: Any) -> Gate:
-    """A gate by registry name; `options` go to that gate (e.g. run=, path=, date=)."""
+def gate_spec(name: str) -> GateSpec:
     if name not in GATES:
-        raise DataError(f"unknown gate {name!r}; known gates: {', '.join(GATES)}")
-    return GATES[name](context or GateContext(), **options)
+        raise ConfigError(f"unknown gate {name!r}; known gates: {', '.join(GATES)}")
+    return GATES[name]
+
+
+def needing(what: str, names: Sequence[str] | None = None) -> list[str]:
+    """The gates (of `names`, default all) that need `what` (a `NEEDS` key)."""
+    return [n for n in (names or GATES) if n in GATES and what in GATES[n].needs]
+
+
+def _required(opts: GateOptions, gate: str, option: str) -> str:
+    value = getattr(opts, option)
+    if not value:
+        hint = {"learned_run": "checkpoints/<run>", "onnx": "export/<name>"}.get(option, "VALUE")
+        if option == "onnx":
+            found = sorted(str(p.parent) for p in Path("export").glob("*/model.onnx"))
+            hint += f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)"
+        raise MissingInputError(f"the {gate} gate needs {option_flag(option)} {hint}")
+    return value
+
+
+def check_options(names: Sequence[str], opts: GateOptions) -> None:
+    """Every flag and path the named gates need, checked before any gate is built or engine
+    started. A flag not given is a `MissingInputError` (evaluate skips that gate); a path
+    given that is not a training run or lacks the ONNX variant asked for is an InputError."""
+    for name in names:
+        needs = gate_spec(name).needs
+        if "run" in needs:
+            run = Path(_required(opts, name, "learned_run"))
+            if not RunFolder(run).is_run():
+                raise DataError("not a training run folder (no gate.pt): pass the folder "
+                                "`retrieval-gate train` wrote (--learned-run)", run)  # fmt: skip
+        if "export" in needs:
+            folder = Path(_required(opts, name, "onnx"))
+            if not folder.is_dir():
+                raise DataError("no such export folder: pass the folder `retrieval-gate "
+                                "export` wrote (--onnx)", folder)  # fmt: skip
+            model = folder / VARIANTS[opts.variant]
+            if not model.is_file():
+                raise DataError(f"no {opts.variant} model in this export (--onnx, --variant): "
+                                "run `retrieval-gate export --variants {opts.variant}`", model)  # fmt: skip
+
+
+def build_gate(
+    name: str, context: GateContext | None = None, options: GateOptions | None = None
+) -> Gate:
+    """A gate by registry name, built from `context` (train/dev, records, generator) and the
+    `options` its spec reads."""
+    return gate_spec(name).build(context or GateContext(), options or GateOptions())

@@ -1,4 +1,6 @@
-"""The cheap learned baseline: TF-IDF word n-grams + logistic regression (scikit-learn)."""
+"""The cheap learned baseline: TF-IDF word n-grams + logistic regression (scikit-learn), and
+`TextModelGate`, any scikit-learn pipeline over question texts fitted on the train split (the
+`length` baseline is one too)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from ..errors import MissingInputError
 from ..questions import Question
+from .base import Questions, as_questions
 
 
-class TfidfGate:
-    """P(needs retrieval) from a logistic regression over TF-IDF uni- and bi-grams."""
+class TextModelGate:
+    """P(needs retrieval) = a fitted pipeline's `predict_proba` over the question texts."""
 
     def __init__(self, pipeline: Pipeline, threshold: float = 0.5, name: str = "tfidf"):
         self.pipeline = pipeline
@@ -21,19 +25,30 @@ class TfidfGate:
         self.name = name
 
     @classmethod
-    def fit(
-        cls, questions: Sequence[Question], y: np.ndarray, c: float = 4.0, seed: int = 0
-    ) -> TfidfGate:
+    def fit_pipeline(
+        cls, pipeline: Pipeline, questions: Sequence[Question], y: np.ndarray, name: str
+    ) -> TextModelGate:
         labels = np.asarray(y).astype(int)
         if len(set(labels.tolist())) < 2:
-            raise ValueError("tfidf gate: the training questions have only one label")
+            raise MissingInputError(f"{name} gate: the training questions have only one label")
+        pipeline.fit([q.text for q in questions], labels)
+        return cls(pipeline, name=name)
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        texts = [q.text for q in as_questions(questions)]
+        return self.pipeline.predict_proba(texts)[:, 1] if texts else np.zeros(0)
+
+
+class TfidfGate(TextModelGate):
+    """Logistic regression over TF-IDF uni- and bi-grams."""
+
+    @classmethod
+    def fit(
+        cls, questions: Sequence[Question], y: np.ndarray, c: float = 4.0, seed: int = 0
+    ) -> TextModelGate:
         pipeline = make_pipeline(
             TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
             # balanced: label shares differ a lot between policies and sources
             LogisticRegression(C=c, class_weight="balanced", max_iter=2000, random_state=seed),
         )
-        pipeline.fit([q.text for q in questions], labels)
-        return cls(pipeline)
-
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
-        return self.pipeline.predict_proba([q.text for q in questions])[:, 1]
+        return cls.fit_pipeline(pipeline, questions, y, "tfidf")

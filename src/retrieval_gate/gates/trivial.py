@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from ..questions import Question
+from .base import Questions
 
 
 class ConstantGate:
@@ -17,7 +15,7 @@ class ConstantGate:
         self.score = float(score)
         self.threshold = threshold
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
         return np.full(len(questions), self.score)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import InputError
+
 
 def chat_token_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
     """Each prompt as one user turn through the model's chat template, ready for the
@@ -28,7 +30,7 @@ def choice_token_ids(tokenizer: Any, choices: Sequence[str]) -> list[list[int]]:
     ids = [list(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in choices]
     for c, t in zip(choices, ids, strict=True):
         if not t:
-            raise ValueError(f"choice {c!r} tokenises to nothing; pass a non-empty choice")
+            raise InputError(f"choice {c!r} tokenises to nothing; pass a non-empty choice")
     return ids
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import BackendError
 from .base import Generation
+from .endpoints import chat_body, parse_chat
 
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
@@ -86,25 +87,8 @@ class RemoteGenerator:
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation]:
         def one(prompt: str) -> Generation:
-            body = {
-                "model": self.name,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_new_tokens,
-                "temperature": 0.0,
-                "logprobs": logprobs,
-            }
-            out = self._post("/chat/completions", body)
-            choice = out["choices"][0]
-            token_logprobs = None
-            if logprobs and choice.get("logprobs"):
-                token_logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
-            usage = out.get("usage") or {}
-            return Generation(
-                text=choice["message"]["content"] or "",
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-                token_logprobs=token_logprobs,
-            )
+            body = chat_body(self.name, prompt, max_new_tokens, logprobs)
+            return parse_chat(self._post("/chat/completions", body), logprobs)
 
         return self._map(one, list(prompts))
 

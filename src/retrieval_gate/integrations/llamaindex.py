@@ -14,6 +14,7 @@ from llama_index.core.query_engine.custom import STR_OR_RESPONSE_TYPE
 from llama_index.core.schema import QueryBundle
 from llama_index.core.tools import QueryEngineTool, ToolMetadata
 
+from ..errors import ConfigError
 from ..gates.pretrained import RetrievalGate
 
 RETRIEVE, DIRECT = 0, 1  # tool order in gated_query_engine
@@ -34,7 +35,7 @@ class GateSelector(BaseSelector):
 
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> SelectorResult:
         if len(choices) != 2:
-            raise ValueError(f"GateSelector routes between 2 choices, got {len(choices)}")
+            raise ConfigError(f"GateSelector routes between 2 choices, got {len(choices)}")
         p = self.gate.predict_proba(query.query_str)
         t = self.gate.threshold if self.threshold is None else self.threshold
         index = RETRIEVE if p >= t else DIRECT

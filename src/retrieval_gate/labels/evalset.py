@@ -3,6 +3,7 @@ run's recorded answers (closed-book and with-retrieval correctness) for adaptive
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,41 +13,8 @@ import numpy as np
 from ..data import canonical_questions
 from ..data.errors import DataError
 from ..questions import Question
-from .files import LABELS_DIR, LabelFile, read_labels
-
-DEFAULT_RUN_DIR = LABELS_DIR / "smollm2-135m-instruct"
-
-
-@dataclass(frozen=True)
-class Outcomes:
-    """Per question id: was the closed-book answer correct, was the with-retrieval one."""
-
-    closed: dict[str, bool]
-    rag: dict[str, bool]
-
-    @classmethod
-    def empty(cls) -> Outcomes:
-        return cls({}, {})
-
-
-def read_outcomes(run_dir: str | Path = DEFAULT_RUN_DIR) -> Outcomes:
-    """closed-book.jsonl `match` and rag-gain.jsonl `closed_correct`/`rag_correct` of one
-    generator's labelling run (rag-gain wins where both record a closed-book answer: it is the
-    row that also has the with-retrieval answer). Missing files give empty outcomes."""
-    run_dir = Path(run_dir)
-    closed: dict[str, bool] = {}
-    rag: dict[str, bool] = {}
-    if (run_dir / "closed-book.jsonl").is_file():
-        for i, row in LabelFile(run_dir / "closed-book.jsonl").rows.items():
-            if row.get("match") is not None:
-                closed[i] = bool(row["match"])
-    if (run_dir / "rag-gain.jsonl").is_file():
-        for i, row in LabelFile(run_dir / "rag-gain.jsonl").rows.items():
-            if row.get("rag_correct") is not None:
-                rag[i] = bool(row["rag_correct"])
-            if row.get("closed_correct") is not None:
-                closed[i] = bool(row["closed_correct"])
-    return Outcomes(closed, rag)
+from .files import meta_path, read_labels
+from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 
 
 @dataclass(frozen=True)
@@ -130,7 +98,7 @@ def load_splits(
     """A label file over `questions` (default: the bundled ones, canonical split), with the
     labelling run's outcomes if available."""
     labels = read_labels(label_path)
-    outcomes = read_outcomes(run_dir) if run_dir else Outcomes.empty()
+    outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
     qs = questions if questions is not None else canonical_questions()
     if not any(q.id in labels for q in qs):
         raise DataError(
@@ -139,6 +107,35 @@ def load_splits(
             label_path,
         )
     return split_evalsets(qs, labels, outcomes)
+
+
+def label_file_names(paths: Sequence[str | Path]) -> dict[str, Path]:
+    """One unique name per label file, for the sections of one report: `<generator>/<policy>`
+    from its provenance (`smollm2-135m-instruct/closed-book`), the policy alone where the
+    provenance names no generator (no provenance: the file's stem). Names two files would
+    share become `<folder>/<stem>`, then get a number: no file's results replace another's."""
+    paths = [Path(p) for p in paths]
+    first = [_label_name(p) for p in paths]
+    names = [n if first.count(n) == 1 else f"{p.parent.name}/{p.stem}" for n, p in zip(first, paths, strict=True)]  # fmt: skip
+    out: dict[str, Path] = {}
+    for name, path in zip(names, paths, strict=True):
+        unique, i = name, 1
+        while unique in out:
+            i += 1
+            unique = f"{name}-{i}"
+        out[unique] = path
+    return out
+
+
+def _label_name(path: Path) -> str:
+    try:
+        meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no or unreadable provenance: the file's own name
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    policy = str(meta.get("policy") or path.stem)
+    generator = meta.get("generator")
+    return f"{Path(str(generator)).name.lower()}/{policy}" if generator else policy
 
 
 def policy_name(label_path: str | Path) -> str:

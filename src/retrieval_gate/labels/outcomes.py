@@ -11,7 +11,8 @@ Two kinds of outcomes file, told apart by their rows:
   here); optionally the same for the answer with retrieval (`rag_correct` / `rag_prediction`).
 
 Closed-book rows go to `closed-book.jsonl`; when with-retrieval outcomes are there too, they
-go to `rag-gain.jsonl` beside it. A recorded correctness is stored as the measures the judge
+go to `rag-gain.jsonl` beside it (a labelling run's folder, `--labels-dir`). `--out FILE`
+names the one file closed-book outcomes make; outcomes that make both files need a folder. A recorded correctness is stored as the measures the judge
 would give (match = em = correct, f1 = 1/0, guess = false), so every criterion reads it as is."""
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from typing import Any
 
 from ..data.errors import DataError
 from ..data.user_questions import read_rows
+from ..errors import ConfigError
 from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .files import LabelFile, meta_path
+from .labelling_run import CLOSED_BOOK, RAG_GAIN
 from .rag_gain import judge_gain
 from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
@@ -45,13 +48,19 @@ def import_outcomes(
     generator: str,
     criterion: str = DEFAULT_CRITERION,
     neither_label: int | None = None,
+    out_file: Path | None = None,
+    rows: list[tuple[int, dict[str, Any]]] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file."""
-    rows = list(read_rows(str(path)))
+    """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
+    `rows` already read from it (the strategy importer passes its first two strategies); with
+    `out_file`, the closed-book labels go to that one file (refused, before anything is
+    written, when the outcomes also make rag-gain labels)."""
+    rows = rows if rows is not None else list(read_rows(str(path)))
     if not rows:
         raise DataError("the outcomes file has no rows", path)
     fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
-    matched, unmatched = _match(path, rows, questions, fmt)
+    matched, unmatched = match_rows(path, rows, questions, fmt)
     frequent = source_frequent_answers([q for q, _ in matched.values()])
     closed, rag = [], []
     for q, row in matched.values():
@@ -59,6 +68,14 @@ def import_outcomes(
         rag_row = _rag_row(q, row, closed[-1], frequent, criterion, neither_label, path)
         if rag_row is not None:
             rag.append(rag_row)
+    if out_file is not None and rag:
+        raise ConfigError(
+            f"--out names one label file, but {len(rag)} outcome rows also record the answer "
+            "with retrieval (rag_correct / rag_prediction), which makes a second file "
+            f"({RAG_GAIN}): pass --labels-dir DIR for both instead of --out",
+            path,
+        )
+    closed_file = out_file or out_dir / CLOSED_BOOK
     meta = provenance(
         "closed-book",
         generator=generator,
@@ -71,11 +88,12 @@ def import_outcomes(
         rows=len(closed),
         unmatched_rows=unmatched,
     )
-    written = {"closed-book": _write(out_dir / "closed-book.jsonl", closed, meta)}
+    meta.update(extra_meta or {})
+    written = {"closed-book": _write(closed_file, closed, meta)}
     if rag:
         rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
-                    "closed_book_file": "closed-book.jsonl"}  # fmt: skip
-        written["rag-gain"] = _write(out_dir / "rag-gain.jsonl", rag, rag_meta)
+                    "closed_book_file": CLOSED_BOOK}  # fmt: skip
+        written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta)
     return {
         "format": fmt,
         "outcome_rows": len(rows),
@@ -87,7 +105,7 @@ def import_outcomes(
     }
 
 
-def _match(
+def match_rows(
     path: str | Path, rows: list, questions: Sequence[Question], fmt: str
 ) -> tuple[dict[str, tuple[Question, dict]], int]:
     """question id -> (question, outcome row), by id first, else by normalised text."""
@@ -124,7 +142,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
     if fmt == "lm-eval-samples":
         prediction = _lm_eval_answer(row, path, n)
     else:
-        recorded = _bool(_first(row, CORRECT), path, n)
+        recorded = parse_bool(_first(row, CORRECT), path, n)
         if recorded is not None:
             return {"id": q.id, "prediction": None, **_recorded(recorded), "idk": None,
                     "mean_logprob": None, "label": int(not recorded)}  # fmt: skip
@@ -151,7 +169,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
 
 def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict | None:
     n = row["_line"]
-    recorded = _bool(_first(row, RAG_CORRECT), path, n)
+    recorded = parse_bool(_first(row, RAG_CORRECT), path, n)
     prediction = _first(row, RAG_PREDICTION)
     if recorded is None and prediction is None:
         return None
@@ -189,13 +207,14 @@ def _first(row: dict, columns: tuple[str, ...]) -> Any:
     return next((row[c] for c in columns if row.get(c) not in (None, "")), None)
 
 
-def _bool(value: Any, path, n: int) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
+def parse_bool(value: Any, path, n: int, column: str = "correctness") -> bool | None:
+    """A recorded correctness cell: true/false, 1/0, yes/no (None when empty)."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None if value == "" else value
     text = str(value).strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise DataError(f"correctness {value!r} is not true/false, 1/0 or yes/no", path, n)
+    raise DataError(f"{column} {value!r} is not true/false, 1/0 or yes/no", path, n)
 
 
 def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:

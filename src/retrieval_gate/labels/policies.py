@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError, InputError
+from ..errors import ConfigError
 from ..models import SMOLLM2
 from ..questions import Question
 from .files import LABELS_DIR, LabelFile, check_resume, meta_path
+from .lock import single_writer
 from .scoring import DEFAULT_CRITERION
 from .selection import EQ_SAMPLE, labelling_questions
+
+log = logging.getLogger(__name__)
 
 GENERATOR_FREE = ("retrievalqa", "popularity")
 GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
@@ -48,7 +52,7 @@ def generator_dir_name(generator: str) -> str:
 def label_path(policy: str, generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> Path:
     """data/labels/<policy>.jsonl, or data/labels/<generator>/<policy>.jsonl."""
     if policy not in POLICIES:
-        raise ValueError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        raise ConfigError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if policy in GENERATOR_FREE:
         return labels_dir / f"{policy}.jsonl"
     name = "closed-book" if policy == OUTCOMES else policy  # outcomes write a closed-book file
@@ -63,6 +67,11 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     validate_request(req)
     if req.policy == OUTCOMES:
         return _outcomes(req, path)
+    with single_writer(path):  # one run (local or Ray) writes a label file at a time
+        return _label_file(req, path, generator, retriever)
+
+
+def _label_file(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
     rebuilt = req.policy in REBUILT  # rewritten whole: no old row survives to be mixed
     out = LabelFile(path, replacing=rebuilt)
     out.require_ours()  # before any engine starts: refuse a user's file or other settings
@@ -81,8 +90,8 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
         questions = [q for q in questions if q.contexts]
     if req.limit is not None:
         if req.limit > len(questions):
-            print(f"note: --limit {req.limit} is more than the {len(questions)} questions "
-                  f"available; labelling all {len(questions)}", file=sys.stderr)  # fmt: skip
+            log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
+                     f"available; labelling all {len(questions)}")  # fmt: skip
         questions = questions[: req.limit]
     if req.policy in GENERATOR_FREE:
         stats = _generator_free(req.policy, questions, out)
@@ -111,11 +120,14 @@ def check_answers(questions: Sequence[Question], policy: str) -> None:
 
 
 def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
+    from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
     from .outcomes import import_outcomes
 
     if not req.options.get("outcomes"):
         raise DataError("--policy outcomes needs --outcomes FILE (your recorded answers)")
+    if req.options.get("strategies") or is_release(req.options["outcomes"]):
+        return _strategy_outcomes(req)
     questions = req.questions if req.questions is not None else question_set()
     return import_outcomes(
         req.options["outcomes"],
@@ -124,7 +136,34 @@ def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
         req.generator,
         req.criterion,
         req.options.get("neither_label"),
+        out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
     )
+
+
+def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
+    """Outcomes of N strategies (a release folder, or a file with --strategies): closed-book,
+    rag-gain and strategies files in one folder."""
+    from ..data.adaptive_rag import is_release
+    from ..data.user_questions import question_set
+    from .strategies import import_release, import_strategy_outcomes, parse_strategies
+
+    opts = req.options
+    if req.out is not None:
+        raise InputError(
+            f"--out {req.out}: outcomes of several strategies write three files (closed-book, "
+            "rag-gain, strategies); pass the folder as --labels-dir DIR"
+        )
+    strategies = parse_strategies(opts["strategies"]) if opts.get("strategies") else None
+    if is_release(opts["outcomes"]):  # its own questions and strategies
+        if req.questions is not None:
+            raise InputError("--questions: a release folder carries its own questions; drop it")
+        return import_release(opts["outcomes"], req.labels_dir, opts.get("llm"),
+                              opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
+    questions = req.questions if req.questions is not None else question_set()
+    return import_strategy_outcomes(
+        opts["outcomes"], questions, strategies or [], req.labels_dir / generator_dir_name(req.generator),
+        req.generator, req.criterion, opts.get("unanswered"), opts.get("neither_label"),
+    )  # fmt: skip
 
 
 def validate_request(req: LabelRequest) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..generation.base import Generator
 from ..generation.prompts import DOC_JUDGE_CHOICES, DOC_JUDGE_ID, doc_judge_prompt, document_texts
 from ..questions import Question, normalize_answer
@@ -112,9 +113,9 @@ class RRCPScorer:
         t_com: float = T_COM,
     ):
         if evaluator not in EVALUATORS:
-            raise ValueError(f"unknown RRCP evaluator {evaluator!r}; choose one of {EVALUATORS}")
+            raise ConfigError(f"unknown RRCP evaluator {evaluator!r}; choose one of {EVALUATORS}")
         if evaluator != "overlap" and generator is None:
-            raise ValueError(f"RRCP evaluator {evaluator!r} needs a generator")
+            raise ConfigError(f"RRCP evaluator {evaluator!r} needs a generator")
         self.generator, self.encoder = generator, encoder
         self.evaluator, self.t_ans, self.t_com = evaluator, t_ans, t_com
 

@@ -77,15 +77,19 @@ def run_policy(
 ) -> dict[str, float]:
     """One generator policy's run: provenance (the generator's name, checksum and backend, and
     the policy's `fields`) is written before the first row, so a label file never lacks it;
-    then the chunked, resumable loop; then the provenance again with this run's throughput."""
+    then the chunked, resumable loop (or the generator's own `run_rows`: the Ray engine's);
+    then the provenance again with this run's throughput."""
     meta = provenance(
         policy,
         generator=generator.name,
         generator_checksum=generator.checksum,
         backend=getattr(generator, "backend", "?"),
         **fields,
+        **getattr(generator, "provenance", {}),
     )
     out.write_meta(meta)
-    stats = run_chunked(questions, out, compute, chunk_size, policy)
+    # a generator may bring its own loop over the same row function (labels/ray_engine.py)
+    loop = getattr(generator, "run_rows", run_chunked)
+    stats = loop(questions, out, compute, chunk_size, policy)
     out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
     return stats

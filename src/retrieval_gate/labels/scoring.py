@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ConfigError
 from ..questions import Question, exact_match, is_idk, match, normalize_answer, token_f1
 
 CRITERIA = ("loose-no-guess", "loose", "em", "f1")
@@ -64,7 +65,7 @@ def correct(row: dict[str, Any], criterion: str = DEFAULT_CRITERION) -> bool:
         return bool(row["em"])
     if criterion == "f1":
         return float(row["f1"]) >= F1_THRESHOLD
-    raise ValueError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+    raise ConfigError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
 
 
 MEASURES = ("match", "em", "f1", "guess")

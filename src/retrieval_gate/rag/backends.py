@@ -10,11 +10,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..gates.base import Gate
+from ..gates.registry import needing
 from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
-from .modes import GENERATOR_MODES, ModeOptions, build_mode_gates, check_modes
+from .modes import ModeOptions, build_mode_gates, check_modes
 
 
 def open_generator(
@@ -55,7 +56,7 @@ def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
 def open_gate(gate: str, mode_options: ModeOptions | None = None) -> Gate:
     """The gate of mode `gate` alone, for a gate-only service: no generator is started, so
     the gates that ask the generator are refused."""
-    if gate in GENERATOR_MODES:
+    if needing("generator", [gate]):
         raise ConfigError(
             f"the {gate} gate asks the generator, which gate-only serving does not start: "
             "serve it with --mode answer, or pick a gate such as onnx"
@@ -78,6 +79,7 @@ def open_rag(
     """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service)."""
     mode_options = mode_options or ModeOptions()
     check_modes([gate], mode_options)
+    ret = open_retriever(retriever, corpus)  # a bad --corpus fails before the engine starts
     generator = open_generator(**generator_options)
     (built,) = build_mode_gates([gate], generator, mode_options).values()
-    return AdaptiveRAG(built, open_retriever(retriever, corpus), generator, k, max_new_tokens)
+    return AdaptiveRAG(built, ret, generator, k, max_new_tokens)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..errors import BackendError
+
 T = TypeVar("T")
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -145,7 +147,7 @@ class Batcher(Generic[T, R]):
         try:
             results = list(self.fn(items))
             if len(results) != len(items):
-                raise RuntimeError(f"{len(results)} results for {len(items)} items")
+                raise BackendError(f"{len(results)} results for {len(items)} items")
         except Exception as e:  # noqa: BLE001  (delivered to the request that caused it)
             if len(jobs) > 1:  # find the request that fails, serve the others
                 for job in jobs:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..errors import InputError
 from ..gates.base import Gate
 from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
@@ -73,7 +74,7 @@ def compare_modes(
     `done`: modes already measured by an interrupted run (kept, not re-run); `on_result` is
     called as each mode finishes, so a caller can save it at once."""
     if not questions:
-        raise ValueError("no questions to answer")
+        raise InputError("no questions to answer")
     done = done or {}
     todo = {m: g for m, g in gates.items() if m not in done}
     if warm_up and todo:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import content_id
-from ..gates.base import Gate
+from ..gates.base import Gate, gate_checksum
 from ..generation.base import Generator
 from ..labels.files import LabelFile
 from ..questions import Question
@@ -64,8 +64,8 @@ def run_comparison(
     check_modes(modes, mode_options)
     questions, among = _questions(modes, sample, mode_options)
     started = time.perf_counter()
+    ret = open_retriever(pipeline.retriever, pipeline.corpus)  # a bad --corpus: before the engine
     generator = generator or open_generator(**(engine or {}))
-    ret = open_retriever(pipeline.retriever, pipeline.corpus)
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
     progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator)
@@ -178,7 +178,7 @@ class Progress:
         """What a mode's result depends on; a saved result is reused only under the same key."""
         ids, retriever, k, max_new_tokens, checksum = self.context
         what = [gate.name, float(gate.threshold), ids, retriever, k, max_new_tokens, checksum]
-        return content_id(json.dumps(what), getattr(gate, "checksum", None))
+        return content_id(json.dumps(what), gate_checksum(gate))
 
 
 def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BackendError, ConfigError
 from ..gates.base import Gate
 from ..generation.base import Generation, Generator
 from ..generation.prompts import DOC_WORDS
@@ -137,7 +138,7 @@ class AdaptiveRAG:
         doc_words: int = DOC_WORDS,
     ):
         if k < 1:
-            raise ValueError(f"k (documents per question) must be >= 1, got {k}")
+            raise ConfigError(f"k (documents per question) must be >= 1, got {k}")
         self.gate = gate
         self.retriever = retriever
         self.generator = generator
@@ -160,7 +161,7 @@ class AdaptiveRAG:
         probs = np.asarray(self.gate.scores(questions), dtype=float)
         costs.gate_seconds = time.perf_counter() - t
         if probs.shape != (len(questions),):
-            raise ValueError(
+            raise BackendError(
                 f"gate {self.gate.name!r} returned {probs.shape} scores for {len(questions)} "
                 "questions"
             )
@@ -198,7 +199,7 @@ class AdaptiveRAG:
         costs.generation_seconds = time.perf_counter() - t
         costs.generation_calls = 1
         if len(generations) != len(prompts):
-            raise ValueError(
+            raise BackendError(
                 f"generator {self.generator.name!r} returned {len(generations)} generations "
                 f"for {len(prompts)} prompts"
             )
@@ -218,7 +219,7 @@ class AdaptiveRAG:
         costs.retrieval_seconds = time.perf_counter() - t
         costs.retrieval_calls = 1
         if len(hits) != len(chosen):
-            raise ValueError(
+            raise BackendError(
                 f"retriever {self.retriever.name!r} returned {len(hits)} hit lists for "
                 f"{len(chosen)} questions"
             )

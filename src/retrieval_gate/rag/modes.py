@@ -1,4 +1,5 @@
-"""The RAG comparison's modes as gates: every registry gate by name, plus two oracles:
+"""The RAG comparison's modes as gates: every registry gate by name (`gates.registry.GATES`),
+plus two oracles:
 `oracle` follows a label file (rag-gain by default); `oracle-run` follows this very run's
 `never` and `always` answers (retrieve exactly where the with-context answer matches and the
 closed-book one does not), so it needs no labelling run and is the exact ceiling of any gate
@@ -16,76 +17,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from ..gates.base import Gate
-from ..gates.registry import GateContext, build_gate, gate_names
+from ..gates.base import Gate, uncached_gate
+from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
-from ..labels.evalset import DEFAULT_RUN_DIR, load_splits
-from ..labels.files import LabelFile
+from ..labels.evalset import load_splits
+from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
 from ..questions import Question
 from .loop import RagRun
 from .oracle import OracleGate
 
-MODES = (
-    "never",
-    "always",
-    "learned",
-    "onnx",
-    "popularity",
-    "prompt-vanilla",
-    "prompt-ta-are",
-    "confidence",
-    "oracle",
-    "oracle-run",
-)
-ORACLE_RUN = "oracle-run"  # built after `never` and `always` have run (see oracle_from_run)
-# Gates that ask the generator itself (they cannot be served without one).
-GENERATOR_MODES = ("prompt-vanilla", "prompt-ta-are", "confidence")
-# Modes whose construction needs the labelled train/dev split.
-_FITTED = {"popularity", "popularity-global", "prompt-ta-are", "tfidf"}
+ORACLE, ORACLE_RUN = "oracle", "oracle-run"  # oracle-run is built after `never` and `always` ran
+ORACLES = (ORACLE, ORACLE_RUN)
 
 
 @dataclass
-class ModeOptions:
-    """Where each mode's gate comes from."""
+class ModeOptions(GateOptions):
+    """Where each mode's gate comes from: the gate options, plus the label files the fitted
+    gates and the oracle read, and per-mode threshold overrides."""
 
-    onnx: str | None = None  # exported gate folder (export/<name>)
-    variant: str = "fp32"  # which ONNX file of that export: fp32 / opt / int8 / fp16
-    learned_run: str | None = None  # training run folder (checkpoints/<run>)
-    labels: Path = DEFAULT_RUN_DIR / "closed-book.jsonl"  # fits popularity / TA-ARE
+    labels: Path = DEFAULT_RUN_DIR / CLOSED_BOOK  # fits popularity / TA-ARE / tfidf
     run_dir: Path = DEFAULT_RUN_DIR  # closed-book records and outcomes of the labelling run
-    oracle_labels: Path = DEFAULT_RUN_DIR / "rag-gain.jsonl"
-    date: str | None = None  # TA-ARE's "Today is ..." (default: today)
+    oracle_labels: Path = DEFAULT_RUN_DIR / RAG_GAIN
     thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
     questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
-    feature: str | None = None  # the popularity gates' signal (None: s_pop)
 
 
 def known_modes() -> list[str]:
-    return list(dict.fromkeys([*MODES, ORACLE_RUN, *gate_names()]))
+    """Every registry gate, plus the two oracles."""
+    return [*GATES, *ORACLES]
 
 
 def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
-    """Fails fast, before an engine starts, on an unknown mode or a missing input file."""
+    """Fails fast, before an engine starts, on an unknown mode, a missing flag or input file."""
     unknown = [m for m in modes if m not in known_modes()]
     if unknown:
         raise ConfigError(
             f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}"
         )
-    if "onnx" in modes and not options.onnx:
-        found = sorted(str(p.parent) for p in Path("export").glob("*/model.onnx"))
-        raise ConfigError(
-            "the onnx mode needs an exported gate: --onnx export/<name>"
-            + (f" (found: {', '.join(found)})" if found else " (run `retrieval-gate export`)")
-        )
+    check_options([m for m in modes if m in GATES], options)
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
         raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
-    if "learned" in modes and not options.learned_run:
-        raise ConfigError("the learned mode needs a training run: --learned-run checkpoints/<run>")
     needed = []
-    if "oracle" in modes:
+    if ORACLE in modes:
         needed.append(("oracle mode", "--oracle-labels", options.oracle_labels))
-    if _FITTED & set(modes):
-        needed.append(("popularity / TA-ARE / tfidf modes", "--labels", options.labels))
+    fitted = needing("labels", modes)
+    if fitted:
+        needed.append((f"{' / '.join(fitted)} mode", "--labels", options.labels))
     for what, flag, path in needed:
         if not Path(path).is_file():
             raise DataError(
@@ -110,31 +87,23 @@ def build_mode_gates(
 
 
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
-    if mode == "oracle":
+    if mode == ORACLE:
         return OracleGate.from_file(options.oracle_labels)
-    kwargs = {
-        "learned": {"run": options.learned_run},
-        "onnx": {"path": options.onnx, "variant": options.variant},
-        "popularity": {"feature": options.feature},
-        "popularity-global": {"feature": options.feature},
-    }
-    gate = build_gate(mode, context, **kwargs.get(mode, {}), date=options.date)
+    gate = build_gate(mode, context, options)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.
-    uncached = getattr(gate, "uncached", None)
-    return uncached() if callable(uncached) else gate
+    return uncached_gate(gate)
 
 
 def _context(
     modes: Sequence[str], generator: Generator | None, options: ModeOptions
 ) -> GateContext:
     context = GateContext(_generator=generator)
-    if _FITTED & set(modes):
+    if needing("labels", modes):
         splits = load_splits(options.labels, options.run_dir, options.questions)
         context.train, context.dev = splits.train, splits.dev
-    closed = Path(options.run_dir) / "closed-book.jsonl"
-    if "prompt-ta-are" in modes and closed.is_file():
-        context.closed_book = LabelFile(closed).rows
+    if "prompt-ta-are" in modes:
+        context.closed_book = LabellingRun(Path(options.run_dir)).records()
     return context
 
 

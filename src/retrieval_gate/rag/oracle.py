@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.errors import DataError
+from ..gates.base import Questions, as_questions
 from ..labels.files import LabelFile, read_labels
 from ..questions import Question
 
@@ -39,7 +40,8 @@ class OracleGate:
         """The questions this oracle has a label for (modes compare on the same questions)."""
         return [q for q in questions if q.id in self.labels]
 
-    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+    def scores(self, questions: Questions) -> np.ndarray:
+        questions = as_questions(questions)
         missing = [q.id for q in questions if q.id not in self.labels]
         if missing:
             raise DataError(

@@ -31,8 +31,8 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from ..errors import BackendError, RetrievalGateError
-from ..gates.base import Gate
+from ..errors import BackendError, InputError, RetrievalGateError
+from ..gates.base import AsksGenerator, Gate
 from ..questions import Question
 from .batcher import Batcher, Busy
 from .limits import Limits
@@ -129,7 +129,7 @@ def _valid_unicode(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(
+            raise InputError(  # a ValueError, so pydantic reports it as a 422
                 f"is not valid Unicode (a lone surrogate at character {e.start}); send UTF-8"
             ) from None
     return value
@@ -137,7 +137,7 @@ def _valid_unicode(value: Any) -> Any:
 
 def _not_blank(text: str) -> str:
     if not text.strip():
-        raise ValueError("is empty or only whitespace")
+        raise InputError("is empty or only whitespace")
     return text
 
 
@@ -177,7 +177,7 @@ def create_app(
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
-    shared = engine if hasattr(gate, "generator") else None
+    shared = engine if isinstance(gate, AsksGenerator) else None
     scorer = Batcher(_locked(gate.scores, shared), *sizes, name="gate")
     answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine") if rag else None
 

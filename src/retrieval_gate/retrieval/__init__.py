@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import ConfigError
 from .base import Document, Hit, Retriever
 from .bm25 import BM25Retriever
 from .contexts import ContextRetriever
@@ -21,7 +22,7 @@ def build_retriever(name: str, documents: Sequence[Document] | None = None) -> R
     if name == "contexts":
         return ContextRetriever()
     if name not in RETRIEVERS:
-        raise ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
+        raise ConfigError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
     docs = documents if documents is not None else load_corpus()
     return BM25Retriever(docs) if name == "bm25" else DenseRetriever(docs)
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import InputError
 from ..questions import Question
 from .base import Document, Hit
 
@@ -19,7 +20,7 @@ class BM25Retriever:
         import bm25s
 
         if not documents:
-            raise ValueError("BM25Retriever needs at least one document")
+            raise InputError("BM25Retriever needs at least one document (--corpus)")
         self.documents = list(documents)
         self._bm25s = bm25s
         self.index = bm25s.BM25()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from ..fileio import write_bytes
 from ..models import MINILM, cache_dir, resolve_model
 from ..questions import Question
@@ -81,7 +82,7 @@ class DenseRetriever:
 
     def __init__(self, documents: Sequence[Document], encoder: MiniLMEncoder | None = None):
         if not documents:
-            raise ValueError("DenseRetriever needs at least one document")
+            raise InputError("DenseRetriever needs at least one document (--corpus)")
         self.documents = list(documents)
         self.encoder = encoder or MiniLMEncoder()
         self.matrix = self._corpus_embeddings()

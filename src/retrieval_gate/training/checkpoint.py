@@ -28,11 +28,12 @@ from .. import __version__
 from ..data.features import SideFeatures
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
+from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
 
-REQUIRED = ("config.yaml", "backbone", "tokenizer", "gate.pt", "metadata.json")
+REQUIRED = RunFolder.REQUIRED
 
 
 def read_run_json(path: Path) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pytorch_lightning.loggers import CSVLogger
 from ..errors import ConfigError, DataError
 from ..fileio import read_json, sha256_file, write_json, write_text
 from ..questions import Question
+from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
 from .config import TrainConfig
@@ -47,9 +48,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-# What a training run writes into its folder (all that `overwrite` removes; nothing else).
-RUN_FILES = ("run.json", "config.yaml", "labels.json", "backbone", "tokenizer", "gate.pt",
-             "metrics.json", "metadata.json", "lightning", "logs")  # fmt: skip
+RUN_FILES = RunFolder.WRITTEN  # what a training run writes (all that `overwrite` removes)
 
 
 class Throughput(pl.Callback):

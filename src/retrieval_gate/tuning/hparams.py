@@ -22,7 +22,8 @@ import optuna
 import pytorch_lightning as pl
 
 from ..training.config import TrainConfig
-from .studies import fail_interrupted, open_study, remaining
+from .studies import open_study
+from .workers import optimize_until, run_workers
 
 
 class LightningPruning(pl.Callback):
@@ -87,8 +88,10 @@ def tune_hparams(
     max_epochs: int = 3,
     seed: int = 0,
     questions: Sequence | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """A resumable study maximising dev AUROC; returns best params and wall time."""
+    """A resumable study maximising dev AUROC, run by `workers` processes (one study, shared
+    storage; tuning/workers.py); returns best params and wall time."""
     from ..training.config import load_config
     from ..training.data import config_questions
 
@@ -96,10 +99,14 @@ def tune_hparams(
         questions = config_questions(
             load_config(config, [*overrides, f"data.label_file={label_file}"]).data
         )
+    if workers > 1:
+        return run_workers(tune_hparams, {"label_file": label_file, "name": name,
+                           "storage": storage, "n_trials": n_trials, "config": config,
+                           "overrides": list(overrides), "max_epochs": max_epochs,
+                           "seed": seed, "questions": list(questions)}, workers)  # fmt: skip
     study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
     # the pruner is not stored with the study: set it on every (re)open
     study.pruner = optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
-    fail_interrupted(study)  # a trial cut off by a stop is re-run
 
     def objective(trial: optuna.Trial) -> float:
         cfg = load_config(
@@ -108,8 +115,7 @@ def tune_hparams(
         return fit_trial(cfg, trial, questions)
 
     started = time.perf_counter()
-    todo = remaining(study, n_trials)
-    study.optimize(objective, n_trials=todo, show_progress_bar=True)
+    todo = optimize_until(study, objective, n_trials)  # trials of dead workers: by heartbeat
     states = [t.state.name for t in study.trials]
     return {
         "study": name,

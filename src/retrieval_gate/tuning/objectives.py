@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import metrics as M
+from ..errors import ConfigError, MissingInputError
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class DevData:
         """Adaptive accuracy is measured on the questions with both recorded answers (the
         metric skips the others); retrieval rate stays over every dev question."""
         if not np.any(~np.isnan(self.closed) & ~np.isnan(self.rag)):
-            raise ValueError(
+            raise MissingInputError(
                 "adaptive-accuracy objectives need the labelling run's answers "
                 "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions"
             )
@@ -82,7 +83,7 @@ def objective(name: str, target: float = 0.95) -> Objective:
         return Objective(name, "maximize", adaptive_accuracy, True)
     if name == "min-retrieval":
         return Objective(f"min-retrieval@{target:g}", "minimize", min_retrieval(target), True)
-    raise ValueError(f"unknown objective {name!r}; use macro-f1, adaptive-accuracy, min-retrieval")
+    raise ConfigError(f"unknown objective {name!r}; use macro-f1, adaptive-accuracy, min-retrieval")
 
 
 def candidate_thresholds(scores: np.ndarray) -> np.ndarray:

@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import optuna
 
+from ..errors import MissingInputError
 from ..gates.popularity import PopularityGate, candidate_cuts, fit_popularity
 from ..labels.evalset import EvalSet
 from ..metrics import adaptive_accuracy
-from .studies import open_study, remaining, require_no_test
+from .studies import open_study, require_no_test
+from .workers import optimize_until, run_workers
 
 
 def tune_relations(
@@ -24,8 +26,13 @@ def tune_relations(
     n_trials: int = 300,
     seed: int = 0,
     min_per_relation: int = 5,
+    workers: int = 1,
 ) -> dict[str, Any]:
     require_no_test(dev, "the popularity study")
+    if workers > 1:  # `workers` processes on one study (tuning/workers.py)
+        return run_workers(tune_relations, {"dev": dev, "name": name, "storage": storage,
+                           "n_trials": n_trials, "seed": seed,
+                           "min_per_relation": min_per_relation}, workers)  # fmt: skip
     keep = (
         np.array([q.s_pop is not None for q in dev.questions])
         & ~np.isnan(dev.closed_correct)
@@ -33,7 +40,7 @@ def tune_relations(
     )
     part = dev.subset(keep)
     if not len(part):
-        raise ValueError(
+        raise MissingInputError(
             "no dev question has s_pop and recorded answers (PopQA with rag-gain rows)"
         )
     reference = fit_popularity(part.questions, part.y, part.closed_correct, part.rag_correct,
@@ -55,7 +62,7 @@ def tune_relations(
     def trial_value(trial: optuna.Trial) -> float:
         return accuracy(gate_for({r: trial.suggest_categorical(r, cands[r]) for r in relations}))
 
-    study.optimize(trial_value, n_trials=remaining(study, n_trials), show_progress_bar=True)
+    optimize_until(study, trial_value, n_trials)
     best = gate_for({r: float(study.best_params[r]) for r in relations})
     return {
         "study": name,

@@ -1,6 +1,6 @@
-"""`retrieval-gate tune` behind the command: build a gate from train/dev only, score dev,
-run the requested studies. Nothing here sees the test split (the command evaluates the
-chosen thresholds on test afterwards, through `evaluation.tuned`)."""
+"""Threshold studies of one gate: build it from train/dev only, score dev (cached), tune each
+objective and the Pareto front. Nothing here sees the test split (`run_tuning` applies the
+chosen thresholds to test afterwards, through `tuning.report`)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,22 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MissingInputError
 from ..fileio import content_id, sha256_file, write_bytes
-from ..gates.base import Gate
-from ..gates.registry import GateContext, build_gate
+from ..gates.base import Gate, gate_checksum
+from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
+from ..labels.labelling_run import LabellingRun
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
-
-THRESHOLD_OBJECTIVES = ("macro-f1", "adaptive-accuracy", "min-retrieval")
 
 
 def tuning_identity(label_file: Path, run_dir: Path, gate: Gate | None = None) -> str:
     """What threshold studies and dev scores depend on, by content: the label file, the
     labelling run's recorded answers and (when it has one) the gate's weights checksum."""
-    answers = [run_dir / "closed-book.jsonl", run_dir / "rag-gain.jsonl"]
-    sums = [sha256_file(p) if p.is_file() else None for p in answers]
-    return content_id(sha256_file(Path(label_file)), *sums, getattr(gate, "checksum", None))
+    sums = LabellingRun(run_dir).checksums()
+    return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None)
 
 
 def dev_scores(
@@ -61,6 +60,7 @@ def tune_gate_thresholds(
     target: float = 0.95,
     seed: int = 0,
     identity: str = "",
+    workers: int = 1,
 ) -> dict[str, Any]:
     """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
     dev scores; the Pareto study and the score cache are keyed by `identity` (see
@@ -76,16 +76,21 @@ def tune_gate_thresholds(
         obj = objective(name, target)
         try:
             res = tune_threshold(obj, data)
-        except ValueError as e:  # e.g. no recorded answers for adaptive accuracy
+        except MissingInputError as e:  # e.g. no recorded answers for adaptive accuracy
             out["skipped"][obj.name] = str(e)
             continue
         out["thresholds"][obj.name] = asdict(res)
     if "pareto" in objectives:
         try:
             front, trials = pareto_front(
-                data, study_name(gate.name, policy, "pareto", identity), storage, n_trials, seed
+                data,
+                study_name(gate.name, policy, "pareto", identity),
+                storage,
+                n_trials,
+                seed,
+                workers,
             )
-        except ValueError as e:
+        except MissingInputError as e:
             out["skipped"]["pareto"] = str(e)
         else:
             known = ~np.isnan(data.closed) & ~np.isnan(data.rag)
@@ -96,9 +101,9 @@ def tune_gate_thresholds(
 
 
 def build_for_tuning(
-    name: str, train: EvalSet, dev: EvalSet, records: dict, **options: Any
+    name: str, train: EvalSet, dev: EvalSet, records: dict, options: GateOptions | None = None
 ) -> Gate:
     """A gate fitted on train/dev only (the context never holds test questions)."""
     require_no_test(train, "gate fitting")
     require_no_test(dev)
-    return build_gate(name, GateContext(train, dev, records), **options)
+    return build_gate(name, GateContext(train, dev, records), options)

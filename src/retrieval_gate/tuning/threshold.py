@@ -12,7 +12,8 @@ import optuna
 
 from .. import metrics as M
 from .objectives import DevData, Objective, candidate_thresholds, exhaustive_best, figures
-from .studies import open_study, remaining
+from .studies import open_study
+from .workers import optimize_until, run_workers
 
 
 def suggest_threshold(trial: optuna.Trial, candidates: np.ndarray) -> float:
@@ -45,11 +46,19 @@ def tune_threshold(obj: Objective, dev: DevData) -> ThresholdResult:
 
 
 def pareto_front(
-    dev: DevData, name: str, storage: str | Path, n_trials: int = 100, seed: int = 0
+    dev: DevData,
+    name: str,
+    storage: str | Path,
+    n_trials: int = 100,
+    seed: int = 0,
+    workers: int = 1,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """NSGA-II over the threshold: maximise adaptive accuracy, minimise retrieval rate.
-    Returns (front sorted by retrieval rate, all trials)."""
+    """NSGA-II over the threshold: maximise adaptive accuracy, minimise retrieval rate, by
+    `workers` processes on one study. Returns (front sorted by retrieval rate, all trials)."""
     dev = dev.require_answers()
+    if workers > 1:
+        return run_workers(pareto_front, {"dev": dev, "name": name, "storage": storage,
+                           "n_trials": n_trials, "seed": seed}, workers)  # fmt: skip
     sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
     study = open_study(name, storage, sampler, ["maximize", "minimize"])
     cands = candidate_thresholds(dev.scores)
@@ -59,7 +68,7 @@ def pareto_front(
         d = dev.scores >= t
         return float(M.adaptive_accuracy(d, dev.closed, dev.rag)), float(d.mean())
 
-    study.optimize(trial_values, n_trials=remaining(study, n_trials), show_progress_bar=True)
+    optimize_until(study, trial_values, n_trials)
 
     def row(t: optuna.trial.FrozenTrial) -> dict[str, float]:
         return {"threshold": t.user_attrs["threshold"], "adaptive_accuracy": t.values[0],

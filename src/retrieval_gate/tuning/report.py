@@ -1,4 +1,5 @@
-"""Dev vs test at tuned thresholds: run after tuning finished, so tuning never sees test."""
+"""Dev vs test at tuned thresholds, and the tuning report: applied only after every study has
+finished (`run_tuning`), so no study ever sees a test question."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 from ..gates.base import Gate
 from ..labels.evalset import EvalSet
 from ..tables import fmt, markdown_table
-from ..tuning.objectives import DevData, figures
+from .objectives import DevData, figures
 
 
 def figures_at(scores: np.ndarray, test: EvalSet, t: float) -> dict[str, float | None]:

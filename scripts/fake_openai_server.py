@@ -1,0 +1,156 @@
+"""A small OpenAI-compatible chat server with a fixed latency and injectable faults, for the
+Ray labelling tests and `scripts/bench_label_scale.py` (loopback only, standard library only).
+
+Answers are a deterministic function of the prompt (same prompt, same answer, whichever
+replica or actor sends it), so a local and a Ray run over the same server must write the same
+labels. Faults:
+- `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200;
+- `always_fail="text"`: any prompt containing the text answers 500, always.
+
+    python scripts/fake_openai_server.py --port 8321 --latency 0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "fake-llm"
+WORDS = ("Paris", "London", "politician", "1984", "football", "Jupiter", "I don't know")
+
+
+def answer(prompt: str) -> str:
+    """A deterministic answer: one of a few words picked by the prompt's hash, or a word of the
+    question itself (so some answers match gold answers and labels are not all one value)."""
+    digest = hashlib.sha256(prompt.encode()).digest()
+    words = [w.strip("?.,\"'") for w in prompt.split()]
+    if digest[0] % 3 == 0 and words:
+        return words[digest[1] % len(words)]
+    return WORDS[digest[2] % len(WORDS)]
+
+
+class FakeServer:
+    """`with FakeServer(latency=0.2) as url:` serves `url` (ending in /v1) until the block
+    ends. `requests` counts the requests each prompt received; `served` counts all."""
+
+    def __init__(
+        self,
+        latency: float = 0.2,
+        port: int = 0,
+        transient: int = 0,
+        always_fail: str | None = None,
+        model: str = MODEL,
+    ):
+        self.latency, self.transient, self.always_fail = latency, transient, always_fail
+        self.model = model
+        self.requests: Counter[str] = Counter()
+        self.served = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._httpd.daemon_threads = True
+        self._httpd.request_queue_size = 256
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) for one chat-completions request."""
+        prompt = body["messages"][-1]["content"]
+        with self._lock:
+            self.requests[prompt] += 1
+            self.served += 1
+            attempt = self.requests[prompt]
+        time.sleep(self.latency)
+        if self.always_fail and self.always_fail in prompt:
+            return 500, {"error": {"message": "injected permanent failure"}}
+        if attempt <= self.transient:
+            return (503 if attempt % 2 else 429), {"error": {"message": "injected overload"}}
+        text = answer(prompt)
+        tokens = text.split()
+        content = [{"token": t, "logprob": -0.25 * (i + 1)} for i, t in enumerate(tokens)]
+        return 200, {
+            "id": "fake",
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": {"content": content} if body.get("logprobs") else None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens)},
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": server.model}]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                self._send(*server.reply(body))
+
+            def log_message(self, *args: object) -> None:  # quiet: tests read counters
+                pass
+
+        return Handler
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=8321)
+    p.add_argument("--latency", type=float, default=0.2, help="seconds per request")
+    p.add_argument("--transient", type=int, default=0, help="first N attempts of a prompt fail")
+    p.add_argument("--always-fail", help="prompts containing this text always answer 500")
+    args = p.parse_args()
+    server = FakeServer(args.latency, args.port, args.transient, args.always_fail)
+    print(f"serving {server.url} (latency {args.latency} s); Ctrl-C stops", flush=True)
+    with server:
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

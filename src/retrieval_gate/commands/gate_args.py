@@ -1,0 +1,23 @@
+"""The gate flags every verb that takes gates shares (`evaluate`, `tune`, `rag`, `serve`): one
+flag per `GateOptions` field, so every verb accepts every gate it lists."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from ..gates.registry import GATES, GateOptions, option_flag
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("gate options (each gate reads the ones it needs)")
+    for f in fields(GateOptions):
+        users = [s.name for s in GATES.values() if f.name in s.options]
+        help_ = f.metadata["help"] + (f"; used by: {', '.join(users)}" if users else "")
+        extra = {k: f.metadata[k] for k in ("choices", "metavar") if k in f.metadata}
+        g.add_argument(option_flag(f.name), default=f.default, help=help_, **extra)
+
+
+def gate_options(args: argparse.Namespace) -> GateOptions:
+    """The parsed gate flags as typed options."""
+    return GateOptions(**{f.name: vars(args)[f.name] for f in fields(GateOptions)})

@@ -1,0 +1,62 @@
+"""`label --engine ray` flags and the engine they build (labels/ray_engine.py), checked
+before any question is read: flag values, the policy, the Ray address, the endpoints."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--engine ray (closed-book and rag-gain; docs/scale.md)")
+    g.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process drives the generator (default); ray: Ray Data spreads the "
+        "requests over actors (several --generator-url replicas, or vLLM engines on GPUs)",
+    )
+    g.add_argument(
+        "--ray-address",
+        help="Ray cluster to join (host:6379, ray://host:10001, or auto for the one `ray "
+        "start` runs here); default: start a local Ray for this run",
+    )
+    g.add_argument(
+        "--ray-backend",
+        choices=("openai", "vllm"),
+        default="openai",
+        help="openai: actors send requests to --generator-url endpoints; vllm: vLLM engines "
+        "as Ray actors on the cluster's GPUs (ray.data.llm), model from --generator",
+    )
+    g.add_argument("--actors", type=int, default=4, help="Ray actors (vllm: engine replicas)")
+    g.add_argument("--in-flight", type=int, default=8, help="requests in flight per actor")
+    g.add_argument("--ray-batch-size", type=int, help="rows per Ray batch (default 2 x in-flight)")
+
+
+def ray_engine(args: argparse.Namespace, questions: Any) -> Any:
+    """The RayEngine for `--engine ray`, or a clear error for what it does not cover."""
+    from ..errors import ConfigError
+    from ..labels.policies import check_answers
+    from ..labels.ray_engine import RAY_POLICIES, RayEngine, RayOptions
+
+    if args.policy not in RAY_POLICIES:
+        raise ConfigError(
+            f"--engine ray runs the one-request policies ({', '.join(RAY_POLICIES)}); "
+            f"--policy {args.policy} runs with --engine local"
+        )
+    if args.relabel or args.report or args.throughput:
+        raise ConfigError(
+            "--engine ray labels: it does not apply to --relabel, --report or --throughput"
+        )
+    if questions is not None:
+        check_answers(questions, args.policy)  # before contacting anything
+    options = RayOptions(
+        urls=list(args.generator_url or []),
+        model=args.generator,
+        backend=args.ray_backend,
+        address=args.ray_address,
+        actors=args.actors,
+        in_flight=args.in_flight,
+        batch_size=args.ray_batch_size,
+    )
+    return RayEngine(options)

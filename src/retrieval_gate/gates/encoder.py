@@ -1,0 +1,88 @@
+"""The scoring path `OnnxGate` and `LearnedGate` share: strings or `Question`s in, the side
+features (for a gate trained with them) beside the text, token ids batched in length order so
+each batch pads only to similar lengths (right padding, as training), scores back in input
+order. A backend implements two things: `encode` (token ids per text, truncated) and
+`run_batch` (P(needs retrieval) of one padded batch)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..data.features import SideFeatures
+from ..errors import InputError
+from .base import Questions, as_questions
+
+
+def check_texts(texts: Sequence[str]) -> None:
+    """Every text scorable: non-empty, and valid Unicode (JSON may carry an escaped lone
+    surrogate, which no tokenizer can encode)."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"question {i} is empty: cannot score an empty question text")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"question {i} is not valid Unicode (a lone surrogate at "
+                             f"character {e.start}); send UTF-8 text") from None  # fmt: skip
+
+
+def pad_right(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask) int64, padded on the right to the batch's longest row."""
+    width = max(len(row) for row in ids)
+    input_ids = np.full((len(ids), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(ids), width), dtype=np.int64)
+    for i, row in enumerate(ids):
+        input_ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return input_ids, mask
+
+
+class EncoderGate(ABC):
+    """A `Gate` over a text encoder; subclasses set `name`, `threshold`, `batch_size`,
+    `pad_id` and `side_features` (None: text only)."""
+
+    name: str
+    threshold: float
+    batch_size: int
+    pad_id: int
+    side_features: SideFeatures | None
+
+    @abstractmethod
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, truncated to the gate's max length, not padded."""
+
+    @abstractmethod
+    def run_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
+    ) -> np.ndarray:
+        """P(needs retrieval) of one right-padded batch (float32, one per row)."""
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        qs = as_questions(questions)
+        side = self.side_features
+        return self.score_texts([q.text for q in qs], side.matrix(qs) if side else None)
+
+    def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
+        """P(needs retrieval) per text, in input order. `features`: one row of scaled side
+        features per text (`side_features.matrix`), for gates that have them."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        check_texts(texts)
+        if self.side_features is not None and features is None:
+            raise InputError(
+                f"gate {self.name} needs the side features {', '.join(self.side_features.names)}:"
+                " score Questions (with them in Question.extra), not bare texts"
+            )
+        ids = self.encode(texts)
+        order = np.argsort([len(row) for row in ids], kind="stable")
+        out = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(ids), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            input_ids, mask = pad_right([ids[i] for i in idx], self.pad_id)
+            feats = None if features is None else np.asarray(features[idx], dtype=np.float32)
+            out[idx] = self.run_batch(input_ids, mask, feats)
+        return out

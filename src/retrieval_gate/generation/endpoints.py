@@ -1,0 +1,192 @@
+"""Chat requests to one or several OpenAI-compatible endpoints (`vllm serve` replicas) with
+retries and fail-over, where one request's failure is a result, not an exception: a labelling
+job of a million questions records the few rows that keep failing and goes on.
+
+Per request: a connection error marks that endpoint down for `cooldown` seconds and the
+request moves at once to the next endpoint; a 429 or 5xx is retried after an exponential,
+jittered pause (on the next endpoint when there are several); any other 4xx is final (the
+request itself is wrong). After `retries` retries the request is returned with its `error`.
+Used by the Ray labelling actors (labels/ray_engine.py); standard library + httpx only, so a
+Ray worker imports it in well under a second."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..errors import BackendError, ConfigError
+from .base import Generation
+
+
+@dataclass
+class ChatResult:
+    """One request's outcome: the answer, or `error` after the retries were spent."""
+
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    token_logprobs: list[float] | None = None
+    error: str | None = None
+    url: str | None = None
+    attempts: int = 0
+
+
+def normalise_urls(urls: list[str]) -> list[str]:
+    """The endpoints as given, without trailing slashes or repeats (order kept)."""
+    out: list[str] = []
+    for url in urls:
+        url = url.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"--generator-url {url!r} is not an http(s) URL; give the server's base URL "
+                "ending in /v1, e.g. http://host:8000/v1"
+            )
+        if url not in out:
+            out.append(url)
+    if not out:
+        raise ConfigError("--generator-url needs at least one URL")
+    return out
+
+
+def served_model(url: str, timeout: float = 5.0) -> str | None:
+    """The first model id `url/models` lists, or None when the endpoint cannot be reached or
+    does not answer like an OpenAI-compatible server."""
+    try:
+        r = httpx.get(f"{url}/models", timeout=timeout)
+        r.raise_for_status()
+        return str(r.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+        return None
+
+
+def check_endpoints(urls: list[str], model: str | None) -> tuple[list[str], list[str], str]:
+    """(live URLs, dead URLs, model id) before any work starts: every live endpoint must serve
+    the same model (rows from two models would mix under one provenance); none live is an
+    error."""
+    found = {url: served_model(url) for url in urls}
+    live = [u for u, m in found.items() if m is not None]
+    dead = [u for u in urls if u not in live]
+    if not live:
+        raise BackendError(
+            f"no generator endpoint answered at {', '.join(u + '/models' for u in urls)}; start "
+            "the server(s) (e.g. `vllm serve MODEL`) or fix --generator-url"
+        )
+    models = {found[u] for u in live}
+    if model is None and len(models) > 1:
+        raise ConfigError(
+            f"the endpoints serve different models ({', '.join(sorted(models))}); label with "
+            "one model at a time: pass URLs of one model's replicas"
+        )
+    return live, dead, model or found[live[0]]
+
+
+class EndpointPool:
+    """Sends chat requests over `urls`, spreading them round-robin from `start` (so actors
+    sharing the list do not all start on the first endpoint). Thread-safe."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        model: str,
+        start: int = 0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        cooldown: float = 10.0,
+        timeout: float = 300.0,
+        api_key: str | None = None,
+        connections: int = 16,
+    ):
+        self.urls, self.model = normalise_urls(urls), model
+        self.retries, self.backoff, self.cooldown = retries, backoff, cooldown
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self._next = start % len(self.urls)
+        self._down_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def _pick(self) -> str:
+        """The next endpoint not marked down (any, when all are down)."""
+        with self._lock:
+            now = time.monotonic()
+            for _ in range(len(self.urls)):
+                url = self.urls[self._next]
+                self._next = (self._next + 1) % len(self.urls)
+                if self._down_until.get(url, 0.0) <= now:
+                    return url
+            return self.urls[self._next]
+
+    def _mark_down(self, url: str) -> None:
+        with self._lock:
+            self._down_until[url] = time.monotonic() + self.cooldown
+
+    def chat(self, prompt: str, max_tokens: int, logprobs: bool = False) -> ChatResult:
+        """One greedy chat completion; never raises for a server or network failure."""
+        body = chat_body(self.model, prompt, max_tokens, logprobs)
+        pause, problem, failures, attempt = self.backoff, "", 0, 0
+        while True:
+            attempt += 1
+            url = self._pick()
+            try:
+                r = self._client.post(f"{url}/chat/completions", json=body)
+            except httpx.HTTPError as e:
+                problem = f"cannot reach {url} ({type(e).__name__}: {e})"
+                self._mark_down(url)
+                if self._any_up():  # fail over at once: a dead endpoint costs no retry
+                    continue
+            else:
+                if r.status_code == 200:
+                    return _result(r.json(), logprobs, url, attempt)
+                problem = f"{url} answered {r.status_code}: {r.text[:200]}"
+                if r.status_code < 500 and r.status_code != 429:
+                    return ChatResult(error=problem, url=url, attempts=attempt)
+            failures += 1
+            if failures > self.retries:
+                return ChatResult(error=problem, url=url, attempts=attempt)
+            time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: replicas not hit in step
+            pause = min(pause * 2, 30.0)
+
+    def _any_up(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            return any(self._down_until.get(u, 0.0) <= now for u in self.urls)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
+    """A greedy chat-completions request with the prompt as the user's message."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": logprobs,
+    }
+
+
+def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
+    """The answer, token counts and (when asked) token log-probabilities of a response."""
+    choice = out["choices"][0]
+    token_logprobs = None
+    if logprobs and choice.get("logprobs"):
+        token_logprobs = [float(t["logprob"]) for t in choice["logprobs"]["content"]]
+    usage = out.get("usage") or {}
+    return Generation(
+        text=choice["message"]["content"] or "",
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        token_logprobs=token_logprobs,
+    )
+
+
+def _result(out: dict[str, Any], logprobs: bool, url: str, attempts: int) -> ChatResult:
+    g = parse_chat(out, logprobs)
+    return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs,
+                      url=url, attempts=attempts)  # fmt: skip

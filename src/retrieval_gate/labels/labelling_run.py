@@ -1,0 +1,75 @@
+"""A labelling run's folder (`data/labels/<generator>/`): one generator's label files and the
+answers recorded with them, read here and nowhere else.
+
+    closed-book.jsonl   closed-book answers: `match`, `mean_logprob`, `idk` (+ label)
+    rag-gain.jsonl      with-retrieval answers: `closed_correct`, `rag_correct` (+ label)
+
+Adaptive accuracy, the confidence gate, TA-ARE's demonstrations and tuning's content
+identity all come from these two files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..fileio import sha256_file
+from .files import LABELS_DIR, LabelFile
+
+CLOSED_BOOK = "closed-book.jsonl"
+RAG_GAIN = "rag-gain.jsonl"
+DEFAULT_RUN_DIR = LABELS_DIR / "smollm2-135m-instruct"  # the committed SmolLM2 run
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Per question id: was the closed-book answer correct, was the with-retrieval one."""
+
+    closed: dict[str, bool]
+    rag: dict[str, bool]
+
+    @classmethod
+    def empty(cls) -> Outcomes:
+        return cls({}, {})
+
+
+@dataclass(frozen=True)
+class LabellingRun:
+    """The folder; a missing file reads as no rows (a run may have labelled closed-book only)."""
+
+    folder: Path = DEFAULT_RUN_DIR
+
+    @property
+    def closed_book(self) -> Path:
+        return Path(self.folder) / CLOSED_BOOK
+
+    @property
+    def rag_gain(self) -> Path:
+        return Path(self.folder) / RAG_GAIN
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """The closed-book rows by question id (the confidence gate's recorded answers,
+        TA-ARE's demonstrations); {} without the file."""
+        return LabelFile(self.closed_book).rows if self.closed_book.is_file() else {}
+
+    def outcomes(self) -> Outcomes:
+        """closed-book `match` and rag-gain `closed_correct`/`rag_correct` (rag-gain wins where
+        both record a closed-book answer: it is the row that also has the with-retrieval
+        answer)."""
+        closed: dict[str, bool] = {}
+        rag: dict[str, bool] = {}
+        for i, row in self.records().items():
+            if row.get("match") is not None:
+                closed[i] = bool(row["match"])
+        if self.rag_gain.is_file():
+            for i, row in LabelFile(self.rag_gain).rows.items():
+                if row.get("rag_correct") is not None:
+                    rag[i] = bool(row["rag_correct"])
+                if row.get("closed_correct") is not None:
+                    closed[i] = bool(row["closed_correct"])
+        return Outcomes(closed, rag)
+
+    def checksums(self) -> list[str | None]:
+        """sha256 of the two answer files (None where missing): what results computed from
+        the recorded answers are keyed by."""
+        return [sha256_file(p) if p.is_file() else None for p in (self.closed_book, self.rag_gain)]

@@ -1,0 +1,331 @@
+"""`label --engine ray`: the one-request label policies (closed-book, rag-gain) on Ray Data.
+
+The policy's own functions build the prompts and judge the answers; Ray only carries the
+requests. `RayEngine` stands in for the generator the policy is given, in three passes:
+1. record: the policy's row function runs on each pending question with the engine
+   recording the requests it asks for (no answer yet): one Ray row per (question, request),
+   row id `<question id>#<n>`;
+2. send: the rows go through Ray Data, to OpenAI-compatible endpoints (a pool of actors,
+   `generation/ray_stages.HttpChatActor`) or vLLM engines as Ray actors (`ray.data.llm`);
+3. replay: as each question's answers stream back, the row function runs again on it with
+   the engine answering from what came back, and its label row is appended to the file.
+So a label file written on Ray has the rows, fields and provenance a local run writes.
+
+Resume is the label file's own: the driver is the only writer, appends a question's row once
+all its requests are back (flushed at once; a half-written last line is cut by the next run),
+and a re-run sends only questions not in the file. Ray Data's checkpointing is not used: it
+would be a second record of what is done, which the label file already is. A killed driver
+loses only the requests in flight; the questions of a request that kept failing are listed in
+`<file>.failed.jsonl` and not written, so the next run retries them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from tqdm import tqdm
+
+from ..errors import BackendError, ConfigError
+from ..fileio import write_text
+from ..generation.base import Generation
+from ..generation.endpoints import check_endpoints, normalise_urls
+from ..questions import Question
+from .files import LabelFile
+
+log = logging.getLogger(__name__)
+
+RAY_POLICIES = ("closed-book", "rag-gain")  # multi-step policies (rrcp) are not covered yet
+BACKENDS = ("openai", "vllm")
+RequestKey = tuple[str, int, bool]  # prompt, max_tokens, logprobs
+
+
+@dataclass
+class RayOptions:
+    """`label --engine ray` flags."""
+
+    urls: list[str] = field(default_factory=list)  # OpenAI-compatible endpoints (backend openai)
+    model: str | None = None  # the served model id; or the model folder (backend vllm)
+    backend: str = "openai"
+    address: str | None = None  # None: start a local Ray; "auto", "host:port", "ray://host:port"
+    actors: int = 4
+    in_flight: int = 8  # requests in flight per actor
+    batch_size: int | None = None  # rows per Ray batch (default: 2 x in_flight, at least 8)
+    retries: int = 4
+    backoff: float = 0.5  # seconds before the first retry of a 429/5xx (doubled each time)
+    object_store_mb: int = 256  # a local Ray's object store
+
+    def check(self) -> None:
+        """Flag values, before anything is contacted."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"--ray-backend must be one of {', '.join(BACKENDS)}")
+        for flag, value in (("--actors", self.actors), ("--in-flight", self.in_flight)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"--ray-batch-size must be at least 1, got {self.batch_size}")
+        if self.backend == "openai" and not self.urls:
+            raise ConfigError(
+                "--engine ray needs --generator-url URL [URL ...] (or --ray-backend vllm)"
+            )
+        if self.backend == "vllm" and self.urls:
+            raise ConfigError("--ray-backend vllm runs its own engines: drop --generator-url")
+
+    @property
+    def rows_per_batch(self) -> int:
+        return self.batch_size or max(8, 2 * self.in_flight)
+
+
+def check_ray_address(address: str | None) -> None:
+    """A clear error for a Ray address nothing listens on (ray.init would wait a minute)."""
+    if address in (None, "auto", "local"):
+        return
+    parsed = urlparse(address if "://" in address else f"ray-gcs://{address}")
+    if not parsed.hostname or not parsed.port:
+        raise ConfigError(
+            f"--ray-address {address!r}: give host:port (the head's GCS, e.g. 10.0.0.1:6379), "
+            "ray://host:10001, or auto"
+        )
+    try:
+        socket.create_connection((parsed.hostname, parsed.port), timeout=3).close()
+    except OSError as e:
+        raise BackendError(
+            f"cannot reach the Ray cluster at {address} ({e.strerror or e}); start it with "
+            "`ray start --head` (or check the address and port), or drop --ray-address to "
+            "start a local Ray"
+        ) from None
+
+
+class RayEngine:
+    """A generator stand-in that brings its own labelling loop (`run_rows`, called by
+    `labels.run.run_policy`). Endpoints are checked at construction, before any work."""
+
+    def __init__(self, options: RayOptions):
+        options.check()
+        check_ray_address(options.address)
+        self.options = options
+        if options.backend == "openai":
+            live, dead, model = check_endpoints(normalise_urls(options.urls), options.model)
+            for url in dead:
+                log.warning("endpoint %s does not answer: its share goes to the others", url)
+            self.urls, self.name = live, model
+            self.checksum = f"remote:{','.join(live)}:{model}"
+            self.backend = "ray:openai-server"
+        else:
+            from ..generation.models import folder_checksum, resolve_generator_model
+
+            folder = Path(resolve_generator_model(options.model or "smollm2-135m-instruct"))
+            self.urls, self.name = [], folder.name
+            self.checksum = folder_checksum(folder) if folder.is_dir() else str(folder)
+            self.model_source = str(folder)
+            self.backend = "ray:vllm-engine"
+        self.provenance = {"engine": "ray", "ray_actors": options.actors,
+                           "ray_in_flight": options.in_flight}  # fmt: skip
+        self._recorded: list[RequestKey] | None = None
+        self._answers: dict[RequestKey, Generation] = {}
+
+    # -- the Generator interface, in record or replay mode -----------------------------------
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
+    ) -> list[Generation]:
+        keys = [(p, int(max_new_tokens), bool(logprobs)) for p in prompts]
+        if self._recorded is not None:
+            self._recorded.extend(keys)
+            return [Generation("", 0, 0) for _ in keys]
+        return [self._answers[k] for k in keys]
+
+    def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]):  # noqa: ANN201
+        raise ConfigError(
+            "--engine ray covers closed-book and rag-gain (one request per answer); "
+            "choice scoring (rrcp's judge, prompt gates) runs with the local engine"
+        )
+
+    def requests_of(self, compute: Callable, question: Question) -> list[RequestKey]:
+        """The requests the policy's row function asks for one question (record pass)."""
+        self._recorded = []
+        try:
+            compute([question])
+            return list(self._recorded)
+        finally:
+            self._recorded = None
+
+    # -- the labelling loop ----------------------------------------------------------------
+    def run_rows(
+        self,
+        questions: Sequence[Question],
+        out: LabelFile,
+        compute: Callable[[list[Question]], list[dict[str, Any]]],
+        chunk_size: int,
+        desc: str = "labelling",
+    ) -> dict[str, Any]:
+        from .run import pending
+
+        todo = pending(questions, out.done_ids())
+        plan = {q.id: self.requests_of(compute, q) for q in todo}
+        rows = [
+            {"row_id": f"{qid}#{i}", "prompt": k[0], "max_tokens": k[1], "logprobs": k[2]}
+            for qid, keys in plan.items()
+            for i, k in enumerate(keys)
+        ]
+        by_id = {q.id: q for q in todo}
+        started = time.perf_counter()
+        started_ray = _start_ray(self.options) if rows else False
+        try:
+            failed, timing = self._stream(rows, plan, by_id, out, compute, desc)
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+        seconds = time.perf_counter() - started
+        failed_file = _write_failures(out.path, failed)
+        stats: dict[str, Any] = {
+            "questions": len(todo) - len(failed),
+            "requests": len(rows),
+            "seconds": round(seconds, 2),
+            "questions_per_second": round((len(todo) - len(failed)) / seconds, 2) if todo else 0.0,
+            "failed": len(failed),
+        }
+        if failed_file:
+            stats["failed_file"] = str(failed_file)
+            log.warning("%d questions failed after retries: listed in %s; run again to retry them",
+                        len(failed), failed_file)  # fmt: skip
+        if timing:
+            stats["steady_state"] = timing
+        return stats
+
+    def _dataset(self, rows: list[dict[str, Any]]):  # noqa: ANN202
+        import ray
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False  # the driver's own bar counts questions
+        opts = self.options
+        batch = opts.rows_per_batch
+        blocks = max(1, min(len(rows) // batch, 4 * opts.actors * 8))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        if opts.backend == "vllm":
+            from ..generation.ray_stages import vllm_processor
+
+            return vllm_processor(self.model_source, opts.actors, batch)(ds)
+        from ..generation.ray_stages import HttpChatActor
+
+        return ds.map_batches(
+            HttpChatActor,
+            fn_constructor_kwargs={"urls": self.urls, "model": self.name,
+                                   "in_flight": opts.in_flight, "retries": opts.retries,
+                                   "backoff": opts.backoff},
+            compute=ray.data.ActorPoolStrategy(size=opts.actors),
+            batch_size=batch,
+            num_cpus=0.01,  # waiting on the network: actors do not hold a CPU each
+            batch_format="numpy",
+        )  # fmt: skip
+
+    def _stream(self, rows, plan, by_id, out, compute, desc):  # noqa: ANN001, ANN202
+        """Consumes results as Ray produces them; writes each question once all its
+        requests are back. Returns (failed questions, steady-state timing)."""
+        from ..generation.ray_stages import steady_state
+
+        got: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+        failed: list[dict[str, Any]] = []
+        actors: list[str] = []
+        t_done: list[float] = []
+        with tqdm(total=len(plan), desc=f"{desc} (ray)", unit="q") as bar:
+            if not rows:
+                return failed, None
+            empty = [qid for qid, keys in plan.items() if not keys]  # nothing to ask: write now
+            failed.extend(self._write_ready(empty, got, plan, by_id, out, compute))
+            bar.update(len(empty))
+            for batch in self._dataset(rows).iter_batches(batch_size=None, batch_format="numpy"):
+                ready = []
+                for i, row_id in enumerate(batch["row_id"]):
+                    qid, n = str(row_id).rsplit("#", 1)
+                    got[qid][int(n)] = {k: batch[k][i] for k in batch}
+                    actors.append(str(batch["actor"][i]))
+                    t_done.append(float(batch["t_done"][i]))
+                    if len(got[qid]) == len(plan[qid]):
+                        ready.append(qid)
+                failed.extend(self._write_ready(ready, got, plan, by_id, out, compute))
+                bar.update(len(ready))
+        return failed, steady_state(actors, t_done)
+
+    def _write_ready(self, ready, got, plan, by_id, out, compute) -> list[dict[str, Any]]:  # noqa: ANN001
+        """Replays the row function on the questions whose answers are all back."""
+        good, failed = [], []
+        for qid in ready:
+            results = got.pop(qid, {})
+            errors = [r["error"] for r in results.values() if r["error"]]
+            if errors:
+                failed.append({"id": qid, "error": str(errors[0]),
+                               "attempts": max(int(r["attempts"]) for r in results.values())})  # fmt: skip
+                continue
+            for n, key in enumerate(plan[qid]):
+                self._answers[key] = _generation(results[n])
+            good.append(by_id[qid])
+        if good:
+            out.append(compute(good))
+            for q in good:  # answers are kept only until their question is written
+                for key in plan[q.id]:
+                    self._answers.pop(key, None)
+        return failed
+
+
+def _generation(result: dict[str, Any]) -> Generation:
+    lps = result["token_logprobs"]
+    return Generation(
+        text=str(result["text"]),
+        prompt_tokens=int(result["prompt_tokens"]),
+        completion_tokens=int(result["completion_tokens"]),
+        token_logprobs=[float(x) for x in lps] or None,
+    )
+
+
+def _start_ray(options: RayOptions) -> bool:
+    """Connects to the cluster at `options.address`, or starts a local Ray; returns True when
+    this call started it (and so must shut it down). A Ray already running in this process
+    (tests, notebooks) is reused."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        _init_ray(options)
+    if options.backend == "vllm" and not ray.cluster_resources().get("GPU"):
+        if started:
+            ray.shutdown()
+        raise BackendError(
+            "--ray-backend vllm runs vLLM engines as Ray actors on GPUs, and this Ray cluster "
+            "has none; on CPUs label through `vllm serve` replicas with --generator-url"
+        )
+    return started
+
+
+def _init_ray(options: RayOptions) -> None:
+    import ray
+
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if options.address in (None, "local"):
+        kwargs.update(num_cpus=max(2, os.cpu_count() or 2),
+                      object_store_memory=options.object_store_mb * 1024 * 1024)  # fmt: skip
+    else:
+        kwargs["address"] = options.address
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise BackendError(f"cannot start or join Ray at {options.address or 'local'}: {e}") from e
+
+
+def _write_failures(label_path: Path, failed: list[dict[str, Any]]) -> Path | None:
+    """`<file>.failed.jsonl`: this run's failed questions (rewritten each run: a retried
+    question that succeeds leaves the list)."""
+    path = label_path.with_name(label_path.name.removesuffix(".jsonl") + ".failed.jsonl")
+    if not failed and not path.exists():
+        return None
+    write_text(path, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
+    return path if failed else None

@@ -1,0 +1,384 @@
+"""Strategy labels: each question's outcome under N named strategies (in cost order, the first
+the cheapest, e.g. no_retrieval, one_retrieval, multi_step), written to `strategies.jsonl`
+beside the closed-book and rag-gain files of the same outcomes.
+
+Row schema (one JSON object a line, keyed by question id; `.meta.json` sidecar):
+
+    id           question id
+    label        1 = the first strategy is wrong (needs retrieval), 0 = it is right: the
+                 binary view every gate and `read_labels` already use
+    correct      {strategy: true/false} for every strategy of the file
+    cheapest     the cheapest strategy that answers, null when none does
+    target       the strategy a router is trained toward: `cheapest`, or for questions no
+                 strategy answers the `--unanswered` treatment's pick (null: excluded)
+    target_from  "cheapest" | "prior" | "fixed" | "excluded"
+    cost         {strategy: cost} for this question (only when the outcomes carry costs)
+    prediction   {strategy: answer} for the strategies whose correctness was judged here from
+                 their answer (absent when every correctness was recorded)
+
+The sidecar records `strategies` (cost order), `unanswered` (treatment and prior map),
+`criterion`, the outcomes file or release folder with its sha256, and counts.
+
+Questions no strategy answers (`--unanswered`):
+- `prior` (default; Adaptive-RAG's choice): the source's prior strategy. For the release's six
+  sets: single-hop (nq, squad, trivia) -> the second strategy, multi-hop (hotpotqa,
+  2wikimultihopqa, musique) -> the last; other sources through `prior:SOURCE=STRATEGY,...`.
+- `exclude`: no target (the row stays, with its correctness, for evaluation).
+- a strategy name: always that strategy (e.g. `no_retrieval`: nothing helps, pay nothing)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, load_release
+from ..data.errors import DataError, InputError
+from ..data.user_questions import read_rows
+from ..fileio import sha256_file
+from ..questions import Question
+from .closed_book import PREDICTION_CHARS, source_frequent_answers
+from .files import LabelFile, meta_path
+from .outcomes import import_outcomes, match_rows, parse_bool
+from .run import provenance
+from .scoring import DEFAULT_CRITERION, correct, judge
+
+STRATEGY_FILE = "strategies.jsonl"
+TARGET_FROM = ("cheapest", "prior", "fixed", "excluded")
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """What a question no strategy answers is trained toward (see the module docstring)."""
+
+    treatment: str = "prior"  # "prior" | "exclude" | "fixed"
+    strategy: str | None = None  # the fixed strategy
+    prior: dict[str, str] = field(default_factory=dict)  # source -> strategy (added to defaults)
+
+    def describe(self) -> dict[str, Any]:
+        return {"treatment": self.treatment, "strategy": self.strategy, "prior": self.prior}
+
+
+def parse_unanswered(spec: str | None, strategies: Sequence[str]) -> Unanswered:
+    """`prior`, `prior:SOURCE=STRATEGY,...`, `exclude` or a strategy name (--unanswered)."""
+    spec = (spec or "prior").strip()
+    if spec == "exclude":
+        return Unanswered("exclude")
+    if spec in strategies:
+        return Unanswered("fixed", strategy=spec)
+    head, _, items = spec.partition(":")
+    if head != "prior":
+        raise InputError(
+            f"--unanswered {spec!r}: expected prior, prior:SOURCE=STRATEGY,..., exclude or one "
+            f"of the strategies ({', '.join(strategies)})"
+        )
+    prior: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in items.split(","))):
+        source, sep, strategy = item.partition("=")
+        if not sep or strategy.strip() not in strategies:
+            raise InputError(
+                f"--unanswered {spec!r}: {item!r} is not SOURCE=STRATEGY with STRATEGY one of "
+                f"{', '.join(strategies)}"
+            )
+        prior[source.strip()] = strategy.strip()
+    return Unanswered("prior", prior=prior)
+
+
+def default_prior(strategies: Sequence[str]) -> dict[str, str]:
+    """Adaptive-RAG's: single-hop sets -> the second strategy, multi-hop sets -> the last."""
+    if len(strategies) < 2:
+        return {}
+    return {**dict.fromkeys(SINGLE_HOP, strategies[1]), **dict.fromkeys(MULTI_HOP, strategies[-1])}
+
+
+def parse_strategies(items: Sequence[str] | None) -> list[str]:
+    """`--strategies a b c` or `--strategies a,b,c`: names in cost order, at least two."""
+    names = [n.strip() for item in items or () for n in item.split(",") if n.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise InputError(
+            f"--strategies {' '.join(items or [])!r}: name two or more distinct strategies in "
+            "cost order, the cheapest first (e.g. --strategies no_retrieval one_retrieval "
+            "multi_step)"
+        )
+    return names
+
+
+@dataclass
+class Outcome:
+    """One question's outcome under every strategy."""
+
+    question: Question
+    correct: dict[str, bool]
+    prediction: dict[str, str] | None = None
+    cost: dict[str, float] | None = None
+
+
+def strategy_row(o: Outcome, strategies: Sequence[str], unanswered: Unanswered) -> dict[str, Any]:
+    cheapest = next((s for s in strategies if o.correct[s]), None)
+    target, target_from = cheapest, "cheapest"
+    if cheapest is None:
+        target, target_from = _unanswered_target(o.question, strategies, unanswered)
+    row: dict[str, Any] = {
+        "id": o.question.id,
+        "label": int(not o.correct[strategies[0]]),
+        "correct": {s: bool(o.correct[s]) for s in strategies},
+        "cheapest": cheapest,
+        "target": target,
+        "target_from": target_from,
+    }
+    if o.cost is not None:
+        row["cost"] = {s: o.cost[s] for s in strategies}
+    if o.prediction:
+        row["prediction"] = {s: p[:PREDICTION_CHARS] for s, p in o.prediction.items()}
+    return row
+
+
+def _unanswered_target(
+    q: Question, strategies: Sequence[str], unanswered: Unanswered
+) -> tuple[str | None, str]:
+    if unanswered.treatment == "exclude":
+        return None, "excluded"
+    if unanswered.treatment == "fixed":
+        return unanswered.strategy, "fixed"
+    prior = {**default_prior(strategies), **unanswered.prior}
+    if q.source not in prior:
+        raise InputError(
+            f"question {q.id!r} is answered by no strategy and its source {q.source!r} has no "
+            f"prior strategy: pass --unanswered prior:{q.source}=STRATEGY (or exclude, or a "
+            "strategy name)"
+        )
+    return prior[q.source], "prior"
+
+
+# ---------------------------------------------------------------- importers
+
+
+def import_release(
+    folder: str | Path,
+    out_dir: Path,
+    llm: str | None = None,
+    unanswered: str | None = None,
+    neither_label: int | None = None,
+    strategies: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """An Adaptive-RAG release split folder -> closed-book, rag-gain and strategies files in
+    out_dir/<llm>/ (correctness as the release's own exact-match evaluation counted it)."""
+    from ..data.adaptive_rag import STRATEGIES, find_release
+
+    if strategies and list(strategies) != list(STRATEGIES):
+        raise InputError(
+            f"--strategies {' '.join(strategies)}: a release folder has the strategies "
+            f"{' '.join(STRATEGIES)} (in that order); drop --strategies or name those"
+        )
+    release = find_release(folder, llm=llm)
+    treat = parse_unanswered(unanswered, STRATEGIES)
+    records = load_release(release.path, llm=release.llm)
+    outcomes = [Outcome(r.question, {s: o.correct for s, o in r.outcomes.items()}) for r in records]
+    meta = {"outcomes_file": str(release.path), "outcomes_sha256": release.checksum(),
+            "outcomes_format": "adaptive-rag-release", "release_split": release.split,
+            "criterion": "em (the release's own evaluation)"}  # fmt: skip
+    return _write_all(outcomes, STRATEGIES, treat, out_dir / release.llm.lower(), release.llm,
+                      meta, neither_label, unmatched=0)  # fmt: skip
+
+
+def import_strategy_outcomes(
+    path: str | Path,
+    questions: Sequence[Question],
+    strategies: Sequence[str],
+    out_dir: Path,
+    generator: str,
+    criterion: str = DEFAULT_CRITERION,
+    unanswered: str | None = None,
+    neither_label: int | None = None,
+) -> dict[str, Any]:
+    """A generic file with `<strategy>_correct` or `<strategy>_prediction` (and optionally
+    `<strategy>_cost`) columns per strategy -> the three label files in out_dir."""
+    strategies = list(strategies)
+    treat = parse_unanswered(unanswered, strategies)
+    rows = list(read_rows(str(path)))
+    if not rows:
+        raise DataError("the outcomes file has no rows", path)
+    check_columns(path, rows, strategies)
+    matched, unmatched = match_rows(path, rows, questions, "generic")
+    frequent = source_frequent_answers([q for q, _ in matched.values()])
+    outcomes = [
+        _outcome(q, row, strategies, frequent, criterion, path) for q, row in matched.values()
+    ]
+    meta = {"outcomes_file": str(path), "outcomes_format": "generic-strategies",
+            "outcomes_sha256": sha256_file(Path(path)) if Path(path).is_file() else None,
+            "criterion": criterion}  # fmt: skip
+    return _write_all(outcomes, strategies, treat, out_dir, generator, meta, neither_label,
+                      unmatched)  # fmt: skip
+
+
+def check_columns(path: str | Path, rows: list, strategies: Sequence[str]) -> None:
+    """Every strategy has a correctness or prediction column, and every such column is one of
+    the strategies (a misspelt or forgotten --strategies name is caught here)."""
+    columns = {c for _, row in rows for c in row}
+    found = {c.rsplit("_", 1)[0] for c in columns if c.endswith(("_correct", "_prediction"))}
+    missing = [s for s in strategies if s not in found]
+    extra = sorted(found - set(strategies) - {"rag", "closed", "is"})
+    if missing or extra:
+        raise DataError(
+            f"--strategies {' '.join(strategies)} does not match the columns: "
+            + (
+                f"no {', '.join(f'{s}_correct/{s}_prediction' for s in missing)} column; "
+                if missing
+                else ""
+            )  # fmt: skip
+            + (f"columns for strategies not listed: {', '.join(extra)}; " if extra else "")
+            + f"strategy columns found: {', '.join(sorted(found)) or 'none'}",
+            path,
+        )
+
+
+def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
+    n = row["_line"]
+    ok: dict[str, bool] = {}
+    judged: dict[str, str] = {}
+    for s in strategies:
+        recorded = parse_bool(row.get(f"{s}_correct"), path, n, f"{s}_correct")
+        prediction = row.get(f"{s}_prediction")
+        if recorded is None and prediction in (None, ""):
+            raise DataError(f"no {s}_correct and no {s}_prediction value for {q.id!r}", path, n)
+        if recorded is None:
+            judged[s] = str(prediction)
+            if not q.answers:
+                raise DataError(
+                    f"question {q.id!r} has no gold answers to judge {s}_prediction against; "
+                    f"record correctness in a {s}_correct column instead",
+                    path,
+                    n,
+                )
+            recorded = correct(judge(str(prediction), q, frequent), criterion)
+        ok[s] = recorded
+    return Outcome(q, ok, judged or None, _costs(row, strategies, path, n))
+
+
+def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, float] | None:
+    given = [s for s in strategies if row.get(f"{s}_cost") not in (None, "")]
+    if not given:
+        return None
+    if len(given) != len(strategies):
+        lacking = ", ".join(f"{s}_cost" for s in strategies if s not in given)
+        raise DataError(f"row has some strategy costs but not {lacking}", path, n)
+    out = {}
+    for s in strategies:
+        try:
+            value = float(row[f"{s}_cost"])
+        except (TypeError, ValueError):
+            raise DataError(f"{s}_cost {row[f'{s}_cost']!r} is not a number", path, n) from None
+        if not value >= 0:  # also refuses NaN
+            raise DataError(f"{s}_cost {value} is negative; a cost is 0 or more", path, n)
+        out[s] = value
+    return out
+
+
+def _write_all(
+    outcomes: list[Outcome],
+    strategies: Sequence[str],
+    treat: Unanswered,
+    out_dir: Path,
+    generator: str,
+    meta: dict[str, Any],
+    neither_label: int | None,
+    unmatched: int,
+) -> dict[str, Any]:
+    """closed-book.jsonl and rag-gain.jsonl (first vs second strategy, through the outcomes
+    importer) and strategies.jsonl, all checked before the first is written."""
+    rows = [strategy_row(o, strategies, treat) for o in outcomes]
+    target = out_dir / STRATEGY_FILE
+    _refuse_foreign(target)
+    first, second = strategies[0], strategies[1]
+    binary = [(i, {"id": o.question.id, "correct": o.correct[first], "rag_correct": o.correct[second]})
+              for i, o in enumerate(outcomes, start=1)]  # fmt: skip
+    questions = [o.question for o in outcomes]
+    result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
+                             neither_label=neither_label, rows=binary,
+                             extra_meta={**meta, "strategies_file": STRATEGY_FILE})  # fmt: skip
+    counts = Counter(r["target_from"] for r in rows)
+    cheapest = Counter(r["cheapest"] or "none" for r in rows)
+    full_meta = provenance(
+        "strategies", generator=generator, generator_checksum=None, source="outcomes",
+        strategies=list(strategies), unanswered=treat.describe(), rows=len(rows),
+        unmatched_rows=unmatched, cheapest_counts=dict(cheapest), target_from_counts=dict(counts),
+        closed_book_file="closed-book.jsonl", **meta,
+    )  # fmt: skip
+    out = LabelFile(target, replacing=True)
+    out.write_meta(full_meta)
+    out.rewrite(rows)
+    return {**result, "format": meta["outcomes_format"], "strategies_file": str(target),
+            "strategies": list(strategies),
+            "cheapest": dict(cheapest), "targets": dict(counts)}  # fmt: skip
+
+
+def _refuse_foreign(path: Path) -> None:
+    if path.exists() and meta_path(path).exists():
+        if LabelFile(path).meta.get("source") != "outcomes":
+            raise DataError(
+                "a strategy label file not made from outcomes is already there; pick another "
+                "--labels-dir / --generator name",
+                path,
+            )
+    LabelFile(path).require_ours()
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class StrategyLabels:
+    """A strategy label file in memory: strategies in cost order and rows by id."""
+
+    path: Path
+    strategies: tuple[str, ...]
+    rows: dict[str, dict[str, Any]]
+    meta: dict[str, Any]
+
+    def correct(self, ids: Sequence[str]) -> np.ndarray:
+        """(n, n_strategies) 0/1 array of each strategy's correctness."""
+        return np.array([[self.rows[i]["correct"][s] for s in self.strategies] for i in ids], float)
+
+    def targets(self, ids: Sequence[str]) -> np.ndarray:
+        """Index of each question's target strategy, -1 where excluded."""
+        index = {s: k for k, s in enumerate(self.strategies)}
+        return np.array([index.get(self.rows[i]["target"], -1) for i in ids])
+
+    def costs(self, ids: Sequence[str], default: Sequence[float]) -> np.ndarray:
+        """(n, n_strategies) per-question costs, `default` where a row has none."""
+        if len(default) != len(self.strategies) or min(default) < 0:
+            raise InputError(
+                f"costs {list(default)}: give one cost of 0 or more per strategy "
+                f"({', '.join(self.strategies)})"
+            )
+        rows = (self.rows[i].get("cost") for i in ids)
+        return np.array([[r[s] for s in self.strategies] if r else list(default) for r in rows])
+
+
+def read_strategy_labels(path: str | Path) -> StrategyLabels:
+    """The rows and strategies of a strategies.jsonl file, each row checked against them."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("strategy label file not found; run `retrieval-gate label --policy "
+                        "outcomes ... --strategies ...` or pass a release folder", path)  # fmt: skip
+    lf = LabelFile(path)
+    strategies = tuple(lf.meta.get("strategies") or ())
+    if len(strategies) < 2:
+        raise DataError(f"{meta_path(path).name} names no strategies: not a strategy label file",
+                        path)  # fmt: skip
+    for n, (qid, row) in enumerate(lf.rows.items(), start=1):
+        ok = row.get("correct")
+        if not isinstance(ok, dict) or set(ok) != set(strategies):
+            raise DataError(f"row of {qid!r}: 'correct' must name exactly the strategies "
+                            f"{', '.join(strategies)}", path, n)  # fmt: skip
+        if any(not isinstance(v, bool) for v in ok.values()):
+            raise DataError(f"row of {qid!r}: correctness values must be true/false", path, n)
+        if row.get("target") is not None and row["target"] not in strategies:
+            raise DataError(f"row of {qid!r}: target {row['target']!r} is not a strategy", path, n)
+    if not lf.rows:
+        raise DataError("strategy label file has no rows", path)
+    return StrategyLabels(path, strategies, lf.rows, lf.meta)

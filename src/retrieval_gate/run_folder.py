@@ -1,0 +1,42 @@
+"""What a training run folder (`checkpoints/<run>/`) holds: the one list of its files, used by
+training (what it writes, what `--overwrite` removes), loading (what a gate needs) and
+`RetrievalGate.save_pretrained` (what a saved gate is). A leaf: no torch, so the base install
+can read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    CONFIG: ClassVar[str] = "config.yaml"  # the resolved training config
+    LABELS: ClassVar[str] = "labels.json"  # label-file provenance
+    BACKBONE: ClassVar[str] = "backbone"  # the backbone's Hugging Face config (no weights)
+    TOKENIZER: ClassVar[str] = "tokenizer"
+    WEIGHTS: ClassVar[str] = "gate.pt"  # the best module's state dict
+    METRICS: ClassVar[str] = "metrics.json"  # dev/test metrics, throughput, wall time
+    METADATA: ClassVar[str] = "metadata.json"  # task, classes, threshold and its objective
+    RUN: ClassVar[str] = "run.json"  # training state: the config and label-file hashes
+    LIGHTNING: ClassVar[str] = "lightning"  # training state: Lightning's checkpoints
+    LOGS: ClassVar[str] = "logs"  # training state: Lightning's CSV metrics
+
+    # what loading a gate needs
+    REQUIRED: ClassVar[tuple[str, ...]] = (CONFIG, BACKBONE, TOKENIZER, WEIGHTS, METADATA)
+    # the gate itself (what `save_pretrained` copies; the rest is training state)
+    GATE: ClassVar[tuple[str, ...]] = (*REQUIRED, LABELS, METRICS)
+    # everything training writes (all that `--overwrite` removes; nothing else in the folder)
+    WRITTEN: ClassVar[tuple[str, ...]] = (RUN, CONFIG, LABELS, BACKBONE, TOKENIZER, WEIGHTS,
+                                          METRICS, METADATA, LIGHTNING, LOGS)  # fmt: skip
+
+    @property
+    def weights(self) -> Path:
+        return Path(self.path) / self.WEIGHTS
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a trained gate (its weights)."""
+        return self.weights.is_file()

@@ -1,0 +1,54 @@
+"""Training under a multi-process launcher: `torchrun` (one node or many) and SLURM's `srun`.
+
+Each launched process runs `retrieval-gate train` whole; Lightning finds the launcher from
+the environment (TorchElasticEnvironment, SLURMEnvironment) and joins the processes in one
+DDP group. It still takes the device count per node and the node count from the Trainer, and
+with `trainer.devices: auto` on CPU it would pick one device: every rank would then train
+alone and write the same run folder. `launcher_trainer` fills what the config leaves at auto
+from the launcher (processes per node, nodes, DDP), and refuses values that contradict it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConfigError
+
+
+def launched_world(env: Mapping[str, str] = os.environ) -> tuple[str, int, int] | None:
+    """(launcher, processes per node, nodes) when this process was started by torchrun or by
+    srun inside a SLURM job; None for a plain process."""
+    if "TORCHELASTIC_RUN_ID" in env and "LOCAL_WORLD_SIZE" in env:
+        per_node, world = int(env["LOCAL_WORLD_SIZE"]), int(env["WORLD_SIZE"])
+        return "torchrun", per_node, max(1, world // per_node)
+    # Lightning's rule: an srun step (SLURM_NTASKS set) unless the job is an interactive shell
+    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        nodes = int(env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or 1)
+        return "slurm", max(1, int(env["SLURM_NTASKS"]) // nodes), nodes
+    return None
+
+
+def launcher_trainer(
+    trainer: dict[str, Any], env: Mapping[str, str] = os.environ
+) -> dict[str, Any]:
+    """`trainer` with devices, num_nodes and strategy set from the launcher where they are
+    left at auto (unchanged when no launcher started this process)."""
+    world = launched_world(env)
+    if world is None:
+        return trainer
+    launcher, per_node, nodes = world
+    out = dict(trainer)
+    if out.get("devices", "auto") == "auto":
+        out["devices"] = per_node
+    out.setdefault("num_nodes", nodes)
+    if out.get("strategy", "auto") == "auto":
+        out["strategy"] = "ddp"
+    if (out["devices"], out["num_nodes"]) != (per_node, nodes):
+        raise ConfigError(
+            f"{launcher} started {per_node} process(es) per node on {nodes} node(s), but the "
+            f"config asks trainer.devices={out['devices']} trainer.num_nodes={out['num_nodes']}: "
+            "leave them at auto under a launcher, or make them match its "
+            "--nproc-per-node/--nnodes (SLURM: --ntasks-per-node/--nodes)"
+        )
+    return out

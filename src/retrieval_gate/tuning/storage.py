@@ -1,0 +1,146 @@
+"""Where Optuna studies live (`tune --storage`), checked before any work starts.
+
+- a file path or `sqlite:///...`: one SQLite file, for ONE process (Optuna's docs: SQLite
+  locks the whole file and is not for parallel workers; `--workers` > 1 is refused);
+- `postgresql://user:pass@host/db` (or `mysql://...`): Optuna's RDBStorage, for many workers
+  on one or many machines;
+- `journal:PATH`: Optuna's JournalStorage in a file on a shared file system.
+
+RDB storages (SQLite included) record a heartbeat of every running trial: a trial whose
+worker died (kill -9, a lost node) goes stale after the grace period, is marked FAIL and
+re-queued once more by Optuna's RetryHeartbeatStaleTrialCallback. A running trial is never
+assumed dead just because it is RUNNING: another worker may be running it. JournalStorage has
+no heartbeats in Optuna 5.0, so a killed worker's trial stays RUNNING there (docs/scale.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import optuna
+
+from ..errors import BackendError, ConfigError, InputError
+
+HEARTBEAT_S = 5  # a running trial's heartbeat period, seconds
+GRACE_PERIODS = 4  # this many periods without a heartbeat: the trial's worker is gone
+MAX_RETRY = 2  # a trial cut off by a dead worker is re-run at most this often
+JOURNAL = "journal:"
+
+
+def storage_url(spec: str | Path) -> str:
+    """The storage URL of a `--storage` value: a plain path is a SQLite file (made absolute,
+    its folder created), `journal:PATH` and URLs are kept."""
+    spec = str(spec)
+    if spec.startswith(JOURNAL) or "://" in spec:
+        return spec
+    path = Path(spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def is_sqlite(spec: str | Path) -> bool:
+    return storage_url(spec).startswith("sqlite:")
+
+
+def shown(spec: str | Path) -> str:
+    """The storage for messages and reports, password hidden."""
+    url = str(spec)
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def heartbeat_s() -> int:
+    """HEARTBEAT_S, or $RETRIEVAL_GATE_HEARTBEAT (seconds: shorter for tests and demos)."""
+    return int(os.environ.get("RETRIEVAL_GATE_HEARTBEAT") or HEARTBEAT_S)
+
+
+def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
+    """The Optuna storage of `spec` (see the module doc); a clear BackendError when it cannot
+    be reached or used."""
+    url = storage_url(spec)
+    heartbeat = heartbeat_s()
+    if url.startswith(JOURNAL):
+        return _journal(Path(url.removeprefix(JOURNAL)))
+    import sqlalchemy.exc
+
+    engine_kwargs: dict = {"pool_pre_ping": True}  # a dropped connection is re-opened
+    if url.startswith("postgresql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return _rdb(url, engine_kwargs, heartbeat)
+            except sqlalchemy.exc.IntegrityError:  # workers creating the tables at once:
+                time.sleep(1.0)  # one of them won; the tables exist now
+                return _rdb(url, engine_kwargs, heartbeat)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ConfigError(
+            f"--storage {shown(url)}: unknown database kind; use a SQLite file path, "
+            "postgresql://user:pass@host/db, mysql://... or journal:PATH"
+        ) from None
+    except ImportError as e:
+        raise BackendError(
+            f"no database driver for --storage {shown(url)} ({e}); install it: pip install "
+            "'retrieval-gate[cluster]' (psycopg for PostgreSQL), or PyMySQL for MySQL"
+        ) from None
+    except sqlalchemy.exc.ArgumentError as e:
+        raise ConfigError(f"--storage {shown(url)} is not a database URL ({e})") from None
+    except sqlalchemy.exc.ProgrammingError as e:
+        raise BackendError(
+            f"the database at {shown(url)} refused Optuna's tables ({_first_line(e)}); give the "
+            "user the right to create tables in its schema (PostgreSQL: GRANT CREATE ON SCHEMA "
+            "public TO <user>) or point --storage at a database it owns"
+        ) from None
+    except sqlalchemy.exc.OperationalError as e:
+        raise BackendError(
+            f"cannot open the study database {shown(url)} ({_first_line(e)}); check that the "
+            "server runs and the host, port, user, password and database name are right"
+        ) from None
+
+
+def _rdb(url: str, engine_kwargs: dict, heartbeat: int) -> optuna.storages.RDBStorage:
+    return optuna.storages.RDBStorage(
+        url,
+        engine_kwargs=engine_kwargs,
+        heartbeat_interval=heartbeat,
+        grace_period=GRACE_PERIODS * heartbeat,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+            max_retry=MAX_RETRY
+        ),
+    )
+
+
+def _journal(path: Path) -> optuna.storages.BaseStorage:
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    except OSError as e:
+        raise InputError(f"cannot write the study journal ({e.strerror})", path) from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def check_storage(spec: str | Path, workers: int) -> None:
+    """`--storage` and `--workers` together, before any gate is built: the worker count, SQLite
+    with one process only, and the storage reachable and writable."""
+    if workers < 1:
+        raise InputError(f"--workers must be at least 1, got {workers}")
+    if workers > 1 and is_sqlite(spec):
+        raise ConfigError(
+            f"--workers {workers} with a SQLite --storage: SQLite serves one process (Optuna "
+            "advises against it for parallel workers); pass a PostgreSQL/MySQL URL "
+            "(postgresql://user:pass@host/db) or journal:PATH on a shared file system"
+        )
+    open_storage(spec)

@@ -1,0 +1,111 @@
+"""Several processes on one Optuna study (`tune --workers N`), and the loop each runs.
+
+`optimize_until` runs trials until the STUDY holds `n_trials` finished ones (COMPLETE or
+PRUNED), whoever ran them: `--trials N` bounds the study, not each worker. A worker starts a
+trial only while finished + running trials are below N; when the rest are running elsewhere
+it waits, checking heartbeats, so a trial whose worker died is failed, re-queued by the retry
+callback and run by a live worker (storage.py). Two workers that check at the same instant
+may both start the last trial: the study then ends with at most N + workers - 1 trials.
+
+`run_workers` starts N - 1 worker processes (spawned: no forked database connections) and is
+the N-th itself; each samples with its own seed (seed + worker index), else identical TPE
+samplers would propose the same parameters."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+RUNNING = optuna.trial.TrialState.RUNNING
+
+
+def counts(study: optuna.Study) -> tuple[int, int]:
+    """(finished, running) trials of the study."""
+    trials = study.get_trials(deepcopy=False, states=(*FINISHED, RUNNING))
+    running = sum(t.state == RUNNING for t in trials)
+    return len(trials) - running, running
+
+
+def optimize_until(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], Any],
+    n_trials: int,
+    poll: float = 1.0,
+) -> int:
+    """Runs trials until the study has `n_trials` finished ones; returns how many ran here.
+    The progress bar shows in the main process only (workers would draw over each other)."""
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
+    progress = multiprocessing.parent_process() is None
+    heartbeats = is_heartbeat_enabled(study._storage)
+    ran = 0
+    finished, _ = counts(study)
+    bar = tqdm(total=n_trials, initial=min(finished, n_trials), unit="trial", disable=not progress)
+    with bar:
+        while True:
+            if heartbeats:  # trials of dead workers: FAIL, then re-queued by the callback
+                with warnings.catch_warnings():  # "experimental" since Optuna 2.9
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(study)
+            finished, running = counts(study)
+            bar.update(min(finished, n_trials) - bar.n)
+            if finished >= n_trials:
+                return ran
+            if finished + running >= n_trials:
+                if not heartbeats:  # no way to tell a dead worker's trial: leave it
+                    return ran
+                time.sleep(poll)  # the rest run elsewhere; wait for them (or their heartbeat)
+                continue
+            study.optimize(lambda trial: _signed(trial, objective), n_trials=1, catch=())
+            ran += 1
+
+
+def _signed(trial: optuna.Trial, objective: Callable[[optuna.Trial], Any]) -> Any:
+    """Runs the trial with the worker that ran it recorded (host:pid), for audits."""
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    return objective(trial)
+
+
+def _child(job: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    job(**kwargs)
+
+
+def run_workers(job: Callable[..., Any], kwargs: dict[str, Any], workers: int) -> Any:
+    """Runs `job(**kwargs)` in `workers` processes (this one included) on the study its
+    kwargs name; returns this process's result once every worker has stopped. `job` must be
+    importable by name (spawned processes import it) and take `seed` and `workers`."""
+    from .storage import open_storage
+
+    open_storage(kwargs["storage"])  # the tables, made once before the workers start
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_child, args=(job, {**kwargs, "seed": kwargs["seed"] + i, "workers": 1}),
+                    name=f"tune-worker-{i}", daemon=False)
+        for i in range(1, workers)
+    ]  # fmt: skip
+    for p in procs:
+        p.start()
+    log.info("tuning with %d workers: this process and pids %s", workers, [p.pid for p in procs])
+    try:
+        result = job(**{**kwargs, "workers": 1})
+    finally:
+        for p in procs:
+            p.join()
+    for p in procs:
+        if p.exitcode:
+            log.warning("worker %s (pid %s) ended with exit code %s; a trial it left was re-run "
+                        "by heartbeat", p.name, p.pid, p.exitcode)  # fmt: skip
+    return result

@@ -1,0 +1,201 @@
+"""`label --engine ray` (docs/scale.md): the same label rows and provenance as a local run,
+retries and fail-over against a fake OpenAI-compatible server with injected faults, a killed
+driver resumed without re-sending finished questions, one writer per label file, flags and
+endpoints checked before work, and the vLLM-engine processor of ray.data.llm built here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from fake_openai_server import FakeServer  # noqa: E402
+
+from retrieval_gate.cli import main  # noqa: E402
+from retrieval_gate.generation.prompts import closed_book_prompt  # noqa: E402
+from retrieval_gate.generation.remote import RemoteGenerator  # noqa: E402
+from retrieval_gate.labels import LabelFile, LabelRequest, label  # noqa: E402
+from retrieval_gate.labels.ray_engine import RayEngine, RayOptions  # noqa: E402
+from retrieval_gate.questions import Question  # noqa: E402
+
+WORDS = ["Paris", "London", "Jupiter", "football", "1984", "Mars", "Rome", "tea"]
+
+
+def questions(n: int = 24) -> list[Question]:
+    """Questions of a source of their own (so judging reads no bundled dataset), each with a
+    document for rag-gain's `contexts` retriever."""
+    out = []
+    for i in range(n):
+        gold = WORDS[i % len(WORDS)]
+        doc = {"title": f"doc {i}", "text": f"The answer to question {i} is {gold}."}
+        out.append(Question(f"mine-{i}", f"What is thing number {i} about {WORDS[(i * 3) % 8]}?",
+                            (gold,), "mine", contexts=(doc,)))  # fmt: skip
+    return out
+
+
+def dead_url() -> str:
+    from pg_server import free_port
+
+    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+
+
+def rows_of(path: Path) -> dict[str, dict]:
+    return LabelFile(path).rows
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)  # fmt: skip
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray):
+    """Two replicas that answer 503/429 to each prompt's first attempt, a dead endpoint in the
+    list, one question whose request always fails: the other questions' rag-gain rows (two
+    requests per question: closed-book and with documents) equal a local run's on a clean
+    server."""
+    qs = questions()
+    bad = Question(
+        "mine-bad", "FAILME what is this?", ("x",), "mine", contexts=({"title": "t", "text": "x"},)
+    )
+    a, b = (FakeServer(0.01, transient=1, always_fail="FAILME") for _ in range(2))
+    with a as a_url, b as b_url, FakeServer(0.01) as clean:
+        engine = RayEngine(RayOptions(urls=[dead_url(), a_url, b_url], actors=2, in_flight=3,
+                                      backoff=0.02, retries=5))  # fmt: skip
+        local = RemoteGenerator(clean)
+        policy = "rag-gain"  # no closed-book file yet: 2 requests a question
+        for name, gen in (("ray", engine), ("local", local)):
+            req = LabelRequest(policy=policy, generator=gen.name, questions=[*qs, bad],
+                               labels_dir=tmp_path / name, options={"retriever": "contexts"})  # fmt: skip
+            stats = label(req, generator=gen)
+            # the clean server also answers the question the faulty ones always refuse
+            assert stats["rows"] == len(qs) + (name == "local"), (name, policy, stats)
+        ray_file = tmp_path / "ray" / "fake-llm" / f"{policy}.jsonl"
+        ray_rows, local_rows = (
+            rows_of(ray_file),
+            rows_of(tmp_path / "local/fake-llm" / f"{policy}.jsonl"),
+        )
+        assert local_rows.pop("mine-bad") and ray_rows == local_rows
+        assert len({r["label"] for r in ray_rows.values()}) > 1  # not all one value
+        failed = [
+            json.loads(x)
+            for x in ray_file.with_name(f"{policy}.failed.jsonl").read_text().splitlines()
+        ]
+        assert [f["id"] for f in failed] == ["mine-bad"] and "500" in failed[0]["error"]
+        meta = LabelFile(ray_file).meta
+        local_meta = LabelFile(tmp_path / "local/fake-llm" / f"{policy}.jsonl").meta
+        same = ("policy", "generator", "prompt_id", "decoding", "criterion")
+        assert {k: meta[k] for k in same} == {k: local_meta[k] for k in same}
+        assert meta["engine"] == "ray" and meta["last_run"]["failed"] == 1
+        assert meta["generator_checksum"] == f"remote:{a_url},{b_url}:fake-llm"
+        assert engine.urls == [a_url, b_url] and a.served > 20 and b.served > 20  # both worked
+
+
+@pytest.mark.slow
+def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path, local_ray):
+    """The CLI on Ray, killed with SIGKILL mid-run (a local run on the same file meanwhile is
+    refused); the re-run sends only the questions not in the file and ends with every
+    question once."""
+    qs = questions(30)
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text(
+        "".join(
+            json.dumps({"id": q.id, "question": q.text, "answers": list(q.answers)}) + "\n"
+            for q in qs
+        )
+    )
+    out = tmp_path / "labels.jsonl"
+    server = FakeServer(0.1)
+    with server as url:
+        args = ["label", "--policy", "closed-book", "--questions", str(qfile), "--out", str(out),
+                "--generator-url", url]  # fmt: skip
+        import ray
+
+        # the driver joins this process's Ray (one Ray start less; --ray-address checked too)
+        address = ray.get_runtime_context().gcs_address
+        ray_args = [*args, "--engine", "ray", "--actors", "2", "--in-flight", "1"]
+        cmd = [sys.executable, "-m", "retrieval_gate.cli", *ray_args, "--ray-address", address]
+        first = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and (
+                not out.is_file() or len(out.read_bytes().splitlines()) < 8
+            ):
+                assert first.poll() is None, first.stderr.read().decode()[-2000:]
+                time.sleep(0.1)
+            assert main(args) == 2  # a local run on the file the Ray run is writing: refused
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(first.pid, signal.SIGKILL)  # the Ray processes it started, if any remain
+        before = set(rows_of(out))
+        assert 8 <= len(before) < len(qs)
+        sent_before = dict(server.requests)
+        assert main(ray_args) == 0  # the re-run (on this process's Ray: one start less)
+        sent_after = dict(server.requests)
+    resent = {p for p in sent_after if sent_after[p] > sent_before.get(p, 0)}
+    assert resent == {closed_book_prompt(q.text) for q in qs if q.id not in before}
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert sorted(ids) == sorted(q.id for q in qs)  # every question once: no duplicate rows
+
+
+def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
+    base = ["label", "--policy", "closed-book", "--dataset", "popqa", "--limit", "2",
+            "--out", str(tmp_path / "l.jsonl")]  # fmt: skip
+    with FakeServer(0.0) as url, FakeServer(0.0, model="other-llm") as other:
+        cases = [
+            ([*base, "--engine", "ray", "--generator-url", url, "--ray-address", "127.0.0.1:1"], 3,
+             "cannot reach the Ray cluster at 127.0.0.1:1"),
+            ([*base, "--engine", "ray", "--generator-url", url, "--actors", "0"], 2, "--actors must be at least 1"),
+            ([*base, "--engine", "ray", "--generator-url", url, "--policy", "rrcp"], 2, "--engine ray runs the one-request policies"),
+            ([*base, "--engine", "ray", "--generator-url", dead_url(), dead_url()], 3, "no generator endpoint answered"),
+            ([*base, "--engine", "ray", "--generator-url", url, other], 2, "the endpoints serve different models"),
+            ([*base, "--engine", "ray"], 2, "--engine ray needs --generator-url"),
+            ([*base, "--generator-url", url, url + "x"], 2, "several --generator-url replicas are spread by --engine ray"),
+        ]  # fmt: skip
+        for argv, code, message in cases:
+            assert main(argv) == code, argv
+            assert message in capsys.readouterr().err, argv
+    assert not (tmp_path / "l.jsonl").exists()  # nothing was labelled
+
+
+@pytest.mark.slow
+def test_vllm_engine_processor_builds_and_needs_gpus(tmp_path, local_ray):
+    """The GPU path cannot run here; its ray.data.llm processor is built (so API drift shows)
+    and a CPU-only Ray cluster is refused with a clear error before any work."""
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation.ray_stages import vllm_processor, vllm_request, vllm_result
+    from retrieval_gate.labels.ray_engine import _start_ray
+    from tiny_backbones import tiny_backbone
+
+    folder = tiny_backbone("llama", tmp_path / "llama", ["a question", "an answer"])
+    processor = vllm_processor(str(folder), actors=2, batch_size=8)
+    stages = (
+        [type(s).__name__ for s in processor.stages.values()]
+        if isinstance(processor.stages, dict)
+        else [type(s).__name__ for s in processor.stages]
+    )
+    assert "vLLMEngineStage" in stages, stages
+    request = vllm_request({"row_id": "q#0", "prompt": "Who?", "max_tokens": 24, "logprobs": True})
+    assert request["sampling_params"] == {"temperature": 0.0, "max_tokens": 24, "logprobs": 0}
+    result = vllm_result({"row_id": "q#0", "generated_text": "Paris", "generated_tokens": [7, 9],
+                          "num_input_tokens": 12, "num_generated_tokens": 2,
+                          "logprobs": [{7: {"logprob": -0.5}}, {9: {"logprob": -1.5}}]})  # fmt: skip
+    assert result["token_logprobs"] == [-0.5, -1.5] and result["error"] == ""
+    with pytest.raises(BackendError, match="has none; on CPUs label through `vllm serve`"):
+        _start_ray(RayOptions(backend="vllm", model=str(folder)))
