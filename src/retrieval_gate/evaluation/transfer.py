@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import metrics as M
-from ..errors import InputError
+from ..errors import InputError, MissingInputError
 from ..fileio import write_text
 from ..gates.base import Gate
 from ..gates.registry import GateContext, build_gate
@@ -30,9 +30,8 @@ from ..tables import markdown_table
 from . import plots
 
 # What a gate raises when it cannot be fitted on a cell's data (one label only, no s_pop): the
-# cell says so and the matrix goes on. ValueError: the tfidf and popularity gates still raise it
-# bare (issue 24's error policy makes those InputError; then it can go).
-CANNOT_FIT = (InputError, ValueError)
+# cell says so and the matrix goes on; any other error stops it.
+CANNOT_FIT = MissingInputError
 
 
 def sources_of(sp: Splits) -> list[str]:
