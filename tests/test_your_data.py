@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import yaml
 
 from retrieval_gate.cli import main
 from retrieval_gate.data.errors import DataError
@@ -97,6 +98,28 @@ def test_run_and_export_carry_the_side_feature(chain):
     )
     parity = json.loads((chain["export"] / "parity.json").read_text())
     assert parity["variants"]["fp32"]["passed"] and parity["n"] > 0
+    # the scaling is a training result in metadata.json, not a config key
+    run_meta = json.loads((chain["run"] / "metadata.json").read_text())
+    assert run_meta["side_features"] == side
+    assert (
+        "side_features" not in yaml.safe_load((chain["run"] / "config.yaml").read_text())["model"]
+    )
+
+
+def test_a_run_from_before_the_typed_config_still_loads(chain, tmp_path):
+    """Runs trained before the scaling moved to metadata.json kept it in config.yaml as
+    model.side_features: they load, score and export the same."""
+    import shutil
+
+    old = Path(shutil.copytree(chain["run"], tmp_path / "old-run"))
+    meta = json.loads((old / "metadata.json").read_text())
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    config["model"]["side_features"] = meta.pop("side_features")
+    (old / "metadata.json").write_text(json.dumps(meta))
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    qs = [Question(f"n{i}", t, ("x",), "mine", extra={"hits": h})
+          for i, (t, h) in enumerate([("who is zorblat quenvik?", 3), ("capital of france?", 4000)])]  # fmt: skip
+    np.testing.assert_array_equal(LearnedGate(old).scores(qs), LearnedGate(chain["run"]).scores(qs))
 
 
 def test_feature_changes_the_score_and_missing_one_is_an_error(chain):

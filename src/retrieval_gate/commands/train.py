@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 
@@ -34,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from ..training.launch import launcher_trainer
 
     config = load_config(args.config, args.overrides)
-    config["trainer"] = launcher_trainer(config["trainer"])  # torchrun / srun: DDP across them
-    run_dir = train(config, overwrite=args.overwrite, resume=args.resume)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    print(f"run folder: {run_dir}")
-    print("test:", json.dumps({k: round(v, 4) for k, v in metrics["test"].items()}))
+    # torchrun / srun: DDP across the launched processes
+    config = dataclasses.replace(config, trainer=launcher_trainer(config.trainer))
+    run = train(config, overwrite=args.overwrite, resume=args.resume)
+    print(f"run folder: {run.path}")
+    print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))
     return 0

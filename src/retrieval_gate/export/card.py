@@ -57,7 +57,7 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     """Front matter; each test metric is a model-index result, the threshold-dependent ones
     with the threshold they were measured at (the training threshold, before tuning)."""
     names = config["data"].get("datasets") or list(HUB_DATASETS)
-    label_file = Path(config["data"]["label_file"]).stem
+    label_file = Path(config["data"]["label_file"] or "in-memory").stem
     trained_at = float(config["model"].get("threshold", 0.5))
     results = [
         EvalResult(task_type="text-classification", task_name="retrieval necessity",
@@ -80,7 +80,12 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     )
 
 
-def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
+def write_model_card(
+    run_dir: Path, export_dir: Path, parity: dict[str, Any] | None, name: str | None = None
+) -> Path:
+    """README.md in `export_dir`; `name`: the export's name when `export_dir` is its staging
+    folder."""
+    name = name or export_dir.name
     meta = read_run_json(run_dir / "metadata.json")
     labels = read_run_json(run_dir / "labels.json")
     metrics = read_run_json(run_dir / "metrics.json")
@@ -88,7 +93,7 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [
-        f"# Retrieval gate `{export_dir.name}`",
+        f"# Retrieval gate `{name}`",
         "",
         f"Predicts from the question alone whether the generator needs retrieval. Output "
         f"`scores` = {meta['score']}. Classes: {', '.join(meta['classes'])}.",
@@ -99,7 +104,8 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         f"- trained by retrieval-gate {meta['package_version']} (run `{run_dir.name}`)",
         "",
         "## Training data and labels",
-        f"- label file: `{labels['path']}` (sha256 `{labels['sha256'][:16]}...`)",
+        f"- label file: `{labels['path'] or 'labels given in memory'}` "
+        f"(sha256 `{labels['sha256'][:16]}...`)",
         f"- label policy: {label_meta.get('policy', 'not recorded')}; generator the labels "
         f"came from: {json.dumps(generator) if not isinstance(generator, str) else generator}",
         f"- split sizes (canonical split, seed 0): {json.dumps(labels.get('counts'))}",
@@ -131,12 +137,12 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         "## Use",
         "```python",
         "from retrieval_gate import RetrievalGate",
-        f'gate = RetrievalGate.from_pretrained("{export_dir.name}")  # this folder or its Hub id',
+        f'gate = RetrievalGate.from_pretrained("{name}")  # this folder or its Hub id',
         'gate.predict(["Who wrote Hamlet?"])  # True = retrieve',
         "```",
         "or `retrieval-gate score --model <this folder> --input questions.txt`.",
     ]
-    data = card_data(export_dir.name, meta, config, metrics.get("test", {}))
+    data = card_data(name, meta, config, metrics.get("test", {}))
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
     path = export_dir / "README.md"
     write_text(path, card.content)  # atomic, like every file the exporter writes
