@@ -78,7 +78,12 @@ def vllm_generator():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from retrieval_gate.generation import build_generator
 
-    generator = build_generator("smollm2-135m-instruct", backend="vllm", max_model_len=2048)
+    # float32: bf16 on CPUs with AMX (e.g. Sapphire Rapids) moves a probability by up to ~0.07
+    # with the batch a prompt shares, so two scoring paths can only be compared exactly in fp32
+    # (docs/prompt-gates.md, "Precision"); the code paths are the same in both precisions.
+    generator = build_generator(
+        "smollm2-135m-instruct", backend="vllm", max_model_len=2048, dtype="float32"
+    )
     yield generator
     del generator  # frees the engine and its KV cache at session end
     gc.collect()
