@@ -88,13 +88,18 @@ def bench_onnx(
     args: argparse.Namespace,
     first: bool,
     label: str = "",
+    batch_size: int | None = None,
 ) -> dict:
+    from retrieval_gate.gates.encoder import pad_right
     from retrieval_gate.gates.onnx import OnnxGate
 
-    gate = OnnxGate(export, variant, threads=args.threads, batch_size=args.batch)
+    gate = OnnxGate(export, variant, threads=args.threads, batch_size=batch_size or args.batch)
     ids = gate.encode(texts)
     it = iter(range(10**9))
-    model_only = _timings(lambda: gate.run_ids([ids[next(it) % len(ids)]]), args.repeat)
+    model_only = _timings(
+        lambda: gate.run_batch(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None),
+        args.repeat,
+    )
     return {
         "name": f"ONNX {label or variant} ({gate.provider})",
         **batch1(gate.score_texts, texts, args.repeat),
@@ -202,6 +207,9 @@ def main() -> None:
         old = dynamic_int8_export(args.export, args.run, Path(scratch.name) / args.export.name)
         jobs.append(lambda first: bench_onnx(old, "int8", texts, args, first,
                                              "int8 dynamic (before)"))  # fmt: skip
+        # the same file one question per call: no batch-mates, so no drift either
+        jobs.append(lambda first: bench_onnx(old, "int8", texts, args, first,
+                                             "int8 dynamic, one question per call", 1))  # fmt: skip
     passes: list[list[dict]] = [[] for _ in jobs]
     for n in range(args.passes):
         order = range(len(jobs)) if n % 2 == 0 else reversed(range(len(jobs)))
