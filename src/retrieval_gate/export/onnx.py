@@ -29,7 +29,7 @@ from torch import nn
 from .. import __version__
 from ..data.errors import DataError
 from ..fileio import staged_folder, write_json
-from ..gates.onnx_format import FORMAT, VARIANTS
+from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json
 from .parity import calibration_set
 
@@ -39,12 +39,14 @@ FUSABLE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert
 
 
 class GateGraph(nn.Module):
-    """(input_ids, attention_mask) -> (scores = P(needs retrieval), probs over classes)."""
+    """(input_ids, attention_mask) -> (scores = P(needs retrieval), probs over classes); for a
+    router the second output is P(correct | strategy), one sigmoid head a strategy."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
         self.backbone = module.backbone.merged()
         self.head = module.head
+        self.multilabel = bool(getattr(module, "multilabel", False))
 
     def forward(
         self,
@@ -55,7 +57,8 @@ class GateGraph(nn.Module):
         pooled = self.backbone(input_ids, attention_mask).float()
         if features is not None:  # side features: the graph's third input
             pooled = torch.cat([pooled, features], dim=-1)
-        probs = self.head(pooled).softmax(-1)
+        logits = self.head(pooled)
+        probs = logits.sigmoid() if self.multilabel else logits.softmax(-1)
         return 1.0 - probs[:, 0], probs
 
 
@@ -81,6 +84,8 @@ def gate_metadata(
         "run": run_dir.name,
         "task": meta["task"],
         "side_features": json.dumps(side_features),
+        # a router's strategies, costs and budget calibration (format /2; absent for gates)
+        **({"router": json.dumps(meta["router"])} if "router" in meta else {}),
     }
 
 
@@ -103,8 +108,9 @@ def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) 
     dynamic = {0: "batch", 1: "sequence"}
     args = (sample["input_ids"], sample["attention_mask"])
     names = ["input_ids", "attention_mask"]
+    second = ROUTER_OUTPUT if graph.multilabel else "probs"
     axes = {"input_ids": dynamic, "attention_mask": dynamic, "scores": {0: "batch"},
-            "probs": {0: "batch"}}  # fmt: skip
+            second: {0: "batch"}}  # fmt: skip
     if module.n_side:  # side features: (batch, 2 * n_features) float32, scaled as in metadata
         args = (*args, torch.zeros(2, module.n_side))
         names.append("features")
@@ -115,7 +121,7 @@ def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) 
             args,
             str(path),
             input_names=names,
-            output_names=["scores", "probs"],
+            output_names=["scores", second],
             dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,

@@ -17,13 +17,21 @@ from sklearn.metrics import roc_auc_score
 from ..data.errors import DataError
 from ..data.user_questions import question_set
 from ..fileio import write_json
-from ..gates.learned import LearnedGate
-from ..gates.onnx import OnnxGate
+from ..gates.base import is_router
+from ..gates.learned import load_learned
+from ..gates.onnx import open_onnx
 from ..gates.onnx_format import VARIANTS
 from ..questions import Question
+from ..routing import route_indices
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
-from ..training.data import CALIBRATION_QUESTIONS, memory_labels, task_labels
+from ..training.data import (
+    CALIBRATION_QUESTIONS,
+    memory_labels,
+    needs_retrieval,
+    task_labels,
+    training_questions,
+)
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -51,6 +59,8 @@ def parity_set(
         labels = task_labels(Path(provenance["path"]), meta["task"])
     else:  # labels given to train() in memory travel in labels.json
         labels = memory_labels(provenance.get("labels") or {}, meta["task"])
+    if questions is None and config.data.task_spec.multilabel and not config.data.questions:
+        questions = training_questions(config.data)  # e.g. the release a router learned from
     if questions is None:
         questions = question_set(config.data.questions, config.data.fields)
     rows = [q for q in questions if q.id in labels and q.split == split]
@@ -64,7 +74,7 @@ def parity_set(
         )
     side = run_side_features(meta, old_side)
     features = side.matrix(rows, strict=False) if side else None
-    return [q.text for q in rows], [int(labels[q.id] > 0) for q in rows], features
+    return [q.text for q in rows], [int(needs_retrieval(labels[q.id])) for q in rows], features
 
 
 def calibration_set(
@@ -100,7 +110,7 @@ def check_parity(
     export and returns it. A variant that cannot run here (fp16 on a CPU build without fp16
     kernels) is reported as not runnable instead of failing the export."""
     run_dir, export_dir = Path(run_dir), Path(export_dir)
-    reference = LearnedGate(run_dir)
+    reference = load_learned(run_dir)
     ref = reference.score_texts(list(texts), features)
     ref_auroc = _auroc(labels, ref)
     report: dict[str, Any] = {"n": len(texts), "pytorch": {"auroc": ref_auroc}, "variants": {}}
@@ -108,13 +118,17 @@ def check_parity(
         if not (export_dir / filename).is_file():
             continue
         try:
-            gate = OnnxGate(export_dir, variant)
+            gate = open_onnx(export_dir, variant)
             scores = gate.score_texts(list(texts), features)
         except Exception as e:  # noqa: BLE001  (ORT: missing kernels for this provider)
             report["variants"][variant] = {"runnable": False, "error": str(e).splitlines()[0]}
             continue
         report["variants"][variant] = _compare(variant, ref, scores, reference.threshold, labels,
                                                ref_auroc, gate.provider)  # fmt: skip
+        if is_router(gate):  # the routing too: P(correct | strategy) and the default routes
+            report["variants"][variant]["router"] = _compare_routes(
+                reference, gate, texts, features
+            )
     write_json(export_dir / "parity.json", report)
     return report
 
@@ -145,3 +159,14 @@ def _compare(
         "bar": {"max_abs_diff": max_diff, "min_agreement": min_agree, "max_auroc_drop": max_drop},
         "passed": bool(ok),
     }
+
+
+def _compare_routes(reference: Any, gate: Any, texts: Sequence[str], features: Any) -> dict:
+    """Max |P(correct | strategy)| difference and agreement of the default routes."""
+    shape = (len(gate.strategies),)
+    ref_p = reference.batched(reference._proba_batch, list(texts), features, shape)
+    p = gate.batched(gate._proba_batch, list(texts), features, shape)
+    price, costs = gate.calibration.default_price, gate.calibration.costs
+    same = route_indices(ref_p, price, costs) == route_indices(p, price, costs)
+    return {"strategy_proba_max_abs_diff": float(np.abs(ref_p - p).max()),
+            "default_route_agreement": float(same.mean())}  # fmt: skip

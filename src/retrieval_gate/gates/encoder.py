@@ -7,7 +7,7 @@ order. A backend implements two things: `encode` (token ids per text, truncated)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -61,16 +61,30 @@ class EncoderGate(ABC):
         """P(needs retrieval) of one right-padded batch (float32, one per row)."""
 
     def scores(self, questions: Questions) -> np.ndarray:
-        qs = as_questions(questions)
-        side = self.side_features
-        return self.score_texts([q.text for q in qs], side.matrix(qs) if side else None)
+        return self.score_texts(*self.features_of(questions))
 
     def score_texts(self, texts: Sequence[str], features: np.ndarray | None = None) -> np.ndarray:
         """P(needs retrieval) per text, in input order. `features`: one row of scaled side
         features per text (`side_features.matrix`), for gates that have them."""
+        return self.batched(self.run_batch, texts, features, ())
+
+    def features_of(self, questions: Questions) -> tuple[list[str], np.ndarray | None]:
+        """Texts and (for a gate trained with them) scaled side features of questions."""
+        qs = as_questions(questions)
+        side = self.side_features
+        return [q.text for q in qs], side.matrix(qs) if side else None
+
+    def batched(
+        self,
+        run: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
+        texts: Sequence[str],
+        features: np.ndarray | None,
+        row_shape: tuple[int, ...],
+    ) -> np.ndarray:
+        """`run` over length-ordered batches, its rows (of `row_shape`) back in input order."""
         texts = list(texts)
         if not texts:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros((0, *row_shape), dtype=np.float32)
         check_texts(texts)
         if self.side_features is not None and features is None:
             raise InputError(
@@ -79,10 +93,10 @@ class EncoderGate(ABC):
             )
         ids = self.encode(texts)
         order = np.argsort([len(row) for row in ids], kind="stable")
-        out = np.empty(len(ids), dtype=np.float32)
+        out = np.empty((len(ids), *row_shape), dtype=np.float32)
         for start in range(0, len(ids), self.batch_size):
             idx = order[start : start + self.batch_size]
             input_ids, mask = pad_right([ids[i] for i in idx], self.pad_id)
             feats = None if features is None else np.asarray(features[idx], dtype=np.float32)
-            out[idx] = self.run_batch(input_ids, mask, feats)
+            out[idx] = run(input_ids, mask, feats)
         return out

@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..data.features import SideFeatures
 from ..fileio import sha256_file
+from ..routing import Calibration
 from ..run_folder import RunFolder
-from ..training.checkpoint import load_run
+from ..training.checkpoint import load_run, read_metadata
+from .base import Questions
 from .encoder import EncoderGate
+from .router import RoutingMixin
 
 
 def default_device() -> str:
@@ -64,3 +68,32 @@ class LearnedGate(EncoderGate):
         feats = None if features is None else torch.from_numpy(features).to(self.device)
         logits = self.module(ids, attention, feats)
         return self.module.retrieval_probability(logits).float().cpu().numpy()
+
+
+class LearnedRouter(RoutingMixin, LearnedGate):
+    """A router run (task `strategies`): P(correct | strategy) from its per-strategy heads,
+    routed by the calibration its metadata.json carries (`gates.router.RoutingMixin`)."""
+
+    def __init__(self, run_dir: str | Path, **kw: Any):
+        super().__init__(run_dir, **kw)
+        self.calibration = Calibration.from_dict(self.metadata["router"])
+        self.strategies = self.calibration.strategies
+
+    @torch.inference_mode()
+    def _proba_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
+    ) -> np.ndarray:
+        ids = torch.from_numpy(input_ids).to(self.device)
+        attention = torch.from_numpy(mask).to(self.device)
+        feats = None if features is None else torch.from_numpy(features).to(self.device)
+        return self.module.probabilities(self.module(ids, attention, feats)).float().cpu().numpy()
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray:
+        texts, features = self.features_of(questions)
+        return self.batched(self._proba_batch, texts, features, (len(self.strategies),))
+
+
+def load_learned(run_dir: str | Path, **kw: Any) -> LearnedGate:
+    """The gate of a run folder: a `LearnedRouter` for a router run, else a `LearnedGate`."""
+    meta = read_metadata(run_dir)
+    return LearnedRouter(run_dir, **kw) if "router" in meta else LearnedGate(run_dir, **kw)

@@ -15,10 +15,13 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ..data.features import SideFeatures
-from ..errors import BackendError, DataError
+from ..errors import BackendError, DataError, InputError
 from ..fileio import sha256_file
+from ..routing import Calibration
+from .base import Questions
 from .encoder import EncoderGate
-from .onnx_format import FORMAT, REQUIRED, VARIANTS
+from .onnx_format import READABLE_FORMATS, REQUIRED, ROUTER_OUTPUT, VARIANTS
+from .router import RoutingMixin
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 ORT_WHEELS = ("onnxruntime", "onnxruntime-gpu")
@@ -66,8 +69,9 @@ def check_metadata(meta: dict[str, str], path: Path) -> dict[str, str]:
             "`retrieval-gate export` (re-export the checkpoint)",
             path,
         )
-    if meta["format"] != FORMAT:
-        raise DataError(f"unsupported gate format {meta['format']!r} (expected {FORMAT})", path)
+    if meta["format"] not in READABLE_FORMATS:
+        raise DataError(f"unsupported gate format {meta['format']!r} (this version reads "
+                        f"{', '.join(READABLE_FORMATS)}; upgrade retrieval-gate)", path)  # fmt: skip
     parse_metadata(meta, path)
     return meta
 
@@ -188,3 +192,50 @@ class OnnxGate(EncoderGate):
         if self.side_features is not None:
             feeds["features"] = features
         return self.session.run(["scores"], feeds)[0].astype(np.float32)
+
+
+class OnnxRouter(RoutingMixin, OnnxGate):
+    """A router's export: `strategy_proba` is the graph's second output, the calibration
+    (strategies, costs, budget -> price) its `router` metadata (`gates.router.RoutingMixin`)."""
+
+    def __init__(self, export_dir: str | Path, variant: str = "fp32", **kw: Any):
+        super().__init__(export_dir, variant, **kw)
+        if "router" not in self.metadata:
+            raise DataError("this ONNX file has no `router` metadata: not a router export "
+                            "(re-export the router run)", self.path)  # fmt: skip
+        try:
+            self.calibration = Calibration.from_dict(json.loads(self.metadata["router"]))
+        except (json.JSONDecodeError, InputError) as e:
+            raise DataError(
+                f"ONNX metadata router is unreadable ({e}); re-export", self.path
+            ) from None
+        self.strategies = self.calibration.strategies
+
+    def _proba_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
+    ) -> np.ndarray:
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if self.side_features is not None:
+            feeds["features"] = features
+        return self.session.run([ROUTER_OUTPUT], feeds)[0].astype(np.float32)
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray:
+        texts, features = self.features_of(questions)
+        return self.batched(self._proba_batch, texts, features, (len(self.strategies),))
+
+
+def is_router_export(export_dir: str | Path) -> bool:
+    """Whether an export folder holds a router (its gate_metadata.json names one)."""
+    path = Path(export_dir) / "gate_metadata.json"
+    if not path.is_file():
+        return False
+    try:
+        return "router" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+
+def open_onnx(export_dir: str | Path, variant: str = "fp32", **kw: Any) -> OnnxGate:
+    """The gate of an export folder: an `OnnxRouter` for a router export, else an `OnnxGate`."""
+    cls = OnnxRouter if is_router_export(export_dir) else OnnxGate
+    return cls(export_dir, variant, **kw)

@@ -4,7 +4,10 @@ Torch-free on purpose: `gates.onnx.OnnxGate` reads this in deployments without t
 
 from __future__ import annotations
 
-FORMAT = "retrieval-gate-onnx/1"
+FORMAT = "retrieval-gate-onnx/2"
+# Formats this version reads: /1 (binary gates, before routers) and /2, which adds the optional
+# `router` key (a router's strategies, costs and budget calibration) and its second output.
+READABLE_FORMATS = ("retrieval-gate-onnx/1", FORMAT)
 
 # key -> what it means; every key is required: an ONNX file missing one is refused.
 REQUIRED = {
@@ -21,6 +24,16 @@ REQUIRED = {
     "package_version": "retrieval-gate version that exported it",
     "variant": "fp32 | opt | int8 | fp16",
 }
+
+# Optional keys (format /2): present on a router's export only.
+ROUTER_KEYS = {
+    "router": "JSON `routing.Calibration`: strategies in cost order, each strategy's cost, the "
+    "dev calibration curve (price -> mean cost, accuracy), an optional one on the user's "
+    "traffic, and the default budget and price",
+}
+# Outputs: `scores` (P(needs retrieval)) and `probs` (per class) for a binary or 3-way gate;
+# a router's second output is `strategy_proba` (P(correct | strategy), one column a strategy).
+ROUTER_OUTPUT = "strategy_proba"
 
 # variant -> file name in export/<name>/; each a named option of `retrieval-gate export`.
 VARIANTS = {

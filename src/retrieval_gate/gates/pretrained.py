@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import BackendError, InputError
 from ..questions import Question
 from ..run_folder import RunFolder
-from .base import Features, Gate, HasMetadata, OnDevice, Questions, as_questions
+from .base import Features, Gate, HasMetadata, OnDevice, Questions, as_questions, is_router
 from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
@@ -85,12 +85,12 @@ def _load_gate(folder: Path, backend: str, variant: str, device: str | None, **k
         }[kind]
         raise InputError(f"this folder holds a {kind} gate, not a {backend} one: {fix}", folder)  # fmt: skip
     if backend == "onnx":
-        from .onnx import OnnxGate
+        from .onnx import open_onnx
 
-        return OnnxGate(folder, variant, provider=device, **kw)
-    from .learned import LearnedGate  # torch only when asked for
+        return open_onnx(folder, variant, provider=device, **kw)
+    from .learned import load_learned  # torch only when asked for
 
-    return LearnedGate(folder, device=device, **kw)
+    return load_learned(folder, device=device, **kw)
 
 
 def _export_files(folder: Path) -> list[str]:
@@ -131,7 +131,8 @@ class RetrievalGate:
         folder = resolve_folder(path_or_repo_id, **hub_kwargs)
         backend = backend or folder_kind(folder)
         gate = _load_gate(folder, backend, variant, device, batch_size=batch_size)
-        return cls(gate, folder, backend, variant if backend == "onnx" else None)
+        kind = RetrievalRouter if is_router(gate) else RetrievalGate
+        return kind(gate, folder, backend, variant if backend == "onnx" else None)
 
     @property
     def name(self) -> str:
@@ -237,3 +238,42 @@ class RetrievalGate:
     def __repr__(self) -> str:
         return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "
                 f"variant={self.variant!r}, threshold={self.threshold})")  # fmt: skip
+
+
+class RetrievalRouter(RetrievalGate):
+    """A router's export or run (issue 25): what `RetrievalGate.from_pretrained` returns for
+    one. Beside the unchanged `predict_proba` / `predict` (P(needs retrieval) = 1 -
+    P(correct | no retrieval), at the threshold), it routes each question to a strategy:
+
+        router.strategies                    # ("no_retrieval", "one_retrieval", "multi_step")
+        router.strategy_proba(texts)         # (n, 3): P(correct | strategy)
+        router.route(texts, budget=1.0)      # one strategy name per question
+        router.costs, router.budget          # costs per strategy; the default budget
+
+    `route(budget=None)` uses the exported default operating point."""
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        return tuple(self.gate.strategies)  # type: ignore[attr-defined]
+
+    @property
+    def costs(self) -> dict[str, float]:
+        """Each strategy's cost in the router's unit (default: retrievals per question)."""
+        return dict(self.gate.costs)  # type: ignore[attr-defined]
+
+    @property
+    def budget(self) -> float:
+        """The default budget (mean cost per question) `route(budget=None)` meets."""
+        return float(self.gate.budget)  # type: ignore[attr-defined]
+
+    def strategy_proba(self, questions: Questions, features: Features | None = None) -> np.ndarray:
+        """P(correct | strategy) per question, columns in `strategies` order."""
+        qs = as_questions(questions, features)
+        return np.asarray(self.gate.strategy_proba(qs), np.float32)  # type: ignore[attr-defined]
+
+    def route(
+        self, questions: Questions, budget: float | None = None, features: Features | None = None
+    ) -> list[str]:
+        """One strategy name per question (a list, also for one string), for `budget`."""
+        qs = as_questions(questions, features)
+        return list(self.gate.route(qs, budget))  # type: ignore[attr-defined]

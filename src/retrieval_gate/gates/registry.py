@@ -193,15 +193,27 @@ def _prompt(template: str) -> Callable[[GateContext, GateOptions], Gate]:
 
 
 def _learned(ctx: GateContext, opts: GateOptions) -> Gate:
-    from .learned import LearnedGate
+    from .learned import load_learned  # a router run loads as a router
 
-    return LearnedGate(_required(opts, "learned", "learned_run"))
+    return load_learned(_required(opts, "learned", "learned_run"))
 
 
 def _onnx(ctx: GateContext, opts: GateOptions) -> Gate:
-    from .onnx import OnnxGate
+    from .onnx import open_onnx  # a router export loads as a router
 
-    return OnnxGate(_required(opts, "onnx", "onnx"), variant=opts.variant)
+    return open_onnx(_required(opts, "onnx", "onnx"), variant=opts.variant)
+
+
+def _router_tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .router import tfidf_router
+
+    return tfidf_router(ctx.train, ctx.dev)
+
+
+def _router_prior(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .router import prior_router
+
+    return prior_router(ctx.dev)
 
 
 GATES: dict[str, GateSpec] = {
@@ -224,9 +236,15 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"labels"})),
         GateSpec("length", _length, "question length (words), logistic regression fitted on "
                  "train: a floor line", frozenset({"labels"})),
-        GateSpec("learned", _learned, "a trained gate, scored with PyTorch",
+        GateSpec("router-tfidf", _router_tfidf, "router: TF-IDF (words + characters), one "
+                 "logistic head per strategy, fitted on train, price calibrated on dev "
+                 "(strategy labels)", frozenset({"labels"})),
+        GateSpec("router-prior", _router_prior, "router: each source's mean correctness per "
+                 "strategy on dev (the per-dataset prior; reads the question's source)",
+                 frozenset({"labels"})),
+        GateSpec("learned", _learned, "a trained gate or router, scored with PyTorch",
                  frozenset({"run"}), label_free=True, options=("learned_run",)),
-        GateSpec("onnx", _onnx, "an exported gate, scored with ONNX Runtime",
+        GateSpec("onnx", _onnx, "an exported gate or router, scored with ONNX Runtime",
                  frozenset({"export"}), label_free=True, options=("onnx", "variant")),
     )
 }  # fmt: skip

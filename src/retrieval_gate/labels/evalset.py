@@ -15,6 +15,7 @@ from ..data.errors import DataError
 from ..questions import Question
 from .files import meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
+from .strategies import RELEASE_LABELS, StrategyLabels, is_strategy_source, load_strategy_labels
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,11 @@ class EvalSet:
     y: np.ndarray
     closed_correct: np.ndarray
     rag_correct: np.ndarray
+    # strategy labels (a router's): names in cost order, each strategy's correctness (n, S)
+    # and per-question costs (n, S; NaN rows where the labels carry none)
+    strategies: tuple[str, ...] = ()
+    correct: np.ndarray | None = None
+    paid: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -43,6 +49,18 @@ class EvalSet:
         both = ~np.isnan(self.closed_correct) & ~np.isnan(self.rag_correct)
         return bool(both.any())
 
+    @property
+    def has_strategies(self) -> bool:
+        return self.correct is not None
+
+    def costs_paid(self, costs: Sequence[float]) -> np.ndarray:
+        """(n, S) what each strategy costs each question: its own cost where the labels carry
+        one, else `costs`."""
+        default = np.tile(np.asarray(costs, float), (len(self), 1))
+        if self.paid is None:
+            return default
+        return np.where(np.isnan(self.paid), default, self.paid)
+
     def subset(self, mask: np.ndarray) -> EvalSet:
         idx = np.flatnonzero(mask)
         return EvalSet(
@@ -50,6 +68,9 @@ class EvalSet:
             self.y[idx],
             self.closed_correct[idx],
             self.rag_correct[idx],
+            self.strategies,
+            None if self.correct is None else self.correct[idx],
+            None if self.paid is None else self.paid[idx],
         )
 
     def where_source(self, sources: Iterable[str]) -> EvalSet:
@@ -57,9 +78,13 @@ class EvalSet:
 
 
 def build_evalset(
-    questions: Sequence[Question], labels: dict[str, int], outcomes: Outcomes | None = None
+    questions: Sequence[Question],
+    labels: dict[str, int],
+    outcomes: Outcomes | None = None,
+    strategy_labels: StrategyLabels | None = None,
 ) -> EvalSet:
-    """The questions that have a label, in the given order, with their outcomes."""
+    """The questions that have a label, in the given order, with their outcomes (and, from
+    strategy labels, each strategy's correctness and per-question costs)."""
     outcomes = outcomes or Outcomes.empty()
     kept = tuple(q for q in questions if q.id in labels)
 
@@ -67,7 +92,16 @@ def build_evalset(
         return np.array([float(d[q.id]) if q.id in d else np.nan for q in kept])
 
     y = np.array([labels[q.id] for q in kept], dtype=int)
-    return EvalSet(kept, y, column(outcomes.closed), column(outcomes.rag))
+    if strategy_labels is None:
+        return EvalSet(kept, y, column(outcomes.closed), column(outcomes.rag))
+    sl, ids = strategy_labels, [q.id for q in kept]
+    correct = sl.correct(ids).reshape(len(ids), len(sl.strategies))
+    paid = np.array([[r["cost"][s] for s in sl.strategies] if r.get("cost") else
+                     [np.nan] * len(sl.strategies) for r in (sl.rows[i] for i in ids)],
+                    float).reshape(len(ids), len(sl.strategies))  # fmt: skip
+    # the recorded answers of the first two strategies are the binary view's outcomes
+    return EvalSet(kept, y, correct[:, 0].copy(), correct[:, 1].copy(), sl.strategies, correct,
+                   paid if not np.isnan(paid).all() else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,11 +112,16 @@ class Splits:
 
 
 def split_evalsets(
-    questions: Sequence[Question], labels: dict[str, int], outcomes: Outcomes | None = None
+    questions: Sequence[Question],
+    labels: dict[str, int],
+    outcomes: Outcomes | None = None,
+    strategy_labels: StrategyLabels | None = None,
 ) -> Splits:
     """Train / dev / test EvalSets from questions that carry their split."""
     parts = {
-        s: build_evalset([q for q in questions if q.split == s], labels, outcomes)
+        s: build_evalset(
+            [q for q in questions if q.split == s], labels, outcomes, strategy_labels
+        )  # fmt: skip
         for s in ("train", "dev", "test")
     }
     if not len(parts["test"]):
@@ -97,8 +136,17 @@ def load_splits(
 ) -> Splits:
     """A label file over `questions` (default: the bundled ones, canonical split), with the
     labelling run's outcomes if available."""
-    labels = read_labels(label_path)
-    outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
+    strategy_labels = None
+    if is_strategy_source(label_path):  # a router's labels: every strategy's outcome
+        strategy_labels = load_strategy_labels(label_path)
+        labels = {i: int(r["label"]) for i, r in strategy_labels.rows.items()}
+        outcomes = Outcomes.empty()  # the labels carry the outcomes themselves
+        meta = strategy_labels.meta
+        if questions is None and meta.get("outcomes_format") == "adaptive-rag-release":
+            questions = release_question_set(meta["outcomes_file"])  # the release's questions
+    else:
+        labels = read_labels(label_path)
+        outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
     qs = questions if questions is not None else canonical_questions()
     if not any(q.id in labels for q in qs):
         raise DataError(
@@ -106,7 +154,17 @@ def load_splits(
             + ("" if questions is not None else " (the bundled datasets): pass --questions SPEC"),
             label_path,
         )
-    return split_evalsets(qs, labels, outcomes)
+    return split_evalsets(qs, labels, outcomes, strategy_labels)
+
+
+def release_question_set(source: str | Path, seed: int = 0) -> tuple[Question, ...]:
+    """A release's questions with the split a router trains on: `assign_splits` over them
+    (grouped by normalised text, stratified by dataset), as training does."""
+    from ..data.adaptive_rag import release_questions
+    from ..data.splits import assign_splits, with_splits
+
+    qs = release_questions(None if str(source) == RELEASE_LABELS else source)
+    return tuple(with_splits(qs, assign_splits(qs, seed=seed)))
 
 
 def label_file_names(paths: Sequence[str | Path]) -> dict[str, Path]:

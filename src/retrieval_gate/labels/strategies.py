@@ -382,3 +382,54 @@ def read_strategy_labels(path: str | Path) -> StrategyLabels:
     if not lf.rows:
         raise DataError("strategy label file has no rows", path)
     return StrategyLabels(path, strategies, lf.rows, lf.meta)
+
+
+# `data.label_file` / `--labels` value that names the Adaptive-RAG release at its default place
+# ($RETRIEVAL_GATE_ADAPTIVE_RAG, else the bundle in the data folder): no `label` run needed.
+RELEASE_LABELS = "adaptive-rag"
+
+
+def is_strategy_source(path: str | Path) -> bool:
+    """Whether `path` holds strategy labels: `adaptive-rag`, a release folder, or a label file
+    whose sidecar names strategies."""
+    from ..data.adaptive_rag import is_release
+
+    if str(path) == RELEASE_LABELS:
+        return True
+    path = Path(path)
+    if path.is_dir():
+        return is_release(path)
+    mp = meta_path(path)
+    if not (path.is_file() and mp.is_file()):
+        return False
+    return bool(LabelFile(path).meta.get("strategies"))
+
+
+def load_strategy_labels(source: str | Path, unanswered: str | None = None) -> StrategyLabels:
+    """Strategy labels from a strategies.jsonl file, or straight from an Adaptive-RAG release
+    folder (or `adaptive-rag`: the release at its default place), built in memory as `label
+    --policy outcomes` would write them."""
+    from ..data.adaptive_rag import STRATEGIES, find_release
+
+    if str(source) != RELEASE_LABELS and not Path(source).is_dir():
+        return read_strategy_labels(source)
+    release = find_release(None if str(source) == RELEASE_LABELS else source)
+    treat = parse_unanswered(unanswered, STRATEGIES)
+    records = load_release(release.path, llm=release.llm)
+    rows = {}
+    for r in records:
+        o = Outcome(r.question, {s: x.correct for s, x in r.outcomes.items()})
+        rows[r.question.id] = strategy_row(o, STRATEGIES, treat)
+    meta = {"policy": "strategies", "source": "outcomes", "generator": release.llm,
+            "strategies": list(STRATEGIES), "unanswered": treat.describe(),
+            "outcomes_file": str(release.path), "outcomes_sha256": release.checksum(),
+            "outcomes_format": "adaptive-rag-release", "release_split": release.split,
+            "criterion": "em (the release's own evaluation)", "rows": len(rows)}  # fmt: skip
+    return StrategyLabels(release.path, STRATEGIES, rows, meta)
+
+
+def strategy_labels_sha256(labels: StrategyLabels) -> str:
+    """The labels' identity: the file's bytes, or the release's checksum."""
+    if labels.path.is_file():
+        return sha256_file(labels.path)
+    return str(labels.meta["outcomes_sha256"])

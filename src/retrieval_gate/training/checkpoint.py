@@ -28,12 +28,16 @@ from .. import __version__
 from ..data.features import SideFeatures
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
+from ..routing import Calibration
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
 
 REQUIRED = RunFolder.REQUIRED
+BINARY_SCORE = "P(needs retrieval) = 1 - P(no_retrieval); retrieve iff score >= threshold"
+ROUTER_SCORE = ("P(needs retrieval) = 1 - P(correct | no_retrieval); strategy_proba = "
+                "P(correct | strategy); route = argmax P - price x cost")  # fmt: skip
 
 
 def read_run_json(path: Path) -> dict[str, Any]:
@@ -49,6 +53,7 @@ def save_run(
     labels: dict[str, Any],
     metrics: dict[str, Any] | None = None,
     calibration: dict[str, Any] | None = None,
+    router: Calibration | None = None,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -63,8 +68,8 @@ def save_run(
     meta.update(
         {
             "task": config.data.task,
-            "classes": list(TASKS[config.data.task].classes),
-            "score": "P(needs retrieval) = 1 - P(no_retrieval); retrieve iff score >= threshold",
+            "classes": list(router.strategies if router else TASKS[config.data.task].classes),
+            "score": ROUTER_SCORE if router else BINARY_SCORE,
             "backbone": config.model.backbone,
             "model_name": config.model.name,
             "max_length": config.data.max_length,
@@ -73,6 +78,8 @@ def save_run(
             "package_version": __version__,
         }
     )
+    if router is not None:  # strategies, costs, the dev calibration and the default budget
+        meta["router"] = router.to_dict()
     meta.setdefault("threshold", config.model.threshold)
     meta.setdefault("objective", "default 0.5 (not tuned)")
     write_json(meta_file, meta)
@@ -128,6 +135,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         len(meta["classes"]),
         hf_config=saved_config(run_dir / "backbone"),
         side_features=run_side_features(meta, side),
+        multilabel=TASKS[meta["task"]].multilabel,
     )
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
@@ -155,3 +163,16 @@ def _check_keys(module: RetrievalGateModule, state: dict[str, Any], run_dir: Pat
             f"(e.g. {sorted(unexpected)[:2]})",
             run_dir,
         )
+
+
+def save_router(run_dir: str | Path, calibration: Calibration) -> None:
+    """Records a router's calibration (a tuned default budget, or one calibrated on a user's
+    traffic) in the run's metadata.json; the router and the exporter use it from then on."""
+    path = Path(run_dir) / "metadata.json"
+    meta = read_run_json(path)
+    if "router" not in meta:
+        raise DataError("not a router run (no `router` in metadata.json): train with "
+                        "data.task=strategies", run_dir)  # fmt: skip
+    meta.update(router=calibration.to_dict(),
+                tuned_at=datetime.now(UTC).isoformat(timespec="seconds"))  # fmt: skip
+    write_json(path, meta)

@@ -36,15 +36,21 @@ from ..fileio import plain_name
 @dataclass(frozen=True)
 class Task:
     """What a gate predicts: the label-file field it learns from and its classes (class 0 is
-    always "no retrieval"; a gate's score is 1 - P(class 0))."""
+    always "no retrieval"; a gate's score is 1 - P(class 0)).
+
+    `multilabel`: one independent head per class, P(correct | strategy), trained on each
+    strategy's recorded correctness (a router, issue 25; its classes are the default
+    strategies, a strategy label file may name its own)."""
 
     label_field: str
     classes: tuple[str, ...]
+    multilabel: bool = False
 
 
 TASKS: dict[str, Task] = {
     "binary": Task("label", ("no_retrieval", "retrieval")),
     "3way": Task("label3", ("no_retrieval", "retrieval", "retrieval_complex")),  # RRCP
+    "strategies": Task("correct", ("no_retrieval", "one_retrieval", "multi_step"), True),
 }
 
 
@@ -72,10 +78,11 @@ def _check(where: str, value: Any, hint: Any) -> Any:
                 + _close(value, choices)
             )
         return value
-    if origin is tuple:  # tuple[str, ...]: a YAML list, kept immutable
+    if origin is tuple:  # tuple[str, ...] / tuple[float, ...]: a YAML list, kept immutable
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}={value!r}: expected a list, e.g. {where}=[{value}]")
-        return tuple(_check(f"{where}[{i}]", v, str) for i, v in enumerate(value))
+        item = typing.get_args(hint)[0]
+        return tuple(_check(f"{where}[{i}]", v, item) for i, v in enumerate(value))
     if origin is dict:  # dict[str, str]
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}={value!r}: expected a mapping, e.g. {{question: title}}")
@@ -244,11 +251,22 @@ class ModelConfig(_Checked):
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     threshold: float = 0.5
+    # routers (data.task=strategies): each strategy's cost in your unit (None: the label
+    # file's per-question costs, else retrievals: 0, 1, 3.35), and the default operating
+    # point, a budget = mean cost per question (the best dev accuracy within it)
+    costs: tuple[float, ...] | None = None
+    budget: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"model.threshold must be in [0, 1], got {self.threshold}")
+        if self.costs is not None and (len(self.costs) < 2 or min(self.costs) < 0):
+            raise ConfigError(f"model.costs={list(self.costs)}: give one cost of 0 or more per "
+                              "strategy, cheapest first, e.g. [0, 1, 3.35]")  # fmt: skip
+        if self.budget < 0:
+            raise ConfigError(f"model.budget={self.budget}: a budget (mean cost per question) is "
+                              "0 or more")  # fmt: skip
 
 
 @dataclass(frozen=True)

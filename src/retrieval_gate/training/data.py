@@ -8,6 +8,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from ..data import DataError, assign_splits, load_all
 from ..data.features import SideFeatures
+from ..data.splits import with_splits
 from ..labels import LabelFile
+from ..labels.strategies import load_strategy_labels, strategy_labels_sha256
 from ..questions import Question
 from .config import TASKS, DataConfig
 from .provenance import label_provenance
@@ -34,8 +37,11 @@ def _class_index(qid: str, value: object, task: str, where: Path | str | None) -
     return int(value)
 
 
-def task_labels(path: Path, task: str) -> dict[str, int]:
-    """id -> class index for a task; a clear error for rows that do not fit it."""
+def task_labels(path: Path, task: str) -> dict[str, Any]:
+    """id -> class index for a task (a router's task: id -> each strategy's correctness as
+    floats); a clear error for rows that do not fit it."""
+    if TASKS[task].multilabel:
+        return strategy_targets(path).labels
     if not path.is_file():
         raise DataError(
             "label file not found; run `retrieval-gate label` or fix data.label_file", path
@@ -57,9 +63,32 @@ def task_labels(path: Path, task: str) -> dict[str, int]:
     return out
 
 
-def memory_labels(labels: Mapping[str, int], task: str) -> dict[str, int]:
+@dataclass(frozen=True)
+class StrategyTargets:
+    """A router's training targets: strategies in cost order, id -> each strategy's
+    correctness (0/1 floats), and per-question costs where the labels carry them."""
+
+    strategies: tuple[str, ...]
+    labels: dict[str, tuple[float, ...]]
+    costs: dict[str, tuple[float, ...]]
+    provenance: dict[str, Any]
+
+
+def strategy_targets(source: str | Path) -> StrategyTargets:
+    """From a strategy label file, a release folder or `adaptive-rag` (labels.strategies)."""
+    lab = load_strategy_labels(source)
+    labels = {i: tuple(float(r["correct"][s]) for s in lab.strategies) for i, r in lab.rows.items()}
+    costs = {i: tuple(float(r["cost"][s]) for s in lab.strategies)
+             for i, r in lab.rows.items() if r.get("cost")}  # fmt: skip
+    provenance = {"path": str(source), "sha256": strategy_labels_sha256(lab),
+                  "rows_in_file": len(lab.rows), "meta": lab.meta}  # fmt: skip
+    return StrategyTargets(lab.strategies, labels, costs, provenance)
+
+
+def memory_labels(labels: Mapping[str, Any], task: str) -> dict[str, Any]:
     """`train(..., labels=...)`'s mapping id -> class index, checked like a label file's rows
-    (None = unlabelled; True/False count as 1/0 for the binary task)."""
+    (None = unlabelled; True/False count as 1/0 for the binary task; a router's task: id ->
+    a sequence of 0/1, one per strategy)."""
     if not isinstance(labels, Mapping):
         raise DataError(
             f"labels must be a mapping question id -> label, got {type(labels).__name__}"
@@ -68,6 +97,9 @@ def memory_labels(labels: Mapping[str, int], task: str) -> dict[str, int]:
     for qid, value in labels.items():
         if value is None:
             continue
+        if TASKS[task].multilabel:
+            out[str(qid)] = _correctness(str(qid), value)
+            continue
         value = int(value) if isinstance(value, bool) and task == "binary" else value
         out[str(qid)] = _class_index(str(qid), value, task, "labels")
     if not out:
@@ -75,7 +107,19 @@ def memory_labels(labels: Mapping[str, int], task: str) -> dict[str, int]:
     return out
 
 
-def memory_provenance(labels: Mapping[str, int]) -> dict[str, Any]:
+def _correctness(qid: str, value: Any) -> tuple[float, ...]:
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or len(value) < 2
+        or any(v not in (0, 1) for v in value)
+    ):
+        raise DataError(f"labels[{qid!r}]={value!r}: a router's label is one 0/1 correctness "
+                        "per strategy, in cost order", "labels")  # fmt: skip
+    return tuple(float(v) for v in value)
+
+
+def memory_provenance(labels: Mapping[str, Any]) -> dict[str, Any]:
     """labels.json for labels given in memory: their checksum and the labels themselves (the
     run then carries what an export's parity check needs)."""
     text = json.dumps(labels, sort_keys=True)
@@ -118,6 +162,15 @@ def config_questions(data: DataConfig) -> Sequence[Question]:
     return load_all(list(data.datasets) if data.datasets else None)
 
 
+def training_questions(data: DataConfig) -> list[Question]:
+    """The questions a run trained on with the split training gave them: their own split, else
+    `assign_splits` over them (as `labelled_splits` does)."""
+    qs = list(config_questions(data))
+    if all(q.split for q in qs):
+        return qs
+    return with_splits(qs, assign_splits(qs, seed=data.split_seed))
+
+
 CALIBRATION_QUESTIONS = 256  # dev questions int8's activation ranges are measured on
 
 
@@ -127,12 +180,18 @@ def _subsample(rows: list, n: int | None, seed: int) -> list:
     return sorted(random.Random(seed).sample(rows, n))
 
 
+def needs_retrieval(y: Any) -> bool:
+    """The binary view of a label: a class > 0, or the first strategy wrong."""
+    return bool(y[0] == 0) if isinstance(y, tuple) else bool(y > 0)
+
+
 class Collate:
     """Tokenises a batch and pads it to its own longest row (dynamic padding, right side)."""
 
-    def __init__(self, tokenizer: Any, max_length: int):
+    def __init__(self, tokenizer: Any, max_length: int, multilabel: bool = False):
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.dtype = torch.float32 if multilabel else torch.long  # correctness per strategy
 
     def __call__(self, batch: list[tuple]) -> dict[str, torch.Tensor]:
         """Rows are (id, text, label) or, with side features, (id, text, features, label)."""
@@ -146,7 +205,7 @@ class Collate:
         out = {
             "input_ids": enc["input_ids"],
             "attention_mask": enc["attention_mask"],
-            "labels": torch.tensor([y for *_, y in batch], dtype=torch.long),
+            "labels": torch.tensor([y for *_, y in batch], dtype=self.dtype),
         }
         if len(batch[0]) == 4:
             out["features"] = torch.tensor(np.stack([row[2] for row in batch]))
@@ -170,20 +229,35 @@ class GateDataModule(pl.LightningDataModule):
         self.cfg = data
         self.seed = seed
         self.tokenizer = tokenizer
-        self.collate = Collate(tokenizer, data.max_length)
-        self.num_classes = len(TASKS[data.task].classes)
+        task = TASKS[data.task]
+        self.multilabel = task.multilabel
+        self.collate = Collate(tokenizer, data.max_length, task.multilabel)
+        self.strategies: tuple[str, ...] = task.classes if task.multilabel else ()
+        self.question_costs: dict[str, tuple[float, ...]] = {}  # per question, where given
         if labels is not None:
             self.path = None
             labels = memory_labels(labels, data.task)
             self.provenance = memory_provenance(labels)
+        elif not data.label_file:
+            raise DataError("no labels: set data.label_file or pass labels=")
+        elif task.multilabel:  # a strategy label file, a release folder or `adaptive-rag`
+            self.path = Path(data.label_file)
+            targets = strategy_targets(data.label_file)
+            labels, self.strategies = targets.labels, targets.strategies
+            self.question_costs, self.provenance = targets.costs, targets.provenance
         else:
-            if not data.label_file:
-                raise DataError("no labels: set data.label_file or pass labels=")
             self.path = Path(data.label_file)
             labels = task_labels(self.path, data.task)
             # Provenance is taken when the labels are read: a label file still being written
             # by a labelling run may have grown by the time training ends.
             self.provenance = label_provenance(self.path)
+        if task.multilabel:
+            widths = {len(v) for v in labels.values()}
+            if widths != {len(self.strategies)}:
+                raise DataError(f"router labels give {sorted(widths)} correctness values a "
+                                f"question for {len(self.strategies)} strategies "
+                                f"({', '.join(self.strategies)})", self.path or "labels")  # fmt: skip
+        self.num_classes = len(self.strategies) if task.multilabel else len(task.classes)
         qs = questions if questions is not None else config_questions(data)
         rows = labelled_splits(qs, labels, data.split_seed, self.path)
         self.rows = {
@@ -216,26 +290,27 @@ class GateDataModule(pl.LightningDataModule):
         return {"split": "dev", "texts": [row[1] for row in rows], "features": features}
 
     def class_counts(self) -> list[int]:
+        if self.multilabel:  # questions each strategy answers
+            return [int(sum(y[c] for *_, y in self.rows["train"])) for c in range(self.num_classes)]
         counts = Counter(y for *_, y in self.rows["train"])
         return [counts.get(c, 0) for c in range(self.num_classes)]
 
     def class_weights(self) -> torch.Tensor | None:
-        """n / (C * n_c) on the train split: each class weighs the same in the loss."""
-        if self.cfg.balance != "class_weights":
+        """n / (C * n_c) on the train split: each class weighs the same in the loss (not for
+        a router: its heads estimate P(correct | strategy), which weighting would bias)."""
+        if self.cfg.balance != "class_weights" or self.multilabel:
             return None
         counts = torch.tensor(self.class_counts(), dtype=torch.float).clamp(min=1)
         return counts.sum() / (len(counts) * counts)
 
     def summary(self) -> dict[str, Any]:
-        return {
-            split: {"n": len(r), "positives": sum(y > 0 for *_, y in r)}
-            for split, r in self.rows.items()
-        }
+        return {split: {"n": len(r), "positives": sum(needs_retrieval(y) for *_, y in r)}
+                for split, r in self.rows.items()}  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
         rows = self.rows["train"]
         sampler = None
-        if self.cfg.balance == "sampler":
+        if self.cfg.balance == "sampler" and not self.multilabel:
             counts = self.class_counts()
             weights = [1.0 / max(counts[y], 1) for *_, y in rows]
             gen = torch.Generator().manual_seed(self.seed)

@@ -51,7 +51,8 @@ class ExpectedCalibrationError(torchmetrics.Metric):
 
 def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
     """Accuracy and macro-F1 over the task's classes (decisions at the threshold for the
-    binary task), AUROC / AP / ECE of P(needs retrieval), and the retrieval rate."""
+    binary task and for a router's binary view), AUROC / AP / ECE of P(needs retrieval), and
+    the retrieval rate."""
     return {
         "acc": MulticlassAccuracy(num_classes, average="micro"),
         "macro_f1": MulticlassF1Score(num_classes, average="macro"),
@@ -63,7 +64,11 @@ def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
 
 
 class RetrievalGateModule(pl.LightningModule):
-    """P(class | question); class 0 = no retrieval, classes > 0 need retrieval."""
+    """P(class | question); class 0 = no retrieval, classes > 0 need retrieval.
+
+    `multilabel` (a router, task `strategies`): one independent head per strategy,
+    P(correct | strategy) (sigmoid, binary cross-entropy on each strategy's recorded
+    correctness); P(needs retrieval) = 1 - P(correct | no retrieval)."""
 
     def __init__(
         self,
@@ -72,6 +77,7 @@ class RetrievalGateModule(pl.LightningModule):
         class_weights: torch.Tensor | None = None,
         hf_config: PretrainedConfig | None = None,
         side_features: SideFeatures | None = None,
+        multilabel: bool = False,
     ):
         super().__init__()
         self.config = model_cfg
@@ -88,10 +94,13 @@ class RetrievalGateModule(pl.LightningModule):
             nn.Dropout(model_cfg.dropout),
             nn.Linear(self.backbone.hidden_size + self.n_side, num_classes),
         )
-        self.loss = nn.CrossEntropyLoss(weight=class_weights)
+        self.multilabel = multilabel
+        self.loss = (
+            nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss(weight=class_weights)
+        )
         self.metrics = nn.ModuleDict(
             {
-                stage: nn.ModuleDict(gate_metrics(num_classes))
+                stage: nn.ModuleDict(gate_metrics(2 if multilabel else num_classes))
                 for stage in ("train_", "val_", "test_")  # ModuleDict keys cannot be "train"
             }
         )
@@ -112,19 +121,25 @@ class RetrievalGateModule(pl.LightningModule):
             pooled = torch.cat([pooled, features.float()], dim=-1)
         return self.head(pooled)
 
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Per class: P(class) (softmax), or for a router P(correct | strategy) (sigmoid)."""
+        return logits.sigmoid() if self.multilabel else logits.softmax(-1)
+
     def retrieval_probability(self, logits: torch.Tensor) -> torch.Tensor:
-        """P(needs retrieval) = 1 - P(class 0): one score for binary and 3-way tasks."""
-        return 1.0 - logits.softmax(-1)[:, 0]
+        """P(needs retrieval) = 1 - P(class 0): one score for binary and 3-way tasks and for
+        routers (1 - P(the no-retrieval answer is right))."""
+        return 1.0 - self.probabilities(logits)[:, 0]
 
     def decisions(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.num_classes == 2:
+        if self.num_classes == 2 or self.multilabel:
             return (self.retrieval_probability(logits) >= self.threshold).long()
         return logits.argmax(-1)
 
     def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         logits = self(batch["input_ids"], batch["attention_mask"], batch.get("features"))
-        y = batch["labels"]
-        loss = self.loss(logits, y)
+        loss = self.loss(logits, batch["labels"])
+        # a router is measured on its binary view: is the no-retrieval answer wrong?
+        y = (batch["labels"][:, 0] < 0.5).long() if self.multilabel else batch["labels"]
         p = self.retrieval_probability(logits).detach()
         metrics = self.metrics[stage + "_"]
         metrics["acc"].update(self.decisions(logits), y)

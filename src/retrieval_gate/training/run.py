@@ -38,8 +38,9 @@ from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
 from .config import TrainConfig
-from .data import GateDataModule, memory_labels, memory_provenance
+from .data import GateDataModule, memory_labels, memory_provenance, strategy_targets
 from .module import RetrievalGateModule
+from .router import calibrate_router, check_strategy_source, router_figures
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ def labels_sha256(config: TrainConfig, labels: Mapping[str, int] | None = None) 
     """The labels' identity: the label file's bytes, or the in-memory mapping's checksum."""
     if labels is not None:
         return memory_provenance(memory_labels(labels, config.data.task))["sha256"]
+    if config.data.task_spec.multilabel:  # a strategy label file or a release folder
+        return strategy_targets(config.data.label_file).provenance["sha256"]
     return sha256_file(Path(config.data.label_file))
 
 
@@ -132,6 +135,9 @@ def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) ->
     # Runs trained while the side features' scaling was a config key hashed it as null: kept,
     # so that those runs still --resume.
     model = {**plain["model"], "side_features": None}
+    if not config.data.task_spec.multilabel:  # router keys: runs trained before them resume
+        model.pop("costs")
+        model.pop("budget")
     text = json.dumps({**plain, "model": model, "trainer": trainer}, sort_keys=True, default=str)
     text += labels_sha256(config, labels)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -155,7 +161,9 @@ def check_run_dir(
                 "handed to train(config, questions, labels)"
             )
         label_file = Path(config.data.label_file)
-        if not label_file.is_file():
+        if config.data.task_spec.multilabel:
+            check_strategy_source(config.data.label_file)
+        elif not label_file.is_file():
             raise DataError(
                 "label file not found; run `retrieval-gate label` first or pass a path", label_file
             )
@@ -280,9 +288,8 @@ def prepare(
         torch.set_num_threads(config.run.num_threads)
     tokenizer = load_tokenizer(resolve_backbone(config.model.name))
     dm = GateDataModule(tokenizer, config.data, config.run.seed, questions, labels)
-    module = RetrievalGateModule(
-        config.model, dm.num_classes, dm.class_weights(), side_features=dm.side_features
-    )
+    module = RetrievalGateModule(config.model, dm.num_classes, dm.class_weights(),
+                                 side_features=dm.side_features, multilabel=dm.multilabel)  # fmt: skip
     return tokenizer, dm, module
 
 
@@ -339,10 +346,13 @@ def train(
         "splits": dm.summary(),
         "world_size": trainer.world_size,
     }
+    router = calibrate_router(module, dm, config) if dm.multilabel else None
+    if router is not None:
+        metrics["router"] = router_figures(module, dm, router)
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
         labels_json = {**dm.provenance, "counts": dm.summary()}
         save_run(run_dir, config, module, tokenizer, labels_json, metrics,
-                 dm.calibration_sample())  # fmt: skip
+                 dm.calibration_sample(), router)  # fmt: skip
     trainer.strategy.barrier("run folder written")
     return TrainedRun(run_dir, config, metrics, read_json(run_dir / "metadata.json"))

@@ -1,0 +1,124 @@
+"""Routers (issue 25): gates that also pick a retrieval strategy per question, for a budget.
+
+Every router here estimates P(correct | strategy) (`strategy_proba`, (n, S)) and routes by
+`routing`: argmax_s P_s - price x cost_s, the price read from its `Calibration` for the budget
+asked (None: its default operating point). As a `Gate`, its score is P(needs retrieval) =
+1 - P(correct | no retrieval). `RoutingMixin` is that shared part; the learned router (torch,
+`gates.learned`) and its export (`gates.onnx`) add only `strategy_proba`; the two baselines
+below fit on the train split of strategy labels and calibrate on dev."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import MissingInputError
+from ..labels.evalset import EvalSet
+from ..routing import Calibration, default_costs, route_indices
+from .base import Questions, as_questions
+
+
+class RoutingMixin:
+    """`route`, `costs` and `scores` from `strategy_proba` and a `calibration`."""
+
+    strategies: tuple[str, ...]
+    calibration: Calibration
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def costs(self) -> dict[str, float]:
+        """Each strategy's cost in the router's unit (default: retrievals)."""
+        return dict(zip(self.strategies, self.calibration.costs, strict=True))
+
+    @property
+    def budget(self) -> float:
+        """The default operating point: mean cost per question `route(budget=None)` aims at."""
+        return self.calibration.default_budget
+
+    def route_indices(self, questions: Questions, budget: float | None = None) -> np.ndarray:
+        price = self.calibration.price(budget)  # checks the budget before any scoring
+        return route_indices(self.strategy_proba(questions), price, self.calibration.costs)
+
+    def route(self, questions: Questions, budget: float | None = None) -> list[str]:
+        """One strategy name per question, for `budget` (mean cost per question, from 0 to
+        the dearest strategy's cost; None: the default operating point)."""
+        return [self.strategies[i] for i in self.route_indices(questions, budget)]
+
+
+def _need_strategies(split: EvalSet | None, gate: str) -> EvalSet:
+    if split is None or not split.has_strategies or not len(split):
+        raise MissingInputError(
+            f"gate {gate!r} needs strategy labels (a strategies.jsonl, a release folder or "
+            "adaptive-rag as --labels)"
+        )
+    return split
+
+
+class FittedRouter(RoutingMixin):
+    """A router whose P(correct | strategy) comes from a fitted function of the questions,
+    calibrated on dev at `budget`."""
+
+    def __init__(self, name: str, predict, strategies: Sequence[str], dev: EvalSet,  # noqa: ANN001
+                 costs: Sequence[float] | None = None, budget: float = 1.0):  # fmt: skip
+        self.name = name
+        self.threshold = 0.5
+        self._predict = predict
+        self.strategies = tuple(strategies)
+        costs = tuple(costs) if costs is not None else default_costs(self.strategies)
+        P = self.strategy_proba(dev.questions)
+        self.calibration = Calibration.fit(self.strategies, costs, P, dev.correct,
+                                           dev.costs_paid(costs), budget)  # fmt: skip
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray:
+        qs = as_questions(questions)
+        return self._predict(qs) if qs else np.zeros((0, len(self.strategies)))
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        return 1.0 - self.strategy_proba(questions)[:, 0]
+
+
+def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> FittedRouter:
+    """One logistic head per strategy over word (1-2) and character (2-5, case kept) TF-IDF
+    n-grams: case and punctuation tell the question sets apart."""
+    from scipy.sparse import hstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    train, dev = _need_strategies(train, "router-tfidf"), _need_strategies(dev, "router-tfidf")
+    words = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=3, sublinear_tf=True,
+                            lowercase=False)  # fmt: skip
+    texts = [q.text for q in train.questions]
+    X = hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
+    heads = []
+    for s in range(train.correct.shape[1]):
+        y = train.correct[:, s]
+        heads.append(LogisticRegression(C=c, max_iter=3000).fit(X, y) if 0 < y.mean() < 1 else
+                     float(y.mean()))  # fmt: skip
+
+    def predict(qs):  # noqa: ANN001, ANN202
+        t = [q.text for q in qs]
+        Xq = hstack([words.transform(t), chars.transform(t)]).tocsr()
+        cols = [h.predict_proba(Xq)[:, 1] if not isinstance(h, float) else np.full(len(t), h)
+                for h in heads]  # fmt: skip
+        return np.stack(cols, axis=1)
+
+    return FittedRouter("router-tfidf", predict, train.strategies, dev)
+
+
+def prior_router(dev: EvalSet | None) -> FittedRouter:
+    """Each source's mean correctness per strategy on dev (Adaptive-RAG's per-dataset prior,
+    chosen on dev): at price 0 the best strategy per dataset. It reads `Question.source`, a
+    side signal bare questions lack (they get the overall means)."""
+    dev = _need_strategies(dev, "router-prior")
+    sources = dev.sources
+    table = {s: dev.correct[sources == s].mean(axis=0) for s in np.unique(sources)}
+    overall = dev.correct.mean(axis=0)
+
+    def predict(qs):  # noqa: ANN001, ANN202
+        return np.stack([table.get(q.source, overall) for q in qs])
+
+    return FittedRouter("router-prior", predict, dev.strategies, dev)

@@ -1,0 +1,262 @@
+"""A router's decision rule and its price for a budget (issue 25). A leaf: numpy only, so the
+training run (calibration on dev), the gates (ONNX without torch) and tuning share it.
+
+A router estimates P(correct | strategy) for each question: `P` of shape (n, S), strategies in
+cost order. With each strategy's cost `c` (the user's unit: retrievals, ms, tokens, money) and
+a price `lam`, a question goes to argmax_s P_s - lam * c_s (a tie goes to the cheaper one).
+lam = 0 is the most accurate routing; as lam rises the mean cost falls, in steps: the routing
+only changes at a price where two strategies tie for some question. `sweep` visits every such
+breakpoint, so every routing one price can make is seen once (an exact search, no sampler).
+
+A budget is a mean cost per question. `price_for_budget` picks, on a calibration curve (dev
+questions with their outcomes, or a user's own unlabelled traffic), the price with the best
+accuracy whose mean cost stays within the budget (unlabelled: the smallest price that stays
+within it, i.e. the budget spent)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+# Issue 25's default unit: retrievals per question; multi-step = the Adaptive-RAG release's
+# mean IRCoT step count.
+DEFAULT_COSTS = {"no_retrieval": 0.0, "one_retrieval": 1.0, "multi_step": 3.35}
+_TIE = 1e-12  # breaks ties toward the cheaper strategy
+
+
+def default_costs(strategies: Sequence[str]) -> tuple[float, ...]:
+    """Retrievals per question for the three named strategies; other names need costs."""
+    unknown = [s for s in strategies if s not in DEFAULT_COSTS]
+    if unknown:
+        raise InputError(
+            f"strategy {unknown[0]!r} has no default cost: give each strategy's cost "
+            f"(model.costs / --costs, in cost order of {', '.join(strategies)})"
+        )
+    return tuple(DEFAULT_COSTS[s] for s in strategies)
+
+
+def check_costs(costs: Sequence[float], strategies: Sequence[str], flag: str = "costs") -> None:
+    if len(costs) != len(strategies):
+        raise InputError(f"{flag}: {len(costs)} costs for {len(strategies)} strategies "
+                         f"({', '.join(strategies)}); give one each, cheapest first")  # fmt: skip
+    if any(not (math.isfinite(c) and c >= 0) for c in costs):
+        raise InputError(f"{flag} {list(costs)}: a cost is a number of 0 or more")
+
+
+def check_budget(budget: float | None, costs: Sequence[float], flag: str = "budget") -> None:
+    """A budget (mean cost per question) between 0 and the dearest strategy's cost."""
+    if budget is None:
+        return
+    top = max(costs)
+    if not (isinstance(budget, int | float) and math.isfinite(budget) and 0 <= budget <= top):
+        raise InputError(f"{flag} {budget!r}: a budget is a mean cost per question from 0 to "
+                         f"the most expensive strategy's cost ({top:g})")  # fmt: skip
+
+
+def route_indices(P: np.ndarray, price: float, costs: Sequence[float]) -> np.ndarray:
+    """Index of each question's strategy at `price`."""
+    c = np.asarray(costs, float)
+    value = P - price * c[None, :] - _TIE * np.arange(P.shape[1])[None, :]
+    return np.argmax(value, axis=1)
+
+
+def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
+    """Every price at which some question's routing changes, plus 0 and one above them all:
+    one candidate per interval between breakpoints (each just past its breakpoint)."""
+    c = np.asarray(costs, float)
+    found = [np.zeros(1)]
+    for a in range(P.shape[1]):
+        for b in range(a + 1, P.shape[1]):
+            if c[b] > c[a]:
+                found.append((P[:, b] - P[:, a]) / (c[b] - c[a]))
+    prices = np.unique(np.concatenate(found))
+    prices = prices[prices >= 0]
+    top = prices.max() if len(prices) else 0.0
+    return np.unique(np.concatenate([[0.0], prices + 1e-9, [top + 1.0]]))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One row per distinct routing a price makes: its price (the smallest found), the mean
+    cost per question and (with outcomes) the accuracy, sorted by price."""
+
+    price: np.ndarray
+    mean_cost: np.ndarray
+    accuracy: np.ndarray | None
+    shares: np.ndarray  # (k, S): share of questions sent to each strategy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"price": self.price.tolist(), "mean_cost": self.mean_cost.tolist(),
+                "accuracy": None if self.accuracy is None else self.accuracy.tolist(),
+                "shares": self.shares.tolist()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Curve:
+        acc = d.get("accuracy")
+        return cls(np.asarray(d["price"], float), np.asarray(d["mean_cost"], float),
+                   None if acc is None else np.asarray(acc, float),
+                   np.asarray(d["shares"], float))  # fmt: skip
+
+
+def outcome(
+    choice: np.ndarray, correct: np.ndarray, costs: np.ndarray | Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-question correctness and cost of a routing; `costs` (S,) or per question (n, S)."""
+    rows = np.arange(len(choice))
+    c = np.asarray(costs, float)
+    paid = c[rows, choice] if c.ndim == 2 else c[choice]
+    return correct[rows, choice], paid
+
+
+def sweep(
+    P: np.ndarray,
+    costs: Sequence[float],
+    correct: np.ndarray | None = None,
+    paid: np.ndarray | None = None,
+) -> Curve:
+    """Every routing one price makes on these questions. `costs`: the decision rule's (S,);
+    `paid`: what each question actually costs (n, S) where known (default: `costs`)."""
+    P = np.asarray(P, float)
+    paid = np.asarray(costs, float) if paid is None else np.asarray(paid, float)
+    rows: dict[tuple, tuple[float, float, float | None, np.ndarray]] = {}
+    for price in breakpoints(P, costs):
+        choice = route_indices(P, price, costs)
+        key = choice.tobytes()
+        if key in rows:
+            continue
+        ok, spent = outcome(choice, correct if correct is not None else np.zeros_like(P), paid)
+        shares = np.bincount(choice, minlength=P.shape[1]) / max(len(choice), 1)
+        rows[key] = (float(price), float(spent.mean()),
+                     None if correct is None else float(ok.mean()), shares)  # fmt: skip
+    ordered = sorted(rows.values(), key=lambda r: r[0])
+    return Curve(
+        np.array([r[0] for r in ordered]),
+        np.array([r[1] for r in ordered]),
+        None if correct is None else np.array([r[2] for r in ordered]),
+        np.array([r[3] for r in ordered]),
+    )
+
+
+def point_for_budget(curve: Curve, budget: float) -> int:
+    """Row of `curve` for a budget: the best accuracy among the rows within it (ties: the
+    cheaper), or without outcomes the smallest price within it; none within it: the
+    cheapest routing (the highest price)."""
+    within = np.flatnonzero(curve.mean_cost <= budget + 1e-9)
+    if not len(within):
+        return int(np.argmin(curve.mean_cost))
+    if curve.accuracy is None:
+        return int(within[np.argmin(curve.price[within])])
+    best = curve.accuracy[within].max()
+    tied = within[curve.accuracy[within] >= best - 1e-12]
+    return int(tied[np.argmin(curve.mean_cost[tied])])
+
+
+def point_for_accuracy(curve: Curve, target: float) -> int | None:
+    """Row of the cheapest routing whose accuracy reaches `target` (None: none does)."""
+    if curve.accuracy is None:
+        raise InputError("an accuracy target needs outcomes (a strategy label file)")
+    ok = np.flatnonzero(curve.accuracy >= target - 1e-12)
+    return None if not len(ok) else int(ok[np.argmin(curve.mean_cost[ok])])
+
+
+def pareto(curve: Curve) -> list[int]:
+    """Rows on the accuracy-vs-cost front: no other row is as cheap and more accurate."""
+    if curve.accuracy is None:
+        raise InputError("a Pareto front needs outcomes (a strategy label file)")
+    order = np.lexsort((-curve.accuracy, curve.mean_cost))
+    front, best = [], -np.inf
+    for i in order:
+        if curve.accuracy[i] > best + 1e-12:
+            front.append(int(i))
+            best = curve.accuracy[i]
+    return front
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a trained router carries (run metadata.json and ONNX metadata, key `router`): its
+    strategies and costs, the calibration curve on dev (with outcomes), optionally one on the
+    user's own traffic (`tune --calibrate-on`; it then decides the price of a budget), and the
+    default operating point `route(budget=None)` uses."""
+
+    strategies: tuple[str, ...]
+    costs: tuple[float, ...]
+    dev: Curve
+    default_budget: float
+    default_price: float
+    objective: str
+    traffic: Curve | None = None
+    traffic_source: str | None = None
+
+    @classmethod
+    def fit(
+        cls,
+        strategies: Sequence[str],
+        costs: Sequence[float],
+        P: np.ndarray,
+        correct: np.ndarray,
+        paid: np.ndarray | None = None,
+        budget: float = 1.0,
+    ) -> Calibration:
+        """The dev curve, and the default price: the best dev accuracy within `budget`."""
+        check_costs(costs, strategies)
+        check_budget(budget, costs, "model.budget")
+        curve = sweep(P, costs, correct, paid)
+        i = point_for_budget(curve, budget)
+        return cls(tuple(strategies), tuple(float(c) for c in costs), curve, float(budget),
+                   float(curve.price[i]), f"best dev accuracy at budget {budget:g}")  # fmt: skip
+
+    def curve(self) -> Curve:
+        """The curve a budget is read from: the user's traffic when calibrated on it."""
+        return self.traffic if self.traffic is not None else self.dev
+
+    def price(self, budget: float | None = None) -> float:
+        """The price of a budget (None: the default operating point)."""
+        if budget is None:
+            return self.default_price
+        check_budget(budget, self.costs)
+        curve = self.curve()
+        return float(curve.price[point_for_budget(curve, budget)])
+
+    def on_traffic(self, P: np.ndarray, source: str, budget: float | None = None) -> Calibration:
+        """The same router calibrated on unlabelled questions (a user's traffic): a budget
+        then means that mean cost on them; the default price is re-read for `budget`
+        (default: the default budget)."""
+        curve = sweep(P, self.costs)
+        budget = self.default_budget if budget is None else budget
+        check_budget(budget, self.costs, "--budget")
+        price = float(curve.price[point_for_budget(curve, budget)])
+        objective = f"budget {budget:g} spent on {source}"
+        return Calibration(self.strategies, self.costs, self.dev, float(budget), price,
+                           objective, curve, source)  # fmt: skip
+
+    def with_default(self, budget: float, price: float, objective: str) -> Calibration:
+        check_budget(budget, self.costs)
+        return Calibration(self.strategies, self.costs, self.dev, float(budget), float(price),
+                           objective, self.traffic, self.traffic_source)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategies": list(self.strategies), "costs": list(self.costs),
+                "dev": self.dev.to_dict(), "default_budget": self.default_budget,
+                "default_price": self.default_price, "objective": self.objective,
+                "traffic": None if self.traffic is None else self.traffic.to_dict(),
+                "traffic_source": self.traffic_source}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
+        try:
+            traffic = d.get("traffic")
+            return cls(tuple(d["strategies"]), tuple(float(c) for c in d["costs"]),
+                       Curve.from_dict(d["dev"]), float(d["default_budget"]),
+                       float(d["default_price"]), str(d["objective"]),
+                       None if traffic is None else Curve.from_dict(traffic),
+                       d.get("traffic_source"))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"router calibration is incomplete or malformed ({e!r}); "
+                             "re-train or re-export the router") from None  # fmt: skip

@@ -1,0 +1,91 @@
+"""A router's training epilogue (task `strategies`): its P(correct | strategy) on dev, the price
+of its default budget calibrated there (`routing.Calibration`, stored in the run's
+metadata.json, so a trained router answers any budget before `tune` runs), and its dev/test
+accuracy and mean cost at that operating point for metrics.json and the model card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import metrics as M
+from ..errors import DataError
+from ..labels.strategies import RELEASE_LABELS, is_strategy_source
+from ..routing import Calibration, check_costs, default_costs, outcome, route_indices
+from .config import TrainConfig
+from .data import GateDataModule
+from .module import RetrievalGateModule
+
+
+def check_strategy_source(value: str) -> None:
+    """data.label_file of a router: a strategy label file, a release folder or `adaptive-rag`."""
+    if not is_strategy_source(value):
+        raise DataError(
+            f"data.task=strategies needs strategy labels in data.label_file: a strategies.jsonl "
+            f"(`retrieval-gate label --policy outcomes ...`), an Adaptive-RAG release folder or "
+            f"{RELEASE_LABELS!r} (the bundled release)",
+            Path(value),
+        )
+
+
+def router_costs(config: TrainConfig, dm: GateDataModule) -> tuple[float, ...]:
+    """model.costs; else the mean of the labels' per-question costs when every training
+    question has them; else retrievals (0, 1, 3.35)."""
+    if config.model.costs is not None:
+        costs = tuple(config.model.costs)
+        check_costs(costs, dm.strategies, "model.costs")
+        return costs
+    ids = [row[0] for row in dm.rows["train"]]
+    if dm.question_costs and all(i in dm.question_costs for i in ids):
+        return tuple(np.mean([dm.question_costs[i] for i in ids], axis=0).tolist())
+    return default_costs(dm.strategies)
+
+
+@torch.inference_mode()
+def split_probabilities(
+    module: RetrievalGateModule, dm: GateDataModule, split: str
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(ids, P(correct | strategy), recorded correctness) of one split, in its row order."""
+    module.eval()
+    device = next(module.parameters()).device
+    out = []
+    for batch in dm._eval_loader(split):
+        feats = batch.get("features")
+        logits = module(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                        None if feats is None else feats.to(device))  # fmt: skip
+        out.append(module.probabilities(logits).float().cpu().numpy())
+    rows = dm.rows[split]
+    return [r[0] for r in rows], np.concatenate(out), np.array([r[-1] for r in rows], float)
+
+
+def _paid(dm: GateDataModule, ids: list[str], costs: tuple[float, ...]) -> np.ndarray:
+    return np.array([dm.question_costs.get(i, costs) for i in ids], float)
+
+
+def calibrate_router(
+    module: RetrievalGateModule, dm: GateDataModule, config: TrainConfig
+) -> Calibration:
+    costs = router_costs(config, dm)
+    ids, P, Y = split_probabilities(module, dm, "dev")
+    return Calibration.fit(dm.strategies, costs, P, Y, _paid(dm, ids, costs), config.model.budget)
+
+
+def router_figures(
+    module: RetrievalGateModule, dm: GateDataModule, cal: Calibration
+) -> dict[str, Any]:
+    """Dev and test accuracy, mean cost and routing shares at the default operating point,
+    and AUROC of "the no-retrieval answer is wrong"."""
+    out: dict[str, Any] = {"strategies": list(cal.strategies), "costs": list(cal.costs),
+                           "default_budget": cal.default_budget, "objective": cal.objective}  # fmt: skip
+    for split in ("dev", "test"):
+        ids, P, Y = split_probabilities(module, dm, split)
+        choice = route_indices(P, cal.default_price, cal.costs)
+        ok, paid = outcome(choice, Y, _paid(dm, ids, cal.costs))
+        shares = np.bincount(choice, minlength=len(cal.strategies)) / len(choice)
+        out[split] = {"n": len(ids), "accuracy": float(ok.mean()), "mean_cost": float(paid.mean()),
+                      "auroc_no_retrieval_wrong": M.auroc(1 - Y[:, 0], 1 - P[:, 0]),
+                      "shares": dict(zip(cal.strategies, shares.tolist(), strict=True))}  # fmt: skip
+    return out
