@@ -8,10 +8,10 @@ lam = 0 is the most accurate routing; as lam rises the mean cost falls, in steps
 only changes at a price where two strategies tie for some question. `sweep` visits every such
 breakpoint, so every routing one price can make is seen once (an exact search, no sampler).
 
-A budget is a mean cost per question. `price_for_budget` picks, on a calibration curve (dev
-questions with their outcomes, or a user's own unlabelled traffic), the price with the best
-accuracy whose mean cost stays within the budget (unlabelled: the smallest price that stays
-within it, i.e. the budget spent)."""
+A budget is a mean cost per question. `point_for_budget` picks, on a calibration curve (dev
+questions with their outcomes, or a user's own unlabelled traffic), the smallest price whose
+mean cost stays within the budget (the budget met); the default operating point a router is
+trained with is the best dev accuracy within its budget."""
 
 from __future__ import annotations
 
@@ -143,14 +143,14 @@ def sweep(
     )
 
 
-def point_for_budget(curve: Curve, budget: float) -> int:
-    """Row of `curve` for a budget: the best accuracy among the rows within it (ties: the
-    cheaper), or without outcomes the smallest price within it; none within it: the
-    cheapest routing (the highest price)."""
+def point_for_budget(curve: Curve, budget: float, best_accuracy: bool = False) -> int:
+    """Row of `curve` for a budget: the smallest price within it (the budget met, as nearly
+    spent as one price allows), or with `best_accuracy` the best accuracy among the rows
+    within it (ties: the cheaper); none within it: the cheapest routing."""
     within = np.flatnonzero(curve.mean_cost <= budget + 1e-9)
     if not len(within):
         return int(np.argmin(curve.mean_cost))
-    if curve.accuracy is None:
+    if not best_accuracy or curve.accuracy is None:
         return int(within[np.argmin(curve.price[within])])
     best = curve.accuracy[within].max()
     tied = within[curve.accuracy[within] >= best - 1e-12]
@@ -208,7 +208,7 @@ class Calibration:
         check_costs(costs, strategies)
         check_budget(budget, costs, "model.budget")
         curve = sweep(P, costs, correct, paid)
-        i = point_for_budget(curve, budget)
+        i = point_for_budget(curve, budget, best_accuracy=True)
         return cls(tuple(strategies), tuple(float(c) for c in costs), curve, float(budget),
                    float(curve.price[i]), f"best dev accuracy at budget {budget:g}")  # fmt: skip
 

@@ -31,7 +31,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(learned gate) run their own studies",
     )
     p.add_argument("--target", type=float, default=d.target,
-                   help="min-retrieval: share of always-retrieve accuracy")  # fmt: skip
+                   help="min-retrieval: share of always-retrieve accuracy; min-cost (router): "
+                   "share of the best single strategy's accuracy")  # fmt: skip
+    p.add_argument("--budget", type=float, default=d.budget,
+                   help="router: mean cost per question for budget-accuracy and --calibrate-on "
+                   "(0 to the dearest strategy's cost)")  # fmt: skip
+    p.add_argument("--calibrate-on", metavar="SPEC",
+                   help="router: your own unlabelled questions (a question file); the price "
+                   "that meets --budget on them (save it with --save-objective traffic)")  # fmt: skip
     p.add_argument("--trials", type=int, default=d.trials)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
@@ -51,8 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
     p.add_argument(
         "--save-objective",
-        help="objective whose threshold is saved into the learned run's metadata.json "
-        "(without it tuning never changes the run)",
+        help="objective whose threshold (a router: its price, or `traffic` for "
+        "--calibrate-on) is saved into the learned run's metadata.json (without it tuning "
+        "never changes the run)",
     )
     p.add_argument("--config", default=d.config, help="hparams: training config")
     p.add_argument("--set", nargs="*", default=list(d.overrides),
@@ -75,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                      storage=args.storage, workers=args.workers, out=args.out, run_dir=args.run_dir,
                      gate_options=gate_options(args), save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
+                     budget=args.budget, calibrate_on=args.calibrate_on,
                      command="retrieval-gate " + shlex.join(sys.argv[1:]))  # fmt: skip
     cfg.check()  # every flag, before the questions are read
     cfg.questions = questions_from(args)

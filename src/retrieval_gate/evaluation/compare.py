@@ -35,6 +35,7 @@ from ..questions import Question
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
+from .routing import routing_markdown, routing_report
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
-        results = []
+        results, built = [], {}
         for name in tqdm(gates, desc=f"gates on {policy}"):
             spec = GATES[name]
             try:
@@ -123,7 +124,12 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                     result.notes.append(f"cost not measured: {e}")
             result.cost_ms = costs.get(name)
             results.append(result)
+            built[name] = gate
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
+        if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
+            report["policies"][policy]["routing"] = routing_report(
+                tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples
+            )
         report["policies"][policy]["label_file"] = _provenance(files[policy])
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
@@ -176,6 +182,8 @@ def _label_free_scores(
 
 
 def _provenance(path: Path) -> dict[str, Any]:
+    if not path.is_file():  # strategy labels read from a release folder
+        return {"path": str(path)}
     lf = LabelFile(path)
     try:
         meta = lf.meta
@@ -274,6 +282,8 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
             per_source_table(pr["gates"], pr["sources"]),
             "",
         ]
+        if "routing" in pr:
+            lines += [routing_markdown(pr["routing"]), ""]
         lines += [f"![{k}]({v})" for k, v in pr["figures"].items()]
     lines += [f"- skipped {k}: {v}" for k, v in report["skipped"].items()]
     if "mallen_protocol" in report:

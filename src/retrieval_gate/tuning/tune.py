@@ -19,6 +19,7 @@ from ..gates.registry import GateOptions, check_options
 from ..labels.evalset import DEFAULT_RUN_DIR, Splits, load_splits, policy_name
 from ..labels.labelling_run import LabellingRun
 from ..questions import Question
+from ..routing import check_budget
 from ..tables import markdown_table
 from .storage import check_storage
 from .studies import DEFAULT_STORAGE, study_name
@@ -27,7 +28,9 @@ log = logging.getLogger(__name__)
 
 THRESHOLDS = ("macro-f1", "adaptive-accuracy", "min-retrieval", "pareto")
 OWN_STUDIES = ("relations", "hparams")  # they build their own gates
-OBJECTIVES = (*THRESHOLDS, *OWN_STUDIES)
+ROUTER = ("budget-accuracy", "min-cost", "cost-pareto")  # a router's price (tuning/router.py)
+OBJECTIVES = (*THRESHOLDS, *OWN_STUDIES, *ROUTER)
+TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questions
 
 
 @dataclass
@@ -51,6 +54,8 @@ class TuneConfig:
     max_epochs: int = 3  # hparams: upper bound of the epochs searched
     questions: Sequence[Question] | None = None  # None: the bundled datasets
     command: str = ""  # shown in the reports
+    budget: float = 1.0  # router: mean cost per question (budget-accuracy, --calibrate-on)
+    calibrate_on: str | None = None  # router: a user's unlabelled questions (their traffic)
 
     def check(self) -> None:
         """Values and combinations, before any gate is built or study opened."""
@@ -64,15 +69,44 @@ class TuneConfig:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
             check_options([self.gate], self.gate_options)
+        self._check_router()
         if self.save_objective:
             if self.gate != "learned":
                 raise ConfigError(
                     "--save-objective saves into a learned run: use it with --gate learned"
                 )
-            tuned = [o for o in self.objectives if o in THRESHOLDS and o != "pareto"]
+            tuned = [o for o in self.objectives if o in (*THRESHOLDS, *ROUTER)
+                     and o not in ("pareto", "cost-pareto")]  # fmt: skip
+            tuned += [TRAFFIC] if self.calibrate_on else []
             if self.save_objective not in tuned:
                 raise ConfigError(f"--save-objective {self.save_objective!r} must be one of the "
                                   f"threshold objectives tuned here: {', '.join(tuned)}")  # fmt: skip
+
+    def _check_router(self) -> None:
+        """--budget against the router's own costs (from its files, before it is loaded)."""
+        if not (set(self.objectives) & set(ROUTER) or self.calibrate_on):
+            return
+        costs = declared_costs(self.gate, self.gate_options)
+        check_budget(self.budget, costs or [float("inf")], "--budget")
+        if (
+            self.calibrate_on
+            and not Path(self.calibrate_on).exists()
+            and not str(self.calibrate_on).startswith("hf:")
+        ):
+            raise InputError("--calibrate-on: no such question file", self.calibrate_on)
+
+
+def declared_costs(gate: str, options: GateOptions) -> list[float] | None:
+    """A learned router run's or router export's costs, read from its metadata file."""
+    path = None
+    if gate == "learned" and options.learned_run:
+        path = Path(options.learned_run) / "metadata.json"
+    elif gate == "onnx" and options.onnx:
+        path = Path(options.onnx) / "gate_metadata.json"
+    if path is None or not path.is_file():
+        return None
+    router = json.loads(path.read_text(encoding="utf-8")).get("router")
+    return list(router["costs"]) if router else None
 
 
 def run_tuning(cfg: TuneConfig) -> list[Path]:
@@ -91,7 +125,45 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
     thresholds = [o for o in cfg.objectives if o in THRESHOLDS]
     if thresholds:
         written.append(_thresholds(cfg, splits, thresholds))
+    router = [o for o in cfg.objectives if o in ROUTER]
+    if router or cfg.calibrate_on:
+        written.append(_router(cfg, splits, router))
     return written
+
+
+def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
+    from ..data.user_questions import question_set
+    from .router import (
+        calibrate_on,
+        calibration_source,
+        router_markdown,
+        saved_calibration,
+        test_figures,
+        traffic_summary,
+        tune_router,
+    )
+    from .run import build_for_tuning
+
+    policy = policy_name(cfg.labels)
+    traffic = question_set(cfg.calibrate_on) if cfg.calibrate_on else ()  # read before the model
+    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options)
+    result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target)
+    test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
+    calibration = None
+    if cfg.calibrate_on:
+        calibration = calibrate_on(gate, traffic, calibration_source(cfg.calibrate_on), cfg.budget)
+        dev_price = gate.calibration.price(cfg.budget)  # type: ignore[attr-defined]
+        result["traffic"] = traffic_summary(calibration, len(traffic), dev_price)
+    md = f"# Router tuning\n\n`{cfg.command}`\n\n" + router_markdown(result)
+    if cfg.save_objective in (*ROUTER, TRAFFIC):
+        from ..training.checkpoint import save_router
+
+        if cfg.save_objective != TRAFFIC:
+            calibration = saved_calibration(gate, result, cfg.save_objective)
+        save_router(cfg.gate_options.learned_run, calibration)
+        log.info(f"saved the router's default operating point ({calibration.objective}, price "
+                 f"{calibration.default_price:.4g}) into {cfg.gate_options.learned_run}")  # fmt: skip
+    return _write(cfg, f"tune-router-{cfg.gate}-{policy.replace('/', '-')}", result, md)
 
 
 def _write(cfg: TuneConfig, stem: str, data: dict[str, Any], markdown: str) -> Path:
@@ -113,7 +185,7 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     # tuning is over: only now are the chosen thresholds applied to the test split
     result["rows"] = rows = dev_test_rows(result, gate, sp.test)
     md = f"# Tuned thresholds\n\n`{cfg.command}`\n\n" + tuned_markdown(result, rows)
-    if cfg.save_objective:  # only when asked: tuning alone never changes a run
+    if cfg.save_objective in THRESHOLDS:  # only when asked: tuning alone never changes a run
         _save_threshold(cfg, result)
     return _write(cfg, f"tune-{cfg.gate}-{policy}", result, md)
 
