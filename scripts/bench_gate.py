@@ -4,7 +4,12 @@ dynamic int8 (`--dynamic-int8`, quantised here from the export's fp32 file the w
 before static int8) and the Vanilla prompt gate through vLLM for scale.
 
     .venv/bin/python scripts/bench_gate.py --run checkpoints/<run> --export export/<name> \
-        [--threads 2] [--dynamic-int8] [--prompt-gate] [--out reports/bench_gate.json]
+        [--threads 2] [--dynamic-int8] [--prompt-gate] [--out reports/bench_gate.json] \
+        [--router-export export/<router>]
+
+With --router-export, a router's export (issue 25) is timed in the same alternating passes
+(`route` at its default budget: P(correct | strategy) and the decision) and its ratio to the
+binary gate's batch-1 p50 and batched throughput is printed per variant.
 
 Batch-1: one question per call, tokenisation included (what a RAG service pays per request),
 p50/p99 over --repeat calls; model-only p50 as well. Batched: --batch questions per call with
@@ -91,21 +96,24 @@ def bench_onnx(
     batch_size: int | None = None,
 ) -> dict:
     from retrieval_gate.gates.encoder import pad_right
-    from retrieval_gate.gates.onnx import OnnxGate
+    from retrieval_gate.gates.onnx import OnnxRouter, open_onnx
 
-    gate = OnnxGate(export, variant, threads=args.threads, batch_size=batch_size or args.batch)
+    gate = open_onnx(export, variant, threads=args.threads, batch_size=batch_size or args.batch)
     ids = gate.encode(texts)
     it = iter(range(10**9))
+    router = isinstance(gate, OnnxRouter)
+    # a router pays for what it serves: P(correct | strategy) and the routing at its default
+    run = gate._proba_batch if router else gate.run_batch
+    call = gate.route if router else gate.score_texts
     model_only = _timings(
-        lambda: gate.run_batch(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None),
-        args.repeat,
+        lambda: run(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None), args.repeat
     )
     return {
-        "name": f"ONNX {label or variant} ({gate.provider})",
-        **batch1(gate.score_texts, texts, args.repeat),
+        "name": f"{'router ' if router else ''}ONNX {label or variant} ({gate.provider})",
+        **batch1(call, texts, args.repeat),
         "model_only_p50_ms": 1e3 * float(np.median(model_only)),
-        **batched(gate.score_texts, texts, args.rounds),
-        **(quality(gate.score_texts, texts, args) if first else {}),
+        **batched(call, texts, args.rounds),
+        **(quality(gate.score_texts, texts, args) if first and not router else {}),
     }
 
 
@@ -176,6 +184,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def router_ratios(rows: list[dict], variants: Sequence[str]) -> str:
+    """Router / binary gate per variant: batch-1 p50 (lower is better) and batched q/s."""
+    lines = ["| variant | p50 router / gate | model-only p50 router / gate | "
+             "q/s gate / router | within 1.1x |", "|---|---|---|---|---|"]  # fmt: skip
+    for v in variants:
+        gate = next(r for r in rows if r["name"].startswith(f"ONNX {v} "))
+        router = next(r for r in rows if r["name"].startswith(f"router ONNX {v} "))
+        p50 = router["p50_ms"] / gate["p50_ms"]
+        model = router["model_only_p50_ms"] / gate["model_only_p50_ms"]
+        qps = gate["questions_per_s"] / router["questions_per_s"]
+        lines.append(f"| {v} | {p50:.3f} | {model:.3f} | {qps:.3f} | {max(p50, qps) <= 1.1} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", type=Path, required=True, help="training run (PyTorch eager)")
@@ -190,6 +212,9 @@ def main() -> None:
     p.add_argument("--dynamic-int8", action="store_true",
                    help="also time the old dynamic int8 (quantised here from the export)")  # fmt: skip
     p.add_argument("--prompt-gate", action="store_true", help="also time the vLLM prompt gate")
+    p.add_argument("--router-export", type=Path,
+                   help="a router export (issue 25): its variants timed in the same passes, "
+                   "`route` at its default budget, and its ratio to the gate's printed")  # fmt: skip
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
 
@@ -202,6 +227,9 @@ def main() -> None:
     jobs = [lambda first: bench_torch(args.run, texts, args, first)]
     jobs += [lambda first, v=v: bench_onnx(args.export, v, texts, args, first)
              for v in args.variants]  # fmt: skip
+    if args.router_export:
+        jobs += [lambda first, v=v: bench_onnx(args.router_export, v, texts, args, first)
+                 for v in args.variants]  # fmt: skip
     scratch = tempfile.TemporaryDirectory(prefix="bench-dynamic-int8-")
     if args.dynamic_int8:
         old = dynamic_int8_export(args.export, args.run, Path(scratch.name) / args.export.name)
@@ -224,6 +252,8 @@ def main() -> None:
           f"{args.passes} alternating passes, AUROC on {len(labels)} test questions of the run, "
           f"load average {load[0]:.1f} (other processes share this CPU)")  # fmt: skip
     print(table(rows))
+    if args.router_export:
+        print(router_ratios(rows, args.variants))
     scratch.cleanup()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, write_text
+from ..routing import check_budget
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", default="fp32", help="fp32 | opt | int8 | fp16")
     p.add_argument("--provider", help="force an execution provider: cpu | cuda")
     p.add_argument("--threshold", type=float, help="override the exported threshold (0..1)")
+    p.add_argument("--budget", type=float,
+                   help="a router's budget: mean cost per question (default: the exported "
+                   "default operating point); each record then names its strategy")  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -45,8 +49,22 @@ def check_threshold(value: float | None, flag: str = "--threshold") -> float | N
     return value
 
 
+def check_router_budget(model: str, budget: float | None) -> None:
+    """--budget goes with a router export, within its costs (read before the model loads)."""
+    from ..gates.onnx import is_router_export
+
+    if budget is None:
+        return
+    if not is_router_export(model):
+        raise InputError("--budget goes with a router export (this one is a binary gate: "
+                         "its operating point is --threshold)", model)  # fmt: skip
+    meta = json.loads((Path(model) / "gate_metadata.json").read_text(encoding="utf-8"))
+    check_budget(budget, meta["router"]["costs"], "--budget")
+
+
 def run(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
+    check_router_budget(args.model, args.budget)
     if bool(args.input) == bool(args.questions):
         raise InputError("pass exactly one of --input FILE and --questions SPEC")
     inputs = [args.input or args.questions]
@@ -61,16 +79,21 @@ def run(args: argparse.Namespace) -> int:
     if not good:
         first = next((f"line {r['line']}: {r['error']}" for r in records), "the file is empty")
         raise InputError(f"no line could be scored ({first})", args.input)
-    from ..gates.onnx import OnnxGate
+    from ..gates.base import as_questions, is_router
+    from ..gates.onnx import open_onnx
 
-    gate = OnnxGate(args.model, args.variant, provider=args.provider)
+    gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
+    items = questions if questions is not None else as_questions([r["text"] for r in good])
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
     else:
         scores = gate.score_texts([r["text"] for r in good])
-    for rec, score in zip(good, scores, strict=True):
+    routes = gate.route(items, args.budget) if is_router(gate) else None  # type: ignore[attr-defined]
+    for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
+        if routes is not None:  # a router: the strategy too
+            rec["strategy"] = routes[i]
     lines = []
     for rec in records:
         rec.pop("text", None)
