@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--gates",
         nargs="+",
         default=["tfidf", "popularity"],
-        choices=["tfidf", "popularity", "popularity-global"],
+        choices=["tfidf", "popularity", "popularity-global", "router-tfidf", "router-prior"],
     )
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(

@@ -22,10 +22,11 @@ from tqdm import tqdm
 from .. import metrics as M
 from ..errors import InputError, MissingInputError
 from ..fileio import write_text
-from ..gates.base import Gate
+from ..gates.base import Gate, is_router
 from ..gates.registry import GateContext, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..questions import Question
+from ..routing import outcome, route_indices
 from ..tables import markdown_table
 from . import plots
 
@@ -62,6 +63,19 @@ class Cell:
     macro_f1: float
     accuracy: float
     retrieval_rate: float
+    # a router on strategy labels: accuracy and mean cost routed at its default budget
+    routed_accuracy: float | None = None
+    routed_cost: float | None = None
+
+
+def _routed(cell: Cell, gate: Gate, test: EvalSet) -> Cell:
+    """A router's cell also says what its routing achieves on the held-out questions."""
+    if is_router(gate) and test.has_strategies:
+        cal = gate.calibration  # type: ignore[attr-defined]
+        choice = route_indices(gate.strategy_proba(test.questions), cal.default_price, cal.costs)  # type: ignore[attr-defined]
+        ok, cost = outcome(choice, test.correct, test.costs_paid(cal.costs))
+        cell.routed_accuracy, cell.routed_cost = float(ok.mean()), float(cost.mean())
+    return cell
 
 
 def _cell(
@@ -118,7 +132,8 @@ def transfer_cells(
                 cells.append(_na(name, policy, "in-domain", part.test, f"cannot fit: {why}"))
             else:
                 s = np.asarray(in_domain.scores(part.test.questions), float)
-                cells.append(_cell(name, policy, "in-domain", part.test, s, in_domain.threshold))
+                cell = _cell(name, policy, "in-domain", part.test, s, in_domain.threshold)
+                cells.append(_routed(cell, in_domain, part.test))
             try:
                 gate = fit(part, policy, src)
             except CANNOT_FIT as e:  # e.g. popularity: no s_pop outside PopQA
@@ -127,7 +142,8 @@ def transfer_cells(
                 )
                 continue
             s = np.asarray(gate.scores(part.test.questions), float)
-            cells.append(_cell(name, policy, "held-out", part.test, s, gate.threshold))
+            cells.append(_routed(_cell(name, policy, "held-out", part.test, s, gate.threshold),
+                                 gate, part.test))  # fmt: skip
     return cells
 
 
@@ -158,7 +174,10 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
                     row.append("n/a (cannot fit, see below)")
                     continue
                 auc = f"{c.auroc:.3f}" if c.auroc is not None else "n/a"
-                row.append(f"{auc} / {c.macro_f1:.3f} / {c.accuracy:.3f} / {c.retrieval_rate:.2f}")
+                text = f"{auc} / {c.macro_f1:.3f} / {c.accuracy:.3f} / {c.retrieval_rate:.2f}"
+                if c.routed_accuracy is not None:  # a router: its routing at the default budget
+                    text += f"; routed {c.routed_accuracy:.3f} at cost {c.routed_cost:.2f}"
+                row.append(text)
             body.append(row)
         header = ["gate (setting)"] + [f"{s} (n={next(c.n for c in pc if c.source == s)}, "
                                        f"{next(c.positive_rate for c in pc if c.source == s):.0%} need)" for s in sources]  # fmt: skip
