@@ -16,6 +16,7 @@ from pathlib import Path
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, write_text
+from ..gates.onnx_format import VARIANTS
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input",
         help=".txt (one question a line, an optional `question` header line), .jsonl "
-        "({id, question}) or .csv (a `question` or `text` column, optional `id`)",
+        "({id, question}) or .csv (a `question` or `text` column, optional `id`); default: none, "
+        "give --input or --questions",
     )
     add_question_args(
-        p, "questions to score instead of --input (their columns feed a gate's side features)"
+        p,
+        "questions to score instead of --input (their columns feed a gate's side features)",
+        "none, give --input or --questions",
     )
     p.add_argument("--output", help="JSONL output (default: stdout); never one of the inputs")
-    p.add_argument("--variant", default="fp32", help="fp32 | opt | int8 | fp16")
-    p.add_argument("--provider", help="force an execution provider: cpu | cuda")
-    p.add_argument("--threshold", type=float, help="override the exported threshold (0..1)")
+    p.add_argument("--variant", default="fp32", choices=tuple(VARIANTS),
+                   help="ONNX file of the export")  # fmt: skip
+    p.add_argument("--provider", choices=("cpu", "cuda"),
+                   help="force an execution provider (default: CUDA when onnxruntime-gpu sees a "
+                   "GPU, else CPU)")  # fmt: skip
+    p.add_argument("--threshold", type=float,
+                   help="override the exported threshold, 0..1 (default: the export's)")  # fmt: skip
     p.set_defaults(run=run)
 
 
