@@ -75,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
     threshold = gate.threshold if args.threshold is None else args.threshold
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
+    elif gate.side_features is not None:
+        names = ", ".join(gate.side_features.names)
+        raise InputError(
+            f"gate {gate.name} also reads the side features {names}, which a line of text "
+            f"cannot carry: pass --questions FILE (a .csv, .jsonl or .parquet with a `question` "
+            f"column and {names}) instead of --input",
+            args.input,
+        )
     else:
         scores = gate.score_texts([r["text"] for r in good])
     for rec, score in zip(good, scores, strict=True):
