@@ -20,6 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=["tfidf", "popularity", "popularity-global"],
         help="gates fitted per cell (--learned adds the learned gate)",
     )
+    p.add_argument(
+        "--feature",
+        metavar="COLUMN",
+        default="s_pop",
+        help="numeric signal the popularity gates threshold (any numeric column of --questions: "
+        "low value -> retrieve)",
+    )
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(
         "--learned-config", default="configs/backbones/minilm.yaml", help="training config"
@@ -54,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.transfer import learned_fitter, run_transfer
+    from ..gates.registry import GateOptions
     from ..labels.evalset import policy_name
     from ..labels.labelling_run import run_dir_for
     from .question_args import questions_from
@@ -67,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
     run_dir = run_dir_for(args.labels[0], args.run_dir)
-    path = run_transfer(args.labels, args.gates, args.out, run_dir, extra, command, questions)
+    options = GateOptions(feature=args.feature)
+    path = run_transfer(
+        args.labels, args.gates, args.out, run_dir, extra, command, questions, options
+    )
     print(f"report: {path}")
     return 0
