@@ -97,7 +97,9 @@ def blocks(path: Path) -> list[Block]:
         before = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
         marker = MARKER.match(before)
         text = "\n".join(body)
-        out.append(Block(path, start + 1, m.group("lang"), text, marker.group(1) if marker else None))
+        out.append(
+            Block(path, start + 1, m.group("lang"), text, marker.group(1) if marker else None)
+        )
         i += 1
     return out
 

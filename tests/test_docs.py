@@ -58,6 +58,8 @@ def test_block_says_whether_it_runs(block: Block):
 def docs_workspace(tmp_path_factory, minilm_gate_dirs) -> Path:
     """A checkout after `make demo`, small: the session's MiniLM run and export in the demo's
     places, the example files and configs, a copy of data/ (blocks may write labels)."""
+    from retrieval_gate.data import resolve_data_dir
+
     root = tmp_path_factory.mktemp("docs-workspace")
     run, export = minilm_gate_dirs
     shutil.copytree(run, root / "runs/demo/checkpoints/minilm-closed-book", symlinks=True)
@@ -65,6 +67,10 @@ def docs_workspace(tmp_path_factory, minilm_gate_dirs) -> Path:
     for name in ("configs", "examples", "scripts"):
         (root / name).symlink_to(REPO / name)
     shutil.copytree(REPO / "data", root / "data")
+    shared = root.parent / "shared"  # ../shared/datasets beside the checkout, as in the docs
+    shared.mkdir(exist_ok=True)
+    if not (shared / "datasets").exists():
+        (shared / "datasets").symlink_to(resolve_data_dir(download=False))
     return root
 
 
@@ -78,7 +84,7 @@ def in_workspace(docs_workspace, monkeypatch):
     return docs_workspace
 
 
-def _session_generator(request):
+def _session_generator(engine):
     """`build_generator` for the blocks: the session's engine for SmolLM2 (the same call
     built it), anything else as asked."""
     from retrieval_gate import generation
@@ -87,16 +93,25 @@ def _session_generator(request):
 
     def build(name_or_path: str, backend: str = "auto", **kwargs):
         if name_or_path == "smollm2-135m-instruct" and backend in ("auto", "vllm"):
-            return request.getfixturevalue("vllm_generator")
+            return engine
         return real(name_or_path, backend, **kwargs)
 
     return build
+
+
+# training and export commands that ran (and succeeded) in the shared workspace: a page that
+# repeats one of the README's steps word for word (docs/your-data.md) builds on its result
+# instead of training or exporting the same gate twice; every other command runs again
+RAN: set[tuple[str, ...]] = set()
+ONCE = ("train", "export")
 
 
 def _run_shell(block: Block, capsys) -> None:
     from retrieval_gate.cli import main
 
     for command in block.commands():
+        if command.argv[:1] and command.argv[0] in ONCE and tuple(command.argv) in RAN:
+            continue
         capsys.readouterr()
         try:
             code = main(list(command.argv))
@@ -104,6 +119,7 @@ def _run_shell(block: Block, capsys) -> None:
             code = e.code or 0
         out, err = capsys.readouterr()
         assert code == 0, f"{command.where}: `{command.text}` exited {code}\n{out}\n{err}"
+        RAN.add(tuple(command.argv))
         if block.checks_output:
             _same_output(command, out, err)
 
@@ -132,11 +148,25 @@ def _matches(expected: list[str], actual: list[str]) -> bool:
     return bool(actual) and expected[0] == actual[0] and _matches(expected[1:], actual[1:])
 
 
+def _checkout_state() -> str | None:
+    """The checkout's changed and untracked files (None outside a git checkout): a block that
+    writes into the checkout instead of the workspace is a bug in the block or the code."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout if done.returncode == 0 else None
+
+
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
 def test_runnable_blocks_run(page: Path, in_workspace, capsys, request, monkeypatch):
     from retrieval_gate import generation
 
-    monkeypatch.setattr(generation, "build_generator", _session_generator(request))
+    before = _checkout_state()
+
+    if "build_generator(" in page.read_text(encoding="utf-8"):
+        engine = request.getfixturevalue("vllm_generator")
+        monkeypatch.setattr(generation, "build_generator", _session_generator(engine))
     namespace: dict = {"__name__": "__docs__"}
     for block in blocks(page):
         if not block.runs:
@@ -145,6 +175,7 @@ def test_runnable_blocks_run(page: Path, in_workspace, capsys, request, monkeypa
             exec(compile(block.text, block.where, "exec"), namespace)  # noqa: S102
         else:
             _run_shell(block, capsys)
+    assert _checkout_state() == before, f"{page.name}: a block wrote into the checkout"
 
 
 # ----------------------------------------------------------------- every flag documented
@@ -245,4 +276,3 @@ def test_the_counts(capsys):
     for reason, where in sorted(reasons.items()):
         print(f"  {len(where)} x {reason}: {', '.join(where)}")
     assert COMMANDS and runs
-
