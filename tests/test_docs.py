@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 from pathlib import Path
@@ -221,6 +222,7 @@ def test_every_flag_shows_its_default():
     -h itself have none), in argparse's text or the flag's own."""
     silent = []
     for path, parser in _leaf_parsers():
+        assert "SUPPRESS" not in parser.format_help(), path
         formatter = parser._get_formatter()
         for a in parser._actions:
             if not a.option_strings or a.required or a.nargs == 0:
@@ -237,7 +239,7 @@ def test_top_level_help_lists_every_verb_with_its_summary(capsys):
     with pytest.raises(SystemExit):
         main(["-h"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "retrieval-necessity gates" in out and "(run `" not in out
+    assert "retrieval-necessity gates" in out and "(run `" not in out and "SUPPRESS" not in out
     for verb, (_, summary) in VERBS.items():
         assert f"{verb} {summary}" in out, verb
 
@@ -276,3 +278,21 @@ def test_the_counts(capsys):
     for reason, where in sorted(reasons.items()):
         print(f"  {len(where)} x {reason}: {', '.join(where)}")
     assert COMMANDS and runs
+
+
+def test_data_dir_holds_for_the_command_only(tmp_path, monkeypatch, capsys):
+    """`--data-dir` (on every verb that reads the bundled datasets) is handed on as
+    $RETRIEVAL_GATE_DATA while the command runs, checked first, and restored after."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.data import resolve_data_dir
+
+    data = resolve_data_dir(download=False)
+    if not (data / "freshqa").is_dir():
+        pytest.skip("no local datasets")
+    monkeypatch.delenv("RETRIEVAL_GATE_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ../shared/datasets from here
+    assert main(["data", "summary", "--data-dir", str(data), "--dataset", "freshqa"]) == 0
+    assert f"data folder: {data}" in capsys.readouterr().out
+    assert "RETRIEVAL_GATE_DATA" not in os.environ
+    assert main(["train", "--config", "minilm", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    assert "--data-dir" in capsys.readouterr().err

@@ -51,7 +51,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if "default" in text or default is None or default is False or default == []:
+        if "default" in text or default in (None, argparse.SUPPRESS, []) or default is False:
             return text
         shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
         return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
