@@ -39,6 +39,7 @@ SLOW_FIXTURES = {
     "chain": "label, train, tune, export and evaluate through the CLI (test_your_data)",
     "base_venv": "a fresh venv with a pip install (test_base_install)",
     "train_gate": "a training run in the test itself",
+    "docs_workspace": "runs the docs' runnable blocks (training, export, the vLLM engine)",
 }
 VLLM_FIXTURES = {"vllm_generator", "vllm_server"}
 SLOW_SECONDS = 5.0

@@ -165,3 +165,49 @@ def test_tune_takes_the_onnx_gate_with_its_flag(chain):
     result = json.loads((out / "tune-onnx-closed-book.json").read_text())
     assert result["gate"] == "onnx:mine:int8"
     assert [k for k in result["thresholds"] if k.startswith("macro-f1")]
+
+
+def test_model_card_is_true_to_the_gate_and_its_snippet_runs(chain, capsys):
+    """The card names the user's question file and side feature (no bundled datasets), and its
+    "Use" snippet, run as written, scores with the feature."""
+    import re
+
+    card = (chain["export"] / "README.md").read_text()
+    assert "questions.csv" in card and "side features hits" in card
+    assert "canonical split" not in card and "datasets:" not in card.split("---")[1]
+    snippet = re.search(r"## Use\n```python\n(.*?)```", card, re.S).group(1)
+    assert 'features={"hits": [None]}' in snippet
+    exec(compile(snippet, "card", "exec"), {})  # noqa: S102
+    assert capsys.readouterr().out.strip() in ("[ True]", "[False]")
+
+
+def test_score_tells_a_side_feature_gate_needs_questions(chain, capsys):
+    lines = chain["root"] / "lines.txt"
+    lines.write_text("who is the author of grisk ulbrecht?\n")
+    assert main(["score", "--model", str(chain["export"]), "--input", str(lines)]) == 2
+    err = capsys.readouterr().err
+    assert "side features hits" in err and "pass --questions FILE" in err
+
+
+def test_export_notes_each_step_and_keeps_library_warnings_out(chain, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["export", "--run", str(chain["run"]), "--out-dir", str(tmp_path),
+                 "--variants", "fp32", "int8"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    steps = [line for line in err.splitlines() if line.startswith("note: export: ")]
+    assert [s.split(" [")[0] for s in steps][1:] == [
+        "note: export: fp32 ONNX graph (tracing the model)",
+        f"note: export: int8 (static, scales calibrated on {len(steps) and _dev(chain)} dev questions)",
+        f"note: export: parity: {_test(chain)} test questions through PyTorch and each variant",
+        "note: export: model card",
+    ]
+    assert "Warning" not in err and "WARNING" not in err, err
+    assert not any(line.startswith("INFO:") for line in err.splitlines()), err  # no root handler
+
+
+def _dev(chain) -> int:
+    return len(json.loads((chain["run"] / "metadata.json").read_text())["calibration"]["texts"])
+
+
+def _test(chain) -> int:
+    return json.loads((chain["run"] / "labels.json").read_text())["counts"]["test"]["n"]

@@ -52,7 +52,8 @@ def folder_mode() -> int:
     return 0o777 & ~umask()
 
 
-def _make_parent(path: Path) -> None:
+def make_parent(path: Path) -> None:
+    """Creates the folder `path` goes into, or says in one line why it cannot."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -74,7 +75,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     onnx.save); renamed over `path` with the umask's mode when the block ends without error,
     removed when it fails. A missing or read-only folder is an InputError."""
     path = Path(path)
-    _make_parent(path)
+    make_parent(path)
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
@@ -102,7 +103,7 @@ def staged_folder(target: str | Path) -> Iterator[Path]:
     removed), so a reader finds the old folder or the new one, never half of one. On error, or
     a kill, `target` is untouched; the next call removes folders that killed runs left."""
     target = Path(target)
-    _make_parent(target)
+    make_parent(target)
     if target.exists() and not target.is_dir():
         raise InputError("is a file, not a folder; choose another output", target)
     _remove_abandoned(target)

@@ -6,17 +6,25 @@ import argparse
 import dataclasses
 import json
 
+from .question_args import add_data_dir
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a learned gate (PyTorch Lightning)")
-    p.add_argument("--config", required=True, help="YAML config (configs/experiments/*.yaml)")
+    p.add_argument(
+        "--config",
+        required=True,
+        help="YAML config: a path, or an example config by name (minilm-closed-book, "
+        "minilm-lora, ...: configs/experiments, configs/backbones)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000",
+        help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000 "
+        "(default: none)",
     )
     again = p.add_mutually_exclusive_group()
     again.add_argument(
@@ -27,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue the run in the run folder from its last checkpoint (same config only)",
     )
+    add_data_dir(p)
     p.set_defaults(run=run)
 
 

@@ -23,7 +23,7 @@ from .. import metrics as M
 from ..errors import InputError, MissingInputError
 from ..fileio import write_text
 from ..gates.base import Gate, is_router
-from ..gates.registry import GateContext, build_gate
+from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..questions import Question
 from ..routing import outcome, route_indices
@@ -98,9 +98,9 @@ def _na(gate: str, policy: str, setting: str, test: EvalSet, reason: str) -> Cel
 Fitter = Callable[[Splits, str, str], Gate]
 
 
-def registry_fitter(name: str) -> Fitter:
+def registry_fitter(name: str, options: GateOptions | None = None) -> Fitter:
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
-        return build_gate(name, GateContext(sp.train, sp.dev))
+        return build_gate(name, GateContext(sp.train, sp.dev), options)
 
     return fit
 
@@ -200,12 +200,14 @@ def run_transfer(
     extra_fitters: dict[str, Fitter] | None = None,
     command: str = "",
     questions: Sequence[Question] | None = None,
+    options: GateOptions | None = None,
 ) -> Path:
-    """The matrix over `questions` (default: the bundled datasets), one held-out source a cell."""
+    """The matrix over `questions` (default: the bundled datasets), one held-out source a cell;
+    `options`: the gates' flags (`feature` for the popularity gates)."""
     cells = []
     for path in label_files:
         sp = load_splits(path, run_dir, questions)
-        fitters: dict[str, Any] = {g: registry_fitter(g) for g in gates}
+        fitters: dict[str, Any] = {g: registry_fitter(g, options) for g in gates}
         fitters |= extra_fitters or {}
         cells += transfer_cells(sp, policy_name(path), fitters)
     return write_transfer_report(cells, out_dir, command)

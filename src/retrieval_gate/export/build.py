@@ -9,7 +9,7 @@ from typing import Any
 from ..fileio import staged_folder
 from ..questions import Question
 from .card import write_model_card
-from .onnx import check_export_target, keep_users_files, write_export
+from .onnx import Progress, check_export_target, keep_users_files, write_export
 from .parity import calibration_set, check_parity, parity_set
 
 
@@ -30,9 +30,12 @@ def build_export(
         parity if parity is not None else parity_set(run_dir, parity_limit, questions=questions)
     )
     calibration = calibration_set(run_dir, questions) if "int8" in variants else None
+    progress = Progress()
     with staged_folder(out_dir) as stage:
-        write_export(run_dir, stage, variants, calibration)
+        write_export(run_dir, stage, variants, calibration, progress)
+        progress.step(f"parity: {len(texts)} test questions through PyTorch and each variant")
         report = check_parity(run_dir, stage, texts, labels, features[0] if features else None)
-        write_model_card(run_dir, stage, report, name=out_dir.name)
+        progress.step("model card")
+        write_model_card(run_dir, stage, report, name=out_dir.name, path=str(out_dir))
         keep_users_files(out_dir, stage)
     return out_dir, report

@@ -15,9 +15,13 @@ previous export (or none), never half of one."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import time
+import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,8 @@ from ..fileio import staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json
 from .parity import calibration_set
+
+log = logging.getLogger(__name__)
 
 OPSET = 17
 # Encoders the ORT transformer optimiser knows how to fuse (attention, layer norm, GELU).
@@ -94,6 +100,39 @@ def set_metadata(path: Path, props: dict[str, str]) -> None:
     del model.metadata_props[:]
     onnx.helper.set_model_props(model, props)
     onnx.save(model, str(path))
+
+
+class Progress:
+    """`note: export: <step> [elapsed]` before each step: an export takes tens of seconds."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def step(self, what: str) -> None:
+        log.info(f"export: {what} [{time.perf_counter() - self.start:.0f} s]")
+
+
+@contextmanager
+def library_warnings_hidden() -> Iterator[None]:
+    """The tracer's and the quantiser's warnings speak of their internals, not of the user's
+    gate (the parity check tells whether the export is right): hidden, unless -v. ONNX
+    Runtime's quantiser warns through the root logger, whose first use would also install a
+    root handler (logging.basicConfig) that prints every later note twice: a NullHandler
+    stands in for the duration."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    root = logging.getLogger()
+    stand_in, level = logging.NullHandler(), root.level
+    root.addHandler(stand_in)
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+        root.removeHandler(stand_in)
 
 
 def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) -> None:
@@ -259,9 +298,12 @@ def write_export(
     out_dir: Path,
     variants: Sequence[str],
     calibration: tuple[Sequence[str], np.ndarray | None] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """The ONNX files, tokenizer and metadata into the (empty, staging) folder `out_dir`.
     `calibration` = (texts, side features) of dev questions for int8 (default: the run's)."""
+    progress = progress or Progress()
+    progress.step(f"loading the run {run_dir}")
     module, tokenizer, meta = load_run(run_dir)
     hf_config = module.backbone.hf_config
     if hf_config.model_type in FUSABLE:
@@ -278,15 +320,20 @@ def write_export(
     )
     side = module.side_features
     props = gate_metadata(run_dir, meta, tokenizer, side.to_dict() if side else None)
-    export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
-    if "opt" in variants:
-        optimise(paths["fp32"], paths["opt"], hf_config)
-    if "int8" in variants:
-        texts, features = calibration or calibration_set(run_dir)
-        feeds = calibration_feeds(tokenizer, texts, features, int(meta["max_length"]))
-        quantise_int8(paths["fp32"], paths["int8"], feeds)
-    if "fp16" in variants:
-        to_fp16(paths["fp32"], paths["fp16"])
+    with library_warnings_hidden():
+        progress.step("fp32 ONNX graph (tracing the model)")
+        export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
+        if "opt" in variants:
+            progress.step("opt (ONNX Runtime fusions)")
+            optimise(paths["fp32"], paths["opt"], hf_config)
+        if "int8" in variants:
+            texts, features = calibration or calibration_set(run_dir)
+            progress.step(f"int8 (static, scales calibrated on {len(texts)} dev questions)")
+            feeds = calibration_feeds(tokenizer, texts, features, int(meta["max_length"]))
+            quantise_int8(paths["fp32"], paths["int8"], feeds)
+        if "fp16" in variants:
+            progress.step("fp16")
+            to_fp16(paths["fp32"], paths["fp16"])
     for variant, path in paths.items():
         if path.is_file():
             set_metadata(path, {**props, "variant": variant})

@@ -310,6 +310,10 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"unknown key {key!r} in section 'trainer'{_close(key, known)}")
         hint = TRAINER_TYPES.get(key)
         out[key] = _check(f"trainer.{key}", value, hint | None) if hint else copy.deepcopy(value)
+    if "logger" in out:  # Lightning's own loggers, by name (training/loggers.py)
+        from .loggers import check_logger
+
+        out["logger"] = check_logger(out["logger"])
     return out
 
 
@@ -391,6 +395,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
         raise ConfigError("config must be a YAML mapping", path)
+    raw = _project_paths(raw, path)
     parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
     for parent in [parents] if isinstance(parents, str) else parents:
@@ -421,9 +426,57 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> TrainConfig:
-    """The YAML file (and what it extends) <- overrides, over the defaults, checked."""
-    raw = _read_yaml(Path(path)) if path else {}
+    """The YAML file (and what it extends) <- overrides, over the defaults, checked. `path`
+    may name an example config (`minilm-closed-book`: `find_config`)."""
+    raw = _read_yaml(find_config(path)) if path else {}
     return TrainConfig.from_dict(apply_overrides(raw, overrides))
+
+
+# The example configs of a source checkout (src/retrieval_gate/training -> <checkout>/configs).
+CHECKOUT_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+CONFIG_FOLDERS = ("experiments", "backbones", ".")
+
+
+def find_config(spec: str | Path) -> Path:
+    """A config file by path, or an example config by name (`minilm-closed-book` ->
+    configs/experiments/minilm-closed-book.yaml), looked up in ./configs, then in the
+    checkout this package runs from."""
+    path = Path(spec)
+    if path.is_file() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path  # a path (a missing one is reported by _read_yaml, with its name)
+    roots = list(dict.fromkeys([Path("configs"), CHECKOUT_CONFIGS]))
+    for root in roots:
+        for folder in CONFIG_FOLDERS:
+            candidate = root / folder / f"{spec}.yaml"
+            if candidate.is_file():
+                return candidate
+    known = sorted({p.stem for r in roots for f in CONFIG_FOLDERS if (r / f).is_dir()
+                    for p in (r / f).glob("*.yaml")})  # fmt: skip
+    raise ConfigError(
+        f"--config {spec}: no such file and no example config of that name"
+        + (f" (examples: {', '.join(known)})" if known else " (no configs/ folder here)")
+        + "; pass the path of a YAML config"
+    )
+
+
+# Config keys holding paths: relative ones are read from the working directory, else from the
+# project the config file belongs to (the folder above its configs/), so `train --config`
+# works from anywhere.
+PATH_KEYS = ("label_file", "questions")
+
+
+def _project_paths(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return raw
+    root = next((p.parent for p in path.parents if p.name == "configs"), path.parent)
+    for key in PATH_KEYS:
+        value = data.get(key)
+        if not isinstance(value, str) or value.startswith("hf:") or Path(value).is_absolute():
+            continue
+        if not Path(value).exists() and (root / value).exists():
+            data[key] = str(root / value)
+    return raw
 
 
 def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any] | None]:

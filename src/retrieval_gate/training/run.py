@@ -29,7 +29,6 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
-from pytorch_lightning.loggers import CSVLogger
 
 from ..errors import ConfigError, DataError
 from ..fileio import read_json, sha256_file, write_json, write_text
@@ -39,6 +38,7 @@ from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
 from .config import TrainConfig
 from .data import GateDataModule, memory_labels, memory_provenance, strategy_targets
+from .loggers import build_loggers
 from .module import RetrievalGateModule
 from .router import calibrate_router, check_strategy_source, router_figures
 
@@ -99,10 +99,11 @@ def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -
     stop = EarlyStopping(monitor=es.monitor, mode=es.mode, patience=es.patience)
     if config.trainer.get("enable_progress_bar", True):  # tqdm: readable in log files too
         callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
+    trainer = {k: v for k, v in config.trainer.items() if k != "logger"}
     return pl.Trainer(
-        **config.trainer,
+        **trainer,
         default_root_dir=str(run_dir),
-        logger=CSVLogger(str(run_dir), name="logs", version=""),
+        logger=build_loggers(config.trainer.get("logger", "csv"), run_dir, run_dir.name),
         callbacks=[ckpt, stop, *callbacks],
     )
 

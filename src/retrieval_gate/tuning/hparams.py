@@ -69,8 +69,8 @@ def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | No
     _, dm, module = prepare(config, questions)
     dm.rows["test"] = []  # tuning never reads the test split
     trainer = pl.Trainer(
-        **{**config.trainer, "val_check_interval": 0.5},  # two pruning checks per epoch
-        logger=False,
+        # two pruning checks per epoch; no trial logs (trainer.logger is the final run's)
+        **{**config.trainer, "val_check_interval": 0.5, "logger": False},
         enable_checkpointing=False,
         callbacks=[LightningPruning(trial)],
     )

@@ -16,8 +16,8 @@ from typing import Any
 from ..errors import ConfigError, InputError
 from ..fileio import content_id, sha256_file, write_text
 from ..gates.registry import GateOptions, check_options
-from ..labels.evalset import DEFAULT_RUN_DIR, Splits, load_splits, policy_name
-from ..labels.labelling_run import LabellingRun
+from ..labels.evalset import Splits, load_splits, policy_name
+from ..labels.labelling_run import LabellingRun, run_dir_for
 from ..questions import Question
 from ..routing import check_budget
 from ..tables import markdown_table
@@ -31,6 +31,9 @@ OWN_STUDIES = ("relations", "hparams")  # they build their own gates
 ROUTER = ("budget-accuracy", "min-cost", "cost-pareto")  # a router's price (tuning/router.py)
 OBJECTIVES = (*THRESHOLDS, *OWN_STUDIES, *ROUTER)
 TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questions
+# studies Optuna samples (trials, a storage); the other threshold objectives (and the router's
+# price sweep) are exact
+SAMPLED = ("pareto", *OWN_STUDIES)
 
 
 @dataclass
@@ -46,7 +49,7 @@ class TuneConfig:
     storage: str | Path = DEFAULT_STORAGE  # an Optuna storage: SQLite file or URL (storage.py)
     workers: int = 1  # processes on one study (tuning/workers.py)
     out: Path = Path("reports/tune")
-    run_dir: Path = DEFAULT_RUN_DIR  # the labelling run: recorded answers
+    run_dir: Path | None = None  # the labelling run (recorded answers): `run_dir_for(labels)`
     gate_options: GateOptions = field(default_factory=GateOptions)
     save_objective: str | None = None  # threshold saved into the learned run
     config: str = "configs/backbones/minilm-lora.yaml"  # hparams: the training config
@@ -57,6 +60,9 @@ class TuneConfig:
     budget: float = 1.0  # router: mean cost per question (budget-accuracy, --calibrate-on)
     calibrate_on: str | None = None  # router: a user's unlabelled questions (their traffic)
 
+    def __post_init__(self) -> None:
+        self.run_dir = run_dir_for(self.labels, self.run_dir)
+
     def check(self) -> None:
         """Values and combinations, before any gate is built or study opened."""
         unknown = [o for o in self.objectives if o not in OBJECTIVES]
@@ -64,7 +70,8 @@ class TuneConfig:
             raise ConfigError(f"unknown objective {unknown[0]!r}; use {', '.join(OBJECTIVES)}")
         if self.trials < 1:
             raise InputError(f"--trials must be at least 1, got {self.trials}")
-        check_storage(self.storage, self.workers)  # reachable and writable before any work
+        if set(self.objectives) & set(SAMPLED):  # reachable and writable before any work;
+            check_storage(self.storage, self.workers)  # exact sweeps create no study file
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
