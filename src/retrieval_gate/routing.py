@@ -67,8 +67,10 @@ def route_indices(P: np.ndarray, price: float, costs: Sequence[float]) -> np.nda
 
 
 def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
-    """Every price at which some question's routing changes, plus 0 and one above them all:
-    one candidate per interval between breakpoints (each just past its breakpoint)."""
+    """Every price at which some question's routing changes, plus 0 and one past them all:
+    one candidate per interval between breakpoints (each just past its breakpoint). The last
+    one exceeds 1 / (smallest cost step), so it sends ANY question (P in [0, 1]) to the
+    cheapest strategy: a budget of that strategy's cost holds on new questions too."""
     c = np.asarray(costs, float)
     found = [np.zeros(1)]
     for a in range(P.shape[1]):
@@ -77,7 +79,8 @@ def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
                 found.append((P[:, b] - P[:, a]) / (c[b] - c[a]))
     prices = np.unique(np.concatenate(found))
     prices = prices[prices >= 0]
-    top = prices.max() if len(prices) else 0.0
+    steps = np.diff(np.unique(c))
+    top = max(prices.max() if len(prices) else 0.0, 1.0 / steps.min() if len(steps) else 0.0)
     return np.unique(np.concatenate([[0.0], prices + 1e-9, [top + 1.0]]))
 
 
@@ -124,11 +127,14 @@ def sweep(
     `paid`: what each question actually costs (n, S) where known (default: `costs`)."""
     P = np.asarray(P, float)
     paid = np.asarray(costs, float) if paid is None else np.asarray(paid, float)
-    rows: dict[tuple, tuple[float, float, float | None, np.ndarray]] = {}
-    for price in breakpoints(P, costs):
+    rows: dict[bytes, tuple[float, float, float | None, np.ndarray]] = {}
+    candidates = breakpoints(P, costs)
+    for price in candidates:
         choice = route_indices(P, price, costs)
         key = choice.tobytes()
         if key in rows:
+            if price == candidates[-1]:  # the all-cheapest routing keeps the safe top price
+                rows[key] = (float(price), *rows[key][1:])
             continue
         ok, spent = outcome(choice, correct if correct is not None else np.zeros_like(P), paid)
         shares = np.bincount(choice, minlength=P.shape[1]) / max(len(choice), 1)

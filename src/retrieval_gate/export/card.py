@@ -183,8 +183,57 @@ def write_model_card(
         "## Use",
         *_use(path or name, meta),
     ]
+    if "router" in meta:  # what it routes, at what measured accuracy and cost
+        lines[0] = f"# Retrieval router `{name}`"
+        lines[lines.index("## Model") : lines.index("## Model")] = _router_lines(
+            meta, metrics, name
+        )
     data = card_data(name, meta, config, metrics.get("test", {}))
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
     path = export_dir / "README.md"
     write_text(path, card.content)  # atomic, like every file the exporter writes
     return path
+
+
+def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], name: str) -> list[str]:
+    """A router's section: its strategies and costs, the default budget and how it was
+    chosen, and dev/test accuracy and mean cost there (from training)."""
+    r = meta["router"]
+    costs = ", ".join(f"`{s}` {c:g}" for s, c in zip(r["strategies"], r["costs"], strict=True))
+    figures = metrics.get("router", {})
+    rows = [[split, f["n"], f["accuracy"], f["mean_cost"], f["auroc_no_retrieval_wrong"],
+             ", ".join(f"{s} {100 * v:.0f}%" for s, v in f["shares"].items())]
+            for split, f in ((k, figures[k]) for k in ("dev", "test") if k in figures)]  # fmt: skip
+    return [
+        "## Routing",
+        f"Routes each question to one strategy, in cost order: {costs} (cost per question in "
+        "the router's unit). `strategy_proba` = P(correct | strategy), one head a strategy; "
+        "a question goes to argmax P - price x cost, the price read for a budget (mean cost per "
+        "question) from the calibration in the metadata.",
+        f"- default operating point: budget {r['default_budget']:g} ({r['objective']}), price "
+        f"{r['default_price']:.4g}"
+        + (f"; calibrated on {r['traffic_source']}" if r.get("traffic_source") else ""),
+        "",
+        "Measured at the default operating point when it was trained (PyTorch; accuracy = the "
+        "routed strategy's recorded correctness):",
+        "",
+        markdown_table(
+            [
+                "split",
+                "questions",
+                "accuracy",
+                "mean cost",
+                "AUROC (no-retrieval answer wrong)",
+                "routed to",
+            ],
+            rows,
+            digits=3,
+        ),  # fmt: skip
+        "",
+        "```python",
+        "from retrieval_gate import RetrievalGate",
+        f'router = RetrievalGate.from_pretrained("{name}")',
+        'router.route(["Who wrote Hamlet?"], budget=1.0)  # one strategy a question',
+        "```",
+        "",
+    ]

@@ -15,6 +15,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from ..data.errors import DataError
+from ..data.splits import assign_splits, with_splits
 from ..data.user_questions import question_set
 from ..fileio import write_json
 from ..gates.base import is_router
@@ -63,6 +64,8 @@ def parity_set(
         questions = training_questions(config.data)  # e.g. the release a router learned from
     if questions is None:
         questions = question_set(config.data.questions, config.data.fields)
+    elif not all(q.split for q in questions):  # the split training gave them
+        questions = with_splits(questions, assign_splits(questions, seed=config.data.split_seed))
     rows = [q for q in questions if q.id in labels and q.split == split]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)

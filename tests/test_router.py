@@ -1,0 +1,223 @@
+"""Routers (issue 25): the decision rule and its exact price sweep, budget calibration, bad
+budgets refused before any model loads, and (slow) a tiny router trained through Lightning,
+exported to ONNX (fp32 + int8) and round-tripped through `RetrievalGate.from_pretrained`,
+`save_pretrained` and `push_to_hub`."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from retrieval_gate.errors import ConfigError, InputError
+from retrieval_gate.routing import (
+    Calibration,
+    breakpoints,
+    check_budget,
+    outcome,
+    pareto,
+    point_for_budget,
+    route_indices,
+    sweep,
+)
+
+COSTS = (0.0, 1.0, 3.35)
+STRATEGIES = ("no_retrieval", "one_retrieval", "multi_step")
+
+
+def _random(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    P = rng.uniform(size=(n, 3))
+    Y = (rng.uniform(size=(n, 3)) < P).astype(float)
+    return P, Y
+
+
+def test_sweep_finds_every_routing_a_price_makes():
+    P, Y = _random(40)
+    curve = sweep(P, COSTS, Y)
+    seen = {route_indices(P, p, COSTS).tobytes() for p in curve.price}
+    # a fine grid of prices finds no routing the exact sweep missed
+    for price in np.linspace(0, 2, 4001):
+        assert route_indices(P, price, COSTS).tobytes() in seen
+    assert len(seen) == len(curve.price)
+    # cost falls as the price rises; the first price is the most accurate routing
+    assert np.all(np.diff(curve.mean_cost) <= 1e-12)
+    assert (route_indices(P, 0.0, COSTS) == np.argmax(P, axis=1)).all()
+    assert len(breakpoints(P, COSTS)) >= len(curve.price)
+
+
+def test_budget_is_met_and_the_default_is_the_best_accuracy_within_it():
+    P, Y = _random(200, seed=1)
+    cal = Calibration.fit(STRATEGIES, COSTS, P, Y, budget=1.0)
+    for budget in (0.0, 0.5, 1.0, 2.0, 3.35):
+        _, paid = outcome(route_indices(P, cal.price(budget), COSTS), Y, np.array(COSTS))
+        assert paid.mean() <= budget + 1e-9
+    within = cal.dev.mean_cost <= 1.0 + 1e-9
+    i = point_for_budget(cal.dev, 1.0, best_accuracy=True)
+    assert cal.default_price == cal.dev.price[i]
+    assert cal.dev.accuracy[i] == cal.dev.accuracy[within].max()
+    front = pareto(cal.dev)
+    assert all(
+        cal.dev.accuracy[a] < cal.dev.accuracy[b] for a, b in zip(front, front[1:], strict=False)
+    )
+    again = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again.price(0.7) == cal.price(0.7) and again.default_price == cal.default_price
+
+
+def test_traffic_calibration_meets_the_budget_on_the_users_questions():
+    P, Y = _random(100, seed=2)
+    cal = Calibration.fit(STRATEGIES, COSTS, P, Y)
+    traffic = np.clip(P + 0.2, 0, 1)  # other traffic: other probabilities
+    on = cal.on_traffic(traffic, "traffic mine.jsonl", budget=1.0)
+    _, paid = outcome(route_indices(traffic, on.price(None), COSTS), Y, np.array(COSTS))
+    assert paid.mean() <= 1.0 + 1e-9 and on.traffic_source == "traffic mine.jsonl"
+    assert on.price(1.0) == on.default_price
+
+
+@pytest.mark.parametrize("budget", [-0.1, 3.36, float("nan")])
+def test_bad_budgets_name_the_flag(budget):
+    with pytest.raises(InputError, match="--budget"):
+        check_budget(budget, COSTS, "--budget")
+
+
+def _fake_router_run(folder: Path) -> Path:
+    """A run folder whose files say "router" (no weights worth loading): flags are checked
+    against it before anything would load."""
+    folder.mkdir(parents=True)
+    (folder / "gate.pt").write_bytes(b"")
+    P, Y = _random(20)
+    meta = {"task": "strategies", "router": Calibration.fit(STRATEGIES, COSTS, P, Y).to_dict()}
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_tune_refuses_a_budget_above_the_dearest_strategy_before_loading(tmp_path):
+    from retrieval_gate.gates.registry import GateOptions
+    from retrieval_gate.tuning.tune import TuneConfig
+
+    run = _fake_router_run(tmp_path / "run")
+    cfg = TuneConfig(gate="learned", labels=Path("adaptive-rag"), objectives=["budget-accuracy"],
+                     budget=4.0, storage=tmp_path / "s.db",
+                     gate_options=GateOptions(learned_run=str(run)))  # fmt: skip
+    with pytest.raises(InputError, match=r"--budget 4.0.*3.35"):
+        cfg.check()
+    cfg.budget = 1.0
+    cfg.save_objective = "macro-f1"  # not tuned here
+    with pytest.raises(ConfigError, match="save-objective"):
+        cfg.check()
+
+
+def test_score_budget_needs_a_router_export(tmp_path, capsys):
+    from retrieval_gate.cli import main
+
+    binary = tmp_path / "gate"
+    binary.mkdir()
+    (binary / "gate_metadata.json").write_text(json.dumps({"task": "binary"}))
+    questions = tmp_path / "q.txt"
+    questions.write_text("Who wrote Hamlet?\n")
+    assert main(["score", "--model", str(binary), "--input", str(questions), "--budget", "1"]) == 2
+    assert "--budget goes with a router export" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a real router, end to end
+
+
+def _strategy_questions(n: int = 150):
+    """Known words: no retrieval answers; rare ones: only multi-step does; mixed: one."""
+    from retrieval_gate.questions import Question
+    from tiny_backbones import WORDS_KNOWN, WORDS_RARE
+
+    rng = random.Random(0)
+    qs, labels = [], {}
+    for i in range(n):
+        kind = i % 3
+        pool = WORDS_KNOWN if kind == 0 else WORDS_RARE
+        words = rng.sample(pool, 3)
+        text = f"what is the {words[0]} of {words[1]} {words[2]} number {i}?"
+        qs.append(Question(id=f"q{i}", text=text, answers=("x",), source=f"src{kind}"))
+        labels[f"q{i}"] = [(1, 1, 1), (0, 1, 1), (0, 0, 1)][kind]
+    return qs, labels
+
+
+@pytest.fixture(scope="module")
+def router_dirs(tmp_path_factory):
+    from retrieval_gate.export.build import build_export
+    from retrieval_gate.training import train
+    from tiny_backbones import tiny_backbone, tiny_config
+
+    work = tmp_path_factory.mktemp("router")
+    qs, labels = _strategy_questions()
+    model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
+    cfg = tiny_config(Path("unused"), work / "ck", "encoder", str(model), pooling="cls")
+    cfg = cfg.override("data.task=strategies", "data.label_file=null", "model.budget=1.5",
+                       "trainer.limit_train_batches=4")  # fmt: skip
+    run = train(cfg, questions=qs, labels=labels)
+    export, report = build_export(run, work / "export" / "router", ("fp32", "int8"),
+                                  questions=qs)  # fmt: skip
+    return Path(run), export, report, qs
+
+
+@pytest.mark.slow
+def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.gates.base import Router, is_router
+    from test_pretrained import FolderHub
+
+    run, export, report, qs = router_dirs
+    meta = json.loads((run / "metadata.json").read_text())
+    assert meta["classes"] == list(STRATEGIES) and meta["router"]["default_budget"] == 1.5
+    assert report["variants"]["fp32"]["passed"]
+    assert report["variants"]["fp32"]["router"]["strategy_proba_max_abs_diff"] < 1e-4
+    props = {p.key: p.value for p in onnx.load(str(export / "model.onnx")).metadata_props}
+    assert props["format"] == "retrieval-gate-onnx/2" and json.loads(props["router"])[
+        "costs"
+    ] == list(COSTS)
+    texts = [q.text for q in qs[:12]]
+    for folder in (export, run):
+        router = RetrievalGate.from_pretrained(folder, device="cpu")
+        assert isinstance(router, Router) and is_router(router)
+        assert router.strategies == STRATEGIES and router.costs["multi_step"] == 3.35
+        P = router.strategy_proba(texts)
+        assert P.shape == (12, 3) and ((P >= 0) & (P <= 1)).all()
+        np.testing.assert_allclose(router.predict_proba(texts), 1 - P[:, 0], atol=1e-5)
+        assert set(router.route(texts)) <= set(STRATEGIES)
+        assert router.route(texts, budget=0.0) == ["no_retrieval"] * 12
+        with pytest.raises(InputError, match="budget"):
+            router.route(texts, budget=-1)
+    onnx_router = RetrievalGate.from_pretrained(export)
+    torch_router = RetrievalGate.from_pretrained(run, device="cpu")
+    assert onnx_router.route(texts) == torch_router.route(texts)
+    int8 = RetrievalGate.from_pretrained(export, variant="int8")
+    assert int8.strategy_proba(texts).shape == (12, 3)
+    # the Hub round trip (a local folder stands for the Hub)
+    hub = FolderHub(tmp_path / "hub")
+    onnx_router.push_to_hub("acme/router", api=hub)
+    pulled = RetrievalGate.from_pretrained(tmp_path / "hub" / "acme" / "router")
+    assert pulled.strategies == STRATEGIES and pulled.budget == 1.5
+    np.testing.assert_allclose(pulled.strategy_proba(texts), onnx_router.strategy_proba(texts))
+    assert pulled.route(texts, budget=1.0) == onnx_router.route(texts, budget=1.0)
+    card = (export / "README.md").read_text()
+    assert "# Retrieval router" in card and "## Routing" in card and "multi_step" in card
+
+
+@pytest.mark.slow
+def test_a_format_1_binary_export_still_loads(tiny_onnx_export, tmp_path):
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.gates.base import is_router
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_onnx_export, old)
+    path = old / "model.onnx"
+    model = onnx.load(str(path))
+    for p in model.metadata_props:
+        if p.key == "format":
+            p.value = "retrieval-gate-onnx/1"
+    onnx.save(model, str(path))
+    gate = RetrievalGate.from_pretrained(old)
+    assert gate.metadata["format"] == "retrieval-gate-onnx/1" and not is_router(gate)
+    assert gate.predict_proba(["what is the capital of france?"]).shape == (1,)
