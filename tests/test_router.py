@@ -112,6 +112,19 @@ def test_tune_refuses_a_budget_above_the_dearest_strategy_before_loading(tmp_pat
         cfg.check()
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("model.costs=[0,-1,3]", "model.costs"), ("model.costs=[0]", "model.costs"),
+     ("model.budget=-0.5", "model.budget")],
+)  # fmt: skip
+def test_bad_costs_and_budgets_in_a_config(tmp_path, override, message):
+    from tiny_backbones import tiny_config
+
+    cfg = tiny_config(Path("unused"), tmp_path, "encoder", "unused")
+    with pytest.raises(ConfigError, match=message):
+        cfg.override("data.task=strategies", override)
+
+
 def test_score_budget_needs_a_router_export(tmp_path, capsys):
     from retrieval_gate.cli import main
 
@@ -201,6 +214,10 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
     assert pulled.strategies == STRATEGIES and pulled.budget == 1.5
     np.testing.assert_allclose(pulled.strategy_proba(texts), onnx_router.strategy_proba(texts))
     assert pulled.route(texts, budget=1.0) == onnx_router.route(texts, budget=1.0)
+    # save_pretrained of the PyTorch run: the run's gate files, routing the same
+    saved = torch_router.save_pretrained(tmp_path / "saved-run")
+    again = RetrievalGate.from_pretrained(saved, device="cpu")
+    assert again.strategies == STRATEGIES and again.route(texts) == torch_router.route(texts)
     card = (export / "README.md").read_text()
     assert "# Retrieval router" in card and "## Routing" in card and "multi_step" in card
 
