@@ -109,3 +109,21 @@ def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
     proc = subprocess.Popen([sys.executable, "-c", code])
     stop(proc)  # the child never saw a Ctrl-C: stop sends it one
     assert proc.returncode == 7
+
+
+def test_the_router_saving_table_leads_the_report_and_the_headline(tmp_path):
+    from retrieval_gate.demo import SAVING
+
+    (tmp_path / "router").mkdir()
+    (tmp_path / "router" / "report.md").write_text(
+        "# Gates\n\n| gate | auroc |\n|---|---|\n| onnx | 0.7 |\n\n"
+        f"{SAVING}\n\n| policy | accuracy |\n|---|---|\n| always multi_step | 0.36 |\n"
+    )
+    report = write_report(tmp_path).read_text()
+    saving = report.index("## The saving")
+    assert saving < report.index("| always multi_step | 0.36 |") < report.index("## Router on")
+    head = headline(tmp_path)
+    assert head.startswith("## The saving") and "| onnx | 0.7 |" not in head
+    assert [s.name for s in STAGES][-3:] == ["router-train", "router-export", "router-evaluate"]
+    train = STAGES[-3].argv(tmp_path)
+    assert "configs/experiments/router-adaptive-rag-llama8b.yaml" in train and "--resume" in train

@@ -13,8 +13,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", help="demo folder")
     p.add_argument(
         "--stage",
-        help="re-run one stage alone (data, models, labels, train, tune, export, evaluate, rag; "
-        "default: every stage not finished yet)",
+        help="re-run one stage alone (data, models, labels, train, tune, export, evaluate, rag, "
+        "router-train, router-export, router-evaluate; default: every stage not finished yet)",
     )
     add_data_dir(p)
     p.add_argument("--force", action="store_true", help="re-run finished stages too")
