@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(0 to the dearest strategy's cost)")  # fmt: skip
     p.add_argument("--calibrate-on", metavar="SPEC",
                    help="router: your own unlabelled questions (a question file); the price "
-                   "that meets --budget on them (save it with --save-objective traffic)")  # fmt: skip
+                   "that meets --budget on them (save it with --save-objective traffic); default: none, "
+                   "the dev split's calibration")  # fmt: skip
     p.add_argument(
         "--trials",
         type=int,
