@@ -241,22 +241,30 @@ def test_a_format_1_binary_export_still_loads(tiny_onnx_export, tmp_path):
 
 
 def test_the_accuracy_matching_price_is_chosen_on_dev_and_the_saving_table():
-    from retrieval_gate.evaluation.routing import MATCH, matching_price, saving_table
+    from retrieval_gate.evaluation.routing import BEST_DEV, MATCH, matching_price, saving_table
 
     P, Y = _random(300, seed=3)
     cal = Calibration.fit(STRATEGIES, COSTS, P, Y)
     dev = type("Dev", (), {"has_strategies": True, "correct": Y, "__len__": lambda self: 300})()
-    price, cost = matching_price(cal, dev)
+    price, cost, reached = matching_price(cal, dev)
+    assert reached
     choice = route_indices(P, price, COSTS)
     ok, paid = outcome(choice, Y, np.array(COSTS))
     assert ok.mean() >= Y.mean(axis=0).max() - 1e-12 and paid.mean() == pytest.approx(cost)
     cheaper = cal.dev.mean_cost < cost - 1e-9
     assert (cal.dev.accuracy[cheaper] < Y.mean(axis=0).max()).all()  # the cheapest that does
+    only_dearest = np.zeros_like(Y)
+    only_dearest[:, 2] = 1  # always multi-step answers everything: no router on P matches it
+    cal = Calibration.fit(STRATEGIES, COSTS, P, only_dearest)
+    dev.correct = only_dearest
+    price, cost, reached = matching_price(cal, dev)
+    assert not reached and cost == cal.dev.mean_cost[cal.dev.accuracy.argmax()]
     stats = {"accuracy": 0.3, "accuracy_ci95": [0.2, 0.4], "mean_cost": 1.0,
              "mean_cost_ci95": [0.9, 1.1]}  # fmt: skip
     names = ["oracle (cheapest)", "never (always no_retrieval)", "always multi_step",
              "onnx @ budget 0.5", "onnx @ budget 1", f"onnx @ {MATCH} (dev budget 1.20)",
+             f"tfidf @ {BEST_DEV}, short of it (dev budget 2.00)",
              "tfidf @ threshold 0.5"]  # fmt: skip
     table = saving_table({"policies": [{"policy": n, "overall": stats} for n in names]})
     rows = [line.split(" | ")[0].strip("| ") for line in table.splitlines()[2:]]
-    assert rows == [names[1], names[2], names[4], names[5], names[0]]
+    assert rows == [names[1], names[2], names[4], names[5], names[6], names[0]]
