@@ -206,6 +206,7 @@ def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], name: str) -> l
             for split, f in ((k, figures[k]) for k in ("dev", "test") if k in figures)]  # fmt: skip
     return [
         "## Routing",
+        "",
         f"Routes each question to one strategy, in cost order: {costs} (cost per question in "
         "the router's unit). `strategy_proba` = P(correct | strategy), one head a strategy; "
         "a question goes to argmax P - price x cost, the price read for a budget (mean cost per "
