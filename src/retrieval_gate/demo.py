@@ -42,7 +42,7 @@ class Stage:
     name: str
     title: str
     argv: Callable[[Path], list[str]]  # the verb's arguments, given the demo folder
-    budget: float  # seconds on a quiet 2-core machine (the 8 sum to 15 minutes)
+    budget: float  # seconds on a quiet 2-core machine (the stages sum to 15 minutes)
 
 
 def _label_sample(out: Path) -> list[str]:
