@@ -9,7 +9,7 @@ below fit on the train split of strategy labels and calibrate on dev."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -24,9 +24,7 @@ class RoutingMixin:
 
     strategies: tuple[str, ...]
     calibration: Calibration
-
-    def strategy_proba(self, questions: Questions) -> np.ndarray:
-        raise NotImplementedError
+    strategy_proba: Callable[[Questions], np.ndarray]  # each router's own: P(correct | strategy)
 
     @property
     def costs(self) -> dict[str, float]:
