@@ -275,7 +275,7 @@ def test_every_config_key_is_typed_lists_and_mappings_included():
         "data.fields=title": r"data.fields='title': expected a mapping",
         "data.fields={question: [a]}": r"data.fields.question=\['a'\]: expected a string",
         "data.questions=[a.csv]": r"data.questions=\['a.csv'\]: expected a string",
-        "data.task=3wya": r"data.task='3wya': expected one of binary, 3way \(did you mean 3way",
+        "data.task=3wya": r"data.task='3wya': expected one of binary, 3way, strategies \(did you mean 3way",
         "data.balance=sampl": r"expected one of class_weights, sampler, none \(did you mean sampler",
         "model.pooling=maen": r"model.pooling='maen': expected one of mean, cls, last",
         "model.backbone=null": r"model.backbone=null: a value is required",
