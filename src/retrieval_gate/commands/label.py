@@ -9,6 +9,9 @@ from pathlib import Path
 from ..models import SMOLLM2
 from .label_engine import add_engine_args, ray_engine
 from .question_args import add_question_args, questions_from
+from .rag import add_multi_step_args, multi_step_config
+
+STRATEGIES_POLICY = "strategies"  # runs the RAG loop's strategies: rag/labelling.py
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..labels.selection import EQ_SAMPLE
 
     p = sub.add_parser("label", help="write retrieval-need labels keyed by question id")
-    p.add_argument("--policy", choices=POLICIES, help="label policy to run")
+    p.add_argument(
+        "--policy",
+        choices=(*POLICIES, STRATEGIES_POLICY),
+        help="label policy to run (strategies: your generator's outcome under no retrieval, "
+        "one retrieval and multi-step retrieval, docs/label.md)",
+    )
     p.add_argument(
         "--dataset",
         action="append",
@@ -40,7 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
     p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
-    p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        help="questions per generator call (default 512; --policy strategies: 64, each under "
+        "every strategy, written when the chunk ends)",
+    )
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -68,7 +81,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         help="--policy outcomes: strategy names in cost order, the cheapest first; the file "
         "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
-        "writes strategies.jsonl (docs/label.md)",
+        "writes strategies.jsonl (docs/label.md). --policy strategies: which of no_retrieval "
+        "one_retrieval multi_step to run (default all three)",
     )
     p.add_argument(
         "--unanswered",
@@ -95,6 +109,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
     add_engine_args(p)
+    add_multi_step_args(p)
     p.add_argument("--report", action="store_true", help="print figures from the label files")
     p.add_argument(
         "--relabel",
@@ -133,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.policy:
         raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
+    if args.policy == STRATEGIES_POLICY:
+        return _strategies(args)
     if args.relabel:
         from ..labels.policies import relabel
 
@@ -159,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         generator=generator.name if generator else args.generator,
         backend=args.backend,
         criterion=args.criterion,
-        chunk_size=args.chunk_size,
+        chunk_size=args.chunk_size or 512,
         eq_sample=args.eq_sample,
         seed=args.seed,
         out=args.out,
@@ -206,3 +223,75 @@ def _policy_options(args: argparse.Namespace) -> dict:
         if args.no_llm_judge:
             opts["llm_judge"] = False
     return opts
+
+
+def _strategies(args: argparse.Namespace) -> int:
+    """`--policy strategies`: every flag and file checked, then the RAG loop's labelling."""
+    from ..data.errors import InputError
+    from ..labels.policies import generator_dir_name
+    from ..rag.labelling import StrategyLabelling, label_path, label_strategies
+
+    for flag, bad in (("--outcomes", args.outcomes), ("--relabel", args.relabel),
+                      ("--engine ray", args.engine == "ray"), ("--out with --labels-dir",
+                      args.out and args.labels_dir)):  # fmt: skip
+        if bad:
+            raise InputError(f"{flag} does not go with --policy {STRATEGIES_POLICY} (it runs "
+                             "one engine, or --generator-url, and writes one file)")  # fmt: skip
+    questions = _strategy_questions(args)
+    multi = multi_step_config(args)
+    remote = _remote_one(args)
+    name = remote.name if remote else args.generator
+    from ..labels.files import LABELS_DIR
+
+    out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
+    req = StrategyLabelling(
+        questions, out, name, args.retriever, args.corpus, args.k or 5,
+        args.strategies or StrategyLabelling.strategies, multi_step=multi,
+        criterion=args.criterion, unanswered=args.unanswered, chunk_size=args.chunk_size or 64,
+    )  # fmt: skip
+    req.check()  # before the corpus is read or an engine started
+
+    def generator():  # noqa: ANN202
+        from ..generation import build_generator
+
+        return remote or build_generator(args.generator, args.backend)
+
+    def retriever():  # noqa: ANN202
+        from ..rag.backends import open_retriever
+
+        return open_retriever(args.retriever, str(args.corpus) if args.corpus else None)
+
+    print(json.dumps(label_strategies(req, generator, retriever), indent=2))
+    return 0
+
+
+def _strategy_questions(args: argparse.Namespace) -> list:
+    from ..data.errors import DataError
+    from ..labels.selection import labelling_questions
+
+    questions = questions_from(args)
+    if questions is not None and args.datasets:
+        raise DataError("pass --questions or --dataset, not both")
+    if questions is not None and not (args.out or args.labels_dir):
+        raise DataError("--questions: pass --labels-dir DIR (or --out FILE): labels of your "
+                        "own questions do not go into the project's data/labels")  # fmt: skip
+    if questions is None:
+        questions = labelling_questions(args.datasets, args.eq_sample, args.seed)
+        if args.retriever == "contexts":  # only questions that carry their own documents
+            questions = [q for q in questions if q.contexts]
+    missing = [q for q in questions if not q.answers]
+    if missing:
+        raise DataError(f"{len(missing)} questions have no gold answers (e.g. {missing[0].id!r}) "
+                        "to judge the strategies' answers against; add an answers column")  # fmt: skip
+    return list(questions)[: args.limit] if args.limit else list(questions)
+
+
+def _remote_one(args: argparse.Namespace) -> object | None:
+    if not args.generator_url:
+        return None
+    from ..data.errors import DataError
+    from ..generation.remote import RemoteGenerator
+
+    if len(args.generator_url) > 1:
+        raise DataError("--policy strategies takes one --generator-url")
+    return RemoteGenerator(args.generator_url[0], model=args.llm)

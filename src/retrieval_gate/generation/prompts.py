@@ -1,5 +1,5 @@
-"""The prompts of RetrievalQA / TA-ARE (MISSION.md), in one place. Each has a stable id that
-label files record as provenance."""
+"""The prompts of RetrievalQA / TA-ARE (MISSION.md) and of IRCoT's multi-step retrieval, in one
+place. Each has a stable id that label files record as provenance."""
 
 from __future__ import annotations
 
@@ -55,6 +55,45 @@ DOC_WORDS = 120  # each retrieved document is cut to its first words to bound th
 def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
     """Retrieved documents as the with-context prompt shows them."""
     return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
+
+
+# Multi-step retrieval: IRCoT (Trivedi et al., "Interleaving Retrieval with Chain-of-Thought
+# Reasoning for Knowledge-Intensive Multi-Step Questions", ACL 2023), as Adaptive-RAG (Jeong et
+# al., NAACL 2024) runs it for its multi-step strategy: paragraphs as "Wikipedia Title: ...",
+# then "Q: Answer the following question by reasoning step-by-step. <question>" and "A:" with
+# the reasoning so far; the generator writes the next sentence, and "So the answer is: ..."
+# ends it. IRCoT's few-shot demonstrations become one instruction here (a chat model, and a
+# 135M one's context), and the last allowed step ends the prompt with the answer marker.
+MULTI_STEP_ID = "ircot-multi-step-v1"
+ANSWER_MARKER = "So the answer is:"
+MULTI_STEP = (
+    "{documents}\n\nQ: Answer the following question by reasoning step-by-step, using the "
+    "paragraphs above and your own knowledge. Write only the next sentence of the reasoning "
+    f'after "A:". When you know the answer, write "{ANSWER_MARKER} <answer>." with only the '
+    "answer, as concise as possible.\n{question}\nA:{reasoning}"
+)
+
+
+def multi_step_prompt(
+    question: str,
+    hits: Sequence[Hit],
+    reasoning: Sequence[str],
+    final: bool = False,
+    words: int = DOC_WORDS,
+) -> str:
+    """The prompt of one reasoning step: the documents held so far in IRCoT's layout (each
+    cut to its first `words` words), the question, the sentences written so far; `final`
+    ends it with the answer marker, so the generation is the answer."""
+    docs = "\n\n".join(
+        f"Wikipedia Title: {h.document.title}\n{' '.join(h.document.text.split()[:words])}"
+        for h in hits
+    )
+    so_far = [*reasoning, ANSWER_MARKER] if final else list(reasoning)
+    return MULTI_STEP.format(
+        documents=docs or "(no paragraphs)",
+        question=question,
+        reasoning="".join(" " + s for s in so_far),
+    )
 
 
 def vanilla_prompt(question: str) -> str:
