@@ -59,18 +59,22 @@ def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
 
 # Multi-step retrieval: IRCoT (Trivedi et al., "Interleaving Retrieval with Chain-of-Thought
 # Reasoning for Knowledge-Intensive Multi-Step Questions", ACL 2023), as Adaptive-RAG (Jeong et
-# al., NAACL 2024) runs it for its multi-step strategy: paragraphs as "Wikipedia Title: ...",
-# then "Q: Answer the following question by reasoning step-by-step. <question>" and "A:" with
-# the reasoning so far; the generator writes the next sentence, and "So the answer is: ..."
-# ends it. IRCoT's few-shot demonstrations become one instruction here (a chat model, and a
-# 135M one's context), and the last allowed step ends the prompt with the answer marker.
+# al., NAACL 2024) runs it for its multi-step strategy: the paragraphs held so far as
+# "Wikipedia Title: <title>\n<text>", then "Q: <question>" and "A:" with the reasoning so far;
+# the generator writes the next sentence, and "So the answer is: ..." ends it. IRCoT's
+# few-shot demonstrations become one instruction here (a chat model, and a 135M one's
+# context). The last allowed step is IRCoT's reader: the same template, asking for the answer
+# alone after the reasoning and the answer marker.
 MULTI_STEP_ID = "ircot-multi-step-v1"
 ANSWER_MARKER = "So the answer is:"
-MULTI_STEP = (
-    "{documents}\n\nQ: Answer the following question by reasoning step-by-step, using the "
-    "paragraphs above and your own knowledge. Write only the next sentence of the reasoning "
-    f'after "A:". When you know the answer, write "{ANSWER_MARKER} <answer>." with only the '
-    "answer, as concise as possible.\n{question}\nA:{reasoning}"
+MULTI_STEP = "{documents}\n\n{instruction}\nQ: {question}\nA:{reasoning}"
+MULTI_STEP_REASON = (
+    "Answer the following question by reasoning step-by-step, one sentence at a time, using "
+    f'the paragraphs above. When you know the answer, write "{ANSWER_MARKER} <answer>."'
+)
+MULTI_STEP_ANSWER = (
+    "Answer the following question using the paragraphs and the reasoning below. Only include "
+    "the answer in your response and try to be concise."
 )
 
 
@@ -83,7 +87,7 @@ def multi_step_prompt(
 ) -> str:
     """The prompt of one reasoning step: the documents held so far in IRCoT's layout (each
     cut to its first `words` words), the question, the sentences written so far; `final`
-    ends it with the answer marker, so the generation is the answer."""
+    asks for the answer after the answer marker, so the generation is the answer."""
     docs = "\n\n".join(
         f"Wikipedia Title: {h.document.title}\n{' '.join(h.document.text.split()[:words])}"
         for h in hits
@@ -91,6 +95,7 @@ def multi_step_prompt(
     so_far = [*reasoning, ANSWER_MARKER] if final else list(reasoning)
     return MULTI_STEP.format(
         documents=docs or "(no paragraphs)",
+        instruction=MULTI_STEP_ANSWER if final else MULTI_STEP_REASON,
         question=question,
         reasoning="".join(" " + s for s in so_far),
     )

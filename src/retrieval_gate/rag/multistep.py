@@ -35,6 +35,7 @@ from .strategies import MULTI_STEP
 DEFAULT_MAX_STEPS = 4
 MAX_STEPS_LIMIT = 10
 _ANSWER = re.compile(r"\b(?:so )?the answer is\s*:?\s*", re.IGNORECASE)
+_ECHO = re.compile(r"^(?:\s*A:)+\s*")  # a chat model may repeat the prompt's "A:" first
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -65,12 +66,14 @@ class MultiStepConfig:
 
 def parse_step(text: str) -> tuple[str, str | None]:
     """(the next reasoning sentence, the answer when the text gives one after "the answer
-    is")."""
+    is"; a marker with nothing after it gives none)."""
+    text = _ECHO.sub("", text)
     found = _ANSWER.search(text)
-    if found:
-        answer = text[found.end() :].strip().split("\n")[0].strip().rstrip(".").strip()
+    answer = text[found.end() :].strip().split("\n")[0].strip().rstrip(".").strip() if found else ""
+    if found and answer:
         return text[: found.start()].strip(), answer
-    parts = [p.strip() for p in _SENTENCE_END.split(text.strip()) if p.strip()]
+    parts = [p.strip() for p in _SENTENCE_END.split(text[: found.start()] if found else text)]
+    parts = [p for p in parts if p and not p.startswith(("Q:", "A:"))]  # prompt echoes
     return (parts[0] if parts else ""), None
 
 
@@ -110,6 +113,11 @@ class Reasoning:
         self.query = query
         self.retrievals += 1
 
+    def _repeats(self, sentence: str) -> bool:
+        """The sentence says what an earlier one said (its start): reasoning has stalled."""
+        head = " ".join(sentence.lower().split())[:40]
+        return any(" ".join(s.lower().split())[:40] == head for s in self.sentences)
+
     def next_query(self) -> Question:
         """The latest sentence (the question before any) as a retrieval query; the question's
         id and own documents are kept, so every retriever, the contexts one included, works."""
@@ -129,11 +137,11 @@ class Reasoning:
         sentence, answer = parse_step(result.text)
         self.steps.append({"query": self.query, "documents": [h.document.id for h in shown],
                            "text": result.text})  # fmt: skip
-        if final and answer is None:
-            answer = result.text.strip().split("\n")[0].strip().rstrip(".").strip()
+        if final and answer is None:  # the prompt ended with the marker: the text answers
+            answer = sentence.rstrip(".")
         if answer is not None:
-            self.answer = answer
-        elif sentence:
+            self.answer = answer.strip()
+        elif sentence and not self._repeats(sentence):
             self.sentences.append(sentence)
         else:  # no new sentence to retrieve with: the next step asks for the answer
             self.config = replace(self.config, max_steps=len(self.steps) + 1)
