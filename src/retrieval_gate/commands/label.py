@@ -237,7 +237,6 @@ def _strategies(args: argparse.Namespace) -> int:
         if bad:
             raise InputError(f"{flag} does not go with --policy {STRATEGIES_POLICY} (it runs "
                              "one engine, or --generator-url, and writes one file)")  # fmt: skip
-    questions = _strategy_questions(args)
     multi = multi_step_config(args)
     remote = _remote_one(args)
     name = remote.name if remote else args.generator
@@ -245,11 +244,12 @@ def _strategies(args: argparse.Namespace) -> int:
 
     out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
     req = StrategyLabelling(
-        questions, out, name, args.retriever, args.corpus, args.k or 5,
+        [], out, name, args.retriever, args.corpus, args.k or 5,
         args.strategies or StrategyLabelling.strategies, multi_step=multi,
         criterion=args.criterion, unanswered=args.unanswered, chunk_size=args.chunk_size or 64,
     )  # fmt: skip
-    req.check()  # before the corpus is read or an engine started
+    req.check()  # every flag before the questions are read, the corpus loaded or an engine started
+    req.questions = _strategy_questions(args)
 
     def generator():  # noqa: ANN202
         from ..generation import build_generator
@@ -275,10 +275,13 @@ def _strategy_questions(args: argparse.Namespace) -> list:
     if questions is not None and not (args.out or args.labels_dir):
         raise DataError("--questions: pass --labels-dir DIR (or --out FILE): labels of your "
                         "own questions do not go into the project's data/labels")  # fmt: skip
-    if questions is None:
+    if questions is None:  # the bundled sets: those with gold answers (and documents)
         questions = labelling_questions(args.datasets, args.eq_sample, args.seed)
+        questions = [q for q in questions if q.answers]
         if args.retriever == "contexts":  # only questions that carry their own documents
             questions = [q for q in questions if q.contexts]
+    if args.limit is not None and args.limit < 1:
+        raise DataError(f"--limit must be a positive number of questions, got {args.limit}")
     missing = [q for q in questions if not q.answers]
     if missing:
         raise DataError(f"{len(missing)} questions have no gold answers (e.g. {missing[0].id!r}) "

@@ -89,8 +89,6 @@ class StrategyLabelling:
                             ("--chunk-size", self.chunk_size)):  # fmt: skip
             if value < 1:
                 raise InputError(f"{flag} must be at least 1, got {value}")
-        if not self.questions:
-            raise InputError("no questions to label")
         return strategies, parse_unanswered(self.unanswered, strategies)
 
     def settings(self, strategies: list[str], treat: Unanswered) -> dict[str, Any]:
@@ -121,6 +119,8 @@ def label_strategies(
     """Labels the questions not yet in `req.out`. `generator` / `retriever`: built ones, or
     factories called only when there is something to label (after every check)."""
     strategies, treat = req.check()
+    if not req.questions:
+        raise InputError("no questions to label")
     settings = req.settings(strategies, treat)
     with single_writer(req.out):
         out = LabelFile(req.out)

@@ -4,8 +4,9 @@ retrieval with that sentence as the query, until the generator writes "So the an
 or the step limit is reached.
 
 - Step 1's documents are the one-retrieval strategy's: the top-k for the question. Each later
-  step retrieves `step_k` documents for the latest sentence; documents already held are not
-  added twice, and past `max_docs` (default: k) the oldest are dropped: the newest are kept.
+  step retrieves `step_k` documents for the latest sentence; they become the newest (one held
+  already is not added twice, it moves up), and past `max_docs` (default: k) the oldest are
+  dropped: the newest are kept.
 - The last allowed step (`max_steps`, default 4) ends its prompt with the answer marker, so
   every question that does not fail has an answer after at most `max_steps` LLM calls and
   `max_steps` retrievals.
@@ -106,9 +107,10 @@ class Reasoning:
         return len(self.steps) + 1 >= self.config.max_steps
 
     def add(self, query: str, hits: Sequence[Hit]) -> None:
-        """Documents of a retrieval: new ones appended, the newest `max_docs` kept."""
-        held = {h.document.id for h in self.hits}
-        self.hits.extend(h for h in hits if h.document.id not in held)
+        """Documents of a retrieval become the newest (one held already moves up), and the
+        newest `max_docs` are kept."""
+        fresh = {h.document.id for h in hits}
+        self.hits = [h for h in self.hits if h.document.id not in fresh] + list(hits)
         self.hits = self.hits[-(self.config.max_docs or 1) :]
         self.query = query
         self.retrievals += 1
