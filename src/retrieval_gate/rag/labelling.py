@@ -133,7 +133,8 @@ def label_strategies(
         gen = generator if isinstance(generator, Generator) else generator()
         ret = retriever if isinstance(retriever, Retriever) else retriever()
         _check_weights(out, gen)
-        meta = provenance(POLICY, **settings, generator_checksum=gen.checksum,
+        fields = {k: v for k, v in settings.items() if k != "policy"}
+        meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,
                           backend=getattr(gen, "backend", "?"), retriever_name=ret.name)  # fmt: skip
         out.write_meta(meta)  # before the first row: a label file never lacks its provenance
         rag = AdaptiveRAG(FixedStrategy(NO_RETRIEVAL), ret, gen, k=req.k,
