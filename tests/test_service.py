@@ -495,3 +495,7 @@ def test_a_multi_step_question_counts_its_steps_against_the_backlog():
     assert refused.status_code == 429 and "counts as its steps" in refused.json()["detail"]
     assert first.status_code == 200 and long.status_code == 200
     assert long.json()["answers"][0]["strategy"] == "multi_step"
+
+
+def test_schemathesis_router():
+    _fuzz(create_app(_router_rag(), Limits(max_questions=3)), examples=40)

@@ -84,7 +84,7 @@ def run_comparison(
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options.budget)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds)  # fmt: skip
+                 generator.name, setup_seconds) + _speed_note(results)  # fmt: skip
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
                 "budget": mode_options.budget,
                 "datasets": list(sample.datasets or []), "retriever": ret.name,
@@ -163,6 +163,17 @@ def _note(
         f"setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."
     )
+
+
+def _speed_note(results: Sequence[ModeResult]) -> str:
+    """Multi-step's engine rate beside one retrieval's (`always`) on the same engine: the rate,
+    not the wall time, shows whether its steps are batched (its prompts grow each step)."""
+    by = {r.mode: r.run.costs for r in results}
+    if MULTI_STEP_MODE not in by or "always" not in by or not by["always"].tokens_per_second:
+        return ""
+    multi, one = by[MULTI_STEP_MODE].tokens_per_second, by["always"].tokens_per_second
+    return (f" Prompt + generated tokens per second: multi-step {multi:.0f}, one retrieval "
+            f"(always) {one:.0f}: {multi / one:.2f}x.")  # fmt: skip
 
 
 def _multi_note(pipeline: Pipeline) -> str:
