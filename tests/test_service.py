@@ -499,3 +499,11 @@ def test_a_multi_step_question_counts_its_steps_against_the_backlog():
 
 def test_schemathesis_router():
     _fuzz(create_app(_router_rag(), Limits(max_questions=3)), examples=40)
+
+
+def test_the_served_budget_is_the_default_a_request_may_override():
+    with TestClient(create_app(_router_rag(budget=1.0))) as client:  # serve --budget 1.0
+        default = client.post("/score", json={"questions": ROUTED}).json()
+        assert [s["strategy"] for s in default["scores"]][-1] == "one_retrieval"
+        own = client.post("/score", json={"questions": ROUTED, "budget": 3.35}).json()
+        assert [s["strategy"] for s in own["scores"]][-1] == "multi_step"

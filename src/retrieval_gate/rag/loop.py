@@ -134,7 +134,9 @@ class AdaptiveRAG:
     def decide(
         self, questions: Sequence[Question], budget: Budget | Sequence[Budget] = None
     ) -> Decision:
-        """Each question's strategy (`budget` None: this loop's own budget)."""
+        """Each question's strategy; a budget left None (per question too) is this loop's."""
+        if isinstance(budget, Sequence):
+            budget = [self.budget if b is None else b for b in budget]
         return decide(self.gate, questions, self.budget if budget is None else budget)
 
     def run(
