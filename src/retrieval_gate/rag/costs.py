@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -126,16 +127,11 @@ class Meter:
         """Top-k hits per query in ONE call; `strategies[i]` is the strategy query i serves."""
         if not queries:
             return []
-        t = time.perf_counter()
-        hits = retriever.retrieve(list(queries), k=k)
-        seconds = time.perf_counter() - t
-        if len(hits) != len(queries):
-            raise BackendError(f"retriever {retriever.name!r} returned {len(hits)} hit lists "
-                               f"for {len(queries)} queries")  # fmt: skip
+        call = partial(retriever.retrieve, list(queries), k=k)
+        hits, seconds = _timed(call, len(queries), f"retriever {retriever.name!r}")
         self.costs.retrieval_calls += 1
         self.costs.retrieval_seconds += seconds
-        for s in strategies:
-            self.costs.strategy(s).retrieval_seconds += seconds / len(queries)
+        self._split("retrieval", seconds, strategies, [1] * len(queries))
         return hits
 
     def generate(
@@ -150,22 +146,32 @@ class Meter:
         `PartialGenerator`). Any other failure fails the call."""
         if not prompts:
             return []
-        t = time.perf_counter()
-        if isinstance(generator, PartialGenerator):
-            raw: list[Any] = generator.try_generate(list(prompts), max_new_tokens=max_new_tokens)
-        else:
-            raw = generator.generate(list(prompts), max_new_tokens=max_new_tokens)
-        seconds = time.perf_counter() - t
-        if len(raw) != len(prompts):
-            raise BackendError(f"generator {generator.name!r} returned {len(raw)} generations "
-                               f"for {len(prompts)} prompts")  # fmt: skip
+        method = generator.try_generate if isinstance(generator, PartialGenerator) else generator.generate
+        call = partial(method, list(prompts), max_new_tokens=max_new_tokens)
+        raw, seconds = _timed(call, len(prompts), f"generator {generator.name!r}")
         self.costs.generation_calls += 1
         self.costs.generation_seconds += seconds
         out = [g if isinstance(g, Generation) else f"the generator failed: {g}" for g in raw]
         tokens = [g.prompt_tokens + g.completion_tokens if isinstance(g, Generation) else 0
                   for g in out]  # fmt: skip
-        total = sum(tokens)
-        for s, n in zip(strategies, tokens, strict=True):
-            share = n / total if total else 1 / len(out)
-            self.costs.strategy(s).generation_seconds += seconds * share
+        self._split("generation", seconds, strategies, tokens)
         return out
+
+    def _split(self, part: str, seconds: float, strategies: Sequence[str],
+               weights: Sequence[int]) -> None:  # fmt: skip
+        """A shared call's seconds between the strategies it served, by `weights`."""
+        total = sum(weights)
+        for s, w in zip(strategies, weights, strict=True):
+            c = self.costs.strategy(s)
+            share = w / total if total else 1 / len(weights)
+            setattr(c, f"{part}_seconds", getattr(c, f"{part}_seconds") + seconds * share)
+
+
+def _timed(call: Any, n: int, what: str) -> tuple[list[Any], float]:
+    """`call()`'s results and seconds; one result per input, or the backend misbehaved."""
+    t = time.perf_counter()
+    out = list(call())
+    seconds = time.perf_counter() - t
+    if len(out) != n:
+        raise BackendError(f"{what} returned {len(out)} results for {n} inputs")
+    return out, seconds
