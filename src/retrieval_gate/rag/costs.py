@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from functools import partial
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from ..errors import BackendError
@@ -146,7 +146,11 @@ class Meter:
         `PartialGenerator`). Any other failure fails the call."""
         if not prompts:
             return []
-        method = generator.try_generate if isinstance(generator, PartialGenerator) else generator.generate
+        method = (
+            generator.try_generate
+            if isinstance(generator, PartialGenerator)
+            else generator.generate
+        )
         call = partial(method, list(prompts), max_new_tokens=max_new_tokens)
         raw, seconds = _timed(call, len(prompts), f"generator {generator.name!r}")
         self.costs.generation_calls += 1
