@@ -108,9 +108,11 @@ class Reasoning:
 
     def add(self, query: str, hits: Sequence[Hit]) -> None:
         """Documents of a retrieval become the newest (one held already moves up), and the
-        newest `max_docs` are kept."""
+        newest `max_docs` are kept. Held documents run oldest first, and within a retrieval
+        its best hit last: trimming (and the context limit) drops the oldest and, within a
+        retrieval, the lowest-ranked first."""
         fresh = {h.document.id for h in hits}
-        self.hits = [h for h in self.hits if h.document.id not in fresh] + list(hits)
+        self.hits = [h for h in self.hits if h.document.id not in fresh] + list(reversed(hits))
         self.hits = self.hits[-(self.config.max_docs or 1) :]
         self.query = query
         self.retrievals += 1
