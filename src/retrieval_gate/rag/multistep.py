@@ -6,7 +6,8 @@ or the step limit is reached.
 - Step 1's documents are the one-retrieval strategy's: the top-k for the question. Each later
   step retrieves `step_k` documents for the latest sentence; they become the newest (one held
   already is not added twice, it moves up), and past `max_docs` (default: k) the oldest are
-  dropped: the newest are kept.
+  dropped: the newest are kept (within one retrieval its best hit counts as the newest, so
+  the question's lowest-ranked documents go first). Prompts list them oldest first.
 - The last allowed step (`max_steps`, default 4) ends its prompt with the answer marker, so
   every question that does not fail has an answer after at most `max_steps` LLM calls and
   `max_steps` retrievals.
