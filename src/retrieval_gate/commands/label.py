@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         generator=generator.name if generator else args.generator,
         backend=args.backend,
         criterion=args.criterion,
-        chunk_size=args.chunk_size or 512,
+        chunk_size=512 if args.chunk_size is None else args.chunk_size,
         eq_sample=args.eq_sample,
         seed=args.seed,
         out=args.out,
@@ -228,6 +228,7 @@ def _policy_options(args: argparse.Namespace) -> dict:
 def _strategies(args: argparse.Namespace) -> int:
     """`--policy strategies`: every flag and file checked, then the RAG loop's labelling."""
     from ..data.errors import InputError
+    from ..labels.files import LABELS_DIR
     from ..labels.policies import generator_dir_name
     from ..rag.labelling import StrategyLabelling, label_path, label_strategies
 
@@ -240,13 +241,12 @@ def _strategies(args: argparse.Namespace) -> int:
     multi = multi_step_config(args)
     remote = _remote_one(args)
     name = remote.name if remote else args.generator
-    from ..labels.files import LABELS_DIR
-
     out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
     req = StrategyLabelling(
-        [], out, name, args.retriever, args.corpus, args.k or 5,
+        [], out, name, args.retriever, args.corpus, 5 if args.k is None else args.k,
         args.strategies or StrategyLabelling.strategies, multi_step=multi,
-        criterion=args.criterion, unanswered=args.unanswered, chunk_size=args.chunk_size or 64,
+        criterion=args.criterion, unanswered=args.unanswered,
+        chunk_size=64 if args.chunk_size is None else args.chunk_size,
     )  # fmt: skip
     req.check()  # every flag before the questions are read, the corpus loaded or an engine started
     req.questions = _strategy_questions(args)
