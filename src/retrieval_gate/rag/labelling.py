@@ -85,7 +85,7 @@ class StrategyLabelling:
             raise InputError(f"--strategies {' '.join(strategies)}: list them in cost order, "
                              f"{NO_RETRIEVAL} first ({' '.join(STRATEGIES)})")  # fmt: skip
         self.multi_step.check()
-        for flag, value in (("-k", self.k), ("--max-new-tokens", self.max_new_tokens),
+        for flag, value in (("--k", self.k), ("--max-new-tokens", self.max_new_tokens),
                             ("--chunk-size", self.chunk_size)):  # fmt: skip
             if value < 1:
                 raise InputError(f"{flag} must be at least 1, got {value}")
