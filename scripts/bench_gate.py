@@ -1,20 +1,27 @@
-"""Gate latency/throughput in one run on the same questions (RetrievalQA by default):
-PyTorch eager (LearnedGate) vs ONNX fp32 / opt / int8 (OnnxGate), and optionally the Vanilla
-prompt gate through vLLM for scale.
+"""Gate latency/throughput and quality in one run on the same questions (RetrievalQA by
+default): PyTorch eager (LearnedGate) vs ONNX fp32 / opt / int8 (OnnxGate), optionally the old
+dynamic int8 (`--dynamic-int8`, quantised here from the export's fp32 file the way exports were
+before static int8) and the Vanilla prompt gate through vLLM for scale.
 
     .venv/bin/python scripts/bench_gate.py --run checkpoints/<run> --export export/<name> \
-        [--threads 2] [--prompt-gate] [--out reports/bench_gate.json]
+        [--threads 2] [--dynamic-int8] [--prompt-gate] [--out reports/bench_gate.json]
 
 Batch-1: one question per call, tokenisation included (what a RAG service pays per request),
 p50/p99 over --repeat calls; model-only p50 as well. Batched: --batch questions per call with
 dynamic padding, batches are length buckets (questions sorted by token count); questions/s
-including tokenisation. Prints medians; asserts nothing (speed is measured, not tested)."""
+including tokenisation. AUROC: on the run's test split (up to 1000 questions, the export's
+parity set). Batch drift: the largest |score alone - score in a batch| over random mixed
+batches of 2-8 questions. The gates are timed in --passes alternating passes (forward, then
+backward, ...) so that a change in the machine's load falls on all of them; each figure is the
+median over passes. Prints medians; asserts nothing (speed is measured, not tested)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,7 +51,22 @@ def batched(score: Callable[[list[str]], object], texts: Sequence[str], rounds: 
     return {"questions_per_s": len(texts) / float(np.median(t))}
 
 
-def bench_torch(run: Path, texts: Sequence[str], args: argparse.Namespace) -> dict:
+def quality(score: Callable[[list[str]], np.ndarray], texts: Sequence[str], args) -> dict:
+    """AUROC on the run's test questions and the largest score drift across batch-mates."""
+    from sklearn.metrics import roc_auc_score
+
+    test_texts, labels = args.test
+    out = {"auroc": float(roc_auc_score(labels, score(list(test_texts))))}
+    sample = list(texts[:48])
+    alone = np.array([score([t])[0] for t in sample])
+    rng, drift = random.Random(0), 0.0
+    for _ in range(40):
+        idx = rng.sample(range(len(sample)), rng.randint(2, 8))
+        drift = max(drift, float(np.abs(score([sample[i] for i in idx]) - alone[idx]).max()))
+    return {**out, "batch_drift": drift}
+
+
+def bench_torch(run: Path, texts: Sequence[str], args: argparse.Namespace, first: bool) -> dict:
     import torch
 
     from retrieval_gate.gates.learned import LearnedGate
@@ -55,22 +77,67 @@ def bench_torch(run: Path, texts: Sequence[str], args: argparse.Namespace) -> di
         "name": "PyTorch eager",
         **batch1(gate.score_texts, texts, args.repeat),
         **batched(gate.score_texts, texts, args.rounds),
+        **(quality(gate.score_texts, texts, args) if first else {}),
     }
 
 
-def bench_onnx(export: Path, variant: str, texts: Sequence[str], args: argparse.Namespace) -> dict:
+def bench_onnx(
+    export: Path,
+    variant: str,
+    texts: Sequence[str],
+    args: argparse.Namespace,
+    first: bool,
+    label: str = "",
+    batch_size: int | None = None,
+) -> dict:
+    from retrieval_gate.gates.encoder import pad_right
     from retrieval_gate.gates.onnx import OnnxGate
 
-    gate = OnnxGate(export, variant, threads=args.threads, batch_size=args.batch)
+    gate = OnnxGate(export, variant, threads=args.threads, batch_size=batch_size or args.batch)
     ids = gate.encode(texts)
     it = iter(range(10**9))
-    model_only = _timings(lambda: gate.run_ids([ids[next(it) % len(ids)]]), args.repeat)
+    model_only = _timings(
+        lambda: gate.run_batch(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None),
+        args.repeat,
+    )
     return {
-        "name": f"ONNX {variant} ({gate.provider})",
+        "name": f"ONNX {label or variant} ({gate.provider})",
         **batch1(gate.score_texts, texts, args.repeat),
         "model_only_p50_ms": 1e3 * float(np.median(model_only)),
         **batched(gate.score_texts, texts, args.rounds),
+        **(quality(gate.score_texts, texts, args) if first else {}),
     }
+
+
+def merge_passes(passes: list[dict]) -> dict:
+    """One row from a gate's passes: medians of the timings, the quality of the first pass."""
+    row = dict(passes[0])
+    for key in ("p50_ms", "p99_ms", "model_only_p50_ms", "questions_per_s"):
+        if key in row:
+            row[key] = float(np.median([p[key] for p in passes]))
+    return row
+
+
+def dynamic_int8_export(export: Path, run: Path, folder: Path) -> Path:
+    """A copy of the export whose int8 file is the old recipe: ORT's transformer fusions, then
+    dynamic quantisation (activation scales computed per call over the whole batch)."""
+    import shutil
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from retrieval_gate.export.onnx import optimise, set_metadata
+    from retrieval_gate.training import load_run
+
+    shutil.copytree(export, folder, dirs_exist_ok=True)
+    opt = folder / "model.opt.onnx"
+    if not opt.is_file():
+        optimise(folder / "model.onnx", opt, load_run(run)[0].backbone.hf_config)
+    quantize_dynamic(str(opt), str(folder / "model.int8.onnx"), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
+    props = {p.key: p.value for p in onnx.load(str(folder / "model.onnx")).metadata_props}
+    set_metadata(folder / "model.int8.onnx", {**props, "variant": "int8"})
+    return folder
 
 
 def bench_prompt_gate(texts: Sequence[str], args: argparse.Namespace) -> dict:
@@ -95,13 +162,17 @@ def bench_prompt_gate(texts: Sequence[str], args: argparse.Namespace) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| gate | batch-1 p50 ms | batch-1 p99 ms | model-only p50 ms | batched q/s |",
-        "|---|---|---|---|---|",
+        "| gate | batch-1 p50 ms | batch-1 p99 ms | model-only p50 ms | batched q/s | AUROC "
+        "| batch drift |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = [r.get("p50_ms"), r.get("p99_ms"), r.get("model_only_p50_ms")]
         cells = [f"{c:.2f}" if c is not None else "-" for c in cells]
-        lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {r['questions_per_s']:.0f} |")
+        cells.append(f"{r['questions_per_s']:.0f}")
+        cells.append(f"{r['auroc']:.4f}" if "auroc" in r else "-")
+        cells.append(f"{r['batch_drift']:.1e}" if "batch_drift" in r else "-")
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -114,29 +185,50 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeat", type=int, default=300, help="batch-1 calls per gate")
-    p.add_argument("--rounds", type=int, default=5, help="passes over all questions, batched")
+    p.add_argument("--rounds", type=int, default=3, help="batched runs over all questions a pass")
+    p.add_argument("--passes", type=int, default=3, help="alternating passes over the gates")
+    p.add_argument("--dynamic-int8", action="store_true",
+                   help="also time the old dynamic int8 (quantised here from the export)")  # fmt: skip
     p.add_argument("--prompt-gate", action="store_true", help="also time the vLLM prompt gate")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
 
     from retrieval_gate.data import load_dataset
+    from retrieval_gate.export.parity import parity_set
 
     texts = [q.text for q in load_dataset(args.dataset)]
-    jobs = [lambda: bench_torch(args.run, texts, args)]
-    jobs += [lambda v=v: bench_onnx(args.export, v, texts, args) for v in args.variants]
+    test_texts, labels, _ = parity_set(args.run, 1000)
+    args.test = (test_texts, labels)
+    jobs = [lambda first: bench_torch(args.run, texts, args, first)]
+    jobs += [lambda first, v=v: bench_onnx(args.export, v, texts, args, first)
+             for v in args.variants]  # fmt: skip
+    scratch = tempfile.TemporaryDirectory(prefix="bench-dynamic-int8-")
+    if args.dynamic_int8:
+        old = dynamic_int8_export(args.export, args.run, Path(scratch.name) / args.export.name)
+        jobs.append(lambda first: bench_onnx(old, "int8", texts, args, first,
+                                             "int8 dynamic (before)"))  # fmt: skip
+        # the same file one question per call: no batch-mates, so no drift either
+        jobs.append(lambda first: bench_onnx(old, "int8", texts, args, first,
+                                             "int8 dynamic, one question per call", 1))  # fmt: skip
+    passes: list[list[dict]] = [[] for _ in jobs]
+    for n in range(args.passes):
+        order = range(len(jobs)) if n % 2 == 0 else reversed(range(len(jobs)))
+        for i in order:
+            passes[i].append(jobs[i](n == 0))
+            print(json.dumps(passes[i][-1]), flush=True)  # partial results survive a stop
+    rows = [merge_passes(p) for p in passes]
     if args.prompt_gate:
-        jobs.append(lambda: bench_prompt_gate(texts, args))
-    rows = []
-    for job in jobs:
-        rows.append(job())
-        print(json.dumps(rows[-1]), flush=True)  # partial results survive an interrupted run
+        rows.append(bench_prompt_gate(texts, args))
     load = os.getloadavg()
     print(f"{len(texts)} {args.dataset} questions, {args.threads} threads, batch {args.batch}, "
+          f"{args.passes} alternating passes, AUROC on {len(labels)} test questions of the run, "
           f"load average {load[0]:.1f} (other processes share this CPU)")  # fmt: skip
     print(table(rows))
+    scratch.cleanup()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"rows": rows, "load": load, **vars(args)}, default=str))
+        saved = {k: v for k, v in vars(args).items() if k != "test"}
+        args.out.write_text(json.dumps({"rows": rows, "load": load, **saved}, default=str))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ SLOW_FIXTURES = {
     "chain": "label, train, tune, export and evaluate through the CLI (test_your_data)",
     "base_venv": "a fresh venv with a pip install (test_base_install)",
     "train_gate": "a training run in the test itself",
+    "docs_workspace": "runs the docs' runnable blocks (training, export, the vLLM engine)",
 }
 VLLM_FIXTURES = {"vllm_generator", "vllm_server"}
 SLOW_SECONDS = 5.0
@@ -78,7 +79,12 @@ def vllm_generator():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from retrieval_gate.generation import build_generator
 
-    generator = build_generator("smollm2-135m-instruct", backend="vllm", max_model_len=2048)
+    # float32: bf16 on CPUs with AMX (e.g. Sapphire Rapids) moves a probability by up to ~0.07
+    # with the batch a prompt shares, so two scoring paths can only be compared exactly in fp32
+    # (docs/prompt-gates.md, "Precision"); the code paths are the same in both precisions.
+    generator = build_generator(
+        "smollm2-135m-instruct", backend="vllm", max_model_len=2048, dtype="float32"
+    )
     yield generator
     del generator  # frees the engine and its KV cache at session end
     gc.collect()

@@ -52,7 +52,7 @@ def test_base_install_has_no_torch_and_scores_with_the_readme_example(base_venv,
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
     code = readme_example()
     assert len(code.strip().splitlines()) == 3, code
-    proc = run([python, "-c", code.replace("export/minilm-closed-book", str(export_dir))])
+    proc = run([python, "-c", code.replace("runs/demo/export/minilm-gate", str(export_dir))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     probs, decision = re.fullmatch(r"\[([-0-9.e ]+)\] (True|False)\n", proc.stdout).groups()
     assert len(probs.split()) == 2 and all(0.0 <= float(p) <= 1.0 for p in probs.split())

@@ -39,8 +39,8 @@ questions, labels = synthetic_questions(96, seed=3)
 model = tiny_backbone("roberta", root / "model", [q.text for q in questions])
 cfg = tiny_config(write_label_file(root / "labels.jsonl", labels), root / "ck", "encoder",
                   str(model), pooling="cls")
-cfg["run"]["name"] = "ddp"
-cfg["trainer"].update(accelerator="cpu", devices=2, strategy="ddp", limit_train_batches=2)
+cfg = cfg.override("run.name=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                   "trainer.strategy=ddp", "trainer.limit_train_batches=2")
 run_dir = train(cfg, questions=questions)
 import os
 import torch.distributed as dist

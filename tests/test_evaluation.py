@@ -99,8 +99,10 @@ def test_evaluate_gate_reports_per_source_and_undefined_auroc():
 
 # ---------------------------------------------------------------- transfer
 
-from retrieval_gate.evaluation.transfer import SOURCES, loso, transfer_cells  # noqa: E402
+from retrieval_gate.evaluation.transfer import loso, sources_of, transfer_cells  # noqa: E402
 from retrieval_gate.labels.evalset import Splits  # noqa: E402
+
+SOURCES = ("popqa", "entityquestions", "triviaqa", "freshqa", "toolqa", "retrievalqa")
 
 
 def _multi_source(split: str, per_source: int = 12) -> EvalSet:
@@ -118,6 +120,7 @@ def _multi_source(split: str, per_source: int = 12) -> EvalSet:
 
 def test_loso_never_trains_on_the_held_out_source():
     sp = Splits(_multi_source("train"), _multi_source("dev"), _multi_source("test"))
+    assert sources_of(sp) == list(SOURCES)
     for held in SOURCES:
         part = loso(sp, held)
         assert held not in set(part.train.sources) | set(part.dev.sources)
@@ -144,6 +147,40 @@ def test_transfer_cells_fit_without_the_source_and_flag_single_class_auroc():
     fresh = [c for c in cells if c.source == "freshqa"]
     assert all(c.auroc is None and "only label 1" in c.note for c in fresh)
     assert all(c.auroc is not None for c in cells if c.source == "popqa")
+
+
+def test_transfer_on_a_users_file_takes_its_sources_from_the_source_column(tmp_path, capsys):
+    """Issue 24 item 8: a user's question file with its own `source` column gets a
+    leave-one-source-out matrix (the six bundled names were hard-coded: the matrix was empty)."""
+    from retrieval_gate.cli import main
+
+    rows, labels = ["id,question,answer,source"], []
+    for i in range(90):
+        source = ("helpdesk", "wiki", "news")[i % 3]
+        y = i % 2
+        word = ("latest", "today's") if y else ("capital", "author")
+        rows.append(f"u{i},what is the {word[i % 4 // 2]} figure of {source} item {i}?,x,{source}")
+        labels.append(json.dumps({"id": f"u{i}", "label": y}))
+    questions = tmp_path / "mine.csv"
+    questions.write_text("\n".join(rows) + "\n")
+    label_file = tmp_path / "labels" / "mine.jsonl"
+    label_file.parent.mkdir()
+    label_file.write_text("\n".join(labels) + "\n")
+    out = tmp_path / "report"
+    code = main(["transfer", "--questions", str(questions), "--labels", str(label_file),
+                 "--gates", "tfidf", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    cells = json.loads((out / "transfer.json").read_text())
+    assert {c["source"] for c in cells} == {"helpdesk", "wiki", "news"}
+    assert {c["setting"] for c in cells} == {"in-domain", "held-out"} and len(cells) == 6
+    assert all(c["n"] > 0 and c["auroc"] is not None for c in cells)
+    assert "helpdesk (n=" in (out / "transfer.md").read_text()
+
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")  # no source column
+    code = main(["transfer", "--questions", str(one), "--labels", str(label_file), "--gates",
+                 "tfidf", "--out", str(out)])  # fmt: skip
+    assert code == 2 and "at least two sources" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the evaluate command

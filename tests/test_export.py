@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
+from retrieval_gate.data import assign_splits
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import BackendError
 from retrieval_gate.export.build import build_export
@@ -50,8 +51,7 @@ def exports(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
             tiny_backbone(tiny, root / "models" / tiny, TEXTS)
         )  # fmt: skip
         cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
-        cfg["run"]["name"] = name
-        cfg["trainer"]["limit_train_batches"] = 2
+        cfg = cfg.override(f"run.name={name}", "trainer.limit_train_batches=2")
         run_dir = train(cfg, questions=QUESTIONS)
         if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
             save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
@@ -87,6 +87,32 @@ def test_round_trip_parity_and_metadata(exports, name):
     card = (export_dir / "README.md").read_text()
     assert "Intended use and limitations" in card and "fp32" in card
     assert (export_dir / "tokenizer.json").is_file() and (export_dir / "parity.json").is_file()
+
+
+def test_int8_scores_do_not_depend_on_batch_mates(exports):
+    """Issue 28: with dynamic int8 a question's score moved with the questions scored beside it
+    (activation scales over the whole batch tensor). Static int8 (scales fixed at export from
+    the run's dev questions): alone or in mixed batches of short and long questions, the same
+    decisions and |delta score| <= 1e-4."""
+    import random
+
+    run_dir, export_dir, _ = exports["minilm"]
+    gate = OnnxGate(export_dir, "int8")
+    longer = [f"{t} and also, in the long run, what else is known about it {t}" for t in TEXTS[:8]]
+    texts = [*TEXTS[:16], "who?", *longer]
+    alone = np.array([gate.score_texts([t])[0] for t in texts])
+    rng = random.Random(0)
+    batches = [rng.sample(range(len(texts)), rng.randint(2, 8)) for _ in range(25)]
+    for idx in [*batches, list(range(len(texts)))]:
+        scores = gate.score_texts([texts[i] for i in idx])
+        assert np.abs(scores - alone[idx]).max() <= 1e-4, idx
+        assert ((scores >= gate.threshold) == (alone[idx] >= gate.threshold)).all()
+    # calibrated on the run's dev questions, which stay in the run, not in the export
+    kept = json.loads((run_dir / "metadata.json").read_text())["calibration"]
+    assert kept["split"] == "dev" and 0 < len(kept["texts"]) <= 256
+    splits = assign_splits(QUESTIONS, seed=0)  # the split training gave these questions
+    assert set(kept["texts"]) <= {q.text for q in QUESTIONS if splits[q.id] == "dev"}
+    assert "calibration" not in json.loads((export_dir / "gate_metadata.json").read_text())
 
 
 def test_tuned_threshold_travels_into_the_export(exports):
@@ -187,3 +213,78 @@ def test_export_and_score_commands_parse():
     assert args.variants == ["fp32", "int8"]
     argv = ["score", "--model", "export/x", "--input", "q.txt"]
     assert callable(build_parser(argv).parse_args(argv).run)
+
+
+# ------------------------------------------------------------------ whole exports, readable files
+
+
+def _modes(folder: Path) -> dict[str, int]:
+    import stat
+
+    return {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode)
+            for p in [folder, *folder.rglob("*")]}  # fmt: skip
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_export_files_get_the_modes_the_umask_implies(exports, tmp_path, umask):
+    """Issue 28: under umask 022 an export is 0644 files in a 0755 folder, like `cp` or a plain
+    `open()` would make them (the atomic writer used to leave README.md, parity.json... 0600)."""
+    import os
+
+    run_dir = exports["roberta"][0]
+    old = os.umask(umask)
+    try:
+        out, _ = build_export(run_dir, tmp_path / "export" / "g", ("fp32", "int8"), parity=PARITY)
+    finally:
+        os.umask(old)
+    modes = _modes(out)
+    assert {"README.md", "parity.json", "gate_metadata.json", "model.int8.onnx"} <= set(modes)
+    assert modes.pop(".") == 0o777 & ~umask
+    assert set(modes.values()) == {0o666 & ~umask}, modes
+    assert _modes(tmp_path / "export")["."] == 0o777 & ~umask
+
+
+KILL_SCRIPT = """
+import sys
+from retrieval_gate.export.build import build_export
+build_export(sys.argv[1], sys.argv[2], ("fp32", "opt", "int8"), parity=([sys.argv[3]], None))
+"""
+
+
+@pytest.mark.slow
+def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_path):
+    """Issue 24 item 7: a SIGKILL while exporting (ONNX files half written in the staging folder)
+    leaves the previous export as it was (or none), never half of one; the next export removes
+    what the killed one left."""
+    import os
+    import signal
+    import time
+
+    run_dir = exports["minilm"][0]
+    target = tmp_path / "export" / "g"
+    for old in (False, True):
+        if old:  # an export already there, with a file of the user's
+            build_export(run_dir, target, ("fp32",), parity=PARITY)
+            (target / "notes.txt").write_text("mine")
+        before = {n: sha256_file(target / n) for n in os.listdir(target)} if old else None
+        proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(run_dir), str(target),
+                                 TEXTS[0]])  # fmt: skip
+        deadline = time.monotonic() + 120
+        staged: list[Path] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            staged = [p for p in target.parent.glob(".g.staging-*") if (p / "model.onnx").is_file()]
+            if staged:
+                break
+            time.sleep(0.05)
+        assert staged and proc.poll() is None, "the export ended before it could be killed"
+        time.sleep(0.5)  # into the optimisation / quantisation steps
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if old:
+            assert {n: sha256_file(target / n) for n in os.listdir(target)} == before
+        else:
+            assert not target.exists()
+    build_export(run_dir, target, ("fp32",), parity=PARITY)
+    assert os.listdir(target.parent) == ["g"]  # the killed runs' staging folders are gone
+    assert (target / "notes.txt").read_text() == "mine"  # the user's file is carried over
+    assert not (target / VARIANTS["int8"]).exists()  # no variant left from an earlier export

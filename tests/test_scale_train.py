@@ -46,9 +46,8 @@ def test_train_cli_under_torchrun_two_gloo_ranks(tmp_path):
     model = tiny_backbone("roberta", tmp_path / "model", [q.text for q in questions])
     cfg = tiny_config(write_label_file(tmp_path / "labels.jsonl", labels), tmp_path / "ck",
                       "encoder", str(model), pooling="cls")  # fmt: skip
-    cfg["run"]["name"], cfg["data"]["questions"] = "ddp", str(qfile)
-    cfg["trainer"]["limit_train_batches"] = 2
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    cfg = cfg.override("run.name=ddp", f"data.questions={qfile}", "trainer.limit_train_batches=2")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "retrieval_gate.cli",
            "train", "--config", str(tmp_path / "cfg.yaml")]  # fmt: skip

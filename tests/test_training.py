@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.data import assign_splits
@@ -16,7 +19,14 @@ from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import ConfigError
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.models import minilm_path
-from retrieval_gate.training import load_config, load_run, read_metadata, save_threshold, train
+from retrieval_gate.training import (
+    TrainConfig,
+    load_config,
+    load_run,
+    read_metadata,
+    save_threshold,
+    train,
+)
 from retrieval_gate.training.data import task_labels
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
@@ -59,7 +69,7 @@ def trained(workdir, label_file) -> dict[str, tuple[Path, np.ndarray]]:
     out = {}
     for key, (kind, tiny, extra) in BACKBONES.items():
         cfg = tiny_config(label_file, workdir / "ck", kind, _model_name(workdir, tiny), **extra)
-        cfg["run"]["name"] = key
+        cfg = cfg.override(f"run.name={key}")
         run_dir = train(cfg, questions=QUESTIONS)
         out[key] = run_dir
     return out
@@ -98,8 +108,8 @@ def test_lora_trains_only_adapters_and_head(trained):
 
 def test_minilm_learns_the_synthetic_rule(workdir, label_file, train_gate):
     cfg = tiny_config(label_file, workdir / "ck", "encoder", str(minilm_path()))
-    cfg["run"]["name"] = "minilm-learns"
-    cfg["trainer"].update(limit_train_batches=None, max_epochs=2)
+    cfg = cfg.override("run.name=minilm-learns", "trainer.limit_train_batches=null",
+                       "trainer.max_epochs=2")  # fmt: skip
     run_dir = train_gate(cfg, questions=QUESTIONS)
     test = json.loads((run_dir / "metrics.json").read_text())["test"]
     assert test["auroc"] > 0.9, test
@@ -107,8 +117,7 @@ def test_minilm_learns_the_synthetic_rule(workdir, label_file, train_gate):
 
 def test_three_way_task(workdir, label_file, train_gate):
     cfg = tiny_config(label_file, workdir / "ck", "t5-lora", _model_name(workdir, "t5"))
-    cfg["data"]["task"] = "3way"
-    cfg["run"]["name"] = "t5-3way"
+    cfg = cfg.override("data.task=3way", "run.name=t5-3way")
     run_dir = train_gate(cfg, questions=QUESTIONS)
     module, _, meta = load_run(run_dir)
     assert meta["classes"] == ["no_retrieval", "retrieval", "retrieval_complex"]
@@ -177,9 +186,9 @@ def test_config_extends_overrides_and_typos(tmp_path):
         repo / "configs" / "experiments" / "minilm-closed-book.yaml",
         ["trainer.max_epochs=5", "data.max_train_examples=null", "trainer.devices=[0,1]"],
     )
-    assert cfg["trainer"]["max_epochs"] == 5 and cfg["trainer"]["devices"] == [0, 1]
-    assert cfg["model"]["backbone"] == "encoder" and cfg["data"]["max_train_examples"] is None
-    assert cfg["early_stopping"]["monitor"] == "val/auroc"
+    assert cfg.trainer["max_epochs"] == 5 and cfg.trainer["devices"] == [0, 1]
+    assert cfg.model.backbone == "encoder" and cfg.data.max_train_examples is None
+    assert cfg.early_stopping.monitor == "val/auroc"
     with pytest.raises(ConfigError, match="unknown key"):
         load_config(None, ["data.label_file=x", "data.lable_file=y"])
     with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
@@ -190,17 +199,15 @@ def test_bundled_configs_all_load():
     repo = Path(__file__).resolve().parents[1]
     for path in sorted((repo / "configs").rglob("*.yaml")):
         cfg = load_config(path, ["data.label_file=x.jsonl"])
-        assert cfg["model"]["backbone"] in ("encoder", "t5-lora", "decoder-lora"), path
+        assert cfg.model.backbone in ("encoder", "t5-lora", "decoder-lora"), path
 
 
 # ------------------------------------------------------------------ reruns and resume
 
 
-def _tiny(label_file: Path, out: Path, **trainer) -> dict:
+def _tiny(label_file: Path, out: Path, **trainer) -> TrainConfig:
     cfg = tiny_config(label_file, out, "encoder", str(minilm_path()))
-    cfg["run"]["name"] = "x"
-    cfg["trainer"].update(trainer)
-    return cfg
+    return cfg.override("run.name=x", *(f"trainer.{k}={v}" for k, v in trainer.items()))
 
 
 def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
@@ -224,7 +231,7 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
 
 
 def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
-    tmp_path, label_file, capsys, train_gate
+    tmp_path, label_file, caplog, train_gate
 ):
     """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
     a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
@@ -238,7 +245,7 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
     damaged = last.read_bytes()[:200]
     last.write_bytes(damaged)
     train_gate(_tiny(label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
-    assert "damaged" in capsys.readouterr().err
+    assert "damaged" in caplog.text  # a logged warning
     assert (run_dir / "lightning" / "last.ckpt.damaged").read_bytes() == damaged
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2
 
@@ -254,7 +261,80 @@ def test_config_values_are_typed_and_names_plain():
         load_config(None, ["data.label_file=x", "trainer.deterministic=maybe"])
     with pytest.raises(DataError, match="plain folder name"):
         load_config(None, ["data.label_file=x", "run.name=../../x"])
-    assert load_config(None, ["data.label_file=x", "model.lr=1e-3"])["model"]["lr"] == 0.001
+    assert load_config(None, ["data.label_file=x", "model.lr=1e-3"]).model.lr == 0.001
+
+
+def test_every_config_key_is_typed_lists_and_mappings_included():
+    """Issue 24: `--set data.features=s_pop` (a string where a list is wanted) was read letter
+    by letter; data.fields and data.questions were not typed at all."""
+    base = ["data.label_file=x"]
+    cases = {
+        "data.features=s_pop": r"data.features='s_pop': expected a list, e.g. data.features=\[s_pop\]",
+        "data.datasets=popqa": r"data.datasets='popqa': expected a list",
+        "data.features=[1]": r"data.features\[0\]=1: expected a string",
+        "data.fields=title": r"data.fields='title': expected a mapping",
+        "data.fields={question: [a]}": r"data.fields.question=\['a'\]: expected a string",
+        "data.questions=[a.csv]": r"data.questions=\['a.csv'\]: expected a string",
+        "data.task=3wya": r"data.task='3wya': expected one of binary, 3way \(did you mean 3way",
+        "data.balance=sampl": r"expected one of class_weights, sampler, none \(did you mean sampler",
+        "model.pooling=maen": r"model.pooling='maen': expected one of mean, cls, last",
+        "model.backbone=null": r"model.backbone=null: a value is required",
+        "model.lora.rr=3": r"unknown key 'rr' in model.lora \(did you mean r\?\)",
+        "model.lora.r=big": r"model.lora.r='big': expected an integer",
+        "model.side_features={}": r"unknown key 'side_features' in section 'model'",
+        "early_stopping.mode=maximum": r"early_stopping.mode='maximum': expected one of min, max",
+        "trainer.max_epochs=two": r"trainer.max_epochs='two': expected an integer",
+        "data.batch_size=0": r"data.batch_size=0: expected a positive integer",
+        "nosuch.key=1": r"unknown config section 'nosuch'",
+    }
+    for item, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [*base, item])
+    cfg = load_config(None, [*base, "data.features=[s_pop]", "data.fields={question: title}",
+                             "trainer.devices=2", "trainer.num_nodes=2", "model.lora.r=4"])  # fmt: skip
+    assert cfg.data.features == ("s_pop",) and cfg.data.fields == {"question": "title"}
+    assert cfg.trainer["num_nodes"] == 2 and cfg.model.lora.r == 4 and cfg.model.lora.alpha == 16
+    assert cfg.to_dict()["data"]["features"] == ["s_pop"]  # YAML lists in config.yaml
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg and cfg.override() == cfg
+    with pytest.raises(FrozenInstanceError):
+        cfg.data.task = "3way"  # type: ignore[misc]
+
+
+def test_train_in_memory_labels_and_the_callers_config_unchanged(workdir):
+    """`train(config, questions, labels)` with labels as a mapping id -> label (no label file),
+    returning the run; neither a TrainConfig nor a plain mapping handed in is changed, and the
+    side features' scaling lands in metadata.json, not in the config."""
+    import copy
+
+    qs = [dataclasses.replace(q, extra={"hits": float(i)}) for i, q in enumerate(QUESTIONS)]
+    cfg = tiny_config(Path("unused.jsonl"), workdir / "ck", "encoder", _model_name(workdir, "roberta"),
+                      pooling="cls")  # fmt: skip
+    cfg = cfg.override("data.label_file=null", "run.name=in-memory", "data.features=[hits]")
+    raw = cfg.to_dict()
+    before = copy.deepcopy(raw)
+    run = train(raw, qs, {k: bool(v) for k, v in LABELS.items()})
+    assert raw == before and cfg.to_dict() == before
+    assert run.path == workdir / "ck" / "in-memory" and run.config == cfg
+    assert set(run.metrics["test"]) >= {"auroc", "acc"} and run.metadata["side_features"][
+        "names"
+    ] == ["hits"]
+    provenance = json.loads((run / "labels.json").read_text())
+    assert provenance["path"] is None and provenance["labels"] == {
+        k: int(v) for k, v in sorted(LABELS.items())
+    }
+    assert "side_features" not in yaml.safe_load((run / "config.yaml").read_text())["model"]
+    assert LearnedGate(run).scores(qs[:4]).shape == (4,)
+    from retrieval_gate.export.parity import parity_set
+
+    with_split = [dataclasses.replace(q, split=SPLITS[q.id]) for q in qs]  # as training split them
+    texts, y, features = parity_set(run.path, questions=with_split)
+    assert len(texts) == len(y) > 0 and features.shape == (len(texts), 2)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(cfg, qs, LABELS)
+    with pytest.raises(DataError, match=r"row 'q1': label=5 is not a class 0..1"):
+        train(cfg.override("run.name=bad"), qs, {**LABELS, "q1": 5})
+    with pytest.raises(ConfigError, match="needs data.label_file"):
+        train(cfg.override("run.name=none"), qs)
 
 
 def test_training_ece_is_the_reports_ece():

@@ -207,9 +207,7 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     runs = []
     for parent, lr in (("A", "1e-3"), ("B", "3e-3")):
         cfg = tiny_config(labels, tmp_path / parent, "encoder", str(minilm_path()))
-        cfg["run"]["name"] = "x"
-        cfg["model"]["lr"] = float(lr)
-        cfg["data"]["datasets"] = ["popqa"]
+        cfg = cfg.override("run.name=x", f"model.lr={lr}", "data.datasets=[popqa]")
         runs.append(train_gate(cfg))
     storage, out = tmp_path / "studies.db", tmp_path / "tune"
     dev = load_splits(labels, tmp_path / "no-run").dev

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import yaml
 
 from retrieval_gate.cli import main
 from retrieval_gate.data.errors import DataError
@@ -97,6 +98,28 @@ def test_run_and_export_carry_the_side_feature(chain):
     )
     parity = json.loads((chain["export"] / "parity.json").read_text())
     assert parity["variants"]["fp32"]["passed"] and parity["n"] > 0
+    # the scaling is a training result in metadata.json, not a config key
+    run_meta = json.loads((chain["run"] / "metadata.json").read_text())
+    assert run_meta["side_features"] == side
+    assert (
+        "side_features" not in yaml.safe_load((chain["run"] / "config.yaml").read_text())["model"]
+    )
+
+
+def test_a_run_from_before_the_typed_config_still_loads(chain, tmp_path):
+    """Runs trained before the scaling moved to metadata.json kept it in config.yaml as
+    model.side_features: they load, score and export the same."""
+    import shutil
+
+    old = Path(shutil.copytree(chain["run"], tmp_path / "old-run"))
+    meta = json.loads((old / "metadata.json").read_text())
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    config["model"]["side_features"] = meta.pop("side_features")
+    (old / "metadata.json").write_text(json.dumps(meta))
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    qs = [Question(f"n{i}", t, ("x",), "mine", extra={"hits": h})
+          for i, (t, h) in enumerate([("who is zorblat quenvik?", 3), ("capital of france?", 4000)])]  # fmt: skip
+    np.testing.assert_array_equal(LearnedGate(old).scores(qs), LearnedGate(chain["run"]).scores(qs))
 
 
 def test_feature_changes_the_score_and_missing_one_is_an_error(chain):
@@ -142,3 +165,49 @@ def test_tune_takes_the_onnx_gate_with_its_flag(chain):
     result = json.loads((out / "tune-onnx-closed-book.json").read_text())
     assert result["gate"] == "onnx:mine:int8"
     assert [k for k in result["thresholds"] if k.startswith("macro-f1")]
+
+
+def test_model_card_is_true_to_the_gate_and_its_snippet_runs(chain, capsys):
+    """The card names the user's question file and side feature (no bundled datasets), and its
+    "Use" snippet, run as written, scores with the feature."""
+    import re
+
+    card = (chain["export"] / "README.md").read_text()
+    assert "questions.csv" in card and "side features hits" in card
+    assert "canonical split" not in card and "datasets:" not in card.split("---")[1]
+    snippet = re.search(r"## Use\n```python\n(.*?)```", card, re.S).group(1)
+    assert 'features={"hits": [None]}' in snippet
+    exec(compile(snippet, "card", "exec"), {})  # noqa: S102
+    assert capsys.readouterr().out.strip() in ("[ True]", "[False]")
+
+
+def test_score_tells_a_side_feature_gate_needs_questions(chain, capsys):
+    lines = chain["root"] / "lines.txt"
+    lines.write_text("who is the author of grisk ulbrecht?\n")
+    assert main(["score", "--model", str(chain["export"]), "--input", str(lines)]) == 2
+    err = capsys.readouterr().err
+    assert "side features hits" in err and "pass --questions FILE" in err
+
+
+def test_export_notes_each_step_and_keeps_library_warnings_out(chain, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["export", "--run", str(chain["run"]), "--out-dir", str(tmp_path),
+                 "--variants", "fp32", "int8"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    steps = [line for line in err.splitlines() if line.startswith("note: export: ")]
+    assert [s.split(" [")[0] for s in steps][1:] == [
+        "note: export: fp32 ONNX graph (tracing the model)",
+        f"note: export: int8 (static, scales calibrated on {len(steps) and _dev(chain)} dev questions)",
+        f"note: export: parity: {_test(chain)} test questions through PyTorch and each variant",
+        "note: export: model card",
+    ]
+    assert "Warning" not in err and "WARNING" not in err, err
+    assert not any(line.startswith("INFO:") for line in err.splitlines()), err  # no root handler
+
+
+def _dev(chain) -> int:
+    return len(json.loads((chain["run"] / "metadata.json").read_text())["calibration"]["texts"])
+
+
+def _test(chain) -> int:
+    return json.loads((chain["run"] / "labels.json").read_text())["counts"]["test"]["n"]

@@ -19,6 +19,7 @@ from transformers import (
 )
 
 from retrieval_gate.questions import Question
+from retrieval_gate.training.config import TrainConfig
 
 WORDS_KNOWN = ["capital", "france", "paris", "author", "hamlet", "color", "sky", "sun"]
 WORDS_RARE = ["zorblat", "quenvik", "marrowind", "tesque", "ulbrecht", "vantoby", "grisk"]
@@ -104,7 +105,7 @@ def tiny_backbone(kind: str, folder: Path, texts: list[str]) -> Path:
     return folder
 
 
-def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) -> dict:
+def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) -> TrainConfig:
     """A full training config for a couple of quick CPU steps."""
     from retrieval_gate.training import load_config
 
@@ -139,8 +140,7 @@ def minilm_gate(root: Path, variants: tuple[str, ...] = ("fp32", "int8")) -> tup
     questions, labels = synthetic_questions(64, seed=2)
     cfg = tiny_config(write_label_file(root / "labels.jsonl", labels), root / "ck", "encoder",
                       str(minilm_path()))  # fmt: skip
-    cfg["run"]["name"] = "minilm-gate"
-    cfg["trainer"]["limit_train_batches"] = 2
+    cfg = cfg.override("run.name=minilm-gate", "trainer.limit_train_batches=2")
     run_dir = train(cfg, questions=questions)
     save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
     texts = [q.text for q in questions[:16]]

@@ -1,9 +1,12 @@
 """`retrieval-gate <verb>`: parses arguments and calls one function per verb. Each verb lives in
-`retrieval_gate.commands.<verb>` with `add_parser(subparsers)` and `run(args) -> int`."""
+`retrieval_gate.commands.<verb>` with `add_parser(subparsers)` and `run(args) -> int`. The
+rules every verb's parser follows (`Parser`: defaults in `-h`, an unknown flag reported with
+the verb's own usage and a "did you mean") come from here through argparse's parser_class."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import logging
@@ -12,45 +15,111 @@ import traceback
 
 from .errors import EXIT_BUG, RetrievalGateError, missing_package
 
-# verb -> module under retrieval_gate.commands; a verb's module is imported only when used,
-# so `retrieval-gate data summary` never pays for torch or vLLM.
+# verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
+# verb's module is imported only when used, so `retrieval-gate data summary` never pays for
+# torch or vLLM.
 VERBS = {
-    "data": "data",
-    "models": "models",
-    "label": "label",
-    "train": "train",
-    "evaluate": "evaluate",
-    "transfer": "transfer",
-    "tune": "tune",
-    "export": "export",
-    "score": "score",
-    "rag": "rag",
-    "serve": "serve",
-    "demo": "demo",
+    "data": ("data", "summarise the bundled datasets or your question file"),
+    "models": ("models", "prepare the bundled models (SmolLM2 GGUF -> safetensors, once)"),
+    "label": ("label", "write retrieval-need labels from your generator or recorded outcomes"),
+    "train": ("train", "train a learned gate (PyTorch Lightning) from a YAML config"),
+    "evaluate": ("evaluate", "compare gates on the same test questions, one report"),
+    "transfer": ("transfer", "leave-one-source-out transfer matrix"),
+    "tune": ("tune", "tune a gate's threshold (or hyper-parameters) on dev with Optuna"),
+    "export": ("export", "export a trained gate to ONNX (fp32, int8, fp16) with a model card"),
+    "score": ("score", "score a question file with an exported ONNX gate"),
+    "rag": ("rag", "run gates in front of a vLLM generator, side by side, with costs"),
+    "serve": ("serve", "serve a gate (and the RAG loop) over HTTP"),
+    "demo": ("demo", "run the whole pipeline on the bundled data (what `make demo` runs)"),
 }
+DESCRIPTION = (
+    "Train, evaluate and ship retrieval-necessity gates: small classifiers that tell a RAG "
+    "system, from the question alone, whether its LLM needs retrieval."
+)
+EPILOG = (
+    "`retrieval-gate VERB -h` shows a verb's flags with their defaults. Exit codes: 0 done, "
+    "2 bad input or configuration (the message names the file, row or flag), 3 an engine, "
+    "server or package failed, 1 a bug. Docs: README.md and docs/ in the source tree."
+)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in `-h`: a help text that does not state its default itself gets
+    "(default: X)"; flags whose default is "not given" must say what that means in their text
+    (tests/test_help.py checks every verb)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, argparse.SUPPRESS, []) or default is False:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser class of the CLI and of every verb's parser (argparse passes it on to
+    subparsers): the formatter above, and extra arguments reported by the verb's own parser
+    with its usage and the closest flags."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_subparsers(self, **kwargs):  # noqa: ANN201 (argparse's private action type)
+        abbrev = self.allow_abbrev
+        kwargs.setdefault("parser_class", lambda **kw: type(self)(allow_abbrev=abbrev, **kw))
+        return super().add_subparsers(**kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a verb's own parser: its usage, its flags
+            self.error(self.unknown(extras))
+        return parsed, extras
+
+    def unknown(self, extras: list[str]) -> str:
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        for extra in extras:
+            if extra.startswith("-"):
+                close = difflib.get_close_matches(extra.split("=")[0], flags, n=2, cutoff=0.6)
+                if close:
+                    message += f" (did you mean {' or '.join(close)}?)"
+                    break
+        return message
 
 
 def _available() -> dict[str, str]:
     return {
-        v: m for v, m in VERBS.items() if importlib.util.find_spec(f"retrieval_gate.commands.{m}")
+        v: m
+        for v, (m, _) in VERBS.items()
+        if importlib.util.find_spec(f"retrieval_gate.commands.{m}")
     }
 
 
-def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="retrieval-gate", description=__doc__.split("\n")[0])
+def build_parser(argv: list[str], abbrev: bool = True) -> argparse.ArgumentParser:
+    """The parser for `argv`: only the verb it names is imported (the others are listed with
+    their summaries). `abbrev=False` refuses shortened flags (the docs tests use it)."""
+    parser = Parser(
+        prog="retrieval-gate", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=abbrev
+    )
     loud = parser.add_mutually_exclusive_group()
     loud.add_argument(
         "-q", "--quiet", action="store_true", help="no notes, only warnings and errors"
     )
     loud.add_argument("-v", "--verbose", action="store_true", help="debug messages too")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    verbs = _available()
     wanted = next((a for a in argv if not a.startswith("-")), None)
-    for verb, module in verbs.items():
+    for verb, module in _available().items():
+        summary = VERBS[verb][1]
         if verb == wanted:
             importlib.import_module(f"retrieval_gate.commands.{module}").add_parser(sub)
+            verb_parser = sub.choices[verb]
+            verb_parser.description = verb_parser.description or summary[0].upper() + summary[1:]
         else:
-            sub.add_parser(verb, help=f"(run `retrieval-gate {verb} -h`)")
+            sub.add_parser(verb, help=summary)
+    for action in sub._choices_actions:  # the listing shows the summaries, whoever added it
+        action.help = VERBS[action.dest][1]
     return parser
 
 
@@ -64,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(
             logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
         )
-        return int(args.run(args) or 0)
+        data_dir = getattr(args, "data_dir", None)  # every verb that reads the bundled datasets
+        if data_dir is None:
+            return int(args.run(args) or 0)
+        from .data.paths import data_dir_env
+
+        with data_dir_env(data_dir):
+            return int(args.run(args) or 0)
     except RetrievalGateError as e:
         print(f"retrieval-gate {verb}: error: {e}", file=sys.stderr)
         return e.exit_code

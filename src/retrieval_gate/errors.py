@@ -92,6 +92,8 @@ EXTRA_OF_MODULE = {
     **dict.fromkeys(("fastapi", "uvicorn", "pydantic"), "serve"),
     "vllm": "cpu] or [gpu",
     **dict.fromkeys(("ray", "psycopg"), "cluster"),
+    **dict.fromkeys(("tensorboard", "mlflow"), "tracking"),
+    "swagger_ui_bundle": "serve",
     "langchain_core": "langchain",
     "llama_index": "llamaindex",
     "haystack": "haystack",

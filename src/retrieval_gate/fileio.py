@@ -1,16 +1,24 @@
-"""Small file helpers every stage shares: files written whole and atomically (a temporary file
-in the target folder renamed over the target: a crash never leaves half a file, a reader never
-sees one), JSON read with errors naming the line, file checksums, and the rules for output
-names and paths (plain names; an output is never an input).
+"""Small file helpers every stage shares: files and folders written whole and atomically (a
+temporary file or folder beside the target renamed over it: a crash never leaves half a file or
+half a folder, a reader never sees one), with the modes the user's umask implies (like a plain
+`open()`/`mkdir`, not the 0600/0700 of `mkstemp`/`mkdtemp`), JSON read with errors naming the
+line, file checksums, and the rules for output names and paths (plain names; an output is never
+an input).
 
 JSONL data rows are read by `data.files.read_jsonl`, which reports bad lines per row."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +30,152 @@ def write_text(path: str | Path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Writes `data` to `path` atomically; a missing or read-only folder is an InputError."""
-    path = Path(path)
+def umask() -> int:
+    """The process's umask, read from /proc where Linux has it (setting and restoring it, the
+    fallback, is not thread-safe)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """What `open(path, "w")` would give a new file: 0644 under umask 022."""
+    return 0o666 & ~umask()
+
+
+def folder_mode() -> int:
+    """What `mkdir` would give a new folder: 0755 under umask 022."""
+    return 0o777 & ~umask()
+
+
+def make_parent(path: Path) -> None:
+    """Creates the folder `path` goes into, or says in one line why it cannot."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(
             f"cannot create its folder ({e.strerror}); choose another output", path
         ) from None
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Writes `data` to `path` atomically; a missing or read-only folder is an InputError."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary file name beside `path` for a writer that wants a path (torch.save,
+    onnx.save); renamed over `path` with the umask's mode when the block ends without error,
+    removed when it fails. A missing or read-only folder is an InputError."""
+    path = Path(path)
+    make_parent(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise InputError(
             f"cannot write in its folder ({e.strerror}); choose another output", path
         ) from None
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        os.fchmod(fd, file_mode())  # mkstemp makes it 0600: others could not read the result
+        os.close(fd)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # the temp file is ours; the target is untouched
+        tmp.unlink(missing_ok=True)  # the temp file is ours; the target is untouched
         raise
-    return path
+
+
+STAGING = ".staging-"  # name part of a temporary folder beside its target: `.NAME.staging-PID-*`
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | Path) -> Iterator[Path]:
+    """A new empty folder beside `target` to write a whole folder into; when the block ends
+    without error it replaces `target` in one rename (an older `target` is swapped out and
+    removed), so a reader finds the old folder or the new one, never half of one. On error, or
+    a kill, `target` is untouched; the next call removes folders that killed runs left."""
+    target = Path(target)
+    make_parent(target)
+    if target.exists() and not target.is_dir():
+        raise InputError("is a file, not a folder; choose another output", target)
+    _remove_abandoned(target)
+    try:
+        stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=_stage_prefix(target)))
+    except OSError as e:
+        raise InputError(
+            f"cannot write in its folder ({e.strerror}); choose another output", target
+        ) from None
+    try:
+        stage.chmod(folder_mode())  # mkdtemp makes it 0700
+        yield stage
+        replace_folder(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _stage_prefix(target: Path) -> str:
+    return f".{target.name}{STAGING}{os.getpid()}-"
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Staging folders of `target` whose process is gone (a killed export): ours, and never
+    renamed into place, so nothing in them was ever a result."""
+    pattern = re.compile(re.escape(f".{target.name}{STAGING}") + r"(\d+)-")
+    for entry in target.parent.iterdir():
+        match = pattern.match(entry.name)
+        if match and entry.is_dir() and not _alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """Puts the folder `new` at `target`: a rename, or an atomic swap with an existing
+    `target` (Linux renameat2 RENAME_EXCHANGE) whose old content is then removed. Where the
+    swap is unsupported, the old folder is renamed aside first (a kill between the two renames
+    leaves no `target`, never a mixed one)."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new)  # `new` now holds the old folder
+        return
+    aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=_stage_prefix(target)))
+    os.rename(target, aside / "old")
+    os.rename(new, target)
+    shutil.rmtree(aside)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swaps two paths; False where the C library or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def write_json(path: str | Path, data: Any) -> Path:

@@ -13,21 +13,19 @@ from ..data import (
     resolve_data_dir,
     summary_rows,
 )
-from .question_args import add_question_args, questions_from
+from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="inspect the datasets")
     verbs = p.add_subparsers(dest="data_verb", required=True)
     s = verbs.add_parser("summary", help="rows, answers, popularity, fact types per dataset")
-    s.add_argument(
-        "--data-dir", help="dataset folder (default: $RETRIEVAL_GATE_DATA, ../shared/datasets)"
-    )
-    s.add_argument("--datasets", nargs="+", choices=dataset_names(), help="default: all")
+    add_data_dir(s)
+    add_dataset_arg(s, "dataset to summarise (default: the default set)", dataset_names(True))
     s.add_argument(
         "--skip-bad-rows", action="store_true", help="count malformed rows instead of stopping"
     )
-    add_question_args(s, "question file to summarise (instead of the bundled datasets)")
+    add_question_args(s, "question file to summarise", "the bundled datasets")
     s.set_defaults(run=run_summary)
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .question_args import add_data_dir
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole pipeline on the default data")
-    p.add_argument("--out", default="runs/demo", help="demo folder (default runs/demo)")
+    p.add_argument("--out", default="runs/demo", help="demo folder")
     p.add_argument(
         "--stage",
-        help="re-run one stage alone (data, models, labels, train, tune, export, evaluate, rag)",
+        help="re-run one stage alone (data, models, labels, train, tune, export, evaluate, rag; "
+        "default: every stage not finished yet)",
     )
+    add_data_dir(p)
     p.add_argument("--force", action="store_true", help="re-run finished stages too")
     p.set_defaults(run=run)
 

@@ -12,27 +12,34 @@ DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
-    from ..labels.evalset import DEFAULT_RUN_DIR
     from .gate_args import add_gate_options
-    from .question_args import add_question_args
+    from .question_args import add_data_dir, add_question_args
 
     p = sub.add_parser("evaluate", help="compare gates on the canonical test split")
-    p.add_argument("--gates", nargs="+", default=DEFAULT_GATES, choices=gate_names())
+    p.add_argument(
+        "--gates",
+        nargs="+",
+        default=DEFAULT_GATES,
+        choices=gate_names(),
+        metavar="GATE",
+        help=f"gates to compare, any of: {' '.join(gate_names())}",
+    )
     p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s) (.jsonl)")
     p.add_argument("--out", type=Path, default=Path("reports/evaluate"), help="report folder")
     p.add_argument(
         "--run-dir",
         type=Path,
-        default=DEFAULT_RUN_DIR,
         help="labelling run with closed-book.jsonl / rag-gain.jsonl (answers for adaptive "
-        "accuracy, confidence records, TA-ARE demonstrations)",
+        "accuracy, confidence records, TA-ARE demonstrations; default: the folder of the first "
+        "--labels file when it holds one, else the bundled SmolLM2 run)",
     )
     p.add_argument("--generator", help="generator model (default: the labelling generator)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
-    p.add_argument("--limit", type=int, help="only N test questions per label file (quick look)")
+    p.add_argument("--limit", type=int, help="only N test questions per label file (default: all)")
     add_question_args(p)
+    add_data_dir(p)
     add_gate_options(p)
     p.set_defaults(run=run)
 
@@ -40,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..evaluation.compare import EvaluationConfig, run_evaluation
+    from ..labels.labelling_run import run_dir_for
     from .gate_args import gate_options
     from .question_args import questions_from
 
@@ -52,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         gates=args.gates,
         label_files=args.labels,
         out_dir=args.out,
-        run_dir=args.run_dir,
+        run_dir=run_dir_for(args.labels[0], args.run_dir),
         gate_options=gate_options(args),
         generator_options={"name_or_path": args.generator} if args.generator else {},
         n_resamples=args.resamples,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..gates.onnx_format import VARIANTS
-from .question_args import add_question_args, questions_from
+from .question_args import add_data_dir, add_question_args, questions_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--run", dest="run_dir", required=True, help="training run folder, checkpoints/<run>"
     )
-    p.add_argument("--name", help="export name (default: the run name)")
+    p.add_argument("--name", help="export folder name (default: the run's folder name)")
     p.add_argument("--out-dir", default="export", help="parent folder of exports")
     p.add_argument(
         "--variants",
@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=1000,
         help="test-split questions for the parity/quality check (0 = all)",
     )
-    add_question_args(p, "questions for the parity check (default: the run's data.questions)")
+    add_question_args(p, "questions for the parity check", "the run's own question set")
+    add_data_dir(p)
     p.set_defaults(run=run)
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from ..models import SMOLLM2
 from .label_engine import add_engine_args, ray_engine
-from .question_args import add_question_args, questions_from
+from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 from .rag import add_multi_step_args, multi_step_config
 
 STRATEGIES_POLICY = "strategies"  # runs the RAG loop's strategies: rag/labelling.py
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..data import dataset_names
     from ..labels.policies import POLICIES
     from ..labels.scoring import CRITERIA, DEFAULT_CRITERION
     from ..labels.selection import EQ_SAMPLE
@@ -23,17 +24,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         choices=(*POLICIES, STRATEGIES_POLICY),
-        help="label policy to run (strategies: your generator's outcome under no retrieval, "
-        "one retrieval and multi-step retrieval, docs/label.md)",
+        help="label policy to run (default: none; required unless --report or --throughput; "
+        "strategies: your generator's outcome under no retrieval, one retrieval and "
+        "multi-step retrieval, docs/label.md)",
     )
-    p.add_argument(
-        "--dataset",
-        action="append",
-        dest="datasets",
-        help="dataset to label (repeatable; default: popqa triviaqa freshqa toolqa "
-        "retrievalqa + an EntityQuestions sample)",
-    )
-    p.add_argument("--limit", type=int, help="label only the first N questions")
+    add_dataset_arg(p, "dataset to label (default: popqa triviaqa freshqa toolqa retrievalqa "
+                    "+ an EntityQuestions sample)", dataset_names(True))  # fmt: skip
+    p.add_argument("--limit", type=int, help="label only the first N questions (default: all)")
     p.add_argument(
         "--generator",
         help=f"model name or folder (default {SMOLLM2}); with --generator-url the server's model "
@@ -44,10 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--generator-url",
         nargs="+",
         help="OpenAI-compatible server to label with (e.g. `vllm serve` at "
-        "http://host:8000/v1), instead of an in-process engine; several replicas with --engine ray",
+        "http://host:8000/v1) instead of an in-process engine (default: none, in-process); "
+        "several replicas with --engine ray",
     )
-    p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
-    p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA)
+    p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"),
+                   help="in-process generator: auto = vLLM when installed")  # fmt: skip
+    p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA,
+                   help="when an answer counts as correct (docs/label.md)")  # fmt: skip
     p.add_argument(
         "--chunk-size",
         type=int,
@@ -55,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "every strategy, written when the chunk ends)",
     )
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the EntityQuestions sample")
     p.add_argument(
         "--out",
         type=Path,
@@ -68,11 +68,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="folder for label files, as <labels-dir>/<generator>/<policy>.jsonl (default "
         "data/labels; required with --questions unless --out is given)",
     )
-    add_question_args(p, "questions to label (instead of --dataset)")
+    add_question_args(p, "questions to label (instead of --dataset)", "--dataset's")
+    add_data_dir(p)
     p.add_argument(
         "--outcomes",
         type=Path,
-        help="--policy outcomes: your recorded answers (lm-eval --log_samples samples_*.jsonl, "
+        help="--policy outcomes (required there; default: none): your recorded answers (lm-eval --log_samples samples_*.jsonl, "
         "or a file with id/question + correct or prediction [+ rag_correct/rag_prediction]), "
         "or an Adaptive-RAG release folder (predictions/<split>/; --generator picks its LLM)",
     )
@@ -81,8 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         help="--policy outcomes: strategy names in cost order, the cheapest first; the file "
         "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
-        "writes strategies.jsonl (docs/label.md). --policy strategies: which of no_retrieval "
-        "one_retrieval multi_step to run (default all three)",
+        "writes strategies.jsonl (docs/label.md; default: none, one-answer outcomes). "
+        "--policy strategies: which of no_retrieval one_retrieval multi_step to run "
+        "(default all three)",
     )
     p.add_argument(
         "--unanswered",
@@ -91,7 +93,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "sources), exclude, or a strategy name",
     )
     g = p.add_argument_group("rag-gain and rrcp")
-    g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25")
+    g.add_argument("--retriever", choices=("bm25", "dense", "contexts"), default="bm25",
+                   help="documents for the with-retrieval answers")  # fmt: skip
     g.add_argument(
         "--corpus",
         type=Path,
@@ -104,10 +107,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=(0, 1),
         help="rag-gain: label for 'neither' (default: dropped)",
     )
-    g.add_argument("--evaluator", choices=("overlap", "llm", "mean"), help="rrcp s_i evaluator")
+    g.add_argument("--evaluator", choices=("overlap", "llm", "mean"),
+                   help="rrcp s_i evaluator (default: the policy's, overlap)")  # fmt: skip
     g.add_argument("--no-llm-judge", action="store_true", help="rrcp: skip the P(Yes) judge")
-    g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (0.15)")
-    g.add_argument("--t-com", type=float, help="rrcp completeness threshold (0.80)")
+    g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (default 0.15)")
+    g.add_argument("--t-com", type=float, help="rrcp completeness threshold (default 0.80)")
     add_engine_args(p)
     add_multi_step_args(p)
     p.add_argument("--report", action="store_true", help="print figures from the label files")
@@ -122,7 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="measure questions/s of --backend on N RetrievalQA questions (closed-book and "
-        "with 5 documents; median of 3) and exit",
+        "with 5 documents; median of 3) and exit (default: off)",
     )
     p.set_defaults(run=run)
 

@@ -15,7 +15,7 @@ from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
 from .gate_args import add_gate_options, gate_options
-from .question_args import add_question_args, questions_from
+from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 # The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
 DEFAULT_MODES = ("never", "always", "learned", "onnx", "popularity", "prompt-vanilla",
@@ -44,7 +44,8 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--generator-url",
         help="OpenAI-compatible server to generate with instead of an in-process engine, "
-        "e.g. http://localhost:8000/v1 (`vllm serve` with its own parallelism flags)",
+        "e.g. http://localhost:8000/v1 (`vllm serve` with its own parallelism flags; default: "
+        "none, in-process)",
     )
     g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallelism")
     g.add_argument(
@@ -87,14 +88,16 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
     fitted gates and the oracle read, and threshold overrides (shared with `serve`)."""
     add_gate_options(p)
     g = p.add_argument_group("labels and thresholds")
-    g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE / tfidf")
-    g.add_argument("--oracle-labels", type=Path, help="label file the oracle follows")
+    g.add_argument("--labels", type=Path, help="label file fitting popularity / TA-ARE / tfidf "
+                   "(default: the bundled SmolLM2 closed-book labels)")  # fmt: skip
+    g.add_argument("--oracle-labels", type=Path, help="label file the oracle follows (default: "
+                   "the bundled SmolLM2 rag-gain labels)")  # fmt: skip
     g.add_argument(
         "--threshold",
         action="append",
         default=[],
         metavar="MODE=VALUE",
-        help="override a mode's threshold (repeatable)",
+        help="override a mode's threshold (repeatable; default: each gate's own)",
     )
     g = p.add_argument_group("routing between strategies")
     g.add_argument(
@@ -115,10 +118,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "rag", help="answer questions through gate -> retriever -> vLLM, per mode, with costs"
     )
-    p.add_argument("--dataset", nargs="+", choices=dataset_names(), help="default: all")
+    add_dataset_arg(
+        p, "dataset to sample from (default: the default set)", dataset_names(True), "dataset"
+    )
     p.add_argument("--split", choices=SPLITS, default="test", help="canonical split")
     p.add_argument("--limit", type=int, default=200, help="seeded sample size (0: all)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument(
         "--with-contexts", action="store_true", help="only questions with their own documents"
     )
@@ -134,9 +139,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         help="write the table (.md) and results (.json); each mode is saved as it finishes "
-        "(.modes.jsonl) and a rerun resumes from there",
+        "(.modes.jsonl) and a rerun resumes from there (default: print only)",
     )
     add_question_args(p)
+    add_data_dir(p)
     add_generator_args(p)
     add_gate_args(p)
     p.set_defaults(run=run)

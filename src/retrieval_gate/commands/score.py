@@ -16,6 +16,7 @@ from pathlib import Path
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, write_text
+from ..gates.onnx_format import VARIANTS
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input",
         help=".txt (one question a line, an optional `question` header line), .jsonl "
-        "({id, question}) or .csv (a `question` or `text` column, optional `id`)",
+        "({id, question}) or .csv (a `question` or `text` column, optional `id`); default: none, "
+        "give --input or --questions",
     )
     add_question_args(
-        p, "questions to score instead of --input (their columns feed a gate's side features)"
+        p,
+        "questions to score instead of --input (their columns feed a gate's side features)",
+        "none, give --input or --questions",
     )
     p.add_argument("--output", help="JSONL output (default: stdout); never one of the inputs")
-    p.add_argument("--variant", default="fp32", help="fp32 | opt | int8 | fp16")
-    p.add_argument("--provider", help="force an execution provider: cpu | cuda")
-    p.add_argument("--threshold", type=float, help="override the exported threshold (0..1)")
+    p.add_argument("--variant", default="fp32", choices=tuple(VARIANTS),
+                   help="ONNX file of the export")  # fmt: skip
+    p.add_argument("--provider", choices=("cpu", "cuda"),
+                   help="force an execution provider (default: CUDA when onnxruntime-gpu sees a "
+                   "GPU, else CPU)")  # fmt: skip
+    p.add_argument("--threshold", type=float,
+                   help="override the exported threshold, 0..1 (default: the export's)")  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -67,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
     threshold = gate.threshold if args.threshold is None else args.threshold
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
+    elif gate.side_features is not None:
+        names = ", ".join(gate.side_features.names)
+        raise InputError(
+            f"gate {gate.name} also reads the side features {names}, which a line of text "
+            f"cannot carry: pass --questions FILE (a .csv, .jsonl or .parquet with a `question` "
+            f"column and {names}) instead of --input",
+            args.input,
+        )
     else:
         scores = gate.score_texts([r["text"] for r in good])
     for rec, score in zip(good, scores, strict=True):

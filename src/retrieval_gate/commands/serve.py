@@ -11,6 +11,7 @@ from dataclasses import fields
 from ..errors import ConfigError
 from ..gates.registry import gate_names
 from ..rag.limits import Limits
+from .question_args import add_data_dir
 from .rag import (
     add_gate_args,
     add_generator_args,
@@ -41,13 +42,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="gate in front (default: onnx; --router DIR serves a router instead)",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port")
     p.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV),
         help=f"require `Authorization: Bearer KEY` on /score and /answer (default: ${API_KEY_ENV})",
     )
     add_limit_args(p)
+    add_data_dir(p)
     add_generator_args(p)
     add_gate_args(p)
     p.set_defaults(run=run)

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+
+from .question_args import add_data_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a learned gate (PyTorch Lightning)")
-    p.add_argument("--config", required=True, help="YAML config (configs/experiments/*.yaml)")
+    p.add_argument(
+        "--config",
+        required=True,
+        help="YAML config: a path, or an example config by name (minilm-closed-book, "
+        "minilm-lora, ...: configs/experiments, configs/backbones)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000",
+        help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000 "
+        "(default: none)",
     )
     again = p.add_mutually_exclusive_group()
     again.add_argument(
@@ -26,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue the run in the run folder from its last checkpoint (same config only)",
     )
+    add_data_dir(p)
     p.set_defaults(run=run)
 
 
@@ -34,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from ..training.launch import launcher_trainer
 
     config = load_config(args.config, args.overrides)
-    config["trainer"] = launcher_trainer(config["trainer"])  # torchrun / srun: DDP across them
-    run_dir = train(config, overwrite=args.overwrite, resume=args.resume)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    print(f"run folder: {run_dir}")
-    print("test:", json.dumps({k: round(v, 4) for k, v in metrics["test"].items()}))
+    # torchrun / srun: DDP across the launched processes
+    config = dataclasses.replace(config, trainer=launcher_trainer(config.trainer))
+    run = train(config, overwrite=args.overwrite, resume=args.resume)
+    print(f"run folder: {run.path}")
+    print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))
     return 0

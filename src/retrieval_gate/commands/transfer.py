@@ -9,8 +9,7 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..labels.evalset import DEFAULT_RUN_DIR
-    from .question_args import add_question_args
+    from .question_args import add_data_dir, add_question_args
 
     p = sub.add_parser("transfer", help="leave-one-source-out transfer matrix")
     p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s)")
@@ -19,6 +18,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         default=["tfidf", "popularity"],
         choices=["tfidf", "popularity", "popularity-global"],
+        help="gates fitted per cell (--learned adds the learned gate)",
+    )
+    p.add_argument(
+        "--feature",
+        metavar="COLUMN",
+        default="s_pop",
+        help="numeric signal the popularity gates threshold (any numeric column of --questions: "
+        "low value -> retrieve)",
     )
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(
@@ -34,16 +41,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ],
         help="training overrides (CPU budget by default; drop them on a GPU)",
     )
-    p.add_argument("--learned-out", type=Path, default=Path("checkpoints/transfer"))
-    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
-    p.add_argument("--out", type=Path, default=Path("reports/transfer"))
+    p.add_argument(
+        "--learned-out",
+        type=Path,
+        default=Path("checkpoints/transfer"),
+        help="folder of the per-cell training runs",
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="labelling run (recorded answers; default: the folder of the first --labels file "
+        "when it holds one, else the bundled SmolLM2 run)",
+    )
+    p.add_argument("--out", type=Path, default=Path("reports/transfer"), help="report folder")
     add_question_args(p)
+    add_data_dir(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.transfer import learned_fitter, run_transfer
+    from ..gates.registry import GateOptions
     from ..labels.evalset import policy_name
+    from ..labels.labelling_run import run_dir_for
     from .question_args import questions_from
 
     questions = questions_from(args)
@@ -54,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
             files, args.learned_config, args.learned_set, args.learned_out, questions
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
-    path = run_transfer(args.labels, args.gates, args.out, args.run_dir, extra, command, questions)
+    run_dir = run_dir_for(args.labels[0], args.run_dir)
+    options = GateOptions(feature=args.feature)
+    path = run_transfer(
+        args.labels, args.gates, args.out, run_dir, extra, command, questions, options
+    )
     print(f"report: {path}")
     return 0

@@ -5,22 +5,30 @@ hyper-parameters (`tuning.tune.run_tuning`)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import sys
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
-    from ..labels.evalset import DEFAULT_RUN_DIR
     from ..tuning.studies import DEFAULT_STORAGE
     from ..tuning.tune import OBJECTIVES, TuneConfig
     from .gate_args import add_gate_options
-    from .question_args import add_question_args
+    from .question_args import add_data_dir, add_question_args
 
     d = TuneConfig(gate="", labels=Path())
     p = sub.add_parser("tune", help="Optuna: thresholds, Pareto front, hyper-parameters")
-    p.add_argument("--gate", required=True, choices=gate_names())
+    p.add_argument(
+        "--gate",
+        required=True,
+        choices=gate_names(),
+        metavar="GATE",
+        help=f"the gate to tune, one of: {' '.join(gate_names())}",
+    )
     p.add_argument("--labels", required=True, type=Path, help="label file (.jsonl)")
     p.add_argument(
         "--objective",
@@ -32,13 +40,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target", type=float, default=d.target,
                    help="min-retrieval: share of always-retrieve accuracy")  # fmt: skip
-    p.add_argument("--trials", type=int, default=d.trials)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--trials",
+        type=int,
+        help=f"trials of the sampled studies: pareto, relations, hparams (default: {d.trials}); "
+        "the 1-D threshold objectives are exact and need none",
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help="sampler seed")
     p.add_argument(
         "--storage",
         default=str(DEFAULT_STORAGE),
-        help="Optuna storage: a SQLite file (one process), postgresql://user:pass@host/db or "
-        "mysql://... (many workers, heartbeats), journal:PATH (shared file system)",
+        help="Optuna storage of the sampled studies: a SQLite file (one process), "
+        "postgresql://user:pass@host/db or mysql://... (many workers, heartbeats), journal:PATH "
+        "(shared file system); the 1-D threshold objectives open none",
     )
     p.add_argument(
         "--workers",
@@ -47,12 +61,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="processes on one study (hparams, pareto, relations; --trials bounds the study); "
         "needs a non-SQLite --storage; the 1-D threshold objectives are exact and need none",
     )
-    p.add_argument("--out", type=Path, default=d.out)
-    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="labelling run (answers)")
+    p.add_argument("--out", type=Path, default=d.out, help="report folder")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="labelling run with the recorded answers (closed-book.jsonl, rag-gain.jsonl; "
+        "default: the folder of --labels when it holds one, else the bundled SmolLM2 run)",
+    )
     p.add_argument(
         "--save-objective",
         help="objective whose threshold is saved into the learned run's metadata.json "
-        "(without it tuning never changes the run)",
+        "(default: none; without it tuning never changes the run)",
     )
     p.add_argument("--config", default=d.config, help="hparams: training config")
     p.add_argument("--set", nargs="*", default=list(d.overrides),
@@ -60,25 +79,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-epochs", type=int, default=d.max_epochs,
                    help="hparams: upper bound of the epochs searched")  # fmt: skip
     add_question_args(p)
+    add_data_dir(p)
     add_gate_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..tuning.storage import shown
-    from ..tuning.tune import TuneConfig, run_tuning
+    from ..tuning.tune import SAMPLED, TuneConfig, run_tuning
     from .gate_args import gate_options
     from .question_args import questions_from
 
+    sampled = set(args.objective) & set(SAMPLED)
+    if args.trials is not None and not sampled:
+        log.info("--trials is not used: the 1-D threshold objectives try every distinct dev "
+                 "score (exact), they need no trials")  # fmt: skip
+    trials = {} if args.trials is None else {"trials": args.trials}
     cfg = TuneConfig(gate=args.gate, labels=args.labels, objectives=args.objective,
-                     target=args.target, trials=args.trials, seed=args.seed,
-                     storage=args.storage, workers=args.workers, out=args.out, run_dir=args.run_dir,
+                     target=args.target, seed=args.seed, storage=args.storage,
+                     workers=args.workers, out=args.out, run_dir=args.run_dir,
                      gate_options=gate_options(args), save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
-                     command="retrieval-gate " + shlex.join(sys.argv[1:]))  # fmt: skip
+                     command="retrieval-gate " + shlex.join(sys.argv[1:]), **trials)  # fmt: skip
     cfg.check()  # every flag, before the questions are read
     cfg.questions = questions_from(args)
     for report in run_tuning(cfg):
         print(report.read_text())
-        print(f"wrote {report} / .json; studies in {shown(args.storage)}")
+        print(f"wrote {report} and {report.with_suffix('.json')}")
+    if sampled:
+        print(f"studies ({', '.join(sorted(sampled))}) in {shown(args.storage)}")
     return 0

@@ -9,6 +9,8 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import BackendError
@@ -121,6 +123,25 @@ def resolve_data_dir(flag: str | Path | None = None, download: bool = True) -> P
     if download:
         fetch_official(cache)
     return cache
+
+
+@contextmanager
+def data_dir_env(flag: str | Path | None) -> Iterator[None]:
+    """`--data-dir` for the duration of a command: checked, then handed on as
+    $RETRIEVAL_GATE_DATA, which every loader (and every process the command starts) reads;
+    the environment is restored afterwards (the CLI also runs inside tests)."""
+    if flag is None:
+        yield
+        return
+    before = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = str(_existing(Path(flag), "--data-dir"))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = before
 
 
 def _existing(path: Path, origin: str) -> Path:

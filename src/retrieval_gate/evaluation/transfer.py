@@ -1,6 +1,8 @@
 """`retrieval-gate transfer`: leave-one-source-out. For each source S, a gate is fitted on the
 train (and dev) questions of every OTHER source and tested on S's test questions; beside it,
-the in-domain figure (fitted on all sources' train) on the same S test questions.
+the in-domain figure (fitted on all sources' train) on the same S test questions. The sources
+are those of the questions (their `source` field): the bundled datasets, or the values of a
+user's `source` column.
 
 Cells where the held-out source has one label only (retrievalqa-style labels make ToolQA,
 FreshQA, RetrievalQA all "needs retrieval") get AUROC n/a with that reason; accuracy and
@@ -18,23 +20,32 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import metrics as M
-from ..data.errors import DataError
+from ..errors import InputError, MissingInputError
 from ..fileio import write_text
 from ..gates.base import Gate
-from ..gates.registry import GateContext, build_gate
+from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..questions import Question
 from ..tables import markdown_table
 from . import plots
 
-SOURCES = ("popqa", "entityquestions", "triviaqa", "freshqa", "toolqa", "retrievalqa")
+# What a gate raises when it cannot be fitted on a cell's data (one label only, no s_pop): the
+# cell says so and the matrix goes on; any other error stops it.
+CANNOT_FIT = MissingInputError
+
+
+def sources_of(sp: Splits) -> list[str]:
+    """The questions' sources, in order of first appearance (train, dev, then test)."""
+    seen = [q.source for part in (sp.train, sp.dev, sp.test) for q in part.questions]
+    return list(dict.fromkeys(seen))
 
 
 def loso(sp: Splits, held_out: str) -> Splits:
     """Train/dev without the held-out source; test = the held-out source's test questions."""
-    others = [s for s in SOURCES if s != held_out]
     return Splits(
-        sp.train.where_source(others), sp.dev.where_source(others), sp.test.where_source([held_out])
+        sp.train.subset(sp.train.sources != held_out),
+        sp.dev.subset(sp.dev.sources != held_out),
+        sp.test.where_source([held_out]),
     )
 
 
@@ -73,23 +84,31 @@ def _na(gate: str, policy: str, setting: str, test: EvalSet, reason: str) -> Cel
 Fitter = Callable[[Splits, str, str], Gate]
 
 
-def registry_fitter(name: str) -> Fitter:
+def registry_fitter(name: str, options: GateOptions | None = None) -> Fitter:
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
-        return build_gate(name, GateContext(sp.train, sp.dev))
+        return build_gate(name, GateContext(sp.train, sp.dev), options)
 
     return fit
 
 
 def transfer_cells(
-    sp: Splits, policy: str, fitters: dict[str, Fitter], sources: Sequence[str] = SOURCES
+    sp: Splits, policy: str, fitters: dict[str, Fitter], sources: Sequence[str] | None = None
 ) -> list[Cell]:
+    """Every gate in-domain and held-out on each source (default: the questions' sources)."""
+    sources = sources_of(sp) if sources is None else list(sources)
+    if len(sources) < 2:
+        raise InputError(
+            f"leave-one-source-out needs questions from at least two sources; these have "
+            f"{', '.join(map(repr, sources)) or 'none'}: give --questions a `source` column "
+            "(or --field source=COLUMN)"
+        )
     cells = []
     for name, fit in fitters.items():
         try:
             in_domain = fit(
                 Splits(sp.train, sp.dev, sp.test.subset(np.zeros(len(sp.test), bool))), policy, ""
             )
-        except (ValueError, DataError) as e:
+        except CANNOT_FIT as e:
             in_domain, why = None, str(e)
         for src in tqdm(sources, desc=f"{name} / {policy}"):
             part = loso(sp, src)
@@ -102,7 +121,7 @@ def transfer_cells(
                 cells.append(_cell(name, policy, "in-domain", part.test, s, in_domain.threshold))
             try:
                 gate = fit(part, policy, src)
-            except (ValueError, DataError) as e:  # e.g. popularity: no s_pop outside PopQA
+            except CANNOT_FIT as e:  # e.g. popularity: no s_pop outside PopQA
                 cells.append(
                     _na(name, policy, "held-out", part.test, f"cannot fit without {src}: {e}")
                 )
@@ -116,10 +135,11 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "transfer.json", json.dumps([asdict(c) for c in cells], indent=2))
     lines = ["# Cross-dataset transfer (leave one source out)", "", f"`{command}`", "",
-             "Held-out: fitted on the other five sources' train/dev questions, tested on the "
+             "Held-out: fitted on the other sources' train/dev questions, tested on the "
              "source's test questions. In-domain: fitted on all sources' train questions, "
-             "tested on the same questions. Threshold 0.5. The popularity gate scores only PopQA "
-             "questions by s_pop; on other sources it gives its constant fallback score.", ""]  # fmt: skip
+             "tested on the same questions. Threshold 0.5. The popularity gate scores only "
+             "questions with s_pop (PopQA's); on others it gives its constant fallback score.",
+             ""]  # fmt: skip
     for policy in dict.fromkeys(c.policy for c in cells):
         pc = [c for c in cells if c.policy == policy]
         rows_keys = list(dict.fromkeys((c.gate, c.setting) for c in pc))
@@ -161,12 +181,14 @@ def run_transfer(
     extra_fitters: dict[str, Fitter] | None = None,
     command: str = "",
     questions: Sequence[Question] | None = None,
+    options: GateOptions | None = None,
 ) -> Path:
-    """The matrix over `questions` (default: the bundled datasets), one held-out source a cell."""
+    """The matrix over `questions` (default: the bundled datasets), one held-out source a cell;
+    `options`: the gates' flags (`feature` for the popularity gates)."""
     cells = []
     for path in label_files:
         sp = load_splits(path, run_dir, questions)
-        fitters: dict[str, Any] = {g: registry_fitter(g) for g in gates}
+        fitters: dict[str, Any] = {g: registry_fitter(g, options) for g in gates}
         fitters |= extra_fitters or {}
         cells += transfer_cells(sp, policy_name(path), fitters)
     return write_transfer_report(cells, out_dir, command)

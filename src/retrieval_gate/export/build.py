@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..fileio import staged_folder
 from ..questions import Question
 from .card import write_model_card
-from .onnx import export_gate
-from .parity import check_parity, parity_set
+from .onnx import Progress, check_export_target, keep_users_files, write_export
+from .parity import calibration_set, check_parity, parity_set
 
 
 def build_export(
@@ -21,12 +22,20 @@ def build_export(
     questions: Sequence[Question] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """`parity` = (texts, labels[, side features]) to check on; by default the run's test split (up to
-    `parity_limit` questions) of `questions` (default: the run's own question set)."""
+    `parity_limit` questions) of `questions` (default: the run's own question set). The folder
+    (ONNX files, tokenizer, parity.json, model card) appears whole or not at all."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    export_gate(run_dir, out_dir, variants)
+    check_export_target(out_dir, variants)
     texts, labels, *features = (
         parity if parity is not None else parity_set(run_dir, parity_limit, questions=questions)
     )
-    report = check_parity(run_dir, out_dir, texts, labels, features[0] if features else None)
-    write_model_card(run_dir, out_dir, report)
+    calibration = calibration_set(run_dir, questions) if "int8" in variants else None
+    progress = Progress()
+    with staged_folder(out_dir) as stage:
+        write_export(run_dir, stage, variants, calibration, progress)
+        progress.step(f"parity: {len(texts)} test questions through PyTorch and each variant")
+        report = check_parity(run_dir, stage, texts, labels, features[0] if features else None)
+        progress.step("model card")
+        write_model_card(run_dir, stage, report, name=out_dir.name, path=str(out_dir))
+        keep_users_files(out_dir, stage)
     return out_dir, report

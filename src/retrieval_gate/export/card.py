@@ -55,9 +55,11 @@ def base_model(model_name: str) -> str | None:
 def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
               test: dict[str, float]) -> ModelCardData:  # fmt: skip
     """Front matter; each test metric is a model-index result, the threshold-dependent ones
-    with the threshold they were measured at (the training threshold, before tuning)."""
-    names = config["data"].get("datasets") or list(HUB_DATASETS)
-    label_file = Path(config["data"]["label_file"]).stem
+    with the threshold they were measured at (the training threshold, before tuning). Hub
+    dataset ids only for a run on the bundled datasets (a user's file has none)."""
+    bundled = not config["data"].get("questions")
+    names = (config["data"].get("datasets") or list(HUB_DATASETS)) if bundled else []
+    label_file = Path(config["data"]["label_file"] or "in-memory").stem
     trained_at = float(config["model"].get("threshold", 0.5))
     results = [
         EvalResult(task_type="text-classification", task_name="retrieval necessity",
@@ -80,7 +82,53 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     )
 
 
-def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | None) -> Path:
+def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """What the gate learned from: the question file or the bundled datasets, and its inputs."""
+    data = config["data"]
+    side = (meta.get("side_features") or {}).get("names") or []
+    if data.get("questions"):
+        fields = f" (columns mapped: {json.dumps(data['fields'])})" if data.get("fields") else ""
+        source = [f"- questions: your file `{data['questions']}`{fields}; split: its `split` "
+                  f"column, else a seeded split grouped by entity (seed {data['split_seed']})"]  # fmt: skip
+    else:
+        names = ", ".join(data.get("datasets") or ["retrievalqa", "popqa", "freshqa", "toolqa",
+                                                   "triviaqa", "entityquestions"])  # fmt: skip
+        source = [f"- questions: the bundled datasets ({names}), canonical split "
+                  f"(seed {data['split_seed']})"]  # fmt: skip
+    inputs = "the question text" + (f" and the side features {', '.join(side)}" if side else "")
+    return [*source, f"- inputs: {inputs}"]
+
+
+def _use(path: str, meta: dict[str, Any]) -> list[str]:
+    """A snippet that runs for this gate: with its side features when it has them."""
+    side = (meta.get("side_features") or {}).get("names") or []
+    call = 'gate.predict(["Who wrote Hamlet?"])'
+    if side:  # one value per question and feature; None = unknown
+        values = ", ".join(f'"{n}": [None]' for n in side)
+        call = f'gate.predict(["Who wrote Hamlet?"], features={{{values}}})'
+    return [
+        "```python",
+        "from retrieval_gate import RetrievalGate",
+        f"gate = RetrievalGate.from_pretrained({json.dumps(path)})  # this folder, or its Hub id",
+        f"print({call})  # [True] = retrieve",
+        "```",
+        f"or `retrieval-gate score --model {path} "
+        + ("--questions questions.csv` (a file with a `question` column and "
+           f"{', '.join(side)})." if side else "--input questions.txt`."),
+    ]  # fmt: skip
+
+
+def write_model_card(
+    run_dir: Path,
+    export_dir: Path,
+    parity: dict[str, Any] | None,
+    name: str | None = None,
+    path: str | None = None,
+) -> Path:
+    """README.md in `export_dir`; `name`: the export's name when `export_dir` is its staging
+    folder; `path`: the export folder as the snippet in the card loads it (default: its
+    name)."""
+    name = name or export_dir.name
     meta = read_run_json(run_dir / "metadata.json")
     labels = read_run_json(run_dir / "labels.json")
     metrics = read_run_json(run_dir / "metrics.json")
@@ -88,9 +136,10 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [
-        f"# Retrieval gate `{export_dir.name}`",
+        f"# Retrieval gate `{name}`",
         "",
-        f"Predicts from the question alone whether the generator needs retrieval. Output "
+        f"Predicts from the question{' and its side features' if meta.get('side_features') else ' alone'} "
+        "whether the generator needs retrieval. Output "
         f"`scores` = {meta['score']}. Classes: {', '.join(meta['classes'])}.",
         "",
         "## Model",
@@ -99,10 +148,12 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         f"- trained by retrieval-gate {meta['package_version']} (run `{run_dir.name}`)",
         "",
         "## Training data and labels",
-        f"- label file: `{labels['path']}` (sha256 `{labels['sha256'][:16]}...`)",
+        f"- label file: `{labels['path'] or 'labels given in memory'}` "
+        f"(sha256 `{labels['sha256'][:16]}...`)",
         f"- label policy: {label_meta.get('policy', 'not recorded')}; generator the labels "
         f"came from: {json.dumps(generator) if not isinstance(generator, str) else generator}",
-        f"- split sizes (canonical split, seed 0): {json.dumps(labels.get('counts'))}",
+        *_questions(config, meta),
+        f"- labelled questions per split: {json.dumps(labels.get('counts'))}",
         "",
         "## Test-split metrics (PyTorch checkpoint, from training)",
         "AUROC, AP and ECE do not depend on the threshold; accuracy, macro-F1 and retrieval "
@@ -123,20 +174,16 @@ def write_model_card(run_dir: Path, export_dir: Path, parity: dict[str, Any] | N
         "- Use: decide per question whether to call the retriever in front of the generator the "
         "labels came from. Labels follow that generator: another LLM knows other facts, so "
         "re-label and retrain (or at least re-tune the threshold) for a different generator.",
-        "- Learned from question text only: no knowledge of dates beyond the training data, so "
-        "fast-changing facts are judged by wording. Cross-dataset transfer is not guaranteed; "
-        "check the transfer report before using it on a new question distribution.",
+        f"- Learned from {_questions(config, meta)[-1].removeprefix('- inputs: ')} only: no "
+        "knowledge of dates beyond the training data, so fast-changing facts are judged by "
+        "wording. Cross-dataset transfer is not guaranteed; check the transfer report before "
+        "using it on a new question distribution.",
         "- int8 is for CPUs, fp16 for GPUs; compare their AUROC drop above before choosing.",
         "",
         "## Use",
-        "```python",
-        "from retrieval_gate import RetrievalGate",
-        f'gate = RetrievalGate.from_pretrained("{export_dir.name}")  # this folder or its Hub id',
-        'gate.predict(["Who wrote Hamlet?"])  # True = retrieve',
-        "```",
-        "or `retrieval-gate score --model <this folder> --input questions.txt`.",
+        *_use(path or name, meta),
     ]
-    data = card_data(export_dir.name, meta, config, metrics.get("test", {}))
+    data = card_data(name, meta, config, metrics.get("test", {}))
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
     path = export_dir / "README.md"
     write_text(path, card.content)  # atomic, like every file the exporter writes

@@ -1,23 +1,43 @@
 """A trained gate (any backbone, LoRA merged) -> one ONNX graph + tokenizer + metadata, and the
-optimised variants: `opt` (ORT graph optimisation / transformer fusions), `int8` (dynamic
-quantisation, CPU) and `fp16` (GPU)."""
+optimised variants: `opt` (ORT graph optimisation / transformer fusions), `int8` (static
+quantisation, CPU) and `fp16` (GPU).
+
+int8 is static: weights per output channel, their inputs with scales fixed at export, measured
+on dev-split questions of the run (`calibration`). A question's int8 score then does not depend
+on its batch-mates (dynamic quantisation computed the scales over the whole batch tensor, so a
+score moved by up to 0.06 with the questions beside it), and padding cannot change a row: a
+padded key gets an attention weight of exactly 0 (float32 softmax), so it adds nothing.
+
+An export folder is written whole: everything goes into a staging folder beside it, renamed
+into place at the end (`fileio.staged_folder`), so a crash or a kill mid-export leaves the
+previous export (or none), never half of one."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 from torch import nn
 
 from .. import __version__
 from ..data.errors import DataError
+from ..fileio import staged_folder, write_json
 from ..gates.onnx_format import FORMAT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json
+from .parity import calibration_set
+
+log = logging.getLogger(__name__)
 
 OPSET = 17
 # Encoders the ORT transformer optimiser knows how to fuse (attention, layer norm, GELU).
@@ -59,7 +79,10 @@ def gate_metadata(
         "pad_token_id": str(tokenizer.pad_token_id),
         "backbone": meta["backbone"],
         "model_name": str(meta["model_name"]),
-        "label_provenance": json.dumps(labels, sort_keys=True),
+        # in-memory labels stay in the run's labels.json: the ONNX files carry their checksum
+        "label_provenance": json.dumps(
+            {k: v for k, v in labels.items() if k != "labels"}, sort_keys=True
+        ),
         "package_version": __version__,
         "run": run_dir.name,
         "task": meta["task"],
@@ -72,6 +95,39 @@ def set_metadata(path: Path, props: dict[str, str]) -> None:
     del model.metadata_props[:]
     onnx.helper.set_model_props(model, props)
     onnx.save(model, str(path))
+
+
+class Progress:
+    """`note: export: <step> [elapsed]` before each step: an export takes tens of seconds."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def step(self, what: str) -> None:
+        log.info(f"export: {what} [{time.perf_counter() - self.start:.0f} s]")
+
+
+@contextmanager
+def library_warnings_hidden() -> Iterator[None]:
+    """The tracer's and the quantiser's warnings speak of their internals, not of the user's
+    gate (the parity check tells whether the export is right): hidden, unless -v. ONNX
+    Runtime's quantiser warns through the root logger, whose first use would also install a
+    root handler (logging.basicConfig) that prints every later note twice: a NullHandler
+    stands in for the duration."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    root = logging.getLogger()
+    stand_in, level = logging.NullHandler(), root.level
+    root.addHandler(stand_in)
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+        root.removeHandler(stand_in)
 
 
 def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) -> None:
@@ -129,14 +185,56 @@ def optimise(src: Path, dst: Path, hf_config: Any) -> None:
     ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
 
 
-def quantise_int8(src: Path, dst: Path) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def calibration_feeds(
+    tokenizer: Any, texts: Sequence[str], features: np.ndarray | None, max_length: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """One unpadded question per feed (batch 1): the ranges are those of real tokens."""
+    for i, text in enumerate(texts):
+        enc = tokenizer([text], truncation=True, max_length=max_length, return_tensors="np")
+        feed = {"input_ids": enc["input_ids"].astype(np.int64),
+                "attention_mask": enc["attention_mask"].astype(np.int64)}  # fmt: skip
+        if features is not None:
+            feed["features"] = np.asarray(features[i : i + 1], dtype=np.float32)
+        yield feed
 
-    # The fused graph holds contrib ops ONNX shape inference cannot type; they are float32.
-    quantize_dynamic(
+
+def activation_products(model: onnx.ModelProto) -> list[str]:
+    """MatMul nodes with no weight among their inputs (attention's query x key and
+    probabilities x value)."""
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    return [n.name for n in model.graph.node
+            if n.op_type == "MatMul" and not any(i in constants for i in n.input)]  # fmt: skip
+
+
+def quantise_int8(src: Path, dst: Path, feeds: Iterator[dict[str, np.ndarray]]) -> None:
+    """Static QDQ int8 of the plain fp32 graph: every MatMul/Gemm with a weight (projections,
+    feed-forward, head) and the embedding Gather; weights per output channel, uint8 inputs with
+    min-max ranges from `feeds`. The attention products of two activations, LayerNorm, softmax
+    and GELU stay float32 (quantising the attention products too cost ~15% speed, no accuracy)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(feeds, None)
+
+    quantize_static(
         str(src),
         str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul", "Gemm", "Gather"],
+        per_channel=True,
+        activation_type=QuantType.QUInt8,  # u8 x s8: the fast integer GEMM on x86 and ARM
         weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        nodes_to_exclude=activation_products(onnx.load(str(src))),
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
 
@@ -148,14 +246,16 @@ def to_fp16(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
-def export_gate(
-    run_dir: str | Path,
-    out_dir: str | Path,
-    variants: Sequence[str] = ("fp32", "opt", "int8"),
-) -> Path:
-    """Writes `out_dir/{model*.onnx, tokenizer files}`; returns out_dir. fp32 is always made
-    (it is the reference the other variants are checked against)."""
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
+# What an export writes besides the tokenizer's own files; anything else found in an older export
+# folder is the user's and is carried into the new one.
+EXPORT_FILES = (*VARIANTS.values(), "gate_metadata.json", "parity.json", "README.md")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
+                   "chat_template.jinja")  # fmt: skip
+
+
+def check_export_target(out_dir: Path, variants: Sequence[str]) -> None:
+    """Refuses unknown variants and a non-empty folder that is not an export."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
@@ -169,29 +269,82 @@ def export_gate(
             "write into it: pass another --name or --out-dir",
             out_dir,
         )
+
+
+def keep_users_files(old: Path, stage: Path) -> None:
+    """Links what the user put into an older export folder (not an export's own file) into the
+    new one, so replacing the folder removes only what an export wrote."""
+    if not old.is_dir():
+        return
+    for entry in old.iterdir():
+        if entry.name in EXPORT_FILES or entry.name in TOKENIZER_FILES:
+            continue
+        if (stage / entry.name).exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, stage / entry.name, copy_function=os.link, symlinks=True)
+        else:
+            os.link(entry, stage / entry.name, follow_symlinks=False)
+
+
+def write_export(
+    run_dir: Path,
+    out_dir: Path,
+    variants: Sequence[str],
+    calibration: tuple[Sequence[str], np.ndarray | None] | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """The ONNX files, tokenizer and metadata into the (empty, staging) folder `out_dir`.
+    `calibration` = (texts, side features) of dev questions for int8 (default: the run's)."""
+    progress = progress or Progress()
+    progress.step(f"loading the run {run_dir}")
     module, tokenizer, meta = load_run(run_dir)
     hf_config = module.backbone.hf_config
     if hf_config.model_type in FUSABLE:
         # ORT's attention fusion recognises the eager (matmul-softmax-matmul) pattern, not the
         # SDPA export; same maths, and the parity check below holds it to 1e-4.
         hf_config._attn_implementation = "eager"
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {v: out_dir / VARIANTS[v] for v in VARIANTS}
-    for stale in paths.values():  # never ship a variant left from an earlier export (ours)
-        stale.unlink(missing_ok=True)
     tokenizer.save_pretrained(out_dir)
     if not (out_dir / "tokenizer.json").is_file():
         raise DataError("the tokenizer has no fast (tokenizer.json) version to export", run_dir)
-    shutil.copy(run_dir / "metadata.json", out_dir / "gate_metadata.json")
-    props = gate_metadata(run_dir, meta, tokenizer, module.model_cfg.get("side_features"))
-    export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
-    if "opt" in variants or "int8" in variants:
-        optimise(paths["fp32"], paths["opt"], hf_config)
-    if "int8" in variants:
-        quantise_int8(paths["opt"], paths["int8"])
-    if "fp16" in variants:
-        to_fp16(paths["fp32"], paths["fp16"])
+    # the run's metadata without its calibration questions (they stay in the run folder)
+    write_json(
+        out_dir / "gate_metadata.json", {k: v for k, v in meta.items() if k != "calibration"}
+    )
+    side = module.side_features
+    props = gate_metadata(run_dir, meta, tokenizer, side.to_dict() if side else None)
+    with library_warnings_hidden():
+        progress.step("fp32 ONNX graph (tracing the model)")
+        export_fp32(module, tokenizer, paths["fp32"], int(meta["max_length"]))
+        if "opt" in variants:
+            progress.step("opt (ONNX Runtime fusions)")
+            optimise(paths["fp32"], paths["opt"], hf_config)
+        if "int8" in variants:
+            texts, features = calibration or calibration_set(run_dir)
+            progress.step(f"int8 (static, scales calibrated on {len(texts)} dev questions)")
+            feeds = calibration_feeds(tokenizer, texts, features, int(meta["max_length"]))
+            quantise_int8(paths["fp32"], paths["int8"], feeds)
+        if "fp16" in variants:
+            progress.step("fp16")
+            to_fp16(paths["fp32"], paths["fp16"])
     for variant, path in paths.items():
         if path.is_file():
             set_metadata(path, {**props, "variant": variant})
+
+
+def export_gate(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    variants: Sequence[str] = ("fp32", "opt", "int8"),
+    calibration: tuple[Sequence[str], np.ndarray | None] | None = None,
+) -> Path:
+    """Writes `out_dir/{model*.onnx, tokenizer files}` whole (an older export there is
+    replaced, the user's own files in it kept); returns out_dir. fp32 is always made (it is the
+    reference the other variants are checked against)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_export_target(out_dir, variants)
+    with staged_folder(out_dir) as stage:
+        write_export(run_dir, stage, variants, calibration)
+        keep_users_files(out_dir, stage)
     return out_dir

@@ -12,19 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from sklearn.metrics import roc_auc_score
 
 from ..data.errors import DataError
-from ..data.features import SideFeatures
 from ..data.user_questions import question_set
 from ..fileio import write_json
 from ..gates.learned import LearnedGate
 from ..gates.onnx import OnnxGate
 from ..gates.onnx_format import VARIANTS
 from ..questions import Question
-from ..training.checkpoint import read_run_json
-from ..training.data import task_labels
+from ..training.checkpoint import read_run_json, run_side_features
+from ..training.config import read_run_config
+from ..training.data import CALIBRATION_QUESTIONS, memory_labels, task_labels
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -40,25 +39,48 @@ def parity_set(
     limit: int | None = 1000,
     seed: int = 0,
     questions: Sequence[Question] | None = None,
+    split: str = "test",
 ) -> tuple[list[str], list[int], np.ndarray | None]:
-    """Test-split questions of the run's label file: texts, binary labels and (for a gate with
-    side features) their scaled features. From `questions`, else the run's own
+    """Test-split (or `split`) questions of the run's labels: texts, binary labels and (for a
+    gate with side features) their scaled features. From `questions`, else the run's own
     `data.questions` file, else the bundled datasets (canonical split)."""
     provenance = read_run_json(run_dir / "labels.json")
-    config_task = read_run_json(run_dir / "metadata.json")["task"]
-    labels = task_labels(Path(provenance["path"]), config_task)
+    meta = read_run_json(run_dir / "metadata.json")
+    config, old_side = read_run_config(run_dir / "config.yaml")
+    if provenance.get("path"):
+        labels = task_labels(Path(provenance["path"]), meta["task"])
+    else:  # labels given to train() in memory travel in labels.json
+        labels = memory_labels(provenance.get("labels") or {}, meta["task"])
     if questions is None:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
-        questions = question_set(data.get("questions"), data.get("fields"))
-    rows = [q for q in questions if q.id in labels and q.split == "test"]
+        questions = question_set(config.data.questions, config.data.fields)
+    rows = [q for q in questions if q.id in labels and q.split == split]
     if limit and len(rows) > limit:
         rows = random.Random(seed).sample(rows, limit)
     if not rows:
-        raise DataError("no test-split questions for the run's label file", provenance["path"])
-    model = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]
-    side = SideFeatures.from_dict(model.get("side_features"))
+        raise DataError(
+            f"no {split}-split questions for the run's labels (pass the questions it was "
+            "trained on: export --questions FILE)",
+            provenance.get("path") or run_dir,
+        )
+    side = run_side_features(meta, old_side)
     features = side.matrix(rows, strict=False) if side else None
     return [q.text for q in rows], [int(labels[q.id] > 0) for q in rows], features
+
+
+def calibration_set(
+    run_dir: Path, questions: Sequence[Question] | None = None
+) -> tuple[list[str], np.ndarray | None]:
+    """Dev-split questions for int8 calibration (texts, scaled side features): those the run
+    kept when it trained (metadata.json `calibration`), else (runs trained before it kept them)
+    its dev split found again in `questions`, by default the run's own question set."""
+    kept = read_run_json(Path(run_dir) / "metadata.json").get("calibration")
+    if kept:
+        features = kept.get("features")
+        return list(kept["texts"]), None if features is None else np.asarray(features, np.float32)
+    texts, _, features = parity_set(
+        Path(run_dir), CALIBRATION_QUESTIONS, questions=questions, split="dev"
+    )
+    return texts, features
 
 
 def _auroc(labels: Sequence[int] | None, scores: np.ndarray) -> float | None:

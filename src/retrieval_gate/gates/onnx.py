@@ -121,6 +121,12 @@ class OnnxGate(EncoderGate):
         if variant not in VARIANTS:
             raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
         path = self.export_dir / VARIANTS[variant]
+        if not self.export_dir.is_dir():
+            raise DataError(
+                "no export folder here: export a training run with `retrieval-gate export --run "
+                "RUN` (it writes export/<name>; `make demo` writes runs/demo/export/minilm-gate)",
+                self.export_dir,
+            )
         if not path.is_file():
             raise DataError(
                 f"no {variant} model in this export; run `retrieval-gate export --variants "

@@ -26,6 +26,6 @@ REQUIRED = {
 VARIANTS = {
     "fp32": "model.onnx",  # plain export, the parity reference
     "opt": "model.opt.onnx",  # ONNX Runtime graph optimisation (transformer fusions for BERT)
-    "int8": "model.int8.onnx",  # dynamic int8 quantisation of `opt`, for CPUs
+    "int8": "model.int8.onnx",  # static int8 (QDQ, calibrated at export) of fp32, for CPUs
     "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
 }

@@ -87,10 +87,17 @@ class GateOptions:
 
     learned_run: str | None = field(
         default=None,
-        metadata={"help": "training run folder (checkpoints/<run>) of the learned gate"},
+        metadata={
+            "help": "training run folder (checkpoints/<run>) of the learned gate "
+            "(default: none; that gate needs it)"
+        },
     )
     onnx: str | None = field(
-        default=None, metadata={"help": "exported gate folder (export/<name>) of the onnx gate"}
+        default=None,
+        metadata={
+            "help": "exported gate folder (export/<name>) of the onnx gate (default: none; "
+            "that gate needs it)"
+        },
     )
     variant: str = field(
         default="fp32",

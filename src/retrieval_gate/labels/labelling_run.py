@@ -73,3 +73,15 @@ class LabellingRun:
         """sha256 of the two answer files (None where missing): what results computed from
         the recorded answers are keyed by."""
         return [sha256_file(p) if p.is_file() else None for p in (self.closed_book, self.rag_gain)]
+
+
+def run_dir_for(labels: str | Path, run_dir: str | Path | None = None) -> Path:
+    """The labelling run whose answers go with a label file: `run_dir` when given, else the
+    label file's own folder when it is one (`label` writes <labels-dir>/<generator>/ with
+    closed-book.jsonl and rag-gain.jsonl side by side), else the committed SmolLM2 run."""
+    if run_dir is not None:
+        return Path(run_dir)
+    folder = Path(labels).parent
+    if (folder / CLOSED_BOOK).is_file() or (folder / RAG_GAIN).is_file():
+        return folder
+    return DEFAULT_RUN_DIR

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import InputError
+from ..fileio import make_parent
 
 
 def lock_path(label_file: Path) -> Path:
@@ -24,12 +25,7 @@ def lock_path(label_file: Path) -> Path:
 def single_writer(label_file: Path) -> Iterator[None]:
     """Holds the label file's writer lock, or refuses at once if another run holds it."""
     path = lock_path(Path(label_file))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(
-            f"cannot create its folder ({e.strerror}); choose another output", label_file
-        ) from None
+    make_parent(Path(label_file))
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:

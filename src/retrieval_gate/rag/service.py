@@ -250,7 +250,10 @@ def create_app(
         summary=("a retrieval router" if router else "a retrieval-necessity gate")
         + (" in front of a RAG generator" if rag else " (gate only)"),
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's /docs and /redoc load their assets from a CDN: see _docs
+        redoc_url=None,
     )
+    _docs(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     guarded = [Depends(_bearer(api_key))] if api_key else []
 
@@ -332,6 +335,12 @@ def create_app(
                 queue_seconds=waited,
             )
 
+    else:
+
+        @app.post("/answer", include_in_schema=False)
+        async def no_answer() -> JSONResponse:
+            return JSONResponse(status_code=404, content={"detail": GATE_MODE_ANSWER})
+
     return app
 
 
@@ -361,6 +370,34 @@ def _decisions(
                 zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
 
     return run
+
+
+GATE_MODE_ANSWER = (
+    "/answer needs a generator, and this server runs the gate alone (`serve --mode gate`): "
+    "POST /score gives each question's probability and retrieve decision; start the server "
+    "with --mode answer for /answer"
+)
+
+
+def _docs(app: FastAPI) -> None:
+    """GET /docs: Swagger UI from the installed swagger-ui-bundle-v2 package, so it works
+    without the internet (FastAPI's default page pulls its JavaScript from a CDN)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=str(app.openapi_url),
+            title=f"{app.title} API",
+            swagger_js_url="docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="docs-assets/swagger-ui.css",
+            swagger_favicon_url="docs-assets/favicon-32x32.png",
+        )
 
 
 def _bearer(api_key: str) -> Callable:

@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig,
 
 from ..errors import ConfigError, DataError
 from ..models import SMOLLM2, resolve_model
+from .config import LoraConfig, ModelConfig
 
 KINDS = ("encoder", "t5-lora", "decoder-lora")
 DEFAULT_POOLING = {"encoder": "mean", "t5-lora": "mean", "decoder-lora": "last"}
@@ -58,21 +59,22 @@ def _build_model(kind: str, source: str | PretrainedConfig, pretrained: bool) ->
     return cls.from_config(source) if cls is AutoModel else cls(source)
 
 
-def _wrap_lora(model: nn.Module, lora: dict[str, Any] | None, kind: str) -> nn.Module:
+def _wrap_lora(model: nn.Module, lora: LoraConfig | None, kind: str) -> nn.Module:
     if lora is None:
         if kind != "encoder":
             raise ConfigError(f"backbone {kind!r} needs a model.lora section (r, alpha, ...)")
         return model
-    from peft import LoraConfig, get_peft_model
+    import peft
 
-    cfg = LoraConfig(
-        r=int(lora.get("r", 8)),
-        lora_alpha=int(lora.get("alpha", 16)),
-        lora_dropout=float(lora.get("dropout", 0.05)),
-        target_modules=lora.get("target_modules"),  # None: peft's default for the model type
+    cfg = peft.LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        # None: peft's default for the model type
+        target_modules=list(lora.target_modules) if lora.target_modules else None,
         bias="none",
     )
-    return get_peft_model(model, cfg)
+    return peft.get_peft_model(model, cfg)
 
 
 class Pooler(nn.Module):
@@ -97,14 +99,14 @@ class Pooler(nn.Module):
 class Backbone(nn.Module):
     """A transformer body (optionally LoRA-wrapped) and its pooler."""
 
-    def __init__(self, model_cfg: dict[str, Any], hf_config: PretrainedConfig | None = None):
+    def __init__(self, model_cfg: ModelConfig, hf_config: PretrainedConfig | None = None):
         super().__init__()
-        kind = model_cfg["backbone"]
+        kind = model_cfg.backbone
         if kind not in KINDS:
             raise ConfigError(f"model.backbone must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
         if hf_config is None:
-            body = _build_model(kind, resolve_backbone(model_cfg["name"]), pretrained=True)
+            body = _build_model(kind, resolve_backbone(model_cfg.name), pretrained=True)
         else:
             body = _build_model(kind, hf_config, pretrained=False)
         self.hf_config = body.config
@@ -112,8 +114,8 @@ class Backbone(nn.Module):
         # it is no "parameter that was not used in producing the loss" for DDP.
         if isinstance(getattr(body, "pooler", None), nn.Module):
             body.pooler.requires_grad_(False)
-        self.body = _wrap_lora(body, model_cfg.get("lora"), kind)
-        self.pooler = Pooler(model_cfg.get("pooling") or DEFAULT_POOLING[kind])
+        self.body = _wrap_lora(body, model_cfg.lora, kind)
+        self.pooler = Pooler(model_cfg.pooling or DEFAULT_POOLING[kind])
         self.hidden_size = int(
             getattr(self.hf_config, "hidden_size", None) or self.hf_config.d_model
         )

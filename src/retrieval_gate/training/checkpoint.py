@@ -1,14 +1,19 @@
 """A run folder `checkpoints/<run>/` holds everything needed to use or ship a gate:
 
-    config.yaml        the resolved training config
-    labels.json        label-file provenance (path, sha256, counts, the label file's .meta.json)
+    config.yaml        the resolved training config (`TrainConfig.to_dict()`)
+    labels.json        label-file provenance (path, sha256, counts, the label file's .meta.json;
+                       labels given in memory: their sha256 and the labels themselves)
     backbone/          the backbone's Hugging Face config (architecture without weights)
     tokenizer/         the tokenizer
     gate.pt            the best module's state dict (LoRA unmerged)
     metrics.json       dev/test metrics, throughput, wall time, peak RSS
-    metadata.json      task, class names, threshold + the objective that chose it
+    metadata.json      task, class names, threshold + the objective that chose it, and what
+                       training derived: the side features' names and scaling (`side_features`)
 
-`save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it."""
+`save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it.
+Every file and folder is written atomically (a temporary one beside it, renamed into place) and
+gate.pt last: a run killed while saving has no gate.pt (`load_run` calls it incomplete) or all of
+them, never a half-written one."""
 
 from __future__ import annotations
 
@@ -20,11 +25,12 @@ import torch
 import yaml
 
 from .. import __version__
+from ..data.features import SideFeatures
 from ..errors import DataError
-from ..fileio import read_json, write_json, write_text
+from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
-from .data import CLASS_NAMES
+from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
 
 REQUIRED = RunFolder.REQUIRED
@@ -37,37 +43,53 @@ def read_run_json(path: Path) -> dict[str, Any]:
 
 def save_run(
     run_dir: Path,
-    config: dict[str, Any],
+    config: TrainConfig,
     module: RetrievalGateModule,
     tokenizer: Any,
     labels: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     write_json(run_dir / "labels.json", labels)
-    module.backbone.hf_config.save_pretrained(run_dir / "backbone")
-    tokenizer.save_pretrained(run_dir / "tokenizer")
-    torch.save(module.state_dict(), run_dir / "gate.pt")
+    with staged_folder(run_dir / "backbone") as stage:
+        module.backbone.hf_config.save_pretrained(stage)
+    with staged_folder(run_dir / "tokenizer") as stage:
+        tokenizer.save_pretrained(stage)
     meta_file = run_dir / "metadata.json"
     meta = read_run_json(meta_file) if meta_file.is_file() else {}
+    side = module.side_features
     meta.update(
         {
-            "task": config["data"]["task"],
-            "classes": CLASS_NAMES[config["data"]["task"]],
+            "task": config.data.task,
+            "classes": list(TASKS[config.data.task].classes),
             "score": "P(needs retrieval) = 1 - P(no_retrieval); retrieve iff score >= threshold",
-            "backbone": config["model"]["backbone"],
-            "model_name": config["model"]["name"],
-            "max_length": config["data"]["max_length"],
+            "backbone": config.model.backbone,
+            "model_name": config.model.name,
+            "max_length": config.data.max_length,
+            "side_features": side.to_dict() if side else None,
+            "calibration": calibration,  # dev questions for int8 (export/parity.py)
             "package_version": __version__,
         }
     )
-    meta.setdefault("threshold", float(config["model"]["threshold"]))
+    meta.setdefault("threshold", config.model.threshold)
     meta.setdefault("objective", "default 0.5 (not tuned)")
     write_json(meta_file, meta)
+    if metrics is not None:
+        write_json(run_dir / "metrics.json", metrics)
+    with atomic_path(run_dir / "gate.pt") as tmp:  # last: its presence says the run is whole
+        torch.save(module.state_dict(), tmp)
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
     return read_run_json(Path(run_dir) / "metadata.json")
+
+
+def run_side_features(meta: dict[str, Any], from_config: dict | None = None) -> SideFeatures | None:
+    """The side features a run was trained with: metadata.json's, or (runs trained before they
+    moved there) config.yaml's `model.side_features`."""
+    return SideFeatures.from_dict(meta.get("side_features") or from_config)
 
 
 def save_threshold(
@@ -99,10 +121,13 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
             "(train with `retrieval-gate train`)",
             run_dir,
         )
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config, side = read_run_config(run_dir / "config.yaml")
     meta = read_metadata(run_dir)
     module = RetrievalGateModule(
-        config["model"], len(meta["classes"]), hf_config=saved_config(run_dir / "backbone")
+        config.model,
+        len(meta["classes"]),
+        hf_config=saved_config(run_dir / "backbone"),
+        side_features=run_side_features(meta, side),
     )
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)

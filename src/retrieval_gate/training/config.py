@@ -1,79 +1,358 @@
-"""Training configuration: YAML files that may `extends:` others, plus `--set key.path=value`
-command-line overrides. One nested dict with the sections `run`, `data`, `model`, `trainer`,
-`early_stopping`; `DEFAULTS` documents every key."""
+"""Training configuration: typed, frozen sections read from YAML files that may `extends:`
+others, plus `--set key.path=value` command-line overrides.
+
+`TrainConfig` has the sections `run`, `data`, `model`, `trainer` and `early_stopping`. Every key
+of `run`, `data`, `model` and `early_stopping` is a typed dataclass field; values are checked
+(and numeric strings such as YAML's `1e-3` converted) when a section is built, so a wrong type,
+an unknown key (with the close ones named) or a value outside its choices is a `ConfigError`
+naming the key, before anything loads. `trainer` stays an open mapping of Lightning `Trainer`
+arguments, checked against its signature (tests and torchrun launches set
+`limit_train_batches`, `devices`, `num_nodes`).
+
+Extending: a new `data.task` is one `Task` entry in `TASKS`; a new model key is one field of
+`ModelConfig` with its type and default (the checks follow from the annotation)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import inspect
 import math
 import os
+import types
+import typing
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from ..errors import ConfigError
 from ..fileio import plain_name
 
-DEFAULTS: dict[str, Any] = {
-    "run": {"name": None, "seed": 0, "output_dir": "checkpoints", "num_threads": None},
-    "data": {
-        "label_file": None,
-        "task": "binary",  # binary (label) | 3way (rrcp label3)
-        "split_seed": 0,  # the canonical split: assign_splits(load_all(), seed=0)
-        "datasets": None,  # None = every dataset
-        "questions": None,  # your own question file / hf:NAME (replaces datasets; own split)
-        "fields": None,  # {question: title, ...}: columns of data.questions read as fields
-        "features": None,  # numeric side features beside the text, e.g. [s_pop] (data/features.py)
-        "max_length": 64,
-        "batch_size": 32,
-        "eval_batch_size": 128,
-        "balance": "class_weights",  # class_weights | sampler | none
-        "max_train_examples": None,  # seeded subsample of the train split (CPU budgets)
-        "max_eval_examples": None,
-        "num_workers": 0,
-    },
-    "model": {
-        "backbone": "encoder",  # encoder | t5-lora | decoder-lora
-        "name": "minilm",
-        "pooling": None,  # mean | cls | last; None = the backbone's default
-        "lora": None,  # {r, alpha, dropout, target_modules}; required for *-lora backbones
-        "dropout": 0.1,
-        "lr": 5e-5,
-        "head_lr": 1e-3,
-        "weight_decay": 0.01,
-        "warmup_ratio": 0.1,
-        "threshold": 0.5,
-        "side_features": None,  # set by training from data.features: names + scaling
-    },
-    "trainer": {
-        "max_epochs": 2,
-        "accelerator": "auto",
-        "devices": "auto",
-        "strategy": "auto",
-        "precision": "32-true",
-        "log_every_n_steps": 20,
-        "gradient_clip_val": 1.0,
-        "deterministic": False,
-    },
-    "early_stopping": {"monitor": "val/auroc", "mode": "max", "patience": 2},
+
+@dataclass(frozen=True)
+class Task:
+    """What a gate predicts: the label-file field it learns from and its classes (class 0 is
+    always "no retrieval"; a gate's score is 1 - P(class 0))."""
+
+    label_field: str
+    classes: tuple[str, ...]
+
+
+TASKS: dict[str, Task] = {
+    "binary": Task("label", ("no_retrieval", "retrieval")),
+    "3way": Task("label3", ("no_retrieval", "retrieval", "retrieval_complex")),  # RRCP
 }
 
 
-# Types of the keys whose default is None (the others are typed by their default value).
-OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
-    ("run", "name"): (str,),
-    ("run", "num_threads"): (int,),
-    ("data", "label_file"): (str, os.PathLike),
-    ("data", "datasets"): (list,),
-    ("data", "max_train_examples"): (int,),
-    ("data", "max_eval_examples"): (int,),
-    ("model", "pooling"): (str,),
-    ("model", "lora"): (dict,),
+def _close(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=3)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+# ----------------------------------------------------------------------------- value checks
+
+
+def _check(where: str, value: Any, hint: Any) -> Any:
+    """`value` as the annotated type `hint`, or a ConfigError naming the key (`where`)."""
+    if value is None:
+        if _optional(hint):
+            return None
+        raise ConfigError(f"{where}=null: a value is required ({_describe(hint)})")
+    hint = _strip_none(hint)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(
+                f"{where}={value!r}: expected one of {', '.join(map(str, choices))}"
+                + _close(value, choices)
+            )
+        return value
+    if origin is tuple:  # tuple[str, ...]: a YAML list, kept immutable
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}={value!r}: expected a list, e.g. {where}=[{value}]")
+        return tuple(_check(f"{where}[{i}]", v, str) for i, v in enumerate(value))
+    if origin is dict:  # dict[str, str]
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}={value!r}: expected a mapping, e.g. {{question: title}}")
+        return {_check(f"{where} key", k, str): _check(f"{where}.{k}", v, str)
+                for k, v in value.items()}  # fmt: skip
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}={value!r}: expected a mapping of keys")
+        return _section(hint, value, where)
+    return _scalar(where, value, hint)
+
+
+def _scalar(where: str, value: Any, hint: type) -> Any:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r}: expected true or false")
+        return value
+    if hint in (int, float):
+        number = value
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                number = float(value) if hint is float else int(value)
+            except ValueError:
+                number = None
+        ok = isinstance(number, int) and not isinstance(number, bool)
+        ok = ok or (hint is float and isinstance(number, float))
+        if not ok or not math.isfinite(number):
+            kind = "a number" if hint is float else "an integer"
+            raise ConfigError(f"{where}={value!r}: expected {kind}")
+        return float(number) if hint is float else number
+    # str, the only other type a field has
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}={value!r}: expected a string")
+    return value
+
+
+def _optional(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
+def _strip_none(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
+def _describe(hint: Any) -> str:
+    hint = _strip_none(hint)
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(hint)))
+    return getattr(hint, "__name__", str(hint))
+
+
+def _section(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    """`cls(**values)` with unknown keys refused (naming the close ones)."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {key!r} in {where}{_close(key, known)}; known: {', '.join(known)}"
+            )
+    return cls(**values)
+
+
+class _Checked:
+    """Checks and converts every field against its annotation when the section is built."""
+
+    _where = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = _check(f"{self._where}.{f.name}", getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML-able values (lists, not tuples)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Checked):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+# ----------------------------------------------------------------------------- the sections
+
+
+@dataclass(frozen=True)
+class RunConfig(_Checked):
+    _where = "run"
+    name: str | None = None  # the run folder's name; default: backbone-model-labels
+    seed: int = 0
+    output_dir: str = "checkpoints"
+    num_threads: int | None = None  # torch threads; on a shared CPU fewer than cores can be faster
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.name is not None:
+            plain_name(self.name, "run.name")
+
+
+@dataclass(frozen=True)
+class DataConfig(_Checked):
+    _where = "data"
+    label_file: str | None = None  # or labels handed to train() in memory
+    task: str = "binary"  # a key of TASKS
+    split_seed: int = 0  # the canonical split: assign_splits(load_all(), seed=0)
+    datasets: tuple[str, ...] | None = None  # None = every bundled dataset
+    questions: str | None = None  # your own question file / hf:NAME (replaces datasets)
+    fields: dict[str, str] | None = None  # {question: title, ...}: columns read as fields
+    features: tuple[str, ...] | None = None  # numeric side features beside the text, e.g. [s_pop]
+    max_length: int = 64
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    balance: Literal["class_weights", "sampler", "none"] = "class_weights"
+    max_train_examples: int | None = None  # seeded subsample of the train split (CPU budgets)
+    max_eval_examples: int | None = None
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.task not in TASKS:
+            raise ConfigError(
+                f"data.task={self.task!r}: expected one of {', '.join(TASKS)}"
+                + _close(self.task, TASKS)
+            )
+        for key in ("max_length", "batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)}: expected a positive integer")
+
+    @property
+    def task_spec(self) -> Task:
+        return TASKS[self.task]
+
+
+@dataclass(frozen=True)
+class LoraConfig(_Checked):
+    _where = "model.lora"
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] | None = None  # None: peft's default for the model type
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Checked):
+    _where = "model"
+    backbone: Literal["encoder", "t5-lora", "decoder-lora"] = "encoder"
+    name: str = "minilm"  # a bundled name, a Hub id or a local folder
+    pooling: Literal["mean", "cls", "last"] | None = None  # None = the backbone's default
+    lora: LoraConfig | None = None  # required for *-lora backbones
+    dropout: float = 0.1
+    lr: float = 5e-5
+    head_lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"model.threshold must be in [0, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class EarlyStoppingConfig(_Checked):
+    _where = "early_stopping"
+    monitor: str = "val/auroc"
+    mode: Literal["min", "max"] = "max"
+    patience: int = 2
+
+
+# Lightning Trainer arguments set by default, with the types they are checked against (any
+# other argument of `pytorch_lightning.Trainer` may be set too, as given).
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_epochs": 2,
+    "accelerator": "auto",
+    "devices": "auto",
+    "strategy": "auto",
+    "precision": "32-true",
+    "log_every_n_steps": 20,
+    "gradient_clip_val": 1.0,
+    "deterministic": False,
 }
+TRAINER_TYPES: dict[str, Any] = {"max_epochs": int, "log_every_n_steps": int,
+                                 "gradient_clip_val": float, "deterministic": bool}  # fmt: skip
+
+
+def _trainer_keys() -> set[str]:
+    import pytorch_lightning as pl
+
+    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+
+
+def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Trainer arguments: names checked against Lightning's `Trainer`, known ones typed."""
+    if not isinstance(values, Mapping):
+        raise ConfigError("config section 'trainer' must be a mapping of keys")
+    known = _trainer_keys()
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"unknown key {key!r} in section 'trainer'{_close(key, known)}")
+        hint = TRAINER_TYPES.get(key)
+        out[key] = _check(f"trainer.{key}", value, hint | None) if hint else copy.deepcopy(value)
+    if "logger" in out:  # Lightning's own loggers, by name (training/loggers.py)
+        from .loggers import check_logger
+
+        out["logger"] = check_logger(out["logger"])
+    return out
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run's configuration. Build it with `load_config` (YAML + `--set`),
+    `TrainConfig.from_dict`, or directly from the sections; `override` gives a changed copy."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: dict[str, Any] = field(default_factory=lambda: dict(TRAINER_DEFAULTS))
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ConfigError(f"config section {name!r} must be a {cls.__name__}")
+        object.__setattr__(self, "trainer", check_trainer(self.trainer))
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TrainConfig:
+        """Sections as mappings (missing keys take their defaults; `trainer` is merged over
+        TRAINER_DEFAULTS); unknown sections and keys are refused with the close ones named."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError("a config must be a mapping of sections")
+        known = [*SECTIONS, "trainer"]
+        for name in raw:
+            if name not in known:
+                raise ConfigError(
+                    f"unknown config section {name!r}{_close(name, known)}; "
+                    f"known: {', '.join(known)}"
+                )
+        sections = {}
+        for name, section in SECTIONS.items():
+            values = raw.get(name) or {}
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"config section {name!r} must be a mapping of keys")
+            sections[name] = _section(section, values, f"section {name!r}")
+        trainer = raw.get("trainer") or {}
+        if not isinstance(trainer, Mapping):
+            raise ConfigError("config section 'trainer' must be a mapping of keys")
+        return cls(**sections, trainer={**TRAINER_DEFAULTS, **trainer})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain YAML-able data (a run's config.yaml)."""
+        out = {name: getattr(self, name).to_dict() for name in SECTIONS}
+        return {**out, "trainer": _plain(self.trainer)}
+
+    def override(self, *items: str) -> TrainConfig:
+        """A copy with `--set`-style `KEY.PATH=VALUE` overrides applied and checked."""
+        return TrainConfig.from_dict(apply_overrides(self.to_dict(), items))
+
+
+SECTIONS: dict[str, type] = {"run": RunConfig, "data": DataConfig, "model": ModelConfig,
+                             "early_stopping": EarlyStoppingConfig}  # fmt: skip
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,6 +377,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
         raise ConfigError("config must be a YAML mapping", path)
+    raw = _project_paths(raw, path)
     parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
     for parent in [parents] if isinstance(parents, str) else parents:
@@ -105,9 +385,9 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return deep_merge(merged, raw)
 
 
-def apply_overrides(config: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """`trainer.max_epochs=3`-style overrides; values are parsed as YAML (numbers, null, lists)."""
-    config = copy.deepcopy(config)
+    config = copy.deepcopy(dict(config))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -115,89 +395,82 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str]) -> dict[st
         *parents, leaf = key.strip().split(".")
         node = config
         for part in parents:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a section")
-        node[leaf] = yaml.safe_load(value)
+        try:
+            node[leaf] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
     return config
 
 
-def _close(key: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=3)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> TrainConfig:
+    """The YAML file (and what it extends) <- overrides, over the defaults, checked. `path`
+    may name an example config (`minilm-closed-book`: `find_config`)."""
+    raw = _read_yaml(find_config(path)) if path else {}
+    return TrainConfig.from_dict(apply_overrides(raw, overrides))
 
 
-def _trainer_keys() -> set[str]:
-    import pytorch_lightning as pl
-
-    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
-
-
-def _typed(section: str, key: str, value: Any) -> Any:
-    """`value` as the type of the key's default; YAML reads `1e-3` as a string, so numeric
-    strings become numbers and anything else is a ConfigError naming the key."""
-    default = DEFAULTS.get(section, {}).get(key)
-    where = f"{section}.{key}={value!r}"
-    if value is None:
-        return value
-    if default is None:
-        types = OPTIONAL_TYPES.get((section, key))
-        if types and (not isinstance(value, types) or isinstance(value, bool)):
-            raise ConfigError(f"{where}: expected {' or '.join(t.__name__ for t in types)}")
-        return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false")
-        return value
-    if isinstance(default, int | float):
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value) if isinstance(default, float) else int(value)
-            except ValueError:
-                number = None
-        ok_int = isinstance(number, int) and not isinstance(number, bool)
-        ok = ok_int or (isinstance(default, float) and isinstance(number, float))
-        if not ok or not math.isfinite(number):
-            kind = "a number" if isinstance(default, float) else "an integer"
-            raise ConfigError(f"{where}: expected {kind}")
-        return float(number) if isinstance(default, float) else number
-    if section != "trainer" and isinstance(default, str) and not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string")
-    return value
+# The example configs of a source checkout (src/retrieval_gate/training -> <checkout>/configs).
+CHECKOUT_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+CONFIG_FOLDERS = ("experiments", "backbones", ".")
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """Unknown sections/keys are typos: refuse them (naming close keys) rather than silently
-    ignore them; values are typed against DEFAULTS."""
-    for section, values in config.items():
-        if section not in DEFAULTS:
-            raise ConfigError(
-                f"unknown config section {section!r}{_close(section, DEFAULTS)}; "
-                f"known: {', '.join(DEFAULTS)}"
-            )
-        if not isinstance(values, dict):
-            raise ConfigError(f"config section {section!r} must be a mapping of keys")
-        known = _trainer_keys() if section == "trainer" else set(DEFAULTS[section])
-        for key in sorted(set(values) - known):
-            raise ConfigError(
-                f"unknown key {key!r} in section {section!r}{_close(key, known)}"
-                + ("" if section == "trainer" else f"; known: {', '.join(DEFAULTS[section])}")
-            )
-        for key, value in values.items():
-            values[key] = _typed(section, key, value)
-    if not config["data"]["label_file"]:
-        raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
-    if config["data"]["task"] not in ("binary", "3way"):
-        raise ConfigError(f"data.task must be binary or 3way, got {config['data']['task']!r}")
-    if not 0.0 <= config["model"]["threshold"] <= 1.0:
-        raise ConfigError(f"model.threshold must be in [0, 1], got {config['model']['threshold']}")
-    if config["run"]["name"] is not None:
-        plain_name(config["run"]["name"], "run.name")
-    return config
+def find_config(spec: str | Path) -> Path:
+    """A config file by path, or an example config by name (`minilm-closed-book` ->
+    configs/experiments/minilm-closed-book.yaml), looked up in ./configs, then in the
+    checkout this package runs from."""
+    path = Path(spec)
+    if path.is_file() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path  # a path (a missing one is reported by _read_yaml, with its name)
+    roots = list(dict.fromkeys([Path("configs"), CHECKOUT_CONFIGS]))
+    for root in roots:
+        for folder in CONFIG_FOLDERS:
+            candidate = root / folder / f"{spec}.yaml"
+            if candidate.is_file():
+                return candidate
+    known = sorted({p.stem for r in roots for f in CONFIG_FOLDERS if (r / f).is_dir()
+                    for p in (r / f).glob("*.yaml")})  # fmt: skip
+    raise ConfigError(
+        f"--config {spec}: no such file and no example config of that name"
+        + (f" (examples: {', '.join(known)})" if known else " (no configs/ folder here)")
+        + "; pass the path of a YAML config"
+    )
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> dict[str, Any]:
-    """DEFAULTS <- the YAML file (and what it extends) <- overrides, validated."""
-    config = deep_merge(DEFAULTS, _read_yaml(Path(path)) if path else {})
-    return validate(apply_overrides(config, overrides))
+# Config keys holding paths: relative ones are read from the working directory, else from the
+# project the config file belongs to (the folder above its configs/), so `train --config`
+# works from anywhere.
+PATH_KEYS = ("label_file", "questions")
+
+
+def _project_paths(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return raw
+    root = next((p.parent for p in path.parents if p.name == "configs"), path.parent)
+    for key in PATH_KEYS:
+        value = data.get(key)
+        if not isinstance(value, str) or value.startswith("hf:") or Path(value).is_absolute():
+            continue
+        if not Path(value).exists() and (root / value).exists():
+            data[key] = str(root / value)
+    return raw
+
+
+def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """A run folder's config.yaml and, for runs trained before the side features' scaling
+    moved to metadata.json, the `model.side_features` it stored."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config is not valid YAML: {e}", path) from None
+    model = dict(raw.get("model") or {})
+    side = model.pop("side_features", None)
+    try:
+        return TrainConfig.from_dict({**raw, "model": model}), side
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

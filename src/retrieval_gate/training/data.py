@@ -1,10 +1,13 @@
-"""Questions + a label file + the canonical split, tokenised with dynamic padding."""
+"""Questions + labels (a label file, or a mapping id -> label in memory) + the canonical split,
+tokenised with dynamic padding."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +20,18 @@ from ..data import DataError, assign_splits, load_all
 from ..data.features import SideFeatures
 from ..labels import LabelFile
 from ..questions import Question
+from .config import TASKS, DataConfig
 from .provenance import label_provenance
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
-CLASS_NAMES = {
-    "binary": ["no_retrieval", "retrieval"],
-    "3way": ["no_retrieval", "retrieval", "retrieval_complex"],
-}
+CLASS_NAMES = {name: list(task.classes) for name, task in TASKS.items()}
+
+
+def _class_index(qid: str, value: object, task: str, where: Path | str | None) -> int:
+    field, n_classes = TASKS[task].label_field, len(TASKS[task].classes)
+    if value not in range(n_classes) or isinstance(value, bool):
+        raise DataError(f"row {qid!r}: {field}={value!r} is not a class 0..{n_classes - 1}", where)
+    return int(value)
 
 
 def task_labels(path: Path, task: str) -> dict[str, int]:
@@ -33,30 +41,51 @@ def task_labels(path: Path, task: str) -> dict[str, int]:
             "label file not found; run `retrieval-gate label` or fix data.label_file", path
         )
     rows = LabelFile(path).rows
-    field, n_classes = ("label", 2) if task == "binary" else ("label3", 3)
+    field = TASKS[task].label_field
     out: dict[str, int] = {}
     for qid, row in rows.items():
         if field not in row:
             raise DataError(
-                f"row {qid!r} has no {field!r} field: task {task!r} needs "
-                + ("an rrcp label file" if task == "3way" else "a binary label file"),
+                f"row {qid!r} has no {field!r} field: task {task!r} needs label files with it "
+                "(`retrieval-gate label --policy ...` writes them)",
                 path,
             )
-        value = row[field]
-        if value is None:
-            continue
-        if value not in range(n_classes) or isinstance(value, bool):
-            raise DataError(
-                f"row {qid!r}: {field}={value!r} is not a class 0..{n_classes - 1}", path
-            )
-        out[qid] = int(value)
+        if row[field] is not None:
+            out[qid] = _class_index(qid, row[field], task, path)
     if not out:
         raise DataError("label file has no labelled rows", path)
     return out
 
 
+def memory_labels(labels: Mapping[str, int], task: str) -> dict[str, int]:
+    """`train(..., labels=...)`'s mapping id -> class index, checked like a label file's rows
+    (None = unlabelled; True/False count as 1/0 for the binary task)."""
+    if not isinstance(labels, Mapping):
+        raise DataError(
+            f"labels must be a mapping question id -> label, got {type(labels).__name__}"
+        )
+    out = {}
+    for qid, value in labels.items():
+        if value is None:
+            continue
+        value = int(value) if isinstance(value, bool) and task == "binary" else value
+        out[str(qid)] = _class_index(str(qid), value, task, "labels")
+    if not out:
+        raise DataError("labels: no labelled question (the mapping is empty or all None)")
+    return out
+
+
+def memory_provenance(labels: Mapping[str, int]) -> dict[str, Any]:
+    """labels.json for labels given in memory: their checksum and the labels themselves (the
+    run then carries what an export's parity check needs)."""
+    text = json.dumps(labels, sort_keys=True)
+    return {"path": None, "source": "in memory (train(..., labels=...))",
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "rows_in_file": len(labels),
+            "meta": None, "labels": dict(sorted(labels.items()))}  # fmt: skip
+
+
 def labelled_splits(
-    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path
+    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path | None
 ) -> dict[str, list[tuple[str, str, int]]]:
     """split -> [(id, text, label)]. Questions that carry their split (a question file's own,
     or the canonical one) keep it; otherwise the split is `assign_splits` over ALL questions,
@@ -80,13 +109,16 @@ def labelled_splits(
     return out
 
 
-def config_questions(data: dict[str, Any]) -> Sequence[Question]:
+def config_questions(data: DataConfig) -> Sequence[Question]:
     """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`."""
-    if data.get("questions"):
+    if data.questions:
         from ..data.user_questions import question_set
 
-        return question_set(data["questions"], data.get("fields"))
-    return load_all(data["datasets"])
+        return question_set(data.questions, data.fields)
+    return load_all(list(data.datasets) if data.datasets else None)
+
+
+CALIBRATION_QUESTIONS = 256  # dev questions int8's activation ranges are measured on
 
 
 def _subsample(rows: list, n: int | None, seed: int) -> list:
@@ -122,38 +154,47 @@ class Collate:
 
 
 class GateDataModule(pl.LightningDataModule):
-    """One label file on the canonical split. `questions` defaults to `data.questions` (a
-    question file, its own split) or else every bundled dataset."""
+    """Labelled questions on the canonical split. `questions` defaults to `data.questions` (a
+    question file, its own split) or else every bundled dataset; `labels` (id -> class index)
+    to the label file `data.label_file`."""
 
     def __init__(
         self,
         tokenizer: Any,
-        data: dict[str, Any],
+        data: DataConfig,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
+        labels: Mapping[str, int] | None = None,
     ):
         super().__init__()
         self.cfg = data
         self.seed = seed
-        self.path = Path(data["label_file"])
         self.tokenizer = tokenizer
-        self.collate = Collate(tokenizer, data["max_length"])
-        self.num_classes = len(CLASS_NAMES[data["task"]])
-        labels = task_labels(self.path, data["task"])
-        # Provenance is taken when the labels are read: a label file still being written by a
-        # labelling run may have grown by the time training ends.
-        self.provenance = label_provenance(self.path)
+        self.collate = Collate(tokenizer, data.max_length)
+        self.num_classes = len(TASKS[data.task].classes)
+        if labels is not None:
+            self.path = None
+            labels = memory_labels(labels, data.task)
+            self.provenance = memory_provenance(labels)
+        else:
+            if not data.label_file:
+                raise DataError("no labels: set data.label_file or pass labels=")
+            self.path = Path(data.label_file)
+            labels = task_labels(self.path, data.task)
+            # Provenance is taken when the labels are read: a label file still being written
+            # by a labelling run may have grown by the time training ends.
+            self.provenance = label_provenance(self.path)
         qs = questions if questions is not None else config_questions(data)
-        rows = labelled_splits(qs, labels, data["split_seed"], self.path)
+        rows = labelled_splits(qs, labels, data.split_seed, self.path)
         self.rows = {
-            "train": _subsample(rows["train"], data["max_train_examples"], seed),
-            "dev": _subsample(rows["dev"], data["max_eval_examples"], seed),
-            "test": _subsample(rows["test"], data["max_eval_examples"], seed),
+            "train": _subsample(rows["train"], data.max_train_examples, seed),
+            "dev": _subsample(rows["dev"], data.max_eval_examples, seed),
+            "test": _subsample(rows["test"], data.max_eval_examples, seed),
         }
         for split, part in self.rows.items():
             if not part:
                 raise DataError(f"the {split} split has no labelled questions", self.path)
-        self.side_features = self._add_side_features(qs, data.get("features") or [])
+        self.side_features = self._add_side_features(qs, list(data.features or ()))
 
     def _add_side_features(self, questions: Sequence[Question], names: list[str]):
         """Fits the scaling on the train split and puts each row's features beside its text."""
@@ -166,10 +207,13 @@ class GateDataModule(pl.LightningDataModule):
             self.rows[split] = [(i, t, f, y) for (i, t, y), f in zip(rows, feats, strict=True)]
         return side
 
-    def model_config(self, model: dict[str, Any]) -> dict[str, Any]:
-        """The model section with the side features' names and scaling (saved in the run)."""
-        side = self.side_features.to_dict() if self.side_features else None
-        return {**model, "side_features": side}
+    def calibration_sample(self, n: int = CALIBRATION_QUESTIONS) -> dict[str, Any]:
+        """Up to `n` dev questions (texts and scaled side features), kept in the run for int8
+        calibration at export: the dev split of questions handed in memory is found nowhere
+        else later."""
+        rows = _subsample(self.rows["dev"], n, self.seed)
+        features = [row[2].tolist() for row in rows] if self.side_features else None
+        return {"split": "dev", "texts": [row[1] for row in rows], "features": features}
 
     def class_counts(self) -> list[int]:
         counts = Counter(y for *_, y in self.rows["train"])
@@ -177,7 +221,7 @@ class GateDataModule(pl.LightningDataModule):
 
     def class_weights(self) -> torch.Tensor | None:
         """n / (C * n_c) on the train split: each class weighs the same in the loss."""
-        if self.cfg["balance"] != "class_weights":
+        if self.cfg.balance != "class_weights":
             return None
         counts = torch.tensor(self.class_counts(), dtype=torch.float).clamp(min=1)
         return counts.sum() / (len(counts) * counts)
@@ -191,26 +235,26 @@ class GateDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         rows = self.rows["train"]
         sampler = None
-        if self.cfg["balance"] == "sampler":
+        if self.cfg.balance == "sampler":
             counts = self.class_counts()
             weights = [1.0 / max(counts[y], 1) for *_, y in rows]
             gen = torch.Generator().manual_seed(self.seed)
             sampler = WeightedRandomSampler(weights, len(rows), replacement=True, generator=gen)
         return DataLoader(
             rows,
-            batch_size=self.cfg["batch_size"],
+            batch_size=self.cfg.batch_size,
             shuffle=sampler is None,
             sampler=sampler,
             collate_fn=self.collate,
-            num_workers=self.cfg["num_workers"],
+            num_workers=self.cfg.num_workers,
         )
 
     def _eval_loader(self, split: str) -> DataLoader:
         return DataLoader(
             self.rows[split],
-            batch_size=self.cfg["eval_batch_size"],
+            batch_size=self.cfg.eval_batch_size,
             collate_fn=self.collate,
-            num_workers=self.cfg["num_workers"],
+            num_workers=self.cfg.num_workers,
         )
 
     def val_dataloader(self) -> DataLoader:

@@ -20,8 +20,10 @@ from torchmetrics.utilities import dim_zero_cat
 from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
+from ..data.features import SideFeatures
 from ..errors import InputError
 from .backbones import Backbone
+from .config import ModelConfig
 
 
 class RetrievalRate(torchmetrics.MeanMetric):
@@ -65,20 +67,25 @@ class RetrievalGateModule(pl.LightningModule):
 
     def __init__(
         self,
-        model_cfg: dict[str, Any],
+        model_cfg: ModelConfig,
         num_classes: int = 2,
         class_weights: torch.Tensor | None = None,
         hf_config: PretrainedConfig | None = None,
+        side_features: SideFeatures | None = None,
     ):
         super().__init__()
-        self.model_cfg = model_cfg
+        self.config = model_cfg
+        # The run's side features (names + scaling, fitted on its train split): a training
+        # result, not a config key. `model_cfg` (a dict) keeps them for readers of that shape.
+        self.side_features = side_features
+        self.model_cfg = {**model_cfg.to_dict(),
+                          "side_features": side_features.to_dict() if side_features else None}  # fmt: skip
         self.num_classes = num_classes
-        self.threshold = float(model_cfg.get("threshold", 0.5))
+        self.threshold = model_cfg.threshold
         self.backbone = Backbone(model_cfg, hf_config)
-        side = model_cfg.get("side_features") or {}
-        self.n_side = 2 * len(side.get("names", []))  # a value and a missing flag each
+        self.n_side = side_features.width if side_features else 0  # a value + a missing flag each
         self.head = nn.Sequential(
-            nn.Dropout(float(model_cfg.get("dropout", 0.1))),
+            nn.Dropout(model_cfg.dropout),
             nn.Linear(self.backbone.hidden_size + self.n_side, num_classes),
         )
         self.loss = nn.CrossEntropyLoss(weight=class_weights)
@@ -148,13 +155,13 @@ class RetrievalGateModule(pl.LightningModule):
         return self.retrieval_probability(logits)
 
     def configure_optimizers(self) -> Any:
-        cfg = self.model_cfg
+        cfg = self.config
         body = [p for p in self.backbone.parameters() if p.requires_grad]
         groups = [
-            {"params": body, "lr": float(cfg["lr"])},
-            {"params": list(self.head.parameters()), "lr": float(cfg["head_lr"])},
+            {"params": body, "lr": cfg.lr},
+            {"params": list(self.head.parameters()), "lr": cfg.head_lr},
         ]
-        opt = torch.optim.AdamW(groups, weight_decay=float(cfg["weight_decay"]))
+        opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         total = max(int(self.trainer.estimated_stepping_batches), 1)
-        sched = get_linear_schedule_with_warmup(opt, int(total * cfg["warmup_ratio"]), total)
+        sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,7 +1,9 @@
-"""`train(config)`: DataModule + module + Trainer -> a run folder with metrics beside it.
+"""`train(config, questions, labels)`: DataModule + module + Trainer -> a run folder with
+metrics beside it, returned as a `TrainedRun`. Labels come from `data.label_file` or, in
+memory, from a mapping question id -> label; the caller's config is never changed.
 
 A run folder belongs to one configuration: `run.json` records the hash of the resolved config
-and of the label file's bytes. Training into an existing folder is refused unless `overwrite`
+and of the labels (the label file's bytes). Training into an existing folder is refused unless `overwrite`
 (the run's files are replaced) or `resume` with the same hash (Lightning's
 `lightning/last.ckpt`, written every epoch, is continued; the epochs before it stay in
 `metrics.json` and `logs/metrics.csv`). Early stopping and the kept checkpoint follow
@@ -10,13 +12,16 @@ validation AUROC."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
+import logging
 import resource
 import shutil
-import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,15 +29,19 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
-from pytorch_lightning.loggers import CSVLogger
 
 from ..errors import ConfigError, DataError
 from ..fileio import read_json, sha256_file, write_json, write_text
+from ..questions import Question
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
 from .checkpoint import save_run
-from .data import GateDataModule
+from .config import TrainConfig
+from .data import GateDataModule, memory_labels, memory_provenance
+from .loggers import build_loggers
 from .module import RetrievalGateModule
+
+log = logging.getLogger(__name__)
 
 
 def peak_rss_mb() -> float:
@@ -69,30 +78,31 @@ class Throughput(pl.Callback):
         )  # fmt: skip
 
 
-def run_name(config: dict[str, Any]) -> str:
-    if config["run"]["name"]:
-        return str(config["run"]["name"])
-    label = Path(config["data"]["label_file"]).stem
-    return f"{config['model']['backbone']}-{Path(config['model']['name']).name}-{label}"
+def run_name(config: TrainConfig) -> str:
+    if config.run.name:
+        return config.run.name
+    label = Path(config.data.label_file).stem if config.data.label_file else "labels"
+    return f"{config.model.backbone}-{Path(config.model.name).name}-{label}"
 
 
-def _trainer(config: dict[str, Any], run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
-    es = config["early_stopping"]
+def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
+    es = config.early_stopping
     ckpt = ModelCheckpoint(
         dirpath=run_dir / "lightning",
-        monitor=es["monitor"],
-        mode=es["mode"],
+        monitor=es.monitor,
+        mode=es.mode,
         save_top_k=1,
         save_last=True,
         filename="best",
     )
-    stop = EarlyStopping(monitor=es["monitor"], mode=es["mode"], patience=int(es["patience"]))
-    if config["trainer"].get("enable_progress_bar", True):  # tqdm: readable in log files too
+    stop = EarlyStopping(monitor=es.monitor, mode=es.mode, patience=es.patience)
+    if config.trainer.get("enable_progress_bar", True):  # tqdm: readable in log files too
         callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
+    trainer = {k: v for k, v in config.trainer.items() if k != "logger"}
     return pl.Trainer(
-        **config["trainer"],
+        **trainer,
         default_root_dir=str(run_dir),
-        logger=CSVLogger(str(run_dir), name="logs", version=""),
+        logger=build_loggers(config.trainer.get("logger", "csv"), run_dir, run_dir.name),
         callbacks=[ckpt, stop, *callbacks],
     )
 
@@ -108,28 +118,49 @@ def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, flo
 LENGTH_KEYS = ("max_epochs", "max_steps")
 
 
-def config_hash(config: dict[str, Any]) -> str:
-    """sha256 of the resolved config (but its length, LENGTH_KEYS) and of the label file's
-    bytes: what makes two runs the same run (a label file rewritten in place is another)."""
-    trainer = {k: v for k, v in config["trainer"].items() if k not in LENGTH_KEYS}
-    text = json.dumps({**config, "trainer": trainer}, sort_keys=True, default=str)
-    text += sha256_file(Path(config["data"]["label_file"]))
+def labels_sha256(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
+    """The labels' identity: the label file's bytes, or the in-memory mapping's checksum."""
+    if labels is not None:
+        return memory_provenance(memory_labels(labels, config.data.task))["sha256"]
+    return sha256_file(Path(config.data.label_file))
+
+
+def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
+    """sha256 of the resolved config (but its length, LENGTH_KEYS) and of the labels: what makes
+    two runs the same run (a label file rewritten in place is another)."""
+    plain = config.to_dict()
+    trainer = {k: v for k, v in plain["trainer"].items() if k not in LENGTH_KEYS}
+    # Runs trained while the side features' scaling was a config key hashed it as null: kept,
+    # so that those runs still --resume.
+    model = {**plain["model"], "side_features": None}
+    text = json.dumps({**plain, "model": model, "trainer": trainer}, sort_keys=True, default=str)
+    text += labels_sha256(config, labels)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_run_dir(
-    run_dir: Path, config: dict[str, Any], overwrite: bool = False, resume: bool = False
+    run_dir: Path,
+    config: TrainConfig,
+    overwrite: bool = False,
+    resume: bool = False,
+    labels: Mapping[str, int] | None = None,
 ) -> str:
     """Refuses an existing run unless `overwrite` or `resume` with the same config hash (checked
     before any data or model is loaded); returns this config's hash."""
     if overwrite and resume:
         raise ConfigError("pass --overwrite or --resume, not both")
-    label_file = Path(config["data"]["label_file"])
-    if not label_file.is_file():
-        raise DataError(
-            "label file not found; run `retrieval-gate label` first or pass a path", label_file
-        )
-    digest = config_hash(config)
+    if labels is None:
+        if not config.data.label_file:
+            raise ConfigError(
+                "config needs data.label_file (e.g. --set data.label_file=PATH), or labels "
+                "handed to train(config, questions, labels)"
+            )
+        label_file = Path(config.data.label_file)
+        if not label_file.is_file():
+            raise DataError(
+                "label file not found; run `retrieval-gate label` first or pass a path", label_file
+            )
+    digest = config_hash(config, labels)
     existing = [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
     if not existing or overwrite:
         return digest
@@ -149,7 +180,7 @@ def check_run_dir(
     return digest
 
 
-def claim_run_dir(run_dir: Path, digest: str, label_file: Path, overwrite: bool) -> None:
+def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: bool) -> None:
     """With `overwrite`, removes the files a run writes (RUN_FILES; nothing else in the folder),
     then records this run's identity in run.json."""
     for name in RUN_FILES if overwrite else ():
@@ -158,7 +189,7 @@ def claim_run_dir(run_dir: Path, digest: str, label_file: Path, overwrite: bool)
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    write_json(run_dir / "run.json", {"config_sha256": digest, "label_sha256": sha256_file(label_file),
+    write_json(run_dir / "run.json", {"config_sha256": digest, "label_sha256": labels_digest,
                "started": datetime.now(UTC).isoformat(timespec="seconds")})  # fmt: skip
 
 
@@ -175,10 +206,9 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
         except Exception as e:  # torch raises several types for truncated/garbled files
             aside = ckpt.with_name(ckpt.name + ".damaged")
             ckpt.replace(aside)
-            print(f"warning: {ckpt} is damaged ({type(e).__name__}); set aside as {aside.name}",
-                  file=sys.stderr)  # fmt: skip
+            log.warning("%s is damaged (%s); set aside as %s", ckpt, type(e).__name__, aside.name)
     if folder.is_dir():
-        print(f"note: no readable checkpoint in {folder}; training from scratch", file=sys.stderr)
+        log.warning("no readable checkpoint in %s; training from scratch", folder)
     return None
 
 
@@ -213,25 +243,75 @@ def merge_csv_history(run_dir: Path, earlier: Path) -> None:
         earlier.unlink()  # made by keep_csv_history
 
 
+@dataclass(frozen=True)
+class TrainedRun:
+    """What `train` returns: the run folder (a path-like: `LearnedGate(run)`, `run / "gate.pt"`)
+    with its config, metrics and metadata as written there."""
+
+    path: Path
+    config: TrainConfig
+    metrics: dict[str, Any]
+    metadata: dict[str, Any]
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:  # the folder, as in a command line
+        return str(self.path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def iterdir(self) -> Iterator[Path]:
+        return self.path.iterdir()
+
+
+def prepare(
+    config: TrainConfig,
+    questions: Sequence[Question] | None = None,
+    labels: Mapping[str, int] | None = None,
+) -> tuple[Any, GateDataModule, RetrievalGateModule]:
+    """Seeded tokenizer, data module and module for `config` (training and tuning trials)."""
+    pl.seed_everything(config.run.seed, workers=True)
+    if config.run.num_threads:  # on a shared CPU fewer threads than cores can be faster
+        torch.set_num_threads(config.run.num_threads)
+    tokenizer = load_tokenizer(resolve_backbone(config.model.name))
+    dm = GateDataModule(tokenizer, config.data, config.run.seed, questions, labels)
+    module = RetrievalGateModule(
+        config.model, dm.num_classes, dm.class_weights(), side_features=dm.side_features
+    )
+    return tokenizer, dm, module
+
+
+def as_config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig, or a mapping of sections checked into one."""
+    return config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+
+
 def train(
-    config: dict[str, Any],
-    questions: list | None = None,
+    config: TrainConfig | Mapping[str, Any],
+    questions: Sequence[Question] | None = None,
+    labels: Mapping[str, int] | None = None,
     overwrite: bool = False,
     resume: bool = False,
-) -> Path:
-    """Trains one gate as configured; returns its run folder. An existing run folder is
-    refused unless `overwrite` or `resume` (same config and label file) is given."""
-    pl.seed_everything(int(config["run"]["seed"]), workers=True)
-    if config["run"]["num_threads"]:  # on a shared CPU fewer threads than cores can be faster
-        torch.set_num_threads(int(config["run"]["num_threads"]))
-    run_dir = Path(config["run"]["output_dir"]) / run_name(config)
-    digest = check_run_dir(run_dir, config, overwrite, resume)
-    tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
-    dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
+) -> TrainedRun:
+    """Trains one gate as configured; returns its run. `questions` default to the config's
+    (`data.questions`, else the bundled datasets), `labels` (question id -> class index) to
+    `data.label_file`. An existing run folder is refused unless `overwrite` or `resume` (same
+    config and labels) is given."""
+    config = as_config(config)
+    if labels is not None and config.data.label_file:
+        log.info("labels given in memory: data.label_file %s is not read", config.data.label_file)
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, label_file=None))
+    run_dir = Path(config.run.output_dir) / run_name(config)
+    digest = check_run_dir(run_dir, config, overwrite, resume, labels)
+    tokenizer, dm, module = prepare(config, questions, labels)
     run_dir.mkdir(parents=True, exist_ok=True)  # the data are good: only now touch the folder
-    claim_run_dir(run_dir, digest, dm.path, overwrite)
-    config["model"] = dm.model_config(config["model"])  # side features' scaling, if any
-    module = RetrievalGateModule(config["model"], dm.num_classes, dm.class_weights())
+    claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite)
     throughput = Throughput()
     start_from = resume_checkpoint(run_dir)
     earlier = keep_csv_history(run_dir)
@@ -262,7 +342,8 @@ def train(
     }
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
-        save_run(run_dir, config, module, tokenizer, {**dm.provenance, "counts": dm.summary()})
-        write_json(run_dir / "metrics.json", metrics)
+        labels_json = {**dm.provenance, "counts": dm.summary()}
+        save_run(run_dir, config, module, tokenizer, labels_json, metrics,
+                 dm.calibration_sample())  # fmt: skip
     trainer.strategy.barrier("run folder written")
-    return run_dir
+    return TrainedRun(run_dir, config, metrics, read_json(run_dir / "metadata.json"))

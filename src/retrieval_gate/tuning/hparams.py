@@ -20,8 +20,8 @@ from typing import Any
 
 import optuna
 import pytorch_lightning as pl
-import torch
 
+from ..training.config import TrainConfig
 from .studies import open_study
 from .workers import optimize_until, run_workers
 
@@ -62,25 +62,15 @@ def suggest(trial: optuna.Trial, max_epochs: int) -> list[str]:
     ]
 
 
-def fit_trial(
-    config: dict[str, Any], trial: optuna.Trial, questions: Sequence | None = None
-) -> float:
+def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | None = None) -> float:
     """Fits one configuration; returns the last dev AUROC. Test rows never reach the loaders."""
-    from ..training.backbones import load_tokenizer, resolve_backbone
-    from ..training.data import GateDataModule
-    from ..training.module import RetrievalGateModule
+    from ..training.run import prepare
 
-    pl.seed_everything(int(config["run"]["seed"]), workers=True)
-    if config["run"]["num_threads"]:  # on a crowded CPU fewer threads can be faster
-        torch.set_num_threads(int(config["run"]["num_threads"]))
-    tokenizer = load_tokenizer(resolve_backbone(config["model"]["name"]))
-    dm = GateDataModule(tokenizer, config["data"], int(config["run"]["seed"]), questions)
+    _, dm, module = prepare(config, questions)
     dm.rows["test"] = []  # tuning never reads the test split
-    config["model"] = dm.model_config(config["model"])  # side features' scaling, if any
-    module = RetrievalGateModule(config["model"], dm.num_classes, dm.class_weights())
     trainer = pl.Trainer(
-        **{**config["trainer"], "val_check_interval": 0.5},  # two pruning checks per epoch
-        logger=False,
+        # two pruning checks per epoch; no trial logs (trainer.logger is the final run's)
+        **{**config.trainer, "val_check_interval": 0.5, "logger": False},
         enable_checkpointing=False,
         callbacks=[LightningPruning(trial)],
     )
@@ -107,7 +97,7 @@ def tune_hparams(
 
     if questions is None:  # read once, not per trial
         questions = config_questions(
-            load_config(config, [*overrides, f"data.label_file={label_file}"])["data"]
+            load_config(config, [*overrides, f"data.label_file={label_file}"]).data
         )
     if workers > 1:
         return run_workers(tune_hparams, {"label_file": label_file, "name": name,

@@ -27,7 +27,9 @@ class DevData:
         if not np.any(~np.isnan(self.closed) & ~np.isnan(self.rag)):
             raise MissingInputError(
                 "adaptive-accuracy objectives need the labelling run's answers "
-                "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions"
+                "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions; none "
+                "of them has both in the labelling run read: pass --run-dir FOLDER, the folder "
+                "`label` wrote those files into (<labels-dir>/<generator>)"
             )
         return self
 

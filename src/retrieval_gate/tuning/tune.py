@@ -16,10 +16,11 @@ from typing import Any
 from ..errors import ConfigError, InputError
 from ..fileio import content_id, sha256_file, write_text
 from ..gates.registry import GateOptions, check_options
-from ..labels.evalset import DEFAULT_RUN_DIR, Splits, load_splits, policy_name
-from ..labels.labelling_run import LabellingRun
+from ..labels.evalset import Splits, load_splits, policy_name
+from ..labels.labelling_run import LabellingRun, run_dir_for
 from ..questions import Question
 from ..tables import markdown_table
+from .storage import check_storage
 from .studies import DEFAULT_STORAGE, study_name
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 THRESHOLDS = ("macro-f1", "adaptive-accuracy", "min-retrieval", "pareto")
 OWN_STUDIES = ("relations", "hparams")  # they build their own gates
 OBJECTIVES = (*THRESHOLDS, *OWN_STUDIES)
+# studies Optuna samples (trials, a storage); the other threshold objectives are exact sweeps
+SAMPLED = ("pareto", *OWN_STUDIES)
 
 
 @dataclass
@@ -39,9 +42,10 @@ class TuneConfig:
     target: float = 0.95  # min-retrieval: share of always-retrieve accuracy
     trials: int = 100
     seed: int = 0
-    storage: Path = DEFAULT_STORAGE  # the studies' database
+    storage: str | Path = DEFAULT_STORAGE  # an Optuna storage: SQLite file or URL (storage.py)
+    workers: int = 1  # processes on one study (tuning/workers.py)
     out: Path = Path("reports/tune")
-    run_dir: Path = DEFAULT_RUN_DIR  # the labelling run: recorded answers
+    run_dir: Path | None = None  # the labelling run (recorded answers): `run_dir_for(labels)`
     gate_options: GateOptions = field(default_factory=GateOptions)
     save_objective: str | None = None  # threshold saved into the learned run
     config: str = "configs/backbones/minilm-lora.yaml"  # hparams: the training config
@@ -50,6 +54,9 @@ class TuneConfig:
     questions: Sequence[Question] | None = None  # None: the bundled datasets
     command: str = ""  # shown in the reports
 
+    def __post_init__(self) -> None:
+        self.run_dir = run_dir_for(self.labels, self.run_dir)
+
     def check(self) -> None:
         """Values and combinations, before any gate is built or study opened."""
         unknown = [o for o in self.objectives if o not in OBJECTIVES]
@@ -57,6 +64,8 @@ class TuneConfig:
             raise ConfigError(f"unknown objective {unknown[0]!r}; use {', '.join(OBJECTIVES)}")
         if self.trials < 1:
             raise InputError(f"--trials must be at least 1, got {self.trials}")
+        if set(self.objectives) & set(SAMPLED):  # reachable and writable before any work;
+            check_storage(self.storage, self.workers)  # exact sweeps create no study file
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
@@ -105,7 +114,8 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
     identity = tuning_identity(cfg.labels, cfg.run_dir, gate)  # content, not names
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, cfg.storage,
-                                  cfg.out, cfg.trials, cfg.target, cfg.seed, identity)  # fmt: skip
+                                  cfg.out, cfg.trials, cfg.target, cfg.seed, identity,
+                                  cfg.workers)  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     result["rows"] = rows = dev_test_rows(result, gate, sp.test)
     md = f"# Tuned thresholds\n\n`{cfg.command}`\n\n" + tuned_markdown(result, rows)
@@ -136,7 +146,7 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
 
     policy = policy_name(cfg.labels)
     name = study_name("popularity", policy, "relations", tuning_identity(cfg.labels, cfg.run_dir))
-    res = tune_relations(sp.dev, name, cfg.storage, cfg.trials, cfg.seed)
+    res = tune_relations(sp.dev, name, cfg.storage, cfg.trials, cfg.seed, workers=cfg.workers)
     gate = res.pop("gate")
     rels = sorted(res["brute_force_thresholds"])
     body = [[r, res["brute_force_thresholds"][r], res["optuna_thresholds"][r]] for r in rels]
@@ -158,7 +168,7 @@ def _hparams(cfg: TuneConfig) -> Path:
     policy = policy_name(cfg.labels)
     name = study_name("learned-hparams", policy, "dev-auroc", identity)
     res = tune_hparams(cfg.labels, name, cfg.storage, cfg.trials, cfg.config, list(cfg.overrides),
-                       cfg.max_epochs, cfg.seed, cfg.questions)  # fmt: skip
+                       cfg.max_epochs, cfg.seed, cfg.questions, cfg.workers)  # fmt: skip
     md = (f"# Hyper-parameter study of the learned gate\n\n`{cfg.command}`\n\n"
           + "\n".join(f"- {k}: {v}" for k, v in res.items()) + "\n")  # fmt: skip
     return _write(cfg, f"tune-hparams-{policy}", res, md)

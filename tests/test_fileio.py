@@ -1,0 +1,67 @@
+"""Atomic files and folders: whole or nothing, with the modes the user's umask implies."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from retrieval_gate.errors import InputError
+from retrieval_gate.fileio import atomic_path, staged_folder, write_json, write_text
+
+
+@pytest.fixture(params=[0o022, 0o027, 0o077])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_atomic_writer_gives_the_umask_mode_like_open(tmp_path, umask):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")  # what a plain open() gives under this umask
+    assert mode(write_text(tmp_path / "a.txt", "x")) == mode(plain) == 0o666 & ~umask
+    assert mode(write_json(tmp_path / "deeper" / "b.json", {})) == 0o666 & ~umask
+    assert mode(tmp_path / "deeper") == 0o777 & ~umask
+    with atomic_path(tmp_path / "c.bin") as tmp:
+        tmp.write_bytes(b"1")
+    assert mode(tmp_path / "c.bin") == 0o666 & ~umask
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_staged_folder_replaces_whole_and_keeps_the_old_one_on_error(tmp_path, umask):
+    target = tmp_path / "out"
+    with staged_folder(target) as stage:
+        (stage / "one").write_text("1")
+    assert mode(target) == 0o777 & ~umask and sorted(os.listdir(target)) == ["one"]
+    with pytest.raises(RuntimeError), staged_folder(target) as stage:
+        (stage / "two").write_text("2")
+        raise RuntimeError("crash mid-write")
+    assert sorted(os.listdir(target)) == ["one"]  # the old folder, untouched
+    with staged_folder(target) as stage:
+        (stage / "two").write_text("2")
+    assert sorted(os.listdir(target)) == ["two"]  # replaced whole, nothing of the old one
+    assert os.listdir(tmp_path) == ["out"]  # no staging folder left behind
+
+
+def test_staged_folder_removes_what_a_killed_run_left_and_refuses_a_file(tmp_path):
+    target = tmp_path / "out"
+    dead = tmp_path / ".out.staging-999999999-abc"  # no such process
+    dead.mkdir()
+    (dead / "half.onnx").write_text("half")
+    other = tmp_path / ".other.staging-999999999-abc"  # another target's: not ours to touch
+    other.mkdir()
+    with staged_folder(target) as stage:
+        (stage / "x").write_text("1")
+    assert not dead.exists() and other.exists()
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    with pytest.raises(InputError, match="is a file"), staged_folder(a_file):
+        pass
+    assert a_file.read_text() == "mine"
