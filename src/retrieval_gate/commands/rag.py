@@ -105,7 +105,7 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="a router export (no retrieval / one retrieval / multi-step); a binary gate "
-        "export picks between the first two",
+        "export picks between the first two (default: none; required by the router mode)",
     )
     g.add_argument(
         "--budget",
