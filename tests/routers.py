@@ -21,21 +21,27 @@ COSTS = (0.0, 1.0, 3.35)
 
 class LengthRouter:
     """Up to `short` words: no retrieval; up to `long`: one retrieval; longer: multi-step.
-    A budget caps the strategy at the dearest one whose cost is within it."""
+    A budget caps the strategy at the dearest one whose cost is within it. `costs` (strategy
+    -> cost, like issue 25's routers' `costs` property) prices the strategies in its own unit;
+    without it the router states none (the loop's defaults apply)."""
 
     name = "length-router"
     threshold = 0.5
     checksum = "length-router-v1"
 
-    def __init__(self, short: int = 4, long: int = 8, strategies: Sequence[str] = STRATEGIES):
+    def __init__(self, short: int = 4, long: int = 8, strategies: Sequence[str] = STRATEGIES,
+                 costs: dict[str, float] | None = None):  # fmt: skip
         self.short, self.long, self.strategies = short, long, tuple(strategies)
+        if costs is not None:
+            self.costs = dict(costs)
+        self._prices = [costs[s] for s in self.strategies] if costs else COSTS
 
     def _pick(self, text: str, budget: float | None) -> int:
         words = len(text.split())
         pick = 0 if words <= self.short else 1 if words <= self.long else 2
         pick = min(pick, len(self.strategies) - 1)
         if budget is not None:
-            pick = min(pick, max(i for i, c in enumerate(COSTS) if c <= budget))
+            pick = min(pick, max(i for i, c in enumerate(self._prices) if c <= budget))
         return pick
 
     def route(self, questions: Questions, budget: float | None = None) -> list[str]:

@@ -20,7 +20,7 @@ from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
 from retrieval_gate.rag.modes import ModeOptions, build_mode_gates, check_modes, oracle_from_run
 from retrieval_gate.rag.multistep import MultiStepConfig, parse_step
 from retrieval_gate.rag.oracle import OracleRouter
-from retrieval_gate.rag.strategies import FixedStrategy
+from retrieval_gate.rag.strategies import DEFAULT_COSTS, FixedStrategy, strategy_costs
 from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, Document
 from routers import LengthRouter, ScriptedGenerator, WindowedScripted
 
@@ -320,3 +320,20 @@ def test_real_modes_multi_step_router_and_three_way_oracle(vllm_generator):
     assert {"retrievals/q", "LLM calls/q", "tok/s"} <= set(row)
     assert "max_steps=2" in report["note"]
     assert np.isfinite(float(row["tok/s"]))
+
+
+def test_strategy_costs_are_the_routers_own_else_the_defaults():
+    assert strategy_costs(LengthRouter()) == DEFAULT_COSTS  # a router that states none
+    binary = OracleGate({"q1": 1})
+    assert strategy_costs(binary) == {"no_retrieval": 0.0, "one_retrieval": 1.0}
+    own = {"no_retrieval": 0.0, "one_retrieval": 2.0, "multi_step": 5}
+    assert strategy_costs(LengthRouter(costs=own)) == {**own, "multi_step": 5.0}
+    two = LengthRouter(strategies=("no_retrieval", "one_retrieval"), costs=own)
+    two.costs = {"no_retrieval": 0.0, "one_retrieval": 2.0}
+    assert strategy_costs(two) == two.costs
+    for bad in ({"no_retrieval": 0.0, "one_retrieval": 2.0}, {**own, "multi_step": float("nan")},
+                {**own, "one_retrieval": -1.0}):  # fmt: skip
+        router = LengthRouter()
+        router.costs = bad
+        with pytest.raises(ConfigError, match="length-router.*costs"):
+            strategy_costs(router)

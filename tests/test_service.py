@@ -459,6 +459,27 @@ def test_router_answers_with_strategies_costs_and_budget():
         assert traffic["answered"]["llm_calls_per_question"] == pytest.approx(4 / 3)
 
 
+def test_router_with_its_own_costs_prices_traffic_and_budgets_in_its_unit():
+    """A router that states `costs` (issue 25's routers do): /health's mean cost and a
+    request's budget range are in its unit, not the default retrievals."""
+    from routers import LengthRouter, ScriptedGenerator
+
+    ms = {"no_retrieval": 0.0, "one_retrieval": 120.0, "multi_step": 900.0}  # e.g. milliseconds
+    rag = AdaptiveRAG(LengthRouter(short=3, long=6, costs=ms), BM25Retriever(DOCS),
+                      ScriptedGenerator(), k=2)  # fmt: skip
+    with TestClient(create_app(rag)) as client:
+        scored = client.post("/score", json={"questions": ROUTED, "budget": 500}).json()
+        assert [s["strategy"] for s in scored["scores"]] == ["no_retrieval", *["one_retrieval"] * 2]
+        assert client.post("/score", json={"questions": ROUTED, "budget": 900}).status_code == 200
+        assert client.post("/score", json={"questions": ROUTED, "budget": 901}).status_code == 422
+        routed = client.get("/health").json()["traffic"]["routed"]
+        assert routed["mean_cost"] == pytest.approx((2 * 0 + 3 * 120 + 900) / 6)
+        assert (
+            routed["cost_unit"].startswith("the router's unit (")
+            and "multi_step 900" in routed["cost_unit"]
+        )
+
+
 def test_binary_gate_service_takes_no_budget(gate):
     with TestClient(create_app(gate)) as client:
         r = client.post("/score", json={"questions": ["Who wrote Hamlet?"], "budget": 1})

@@ -49,6 +49,7 @@ from .strategies import (
     ONE_RETRIEVAL,
     Decision,
     check_router,
+    cost_unit,
     decide,
     strategy_costs,
 )
@@ -215,7 +216,8 @@ def create_app(
     check_router(gate)
     router = is_router(gate)
     strategies = list(gate.strategies) if router else [NO_RETRIEVAL, ONE_RETRIEVAL]  # type: ignore[attr-defined]
-    traffic = Traffic(strategy_costs(gate))
+    prices = strategy_costs(gate)
+    traffic = Traffic(prices, cost_unit(prices))
     # A gate that holds the generator (prompt, confidence gates) must not enter the engine
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()

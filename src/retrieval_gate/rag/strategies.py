@@ -9,7 +9,8 @@ its score reaches its threshold, else `no_retrieval`.
 The seam for real routers is `load_router` below: the one place a `--router` folder becomes
 an object. It calls `RetrievalGate.from_pretrained`; a router export loads as a `Router`
 there (issue 25), a binary gate export as a gate. `strategy_costs` is the one place the price
-of each strategy (for `/health`'s mean cost) is read."""
+of each strategy (for `/health`'s mean cost and a request's budget range) is read: the
+router's own `costs` where it has them."""
 
 from __future__ import annotations
 
@@ -135,6 +136,23 @@ def load_router(path: str | Path) -> Gate:
 
 def strategy_costs(gate: Gate) -> dict[str, float]:
     """The price of each strategy in the router's unit, for the service's mean cost per
-    question: today issue 25's default count of retrievals for every router."""
-    strategies = tuple(gate.strategies) if isinstance(gate, Router) else STRATEGIES[:2]
-    return {s: DEFAULT_COSTS[s] for s in strategies}
+    question and its budget range: the router's own `costs` (issue 25's routers have them),
+    else issue 25's default count of retrievals."""
+    if not isinstance(gate, Router):
+        return {s: DEFAULT_COSTS[s] for s in STRATEGIES[:2]}
+    strategies = tuple(gate.strategies)
+    own = getattr(gate, "costs", None)
+    if own is None:
+        return {s: DEFAULT_COSTS[s] for s in strategies}
+    own = dict(own)
+    if set(own) != set(strategies) or not all(np.isfinite(c) and c >= 0 for c in own.values()):
+        raise ConfigError(
+            f"router {gate.name!r}: its costs {own} do not price each of its strategies "
+            f"{list(strategies)} with a finite cost of 0 or more; fix the router export's costs"
+        )
+    return {s: float(own[s]) for s in strategies}
+
+
+def cost_unit(costs: dict[str, float]) -> str:
+    """What `strategy_costs` counts: retrievals where they are the defaults."""
+    return "retrievals" if costs == {s: DEFAULT_COSTS[s] for s in costs} else "the router's unit"
