@@ -62,6 +62,9 @@ def multi(generator, retriever, k=2, **config) -> AdaptiveRAG:
         ("London was founded. So the answer is: Romans", ("London was founded.", "Romans")),
         ("A: Atlanta\n\nQ: What? So the answer is:", ("Atlanta", None)),  # nothing after it
         ("A:", ("", None)),
+        # a small model repeating the marker to its token limit gives no answer, not the marker
+        ("Q: So the answer is: So the answer is: So the answer is: So the", ("", None)),
+        ("So the answer is: the answer is: Paris.", ("", "Paris")),
     ],
 )
 def test_parse_step(text, expected):

@@ -71,12 +71,23 @@ def parse_step(text: str) -> tuple[str, str | None]:
     is"; a marker with nothing after it gives none)."""
     text = _ECHO.sub("", text)
     found = _ANSWER.search(text)
-    answer = text[found.end() :].strip().split("\n")[0].strip().rstrip(".").strip() if found else ""
+    answer = _answer_after(text[found.end() :]) if found else ""
     if found and answer:
         return text[: found.start()].strip(), answer
     parts = [p.strip() for p in _SENTENCE_END.split(text[: found.start()] if found else text)]
     parts = [p for p in parts if p and not p.startswith(("Q:", "A:"))]  # prompt echoes
     return (parts[0] if parts else ""), None
+
+
+def _answer_after(rest: str) -> str:
+    """The answer after the marker. A small model may repeat the marker until its token limit
+    ("So the answer is: So the answer is: So the"): the repeats, and a cut-off one at the end,
+    are no answer."""
+    repeated = False
+    while found := _ANSWER.match(rest):
+        rest, repeated = rest[found.end() :], True
+    answer = rest.strip().split("\n")[0].strip().rstrip(".").strip()
+    return "" if repeated and "so the answer is".startswith(answer.lower()) else answer
 
 
 @dataclass
