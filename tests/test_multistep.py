@@ -65,6 +65,7 @@ def multi(generator, retriever, k=2, **config) -> AdaptiveRAG:
         # a small model repeating the marker to its token limit gives no answer, not the marker
         ("Q: So the answer is: So the answer is: So the answer is: So the", ("", None)),
         ("So the answer is: the answer is: Paris.", ("", "Paris")),
+        ("So the answer is: The answer is: The answer is: Th", ("", None)),
     ],
 )
 def test_parse_step(text, expected):

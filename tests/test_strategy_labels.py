@@ -306,7 +306,7 @@ def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path
     assert result["rows"] == 3 and result["failed"] == 0
     labels = read_strategy_labels(out)
     assert labels.meta["generator_checksum"] == vllm_generator.checksum
-    assert labels.meta["prompt_ids"]["multi_step"] == "ircot-multi-step-v1"
+    assert labels.meta["prompt_ids"]["multi_step"] == "ircot-multi-step-v2"
     for row in labels.rows.values():
         assert set(row["prediction"]) == set(S3) and 1 <= row["llm_calls"]["multi_step"] <= 2
         truth = [row["correct"][s] for s in S3]

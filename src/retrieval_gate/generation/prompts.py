@@ -64,8 +64,9 @@ def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
 # the generator writes the next sentence, and "So the answer is: ..." ends it. IRCoT's
 # few-shot demonstrations become one instruction here (a chat model, and a 135M one's
 # context). The last allowed step is IRCoT's reader: the same template, asking for the answer
-# alone after the reasoning and the answer marker.
-MULTI_STEP_ID = "ircot-multi-step-v1"
+# alone after the reasoning and the answer marker. v2: the same prompt; a marker the model repeats
+# is stripped from the answer (rag/multistep.py `parse_step`), so v1 label files are not resumed.
+MULTI_STEP_ID = "ircot-multi-step-v2"
 ANSWER_MARKER = "So the answer is:"
 MULTI_STEP = "{documents}\n\n{instruction}\nQ: {question}\nA:{reasoning}"
 MULTI_STEP_REASON = (

@@ -87,7 +87,8 @@ def _answer_after(rest: str) -> str:
     while found := _ANSWER.match(rest):
         rest, repeated = rest[found.end() :], True
     answer = rest.strip().split("\n")[0].strip().rstrip(".").strip()
-    return "" if repeated and "so the answer is".startswith(answer.lower()) else answer
+    cut_off = any(m.startswith(answer.lower()) for m in ("so the answer is", "the answer is"))
+    return "" if repeated and cut_off else answer
 
 
 @dataclass
