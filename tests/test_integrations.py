@@ -137,3 +137,109 @@ def test_haystack_component_with_two_sockets(routed):
         reply = out[ran]["replies"][0]
         assert reply.endswith(f"Q: {question}") and (len(reply) > len(question) + 3) == retrieve
         assert 0.0 <= out["gate"]["probability"] <= 1.0
+
+
+# ------------------------------------------------------------------ a router: three branches
+
+# LengthRouter (tests/routers.py) implements the project's Router protocol: up to 3 words no
+# retrieval, up to 6 one retrieval, longer multi-step.
+ROUTED = ["Capital of France?", "Who wrote the play Hamlet?",
+          "Who founded the city where the play Hamlet was first written?"]  # fmt: skip
+BRANCHES = ["direct", "retrieve", "multi_step"]
+
+
+def _router():
+    from routers import LengthRouter
+
+    return LengthRouter(short=3, long=6)
+
+
+def test_langchain_router_three_branches():
+    from langchain_core.language_models.fake import FakeListLLM
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    router = GateRouter(_router(), retrieve=FakeListLLM(responses=["retrieve"] * 3),
+                        direct=FakeListLLM(responses=["direct"] * 3),
+                        multi_step=FakeListLLM(responses=["multi_step"] * 3))  # fmt: skip
+    assert router.batch(ROUTED) == BRANCHES
+    assert router.decide(ROUTED) == [False, True, True]
+    capped = GateRouter(_router(), retrieve=FakeListLLM(responses=["retrieve"] * 3),
+                        direct=FakeListLLM(responses=["direct"] * 3),
+                        multi_step=FakeListLLM(responses=["multi_step"]), budget=1.0)  # fmt: skip
+    assert capped.batch(ROUTED) == ["direct", "retrieve", "retrieve"]
+    with pytest.raises(ConfigError, match="pass its branch"):
+        GateRouter(_router(), retrieve=FakeListLLM(responses=["r"]),
+                   direct=FakeListLLM(responses=["d"]))  # fmt: skip
+
+
+def test_langchain_binary_gate_refuses_a_multi_step_branch():
+    from langchain_core.language_models.fake import FakeListLLM
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.langchain import GateRouter
+    from retrieval_gate.rag import OracleGate
+
+    gate = OracleGate({"0": 1})
+    llm = FakeListLLM(responses=["x"])
+    with pytest.raises(ConfigError, match="binary gate"):
+        GateRouter(gate, retrieve=llm, direct=llm, multi_step=llm)
+    with pytest.raises(ConfigError, match="binary gate"):
+        GateRouter(gate, retrieve=llm, direct=llm, budget=1.0)
+
+
+def test_llamaindex_router_three_engines():
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.query_engine import CustomQueryEngine
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.llamaindex import gated_query_engine
+
+    class Named(CustomQueryEngine):
+        label: str
+
+        def custom_query(self, query_str: str) -> str:
+            return f"{self.label}: {query_str}"
+
+    llm = MockLLM()
+    engine = gated_query_engine(_router(), Named(label="retrieve"), llm,
+                                multi_step_engine=Named(label="multi_step"))  # fmt: skip
+    for question, branch in zip(ROUTED, BRANCHES, strict=True):
+        response = engine.query(question)
+        selected = response.metadata["selector_result"]
+        assert selected.ind == {"retrieve": 0, "direct": 1, "multi_step": 2}[branch]
+        assert ("routed to " + branch) in selected.reason
+        if branch != "direct":
+            assert str(response) == f"{branch}: {question}"
+        else:
+            assert question in str(response)  # MockLLM echoes its prompt
+    with pytest.raises(ConfigError, match="pass its branch"):
+        gated_query_engine(_router(), Named(label="retrieve"), llm)
+
+
+def test_haystack_router_three_sockets():
+    from haystack import Pipeline, component
+
+    from retrieval_gate.integrations.haystack import RetrievalGateRouter
+
+    @component
+    class Tag:  # test double for a branch: says which one ran
+        def __init__(self, name: str):
+            self.name = name
+
+        @component.output_types(reply=str)
+        def run(self, query: str) -> dict:
+            return {"reply": f"{self.name}: {query}"}
+
+    pipe = Pipeline()
+    pipe.add_component("router", RetrievalGateRouter(_router()))
+    for name in BRANCHES:
+        pipe.add_component(name, Tag(name))
+        pipe.connect(f"router.{name}", f"{name}.query")
+    for question, branch in zip(ROUTED, BRANCHES, strict=True):
+        out = pipe.run({"router": {"query": question}})
+        assert [b for b in BRANCHES if b in out] == [branch]
+        assert out[branch]["reply"] == f"{branch}: {question}"
+        strategy = {"direct": "no_retrieval", "retrieve": "one_retrieval"}.get(branch, branch)
+        assert out["router"]["strategy"] == strategy

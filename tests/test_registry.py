@@ -10,7 +10,7 @@ import pytest
 
 from retrieval_gate.cli import build_parser
 from retrieval_gate.gates.registry import GATES, NEEDS, GateOptions, option_flag
-from retrieval_gate.rag.modes import ORACLES, known_modes
+from retrieval_gate.rag.modes import ORACLES, ROUTING, known_modes
 
 
 def _choices(verb: str, dest: str) -> list[str]:
@@ -37,8 +37,9 @@ def test_every_spec_names_known_needs_and_options():
         assert spec.summary, spec.name
 
 
-def test_rag_modes_are_the_registry_plus_the_oracles():
-    assert known_modes() == [*GATES, *ORACLES]
+def test_rag_modes_are_the_registry_plus_routing_and_the_oracles():
+    assert ROUTING == ("multi-step", "router")
+    assert known_modes() == [*GATES, *ROUTING, *ORACLES]
 
 
 @pytest.mark.parametrize("name", _choices("evaluate", "gates"))

@@ -30,6 +30,7 @@ from retrieval_gate.rag.batcher import Batcher, Busy
 from retrieval_gate.rag.fit import fit_prompts
 from retrieval_gate.rag.limits import Limits
 from retrieval_gate.rag.modes import ModeOptions
+from retrieval_gate.rag.multistep import MultiStepConfig
 from retrieval_gate.rag.service import create_app
 from retrieval_gate.retrieval import BM25Retriever, Document
 
@@ -281,9 +282,29 @@ def test_answer_real_generator_overflow_is_per_question(rag):
         assert client.get("/health").json()["mode"] == "answer"
 
 
+class BlockingGenerator:
+    """The real transformers generator, whose `generate` waits for `release` (and records
+    its calls' sizes): the engine worker can be held busy without timing assumptions."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.checksum = inner, inner.name, inner.checksum
+        self.release, self.entered, self.calls = threading.Event(), threading.Event(), []
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        self.entered.set()
+        self.release.wait(timeout=60)
+        self.calls.append(len(prompts))
+        return self.inner.generate(prompts, max_new_tokens, logprobs)
+
+    def choice_probs(self, prompts, choices):
+        return self.inner.choice_probs(prompts, choices)
+
+
 def test_concurrent_answers_share_one_generate_call(tiny_onnx_export, hf_generator):
-    blocking = BlockingGate(OnnxGate(tiny_onnx_export))
-    app = create_app(AdaptiveRAG(blocking, BM25Retriever(DOCS), hf_generator, max_new_tokens=4))
+    blocking = BlockingGenerator(hf_generator)
+    app = create_app(
+        AdaptiveRAG(OnnxGate(tiny_onnx_export), BM25Retriever(DOCS), blocking, max_new_tokens=4)
+    )
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)
@@ -293,17 +314,17 @@ def test_concurrent_answers_share_one_generate_call(tiny_onnx_export, hf_generat
                 return asyncio.create_task(client.post("/answer", json={"questions": [q]}))
 
             first = ask("Who wrote Hamlet?")
-            await asyncio.to_thread(blocking.entered.wait, 30)
+            await asyncio.to_thread(blocking.entered.wait, 30)  # the engine holds "Hamlet"
             rest = [ask(q) for q in ("What is the capital of France?", "Who made Python?")]
             while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 2:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # routed by the gate worker, queued for the engine
             scored = await client.post("/score", json={"questions": ["Gate free?"]})
             blocking.release.set()
             return scored, await first, await asyncio.gather(*rest)
 
     scored, first, rest = asyncio.run(scenario())
     assert scored.status_code == 200  # /score does not wait behind the engine's backlog...
-    assert blocking.calls[-1] == 2  # ...while the two waiting /answer requests are one batch
+    assert blocking.calls == [1, 2]  # ...while the two waiting /answer requests are one batch
     assert all(r.status_code == 200 for r in [first, *rest])
     assert [r.json()["costs"]["questions"] for r in rest] == [2, 2]
 
@@ -393,3 +414,117 @@ def test_batcher_refuses_what_would_wait_too_long():
     batcher.running = 0  # idle: takes the work whatever the estimate, and measures again
     assert asyncio.run(batcher.submit(["a", "b", "c"]))[0] == ["a", "b", "c"]
     batcher.close()
+
+
+# ------------------------------------------------------------------ routers: three strategies
+
+
+ROUTED = ["Capital of France?", "Who wrote the tragedy Hamlet?",
+          "Who founded the city where the tragedy Hamlet was written, and when was it?"]  # fmt: skip
+
+
+def _router_rag(generator=None, **kw) -> AdaptiveRAG:
+    from routers import LengthRouter, ScriptedGenerator
+
+    gen = generator or ScriptedGenerator({ROUTED[2]: ["Hamlet was written in London."]})
+    return AdaptiveRAG(LengthRouter(short=3, long=6), BM25Retriever(DOCS), gen, k=2, **kw)
+
+
+def test_router_answers_with_strategies_costs_and_budget():
+    with TestClient(create_app(_router_rag())) as client:
+        r = client.post("/answer", json={"questions": ROUTED})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        got = [(a["strategy"], a["retrievals"], a["llm_calls"]) for a in body["answers"]]
+        assert got == [("no_retrieval", 0, 1), ("one_retrieval", 1, 1), ("multi_step", 2, 2)]
+        assert body["answers"][2]["steps"][1]["query"] == "Hamlet was written in London."
+        by = body["costs"]["by_strategy"]
+        assert {s: c["questions"] for s, c in by.items()} == dict.fromkeys(by, 1) and len(by) == 3
+        assert by["multi_step"]["llm_calls_per_question"] == 2.0
+        assert body["costs"]["generation_calls"] == 2 and body["decision_seconds"] > 0
+        # a per-request budget: 1.0 caps the router at one retrieval
+        scored = client.post("/score", json={"questions": ROUTED, "budget": 1.0}).json()
+        assert [s["strategy"] for s in scored["scores"]] == ["no_retrieval", *["one_retrieval"] * 2]
+        assert scored["budget"] == 1.0 and scored["strategies"][-1] == "multi_step"
+        over = client.post("/score", json={"questions": ROUTED, "budget": 99})
+        assert over.status_code == 422 and "budget" in over.text
+        traffic = client.get("/health").json()["traffic"]
+        assert traffic["routed"]["questions"] == 6
+        assert traffic["routed"]["by_strategy"] == {"no_retrieval": 2, "one_retrieval": 3,
+                                                    "multi_step": 1}  # fmt: skip
+        assert traffic["routed"]["retrieval_rate"] == pytest.approx(4 / 6)
+        assert traffic["routed"]["mean_cost"] == pytest.approx((3 * 1 + 3.35) / 6)
+        assert traffic["answered"]["questions"] == 3
+        assert traffic["answered"]["retrievals_per_question"] == pytest.approx(1.0)
+        assert traffic["answered"]["llm_calls_per_question"] == pytest.approx(4 / 3)
+
+
+def test_router_with_its_own_costs_prices_traffic_and_budgets_in_its_unit():
+    """A router that states `costs` (issue 25's routers do): /health's mean cost and a
+    request's budget range are in its unit, not the default retrievals."""
+    from routers import LengthRouter, ScriptedGenerator
+
+    ms = {"no_retrieval": 0.0, "one_retrieval": 120.0, "multi_step": 900.0}  # e.g. milliseconds
+    rag = AdaptiveRAG(LengthRouter(short=3, long=6, costs=ms), BM25Retriever(DOCS),
+                      ScriptedGenerator(), k=2)  # fmt: skip
+    with TestClient(create_app(rag)) as client:
+        scored = client.post("/score", json={"questions": ROUTED, "budget": 500}).json()
+        assert [s["strategy"] for s in scored["scores"]] == ["no_retrieval", *["one_retrieval"] * 2]
+        assert client.post("/score", json={"questions": ROUTED, "budget": 900}).status_code == 200
+        assert client.post("/score", json={"questions": ROUTED, "budget": 901}).status_code == 422
+        routed = client.get("/health").json()["traffic"]["routed"]
+        assert routed["mean_cost"] == pytest.approx((2 * 0 + 3 * 120 + 900) / 6)
+        assert (
+            routed["cost_unit"].startswith("the router's unit (")
+            and "multi_step 900" in routed["cost_unit"]
+        )
+
+
+def test_binary_gate_service_takes_no_budget(gate):
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", json={"questions": ["Who wrote Hamlet?"], "budget": 1})
+        assert r.status_code == 422 and "budget: Extra inputs" in r.text
+        ok = client.post("/score", json={"questions": ["Who wrote Hamlet?"]}).json()
+        assert ok["scores"][0]["strategy"] in ("no_retrieval", "one_retrieval")
+        assert ok["strategies"] == ["no_retrieval", "one_retrieval"]
+
+
+def test_a_multi_step_question_counts_its_steps_against_the_backlog():
+    from routers import ScriptedGenerator
+
+    blocking = BlockingGenerator(ScriptedGenerator())
+    limits = Limits(max_questions=2, max_batch=8, max_backlog=4, request_timeout=60)
+    app = create_app(_router_rag(blocking, multi_step=MultiStepConfig(max_steps=4)), limits)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            def ask(q):
+                return asyncio.create_task(client.post("/answer", json={"questions": [q]}))
+
+            first = ask(ROUTED[0])
+            await asyncio.to_thread(blocking.entered.wait, 30)  # the engine is busy
+            long = ask(ROUTED[2])  # multi-step: 4 steps, the whole backlog
+            while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 4:
+                await asyncio.sleep(0.01)
+            refused = await client.post("/answer", json={"questions": [ROUTED[1]]})
+            blocking.release.set()
+            return refused, await first, await long
+
+    refused, first, long = asyncio.run(scenario())
+    assert refused.status_code == 429 and "counts as its steps" in refused.json()["detail"]
+    assert first.status_code == 200 and long.status_code == 200
+    assert long.json()["answers"][0]["strategy"] == "multi_step"
+
+
+def test_schemathesis_router():
+    _fuzz(create_app(_router_rag(), Limits(max_questions=3)), examples=40)
+
+
+def test_the_served_budget_is_the_default_a_request_may_override():
+    with TestClient(create_app(_router_rag(budget=1.0))) as client:  # serve --budget 1.0
+        default = client.post("/score", json={"questions": ROUTED}).json()
+        assert [s["strategy"] for s in default["scores"]][-1] == "one_retrieval"
+        own = client.post("/score", json={"questions": ROUTED, "budget": 3.35}).json()
+        assert [s["strategy"] for s in own["scores"]][-1] == "multi_step"

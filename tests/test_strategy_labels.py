@@ -1,6 +1,7 @@
 """Outcomes of N strategies become strategy labels (`label --policy outcomes` with a release
 folder or `--strategies`): the strategies.jsonl schema, the no-answer treatments, and bad input
-named before anything is written."""
+named before anything is written. `label --policy strategies` writes the same file from your
+generator's outcomes under the RAG loop's strategies: resumable, a dying server handled."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from release_layout import write_release
 from retrieval_gate.cli import main
 from retrieval_gate.data.paths import resolve_data_dir
+from retrieval_gate.errors import DataError
 from retrieval_gate.labels.files import LabelFile, read_labels
 from retrieval_gate.labels.strategies import read_strategy_labels
 
@@ -176,3 +178,147 @@ def test_several_files_refuse_out_and_questions(tmp_path, capsys):
     assert code == 2 and "a release folder has the strategies" in capsys.readouterr().err
     assert main(["label", "--policy", "closed-book", "--strategies", "a", "b"]) == 2
     assert "go with --policy outcomes" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ label --policy strategies
+
+
+class _FakeServer:
+    """An OpenAI-compatible chat server in a thread, standing in for `vllm serve`: it answers
+    a multi-step prompt's first step with a sentence and every other prompt with "So the
+    answer is: Paris". `die_after`: after that many completions it drops every connection
+    (a dead server) until `revive()`. Records the question of every completion it served."""
+
+    def __init__(self, die_after: int | None = None):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):  # /v1/models
+                self._send({"data": [{"id": "fake-llm"}]})
+
+            def do_POST(self):  # /v1/chat/completions
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body["messages"][0]["content"]
+                with server.lock:
+                    server.count += 1
+                    dead = server.die_after is not None and server.count > server.die_after
+                if dead:
+                    self.close_connection = True  # no response at all: the client sees a drop
+                    return
+                question = prompt.split("\nQ: ")[-1].split("\nA:")[0].split("Question: ")[-1]
+                server.served.append(question.split("\n")[0])
+                first_step = "\nQ: " in prompt and prompt.endswith("\nA:")
+                text = "Paris is in France." if first_step else "So the answer is: Paris"
+                self._send({"choices": [{"message": {"content": text}}],
+                            "usage": {"prompt_tokens": len(prompt.split()),
+                                      "completion_tokens": len(text.split())}})  # fmt: skip
+
+            def _send(self, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.die_after, self.count, self.served = die_after, 0, []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def revive(self):
+        self.die_after, self.served = None, []
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_strategies_a_dying_server_fails_its_questions_and_a_rerun_redoes_only_those(
+    tmp_path, capsys, monkeypatch
+):
+    import retrieval_gate.generation.remote as remote
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.01)  # the client's retries, without waiting
+    questions = tmp_path / "q.jsonl"
+    texts = ["What is the capital of France?", "Which city is on the Seine?",
+             "Where is the Louvre?", "Which city hosted the 1900 Olympics?"]  # fmt: skip
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "question": t, "answers": ["Paris"]})
+                                 + "\n" for i, t in enumerate(texts)))  # fmt: skip
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": "Paris", "text": t}) + "\n"
+                              for i, t in enumerate(["Paris is the capital of France.",
+                                                     "The Seine flows through Paris."])))  # fmt: skip
+    # chunk 1 (2 questions x 3 strategies) takes 6 completions and 2 second steps: the 8th
+    # completion finds the server dead, as does everything of chunk 2
+    server = _FakeServer(die_after=7)
+    args = ["label", "--policy", "strategies", "--questions", str(questions), "--generator-url",
+            server.url, "--retriever", "bm25", "--corpus", str(corpus), "--k", "1",
+            "--labels-dir", str(tmp_path / "labels"), "--chunk-size", "2", "--max-steps", "2",
+            "--unanswered", "exclude"]  # fmt: skip
+    try:
+        assert main(args) == 3
+        err = capsys.readouterr().err
+        assert "3 of 4 questions were not labelled because the generator failed" in err
+        path = tmp_path / "labels" / "fake-llm" / "strategies.jsonl"
+        (kept,) = [json.loads(line) for line in path.read_text().splitlines()]
+        server.revive()
+        assert main(args) == 0
+    finally:
+        server.close()
+    assert kept["id"] not in {q.split("\n")[0] for q in server.served}
+    assert sorted(set(server.served)) == sorted(t for i, t in enumerate(texts)
+                                               if f"q{i}" != kept["id"])  # only the missing  # fmt: skip
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == ["q0", "q1", "q2", "q3"]  # none lost, none twice
+    labels = read_strategy_labels(path)
+    assert labels.strategies == tuple(S3) and labels.meta["source"] == "generator"
+    for row in rows:
+        assert row["correct"] == dict.fromkeys(S3, True) and row["cheapest"] == "no_retrieval"
+        assert row["cost"] == {"no_retrieval": 0.0, "one_retrieval": 1.0, "multi_step": 2.0}
+        assert row["llm_calls"] == {"no_retrieval": 1, "one_retrieval": 1, "multi_step": 2}
+    assert labels.meta["multi_step"] == {"max_steps": 2, "max_docs": 1, "step_k": 1}
+
+
+def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path):
+    from retrieval_gate.rag.labelling import StrategyLabelling, label_strategies
+    from retrieval_gate.rag.multistep import MultiStepConfig
+    from retrieval_gate.rag.sample import select_questions
+    from retrieval_gate.retrieval import ContextRetriever
+
+    qs = select_questions(["retrievalqa"], "test", limit=3, seed=5, with_contexts=True)
+    out = tmp_path / "smollm2" / "strategies.jsonl"
+
+    def request(**kw):
+        base = dict(questions=qs, out=out, generator=vllm_generator.name, retriever="contexts",
+                    k=1, max_new_tokens=8, multi_step=MultiStepConfig(max_steps=2),
+                    unanswered="no_retrieval", chunk_size=2)  # fmt: skip
+        return StrategyLabelling(**{**base, **kw})
+
+    result = label_strategies(request(), vllm_generator, ContextRetriever())
+    assert result["rows"] == 3 and result["failed"] == 0
+    labels = read_strategy_labels(out)
+    assert labels.meta["generator_checksum"] == vllm_generator.checksum
+    assert labels.meta["prompt_ids"]["multi_step"] == "ircot-multi-step-v2"
+    for row in labels.rows.values():
+        assert set(row["prediction"]) == set(S3) and 1 <= row["llm_calls"]["multi_step"] <= 2
+        truth = [row["correct"][s] for s in S3]
+        assert row["cheapest"] == (S3[truth.index(True)] if any(truth) else None)
+        assert row["label"] == int(not row["correct"]["no_retrieval"])
+
+    def no_engine():
+        raise AssertionError("a finished file must not start an engine")
+
+    again = label_strategies(request(), no_engine, ContextRetriever())
+    assert again["questions"] == 0 and again["rows"] == 3
+    for changed in (dict(strategies=S3[:2]), dict(retriever="bm25"), dict(k=2),
+                    dict(multi_step=MultiStepConfig(max_steps=3)), dict(generator="other-llm")):  # fmt: skip
+        with pytest.raises(DataError, match="resuming would mix rows"):
+            label_strategies(request(**changed), no_engine, ContextRetriever())

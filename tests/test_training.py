@@ -349,3 +349,12 @@ def test_training_ece_is_the_reports_ece():
     metric.update(torch.tensor(s[100:]), torch.tensor(y[100:]))
     assert float(metric.compute()) == pytest.approx(M.ece(y, s), abs=1e-6)
     assert M.ece(y, s) != pytest.approx(M.ece(y, s, n_bins=15))  # the bin count matters
+
+
+def test_a_step_budget_shorter_than_an_epoch_still_validates(tmp_path, label_file, train_gate):
+    """trainer.max_steps=2 ends inside the first epoch (3 batches): validation runs at that
+    step, so early stopping and the best checkpoint find val/auroc (was a RuntimeError)."""
+    cfg = _tiny(label_file, tmp_path, max_steps=2, max_epochs=-1)
+    run_dir = train_gate(cfg, questions=QUESTIONS)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "auroc" in metrics["test"] and (run_dir / "gate.pt").is_file()

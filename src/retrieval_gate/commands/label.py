@@ -9,6 +9,9 @@ from pathlib import Path
 from ..models import SMOLLM2
 from .label_engine import add_engine_args, ray_engine
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
+from .rag import add_multi_step_args, multi_step_config
+
+STRATEGIES_POLICY = "strategies"  # runs the RAG loop's strategies: rag/labelling.py
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,9 +22,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("label", help="write retrieval-need labels keyed by question id")
     p.add_argument(
-        "--policy", choices=POLICIES, help="label policy to run (default: none; required "
-        "unless --report or --throughput)",
-    )  # fmt: skip
+        "--policy",
+        choices=(*POLICIES, STRATEGIES_POLICY),
+        help="label policy to run (default: none; required unless --report or --throughput; "
+        "strategies: your generator's outcome under no retrieval, one retrieval and "
+        "multi-step retrieval, docs/label.md)",
+    )
     add_dataset_arg(p, "dataset to label (default: popqa triviaqa freshqa toolqa retrievalqa "
                     "+ an EntityQuestions sample)", dataset_names(True))  # fmt: skip
     p.add_argument("--limit", type=int, help="label only the first N questions (default: all)")
@@ -42,7 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="in-process generator: auto = vLLM when installed")  # fmt: skip
     p.add_argument("--criterion", default=DEFAULT_CRITERION, choices=CRITERIA,
                    help="when an answer counts as correct (docs/label.md)")  # fmt: skip
-    p.add_argument("--chunk-size", type=int, default=512, help="questions per generator call")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        help="questions per generator call (default 512; --policy strategies: 64, each under "
+        "every strategy, written when the chunk ends)",
+    )
     p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
     p.add_argument("--seed", type=int, default=0, help="seed of the EntityQuestions sample")
     p.add_argument(
@@ -71,7 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         help="--policy outcomes: strategy names in cost order, the cheapest first; the file "
         "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
-        "writes strategies.jsonl (docs/label.md; default: none, one-answer outcomes)",
+        "writes strategies.jsonl (docs/label.md; default: none, one-answer outcomes). "
+        "--policy strategies: which of no_retrieval one_retrieval multi_step to run "
+        "(default all three)",
     )
     p.add_argument(
         "--unanswered",
@@ -100,6 +113,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--t-ans", type=float, help="rrcp answerability threshold (default 0.15)")
     g.add_argument("--t-com", type=float, help="rrcp completeness threshold (default 0.80)")
     add_engine_args(p)
+    add_multi_step_args(p)
     p.add_argument("--report", action="store_true", help="print figures from the label files")
     p.add_argument(
         "--relabel",
@@ -138,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.policy:
         raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
+    if args.policy == STRATEGIES_POLICY:
+        return _strategies(args)
     if args.relabel:
         from ..labels.policies import relabel
 
@@ -164,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         generator=generator.name if generator else args.generator,
         backend=args.backend,
         criterion=args.criterion,
-        chunk_size=args.chunk_size,
+        chunk_size=512 if args.chunk_size is None else args.chunk_size,
         eq_sample=args.eq_sample,
         seed=args.seed,
         out=args.out,
@@ -211,3 +227,78 @@ def _policy_options(args: argparse.Namespace) -> dict:
         if args.no_llm_judge:
             opts["llm_judge"] = False
     return opts
+
+
+def _strategies(args: argparse.Namespace) -> int:
+    """`--policy strategies`: every flag and file checked, then the RAG loop's labelling."""
+    from ..data.errors import InputError
+    from ..labels.files import LABELS_DIR
+    from ..labels.policies import generator_dir_name
+    from ..rag.labelling import StrategyLabelling, label_path, label_strategies
+
+    for flag, bad in (("--outcomes", args.outcomes), ("--relabel", args.relabel),
+                      ("--engine ray", args.engine == "ray"), ("--out with --labels-dir",
+                      args.out and args.labels_dir)):  # fmt: skip
+        if bad:
+            raise InputError(f"{flag} does not go with --policy {STRATEGIES_POLICY} (it runs "
+                             "one engine, or --generator-url, and writes one file)")  # fmt: skip
+    multi = multi_step_config(args)
+    remote = _remote_one(args)
+    name = remote.name if remote else args.generator
+    out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
+    req = StrategyLabelling(
+        [], out, name, args.retriever, args.corpus, 5 if args.k is None else args.k,
+        args.strategies or StrategyLabelling.strategies, multi_step=multi,
+        criterion=args.criterion, unanswered=args.unanswered,
+        chunk_size=64 if args.chunk_size is None else args.chunk_size,
+    )  # fmt: skip
+    req.check()  # every flag before the questions are read, the corpus loaded or an engine started
+    req.questions = _strategy_questions(args)
+
+    def generator():  # noqa: ANN202
+        from ..generation import build_generator
+
+        return remote or build_generator(args.generator, args.backend)
+
+    def retriever():  # noqa: ANN202
+        from ..rag.backends import open_retriever
+
+        return open_retriever(args.retriever, str(args.corpus) if args.corpus else None)
+
+    print(json.dumps(label_strategies(req, generator, retriever), indent=2))
+    return 0
+
+
+def _strategy_questions(args: argparse.Namespace) -> list:
+    from ..data.errors import DataError
+    from ..labels.selection import labelling_questions
+
+    questions = questions_from(args)
+    if questions is not None and args.datasets:
+        raise DataError("pass --questions or --dataset, not both")
+    if questions is not None and not (args.out or args.labels_dir):
+        raise DataError("--questions: pass --labels-dir DIR (or --out FILE): labels of your "
+                        "own questions do not go into the project's data/labels")  # fmt: skip
+    if questions is None:  # the bundled sets: those with gold answers (and documents)
+        questions = labelling_questions(args.datasets, args.eq_sample, args.seed)
+        questions = [q for q in questions if q.answers]
+        if args.retriever == "contexts":  # only questions that carry their own documents
+            questions = [q for q in questions if q.contexts]
+    if args.limit is not None and args.limit < 1:
+        raise DataError(f"--limit must be a positive number of questions, got {args.limit}")
+    missing = [q for q in questions if not q.answers]
+    if missing:
+        raise DataError(f"{len(missing)} questions have no gold answers (e.g. {missing[0].id!r}) "
+                        "to judge the strategies' answers against; add an answers column")  # fmt: skip
+    return list(questions)[: args.limit] if args.limit else list(questions)
+
+
+def _remote_one(args: argparse.Namespace) -> object | None:
+    if not args.generator_url:
+        return None
+    from ..data.errors import DataError
+    from ..generation.remote import RemoteGenerator
+
+    if len(args.generator_url) > 1:
+        raise DataError("--policy strategies takes one --generator-url")
+    return RemoteGenerator(args.generator_url[0], model=args.llm)

@@ -11,6 +11,7 @@ from ..errors import ConfigError
 from ..fileio import write_text
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import ModeOptions, known_modes, parse_thresholds
+from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
 from .gate_args import add_gate_options, gate_options
@@ -19,6 +20,7 @@ from .question_args import add_data_dir, add_dataset_arg, add_question_args, que
 # The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
 DEFAULT_MODES = ("never", "always", "learned", "onnx", "popularity", "prompt-vanilla",
                  "prompt-ta-are", "confidence", "oracle", "oracle-run")  # fmt: skip
+# (multi-step and router are asked for by name: --modes never always multi-step router ...)
 
 
 def add_generator_args(p: argparse.ArgumentParser) -> None:
@@ -31,8 +33,13 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         "--corpus", help="JSONL corpus for bm25/dense (default: the datasets' documents)"
     )
     g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
-    g.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
-                   help="answer length bound (tokens)")  # fmt: skip
+    g.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help="tokens per answer, and per multi-step reasoning step",
+    )
+    add_multi_step_args(p)
     g.add_argument("--model", help="generator model folder or name (default: SmolLM2-135M)")
     g.add_argument(
         "--generator-url",
@@ -47,6 +54,33 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         default=1,
         help="vLLM data parallelism (a vLLM server's flag: use with --generator-url)",
     )
+
+
+def add_multi_step_args(p: argparse.ArgumentParser) -> None:
+    """The multi-step strategy's flags (shared with `serve` and `label --policy strategies`)."""
+    g = p.add_argument_group("multi-step retrieval (IRCoT)")
+    g.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        help=f"LLM calls per multi-step question, 1-{MAX_STEPS_LIMIT}; the last one asks for "
+        f"the answer (default {DEFAULT_MAX_STEPS})",
+    )
+    g.add_argument(
+        "--max-docs",
+        type=int,
+        help="documents a multi-step question holds, newest kept (default: -k)",
+    )
+    g.add_argument(
+        "--step-k", type=int, help="documents per retrieval after the first (default: k // 2)"
+    )
+
+
+def multi_step_config(args: argparse.Namespace) -> MultiStepConfig:
+    """The multi-step settings, checked (before any engine starts)."""
+    config = MultiStepConfig(args.max_steps, args.max_docs, args.step_k)
+    config.check()
+    return config
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
@@ -64,6 +98,19 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="MODE=VALUE",
         help="override a mode's threshold (repeatable; default: each gate's own)",
+    )
+    g = p.add_argument_group("routing between strategies")
+    g.add_argument(
+        "--router",
+        type=Path,
+        metavar="DIR",
+        help="a router export (no retrieval / one retrieval / multi-step); a binary gate "
+        "export picks between the first two (default: none; required by the router mode)",
+    )
+    g.add_argument(
+        "--budget",
+        type=float,
+        help="the router's budget: mean cost per question in its unit (default: its own)",
     )
 
 
@@ -117,7 +164,8 @@ def generator_kwargs(args: argparse.Namespace) -> dict:
 
 
 def mode_options(args: argparse.Namespace) -> ModeOptions:
-    opts = ModeOptions(**vars(gate_options(args)), thresholds=parse_thresholds(args.threshold))
+    opts = ModeOptions(**vars(gate_options(args)), thresholds=parse_thresholds(args.threshold),
+                       router=args.router, budget=args.budget)  # fmt: skip
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:
@@ -135,7 +183,9 @@ def run(args: argparse.Namespace) -> int:
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
-        Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens),
+        Pipeline(
+            args.retriever, args.corpus, args.k, args.max_new_tokens, multi_step_config(args)
+        ),  # fmt: skip
         mode_options=mode_options(args),
         engine=engine,
         progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,

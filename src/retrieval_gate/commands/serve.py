@@ -12,7 +12,13 @@ from ..errors import ConfigError
 from ..gates.registry import gate_names
 from ..rag.limits import Limits
 from .question_args import add_data_dir
-from .rag import add_gate_args, add_generator_args, generator_kwargs, mode_options
+from .rag import (
+    add_gate_args,
+    add_generator_args,
+    generator_kwargs,
+    mode_options,
+    multi_step_config,
+)
 
 log = logging.getLogger(__name__)
 API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
@@ -31,7 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "generator (default: answer)",
     )
     p.add_argument(
-        "--gate", default="onnx", choices=gate_names(), help="gate in front (default: onnx)"
+        "--gate",
+        choices=gate_names(),
+        help="gate in front (default: onnx; --router DIR serves a router instead)",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port")
@@ -91,6 +99,16 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
         log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
 
 
+def _gate_mode(args: argparse.Namespace) -> str:
+    """`router` with --router, else the --gate (default onnx); not both."""
+    if args.router is not None and args.gate is not None:
+        raise ConfigError(f"pass --gate {args.gate} or --router {args.router}, not both")
+    if args.router is None and args.budget is not None:
+        raise ConfigError("--budget goes with --router (a binary gate's operating point is "
+                          "its threshold)")  # fmt: skip
+    return "router" if args.router is not None else args.gate or "onnx"
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -107,16 +125,19 @@ def run(args: argparse.Namespace) -> int:
     check_bind(args.host, args.port, args.api_key)
     options = mode_options(args)
     engine = generator_kwargs(args)
+    multi_step = multi_step_config(args)
+    gate = _gate_mode(args)
     if args.mode == "gate":
-        service = open_gate(args.gate, options)
+        service = open_gate(gate, options)
     else:
         service = open_rag(
-            args.gate,
+            gate,
             retriever=args.retriever,
             corpus=args.corpus,
             k=args.k,
             max_new_tokens=args.max_new_tokens,
             mode_options=options,
+            multi_step=multi_step,
             **engine,
         )
     serve(service, args.host, args.port, checked, args.api_key)

@@ -8,6 +8,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import BackendError
+
 
 @dataclass
 class Generation:
@@ -54,6 +56,17 @@ class WindowedGenerator(Generator, Protocol):
     context_window: int  # tokens per sequence: prompt + generated answer
 
     def prompt_lengths(self, prompts: Sequence[str]) -> list[int]: ...
+
+
+@runtime_checkable
+class PartialGenerator(Generator, Protocol):
+    """A generator whose prompts succeed or fail one by one (a server: each prompt is its own
+    request). `try_generate` returns, per prompt, its generation or the `BackendError` that
+    ended it, so a server dying mid-batch fails the prompts it did not answer, not the batch."""
+
+    def try_generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24
+    ) -> list[Generation | BackendError]: ...
 
 
 def checksum_of(factory: Callable[[], Generator]) -> str:

@@ -1,5 +1,5 @@
-"""The prompts of RetrievalQA / TA-ARE (MISSION.md), in one place. Each has a stable id that
-label files record as provenance."""
+"""The prompts of RetrievalQA / TA-ARE (MISSION.md) and of IRCoT's multi-step retrieval, in one
+place. Each has a stable id that label files record as provenance."""
 
 from __future__ import annotations
 
@@ -55,6 +55,51 @@ DOC_WORDS = 120  # each retrieved document is cut to its first words to bound th
 def document_texts(hits: Sequence[Hit], words: int = DOC_WORDS) -> list[str]:
     """Retrieved documents as the with-context prompt shows them."""
     return [" ".join(h.document.as_prompt_text().split()[:words]) for h in hits]
+
+
+# Multi-step retrieval: IRCoT (Trivedi et al., "Interleaving Retrieval with Chain-of-Thought
+# Reasoning for Knowledge-Intensive Multi-Step Questions", ACL 2023), as Adaptive-RAG (Jeong et
+# al., NAACL 2024) runs it for its multi-step strategy: the paragraphs held so far as
+# "Wikipedia Title: <title>\n<text>", then "Q: <question>" and "A:" with the reasoning so far;
+# the generator writes the next sentence, and "So the answer is: ..." ends it. IRCoT's
+# few-shot demonstrations become one instruction here (a chat model, and a 135M one's
+# context). The last allowed step is IRCoT's reader: the same template, asking for the answer
+# alone after the reasoning and the answer marker. v2: the same prompt; a marker the model repeats
+# is stripped from the answer (rag/multistep.py `parse_step`), so v1 label files are not resumed.
+MULTI_STEP_ID = "ircot-multi-step-v2"
+ANSWER_MARKER = "So the answer is:"
+MULTI_STEP = "{documents}\n\n{instruction}\nQ: {question}\nA:{reasoning}"
+MULTI_STEP_REASON = (
+    "Answer the following question by reasoning step-by-step, one sentence at a time, using "
+    f'the paragraphs above. When you know the answer, write "{ANSWER_MARKER} <answer>."'
+)
+MULTI_STEP_ANSWER = (
+    "Answer the following question using the paragraphs and the reasoning below. Only include "
+    "the answer in your response and try to be concise."
+)
+
+
+def multi_step_prompt(
+    question: str,
+    hits: Sequence[Hit],
+    reasoning: Sequence[str],
+    final: bool = False,
+    words: int = DOC_WORDS,
+) -> str:
+    """The prompt of one reasoning step: the documents held so far in IRCoT's layout (each
+    cut to its first `words` words), the question, the sentences written so far; `final`
+    asks for the answer after the answer marker, so the generation is the answer."""
+    docs = "\n\n".join(
+        f"Wikipedia Title: {h.document.title}\n{' '.join(h.document.text.split()[:words])}"
+        for h in hits
+    )
+    so_far = [*reasoning, ANSWER_MARKER] if final else list(reasoning)
+    return MULTI_STEP.format(
+        documents=docs or "(no paragraphs)",
+        instruction=MULTI_STEP_ANSWER if final else MULTI_STEP_REASON,
+        question=question,
+        reasoning="".join(" " + s for s in so_far),
+    )
 
 
 def vanilla_prompt(question: str) -> str:

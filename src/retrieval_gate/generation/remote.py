@@ -92,6 +92,21 @@ class RemoteGenerator:
 
         return self._map(one, list(prompts))
 
+    def try_generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24
+    ) -> list[Generation | BackendError]:
+        """As `generate`, but a request that fails (after its retries) gives its error in its
+        place instead of failing the batch (`generation.base.PartialGenerator`)."""
+
+        def one(prompt: str) -> Generation | BackendError:
+            try:
+                body = chat_body(self.name, prompt, max_new_tokens, False)
+                return parse_chat(self._post("/chat/completions", body), False)
+            except BackendError as e:
+                return e
+
+        return self._map(one, list(prompts))
+
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         """P(choice | prompt) normalised over `choices`, scoring each whole choice as the
         assistant's reply: log P = sum of the server's prompt log-probabilities of the choice

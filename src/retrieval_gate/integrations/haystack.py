@@ -1,6 +1,6 @@
-"""Haystack: `RetrievalGateRouter`, a component with two output sockets: the query comes out
-of `retrieve` when the gate says it needs retrieval, else out of `direct`, so only one branch
-of the pipeline runs."""
+"""Haystack: `RetrievalGateRouter`, a component with an output socket per branch: the query
+comes out of `retrieve` when the gate says it needs retrieval, else out of `direct`; with a
+router, also out of `multi_step`. Only one branch of the pipeline runs."""
 
 from __future__ import annotations
 
@@ -8,19 +8,28 @@ from typing import Any
 
 from haystack import component
 
-from ..gates.pretrained import RetrievalGate
+from ..gates.base import Gate, is_router
+from .routing import BRANCH, DIRECT, RETRIEVE, branches_of
 
 
 @component
 class RetrievalGateRouter:
-    """Connect `retrieve` to the retriever branch and `direct` to the LLM-only branch;
-    `probability` always carries P(needs retrieval)."""
+    """Connect `retrieve` to the retriever branch and `direct` to the LLM-only branch (a
+    router: also `multi_step` to a multi-step branch); `probability` always carries
+    P(needs retrieval), and a router's `strategy` the strategy it picked. `threshold`
+    overrides a binary gate's threshold, `budget` is a router's operating point."""
 
-    def __init__(self, gate: RetrievalGate, threshold: float | None = None):
-        self.gate, self.threshold = gate, threshold
+    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None):
+        self.gate, self.threshold, self.budget = gate, threshold, budget
+        self.branches = branches_of(gate, is_router(gate), budget)
+        extra = {"strategy": str} if is_router(gate) else {}
+        component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
+                                   **extra)  # fmt: skip
 
-    @component.output_types(retrieve=str, direct=str, probability=float)
     def run(self, query: str) -> dict[str, Any]:
-        p = self.gate.predict_proba(query)
+        p = float(self.gate.scores([query])[0])
+        if is_router(self.gate):
+            strategy = self.gate.route([query], budget=self.budget)[0]  # type: ignore[attr-defined]
+            return {BRANCH[strategy]: query, "probability": p, "strategy": strategy}
         t = self.gate.threshold if self.threshold is None else self.threshold
-        return {"retrieve" if p >= t else "direct": query, "probability": p}
+        return {RETRIEVE if p >= t else DIRECT: query, "probability": p}

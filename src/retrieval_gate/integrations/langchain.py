@@ -1,6 +1,7 @@
 """LangChain: `GateRouter`, a Runnable that sends each question either to a retrieval chain or
-straight to the LLM chain, as the gate decides. Batches go through the gate in one call and
-through each branch with that branch's `batch`."""
+straight to the LLM chain, as the gate decides; with a router, to one of three chains (direct,
+retrieve, multi-step). Batches go through the gate in one call and through each branch with
+that branch's `batch`."""
 
 from __future__ import annotations
 
@@ -9,32 +10,41 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from ..gates.pretrained import RetrievalGate
+from ..gates.base import Gate
+from .routing import DIRECT, MULTI, RETRIEVE, branches_of, route
 
 
 class GateRouter(Runnable[Any, Any]):
-    """`retrieve` gets the questions the gate flags, `direct` the rest. The input is a question
-    string or a dict holding it under `question_key`; each branch receives it unchanged.
-    `threshold` overrides the gate's stored threshold."""
+    """`retrieve` gets the questions the gate flags, `direct` the rest; a router (a
+    `RetrievalGate` of a router export) also sends questions to `multi_step`. The input is a
+    question string or a dict holding it under `question_key`; each branch receives it
+    unchanged. `threshold` overrides a binary gate's stored threshold, `budget` is a router's
+    operating point (None: its default)."""
 
     def __init__(
         self,
-        gate: RetrievalGate,
+        gate: Gate,
         retrieve: Runnable,
         direct: Runnable,
+        multi_step: Runnable | None = None,
         question_key: str = "question",
         threshold: float | None = None,
+        budget: float | None = None,
     ):
-        self.gate, self.retrieve, self.direct = gate, retrieve, direct
-        self.question_key, self.threshold = question_key, threshold
+        self.gate, self.retrieve, self.direct, self.multi_step = gate, retrieve, direct, multi_step
+        self.question_key, self.threshold, self.budget = question_key, threshold, budget
+        self.branches = branches_of(gate, multi_step is not None, budget)
 
     def _text(self, item: Any) -> str:
         return item[self.question_key] if isinstance(item, dict) else item
 
+    def route(self, inputs: Sequence[Any]) -> list[str]:
+        """The branch of each input: retrieve, direct or multi_step."""
+        return route(self.gate, [self._text(x) for x in inputs], self.threshold, self.budget)
+
     def decide(self, inputs: Sequence[Any]) -> list[bool]:
-        """The gate's retrieve decision for each input."""
-        texts = [self._text(x) for x in inputs]
-        return [bool(d) for d in self.gate.predict(texts, threshold=self.threshold)]
+        """Whether each input retrieves (one retrieval or multi-step)."""
+        return [b != DIRECT for b in self.route(inputs)]
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.batch([input], config, **kwargs)[0]
@@ -47,10 +57,11 @@ class GateRouter(Runnable[Any, Any]):
     ) -> list[Any]:
         if not inputs:
             return []
-        decisions = self.decide(inputs)
+        decisions = self.route(inputs)
         outputs: list[Any] = [None] * len(inputs)
-        for flag, branch in ((True, self.retrieve), (False, self.direct)):
-            idx = [i for i, d in enumerate(decisions) if d == flag]
+        runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step}
+        for name, branch in runnables.items():
+            idx = [i for i, d in enumerate(decisions) if d == name]
             if idx:
                 cfg = [config[i] for i in idx] if isinstance(config, list) else config
                 results = branch.batch([inputs[i] for i in idx], cfg, **kwargs)

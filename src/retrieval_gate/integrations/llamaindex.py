@@ -1,6 +1,6 @@
 """LlamaIndex: `GateSelector`, a selector for `RouterQueryEngine` that picks the retrieval
-query engine or the LLM-only one as the gate decides, and `gated_query_engine`, which builds
-that router from a retrieval query engine and an LLM."""
+query engine or the LLM-only one as the gate decides (with a router, also a multi-step query
+engine), and `gated_query_engine`, which builds that router from the engines and an LLM."""
 
 from __future__ import annotations
 
@@ -15,17 +15,23 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.tools import QueryEngineTool, ToolMetadata
 
 from ..errors import ConfigError
-from ..gates.pretrained import RetrievalGate
+from ..gates.base import Gate, is_router
+from . import routing
+from .routing import branches_of, route
 
-RETRIEVE, DIRECT = 0, 1  # tool order in gated_query_engine
+RETRIEVE, DIRECT, MULTI_STEP = 0, 1, 2  # tool order in gated_query_engine
+_INDEX = {routing.RETRIEVE: RETRIEVE, routing.DIRECT: DIRECT, routing.MULTI: MULTI_STEP}
 
 
 class GateSelector(BaseSelector):
     """Selects choice 0 (retrieval) when the gate says the question needs retrieval, else
-    choice 1 (the LLM alone); the reason carries P(needs retrieval)."""
+    choice 1 (the LLM alone); a router also selects choice 2 (multi-step retrieval) and takes
+    a `budget`. The reason carries P(needs retrieval) or the routed strategy."""
 
-    def __init__(self, gate: RetrievalGate, threshold: float | None = None):
-        self.gate, self.threshold = gate, threshold
+    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None):
+        self.gate, self.threshold, self.budget = gate, threshold, budget
+        # a router's choices must include multi-step when it routes there
+        self.choices = len(branches_of(gate, is_router(gate), budget))
 
     def _get_prompts(self) -> dict[str, Any]:
         return {}
@@ -34,12 +40,19 @@ class GateSelector(BaseSelector):
         pass
 
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> SelectorResult:
-        if len(choices) != 2:
-            raise ConfigError(f"GateSelector routes between 2 choices, got {len(choices)}")
-        p = self.gate.predict_proba(query.query_str)
-        t = self.gate.threshold if self.threshold is None else self.threshold
-        index = RETRIEVE if p >= t else DIRECT
-        reason = f"P(needs retrieval) = {p:.3f} {'>=' if index == RETRIEVE else '<'} {t}"
+        if len(choices) != self.choices:
+            raise ConfigError(
+                f"GateSelector routes between {self.choices} choices (retrieve, direct"
+                f"{', multi-step' if self.choices == 3 else ''}), got {len(choices)}"
+            )
+        (branch,) = route(self.gate, [query.query_str], self.threshold, self.budget)
+        index = _INDEX[branch]
+        p = float(self.gate.scores([query.query_str])[0])
+        if is_router(self.gate):
+            reason = f"routed to {branch} (P(needs retrieval) = {p:.3f})"
+        else:
+            t = self.gate.threshold if self.threshold is None else self.threshold
+            reason = f"P(needs retrieval) = {p:.3f} {'>=' if index == RETRIEVE else '<'} {t}"
         return SelectorResult(selections=[SingleSelection(index=index, reason=reason)])
 
     async def _aselect(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> SelectorResult:
@@ -56,15 +69,26 @@ class LLMQueryEngine(CustomQueryEngine):
 
 
 def gated_query_engine(
-    gate: RetrievalGate, retrieval_engine: Any, llm: LLM, threshold: float | None = None
+    gate: Gate,
+    retrieval_engine: Any,
+    llm: LLM,
+    threshold: float | None = None,
+    multi_step_engine: Any = None,
+    budget: float | None = None,
 ) -> RouterQueryEngine:
     """A `RouterQueryEngine`: flagged questions go to `retrieval_engine` (e.g.
-    `index.as_query_engine()`), the rest to `llm` alone."""
+    `index.as_query_engine()`), the rest to `llm` alone; with a router, the questions it
+    routes to multi-step go to `multi_step_engine` (e.g. a `MultiStepQueryEngine`)."""
+    selector = GateSelector(gate, threshold, budget)
     tools = [
         QueryEngineTool.from_defaults(retrieval_engine, name="retrieve",
                                       description="answer from retrieved documents"),
         QueryEngineTool.from_defaults(LLMQueryEngine(llm=llm), name="direct",
                                       description="answer from the LLM's own knowledge"),
     ]  # fmt: skip
-    return RouterQueryEngine(selector=GateSelector(gate, threshold), query_engine_tools=tools,
-                             llm=llm)  # fmt: skip
+    if multi_step_engine is not None or selector.choices == 3:
+        if multi_step_engine is None or selector.choices != 3:
+            branches_of(gate, multi_step_engine is not None, budget)  # says what is wrong
+        tools.append(QueryEngineTool.from_defaults(multi_step_engine, name="multi_step",
+                     description="answer by retrieving and reasoning in several steps"))  # fmt: skip
+    return RouterQueryEngine(selector=selector, query_engine_tools=tools, llm=llm)

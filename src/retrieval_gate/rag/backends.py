@@ -16,6 +16,7 @@ from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
 from .modes import ModeOptions, build_mode_gates, check_modes
+from .multistep import MultiStepConfig
 
 
 def open_generator(
@@ -54,8 +55,8 @@ def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
 
 
 def open_gate(gate: str, mode_options: ModeOptions | None = None) -> Gate:
-    """The gate of mode `gate` alone, for a gate-only service: no generator is started, so
-    the gates that ask the generator are refused."""
+    """The gate of mode `gate` alone (`router`: the export of `--router`), for a gate-only
+    service: no generator is started, so the gates that ask the generator are refused."""
     if needing("generator", [gate]):
         raise ConfigError(
             f"the {gate} gate asks the generator, which gate-only serving does not start: "
@@ -74,12 +75,15 @@ def open_rag(
     k: int = DEFAULT_K,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     mode_options: ModeOptions | None = None,
+    multi_step: MultiStepConfig | None = None,
     **generator_options: Any,
 ) -> AdaptiveRAG:
-    """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service)."""
+    """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service; `router`:
+    the export of `--router`, at `--budget` by default)."""
     mode_options = mode_options or ModeOptions()
     check_modes([gate], mode_options)
     ret = open_retriever(retriever, corpus)  # a bad --corpus fails before the engine starts
     generator = open_generator(**generator_options)
     (built,) = build_mode_gates([gate], generator, mode_options).values()
-    return AdaptiveRAG(built, ret, generator, k, max_new_tokens)
+    return AdaptiveRAG(built, ret, generator, k, max_new_tokens, multi_step=multi_step,
+                       budget=mode_options.budget)  # fmt: skip

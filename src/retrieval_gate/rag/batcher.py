@@ -7,7 +7,11 @@ check answers at once), the engine is only ever entered from one thread, and con
 one-question requests become one batch, which is what makes vLLM fast. A request that would
 overflow the backlog, or that would wait longer than `max_wait` at the measured rate, is
 refused at once (`Busy`, with a retry estimate) instead of queueing only to time out. A batch
-that fails is re-run request by request, so one bad request cannot fail the others."""
+that fails is re-run request by request, so one bad request cannot fail the others.
+
+Items have a weight (`weight`, default 1): the backlog, the batch size and the measured rate
+count weights, so a multi-step question counts as its steps and long questions cannot starve
+the queue."""
 
 from __future__ import annotations
 
@@ -32,7 +36,10 @@ class Busy(Exception):
     """The backlog is full; `retry_after` is the estimated wait in whole seconds."""
 
     def __init__(self, backlog: int, retry_after: int):
-        super().__init__(f"{backlog} questions are already waiting; retry in {retry_after} s")
+        super().__init__(
+            f"{backlog} questions are already waiting (a multi-step question counts as its "
+            f"steps); retry in {retry_after} s"
+        )
         self.retry_after = retry_after
 
 
@@ -41,6 +48,7 @@ class _Job(Generic[T]):
     items: list[T]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    size: int = 0  # the items' total weight
     queued: float = field(default_factory=time.perf_counter)
 
 
@@ -48,7 +56,8 @@ class Batcher(Generic[T, R]):
     """Runs `fn(items) -> results` (one result per item, in order) on its own thread over
     the items of every request waiting, at most `max_batch` per call (a request larger than
     that runs alone). `max_wait`: seconds a new request may expect to wait for its results
-    (backlog / rate of the recent calls) before it is refused."""
+    (backlog / rate of the recent calls) before it is refused. `weight(item)`: what an item
+    counts for in the backlog, the batch and the rate (default 1)."""
 
     def __init__(
         self,
@@ -57,12 +66,14 @@ class Batcher(Generic[T, R]):
         max_backlog: int,
         max_wait: float | None = None,
         name: str = "batcher",
+        weight: Callable[[T], int] | None = None,
     ):
         self.fn, self.max_batch, self.max_backlog = fn, max_batch, max_backlog
         self.max_wait = max_wait
-        self.backlog = 0  # items waiting, not yet taken by the worker
-        self.running = 0  # items in the call under way
-        self.rate: float | None = None  # items per second, smoothed over the recent calls
+        self.weight = weight or (lambda _: 1)
+        self.backlog = 0  # weight of the items waiting, not yet taken by the worker
+        self.running = 0  # weight of the items in the call under way
+        self.rate: float | None = None  # weight per second, smoothed over the recent calls
         self._jobs: deque[_Job[T]] = deque()
         self._wake = threading.Condition()
         self._closed = False
@@ -74,12 +85,13 @@ class Batcher(Generic[T, R]):
         Raises `Busy` when they do not fit the backlog. Cancelling the caller (a timeout)
         withdraws a request that has not started."""
         loop = asyncio.get_running_loop()
+        size = sum(self.weight(x) for x in items)
         with self._wake:
-            if not self._admits(len(items)):
+            if not self._admits(size):
                 raise Busy(self.backlog, self.retry_after())
-            job = _Job(list(items), loop.create_future(), loop)
+            job = _Job(list(items), loop.create_future(), loop, size)
             self._jobs.append(job)
-            self.backlog += len(items)
+            self.backlog += size
             self._wake.notify()
         job.future.add_done_callback(lambda f: self._withdraw(job) if f.cancelled() else None)
         return await job.future
@@ -96,7 +108,7 @@ class Batcher(Generic[T, R]):
         with self._wake:
             if job in self._jobs:
                 self._jobs.remove(job)
-                self.backlog -= len(job.items)
+                self.backlog -= job.size
 
     def retry_after(self) -> int:
         """Seconds until the waiting and running items are likely done, at the last rate."""
@@ -110,22 +122,22 @@ class Batcher(Generic[T, R]):
             self._wake.notify()
 
     def _take(self) -> list[_Job[T]]:
-        """The next batch: waiting requests in arrival order up to `max_batch` items (always at
-        least one request); withdrawn ones are dropped."""
+        """The next batch: waiting requests in arrival order up to `max_batch` of weight
+        (always at least one request); withdrawn ones are dropped."""
         jobs: list[_Job[T]] = []
         size = 0
         while self._jobs:
             job = self._jobs[0]
             if job.future.cancelled():
                 self._jobs.popleft()
-                self.backlog -= len(job.items)
+                self.backlog -= job.size
                 continue
-            if jobs and size + len(job.items) > self.max_batch:
+            if jobs and size + job.size > self.max_batch:
                 break
             self._jobs.popleft()
-            self.backlog -= len(job.items)
+            self.backlog -= job.size
             jobs.append(job)
-            size += len(job.items)
+            size += job.size
         self.running = size
         return jobs
 
@@ -156,7 +168,7 @@ class Batcher(Generic[T, R]):
             log.warning("request failed: %s", e, exc_info=not _expected(e))
             _deliver(jobs[0], exception=e)
             return
-        rate = len(items) / max(time.perf_counter() - start, 1e-6)
+        rate = sum(job.size for job in jobs) / max(time.perf_counter() - start, 1e-6)
         self.rate = rate if self.rate is None else (self.rate + rate) / 2
         at = 0
         for job in jobs:

@@ -19,7 +19,6 @@ modes within one run (same questions, same minutes), not across runs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +26,14 @@ from typing import Any
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..gates.base import Gate
+from ..gates.base import Gate, is_router
 from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer, Costs, RagRun
+from .multistep import MultiStepConfig
+from .strategies import Budget
 
 WARMUP_QUESTIONS = 2
 
@@ -53,8 +54,7 @@ class ModeResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModeResult:
-        fields = {f.name for f in dataclasses.fields(Costs)}
-        costs = Costs(**{k: v for k, v in d["costs"].items() if k in fields})
+        costs = Costs.from_dict(d["costs"])
         return cls(d["mode"], d["gate"], RagRun([Answer(**a) for a in d["answers"]], costs))
 
 
@@ -68,8 +68,11 @@ def compare_modes(
     warm_up: bool = True,
     done: Mapping[str, ModeResult] | None = None,
     on_result: Callable[[ModeResult], None] | None = None,
+    multi_step: MultiStepConfig | None = None,
+    budget: Budget = None,
 ) -> list[ModeResult]:
-    """One measured RAG pass per mode (mode name -> gate), on exactly the same questions.
+    """One measured RAG pass per mode (mode name -> gate or router), on exactly the same
+    questions. `budget` is the routers' operating point (None: each router's default).
 
     `done`: modes already measured by an interrupted run (kept, not re-run); `on_result` is
     called as each mode finishes, so a caller can save it at once."""
@@ -83,7 +86,8 @@ def compare_modes(
     for mode, gate in bar:
         bar.set_postfix_str(mode)
         clear_prefix_cache(generator)
-        rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens)
+        rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens,
+                          multi_step=multi_step, budget=budget if is_router(gate) else None)  # fmt: skip
         result = ModeResult(mode, gate.name, rag.run(questions))
         if on_result is not None:
             on_result(result)
@@ -109,9 +113,10 @@ def clear_prefix_cache(generator: Generator) -> bool:
 
 
 def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
-    """Table rows: accuracy, retrieval rate, per-question milliseconds of each stage, tokens,
-    the gate's share of end-to-end time, and time saved and accuracy change vs always-retrieve
-    (when an `always` mode was run)."""
+    """Table rows: accuracy, retrieval rate, retrieval requests and LLM calls per question,
+    per-question milliseconds of each stage, tokens and the engine's tokens per second, the
+    gate's (router's) share of end-to-end time, and time saved and accuracy change vs
+    always-retrieve (when an `always` mode was run)."""
     always = next((r for r in results if r.mode == "always"), None)
     rows = []
     for r in results:
@@ -123,7 +128,8 @@ def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
             "EM": _pct(acc["em"]),
             "F1": _pct(acc["f1"]),
             "retrieve %": _pct(c.retrieval_rate),
-            "retrievals": c.retrieved,
+            "retrievals/q": f"{c.retrievals / c.questions:.2f}",
+            "LLM calls/q": f"{c.llm_calls / c.questions:.2f}",
             "gate ms/q": f"{c.per_question_ms('gate'):.2f}",
             "retr ms/q": f"{c.per_question_ms('retrieval'):.2f}",
             "gen ms/q": f"{c.per_question_ms('generation'):.1f}",
@@ -131,6 +137,7 @@ def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
             "q/s": f"{c.questions_per_second:.2f}",
             "prompt tok/q": f"{c.prompt_tokens / c.questions:.0f}",
             "gen tok/q": f"{c.completion_tokens / c.questions:.1f}",
+            "tok/s": f"{c.tokens_per_second:.0f}",
             "gate share": f"{100 * c.gate_share:.2f}%",
         }
         if always is not None:

@@ -14,14 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import content_id
-from ..gates.base import Gate, gate_checksum
+from ..gates.base import Gate, gate_checksum, is_router
 from ..generation.base import Generator
 from ..labels.files import LabelFile
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .backends import open_generator, open_retriever
 from .compare import ModeResult, compare_modes, comparison_rows
-from .modes import ORACLE_RUN, ModeOptions, build_mode_gates, check_modes, oracle_from_run
+from .modes import (
+    MULTI_STEP_MODE,
+    ORACLE_RUN,
+    ModeOptions,
+    build_mode_gates,
+    check_modes,
+    oracle_from_run,
+)
+from .multistep import MultiStepConfig
 from .sample import select_questions
 
 
@@ -38,12 +46,14 @@ class Sample:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """What every mode shares around its gate: the retriever and the generation budget."""
+    """What every mode shares around its gate: the retriever, the generation budget and the
+    multi-step strategy's settings."""
 
     retriever: str = "bm25"
     corpus: str | None = None
     k: int = 5
     max_new_tokens: int = 24
+    multi_step: MultiStepConfig = MultiStepConfig()
 
 
 def run_comparison(
@@ -62,17 +72,21 @@ def run_comparison(
     instead of running them again."""
     mode_options = mode_options or ModeOptions()
     check_modes(modes, mode_options)
+    pipeline.multi_step.check()
     questions, among = _questions(modes, sample, mode_options)
     started = time.perf_counter()
     ret = open_retriever(pipeline.retriever, pipeline.corpus)  # a bad --corpus: before the engine
     generator = generator or open_generator(**(engine or {}))
     gates = build_mode_gates(modes, generator, mode_options)
     setup_seconds = time.perf_counter() - started
-    progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator)
-    results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress)
+    progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator,
+                        mode_options.budget)  # fmt: skip
+    results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
+                         mode_options.budget)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds)  # fmt: skip
+                 generator.name, setup_seconds) + _speed_note(results)  # fmt: skip
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
+                "budget": mode_options.budget,
                 "datasets": list(sample.datasets or []), "retriever": ret.name,
                 "generator": generator.name, "generator_checksum": generator.checksum,
                 "gates": {m: g.name for m, g in gates.items()},
@@ -108,19 +122,22 @@ def _run_modes(
     generator: Generator,
     pipeline: Pipeline,
     progress: Progress,
+    budget: float | None = None,
 ) -> list[ModeResult]:
     """Every mode on the questions; oracle-run goes last, built from never's and always's
-    answers."""
+    (and multi-step's) answers."""
 
     def run(some: dict[str, Gate], done: dict[str, ModeResult]) -> list[ModeResult]:
         return compare_modes(some, questions, ret, generator, k=pipeline.k,
                              max_new_tokens=pipeline.max_new_tokens,
-                             done={**progress.saved(some, done), **done}, on_result=progress.append)  # fmt: skip
+                             done={**progress.saved(some, done), **done}, on_result=progress.append,
+                             multi_step=pipeline.multi_step, budget=budget)  # fmt: skip
 
     results = run(gates, {})
     if ORACLE_RUN in modes:
         by_mode = {r.mode: r for r in results}
-        gates[ORACLE_RUN] = oracle_from_run(by_mode["never"].run, by_mode["always"].run)
+        multi = by_mode[MULTI_STEP_MODE].run if MULTI_STEP_MODE in by_mode else None
+        gates[ORACLE_RUN] = oracle_from_run(by_mode["never"].run, by_mode["always"].run, multi)
         results = run({m: gates[m] for m in modes}, by_mode)
     return results
 
@@ -142,9 +159,26 @@ def _note(
         + ("; sampled among the oracle's labelled questions" if oracle_sampled else "")
         + (f"; modes kept from an earlier run: {', '.join(kept)}" if kept else "")
         + f"), retriever={retriever}, k={pipeline.k}, generator={generator}, "
-        f"max_new_tokens={pipeline.max_new_tokens}; setup (engine start, gate loading) "
+        f"max_new_tokens={pipeline.max_new_tokens}, multi-step: {_multi_note(pipeline)}; "
+        f"setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."
     )
+
+
+def _speed_note(results: Sequence[ModeResult]) -> str:
+    """Multi-step's engine rate beside one retrieval's (`always`) on the same engine: the rate,
+    not the wall time, shows whether its steps are batched (its prompts grow each step)."""
+    by = {r.mode: r.run.costs for r in results}
+    if MULTI_STEP_MODE not in by or "always" not in by or not by["always"].tokens_per_second:
+        return ""
+    multi, one = by[MULTI_STEP_MODE].tokens_per_second, by["always"].tokens_per_second
+    return (f" Prompt + generated tokens per second: multi-step {multi:.0f}, one retrieval "
+            f"(always) {one:.0f}: {multi / one:.2f}x.")  # fmt: skip
+
+
+def _multi_note(pipeline: Pipeline) -> str:
+    m = pipeline.multi_step.resolved(pipeline.k)
+    return f"max_steps={m.max_steps}, max_docs={m.max_docs}, step_k={m.step_k}"
 
 
 class Progress:
@@ -158,9 +192,12 @@ class Progress:
         retriever: str,
         pipeline: Pipeline,
         generator: Generator,
+        budget: float | None = None,
     ):
         self.path = path
-        self.context = [ids, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum]
+        multi = asdict(pipeline.multi_step.resolved(pipeline.k))
+        self.context = [ids, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum,
+                        multi, budget]  # fmt: skip
         self.keys: dict[str, str] = {}
         self.kept: list[str] = []
 
@@ -176,8 +213,8 @@ class Progress:
 
     def _key(self, gate: Gate) -> str:
         """What a mode's result depends on; a saved result is reused only under the same key."""
-        ids, retriever, k, max_new_tokens, checksum = self.context
-        what = [gate.name, float(gate.threshold), ids, retriever, k, max_new_tokens, checksum]
+        *shared, budget = self.context
+        what = [gate.name, float(gate.threshold), *shared, budget if is_router(gate) else None]
         return content_id(json.dumps(what), gate_checksum(gate))
 
 

@@ -1,14 +1,24 @@
-"""The adaptive RAG loop: gate -> retrieve -> generate -> score, with measured costs.
+"""The adaptive RAG loop: gate or router -> strategy -> retrieve -> generate -> score, with
+measured costs.
 
 `AdaptiveRAG(gate, retriever, generator).answer(questions)` is the API a service embeds;
 `run(questions)` returns the same answers plus the cost accounting of that one pass.
 
-Every cost is measured around the call that incurs it (`time.perf_counter`), never estimated:
-the gate's `scores` call, ONE batched `retrieve` call for the questions the gate sends to
-retrieval, and ONE batched `generate` call holding both the closed-book and the with-context
-prompts (vLLM schedules them together). Token counts are the ones the generator reports per
-generation. What is left of the wall time (prompt building, answer scoring) is `overhead`,
-so gate + retrieval + generation + overhead == total by construction, and nothing is hidden.
+Each question runs one strategy (`rag/strategies.py`): `no_retrieval` (closed-book prompt),
+`one_retrieval` (top-k documents, with-context prompt) or `multi_step` (IRCoT-style,
+`rag/multistep.py`); a router names it, a binary gate picks between the first two. A pass
+makes ONE batched retrieval call for every question that retrieves with its own text, ONE
+batched generation call holding the closed-book, with-context and first-step prompts
+together (vLLM schedules them together), then per further multi-step step one retrieval and
+one generation call over the questions still reasoning.
+
+Every cost is measured around the call that incurs it (`time.perf_counter`, `costs.Meter`):
+the decision (`gate_seconds`), retrieval and generation. Token counts are the ones the
+generator reports per generation. What is left of the wall time (prompt building, answer
+scoring) is `overhead`, so gate + retrieval + generation + overhead == total by construction.
+Per strategy, `costs.by_strategy` counts questions, retrieval requests and LLM calls per
+question, tokens, and the seconds of the calls it took part in (shared calls split, see
+`rag/costs.py`).
 """
 
 from __future__ import annotations
@@ -25,17 +35,23 @@ from ..gates.base import Gate
 from ..generation.base import Generation, Generator
 from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
-from ..retrieval.base import Hit, Retriever
+from ..retrieval.base import Retriever
+from .costs import Costs, Meter, StrategyCosts
 from .fit import FittedPrompt, fit_prompts
+from .multistep import MultiStepConfig, Reasoning, apply_step, continue_steps, step_prompts
+from .strategies import MULTI_STEP, NO_RETRIEVAL, Budget, Decision, check_router, decide
 
 DEFAULT_K = 5  # RetrievalQA's top-5 documents
 DEFAULT_MAX_NEW_TOKENS = 24
 
+__all__ = ["AdaptiveRAG", "Answer", "Costs", "RagRun", "StrategyCosts"]
+
 
 @dataclass
 class Answer:
-    """One answered question: the decision, its probability, the answer and (with gold
-    answers) its scores. `match`/`em`/`f1` are None when the question has no gold answers."""
+    """One answered question: the strategy it ran, P(needs retrieval), the answer and (with
+    gold answers) its scores. `match`/`em`/`f1` are None when the question has no gold
+    answers. `steps`: a multi-step question's trace (query, documents, text per step)."""
 
     id: str
     question: str
@@ -48,55 +64,15 @@ class Answer:
     match: bool | None = None
     em: bool | None = None
     f1: float | None = None
-    error: str | None = None  # why this question got no answer (its prompt did not fit)
+    error: str | None = None  # why this question got no answer
+    strategy: str = ""
+    retrievals: int = 0
+    llm_calls: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    retryable: bool = False  # the error is a failed generator call: a rerun may answer it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class Costs:
-    """Measured cost of one pass over a batch of questions (seconds and token counts)."""
-
-    questions: int = 0
-    failed: int = 0  # questions answered with an error instead of a generation
-    retrieved: int = 0  # questions sent to retrieval (each one retrieval request)
-    retrieval_calls: int = 0  # batched calls made to the retriever
-    generation_calls: int = 0  # batched calls made to the generator
-    gate_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
-    generation_seconds: float = 0.0
-    overhead_seconds: float = 0.0
-    total_seconds: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def retrieval_rate(self) -> float:
-        return self.retrieved / self.questions if self.questions else 0.0
-
-    @property
-    def questions_per_second(self) -> float:
-        return self.questions / self.total_seconds if self.total_seconds > 0 else 0.0
-
-    @property
-    def gate_share(self) -> float:
-        """The gate's share of end-to-end wall time."""
-        return self.gate_seconds / self.total_seconds if self.total_seconds > 0 else 0.0
-
-    def per_question_ms(self, part: str) -> float:
-        """Milliseconds per question of `gate`, `retrieval`, `generation`, `overhead` or
-        `total`."""
-        return 1000 * getattr(self, f"{part}_seconds") / self.questions if self.questions else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(
-            retrieval_rate=self.retrieval_rate,
-            questions_per_second=self.questions_per_second,
-            gate_share=self.gate_share,
-        )
-        return d
 
 
 @dataclass
@@ -119,13 +95,13 @@ class RagRun:
 
 
 class AdaptiveRAG:
-    """Gate -> retriever -> generator for a batch of questions.
+    """Gate or router -> strategy -> retriever -> generator for a batch of questions.
 
-    Questions the gate scores at or above its threshold get the top-`k` documents and the
-    with-context prompt; the others get the closed-book prompt. All answers come from one
-    batched generator call. Documents are cut to their first `doc_words` words, as in the
-    rag-gain labelling run, so the loop answers with the prompts the labels were made with.
-    A prompt longer than the generator's context window loses documents, or, when even the
+    A binary gate sends questions it scores at or above its threshold to `one_retrieval`
+    (top-`k` documents, with-context prompt), the others to `no_retrieval`; a router names
+    any of the three strategies (`budget`: its operating point, None: its default).
+    Documents are cut to their first `doc_words` words, as in the rag-gain labelling run. A
+    prompt longer than the generator's context window loses documents, or, when even the
     question alone is too long, that question gets an `error` and no generation."""
 
     def __init__(
@@ -136,114 +112,177 @@ class AdaptiveRAG:
         k: int = DEFAULT_K,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         doc_words: int = DOC_WORDS,
+        multi_step: MultiStepConfig | None = None,
+        budget: Budget = None,
     ):
         if k < 1:
             raise ConfigError(f"k (documents per question) must be >= 1, got {k}")
+        check_router(gate, budget)
         self.gate = gate
         self.retriever = retriever
         self.generator = generator
         self.k = k
         self.max_new_tokens = max_new_tokens
         self.doc_words = doc_words
+        self.multi_step = (multi_step or MultiStepConfig()).resolved(k)
+        self.budget = budget
 
     def answer(self, questions: Sequence[Question]) -> list[Answer]:
         """Answers for `questions`, in order."""
         return self.run(questions).answers
 
-    def run(self, questions: Sequence[Question]) -> RagRun:
-        """Answers plus the measured cost of producing them."""
+    def decide(
+        self, questions: Sequence[Question], budget: Budget | Sequence[Budget] = None
+    ) -> Decision:
+        """Each question's strategy; a budget left None (per question too) is this loop's."""
+        if isinstance(budget, Sequence):
+            budget = [self.budget if b is None else b for b in budget]
+        return decide(self.gate, questions, self.budget if budget is None else budget)
+
+    def run(
+        self,
+        questions: Sequence[Question],
+        budget: Budget | Sequence[Budget] = None,
+        decision: Decision | None = None,
+    ) -> RagRun:
+        """Answers plus the measured cost of producing them. `decision`: strategies already
+        chosen (the service routes before it queues, so no decision time is counted here)."""
         costs = Costs(questions=len(questions))
         if not questions:
             return RagRun([], costs)
         start = time.perf_counter()
-
-        t = time.perf_counter()
-        probs = np.asarray(self.gate.scores(questions), dtype=float)
-        costs.gate_seconds = time.perf_counter() - t
-        if probs.shape != (len(questions),):
-            raise BackendError(
-                f"gate {self.gate.name!r} returned {probs.shape} scores for {len(questions)} "
-                "questions"
-            )
-        retrieve = probs >= self.gate.threshold
-
-        hits = self._retrieve(questions, retrieve, costs)
-        fitted = fit_prompts(
-            self.generator,
-            [q.text for q in questions],
-            [hits[i] if retrieve[i] else None for i in range(len(questions))],
-            self.doc_words,
-            self.max_new_tokens,
-        )
-        generations = self._generate(fitted, costs)
-        answers = [
-            _answer(q, g, bool(retrieve[i]), float(probs[i]), f)
-            for i, (q, g, f) in enumerate(zip(questions, generations, fitted, strict=True))
-        ]
-        costs.failed = sum(a.error is not None for a in answers)
-        costs.prompt_tokens = sum(a.prompt_tokens for a in answers)
-        costs.completion_tokens = sum(a.completion_tokens for a in answers)
+        if decision is None:
+            decision = self.decide(questions, budget)
+            costs.gate_seconds = time.perf_counter() - start
+        if len(decision.strategies) != len(questions):
+            raise BackendError(f"{len(decision.strategies)} strategies for {len(questions)} "
+                               "questions")  # fmt: skip
+        answers = self._answers(questions, decision.strategies, Meter(costs))
+        for a, p in zip(answers, decision.probabilities, strict=True):
+            a.probability = float(p)
+        _tally(costs, answers)
         costs.total_seconds = time.perf_counter() - start
         costs.overhead_seconds = costs.total_seconds - (
             costs.gate_seconds + costs.retrieval_seconds + costs.generation_seconds
         )
+        if answers and all(a.retryable for a in answers):  # the generator is down: say so
+            raise BackendError(answers[0].error or "the generator failed")
         return RagRun(answers, costs)
 
-    def _generate(self, fitted: list[FittedPrompt], costs: Costs) -> list[Generation | None]:
-        """One batched call over the prompts that fit; None where a question has none."""
+    def _answers(
+        self, questions: Sequence[Question], strategies: list[str], meter: Meter
+    ) -> list[Answer]:
+        """Round 1 (one retrieval call, one generation call for every strategy), then the
+        further multi-step steps."""
+        n = len(questions)
+        retrieving = [i for i in range(n) if strategies[i] != NO_RETRIEVAL]
+        found = meter.retrieve(self.retriever, [questions[i] for i in retrieving],
+                               [strategies[i] for i in retrieving], self.k)  # fmt: skip
+        hits = dict(zip(retrieving, found, strict=True))
+        multi = {i: Reasoning(questions[i], self.multi_step) for i in range(n)
+                 if strategies[i] == MULTI_STEP}  # fmt: skip
+        for i, state in multi.items():
+            state.add(questions[i].text, hits.pop(i))
+        single = [i for i in range(n) if i not in multi]
+        fitted = fit_prompts(self.generator, [questions[i].text for i in single],
+                             [hits.get(i) for i in single], self.doc_words, self.max_new_tokens)  # fmt: skip
+        generations = self._first_round(single, fitted, strategies, multi, meter)
+        continue_steps(list(multi.values()), self.retriever, self.generator, meter,
+                       self.max_new_tokens, self.doc_words)  # fmt: skip
+        out: list[Answer | None] = [None] * n
+        for i, f, g in zip(single, fitted, generations, strict=True):
+            out[i] = _answer(questions[i], g, strategies[i], f)
+        for i, state in multi.items():
+            out[i] = _multi_answer(state)
+        return [a for a in out if a is not None]
+
+    def _first_round(
+        self,
+        single: list[int],
+        fitted: list[FittedPrompt],
+        strategies: list[str],
+        multi: dict[int, Reasoning],
+        meter: Meter,
+    ) -> list[Generation | str | None]:
+        """ONE generator call over the closed-book and with-context prompts that fit and the
+        first step of every multi-step question; None where a question's prompt did not fit."""
+        states = list(multi.values())
+        steps = step_prompts(states, self.generator, self.max_new_tokens, self.doc_words)
         prompts = [f.prompt for f in fitted if f.prompt is not None]
-        if not prompts:
-            return [None] * len(fitted)
-        t = time.perf_counter()
-        generations = self.generator.generate(prompts, max_new_tokens=self.max_new_tokens)
-        costs.generation_seconds = time.perf_counter() - t
-        costs.generation_calls = 1
-        if len(generations) != len(prompts):
-            raise BackendError(
-                f"generator {self.generator.name!r} returned {len(generations)} generations "
-                f"for {len(prompts)} prompts"
-            )
-        it = iter(generations)
+        tags = [strategies[i] for i, f in zip(single, fitted, strict=True) if f.prompt is not None]
+        step_fit = [p.prompt for p in steps if p.prompt is not None]
+        results = meter.generate(self.generator, prompts + step_fit,
+                                 tags + [MULTI_STEP] * len(step_fit), self.max_new_tokens)  # fmt: skip
+        apply_step(states, steps, results[len(prompts) :])
+        it = iter(results[: len(prompts)])
         return [next(it) if f.prompt is not None else None for f in fitted]
 
-    def _retrieve(
-        self, questions: Sequence[Question], retrieve: np.ndarray, costs: Costs
-    ) -> dict[int, list[Hit]]:
-        """Top-k hits for the questions sent to retrieval, by position, in one batched call."""
-        chosen = [i for i in range(len(questions)) if retrieve[i]]
-        costs.retrieved = len(chosen)
-        if not chosen:
-            return {}
-        t = time.perf_counter()
-        hits = self.retriever.retrieve([questions[i] for i in chosen], k=self.k)
-        costs.retrieval_seconds = time.perf_counter() - t
-        costs.retrieval_calls = 1
-        if len(hits) != len(chosen):
-            raise BackendError(
-                f"retriever {self.retriever.name!r} returned {len(hits)} hit lists for "
-                f"{len(chosen)} questions"
-            )
-        return dict(zip(chosen, hits, strict=True))
+
+def _tally(costs: Costs, answers: Sequence[Answer]) -> None:
+    """The per-question counts of a pass, overall and per strategy (seconds are booked by the
+    meter as the calls run)."""
+    for a in answers:
+        c = costs.strategy(a.strategy)
+        c.questions += 1
+        c.failed += a.error is not None
+        c.retrievals += a.retrievals
+        c.llm_calls += a.llm_calls
+        c.prompt_tokens += a.prompt_tokens
+        c.completion_tokens += a.completion_tokens
+    costs.failed = sum(a.error is not None for a in answers)
+    costs.retrieved = sum(a.retrievals > 0 for a in answers)
+    costs.retrievals = sum(a.retrievals for a in answers)
+    costs.llm_calls = sum(a.llm_calls for a in answers)
+    costs.prompt_tokens = sum(a.prompt_tokens for a in answers)
+    costs.completion_tokens = sum(a.completion_tokens for a in answers)
 
 
-def _answer(
-    q: Question, g: Generation | None, retrieve: bool, prob: float, fitted: FittedPrompt
-) -> Answer:
-    """The answer to `q`; without a generation (its prompt did not fit) the reason, and
-    scored as a miss when the question has gold answers."""
-    text = g.text.strip() if g else ""
-    scored = bool(q.answers)
+def _scored(q: Question, text: str) -> dict[str, Any]:
+    if not q.answers:
+        return {"match": None, "em": None, "f1": None}
+    return {"match": match(text, q.answers), "em": exact_match(text, q.answers),
+            "f1": token_f1(text, q.answers)}  # fmt: skip
+
+
+def _answer(q: Question, g: Generation | str | None, strategy: str, fitted: FittedPrompt) -> Answer:
+    """A one-call strategy's answer; without a generation (its prompt did not fit, or the
+    generator failed) the reason, and scored as a miss when the question has gold answers."""
+    text = g.text.strip() if isinstance(g, Generation) else ""
     return Answer(
         id=q.id,
         question=q.text,
         answer=text,
-        retrieve=retrieve,
-        probability=prob,
+        retrieve=strategy != NO_RETRIEVAL,
+        probability=0.0,
         documents=[h.document.id for h in fitted.hits],
-        prompt_tokens=g.prompt_tokens if g else 0,
-        completion_tokens=g.completion_tokens if g else 0,
-        match=match(text, q.answers) if scored else None,
-        em=exact_match(text, q.answers) if scored else None,
-        f1=token_f1(text, q.answers) if scored else None,
-        error=fitted.error,
+        prompt_tokens=g.prompt_tokens if isinstance(g, Generation) else 0,
+        completion_tokens=g.completion_tokens if isinstance(g, Generation) else 0,
+        **_scored(q, text),
+        error=g if isinstance(g, str) else fitted.error,
+        strategy=strategy,
+        retrievals=int(strategy != NO_RETRIEVAL),
+        llm_calls=int(fitted.prompt is not None),
+        retryable=isinstance(g, str),
+    )
+
+
+def _multi_answer(state: Reasoning) -> Answer:
+    q, text = state.question, (state.answer or "").strip()
+    last = state.steps[-1]["documents"] if state.steps else []
+    return Answer(
+        id=q.id,
+        question=q.text,
+        answer=text,
+        retrieve=True,
+        probability=0.0,
+        documents=list(last),
+        prompt_tokens=state.prompt_tokens,
+        completion_tokens=state.completion_tokens,
+        **_scored(q, text),
+        error=state.error,
+        strategy=MULTI_STEP,
+        retrievals=state.retrievals,
+        llm_calls=state.llm_calls,
+        steps=state.steps,
+        retryable=state.retryable,
     )

@@ -1,9 +1,13 @@
 """The RAG comparison's modes as gates: every registry gate by name (`gates.registry.GATES`),
-plus two oracles:
+plus `multi-step` (every question runs the multi-step strategy), `router` (the router or gate
+export of `--router DIR`, loaded through `strategies.load_router`, at `--budget`) and two
+oracles:
 `oracle` follows a label file (rag-gain by default); `oracle-run` follows this very run's
 `never` and `always` answers (retrieve exactly where the with-context answer matches and the
-closed-book one does not), so it needs no labelling run and is the exact ceiling of any gate
-on these questions with this generator, retriever and prompts.
+closed-book one does not) and, when `multi-step` ran too, routes each question to the
+cheapest of the three strategies that answered it (none did: no retrieval). It needs no
+labelling run and is the exact ceiling of any gate or router on these questions with this
+generator, retriever and prompts.
 
 Gates that fit something (popularity thresholds, TA-ARE demonstrations) take the train/dev
 part of the canonical split of a label file through the registry's `GateContext`; test
@@ -24,10 +28,20 @@ from ..labels.evalset import load_splits
 from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
 from ..questions import Question
 from .loop import RagRun
-from .oracle import OracleGate
+from .oracle import OracleGate, OracleRouter
+from .strategies import (
+    MULTI_STEP,
+    NO_RETRIEVAL,
+    ONE_RETRIEVAL,
+    FixedStrategy,
+    check_router,
+    load_router,
+)
 
 ORACLE, ORACLE_RUN = "oracle", "oracle-run"  # oracle-run is built after `never` and `always` ran
 ORACLES = (ORACLE, ORACLE_RUN)
+MULTI_STEP_MODE, ROUTER = "multi-step", "router"
+ROUTING = (MULTI_STEP_MODE, ROUTER)
 
 
 @dataclass
@@ -40,11 +54,13 @@ class ModeOptions(GateOptions):
     oracle_labels: Path = DEFAULT_RUN_DIR / RAG_GAIN
     thresholds: dict[str, float] = field(default_factory=dict)  # mode -> threshold override
     questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
+    router: Path | Gate | None = None  # the router mode's export folder (or a loaded router)
+    budget: float | None = None  # the router mode's budget (None: the router's default)
 
 
 def known_modes() -> list[str]:
-    """Every registry gate, plus the two oracles."""
-    return [*GATES, *ORACLES]
+    """Every registry gate, the multi-step and router modes, and the two oracles."""
+    return [*GATES, *ROUTING, *ORACLES]
 
 
 def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
@@ -57,6 +73,7 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     check_options([m for m in modes if m in GATES], options)
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
         raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
+    _check_router_flags(modes, options)
     needed = []
     if ORACLE in modes:
         needed.append(("oracle mode", "--oracle-labels", options.oracle_labels))
@@ -70,6 +87,19 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
             )
 
 
+def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
+    if ROUTER in modes and options.router is None:
+        raise ConfigError("the router mode needs --router DIR (a router or gate export)")
+    if ROUTER not in modes and (options.router is not None or options.budget is not None):
+        raise ConfigError("--router and --budget go with the router mode (--modes ... router)")
+    if options.budget is not None and not options.budget >= 0:
+        raise ConfigError(f"--budget must be 0 or more (mean cost per question), "
+                          f"got {options.budget}")  # fmt: skip
+    if isinstance(options.router, str | Path) and not Path(options.router).is_dir():
+        raise DataError("no such folder: --router takes a router or gate export folder "
+                        "(`retrieval-gate export`)", options.router)  # fmt: skip
+
+
 def build_mode_gates(
     modes: Sequence[str], generator: Generator | None, options: ModeOptions
 ) -> dict[str, Gate]:
@@ -80,6 +110,8 @@ def build_mode_gates(
     gates: dict[str, Gate] = {}
     for mode in (m for m in modes if m != ORACLE_RUN):
         gate = _build(mode, context, options)
+        if mode == ROUTER:
+            check_router(gate, options.budget)
         if mode in options.thresholds:
             gate.threshold = options.thresholds[mode]
         gates[mode] = gate
@@ -89,6 +121,11 @@ def build_mode_gates(
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     if mode == ORACLE:
         return OracleGate.from_file(options.oracle_labels)
+    if mode == MULTI_STEP_MODE:
+        return FixedStrategy(MULTI_STEP, name=MULTI_STEP_MODE)
+    if mode == ROUTER:
+        router = options.router
+        return router if isinstance(router, Gate) else load_router(router)  # type: ignore[arg-type]
     gate = build_gate(mode, context, options)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.
@@ -107,11 +144,20 @@ def _context(
     return context
 
 
-def oracle_from_run(never: RagRun, always: RagRun) -> OracleGate:
-    """Retrieve exactly where retrieval turned a wrong closed-book answer right (match)."""
+def oracle_from_run(
+    never: RagRun, always: RagRun, multi: RagRun | None = None
+) -> OracleGate | OracleRouter:
+    """Retrieve exactly where retrieval turned a wrong closed-book answer right (match); with
+    a multi-step run, the cheapest of the three strategies that answered (else none)."""
     closed = {a.id: bool(a.match) for a in never.answers}
-    labels = {a.id: int(bool(a.match) and not closed[a.id]) for a in always.answers}
-    return OracleGate(labels, name=ORACLE_RUN, source="this run's never/always answers")
+    if multi is None:
+        labels = {a.id: int(bool(a.match) and not closed[a.id]) for a in always.answers}
+        return OracleGate(labels, name=ORACLE_RUN, source="this run's never/always answers")
+    one = {a.id: bool(a.match) for a in always.answers}
+    many = {a.id: bool(a.match) for a in multi.answers}
+    picks = {i: NO_RETRIEVAL if closed[i] else ONE_RETRIEVAL if one[i] else
+             MULTI_STEP if many[i] else NO_RETRIEVAL for i in closed}  # fmt: skip
+    return OracleRouter(picks, name=ORACLE_RUN, source="this run's never/always/multi-step answers")
 
 
 def parse_thresholds(items: Sequence[str]) -> dict[str, float]:

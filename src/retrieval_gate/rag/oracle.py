@@ -1,7 +1,8 @@
-"""The oracle gate: retrieve exactly when a label file says the question needs retrieval.
+"""The oracles: retrieve exactly when a label file says the question needs retrieval
+(`OracleGate`), or run exactly the cheapest strategy that answered (`OracleRouter`).
 
-It is the ceiling of the adaptive modes in the RAG comparison (with rag-gain labels: retrieve
-exactly where retrieval turns a wrong closed-book answer right)."""
+They are the ceiling of the adaptive modes in the RAG comparison (with rag-gain labels:
+retrieve exactly where retrieval turns a wrong closed-book answer right)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..data.errors import DataError
 from ..gates.base import Questions, as_questions
 from ..labels.files import LabelFile, read_labels
 from ..questions import Question
+from .strategies import NO_RETRIEVAL, STRATEGIES
 
 
 class OracleGate:
@@ -51,3 +53,32 @@ class OracleGate:
                 self.source or None,
             )
         return np.array([float(self.labels[q.id]) for q in questions])
+
+
+class OracleRouter:
+    """A `Router` that sends each question down a known strategy (id -> strategy): built from
+    a run's answers under every strategy, the cheapest one that was right."""
+
+    threshold = 0.5
+    strategies = STRATEGIES
+
+    def __init__(self, picks: Mapping[str, str], name: str = "oracle", source: str = ""):
+        self.picks = dict(picks)
+        self.name, self.source = name, source
+
+    def route(self, questions: Questions, budget: float | None = None) -> list[str]:
+        questions = as_questions(questions)
+        missing = [q.id for q in questions if q.id not in self.picks]
+        if missing:
+            raise DataError(f"the oracle has no strategy for {len(missing)} question(s), e.g. "
+                            f"{missing[0]!r}", self.source or None)  # fmt: skip
+        return [self.picks[q.id] for q in questions]
+
+    def strategy_proba(self, questions: Questions) -> np.ndarray:
+        routed = self.route(questions)
+        out = np.zeros((len(routed), len(self.strategies)))
+        out[np.arange(len(routed)), [self.strategies.index(s) for s in routed]] = 1.0
+        return out
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        return np.array([float(s != NO_RETRIEVAL) for s in self.route(questions)])

@@ -1,8 +1,11 @@
 """The HTTP face of the gate and of the adaptive RAG loop.
 
-`create_app(gate)` serves the gate alone: `POST /score {"questions": [...]}` -> probability
-and retrieve decision per question, no generator. `create_app(rag)` serves `/score` and
-`POST /answer` (gate -> retrieve -> generate, with the measured costs). Both have `GET /health`.
+`create_app(gate)` serves the gate alone: `POST /score {"questions": [...]}` -> probability,
+retrieve decision and strategy per question, no generator. `create_app(rag)` serves `/score`
+and `POST /answer` (gate or router -> strategy -> retrieve -> generate, with the measured
+costs, per strategy too). A router takes an optional per-request `"budget"`. Both have
+`GET /health`, which also reports the traffic since start (realised retrieval rate, mean cost
+per question, measured retrievals and LLM calls per answered question).
 
 Built to degrade, not stall:
 - limits are checked before work: the body size before it is read (413), then questions per
@@ -13,16 +16,19 @@ Built to degrade, not stall:
   requests await futures, concurrent requests are batched into one call, a request that does
   not fit the backlog or would wait longer than `request_timeout` at the measured rate is
   refused at once with 429 and `Retry-After`, one not served in time anyway gets 504, and
-  `/health` and `/score` answer at once while the engine works;
+  `/health` and `/score` answer at once while the engine works; `/answer` routes first (the
+  gate's worker), so a multi-step question enters the engine's backlog counted as its
+  `max_steps` steps;
 - an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` stays open."""
 
 import asyncio
 import logging
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -32,11 +38,22 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from ..errors import BackendError, InputError, RetrievalGateError
-from ..gates.base import AsksGenerator, Gate
+from ..gates.base import AsksGenerator, Gate, is_router
 from ..questions import Question
 from .batcher import Batcher, Busy
 from .limits import Limits
 from .loop import AdaptiveRAG, Answer, Costs
+from .strategies import (
+    MULTI_STEP,
+    NO_RETRIEVAL,
+    ONE_RETRIEVAL,
+    Decision,
+    check_router,
+    cost_unit,
+    decide,
+    strategy_costs,
+)
+from .traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -47,29 +64,44 @@ WARM_UP = "Who wrote Hamlet?"
 class ScoreItem(BaseModel):
     question: str
     probability: float = Field(description="the gate's P(needs retrieval)")
-    retrieve: bool = Field(description="probability >= threshold")
+    retrieve: bool = Field(
+        description="the strategy retrieves (a binary gate: probability >= threshold)"
+    )
+    strategy: str = Field(description="no_retrieval | one_retrieval | multi_step")
 
 
 class ScoreResponse(BaseModel):
     gate: str
     threshold: float
+    strategies: list[str] = Field(description="what this gate or router picks from, cheapest first")
+    budget: float | None = Field(description="the request's budget (None: the router's default)")
     scores: list[ScoreItem]
 
 
 class AnswerItem(BaseModel):
     question: str
     answer: str = Field(description="empty when `error` is set")
+    strategy: str = Field(description="the strategy it ran")
     retrieve: bool
     probability: float
-    documents: list[str] = Field(description="ids of the documents in the prompt")
+    documents: list[str] = Field(description="ids of the documents in the (last) prompt")
+    retrievals: int = Field(description="retrieval requests made for it")
+    llm_calls: int = Field(description="generations made for it (multi-step: one a step)")
+    steps: list[dict[str, Any]] = Field(
+        description="multi-step trace: per step its query, documents and text"
+    )
     error: str | None = Field(None, description="why this question got no answer")
 
 
 class AnswerResponse(BaseModel):
     gate: str
     threshold: float
+    budget: float | None = Field(description="the request's budget (None: the router's default)")
     answers: list[AnswerItem]
-    costs: dict[str, Any] = Field(description="measured costs of the engine call (its batch)")
+    costs: dict[str, Any] = Field(
+        description="measured costs of the engine call (its batch), overall and `by_strategy`"
+    )
+    decision_seconds: float = Field(description="the gate's or router's call for this request")
     queue_seconds: float = Field(description="time waited before the engine call started")
 
 
@@ -141,8 +173,9 @@ def _not_blank(text: str) -> str:
     return text
 
 
-def _request_model(name: str, limits: Limits) -> type[BaseModel]:
-    """`{"questions": [...]}` with this app's limits in its schema and its validation."""
+def _request_model(name: str, limits: Limits, max_budget: float | None = None) -> type[BaseModel]:
+    """`{"questions": [...]}` with this app's limits in its schema and its validation; with
+    `max_budget` (a router's), an optional `"budget"` from 0 to it."""
     text = Annotated[
         str,
         Field(min_length=1, max_length=limits.max_question_chars),
@@ -158,7 +191,14 @@ def _request_model(name: str, limits: Limits) -> type[BaseModel]:
         ),
     ]
     config = ConfigDict(extra="forbid", strict=True)
-    return create_model(name, __config__=config, questions=(questions, ...))
+    if max_budget is None:
+        return create_model(name, __config__=config, questions=(questions, ...))
+    budget = Annotated[
+        float | None,
+        Field(ge=0, le=max_budget, allow_inf_nan=False,
+              description="the router's budget: mean cost per question (default: its own)"),
+    ]  # fmt: skip
+    return create_model(name, __config__=config, questions=(questions, ...), budget=(budget, None))
 
 
 def create_app(
@@ -173,20 +213,35 @@ def create_app(
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
     gate = rag.gate if rag else service
+    check_router(gate)
+    router = is_router(gate)
+    strategies = list(gate.strategies) if router else [NO_RETRIEVAL, ONE_RETRIEVAL]  # type: ignore[attr-defined]
+    prices = strategy_costs(gate)
+    traffic = Traffic(prices, cost_unit(prices))
     # A gate that holds the generator (prompt, confidence gates) must not enter the engine
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
     shared = engine if isinstance(gate, AsksGenerator) else None
-    scorer = Batcher(_locked(gate.scores, shared), *sizes, name="gate")
-    answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine") if rag else None
+    scorer = Batcher(_locked(_decisions(gate, rag), shared), *sizes, name="gate")
+    answerer = None
+    if rag:
+        steps = rag.multi_step.max_steps
+        answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
+                           weight=lambda r: steps if r.strategy == MULTI_STEP else 1)  # fmt: skip
+
+    async def route(texts: Sequence[str], budget: float | None) -> tuple[list[_Routed], float]:
+        items = [(q, budget) for q in _as_questions(texts)]
+        routed, _ = await _wait(scorer, items, limits.request_timeout)
+        traffic.routed([r.strategy for r in routed])
+        return routed, routed[0].seconds if routed else 0.0
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warm_up:  # the engines' first-call cost paid here, and their rate measured
-            for batcher in (scorer, answerer):
-                if batcher:
-                    await batcher.submit(_as_questions([WARM_UP]))
+            routed, _ = await scorer.submit([(q, None) for q in _as_questions([WARM_UP])])
+            if answerer:
+                await answerer.submit(routed)
         yield
         for batcher in (scorer, answerer):
             if batcher:
@@ -194,7 +249,7 @@ def create_app(
 
     app = FastAPI(
         title="retrieval-gate",
-        summary="a retrieval-necessity gate"
+        summary=("a retrieval router" if router else "a retrieval-necessity gate")
         + (" in front of a RAG generator" if rag else " (gate only)"),
         lifespan=lifespan,
         docs_url=None,  # FastAPI's /docs and /redoc load their assets from a CDN: see _docs
@@ -217,47 +272,68 @@ def create_app(
             "mode": "answer" if rag else "gate",
             "gate": gate.name,
             "threshold": float(gate.threshold),
+            "router": router,
+            "strategies": strategies,
             "retriever": rag.retriever.name if rag else None,
             "generator": rag.generator.name if rag else None,
+            "multi_step": asdict(rag.multi_step) if rag else None,
             "limits": asdict(limits),
             "queue": {
                 name: {"waiting": b.backlog, "running": b.running}
                 for name, b in (("gate", scorer), ("engine", answerer))
                 if b
             },
+            "traffic": traffic.snapshot(),
         }
 
-    score_request = _request_model("ScoreRequest", limits)
+    # a router takes a per-request budget (up to its dearest strategy); a binary gate none
+    max_budget = max(traffic.costs.values()) if router else None
+    score_request = _request_model("ScoreRequest", limits, max_budget)
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
     async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
-        """The gate's probability and retrieve decision per question (one batched call)."""
-        texts = request.questions
-        probs, _ = await _wait(scorer, _as_questions(texts), limits.request_timeout)
+        """The gate's probability, retrieve decision and strategy per question (one batched
+        call; a router routes at the request's `budget`)."""
+        budget = request.model_dump().get("budget")  # only a router's requests have one
+        routed, _ = await route(request.questions, budget)
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
+            strategies=strategies,
+            budget=budget,
             scores=[
-                ScoreItem(question=t, probability=float(p), retrieve=bool(p >= gate.threshold))
-                for t, p in zip(texts, probs, strict=True)
-            ],
+                ScoreItem(
+                    question=t,
+                    probability=r.probability,
+                    retrieve=r.strategy != NO_RETRIEVAL,
+                    strategy=r.strategy,
+                )
+                for t, r in zip(request.questions, routed, strict=True)
+            ],  # fmt: skip
         )
 
     if answerer:
-        answer_request = _request_model("AnswerRequest", limits)
+        answer_request = _request_model("AnswerRequest", limits, max_budget)
 
         @app.post("/answer", response_model=AnswerResponse, responses=_ERRORS, dependencies=guarded)
         async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
-            """Gate -> retrieve -> generate for each question; queued questions of concurrent
-            requests share one batched generator call."""
-            done, waited = await _wait(
-                answerer, _as_questions(request.questions), limits.request_timeout
-            )
+            """Gate or router -> strategy -> retrieve -> generate for each question; queued
+            questions of concurrent requests share one batched generator call (a step)."""
+            budget = request.model_dump().get("budget")  # only a router's requests have one
+            routed, decided = await route(request.questions, budget)
+            done, waited = await _wait(answerer, routed, limits.request_timeout)
+            costs = done[0][1]
+            answers = [a for a, _ in done]
+            traffic.answered(len(answers), sum(a.retrievals for a in answers),
+                             sum(a.llm_calls for a in answers),
+                             costs.total_seconds * len(answers) / max(costs.questions, 1))  # fmt: skip
             return AnswerResponse(
                 gate=gate.name,
                 threshold=float(gate.threshold),
-                answers=[_item(a) for a, _ in done],
-                costs=done[0][1].to_dict(),
+                budget=budget,
+                answers=[_item(a) for a in answers],
+                costs=costs.to_dict(),
+                decision_seconds=decided,
                 queue_seconds=waited,
             )
 
@@ -268,6 +344,34 @@ def create_app(
             return JSONResponse(status_code=404, content={"detail": GATE_MODE_ANSWER})
 
     return app
+
+
+@dataclass(frozen=True)
+class _Routed:
+    """A question with its strategy, on its way to the engine."""
+
+    question: Question
+    strategy: str
+    probability: float
+    seconds: float = 0.0  # the decision call's time
+
+
+def _decisions(
+    gate: Gate, rag: AdaptiveRAG | None
+) -> Callable[[list[tuple[Question, float | None]]], list[_Routed]]:
+    """(question, budget) items -> each routed, in one gate call (one `route` call per
+    distinct budget)."""
+
+    def run(items: list[tuple[Question, float | None]]) -> list[_Routed]:
+        questions = [q for q, _ in items]
+        start = time.perf_counter()
+        budgets = [b for _, b in items]
+        d = rag.decide(questions, budgets) if rag else decide(gate, questions, budgets)
+        seconds = time.perf_counter() - start
+        return [_Routed(q, s, p, seconds) for q, s, p in
+                zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
+
+    return run
 
 
 GATE_MODE_ANSWER = (
@@ -324,9 +428,10 @@ def _locked(fn: Callable, lock: "threading.Lock | None") -> Callable:
     return run
 
 
-def _answers(rag: AdaptiveRAG) -> Callable[[list[Question]], list[tuple[Answer, Costs]]]:
-    def run(questions: list[Question]) -> list[tuple[Answer, Costs]]:
-        result = rag.run(questions)
+def _answers(rag: AdaptiveRAG) -> Callable[[list[_Routed]], list[tuple[Answer, Costs]]]:
+    def run(items: list[_Routed]) -> list[tuple[Answer, Costs]]:
+        decision = Decision([r.strategy for r in items], [r.probability for r in items])
+        result = rag.run([r.question for r in items], decision=decision)
         return [(a, result.costs) for a in result.answers]
 
     return run
@@ -359,9 +464,13 @@ def _item(a: Answer) -> AnswerItem:
     return AnswerItem(
         question=a.question,
         answer=a.answer,
+        strategy=a.strategy,
         retrieve=a.retrieve,
         probability=a.probability,
         documents=a.documents,
+        retrievals=a.retrievals,
+        llm_calls=a.llm_calls,
+        steps=a.steps,
         error=a.error,
     )
 

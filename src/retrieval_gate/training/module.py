@@ -44,8 +44,8 @@ class ExpectedCalibrationError(torchmetrics.Metric):
         self.target.append(target.cpu())
 
     def compute(self) -> torch.Tensor:
-        scores = dim_zero_cat(self.scores).numpy()
-        target = dim_zero_cat(self.target).numpy()
+        scores = dim_zero_cat(self.scores).float().cpu().numpy()
+        target = dim_zero_cat(self.target).cpu().numpy()
         return torch.tensor(M.ece(target, scores))
 
 

@@ -100,6 +100,11 @@ def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -
     if config.trainer.get("enable_progress_bar", True):  # tqdm: readable in log files too
         callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
     trainer = {k: v for k, v in config.trainer.items() if k != "logger"}
+    steps = trainer.get("max_steps") or -1
+    if steps > 0 and "val_check_interval" not in trainer:
+        # A step budget can end mid-epoch, before any validation: validate at that step, so
+        # early stopping and the best checkpoint have their metric (also across epochs).
+        trainer.update(val_check_interval=steps, check_val_every_n_epoch=None)
     return pl.Trainer(
         **trainer,
         default_root_dir=str(run_dir),

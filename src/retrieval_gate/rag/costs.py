@@ -1,0 +1,181 @@
+"""What a RAG pass cost, overall and per strategy, and the meter that measures it.
+
+Every second is measured around the batched call that spent it (`time.perf_counter`). A call
+shared by several strategies (the first generation call holds closed-book, one-retrieval and
+first-step multi-step prompts; the first retrieval call serves one-retrieval and multi-step
+questions alike) is split between them: generation time in proportion to each strategy's
+prompt + generated tokens in that call, retrieval time in proportion to its queries. Those
+shares are the only figures that are apportioned rather than timed on their own; the totals
+are not. Token counts are the generator's own, per generation."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+from ..errors import BackendError
+from ..generation.base import Generation, Generator, PartialGenerator
+from ..questions import Question
+from ..retrieval.base import Hit, Retriever
+
+
+@dataclass
+class StrategyCosts:
+    """One strategy's share of a pass: its questions, retrieval requests and LLM calls
+    (counted per question), seconds (apportioned in shared calls) and tokens."""
+
+    questions: int = 0
+    failed: int = 0
+    retrievals: int = 0  # retrieval requests made for its questions (one per query)
+    llm_calls: int = 0  # generations made for its questions (a multi-step question: one a step)
+    retrieval_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def per_question(self) -> dict[str, float]:
+        n = self.questions or 1
+        return {"retrievals": self.retrievals / n, "llm_calls": self.llm_calls / n}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), **{f"{k}_per_question": v for k, v in self.per_question().items()}}
+
+
+@dataclass
+class Costs:
+    """Measured cost of one pass over a batch of questions (seconds and token counts)."""
+
+    questions: int = 0
+    failed: int = 0  # questions answered with an error instead of a generation
+    retrieved: int = 0  # questions that retrieved at all (one retrieval or multi-step)
+    retrievals: int = 0  # retrieval requests, per question summed (multi-step: one a step)
+    llm_calls: int = 0  # generations, per question summed (multi-step: one a step)
+    retrieval_calls: int = 0  # batched calls made to the retriever
+    generation_calls: int = 0  # batched calls made to the generator
+    gate_seconds: float = 0.0  # the gate's or router's decision
+    retrieval_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    overhead_seconds: float = 0.0
+    total_seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    by_strategy: dict[str, StrategyCosts] = field(default_factory=dict)
+
+    @property
+    def retrieval_rate(self) -> float:
+        return self.retrieved / self.questions if self.questions else 0.0
+
+    @property
+    def questions_per_second(self) -> float:
+        return self.questions / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    @property
+    def gate_share(self) -> float:
+        """The gate's share of end-to-end wall time."""
+        return self.gate_seconds / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Prompt + generated tokens per second of generation: the engine's rate, which shows
+        whether calls are batched (a per-question loop would lower it, longer prompts not)."""
+        tokens = self.prompt_tokens + self.completion_tokens
+        return tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
+
+    def per_question_ms(self, part: str) -> float:
+        """Milliseconds per question of `gate`, `retrieval`, `generation`, `overhead` or
+        `total`."""
+        return 1000 * getattr(self, f"{part}_seconds") / self.questions if self.questions else 0.0
+
+    def strategy(self, name: str) -> StrategyCosts:
+        return self.by_strategy.setdefault(name, StrategyCosts())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            retrieval_rate=self.retrieval_rate,
+            questions_per_second=self.questions_per_second,
+            gate_share=self.gate_share,
+            tokens_per_second=self.tokens_per_second,
+            by_strategy={s: c.to_dict() for s, c in self.by_strategy.items()},
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Costs:
+        """The inverse of `to_dict` (derived figures are recomputed, not read)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"by_strategy"}
+        parts = {f.name for f in dataclasses.fields(StrategyCosts)}
+        by = {s: StrategyCosts(**{k: v for k, v in c.items() if k in parts})
+              for s, c in (d.get("by_strategy") or {}).items()}  # fmt: skip
+        return cls(**{k: v for k, v in d.items() if k in names}, by_strategy=by)
+
+
+class Meter:
+    """Makes the batched retriever and generator calls of one pass and books their time into
+    `costs`, split between the strategies each call served (see the module docstring)."""
+
+    def __init__(self, costs: Costs):
+        self.costs = costs
+
+    def retrieve(
+        self, retriever: Retriever, queries: Sequence[Question], strategies: Sequence[str], k: int
+    ) -> list[list[Hit]]:
+        """Top-k hits per query in ONE call; `strategies[i]` is the strategy query i serves."""
+        if not queries:
+            return []
+        call = partial(retriever.retrieve, list(queries), k=k)
+        hits, seconds = _timed(call, len(queries), f"retriever {retriever.name!r}")
+        self.costs.retrieval_calls += 1
+        self.costs.retrieval_seconds += seconds
+        self._split("retrieval", seconds, strategies, [1] * len(queries))
+        return hits
+
+    def generate(
+        self,
+        generator: Generator,
+        prompts: Sequence[str],
+        strategies: Sequence[str],
+        max_new_tokens: int,
+    ) -> list[Generation | str]:
+        """ONE generator call over `prompts`; per prompt its generation, or the error that
+        ended it when the generator reports failures prompt by prompt (a server: see
+        `PartialGenerator`). Any other failure fails the call."""
+        if not prompts:
+            return []
+        method = (
+            generator.try_generate
+            if isinstance(generator, PartialGenerator)
+            else generator.generate
+        )
+        call = partial(method, list(prompts), max_new_tokens=max_new_tokens)
+        raw, seconds = _timed(call, len(prompts), f"generator {generator.name!r}")
+        self.costs.generation_calls += 1
+        self.costs.generation_seconds += seconds
+        out = [g if isinstance(g, Generation) else f"the generator failed: {g}" for g in raw]
+        tokens = [g.prompt_tokens + g.completion_tokens if isinstance(g, Generation) else 0
+                  for g in out]  # fmt: skip
+        self._split("generation", seconds, strategies, tokens)
+        return out
+
+    def _split(self, part: str, seconds: float, strategies: Sequence[str],
+               weights: Sequence[int]) -> None:  # fmt: skip
+        """A shared call's seconds between the strategies it served, by `weights`."""
+        total = sum(weights)
+        for s, w in zip(strategies, weights, strict=True):
+            c = self.costs.strategy(s)
+            share = w / total if total else 1 / len(weights)
+            setattr(c, f"{part}_seconds", getattr(c, f"{part}_seconds") + seconds * share)
+
+
+def _timed(call: Any, n: int, what: str) -> tuple[list[Any], float]:
+    """`call()`'s results and seconds; one result per input, or the backend misbehaved."""
+    t = time.perf_counter()
+    out = list(call())
+    seconds = time.perf_counter() - t
+    if len(out) != n:
+        raise BackendError(f"{what} returned {len(out)} results for {n} inputs")
+    return out, seconds

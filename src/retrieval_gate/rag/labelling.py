@@ -1,0 +1,253 @@
+"""`label --policy strategies`: each question's outcome under every strategy of the RAG loop
+(no retrieval, one retrieval, multi-step), with YOUR generator and retriever, into the
+strategy label file (`labels/strategies.py`: same rows, same provenance fields).
+
+It lives in rag/ because it runs the loop itself (labels/ sits below rag/ and cannot): the
+labels are the outcomes of exactly the prompts, documents and steps `rag` and `serve` run.
+
+Resumable chunk by chunk: each chunk is one `AdaptiveRAG.run` over its questions once per
+strategy (so step s of every question is one engine call), its rows are appended when the
+chunk ends, and a rerun skips every id already in the file. A resume with another generator,
+retriever, corpus, k, strategy list, multi-step setting, criterion or unanswered treatment is
+refused before any engine starts (the generator's weights checksum right after it starts).
+A question whose generator call failed (a server that died mid-step) is not written: the
+other questions go on, the run ends with an error naming how many failed, and a rerun redoes
+only those."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError, DataError, InputError
+from ..fileio import sha256_file
+from ..generation.base import Generator
+from ..generation.prompts import CLOSED_BOOK_ID, DOC_WORDS, MULTI_STEP_ID, WITH_CONTEXT_ID
+from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
+from ..labels.files import LabelFile, meta_path
+from ..labels.lock import single_writer
+from ..labels.run import pending, provenance, run_chunked
+from ..labels.scoring import DEFAULT_CRITERION, correct, judge
+from ..labels.strategies import (
+    STRATEGY_FILE,
+    Outcome,
+    Unanswered,
+    default_prior,
+    parse_strategies,
+    parse_unanswered,
+    strategy_row,
+)
+from ..questions import Question
+from ..retrieval.base import Retriever
+from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer
+from .multistep import MultiStepConfig
+from .strategies import NO_RETRIEVAL, STRATEGIES, Decision, FixedStrategy, check_strategies
+
+log = logging.getLogger(__name__)
+
+POLICY = "strategies"
+PROMPT_IDS = {"no_retrieval": CLOSED_BOOK_ID, "one_retrieval": WITH_CONTEXT_ID,
+              "multi_step": MULTI_STEP_ID}  # fmt: skip
+# Provenance a resumed file must share with this run (checked before any engine starts).
+RESUME_KEYS = ("policy", "source", "generator", "strategies", "retriever", "corpus",
+               "corpus_sha256", "k", "max_new_tokens", "multi_step", "doc_words", "prompt_ids",
+               "criterion", "unanswered")  # fmt: skip
+
+
+@dataclass
+class StrategyLabelling:
+    """What one `label --policy strategies` run asks for (one field per flag)."""
+
+    questions: Sequence[Question]
+    out: Path
+    generator: str  # the generator's name (a model folder's name, or the server's model id)
+    retriever: str = "bm25"
+    corpus: Path | None = None
+    k: int = DEFAULT_K
+    strategies: Sequence[str] = STRATEGIES
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    multi_step: MultiStepConfig = field(default_factory=MultiStepConfig)
+    criterion: str = DEFAULT_CRITERION
+    unanswered: str | None = None
+    chunk_size: int = 64
+
+    def check(self) -> tuple[list[str], Unanswered]:
+        """The strategies (cost order) and unanswered treatment; every flag checked."""
+        strategies = parse_strategies(self.strategies)
+        check_strategies(strategies, "--strategies")
+        if (
+            strategies != [s for s in STRATEGIES if s in strategies]
+            or strategies[0] != NO_RETRIEVAL
+        ):
+            raise InputError(f"--strategies {' '.join(strategies)}: list them in cost order, "
+                             f"{NO_RETRIEVAL} first ({' '.join(STRATEGIES)})")  # fmt: skip
+        self.multi_step.check()
+        for flag, value in (("--k", self.k), ("--max-new-tokens", self.max_new_tokens),
+                            ("--chunk-size", self.chunk_size)):  # fmt: skip
+            if value < 1:
+                raise InputError(f"{flag} must be at least 1, got {value}")
+        return strategies, parse_unanswered(self.unanswered, strategies)
+
+    def settings(self, strategies: list[str], treat: Unanswered) -> dict[str, Any]:
+        corpus_sha = (
+            sha256_file(self.corpus) if self.corpus and Path(self.corpus).is_file() else None
+        )
+        return {
+            "policy": POLICY, "source": "generator", "generator": Path(self.generator).name,
+            "strategies": strategies, "retriever": self.retriever,
+            "corpus": str(self.corpus) if self.corpus else None, "corpus_sha256": corpus_sha,
+            "k": self.k, "max_new_tokens": self.max_new_tokens,
+            "multi_step": asdict(self.multi_step.resolved(self.k)), "doc_words": DOC_WORDS,
+            "prompt_ids": {s: PROMPT_IDS[s] for s in strategies}, "criterion": self.criterion,
+            "unanswered": treat.describe(),
+        }  # fmt: skip
+
+
+def label_path(labels_dir: Path, generator: str) -> Path:
+    """<labels-dir>/<generator>/strategies.jsonl, beside the generator's other label files."""
+    return labels_dir / Path(generator).name.lower() / STRATEGY_FILE
+
+
+def label_strategies(
+    req: StrategyLabelling,
+    generator: Callable[[], Generator] | Generator,
+    retriever: Callable[[], Retriever] | Retriever,
+) -> dict[str, Any]:
+    """Labels the questions not yet in `req.out`. `generator` / `retriever`: built ones, or
+    factories called only when there is something to label (after every check)."""
+    strategies, treat = req.check()
+    if not req.questions:
+        raise InputError("no questions to label")
+    settings = req.settings(strategies, treat)
+    with single_writer(req.out):
+        out = LabelFile(req.out)
+        out.require_ours()
+        _check_resume(out, settings)
+        todo = pending(req.questions, out.done_ids())
+        _check_priors(todo, strategies, treat)
+        if not todo:
+            return _summary(out, strategies, {"questions": 0, "seconds": 0.0}, 0)
+        gen = generator if isinstance(generator, Generator) else generator()
+        ret = retriever if isinstance(retriever, Retriever) else retriever()
+        _check_weights(out, gen)
+        fields = {k: v for k, v in settings.items() if k != "policy"}
+        meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,
+                          backend=getattr(gen, "backend", "?"), retriever_name=ret.name)  # fmt: skip
+        out.write_meta(meta)  # before the first row: a label file never lacks its provenance
+        rag = AdaptiveRAG(FixedStrategy(NO_RETRIEVAL), ret, gen, k=req.k,
+                          max_new_tokens=req.max_new_tokens, multi_step=req.multi_step)  # fmt: skip
+        chunk = _Chunk(rag, strategies, treat, req.criterion, source_frequent_answers(todo))
+        stats = run_chunked(todo, out, chunk, req.chunk_size, desc="strategies")
+        out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
+    if chunk.failed:
+        raise BackendError(
+            f"{len(chunk.failed)} of {len(todo)} questions were not labelled because the "
+            f"generator failed (e.g. {chunk.failed[0][0]!r}: {chunk.failed[0][1]}); the "
+            f"{stats['questions'] - len(chunk.failed)} others are in {req.out}: run the same "
+            "command again to label only the missing ones"
+        )
+    return _summary(out, strategies, stats, len(chunk.failed))
+
+
+class _Chunk:
+    """The rows of one chunk: every question under every strategy in one loop pass."""
+
+    def __init__(self, rag: AdaptiveRAG, strategies: list[str], treat: Unanswered,
+                 criterion: str, frequent: dict) -> None:  # fmt: skip
+        self.rag, self.strategies, self.treat = rag, strategies, treat
+        self.criterion, self.frequent = criterion, frequent
+        self.failed: list[tuple[str, str]] = []
+
+    def __call__(self, questions: list[Question]) -> list[dict[str, Any]]:
+        expanded = [q for q in questions for _ in self.strategies]
+        names = [s for _ in questions for s in self.strategies]
+        decision = Decision(names, [float(s != NO_RETRIEVAL) for s in names])
+        try:
+            answers = self.rag.run(expanded, decision=decision).answers
+        except BackendError as e:  # every prompt of the chunk failed: the engine is down
+            log.warning("a chunk of %d questions failed: %s", len(questions), e)
+            self.failed.extend((q.id, str(e)) for q in questions)
+            return []
+        width = len(self.strategies)
+        rows = []
+        for n, q in enumerate(questions):
+            mine = answers[n * width : (n + 1) * width]
+            broken = next((a for a in mine if a.retryable), None)
+            if broken is not None:
+                self.failed.append((q.id, broken.error or "the generator failed"))
+                continue
+            rows.append(self._row(q, mine))
+        return rows
+
+    def _row(self, q: Question, answers: list[Answer]) -> dict[str, Any]:
+        judged = {}
+        for s, a in zip(self.strategies, answers, strict=True):
+            j = judge(a.answer, q, self.frequent)
+            # a frequent answer read from documents is not a chance guess (as rag-gain counts)
+            judged[s] = {**j, "guess": j["guess"] and s == NO_RETRIEVAL}
+        ok = {s: correct(judged[s], self.criterion) for s in self.strategies}
+        preds = {s: a.answer for s, a in zip(self.strategies, answers, strict=True)}
+        cost = {s: float(a.retrievals) for s, a in zip(self.strategies, answers, strict=True)}
+        row = strategy_row(Outcome(q, ok, preds, cost), self.strategies, self.treat)
+        row["llm_calls"] = {s: a.llm_calls for s, a in zip(self.strategies, answers, strict=True)}
+        row["measures"] = {s: {k: judged[s][k] for k in ("match", "em", "f1", "guess")}
+                           for s in self.strategies}  # fmt: skip
+        errors = {s: a.error for s, a in zip(self.strategies, answers, strict=True) if a.error}
+        if errors:  # e.g. a prompt over the context window: wrong, and said why
+            row["errors"] = {s: e[:PREDICTION_CHARS] for s, e in errors.items()}
+        return row
+
+
+def _check_resume(out: LabelFile, settings: dict[str, Any]) -> None:
+    if not meta_path(out.path).exists():
+        return
+    old = out.meta
+    if old.get("source") != "generator" or old.get("policy") != POLICY:
+        raise DataError(
+            f"this strategy label file was not made by `label --policy {POLICY}` (source "
+            f"{old.get('source')!r}); pick another --labels-dir / --out", out.path)  # fmt: skip
+    for key in RESUME_KEYS:
+        if key in old and old[key] != settings[key]:
+            raise DataError(
+                f"this label file was made with {key}={old[key]!r}, not {settings[key]!r}; "
+                "resuming would mix rows under one provenance: pass another --out (or "
+                "--labels-dir), or rerun with the file's settings", out.path)  # fmt: skip
+
+
+def _check_weights(out: LabelFile, generator: Generator) -> None:
+    if meta_path(out.path).exists():
+        old = out.meta.get("generator_checksum")
+        if old and old != generator.checksum:
+            raise DataError(
+                f"this label file was made with other weights of {generator.name!r} (checksum "
+                f"{old[:12]}..., now {generator.checksum[:12]}...); pass another --out", out.path)  # fmt: skip
+
+
+def _check_priors(questions: Sequence[Question], strategies: list[str], treat: Unanswered) -> None:
+    """With `--unanswered prior`, every source needs a prior strategy: said before any engine
+    starts, not at the first question no strategy answers."""
+    if treat.treatment != "prior":
+        return
+    known = {**default_prior(strategies), **treat.prior}
+    lacking = sorted({q.source for q in questions} - set(known))
+    if lacking:
+        raise InputError(
+            f"--unanswered prior: source {lacking[0]!r} has no prior strategy for questions "
+            f"no strategy answers; pass --unanswered prior:{lacking[0]}=STRATEGY (or exclude, "
+            "or a strategy name such as no_retrieval)"
+        )
+
+
+def _summary(out: LabelFile, strategies: list[str], stats: dict, failed: int) -> dict[str, Any]:
+    rows = list(out.rows.values())
+    return {
+        "path": str(out.path),
+        "rows": len(rows),
+        **stats,
+        "failed": failed,
+        "correct": {s: sum(bool(r["correct"][s]) for r in rows) for s in strategies},
+        "cheapest": {s: sum(r["cheapest"] == s for r in rows) for s in [*strategies, None]},
+    }
