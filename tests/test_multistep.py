@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retrieval_gate.cli import main
-from retrieval_gate.errors import BackendError, ConfigError, DataError
+from retrieval_gate.errors import BackendError, ConfigError, DataError, InputError
 from retrieval_gate.generation.prompts import ANSWER_MARKER
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, comparison_rows
@@ -261,6 +261,8 @@ def test_router_mode_flags_are_checked(tmp_path):
         check_modes(["never"], ModeOptions(budget=1.0))
     with pytest.raises(DataError, match="no such folder"):
         check_modes(["router"], ModeOptions(router=tmp_path / "missing"))
+    with pytest.raises(InputError, match="neither an export"):  # a folder, but no export
+        check_modes(["router"], ModeOptions(router=tmp_path))
     router = LengthRouter()
     gates = build_mode_gates(["multi-step", "router"], None, ModeOptions(router=router))
     assert gates["router"] is router and gates["multi-step"].route(["a?"]) == ["multi_step"]

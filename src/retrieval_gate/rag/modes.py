@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..gates.base import Gate, uncached_gate
+from ..gates.pretrained import folder_kind
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
 from ..labels.evalset import load_splits
@@ -95,9 +96,11 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
     if options.budget is not None and not options.budget >= 0:
         raise ConfigError(f"--budget must be 0 or more (mean cost per question), "
                           f"got {options.budget}")  # fmt: skip
-    if isinstance(options.router, str | Path) and not Path(options.router).is_dir():
-        raise DataError("no such folder: --router takes a router or gate export folder "
-                        "(`retrieval-gate export`)", options.router)  # fmt: skip
+    if isinstance(options.router, str | Path):
+        if not Path(options.router).is_dir():
+            raise DataError("no such folder: --router takes a router or gate export folder "
+                            "(`retrieval-gate export`)", options.router)  # fmt: skip
+        folder_kind(Path(options.router))  # an export or a run, checked before any engine
 
 
 def build_mode_gates(
