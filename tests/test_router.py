@@ -268,3 +268,26 @@ def test_the_accuracy_matching_price_is_chosen_on_dev_and_the_saving_table():
     table = saving_table({"policies": [{"policy": n, "overall": stats} for n in names]})
     rows = [line.split(" | ")[0].strip("| ") for line in table.splitlines()[2:]]
     assert rows == [names[1], names[2], names[4], names[5], names[6], names[0]]
+
+
+def test_scores_then_route_of_one_batch_run_the_model_once():
+    """The RAG loop and the service ask a router for `scores` and then `route` of the same
+    questions: its model runs once for both (it ran twice: 2x the router's decision time)."""
+    from retrieval_gate.gates.router import RoutingMixin
+
+    P, Y = _random(50)
+    calls = []
+
+    class Counting(RoutingMixin):
+        name, threshold, strategies = "counting", 0.5, STRATEGIES
+        calibration = Calibration.fit(STRATEGIES, COSTS, P, Y)
+
+        def strategy_proba(self, questions):
+            calls.append(len(questions))
+            return np.tile([[0.3, 0.6, 0.8]], (len(questions), 1))
+
+    router, qs = Counting(), ["Who wrote Hamlet?", "When was it first staged?"]
+    np.testing.assert_allclose(router.scores(qs), [0.7, 0.7])
+    assert len(router.route(qs, budget=1.0)) == 2 and calls == [2]
+    router.route(["Another question?"])
+    assert calls == [2, 1]

@@ -24,6 +24,7 @@ class RoutingMixin:
 
     strategies: tuple[str, ...]
     calibration: Calibration
+    _last: tuple[tuple[str, ...], np.ndarray] | None = None  # the last batch's P, see `proba`
     strategy_proba: Callable[[Questions], np.ndarray]  # each router's own: P(correct | strategy)
 
     @property
@@ -36,9 +37,24 @@ class RoutingMixin:
         """The default operating point: mean cost per question `route(budget=None)` aims at."""
         return self.calibration.default_budget
 
+    def proba(self, questions: Questions) -> np.ndarray:
+        """`strategy_proba`, computed once for a batch asked for twice in a row: the RAG loop
+        and the service take `scores` and then `route` of the same questions."""
+        qs = as_questions(questions)
+        key, last = tuple(repr(q) for q in qs), self._last
+        if last is not None and last[0] == key:
+            return last[1]
+        P = self.strategy_proba(qs)
+        self._last = (key, P)
+        return P
+
+    def scores(self, questions: Questions) -> np.ndarray:
+        """P(needs retrieval) = 1 - P(correct | no retrieval)."""
+        return 1.0 - self.proba(questions)[:, 0]
+
     def route_indices(self, questions: Questions, budget: float | None = None) -> np.ndarray:
         price = self.calibration.price(budget)  # checks the budget before any scoring
-        return route_indices(self.strategy_proba(questions), price, self.calibration.costs)
+        return route_indices(self.proba(questions), price, self.calibration.costs)
 
     def route(self, questions: Questions, budget: float | None = None) -> list[str]:
         """One strategy name per question, for `budget` (mean cost per question, from 0 to
@@ -73,9 +89,6 @@ class FittedRouter(RoutingMixin):
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         qs = as_questions(questions)
         return self._predict(qs) if qs else np.zeros((0, len(self.strategies)))
-
-    def scores(self, questions: Questions) -> np.ndarray:
-        return 1.0 - self.strategy_proba(questions)[:, 0]
 
 
 def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> FittedRouter:
