@@ -60,13 +60,20 @@ class LearnedGate(EncoderGate):
         return [list(ids) for ids in enc["input_ids"]]
 
     @torch.inference_mode()
-    def run_batch(
+    def logits(
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
-    ) -> np.ndarray:
+    ) -> torch.Tensor:
+        """The module's logits for one padded batch, on this gate's device."""
         ids = torch.from_numpy(input_ids).to(self.device)
         attention = torch.from_numpy(mask).to(self.device)
         feats = None if features is None else torch.from_numpy(features).to(self.device)
-        logits = self.module(ids, attention, feats)
+        return self.module(ids, attention, feats)
+
+    @torch.inference_mode()
+    def run_batch(
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
+    ) -> np.ndarray:
+        logits = self.logits(input_ids, mask, features)
         return self.module.retrieval_probability(logits).float().cpu().numpy()
 
 
@@ -83,10 +90,8 @@ class LearnedRouter(RoutingMixin, LearnedGate):
     def _proba_batch(
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
     ) -> np.ndarray:
-        ids = torch.from_numpy(input_ids).to(self.device)
-        attention = torch.from_numpy(mask).to(self.device)
-        feats = None if features is None else torch.from_numpy(features).to(self.device)
-        return self.module.probabilities(self.module(ids, attention, feats)).float().cpu().numpy()
+        logits = self.logits(input_ids, mask, features)
+        return self.module.probabilities(logits).float().cpu().numpy()
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         texts, features = self.features_of(questions)

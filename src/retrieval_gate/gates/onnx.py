@@ -192,12 +192,13 @@ class OnnxGate(EncoderGate):
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
     def run_batch(
-        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
-    ) -> np.ndarray:
+        self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None,
+        output: str = "scores",
+    ) -> np.ndarray:  # fmt: skip
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if self.side_features is not None:
             feeds["features"] = features
-        return self.session.run(["scores"], feeds)[0].astype(np.float32)
+        return self.session.run([output], feeds)[0].astype(np.float32)
 
 
 class OnnxRouter(RoutingMixin, OnnxGate):
@@ -220,10 +221,7 @@ class OnnxRouter(RoutingMixin, OnnxGate):
     def _proba_batch(
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
     ) -> np.ndarray:
-        feeds = {"input_ids": input_ids, "attention_mask": mask}
-        if self.side_features is not None:
-            feeds["features"] = features
-        return self.session.run([ROUTER_OUTPUT], feeds)[0].astype(np.float32)
+        return self.run_batch(input_ids, mask, features, ROUTER_OUTPUT)
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         texts, features = self.features_of(questions)
