@@ -234,3 +234,21 @@ def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
     code, _ = _run([*base, "--outcomes", str(both), "--labels-dir", str(tmp_path / "d")], capsys)
     assert code == 0 and {p.name for p in (tmp_path / "d" / "mine").glob("*.jsonl")} == {
         "closed-book.jsonl", "rag-gain.jsonl"}  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["folder", "user file"])
+def test_label_out_refused_leaves_nothing_beside_it(tmp_path, capsys, target):
+    """`label --out` naming a folder or a file that is not a label file is refused before the
+    writer lock is taken: no `.<name>.lock` is left in the user's folder (the probe's DAMAGE)."""
+    user = tmp_path / "user"
+    user.mkdir()
+    out = user / ("out" if target == "folder" else "settings.env")
+    if target == "folder":
+        out.mkdir()
+    else:
+        out.write_text("KEY=1\n")
+    before = sorted(p.name for p in user.iterdir())
+    code, err = _run(["label", "--policy", "popularity", "--out", str(out)], capsys)
+    assert code == 2 and str(out) in err, err
+    assert sorted(p.name for p in user.iterdir()) == before
+    assert target == "folder" or out.read_text() == "KEY=1\n"

@@ -67,6 +67,9 @@ def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> di
     validate_request(req)
     if req.policy == OUTCOMES:
         return _outcomes(req, path)
+    # A folder or a user's file is refused before the lock file is made beside it (and read
+    # again under the lock: another run may have appended meanwhile).
+    LabelFile(path, replacing=req.policy in REBUILT).require_ours()
     with single_writer(path):  # one run (local or Ray) writes a label file at a time
         return _label_file(req, path, generator, retriever)
 

@@ -122,8 +122,9 @@ def label_strategies(
     if not req.questions:
         raise InputError("no questions to label")
     settings = req.settings(strategies, treat)
+    LabelFile(req.out).require_ours()  # a folder or a user's file: refused before the lock file
     with single_writer(req.out):
-        out = LabelFile(req.out)
+        out = LabelFile(req.out)  # read under the lock: another run may have appended meanwhile
         out.require_ours()
         _check_resume(out, settings)
         todo = pending(req.questions, out.done_ids())
