@@ -252,3 +252,13 @@ def test_label_out_refused_leaves_nothing_beside_it(tmp_path, capsys, target):
     assert code == 2 and str(out) in err, err
     assert sorted(p.name for p in user.iterdir()) == before
     assert target == "folder" or out.read_text() == "KEY=1\n"
+
+
+def test_label_generator_folder_that_does_not_exist_is_refused_at_once(tmp_path, capsys):
+    """--generator naming a missing folder: refused before the lock or any engine (the engine
+    took 9 s to say so), and nothing written beside --out."""
+    out = tmp_path / "labels" / "x.jsonl"
+    code, err = _run(["label", "--policy", "closed-book", "--generator", str(tmp_path / "nosuch"),
+                      "--limit", "2", "--out", str(out)], capsys)  # fmt: skip
+    assert code == 2 and "no model folder here" in err and str(tmp_path / "nosuch") in err, err
+    assert not out.parent.exists()

@@ -148,8 +148,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(throughput(gen, args.throughput), indent=2))
         return 0
     from ..data.errors import DataError
+    from ..generation.models import check_model_folder
     from ..labels.policies import LabelRequest, label
 
+    if not args.generator_url:  # a local engine: its folder exists (before any lock or engine)
+        check_model_folder(args.generator)
     if not args.policy:
         raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
     if args.policy == STRATEGIES_POLICY:

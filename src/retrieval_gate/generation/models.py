@@ -10,6 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..errors import InputError
 from ..fileio import sha256_file
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 
@@ -74,4 +75,17 @@ def resolve_generator_model(name_or_path: str) -> str:
     any other local folder or hub name is passed through."""
     if name_or_path in (SMOLLM2, "smollm2"):
         return str(prepare_smollm2())
+    check_model_folder(name_or_path)
     return name_or_path
+
+
+def check_model_folder(name_or_path: str) -> None:
+    """A generator named by a path must be a folder (checked before any engine starts); a Hub
+    name is never absolute or dotted."""
+    path = Path(name_or_path).expanduser()
+    if (name_or_path.startswith(("/", ".", "~")) or path.exists()) and not path.is_dir():
+        raise InputError(
+            "no model folder here: pass a folder vLLM (or transformers) can load, a Hub name, "
+            f"or {SMOLLM2}",
+            name_or_path,
+        )
