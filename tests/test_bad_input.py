@@ -262,3 +262,12 @@ def test_label_generator_folder_that_does_not_exist_is_refused_at_once(tmp_path,
                       "--limit", "2", "--out", str(out)], capsys)  # fmt: skip
     assert code == 2 and "no model folder here" in err and str(tmp_path / "nosuch") in err, err
     assert not out.parent.exists()
+
+
+def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
+    """`evaluate --gates learned` without --learned-run: every gate skipped, so exit 2 naming
+    the missing flag (it drew an empty report and crashed: ZeroDivisionError)."""
+    code, err = _run(["evaluate", "--gates", "learned", "--labels",
+                      "data/labels/smollm2-135m-instruct/closed-book.jsonl",
+                      "--out", str(tmp_path / "ev")], capsys)  # fmt: skip
+    assert code == 2 and "no gate could be evaluated" in err and "--learned-run" in err, err

@@ -49,3 +49,16 @@ def test_tune_without_recorded_answers_names_the_flag(tmp_path, monkeypatch, cap
                  "--objective", "adaptive-accuracy"]) == 0  # fmt: skip
     result = json.loads(Path("reports/tune/tune-tfidf-mine.json").read_text())
     assert "pass --run-dir" in " ".join(result["skipped"].values())
+
+
+def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys):
+    """--storage the user names is checked before any work, also when only exact 1-D
+    objectives run (a folder was silently accepted: the probe's ACCEPTED)."""
+    folder = tmp_path / "db-dir"
+    folder.mkdir()
+    argv = ["tune", "--gate", "popularity", "--labels",
+            "data/labels/smollm2-135m-instruct/closed-book.jsonl", "--objective", "macro-f1",
+            "--storage", str(folder), "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    assert str(folder) in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

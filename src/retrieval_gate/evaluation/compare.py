@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
-from ..errors import MissingInputError
+from ..errors import ConfigError, MissingInputError
 from ..fileio import content_id, write_text
 from ..gates.base import Gate, gate_checksum
 from ..gates.popularity import mallen_protocol
@@ -125,6 +125,9 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             result.cost_ms = costs.get(name)
             results.append(result)
             built[name] = gate
+        if not results:  # every gate lacked an input: nothing to report, say why
+            reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            raise ConfigError(f"no gate could be evaluated on {policy} ({reasons})")
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
             report["policies"][policy]["routing"] = routing_report(

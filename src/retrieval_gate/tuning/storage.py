@@ -37,6 +37,9 @@ def storage_url(spec: str | Path) -> str:
     if spec.startswith(JOURNAL) or "://" in spec:
         return spec
     path = Path(spec)
+    if path.is_dir():
+        raise InputError("--storage is a folder; name a SQLite file in it (e.g. studies.db) or a "
+                         "database URL", path)  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
 

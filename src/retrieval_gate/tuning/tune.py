@@ -70,8 +70,10 @@ class TuneConfig:
             raise ConfigError(f"unknown objective {unknown[0]!r}; use {', '.join(OBJECTIVES)}")
         if self.trials < 1:
             raise InputError(f"--trials must be at least 1, got {self.trials}")
-        if set(self.objectives) & set(SAMPLED):  # reachable and writable before any work;
-            check_storage(self.storage, self.workers)  # exact sweeps create no study file
+        # Reachable and writable before any work: for sampled studies, and for a --storage the
+        # user named (exact sweeps alone leave the default study file unmade).
+        if set(self.objectives) & set(SAMPLED) or str(self.storage) != str(DEFAULT_STORAGE):
+            check_storage(self.storage, self.workers)
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
