@@ -271,3 +271,19 @@ def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
                       "data/labels/smollm2-135m-instruct/closed-book.jsonl",
                       "--out", str(tmp_path / "ev")], capsys)  # fmt: skip
     assert code == 2 and "no gate could be evaluated" in err and "--learned-run" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["rag", "--limit", "-5"], "--limit must be 0 (all) or more"),
+        (["rag", "--modes", "never", "--threshold", "never=nan"], "a probability in [0, 1]"),
+        (["rag", "--modes", "never", "--threshold", "never=1.5"], "a probability in [0, 1]"),
+        (["export", "--run", "nosuch", "--parity-limit", "-5"], "--parity-limit must be 0"),
+    ],
+)
+def test_numbers_out_of_range_exit_2_before_any_work(argv, message, tmp_path, capsys):
+    """The probe's last tracebacks and an engine started for a NaN threshold: one line, exit 2."""
+    code, err = _run([*argv, *(["--out-dir", str(tmp_path)] if argv[0] == "export" else [])],
+                     capsys)  # fmt: skip
+    assert code == 2 and message in err, err

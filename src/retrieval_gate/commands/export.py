@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from ..fileio import plain_name
 
     check_out_dir(Path(args.out_dir))  # before torch and onnx load (seconds)
+    if args.parity_limit < 0:
+        raise InputError(f"--parity-limit must be 0 (all) or more, got {args.parity_limit}")
     run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
     from ..export.build import build_export

@@ -179,6 +179,8 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
 def run(args: argparse.Namespace) -> int:
     from ..rag.experiment import Pipeline, Sample, run_comparison
 
+    if args.limit < 0:
+        raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
     engine = generator_kwargs(args)
     report = run_comparison(
         args.modes,
