@@ -104,7 +104,12 @@ def bench_onnx(
     router = isinstance(gate, OnnxRouter)
     # a router pays for what it serves: P(correct | strategy) and the routing at its default
     run = gate._proba_batch if router else gate.run_batch
-    call = gate.route if router else gate.score_texts
+    call = gate.score_texts
+    if router:  # strategy_proba, not route: route keeps the last batch's P (the same texts, free)
+        from retrieval_gate.routing import route_indices
+
+        cal = gate.calibration
+        call = lambda qs: route_indices(gate.strategy_proba(qs), cal.default_price, cal.costs)  # noqa: E731
     model_only = _timings(
         lambda: run(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None), args.repeat
     )
