@@ -277,8 +277,8 @@ def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
     "argv, message",
     [
         (["rag", "--limit", "-5"], "--limit must be 0 (all) or more"),
-        (["rag", "--modes", "never", "--threshold", "never=nan"], "a probability in [0, 1]"),
-        (["rag", "--modes", "never", "--threshold", "never=1.5"], "a probability in [0, 1]"),
+        (["rag", "--modes", "never", "--threshold", "never=nan"], "must be a number in [0, 1]"),
+        (["rag", "--modes", "never", "--threshold", "never=1.5"], "must be a number in [0, 1]"),
         (["export", "--run", "nosuch", "--parity-limit", "-5"], "--parity-limit must be 0"),
     ],
 )

@@ -4,8 +4,10 @@ flag per `GateOptions` field, so every verb accepts every gate it lists."""
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import fields
 
+from ..errors import InputError
 from ..gates.registry import GATES, GateOptions, option_flag
 
 
@@ -21,3 +23,10 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 def gate_options(args: argparse.Namespace) -> GateOptions:
     """The parsed gate flags as typed options."""
     return GateOptions(**{f.name: vars(args)[f.name] for f in fields(GateOptions)})
+
+
+def check_threshold(value: float | None, flag: str = "--threshold") -> float | None:
+    """A decision threshold given on the command line: a probability (NaN refused)."""
+    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InputError(f"{flag} must be a number in [0, 1], got {value}")
+    return value

@@ -14,7 +14,7 @@ from ..rag.modes import ModeOptions, known_modes, parse_thresholds
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
-from .gate_args import add_gate_options, gate_options
+from .gate_args import add_gate_options, check_threshold, gate_options
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 # The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
@@ -164,8 +164,11 @@ def generator_kwargs(args: argparse.Namespace) -> dict:
 
 
 def mode_options(args: argparse.Namespace) -> ModeOptions:
-    opts = ModeOptions(**vars(gate_options(args)), thresholds=parse_thresholds(args.threshold),
-                       router=args.router, budget=args.budget)  # fmt: skip
+    thresholds = parse_thresholds(args.threshold)
+    for mode, value in thresholds.items():
+        check_threshold(value, f"--threshold {mode}")
+    opts = ModeOptions(**vars(gate_options(args)), thresholds=thresholds, router=args.router,
+                       budget=args.budget)  # fmt: skip
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ..errors import InputError
 from ..fileio import not_an_input, write_text
 from ..gates.onnx_format import VARIANTS
 from ..routing import check_budget
+from .gate_args import check_threshold
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a router's budget: mean cost per question (default: the exported "
                    "default operating point); each record then names its strategy")  # fmt: skip
     p.set_defaults(run=run)
-
-
-def check_threshold(value: float | None, flag: str = "--threshold") -> float | None:
-    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise InputError(f"{flag} must be a number in [0, 1], got {value}")
-    return value
 
 
 def check_router_budget(model: str, budget: float | None) -> None:

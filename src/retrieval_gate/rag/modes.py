@@ -174,6 +174,4 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
             sep = ""
         if not sep or not mode:
             raise DataError(f"--threshold expects MODE=VALUE (e.g. onnx=0.4), got {item!r}")
-        if not 0.0 <= out[mode] <= 1.0:  # NaN too: a probability threshold
-            raise DataError(f"--threshold {item!r}: the value is a probability in [0, 1]")
     return out
