@@ -22,12 +22,10 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 from ..gates.base import Gate, Questions, Router, as_questions, is_router
+from ..routing import DEFAULT_COSTS  # retrievals per strategy, where a router has no costs
 
 NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
 STRATEGIES = (NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP)
-# Issue 25's default count of retrievals per strategy (multi-step: the Adaptive-RAG release's
-# mean IRCoT step count), used where a router states no costs of its own.
-DEFAULT_COSTS = {NO_RETRIEVAL: 0.0, ONE_RETRIEVAL: 1.0, MULTI_STEP: 3.35}
 
 Budget = float | None
 
