@@ -35,6 +35,7 @@ from .strategies import (
     NO_RETRIEVAL,
     ONE_RETRIEVAL,
     FixedStrategy,
+    check_budget_sign,
     check_router,
     load_router,
 )
@@ -93,9 +94,7 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
         raise ConfigError("the router mode needs --router DIR (a router or gate export)")
     if ROUTER not in modes and (options.router is not None or options.budget is not None):
         raise ConfigError("--router and --budget go with the router mode (--modes ... router)")
-    if options.budget is not None and not options.budget >= 0:
-        raise ConfigError(f"--budget must be 0 or more (mean cost per question), "
-                          f"got {options.budget}")  # fmt: skip
+    check_budget_sign(options.budget)  # before the router loads
     if isinstance(options.router, str | Path):
         if not Path(options.router).is_dir():
             raise DataError("no such folder: --router takes a router or gate export folder "

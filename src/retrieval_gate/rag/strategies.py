@@ -63,6 +63,11 @@ def check_router(gate: Gate, budget: Budget = None) -> None:
             "to meet; its operating point is its threshold (--threshold MODE=VALUE), or pass a "
             "router export with --router"
         )
+    check_budget_sign(budget)
+
+
+def check_budget_sign(budget: Budget) -> None:
+    """A budget is 0 or more (its top is the router's dearest cost, known once it loads)."""
     if budget is not None and not budget >= 0:
         raise ConfigError(f"--budget must be 0 or more (mean cost per question), got {budget}")
 
