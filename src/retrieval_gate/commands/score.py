@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     items = questions if questions is not None else as_questions([r["text"] for r in good])
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
-    elif gate.side_features is not None:
+    elif gate.side_features is not None and not gate.side_features.from_text:
         names = ", ".join(gate.side_features.names)
         raise InputError(
             f"gate {gate.name} also reads the side features {names}, which a line of text "

@@ -82,10 +82,17 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     )
 
 
+def _user_columns(meta: dict[str, Any]) -> list[str]:
+    """The side features a user passes beside the text (a stacked router's text features are
+    computed from the text itself)."""
+    side = meta.get("side_features") or {}
+    return [] if side.get("kind") == "text" else list(side.get("names") or [])
+
+
 def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     """What the gate learned from: the question file or the bundled datasets, and its inputs."""
     data = config["data"]
-    side = (meta.get("side_features") or {}).get("names") or []
+    side = _user_columns(meta)
     if data.get("questions"):
         fields = f" (columns mapped: {json.dumps(data['fields'])})" if data.get("fields") else ""
         source = [f"- questions: your file `{data['questions']}`{fields}; split: its `split` "
@@ -96,12 +103,15 @@ def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         source = [f"- questions: the bundled datasets ({names}), canonical split "
                   f"(seed {data['split_seed']})"]  # fmt: skip
     inputs = "the question text" + (f" and the side features {', '.join(side)}" if side else "")
+    if (meta.get("side_features") or {}).get("kind") == "text":
+        inputs += (" (the frozen encoder's embedding, TF-IDF word and character n-grams, the "
+                   "wording's shape and P(source | text): `model.head: stacked`)")  # fmt: skip
     return [*source, f"- inputs: {inputs}"]
 
 
 def _use(path: str, meta: dict[str, Any]) -> list[str]:
     """A snippet that runs for this gate: with its side features when it has them."""
-    side = (meta.get("side_features") or {}).get("names") or []
+    side = _user_columns(meta)
     call = 'gate.predict(["Who wrote Hamlet?"])'
     if side:  # one value per question and feature; None = unknown
         values = ", ".join(f'"{n}": [None]' for n in side)
@@ -138,7 +148,7 @@ def write_model_card(
     lines = [
         f"# Retrieval gate `{name}`",
         "",
-        f"Predicts from the question{' and its side features' if meta.get('side_features') else ' alone'} "
+        f"Predicts from the question{' and its side features' if _user_columns(meta) else ' alone'} "
         "whether the generator needs retrieval. Output "
         f"`scores` = {meta['score']}. Classes: {', '.join(meta['classes'])}.",
         "",

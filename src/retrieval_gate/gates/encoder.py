@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..data.features import SideFeatures
+from ..data.features import GateFeatures
 from ..errors import InputError
 from .base import Questions, as_questions
 
@@ -48,7 +48,7 @@ class EncoderGate(ABC):
     threshold: float
     batch_size: int
     pad_id: int
-    side_features: SideFeatures | None
+    side_features: GateFeatures | None  # a user's columns, or a stacked router's text features
 
     @abstractmethod
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -86,9 +86,12 @@ class EncoderGate(ABC):
         if not texts:
             return np.zeros((0, *row_shape), dtype=np.float32)
         check_texts(texts)
-        if self.side_features is not None and features is None:
+        side = self.side_features
+        if features is None and side is not None and side.from_text:  # a stacked router's
+            features = side.matrix(texts)
+        if side is not None and features is None:
             raise InputError(
-                f"gate {self.name} needs the side features {', '.join(self.side_features.names)}:"
+                f"gate {self.name} needs the side features {', '.join(side.names)}:"
                 " score Questions (with them in Question.extra), not bare texts"
             )
         ids = self.encode(texts)

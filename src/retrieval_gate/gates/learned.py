@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.features import SideFeatures
 from ..fileio import sha256_file
 from ..routing import Calibration
 from ..run_folder import RunFolder
@@ -47,7 +46,7 @@ class LearnedGate(EncoderGate):
         self.batch_size = batch_size
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.name = name or f"learned:{self.run_dir.name}"
-        self.side_features = SideFeatures.from_dict(self.module.model_cfg.get("side_features"))
+        self.side_features = self.module.side_features
 
     @cached_property
     def checksum(self) -> str:

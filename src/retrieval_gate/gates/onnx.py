@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..data.features import SideFeatures
+from ..data.features import features_from_dict
 from ..errors import BackendError, DataError, InputError
 from ..fileio import sha256_file
 from ..routing import Calibration
@@ -151,7 +151,7 @@ class OnnxGate(EncoderGate):
         self.provider = self.session.get_providers()[0]
         # Side features (names + scaling) when the gate was trained with them; older exports
         # have no such key and take text only.
-        self.side_features = SideFeatures.from_dict(
+        self.side_features = features_from_dict(
             json.loads(self.metadata.get("side_features", "null"))
         )
 

@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from .. import __version__
-from ..data.features import SideFeatures
+from ..data.features import GateFeatures, features_from_dict
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
 from ..routing import Calibration
@@ -93,10 +93,10 @@ def read_metadata(run_dir: str | Path) -> dict[str, Any]:
     return read_run_json(Path(run_dir) / "metadata.json")
 
 
-def run_side_features(meta: dict[str, Any], from_config: dict | None = None) -> SideFeatures | None:
+def run_side_features(meta: dict[str, Any], from_config: dict | None = None) -> GateFeatures | None:
     """The side features a run was trained with: metadata.json's, or (runs trained before they
     moved there) config.yaml's `model.side_features`."""
-    return SideFeatures.from_dict(meta.get("side_features") or from_config)
+    return features_from_dict(meta.get("side_features") or from_config)
 
 
 def save_threshold(

@@ -251,6 +251,10 @@ class ModelConfig(_Checked):
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     threshold: float = 0.5
+    # linear: one layer over the pooled embedding, trained with the body. stacked (routers
+    # only): the body frozen, logistic models over its embedding, TF-IDF n-grams, the wording's
+    # shape and a source posterior (training/stacked.py), fitted in seconds, no epochs
+    head: Literal["linear", "stacked"] = "linear"
     # routers (data.task=strategies): each strategy's cost in your unit (None: the label
     # file's per-question costs, else retrievals: 0, 1, 3.35), and the default operating
     # point, a budget = mean cost per question (the best dev accuracy within it)
@@ -334,6 +338,12 @@ class TrainConfig:
             if not isinstance(value, cls):
                 raise ConfigError(f"config section {name!r} must be a {cls.__name__}")
         object.__setattr__(self, "trainer", check_trainer(self.trainer))
+        if self.model.head == "stacked" and not self.data.task_spec.multilabel:
+            raise ConfigError(f"model.head=stacked is a router head: it needs data.task=strategies "
+                              f"(got {self.data.task!r}); use model.head=linear for a gate")  # fmt: skip
+        if self.model.head == "stacked" and self.data.features:
+            raise ConfigError("model.head=stacked computes its own text features: drop "
+                              "data.features, or use model.head=linear with them")  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrainConfig:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from ..data import DataError, assign_splits, load_all
-from ..data.features import SideFeatures
+from ..data.features import GateFeatures, SideFeatures
 from ..data.splits import with_splits
 from ..labels import LabelFile
 from ..labels.strategies import load_strategy_labels, strategy_labels_sha256
@@ -268,18 +268,19 @@ class GateDataModule(pl.LightningDataModule):
         for split, part in self.rows.items():
             if not part:
                 raise DataError(f"the {split} split has no labelled questions", self.path)
-        self.side_features = self._add_side_features(qs, list(data.features or ()))
+        self.questions = {q.id: q for q in qs}
+        self.side_features: GateFeatures | None = None
+        if data.features:  # the scaling is fitted on the train split
+            train = [self.questions[r[0]] for r in self.rows["train"]]
+            self.attach_features(SideFeatures.fit(train, list(data.features)))
 
-    def _add_side_features(self, questions: Sequence[Question], names: list[str]):
-        """Fits the scaling on the train split and puts each row's features beside its text."""
-        if not names:
-            return None
-        by_id = {q.id: q for q in questions}
-        side = SideFeatures.fit([by_id[r[0]] for r in self.rows["train"]], names)
+    def attach_features(self, features: GateFeatures) -> None:
+        """Puts each row's features (side features, or a stacked router's text features)
+        beside its text: rows become (id, text, features, label)."""
+        self.side_features = features
         for split, rows in self.rows.items():
-            feats = side.matrix([by_id[r[0]] for r in rows], strict=False)
-            self.rows[split] = [(i, t, f, y) for (i, t, y), f in zip(rows, feats, strict=True)]
-        return side
+            feats = features.matrix([self.questions[r[0]] for r in rows], strict=False)
+            self.rows[split] = [(r[0], r[1], f, r[-1]) for r, f in zip(rows, feats, strict=True)]
 
     def calibration_sample(self, n: int = CALIBRATION_QUESTIONS) -> dict[str, Any]:
         """Up to `n` dev questions (texts and scaled side features), kept in the run for int8

@@ -20,10 +20,12 @@ from torchmetrics.utilities import dim_zero_cat
 from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
-from ..data.features import SideFeatures
+from ..data.features import GateFeatures
+from ..data.text_features import TextFeatures
 from ..errors import InputError
 from .backbones import Backbone
 from .config import ModelConfig
+from .stacked import StackedHead
 
 
 class RetrievalRate(torchmetrics.MeanMetric):
@@ -76,24 +78,15 @@ class RetrievalGateModule(pl.LightningModule):
         num_classes: int = 2,
         class_weights: torch.Tensor | None = None,
         hf_config: PretrainedConfig | None = None,
-        side_features: SideFeatures | None = None,
+        side_features: GateFeatures | None = None,
         multilabel: bool = False,
     ):
         super().__init__()
         self.config = model_cfg
-        # The run's side features (names + scaling, fitted on its train split): a training
-        # result, not a config key. `model_cfg` (a dict) keeps them for readers of that shape.
-        self.side_features = side_features
-        self.model_cfg = {**model_cfg.to_dict(),
-                          "side_features": side_features.to_dict() if side_features else None}  # fmt: skip
         self.num_classes = num_classes
         self.threshold = model_cfg.threshold
         self.backbone = Backbone(model_cfg, hf_config)
-        self.n_side = side_features.width if side_features else 0  # a value + a missing flag each
-        self.head = nn.Sequential(
-            nn.Dropout(model_cfg.dropout),
-            nn.Linear(self.backbone.hidden_size + self.n_side, num_classes),
-        )
+        self.set_head(side_features)
         self.multilabel = multilabel
         self.loss = (
             nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss(weight=class_weights)
@@ -105,6 +98,19 @@ class RetrievalGateModule(pl.LightningModule):
             }
         )
         self.train()  # from_pretrained leaves bodies in eval mode (dropout off)
+
+    def set_head(self, side_features: GateFeatures | None) -> None:
+        """The head over [pooled embedding, features]. The run's features (side features'
+        names + scaling, or a stacked router's text features, fitted on its train split) are a
+        training result, not a config key; a stacked head is fitted by `fit_stacked`."""
+        self.side_features = side_features
+        self.n_side = side_features.width if side_features else 0
+        hidden = self.backbone.hidden_size
+        if self.config.head == "stacked" and isinstance(side_features, TextFeatures):
+            self.head = StackedHead(hidden, side_features, self.num_classes)
+        else:
+            self.head = nn.Sequential(nn.Dropout(self.config.dropout),
+                                      nn.Linear(hidden + self.n_side, self.num_classes))  # fmt: skip
 
     def forward(
         self,

@@ -41,6 +41,7 @@ from .data import GateDataModule, memory_labels, memory_provenance, strategy_tar
 from .loggers import build_loggers
 from .module import RetrievalGateModule
 from .router import calibrate_router, check_strategy_source, router_figures
+from .stacked import fit_stacked_head
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,8 @@ def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) ->
     if not config.data.task_spec.multilabel:  # router keys: runs trained before them resume
         model.pop("costs")
         model.pop("budget")
+    if model["head"] == "linear":  # the default, as every run before the key existed
+        model.pop("head")
     text = json.dumps({**plain, "model": model, "trainer": trainer}, sort_keys=True, default=str)
     text += labels_sha256(config, labels)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -329,11 +332,14 @@ def train(
     earlier = keep_csv_history(run_dir)
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
-    best = trainer.checkpoint_callback.best_model_path
-    if best:  # weights of the best validation epoch, not the last one
-        state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
-        module.load_state_dict(state)
+    if config.model.head == "stacked":  # logistic models on the frozen body: no epochs
+        fit_stacked_head(module, dm, config.run.seed)
+    else:
+        trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
+        best = trainer.checkpoint_callback.best_model_path
+        if best:  # weights of the best validation epoch, not the last one
+            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
+            module.load_state_dict(state)
     dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
     test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
     # Under DDP every rank runs this function; validate/test metrics are already gathered
