@@ -4,6 +4,9 @@ metadata parsed with clear errors. Each case gives exit code 2 and a message, no
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -171,6 +174,30 @@ def test_score_only_lone_surrogates_is_exit_2(tmp_path, capsys):
     q.write_text('{"question": "\\udfff"}\n')
     code, err = _run(["score", "--model", str(tmp_path), "--input", str(q)], capsys)
     assert code == 2 and "lone surrogate" in err
+
+
+def test_encoder_batches_cap_padded_tokens_on_a_cpu_not_on_a_gpu():
+    """Length-ordered batches of at most `batch_size` rows and MAX_BATCH_TOKENS padded tokens
+    (a lone longer row still gets its batch); without the cap (a GPU), full batches."""
+    from retrieval_gate.gates.encoder import MAX_BATCH_TOKENS, EncoderGate
+
+    class Lengths(EncoderGate):
+        name, threshold, batch_size, pad_id, side_features = "t", 0.5, 64, 0, None
+        encode = run_batch = None
+
+    lengths = [10] * 100 + [35] * 30 + [900]
+    random.Random(0).shuffle(lengths)
+    gate = Lengths()
+    batches = gate.batches(lengths)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    widths = [[lengths[i] for i in b] for b in batches]
+    assert all(w == sorted(w) for w in widths) and widths[-1] == [900]
+    assert all(
+        len(w) <= 64 and (len(w) == 1 or len(w) * max(w) <= MAX_BATCH_TOKENS) for w in widths
+    )
+    assert [len(w) for w in widths[:3]] == [51, 49, 14]  # 51 x 10 <= 512, 14 x 35 <= 512
+    gate.max_batch_tokens = None
+    assert [len(b) for b in gate.batches(lengths)] == [64, 64, 3]
 
 
 def test_encoder_gates_refuse_lone_surrogates_with_an_input_error():

@@ -263,6 +263,9 @@ def test_router_mode_flags_are_checked(tmp_path):
         check_modes(["router"], ModeOptions(router=tmp_path / "missing"))
     with pytest.raises(InputError, match="neither an export"):  # a folder, but no export
         check_modes(["router"], ModeOptions(router=tmp_path))
+    (tmp_path / "model.onnx").write_bytes(b"")  # an export without the int8 file asked for
+    with pytest.raises(DataError, match="no int8 model in this router export"):
+        check_modes(["router"], ModeOptions(router=tmp_path, router_variant="int8"))
     router = LengthRouter()
     gates = build_mode_gates(["multi-step", "router"], None, ModeOptions(router=router))
     assert gates["router"] is router and gates["multi-step"].route(["a?"]) == ["multi_step"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..gates.base import Gate, uncached_gate
+from ..gates.onnx_format import VARIANTS
 from ..gates.pretrained import folder_kind
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
@@ -58,6 +59,7 @@ class ModeOptions(GateOptions):
     questions: Sequence[Question] | None = None  # the question set (None: bundled, canonical)
     router: Path | Gate | None = None  # the router mode's export folder (or a loaded router)
     budget: float | None = None  # the router mode's budget (None: the router's default)
+    router_variant: str = "fp32"  # the router export's ONNX file
 
 
 def known_modes() -> list[str]:
@@ -99,7 +101,12 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
         if not Path(options.router).is_dir():
             raise DataError("no such folder: --router takes a router or gate export folder "
                             "(`retrieval-gate export`)", options.router)  # fmt: skip
-        folder_kind(Path(options.router))  # an export or a run, checked before any engine
+        folder = Path(options.router)
+        model = folder / VARIANTS[options.router_variant]
+        if folder_kind(folder) == "onnx" and not model.is_file():  # checked before any engine
+            raise DataError(f"no {options.router_variant} model in this router export "
+                            f"(--router-variant): run `retrieval-gate export --variants "
+                            f"{options.router_variant}`", model)  # fmt: skip
 
 
 def build_mode_gates(
@@ -127,7 +134,9 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
         return FixedStrategy(MULTI_STEP, name=MULTI_STEP_MODE)
     if mode == ROUTER:
         router = options.router
-        return router if isinstance(router, Gate) else load_router(router)  # type: ignore[arg-type]
+        if isinstance(router, Gate):
+            return router
+        return load_router(router, options.router_variant)  # type: ignore[arg-type]
     gate = build_gate(mode, context, options)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.

@@ -128,13 +128,13 @@ class FixedStrategy:
         return [self.strategy] * len(as_questions(questions))
 
 
-def load_router(path: str | Path) -> Gate:
+def load_router(path: str | Path, variant: str = "fp32") -> Gate:
     """THE seam: a `--router` folder as the object the loop routes with. A router export is a
     `Router` (through `RetrievalGate.from_pretrained`, issue 25); a binary gate export loads as
     a gate and picks between the first two strategies."""
     from ..gates.pretrained import RetrievalGate
 
-    return RetrievalGate.from_pretrained(path)
+    return RetrievalGate.from_pretrained(path, variant=variant)
 
 
 def strategy_costs(gate: Gate) -> dict[str, float]:
