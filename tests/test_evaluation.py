@@ -326,3 +326,27 @@ def test_two_generators_closed_book_files_keep_their_own_sections(tmp_path):
     assert (out / "gen-b-closed-book-roc-pr.png").is_file()
     report = (out / "report.md").read_text()
     assert "## Labels: gen-a/closed-book" in report and "## Labels: gen-b/closed-book" in report
+
+
+@pytest.mark.slow  # trains a (tiny) stacked router per cell
+def test_transfer_learned_routers_leave_one_dataset_of_the_release_out(tmp_path):
+    """`transfer --labels adaptive-rag --learned` with the shipped router config (a tiny body
+    in place of MiniLM): one router trained per held-out dataset on the release's own
+    questions (the bundled sets' were used: no label id matched), routed figures per cell."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.data.adaptive_rag import release_questions
+    from tiny_backbones import tiny_backbone
+
+    body = tiny_backbone("roberta", tmp_path / "body", [q.text for q in release_questions()])
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    code = main(["transfer", "--labels", "adaptive-rag", "--gates", "router-prior", "--learned",
+                 "--learned-config", "router-adaptive-rag-llama8b", "--learned-set",
+                 f"model.name={body}", "model.pooling=cls", "data.max_train_examples=240",
+                 "data.max_eval_examples=60", "--learned-out", str(runs), "--out", str(out)])  # fmt: skip
+    assert code == 0
+    cells = [c for c in json.loads((out / "transfer.json").read_text()) if c["gate"] == "learned"]
+    sources = {"nq", "squad", "trivia", "hotpotqa", "2wikimultihopqa", "musique"}
+    assert {c["source"] for c in cells} == sources and len(cells) == 12
+    assert all(c["routed_accuracy"] is not None and c["n"] == 75 for c in cells)
+    trained = {p.name for p in runs.iterdir() if (p / "gate.pt").is_file()}
+    assert trained == {f"transfer-adaptive-rag-without-{s}" for s in [*sources, "nothing"]}

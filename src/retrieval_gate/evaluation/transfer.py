@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -221,11 +222,17 @@ def learned_fitter(
     questions: Sequence[Question] | None = None,
 ) -> Fitter:
     """Trains the learned gate (training API) without the held-out source, once per cell: a
-    run folder that already has its weights is reused, so an interrupted matrix resumes."""
+    run folder that already has its weights is reused, so an interrupted matrix resumes. The
+    questions are `questions`, else the ones the labels were split over (a release's own for
+    strategy labels); a router config trains a router (routed figures in its cells)."""
+
+    @cache
+    def labelled(policy: str) -> list[Question]:  # every split: training splits them itself
+        sp = load_splits(label_files[policy], None)
+        return [*sp.train.questions, *sp.dev.questions, *sp.test.questions]
 
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
-        from ..data.user_questions import question_set
-        from ..gates.learned import LearnedGate
+        from ..gates.learned import load_learned
         from ..training.config import load_config
         from ..training.run import train
 
@@ -235,8 +242,8 @@ def learned_fitter(
             sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
                     f"run.output_dir={output_dir}"]  # fmt: skip
             cfg = load_config(config, [*overrides, *sets])
-            pool = questions if questions is not None else question_set()
+            pool = questions if questions is not None else labelled(policy)
             train(cfg, [q for q in pool if q.source != held_out], resume=True)  # resumes a cell
-        return LearnedGate(run, name="learned")
+        return load_learned(run, name="learned")
 
     return fit
