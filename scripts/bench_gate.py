@@ -110,9 +110,14 @@ def bench_onnx(
 
         cal = gate.calibration
         call = lambda qs: route_indices(gate.strategy_proba(qs), cal.default_price, cal.costs)  # noqa: E731
-    model_only = _timings(
-        lambda: run(*pad_right([ids[next(it) % len(ids)]], gate.pad_id), None), args.repeat
-    )
+    side = gate.side_features  # a stacked router's text features go in beside the ids
+
+    def one() -> np.ndarray:
+        i = next(it) % len(ids)
+        feats = side.matrix([texts[i]]) if side is not None and side.from_text else None
+        return run(*pad_right([ids[i]], gate.pad_id), feats)
+
+    model_only = _timings(one, args.repeat)
     return {
         "name": f"{'router ' if router else ''}ONNX {label or variant} ({gate.provider})",
         **batch1(call, texts, args.repeat),

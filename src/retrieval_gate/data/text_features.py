@@ -17,11 +17,11 @@ the data module, the exporter and both gate backends carry it the same way."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -72,6 +72,10 @@ class Ngrams:
         return cls(vectorizer.analyzer, tuple(vectorizer.ngram_range), vectorizer.lowercase,
                    tuple(terms), tuple(float(x) for x in vectorizer.idf_))  # fmt: skip
 
+    def __post_init__(self) -> None:  # lookups built once (not part of equality or to_dict)
+        object.__setattr__(self, "_index", {t: i for i, t in enumerate(self.terms)})
+        object.__setattr__(self, "_idf", np.asarray(self.idf, np.float64))
+
     def grams(self, text: str) -> list[str]:
         low, high = self.ngram_range
         if self.lowercase:
@@ -80,22 +84,32 @@ class Ngrams:
             tokens = _WORD.findall(text)
             return [" ".join(tokens[i : i + n]) for n in range(low, high + 1)
                     for i in range(len(tokens) - n + 1)]  # fmt: skip
-        out = []
+        out: list[str] = []
         for word in _SPACES.sub(" ", text).split():
-            w = f" {word} "
-            for n in range(low, high + 1):
-                out.extend(w[i : i + n] for i in range(max(1, len(w) - n + 1)))
-                if len(w) <= n:  # a short word counts once, as in scikit-learn
-                    break
+            out.extend(_char_grams(word, low, high))
         return out
 
-    def vector(self, text: str, index: dict[str, int]) -> tuple[list[int], np.ndarray]:
+    def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Column indices and L2-normalised (1 + log tf) x idf weights of one text."""
-        counts = Counter(g for g in self.grams(text) if g in index)
-        cols = [index[g] for g in counts]
-        w = np.array([(1 + math.log(c)) * self.idf[index[g]] for g, c in counts.items()])
-        norm = float(np.sqrt((w**2).sum())) if len(w) else 0.0
-        return cols, w / norm if norm else w
+        index = self._index  # type: ignore[attr-defined]
+        counts = Counter(self.grams(text))
+        known = [(index[g], c) for g, c in counts.items() if g in index]
+        if not known:
+            return np.zeros(0, int), np.zeros(0)
+        cols, tf = np.array(known).T
+        w = (1 + np.log(tf)) * self._idf[cols]  # type: ignore[attr-defined]
+        return cols, w / np.sqrt(w @ w)
+
+
+@lru_cache(maxsize=1 << 16)  # words repeat across questions: their n-grams are built once
+def _char_grams(word: str, low: int, high: int) -> tuple[str, ...]:
+    """scikit-learn's char_wb n-grams of one word, padded with a space each side."""
+    w, out = f" {word} ", []
+    for n in range(low, high + 1):
+        out.extend(w[i : i + n] for i in range(max(1, len(w) - n + 1)))
+        if len(w) <= n:  # a short word counts once, as in scikit-learn
+            break
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -108,12 +122,10 @@ class TextFeatures:
     from_text: ClassVar[bool] = True  # computed from the question text: nothing to pass
 
     def __post_init__(self) -> None:
-        # term -> row of `projection`, per vocabulary (not part of equality or to_dict)
-        offset, indexes = 0, []
-        for ng in self.ngrams:
-            indexes.append((offset, {t: i for i, t in enumerate(ng.terms)}))
-            offset += len(ng.terms)
-        object.__setattr__(self, "_indexes", indexes)
+        # each vocabulary's rows of `projection` (not part of equality or to_dict)
+        bounds = np.cumsum([0, *(len(ng.terms) for ng in self.ngrams)])
+        blocks = [self.projection[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        object.__setattr__(self, "_blocks", blocks)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -123,17 +135,6 @@ class TextFeatures:
     def width(self) -> int:
         return len(self.outputs) + len(SHAPE_NAMES)
 
-    def tfidf(self, texts: Sequence[str]) -> tuple[list[int], list[int], list[float]]:
-        """The stacked sparse TF-IDF matrix of `texts` as (rows, columns, values)."""
-        rows, cols, vals = [], [], []
-        for i, text in enumerate(texts):
-            for ng, (offset, index) in zip(self.ngrams, self._indexes, strict=True):  # type: ignore[attr-defined]
-                c, w = ng.vector(text, index)
-                rows += [i] * len(c)
-                cols += [offset + j for j in c]
-                vals += w.tolist()
-        return rows, cols, vals
-
     def matrix(
         self, questions: Sequence[Question] | Sequence[str], strict: bool = True
     ) -> np.ndarray:
@@ -141,9 +142,10 @@ class TextFeatures:
         for `SideFeatures`' signature: text is never missing."""
         texts = [q.text if isinstance(q, Question) else q for q in questions]
         proj = np.zeros((len(texts), len(self.outputs)), np.float32)
-        rows, cols, vals = self.tfidf(texts)
-        np.add.at(proj, np.asarray(rows, int), np.asarray(vals, np.float32)[:, None]
-                  * self.projection[np.asarray(cols, int)])  # fmt: skip
+        for i, text in enumerate(texts):
+            for ng, block in zip(self.ngrams, self._blocks, strict=True):  # type: ignore[attr-defined]
+                cols, w = ng.vector(text)
+                proj[i] += w @ block[cols]
         return np.concatenate([proj, shape_features(texts)], axis=1)
 
     def to_dict(self) -> dict[str, Any]:
