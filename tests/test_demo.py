@@ -124,6 +124,16 @@ def test_the_router_saving_table_leads_the_report_and_the_headline(tmp_path):
     assert saving < report.index("| always multi_step | 0.36 |") < report.index("## Router on")
     head = headline(tmp_path)
     assert head.startswith("## The saving") and "| onnx | 0.7 |" not in head
-    assert [s.name for s in STAGES][-3:] == ["router-train", "router-export", "router-evaluate"]
-    train = STAGES[-3].argv(tmp_path)
+    names = ["router-train", "router-tune", "router-export", "router-evaluate"]
+    assert [s.name for s in STAGES][-4:] == names
+    train, tune = (STAGES[-4].argv(tmp_path), STAGES[-3].argv(tmp_path))
     assert "configs/experiments/router-adaptive-rag-llama8b.yaml" in train and "--resume" in train
+    assert tune[tune.index("--learned-run") + 1] == str(tmp_path / "checkpoints" / "router-llama8b")
+    (tmp_path / "router-tune").mkdir()
+    (tmp_path / "router-tune" / "tune-router-learned-adaptive-rag.md").write_text(
+        "# Router tuning\n\n| objective | price |\n|---|---|\n| budget-accuracy@1 | 0.03 |\n"
+    )
+    report = write_report(tmp_path).read_text()
+    assert "| budget-accuracy@1 | 0.03 |" in report and "budget-accuracy@1" not in headline(
+        tmp_path
+    )

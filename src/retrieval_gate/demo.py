@@ -115,6 +115,15 @@ def _router_train(out: Path) -> list[str]:
     return ["train", "--config", ROUTER_CONFIG, "--resume", "--set", *sets]
 
 
+def _router_tune(out: Path) -> list[str]:
+    # the budget objectives' exact sweeps on dev; the budget-1.0 operating point is saved
+    # into the run (the one training calibrated), the Pareto front goes into the report
+    return ["tune", "--gate", "learned", "--learned-run", str(_router_run(out)), "--labels",
+            "adaptive-rag", "--objective", "budget-accuracy", "min-cost", "cost-pareto",
+            "--budget", "1.0", "--target", "1.0", "--save-objective", "budget-accuracy",
+            "--out", str(out / "router-tune")]  # fmt: skip
+
+
 def _router_export_argv(out: Path) -> list[str]:
     return ["export", "--run", str(_router_run(out)), "--name", _router_export(out).name,
             "--out-dir", str(_router_export(out).parent), "--variants", "fp32", "int8"]  # fmt: skip
@@ -140,6 +149,7 @@ STAGES = [
         _router_train,
         60,
     ),  # fmt: skip
+    Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 20),
     Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 25),
     Stage(
         "router-evaluate", "every routing policy on the bundle's test split", _router_evaluate, 35
@@ -349,7 +359,7 @@ def headline(out: Path) -> str:
     )
     for title, path in _sections(out):
         table = first_table(path.read_text()) if path.exists() else ""
-        if table and title not in ("Threshold tuning", ROUTER_SECTION):  # the saving is first
+        if table and title not in ("Threshold tuning", "Router tuning", ROUTER_SECTION):
             parts += [f"## {title}", "", table, ""]
     return "\n".join(parts)
 
@@ -376,6 +386,7 @@ def _sections(out: Path) -> list[tuple[str, Path]]:
     return [
         ("Evaluation: every gate on the test split", out / "evaluate" / "report.md"),
         ("Threshold tuning", out / "tune" / "tune-learned-closed-book.md"),
+        ("Router tuning", out / "router-tune" / "tune-router-learned-adaptive-rag.md"),
         ("Adaptive RAG on held-out questions", out / "rag" / "rag.md"),
         (ROUTER_SECTION, out / "router" / "report.md"),
     ]
