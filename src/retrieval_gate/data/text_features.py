@@ -75,8 +75,11 @@ class Ngrams:
     def __post_init__(self) -> None:  # lookups built once (not part of equality or to_dict)
         object.__setattr__(self, "_index", {t: i for i, t in enumerate(self.terms)})
         object.__setattr__(self, "_idf", np.asarray(self.idf, np.float64))
+        # words repeat across questions: each word's known character n-grams counted once
+        object.__setattr__(self, "_word_ids", lru_cache(maxsize=1 << 16)(self._known_in_word))
 
     def grams(self, text: str) -> list[str]:
+        """The analyzer's n-grams of one text, as scikit-learn lists them."""
         low, high = self.ngram_range
         if self.lowercase:
             text = text.lower()
@@ -84,19 +87,29 @@ class Ngrams:
             tokens = _WORD.findall(text)
             return [" ".join(tokens[i : i + n]) for n in range(low, high + 1)
                     for i in range(len(tokens) - n + 1)]  # fmt: skip
-        out: list[str] = []
-        for word in _SPACES.sub(" ", text).split():
-            out.extend(_char_grams(word, low, high))
+        return [g for word in _SPACES.sub(" ", text).split() for g in _char_grams(word, low, high)]
+
+    def _known_in_word(self, word: str) -> Counter[int]:
+        index = self._index  # type: ignore[attr-defined]
+        return Counter(index[g] for g in _char_grams(word, *self.ngram_range) if g in index)
+
+    def counts(self, text: str) -> Counter[int]:
+        """Column -> count of the vocabulary's n-grams in one text."""
+        if self.analyzer == "word":
+            index = self._index  # type: ignore[attr-defined]
+            return Counter(index[g] for g in self.grams(text) if g in index)
+        out: Counter[int] = Counter()
+        for word in _SPACES.sub(" ", text.lower() if self.lowercase else text).split():
+            out.update(self._word_ids(word))  # type: ignore[attr-defined]
         return out
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Column indices and L2-normalised (1 + log tf) x idf weights of one text."""
-        index = self._index  # type: ignore[attr-defined]
-        counts = Counter(self.grams(text))
-        known = [(index[g], c) for g, c in counts.items() if g in index]
-        if not known:
+        counts = self.counts(text)
+        if not counts:
             return np.zeros(0, int), np.zeros(0)
-        cols, tf = np.array(known).T
+        cols = np.fromiter(counts.keys(), int, len(counts))
+        tf = np.fromiter(counts.values(), float, len(counts))
         w = (1 + np.log(tf)) * self._idf[cols]  # type: ignore[attr-defined]
         return cols, w / np.sqrt(w @ w)
 
