@@ -82,11 +82,14 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
     )
 
 
+def _from_text(meta: dict[str, Any]) -> bool:
+    """A stacked router: its features are computed from the question text itself."""
+    return (meta.get("side_features") or {}).get("kind") == "text"
+
+
 def _user_columns(meta: dict[str, Any]) -> list[str]:
-    """The side features a user passes beside the text (a stacked router's text features are
-    computed from the text itself)."""
-    side = meta.get("side_features") or {}
-    return [] if side.get("kind") == "text" else list(side.get("names") or [])
+    """The side features a user passes beside the text."""
+    return [] if _from_text(meta) else list((meta.get("side_features") or {}).get("names") or [])
 
 
 def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
@@ -103,7 +106,7 @@ def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         source = [f"- questions: the bundled datasets ({names}), canonical split "
                   f"(seed {data['split_seed']})"]  # fmt: skip
     inputs = "the question text" + (f" and the side features {', '.join(side)}" if side else "")
-    if (meta.get("side_features") or {}).get("kind") == "text":
+    if _from_text(meta):
         inputs += (" (the frozen encoder's embedding, TF-IDF word and character n-grams, the "
                    "wording's shape and P(source | text): `model.head: stacked`)")  # fmt: skip
     return [*source, f"- inputs: {inputs}"]
