@@ -78,28 +78,23 @@ class Ngrams:
         # words repeat across questions: each word's known character n-grams counted once
         object.__setattr__(self, "_word_ids", lru_cache(maxsize=1 << 16)(self._known_in_word))
 
-    def grams(self, text: str) -> list[str]:
-        """The analyzer's n-grams of one text, as scikit-learn lists them."""
-        low, high = self.ngram_range
-        if self.lowercase:
-            text = text.lower()
-        if self.analyzer == "word":
-            tokens = _WORD.findall(text)
-            return [" ".join(tokens[i : i + n]) for n in range(low, high + 1)
-                    for i in range(len(tokens) - n + 1)]  # fmt: skip
-        return [g for word in _SPACES.sub(" ", text).split() for g in _char_grams(word, low, high)]
-
     def _known_in_word(self, word: str) -> Counter[int]:
         index = self._index  # type: ignore[attr-defined]
         return Counter(index[g] for g in _char_grams(word, *self.ngram_range) if g in index)
 
     def counts(self, text: str) -> Counter[int]:
-        """Column -> count of the vocabulary's n-grams in one text."""
+        """Column -> count of the vocabulary's n-grams in one text, as scikit-learn's analyzer
+        lists them: lower-cased word n-grams, or character n-grams of each word."""
+        if self.lowercase:
+            text = text.lower()
         if self.analyzer == "word":
-            index = self._index  # type: ignore[attr-defined]
-            return Counter(index[g] for g in self.grams(text) if g in index)
+            index, (low, high) = self._index, self.ngram_range  # type: ignore[attr-defined]
+            tokens = _WORD.findall(text)
+            grams = (" ".join(tokens[i : i + n]) for n in range(low, high + 1)
+                     for i in range(len(tokens) - n + 1))  # fmt: skip
+            return Counter(index[g] for g in grams if g in index)
         out: Counter[int] = Counter()
-        for word in _SPACES.sub(" ", text.lower() if self.lowercase else text).split():
+        for word in _SPACES.sub(" ", text).split():
             out.update(self._word_ids(word))  # type: ignore[attr-defined]
         return out
 
@@ -114,7 +109,6 @@ class Ngrams:
         return cols, w / np.sqrt(w @ w)
 
 
-@lru_cache(maxsize=1 << 16)  # words repeat across questions: their n-grams are built once
 def _char_grams(word: str, low: int, high: int) -> tuple[str, ...]:
     """scikit-learn's char_wb n-grams of one word, padded with a space each side."""
     w, out = f" {word} ", []
