@@ -184,6 +184,7 @@ def test_encoder_batches_cap_padded_tokens_on_a_cpu_not_on_a_gpu():
     class Lengths(EncoderGate):
         name, threshold, batch_size, pad_id, side_features = "t", 0.5, 64, 0, None
         encode = run_batch = None
+        device = "CPUExecutionProvider"
 
     lengths = [10] * 100 + [35] * 30 + [900]
     random.Random(0).shuffle(lengths)
@@ -196,8 +197,10 @@ def test_encoder_batches_cap_padded_tokens_on_a_cpu_not_on_a_gpu():
         len(w) <= 64 and (len(w) == 1 or len(w) * max(w) <= MAX_BATCH_TOKENS) for w in widths
     )
     assert [len(w) for w in widths[:3]] == [51, 49, 14]  # 51 x 10 <= 512, 14 x 35 <= 512
-    gate.max_batch_tokens = None
-    assert [len(b) for b in gate.batches(lengths)] == [64, 64, 3]
+    for gpu in ("CUDAExecutionProvider", "cuda:0"):  # ONNX Runtime's and torch's names
+        gate.device = gpu
+        assert gate.max_batch_tokens is None
+        assert [len(b) for b in gate.batches(lengths)] == [64, 64, 3]
 
 
 def test_encoder_gates_refuse_lone_surrogates_with_an_input_error():

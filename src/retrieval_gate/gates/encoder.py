@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class EncoderGate(ABC):
     batch_size: int
     pad_id: int
     side_features: GateFeatures | None  # a user's columns, or a stacked router's text features
-    max_batch_tokens: int | None = MAX_BATCH_TOKENS  # None (a GPU): `batch_size` rows alone
+    device: Any  # where it runs: a torch device, or the ONNX Runtime execution provider
 
     @abstractmethod
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -79,6 +80,11 @@ class EncoderGate(ABC):
         qs = as_questions(questions)
         side = self.side_features
         return [q.text for q in qs], side.matrix(qs) if side else None
+
+    @property
+    def max_batch_tokens(self) -> int | None:
+        """MAX_BATCH_TOKENS on a CPU; None on a GPU, which pays for rows, not padding."""
+        return None if "cuda" in str(self.device).lower() else MAX_BATCH_TOKENS
 
     def batches(self, lengths: Sequence[int]) -> list[np.ndarray]:
         """Row indices of each batch: in length order, at most `batch_size` rows and (past one

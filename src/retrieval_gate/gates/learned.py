@@ -44,8 +44,6 @@ class LearnedGate(EncoderGate):
         self.threshold = float(self.metadata.get("threshold", 0.5))
         self.max_length = int(self.metadata["max_length"])
         self.batch_size = batch_size
-        if self.device.type == "cuda":  # a GPU pays for rows, not padding: full batches
-            self.max_batch_tokens = None
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.name = name or f"learned:{self.run_dir.name}"
         self.side_features = self.module.side_features

@@ -149,8 +149,6 @@ class OnnxGate(EncoderGate):
         self.name = name or f"onnx:{self.export_dir.name}:{variant}"
         self.tokenizer = self._tokenizer()
         self.provider = self.session.get_providers()[0]
-        if self.provider == CUDA:  # a GPU pays for rows, not padding: full batches
-            self.max_batch_tokens = None
         # Side features (names + scaling) when the gate was trained with them; older exports
         # have no such key and take text only.
         self.side_features = features_from_dict(
