@@ -9,7 +9,7 @@ from typing import Any
 from haystack import component
 
 from ..gates.base import Gate, is_router
-from .routing import BRANCH, DIRECT, RETRIEVE, branches_of
+from .routing import STRATEGY, branches_of, routed
 
 
 @component
@@ -27,9 +27,8 @@ class RetrievalGateRouter:
                                    **extra)  # fmt: skip
 
     def run(self, query: str) -> dict[str, Any]:
-        p = float(self.gate.scores([query])[0])
+        (branch,), (p,) = routed(self.gate, [query], self.threshold, self.budget)
+        out: dict[str, Any] = {branch: query, "probability": p}
         if is_router(self.gate):
-            strategy = self.gate.route([query], budget=self.budget)[0]  # type: ignore[attr-defined]
-            return {BRANCH[strategy]: query, "probability": p, "strategy": strategy}
-        t = self.gate.threshold if self.threshold is None else self.threshold
-        return {RETRIEVE if p >= t else DIRECT: query, "probability": p}
+            out["strategy"] = STRATEGY[branch]
+        return out

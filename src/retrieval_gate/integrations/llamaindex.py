@@ -17,7 +17,7 @@ from llama_index.core.tools import QueryEngineTool, ToolMetadata
 from ..errors import ConfigError
 from ..gates.base import Gate, is_router
 from . import routing
-from .routing import branches_of, route
+from .routing import branches_of, routed
 
 RETRIEVE, DIRECT, MULTI_STEP = 0, 1, 2  # tool order in gated_query_engine
 _INDEX = {routing.RETRIEVE: RETRIEVE, routing.DIRECT: DIRECT, routing.MULTI: MULTI_STEP}
@@ -45,9 +45,8 @@ class GateSelector(BaseSelector):
                 f"GateSelector routes between {self.choices} choices (retrieve, direct"
                 f"{', multi-step' if self.choices == 3 else ''}), got {len(choices)}"
             )
-        (branch,) = route(self.gate, [query.query_str], self.threshold, self.budget)
+        (branch,), (p,) = routed(self.gate, [query.query_str], self.threshold, self.budget)
         index = _INDEX[branch]
-        p = float(self.gate.scores([query.query_str])[0])
         if is_router(self.gate):
             reason = f"routed to {branch} (P(needs retrieval) = {p:.3f})"
         else:

@@ -13,6 +13,7 @@ from ..rag.strategies import MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL, check_rout
 
 DIRECT, RETRIEVE, MULTI = "direct", "retrieve", "multi_step"
 BRANCH = {NO_RETRIEVAL: DIRECT, ONE_RETRIEVAL: RETRIEVE, MULTI_STEP: MULTI}
+STRATEGY = {branch: strategy for strategy, branch in BRANCH.items()}
 
 
 def branches_of(gate: Gate, has_multi_step: bool, budget: float | None = None) -> list[str]:
@@ -42,5 +43,16 @@ def route(
     decision at `threshold` (None: its own)."""
     if is_router(gate):
         return [BRANCH[s] for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
+    return routed(gate, texts, threshold)[0]
+
+
+def routed(
+    gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
+) -> tuple[list[str], list[float]]:
+    """`route`'s branches and each question's P(needs retrieval), from one scoring of the
+    questions (a router's `scores` and `route` of the same batch share one model run)."""
+    probs = [float(p) for p in gate.scores(list(texts))]
+    if is_router(gate):
+        return route(gate, texts, budget=budget), probs
     t = gate.threshold if threshold is None else threshold
-    return [RETRIEVE if p >= t else DIRECT for p in gate.scores(list(texts))]
+    return [RETRIEVE if p >= t else DIRECT for p in probs], probs
