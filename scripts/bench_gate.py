@@ -8,8 +8,10 @@ before static int8) and the Vanilla prompt gate through vLLM for scale.
         [--router-export export/<router>]
 
 With --router-export, a router's export (issue 25) is timed in the same alternating passes
-(`route` at its default budget: P(correct | strategy) and the decision) and its ratio to the
-binary gate's batch-1 p50 and batched throughput is printed per variant.
+(`route` at its default budget: P(correct | strategy) and the decision), then against the
+binary gate's export alternated in blocks of 20 calls (batch 1: --repeat x --passes calls
+each) and round by round (batched: --rounds x --passes each), and the ratios of their medians
+are printed per variant: the machine's drift falls on both.
 
 Batch-1: one question per call, tokenisation included (what a RAG service pays per request),
 p50/p99 over --repeat calls; model-only p50 as well. Batched: --batch questions per call with
@@ -86,6 +88,19 @@ def bench_torch(run: Path, texts: Sequence[str], args: argparse.Namespace, first
     }
 
 
+def decision(gate) -> Callable[[list[str]], object]:  # noqa: ANN001
+    """What a service pays per batch: a gate's scores, or a router's P(correct | strategy) and
+    its routing at the default budget (strategy_proba, not route: route keeps the last batch's
+    P, so timing the same texts twice would time nothing)."""
+    from retrieval_gate.gates.onnx import OnnxRouter
+    from retrieval_gate.routing import route_indices
+
+    if not isinstance(gate, OnnxRouter):
+        return gate.score_texts
+    cal = gate.calibration
+    return lambda qs: route_indices(gate.strategy_proba(qs), cal.default_price, cal.costs)
+
+
 def bench_onnx(
     export: Path,
     variant: str,
@@ -104,12 +119,7 @@ def bench_onnx(
     router = isinstance(gate, OnnxRouter)
     # a router pays for what it serves: P(correct | strategy) and the routing at its default
     run = gate._proba_batch if router else gate.run_batch
-    call = gate.score_texts
-    if router:  # strategy_proba, not route: route keeps the last batch's P (the same texts, free)
-        from retrieval_gate.routing import route_indices
-
-        cal = gate.calibration
-        call = lambda qs: route_indices(gate.strategy_proba(qs), cal.default_price, cal.costs)  # noqa: E731
+    call = decision(gate)
     side = gate.side_features  # a stacked router's text features go in beside the ids
 
     def one() -> np.ndarray:
@@ -194,17 +204,50 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def router_ratios(rows: list[dict], variants: Sequence[str]) -> str:
-    """Router / binary gate per variant: batch-1 p50 (lower is better) and batched q/s."""
-    lines = ["| variant | p50 router / gate | model-only p50 router / gate | "
-             "q/s gate / router | within 1.1x |", "|---|---|---|---|---|"]  # fmt: skip
-    for v in variants:
-        gate = next(r for r in rows if r["name"].startswith(f"ONNX {v} "))
-        router = next(r for r in rows if r["name"].startswith(f"router ONNX {v} "))
-        p50 = router["p50_ms"] / gate["p50_ms"]
-        model = router["model_only_p50_ms"] / gate["model_only_p50_ms"]
-        qps = gate["questions_per_s"] / router["questions_per_s"]
-        lines.append(f"| {v} | {p50:.3f} | {model:.3f} | {qps:.3f} | {max(p50, qps) <= 1.1} |")
+BLOCK = 20  # batch-1 calls of one model before the other's
+
+
+def router_paired(args: argparse.Namespace, texts: Sequence[str]) -> str:
+    """Router / binary gate per variant, the two alternated in blocks of BLOCK questions (batch
+    1; the same questions for both) and round by round (batched), so a change in the machine's
+    speed falls on both: a shared 2-core VM drifts by 1.5x over seconds, more than the
+    difference measured. (Alternating every call would time memory instead: each model's
+    weights would be evicted from the cache by the other's before every call.)"""
+    from retrieval_gate.gates.onnx import open_onnx
+
+    lines = ["| variant | batch-1 p50 ms, gate / router | ratio (median of the block pairs') | "
+             "batched q/s, gate / router | ratio (median of the round pairs') | within 1.1x |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for v in args.variants:
+        calls = [decision(open_onnx(path, v, threads=args.threads, batch_size=args.batch))
+                 for path in (args.export, args.router_export)]  # fmt: skip
+        one: list[list[float]] = [[], []]
+        pairs = []  # router / gate of each pair of neighbouring blocks (their medians)
+        for b in range(0, args.repeat * args.passes, BLOCK):
+            block = [texts[i % len(texts)] for i in range(b, b + BLOCK)]
+            medians = [0.0, 0.0]
+            for k in (0, 1) if b % (2 * BLOCK) == 0 else (1, 0):
+                calls[k](block[:1])  # its weights back in the cache: not timed
+                times = []
+                for text in block:
+                    start = time.perf_counter()
+                    calls[k]([text])
+                    times.append(time.perf_counter() - start)
+                one[k] += times
+                medians[k] = float(np.median(times))
+            pairs.append(medians[1] / medians[0])
+        full = [[], []]
+        for r in range(args.rounds * args.passes):
+            for k in (0, 1) if r % 2 == 0 else (1, 0):
+                start = time.perf_counter()
+                calls[k](list(texts))
+                full[k].append(len(texts) / (time.perf_counter() - start))
+        p50 = [1e3 * float(np.median(t)) for t in one]
+        qps = [float(np.median(q)) for q in full]
+        ratio_p50 = float(np.median(pairs))
+        ratio_qps = float(np.median([g / r for g, r in zip(*full, strict=True)]))
+        lines.append(f"| {v} | {p50[0]:.2f} / {p50[1]:.2f} | {ratio_p50:.3f} | {qps[0]:.0f} / "
+                     f"{qps[1]:.0f} | {ratio_qps:.3f} | {max(ratio_p50, ratio_qps) <= 1.1} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -263,7 +306,8 @@ def main() -> None:
           f"load average {load[0]:.1f} (other processes share this CPU)")  # fmt: skip
     print(table(rows))
     if args.router_export:
-        print(router_ratios(rows, args.variants))
+        print(f"router vs binary gate, alternated every {BLOCK} calls (batch 1) and every round:")
+        print(router_paired(args, texts))
     scratch.cleanup()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,23 @@ def test_budget_is_met_and_the_default_is_the_best_accuracy_within_it():
     assert again.price(0.7) == cal.price(0.7) and again.default_price == cal.default_price
 
 
+def test_the_reported_front_keeps_a_row_per_step_of_accuracy_and_the_last():
+    from retrieval_gate.tuning.router import FRONT_STEP, router_markdown, shown_front
+
+    front = [{"price": 1 - a, "accuracy": a, "mean_cost": 3 * a, "shares": [1.0, 0.0, 0.0]}
+             for a in np.arange(0.3, 0.35, 0.0004)]  # fmt: skip
+    shown = shown_front(front)
+    gaps = np.diff([p["accuracy"] for p in shown[:-1]])
+    assert shown[0] is front[0] and shown[-1] is front[-1] and (gaps >= FRONT_STEP - 1e-12).all()
+    assert len(shown) < len(front) / 5
+    result = {"gate": "g", "strategies": list(STRATEGIES), "costs": list(COSTS), "n_dev": 9,
+              "n_prices": 3, "swept": "out-of-fold train+dev", "chosen": {}, "skipped": {},
+              "dev_single": {s: 0.3 for s in STRATEGIES}, "pareto": front}  # fmt: skip
+    text = router_markdown(result)
+    assert text.count("| front |") == len(shown)
+    assert "out-of-fold train+dev accuracy" in text and f"of its {len(front)} rows" in text
+
+
 def test_traffic_calibration_meets_the_budget_on_the_users_questions():
     P, Y = _random(100, seed=2)
     cal = Calibration.fit(STRATEGIES, COSTS, P, Y)
@@ -116,7 +133,8 @@ def test_tune_refuses_a_budget_above_the_dearest_strategy_before_loading(tmp_pat
 @pytest.mark.parametrize(
     ("override", "message"),
     [("model.costs=[0,-1,3]", "model.costs"), ("model.costs=[0]", "model.costs"),
-     ("model.budget=-0.5", "model.budget")],
+     ("model.budget=-0.5", "model.budget"), ("model.fit_on=[dev]", "model.fit_on"),
+     ("model.fit_on=[train,dev]", "is for model.head=stacked")],
 )  # fmt: skip
 def test_bad_costs_and_budgets_in_a_config(tmp_path, override, message):
     from tiny_backbones import tiny_config
@@ -160,8 +178,9 @@ def _strategy_questions(n: int = 150):
 
 @pytest.fixture(scope="module", params=["linear", "stacked"])
 def router_dirs(tmp_path_factory, request):
-    """A tiny router of each head: fine-tuned through Lightning (linear), or the stacked
-    logistic models on the frozen body (stacked)."""
+    """A tiny router of each head: fine-tuned through Lightning (linear, calibrated on dev),
+    or the stacked logistic models on the frozen body, fitted on train and dev as the shipped
+    config is (calibrated out-of-fold)."""
     from retrieval_gate.export.build import build_export
     from retrieval_gate.training import train
     from tiny_backbones import tiny_backbone, tiny_config
@@ -172,6 +191,8 @@ def router_dirs(tmp_path_factory, request):
     cfg = tiny_config(Path("unused"), work / "ck", "encoder", str(model), pooling="cls")
     cfg = cfg.override("data.task=strategies", "data.label_file=null", "model.budget=1.5",
                        "trainer.limit_train_batches=4", f"model.head={request.param}")  # fmt: skip
+    if request.param == "stacked":
+        cfg = cfg.override("model.fit_on=[train,dev]")
     run = train(cfg, questions=qs, labels=labels)
     export, report = build_export(run, work / "export" / "router", ("fp32", "int8"),
                                   questions=qs)  # fmt: skip
@@ -193,6 +214,7 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
     )
     assert report["variants"]["fp32"]["passed"]
     assert report["variants"]["fp32"]["router"]["strategy_proba_max_abs_diff"] < 1e-4
+    _check_calibration_questions(run, meta, stacked)
     props = {p.key: p.value for p in onnx.load(str(export / "model.onnx")).metadata_props}
     assert props["format"] == "retrieval-gate-onnx/2" and json.loads(props["router"])[
         "costs"
@@ -235,6 +257,32 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
                      "--output", str(tmp_path / "scores.jsonl")]) == 0  # fmt: skip
         rows = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
         assert [r["strategy"] for r in rows] == onnx_router.route(texts)
+
+
+def _check_calibration_questions(run: Path, meta: dict, fitted_on_dev: bool) -> None:
+    """A router fitted on train and dev reads its price from out-of-fold predictions of both
+    (dev figures out-of-fold too), and `tune` sweeps that stored curve instead of re-scoring
+    dev questions it was fitted on; a router fitted on train calibrates on dev."""
+    from retrieval_gate.gates.learned import load_learned
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.tuning.router import tune_router
+
+    metrics = json.loads((run / "metrics.json").read_text())
+    counts = metrics["splits"]
+    where = meta["router"]["calibrated_on"]
+    n_dev = counts["dev"]["n"]
+    if fitted_on_dev:
+        assert where == "out-of-fold train+dev" and metrics["dev"]["out_of_fold"] == 1.0
+        assert metrics["router"][where]["n"] == counts["train"]["n"] + n_dev
+    else:
+        assert where == "dev" and metrics["router"]["dev"]["n"] == n_dev
+    router = load_learned(run, device="cpu")
+    qs, labels = _strategy_questions(6)
+    Y = np.array([labels[q.id] for q in qs], float)
+    dev = EvalSet(tuple(qs), 1 - Y[:, 0], Y[:, 0], Y[:, 1], STRATEGIES, Y, None)
+    result = tune_router(router, dev, ["budget-accuracy"], 1.0, 1.0)
+    assert result["n_dev"] == (metrics["router"][where]["n"] if fitted_on_dev else 6)
+    assert result["swept"] == ("out-of-fold train+dev" if fitted_on_dev else "dev")
 
 
 def _lines(tmp_path: Path, texts: list[str]) -> Path:
@@ -283,8 +331,8 @@ def test_the_accuracy_matching_price_is_chosen_on_dev_and_the_saving_table():
     stats = {"accuracy": 0.3, "accuracy_ci95": [0.2, 0.4], "mean_cost": 1.0,
              "mean_cost_ci95": [0.9, 1.1]}  # fmt: skip
     names = ["oracle (cheapest)", "never (always no_retrieval)", "always multi_step",
-             "onnx @ budget 0.5", "onnx @ budget 1", f"onnx @ {MATCH} (dev budget 1.20)",
-             f"tfidf @ {BEST_DEV}, short of it (dev budget 2.00)",
+             "onnx @ budget 0.5", "onnx @ budget 1", f"onnx @ {MATCH} dev (budget there 1.20)",
+             f"tfidf @ {BEST_DEV} dev, short of it (budget there 2.00)",
              "tfidf @ threshold 0.5"]  # fmt: skip
     table = saving_table({"policies": [{"policy": n, "overall": stats} for n in names]})
     rows = [line.split(" | ")[0].strip("| ") for line in table.splitlines()[2:]]
@@ -317,15 +365,18 @@ def test_scores_then_route_of_one_batch_run_the_model_once():
 @pytest.mark.slow
 def test_the_shipped_router_config_trains_on_the_bundle_from_the_text_alone(tmp_path):
     """configs/experiments/router-adaptive-rag-llama8b.yaml as shipped (the stacked head on the
-    Llama-3.1-8B outcomes): it ranks "the no-retrieval answer is wrong" at least as well as the
-    published T5-large classifier (0.683) on the seeded test split, meets its default budget
-    on dev, and beats answering without retrieval there."""
+    Llama-3.1-8B outcomes, fitted on train and dev): it ranks "the no-retrieval answer is
+    wrong" at least as well as the published T5-large classifier (0.683) on the seeded test
+    split, meets its default budget on its out-of-fold predictions, and beats answering
+    without retrieval on test."""
     from retrieval_gate.training import load_config, train
 
     cfg = load_config("router-adaptive-rag-llama8b", [f"run.output_dir={tmp_path}"])
     assert cfg.model.head == "stacked" and cfg.data.features is None
+    assert cfg.model.fit_on == ("train", "dev")
     figures = train(cfg).metrics["router"]
     assert figures["test"]["auroc_no_retrieval_wrong"] >= 0.683
-    assert figures["dev"]["mean_cost"] <= cfg.model.budget + 1e-9
+    calibration = figures["out-of-fold train+dev"]  # 2,550 questions, each scored unseen
+    assert calibration["n"] == 2550 and calibration["mean_cost"] <= cfg.model.budget + 1e-9
     assert figures["test"]["accuracy"] > 0.30  # no retrieval: 0.276 on these 450 questions
     assert 0 < figures["test"]["shares"]["multi_step"] < 0.5

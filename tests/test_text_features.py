@@ -1,7 +1,9 @@
-"""The stacked router's text features and head (`model.head: stacked`): the n-gram analyzers
-match scikit-learn's exactly (deployments run them without it), the stored form round-trips,
-and the logistic models collapse into `StackedHead` + projections without changing a
-probability. The end-to-end run (train, export, from_pretrained) is in test_router.py."""
+"""The stacked router's text features and head (`model.head: stacked`): the token n-gram TF-IDF
+the model computes from `input_ids` equals scikit-learn's (padding, unseen n-grams and special
+tokens included), the bigram hash table leaves out the rarer of two bigrams in one slot, the stored form
+round-trips (an older kind is refused), and the logistic models collapse into `StackedHead`
+without changing a probability. The end-to-end run (train, export, from_pretrained) is in
+test_router.py."""
 
 from __future__ import annotations
 
@@ -9,22 +11,22 @@ import numpy as np
 import pytest
 import torch
 from scipy.sparse import csr_matrix, hstack
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from retrieval_gate.data.features import SideFeatures, features_from_dict
-from retrieval_gate.data.text_features import SHAPE_NAMES, Ngrams, TextFeatures, shape_features
-from retrieval_gate.errors import ConfigError
+from retrieval_gate.data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout
+from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.training import stacked
 
 ODD = [
     "Who wrote  Hamlet?",  # two spaces
     "what is   the capital\tof\nfrance",
     "Ça va? Übermäßig großes Ölfass, née 1901 — “quoted” 'x'",
-    "a b c d",  # words shorter than every n-gram
+    "a b c d",
     "??? !!!",
     "Which film came out first, Blind Shaft or The Mask Of Fu Manchu?",
     "Is 3.14 > 3? Yes, or no.",
-    "ζζζ ξξξ",  # no n-gram of the bundle's vocabularies
+    "ζζζ ξξξ",  # no n-gram of the bundle's vocabulary
 ]
 
 
@@ -34,61 +36,75 @@ def _bundle_texts(n: int = 400) -> list[str]:
     return [r.question.text for r in load_release()[:n]]
 
 
-@pytest.mark.parametrize(
-    "vectorizer",
-    [
-        TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
-        TfidfVectorizer(
-            analyzer="char_wb", ngram_range=(2, 5), min_df=3, sublinear_tf=True, lowercase=False
-        ),  # fmt: skip
-    ],
-    ids=["word", "char_wb"],
-)
-def test_ngrams_match_scikit_learn(vectorizer):
-    texts = _bundle_texts() + ODD
-    expected = vectorizer.fit_transform(texts).toarray()
-    ngrams = Ngrams.from_vectorizer(vectorizer)
-    got = np.zeros_like(expected)
-    for i, text in enumerate(texts):
-        cols, w = ngrams.vector(text)
-        got[i, cols] = w
-    np.testing.assert_allclose(got, expected, atol=1e-12)
+@pytest.fixture(scope="module")
+def tokenizer():
+    from retrieval_gate.models import minilm_path
+    from retrieval_gate.training.backbones import load_tokenizer
+
+    return load_tokenizer(minilm_path())
 
 
-def _features(texts: list[str], seed: int = 0) -> TextFeatures:
-    word = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(texts)
-    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3), sublinear_tf=True,
-                            lowercase=False).fit(texts)  # fmt: skip
-    ngrams = (Ngrams.from_vectorizer(word), Ngrams.from_vectorizer(chars))
-    rows = sum(len(n.terms) for n in ngrams)
-    proj = np.random.default_rng(seed).normal(size=(rows, 3)).astype(np.float32)
-    return TextFeatures(ngrams, proj, ("correct:a", "correct:b", "source:x"))
+def _ids(tokenizer, texts: list[str], max_length: int = 128) -> list[list[int]]:
+    return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+
+
+def _tables(tokenizer, texts: list[str], outputs: int = 3, seed: int = 0):
+    """A TokenTfidf fitted on `texts`, random projections; and the scikit-learn vectorizer."""
+    vocab = len(tokenizer)
+    vec, X, terms, rows, layout = stacked.token_tfidf(
+        _ids(tokenizer, texts), set(tokenizer.all_special_ids), vocab
+    )
+    proj = np.random.default_rng(seed).normal(size=(len(terms), outputs))
+    module = stacked.TokenTfidf(layout, outputs)
+    with torch.no_grad():
+        stacked._fill_tables(module, terms, rows, vec.idf_, proj)
+    return module, vec, proj
+
+
+def _in_model(module, tokenizer, texts: list[str], max_length: int = 128) -> np.ndarray:
+    batch = tokenizer(texts, truncation=True, max_length=max_length, padding=True,
+                      return_tensors="pt")  # fmt: skip
+    with torch.no_grad():
+        return module(batch["input_ids"]).numpy()  # padding is a special token: no mask needed
+
+
+def test_token_tfidf_in_the_model_is_scikit_learns(tokenizer):
+    texts = _bundle_texts(300)
+    module, vec, proj = _tables(tokenizer, texts)
+    new = _bundle_texts(400)[300:] + ODD  # unseen n-grams, odd spacing, unknown characters
+    for batch in (texts[:40], new):  # padded batches of mixed lengths
+        want = vec.transform(_ids(tokenizer, batch)).toarray() @ proj
+        np.testing.assert_allclose(_in_model(module, tokenizer, batch), want, atol=2e-5)
+    assert not _in_model(module, tokenizer, ["ζζζ ξξξ"]).any()  # nothing known: all zero
+    # truncated as the model sees it: the n-grams past max_length count for nothing
+    long = [" ".join(texts[:6])]
+    want = vec.transform(_ids(tokenizer, long, 16)).toarray() @ proj
+    np.testing.assert_allclose(_in_model(module, tokenizer, long, 16), want, atol=2e-5)
+
+
+def test_of_two_bigrams_in_one_slot_the_rarer_is_left_out():
+    keys = np.array([5, 5 + 1031, 7])  # 1031: the smallest table, a prime
+    slots, where = stacked._hash_bigrams(keys, np.array([1, 2, 3]))
+    assert slots == 1031 and where.tolist() == [-1, 5, 7]
+    assert stacked._hash_bigrams(np.arange(100), np.ones(100))[0] == 3203  # prime >= 32 x 100
 
 
 def test_text_features_round_trip_and_need_nothing_beside_the_text():
-    texts = _bundle_texts(60)
-    feats = _features(texts)
+    feats = TextFeatures(("correct:a", "correct:b", "source:x"), TokenLayout(30522, 4096))
     again = features_from_dict(feats.to_dict())
-    assert isinstance(again, TextFeatures) and again.from_text and not SideFeatures.from_text
-    assert again.names == (*feats.outputs, *SHAPE_NAMES) and again.width == 3 + len(SHAPE_NAMES)
-    m = feats.matrix(texts + ODD)
-    assert m.shape == (len(texts) + len(ODD), feats.width) and m.dtype == np.float32
-    # six significant digits stored: equal to about 1e-5
-    np.testing.assert_allclose(again.matrix(texts + ODD), m, rtol=1e-4, atol=2e-5)
-    assert (m[-1, :3] == 0).all() and m[-2, :3].any()  # no known n-gram: projections 0
-    np.testing.assert_array_equal(m[:, 3:], shape_features(texts + ODD))
-    # the projection is TF-IDF (as scikit-learn computes it) times the stored weights
-    word = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(texts)
-    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3), sublinear_tf=True,
-                            lowercase=False).fit(texts)  # fmt: skip
-    X = hstack([word.transform(texts), chars.transform(texts)]).toarray()
-    np.testing.assert_allclose(m[: len(texts), :3], X @ feats.projection, rtol=1e-4, atol=1e-5)
+    assert again == feats and again.from_text and not SideFeatures.from_text
+    assert again.names == SHAPE_NAMES and again.width == len(SHAPE_NAMES)
+    m = again.matrix(ODD)
+    assert m.shape == (len(ODD), len(SHAPE_NAMES)) and m.dtype == np.float32
+    old = {"kind": "text", "outputs": ["correct:a"], "ngrams": [], "projection": []}
+    with pytest.raises(DataError, match="older kind"):
+        features_from_dict(old)
 
 
-def test_the_stacked_models_collapse_into_the_head_without_changing_a_probability():
-    """fit_stacked's head + projections give the probabilities of the scikit-learn models they
-    came from: the source model, then the heads over [word TF-IDF, embedding, shape, P(source)]."""
-    from retrieval_gate.training import stacked
+def test_the_stacked_models_collapse_into_the_head_without_changing_a_probability(tokenizer):
+    """fit_stacked's head gives the probabilities of the scikit-learn models it came from: the
+    source model, then the heads over [token TF-IDF, embedding, shape, P(source)]."""
+    from retrieval_gate.data.text_features import shape_features
 
     texts = _bundle_texts(300)
     rng = np.random.default_rng(0)
@@ -106,24 +122,28 @@ def test_the_stacked_models_collapse_into_the_head_without_changing_a_probabilit
             self.features, self.head = features, stacked.StackedHead(8, features, 3)
 
     body = Body()
-    features = stacked.fit_stacked(body, texts, sources, Y, E, ("a", "b", "c"))
+    special, vocab = set(tokenizer.all_special_ids), len(tokenizer)
+    features, oof = stacked.fit_stacked(body, texts, _ids(tokenizer, texts), special, vocab,
+                                        sources, Y, E, ("a", "b", "c"), folds=3)  # fmt: skip
+    assert oof.shape == Y.shape and ((oof > 0) & (oof < 1)).all()
     new = _bundle_texts(340)[300:]
     E_new = rng.normal(size=(len(new), 8))
+    batch = tokenizer(new, truncation=True, max_length=128, padding=True, return_tensors="pt")
     with torch.no_grad():
         x = torch.from_numpy(np.hstack([E_new, features.matrix(new)]).astype(np.float32))
-        got = body.head(x).sigmoid().numpy()
+        got = body.head(x, batch["input_ids"]).sigmoid().numpy()
     # the same models, fitted here with scikit-learn's own transforms
     En, En_new = (e / np.linalg.norm(e, axis=1, keepdims=True) for e in (E, E_new))
-    word, chars = stacked._vectorizers(len(texts))
-    Xw, Xc = word.fit_transform(texts), chars.fit_transform(texts)
+    vec, Xt, *_ = stacked.token_tfidf(_ids(tokenizer, texts), special, vocab)
+    Xt_new = vec.transform(_ids(tokenizer, new))
     dense, dense_new = (csr_matrix(np.hstack([e, shape_features(t)])) for e, t in
                         ((En, texts), (En_new, new)))  # fmt: skip
-    source, Q = stacked._source_model(hstack([Xw, Xc, dense]).tocsr(), np.array(sources), 0)
-    Q_new = source.predict_proba(hstack([word.transform(new), chars.transform(new), dense_new]))
+    source, Q = stacked._source_model(hstack([Xt, dense]).tocsr(), np.array(sources), 0)
+    Q_new = source.predict_proba(hstack([Xt_new, dense_new]))
     want = np.stack([
         LogisticRegression(C=stacked.HEAD_C, max_iter=3000)
-        .fit(hstack([Xw, dense, csr_matrix(Q)]).tocsr(), Y[:, s])
-        .predict_proba(hstack([word.transform(new), dense_new, csr_matrix(Q_new)]).tocsr())[:, 1]
+        .fit(hstack([Xt, dense, csr_matrix(Q)]).tocsr(), Y[:, s])
+        .predict_proba(hstack([Xt_new, dense_new, csr_matrix(Q_new)]).tocsr())[:, 1]
         for s in range(3)
     ], axis=1)  # fmt: skip
     np.testing.assert_allclose(got, want, atol=2e-4)

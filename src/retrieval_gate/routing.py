@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,24 +87,29 @@ def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
 @dataclass(frozen=True)
 class Curve:
     """One row per distinct routing a price makes: its price (the smallest found), the mean
-    cost per question and (with outcomes) the accuracy, sorted by price."""
+    cost per question and (with outcomes) the accuracy, sorted by price; with outcomes also
+    each single strategy's accuracy on the same questions (`single`), and how many (`n`)."""
 
     price: np.ndarray
     mean_cost: np.ndarray
     accuracy: np.ndarray | None
     shares: np.ndarray  # (k, S): share of questions sent to each strategy
+    single: np.ndarray | None = None  # (S,): always that strategy's accuracy (with outcomes)
+    n: int = 0  # questions swept (0: not recorded, as in older exports)
 
     def to_dict(self) -> dict[str, Any]:
         return {"price": self.price.tolist(), "mean_cost": self.mean_cost.tolist(),
                 "accuracy": None if self.accuracy is None else self.accuracy.tolist(),
-                "shares": self.shares.tolist()}  # fmt: skip
+                "shares": self.shares.tolist(),
+                "single": None if self.single is None else self.single.tolist(), "n": self.n}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Curve:
-        acc = d.get("accuracy")
+        acc, single = d.get("accuracy"), d.get("single")
         return cls(np.asarray(d["price"], float), np.asarray(d["mean_cost"], float),
                    None if acc is None else np.asarray(acc, float),
-                   np.asarray(d["shares"], float))  # fmt: skip
+                   np.asarray(d["shares"], float),
+                   None if single is None else np.asarray(single, float), int(d.get("n", 0)))  # fmt: skip
 
 
 def outcome(
@@ -146,6 +151,8 @@ def sweep(
         np.array([r[1] for r in ordered]),
         None if correct is None else np.array([r[2] for r in ordered]),
         np.array([r[3] for r in ordered]),
+        None if correct is None else np.asarray(correct, float).mean(axis=0),
+        len(P),
     )
 
 
@@ -187,9 +194,10 @@ def pareto(curve: Curve) -> list[int]:
 @dataclass(frozen=True)
 class Calibration:
     """What a trained router carries (run metadata.json and ONNX metadata, key `router`): its
-    strategies and costs, the calibration curve on dev (with outcomes), optionally one on the
-    user's own traffic (`tune --calibrate-on`; it then decides the price of a budget), and the
-    default operating point `route(budget=None)` uses."""
+    strategies and costs, the calibration curve with outcomes (`dev`: on dev questions, or on
+    out-of-fold predictions of the questions a router was fitted on, as `calibrated_on` says),
+    optionally one on the user's own traffic (`tune --calibrate-on`; it then decides the price
+    of a budget), and the default operating point `route(budget=None)` uses."""
 
     strategies: tuple[str, ...]
     costs: tuple[float, ...]
@@ -199,6 +207,13 @@ class Calibration:
     objective: str
     traffic: Curve | None = None
     traffic_source: str | None = None
+    calibrated_on: str = "dev"
+
+    @property
+    def fitted_on_dev(self) -> bool:
+        """Whether the router was fitted on its calibration questions (out-of-fold curve):
+        re-scoring them would be in-sample, so tuning reads the stored curve."""
+        return self.calibrated_on != "dev"
 
     @classmethod
     def fit(
@@ -209,14 +224,17 @@ class Calibration:
         correct: np.ndarray,
         paid: np.ndarray | None = None,
         budget: float = 1.0,
+        calibrated_on: str = "dev",
     ) -> Calibration:
-        """The dev curve, and the default price: the best dev accuracy within `budget`."""
+        """The calibration curve of P on these questions (dev, or out-of-fold predictions),
+        and the default price: the best accuracy there within `budget`."""
         check_costs(costs, strategies)
         check_budget(budget, costs, "model.budget")
         curve = sweep(P, costs, correct, paid)
         i = point_for_budget(curve, budget, best_accuracy=True)
         return cls(tuple(strategies), tuple(float(c) for c in costs), curve, float(budget),
-                   float(curve.price[i]), f"best dev accuracy at budget {budget:g}")  # fmt: skip
+                   float(curve.price[i]), f"best {calibrated_on} accuracy at budget {budget:g}",
+                   calibrated_on=calibrated_on)  # fmt: skip
 
     def curve(self) -> Curve:
         """The curve a budget is read from: the user's traffic when calibrated on it."""
@@ -239,20 +257,27 @@ class Calibration:
         check_budget(budget, self.costs, "--budget")
         price = float(curve.price[point_for_budget(curve, budget)])
         objective = f"budget {budget:g} spent on {source}"
-        return Calibration(self.strategies, self.costs, self.dev, float(budget), price,
-                           objective, curve, source)  # fmt: skip
+        return replace(
+            self,
+            default_budget=float(budget),
+            default_price=price,
+            objective=objective,
+            traffic=curve,
+            traffic_source=source,
+        )
 
     def with_default(self, budget: float, price: float, objective: str) -> Calibration:
         check_budget(budget, self.costs)
-        return Calibration(self.strategies, self.costs, self.dev, float(budget), float(price),
-                           objective, self.traffic, self.traffic_source)  # fmt: skip
+        return replace(
+            self, default_budget=float(budget), default_price=float(price), objective=objective
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategies": list(self.strategies), "costs": list(self.costs),
                 "dev": self.dev.to_dict(), "default_budget": self.default_budget,
                 "default_price": self.default_price, "objective": self.objective,
                 "traffic": None if self.traffic is None else self.traffic.to_dict(),
-                "traffic_source": self.traffic_source}  # fmt: skip
+                "traffic_source": self.traffic_source, "calibrated_on": self.calibrated_on}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
@@ -262,7 +287,7 @@ class Calibration:
                        Curve.from_dict(d["dev"]), float(d["default_budget"]),
                        float(d["default_price"]), str(d["objective"]),
                        None if traffic is None else Curve.from_dict(traffic),
-                       d.get("traffic_source"))  # fmt: skip
+                       d.get("traffic_source"), str(d.get("calibrated_on", "dev")))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"router calibration is incomplete or malformed ({e!r}); "
                              "re-train or re-export the router") from None  # fmt: skip

@@ -77,8 +77,12 @@ class EncoderGate(ABC):
 
     def features_of(self, questions: Questions) -> tuple[list[str], np.ndarray | None]:
         """Texts and (for a gate trained with them) scaled side features of questions."""
-        qs = as_questions(questions)
         side = self.side_features
+        if side is None or side.from_text:  # the text is all it reads: no Question needed
+            texts = [questions] if isinstance(questions, str) else list(questions)
+            if all(isinstance(t, str) for t in texts):
+                return texts, side.matrix(texts) if side else None
+        qs = as_questions(questions)
         return [q.text for q in qs], side.matrix(qs) if side else None
 
     @property

@@ -260,6 +260,9 @@ class ModelConfig(_Checked):
     # point, a budget = mean cost per question (the best dev accuracy within it)
     costs: tuple[float, ...] | None = None
     budget: float = 1.0
+    # the splits a stacked head fits on: [train] (its price calibrated on dev), or [train, dev]
+    # (more data; the price calibrated on out-of-fold predictions of both, as no dev is left)
+    fit_on: tuple[str, ...] = ("train",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -271,6 +274,8 @@ class ModelConfig(_Checked):
         if self.budget < 0:
             raise ConfigError(f"model.budget={self.budget}: a budget (mean cost per question) is "
                               "0 or more")  # fmt: skip
+        if tuple(self.fit_on) not in (("train",), ("train", "dev")):
+            raise ConfigError(f"model.fit_on={list(self.fit_on)}: give [train] or [train, dev]")
 
 
 @dataclass(frozen=True)
@@ -341,6 +346,9 @@ class TrainConfig:
         if self.model.head == "stacked" and not self.data.task_spec.multilabel:
             raise ConfigError(f"model.head=stacked is a router head: it needs data.task=strategies "
                               f"(got {self.data.task!r}); use model.head=linear for a gate")  # fmt: skip
+        if self.model.fit_on != ("train",) and self.model.head != "stacked":
+            raise ConfigError("model.fit_on=[train, dev] is for model.head=stacked: a linear head "
+                              "trains by epochs and keeps dev to choose its best one")  # fmt: skip
         if self.model.head == "stacked" and self.data.features:
             raise ConfigError("model.head=stacked computes its own text features: drop "
                               "data.features, or use model.head=linear with them")  # fmt: skip

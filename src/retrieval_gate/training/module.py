@@ -125,6 +125,8 @@ class RetrievalGateModule(pl.LightningModule):
             if features is None:
                 raise InputError("this gate was trained with side features: pass `features`")
             pooled = torch.cat([pooled, features.float()], dim=-1)
+        if isinstance(self.head, StackedHead):  # it reads the tokens too (their TF-IDF)
+            return self.head(pooled, input_ids)
         return self.head(pooled)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:

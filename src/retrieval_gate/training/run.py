@@ -40,7 +40,7 @@ from .config import TrainConfig
 from .data import GateDataModule, memory_labels, memory_provenance, strategy_targets
 from .loggers import build_loggers
 from .module import RetrievalGateModule
-from .router import calibrate_router, check_strategy_source, router_figures
+from .router import calibrate_router, check_strategy_source, out_of_fold_metrics, router_figures
 from .stacked import fit_stacked_head
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,8 @@ def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) ->
         model.pop("budget")
     if model["head"] == "linear":  # the default, as every run before the key existed
         model.pop("head")
+    if model["fit_on"] == ["train"]:  # likewise
+        model.pop("fit_on")
     text = json.dumps({**plain, "model": model, "trainer": trainer}, sort_keys=True, default=str)
     text += labels_sha256(config, labels)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -332,8 +334,9 @@ def train(
     earlier = keep_csv_history(run_dir)
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
+    out_of_fold = None
     if config.model.head == "stacked":  # logistic models on the frozen body: no epochs
-        fit_stacked_head(module, dm, config.run.seed)
+        out_of_fold = fit_stacked_head(module, dm, config.run.seed, config.model.fit_on)
     else:
         trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
         best = trainer.checkpoint_callback.best_model_path
@@ -341,6 +344,8 @@ def train(
             state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
             module.load_state_dict(state)
     dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
+    if out_of_fold is not None:  # the head was fitted on dev: its figures there are in-sample
+        dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
     test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
     # Under DDP every rank runs this function; validate/test metrics are already gathered
     # across ranks (torchmetrics sync), and only rank zero writes the run folder (all ranks
@@ -358,9 +363,9 @@ def train(
         "splits": dm.summary(),
         "world_size": trainer.world_size,
     }
-    router = calibrate_router(module, dm, config) if dm.multilabel else None
+    router = calibrate_router(module, dm, config, out_of_fold) if dm.multilabel else None
     if router is not None:
-        metrics["router"] = router_figures(module, dm, router)
+        metrics["router"] = router_figures(module, dm, router, out_of_fold)
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
         labels_json = {**dm.provenance, "counts": dm.summary()}

@@ -54,6 +54,17 @@ def _point(curve: Curve, i: int) -> dict[str, Any]:
             "shares": curve.shares[i].tolist()}  # fmt: skip
 
 
+def dev_curve(router: Any, dev: EvalSet) -> tuple[Curve, str]:
+    """The curve the objectives sweep, and what it is on: the router's scores of the dev
+    questions ("dev"), or, for a router fitted on dev, its stored out-of-fold calibration
+    curve ("out-of-fold train+dev": re-scoring questions it was fitted on would be in-sample)."""
+    cal: Calibration = router.calibration
+    if cal.fitted_on_dev and cal.dev.single is not None:
+        return cal.dev, cal.calibrated_on
+    P = router.strategy_proba(dev.questions)
+    return sweep(P, cal.costs, dev.correct, dev.costs_paid(cal.costs)), "dev"
+
+
 def tune_router(
     gate: Gate, dev: EvalSet, objectives: Sequence[str], budget: float, target: float
 ) -> dict[str, Any]:
@@ -64,12 +75,12 @@ def tune_router(
         raise MissingInputError("router objectives need strategy labels for dev questions "
                                 "(--labels: a strategies.jsonl, a release folder or adaptive-rag)")  # fmt: skip
     cal: Calibration = router.calibration
-    P = router.strategy_proba(dev.questions)
-    curve = sweep(P, cal.costs, dev.correct, dev.costs_paid(cal.costs))
-    best_single = float(dev.correct.mean(axis=0).max())
+    curve, swept = dev_curve(router, dev)
+    single = curve.single if curve.single is not None else dev.correct.mean(axis=0)
+    best_single = float(single.max())
     out: dict[str, Any] = {"gate": gate.name, "strategies": list(cal.strategies),
-                           "costs": list(cal.costs), "n_dev": len(dev), "n_prices": len(curve.price),
-                           "chosen": {}, "skipped": {}}  # fmt: skip
+                           "costs": list(cal.costs), "n_dev": curve.n or len(dev), "swept": swept,
+                           "n_prices": len(curve.price), "chosen": {}, "skipped": {}}  # fmt: skip
     for name in objectives:
         if name == "budget-accuracy":
             i = point_for_budget(curve, budget, best_accuracy=True)
@@ -86,7 +97,7 @@ def tune_router(
                                                      "budget": float(curve.mean_cost[i])}  # fmt: skip
         elif name == "cost-pareto":
             out["pareto"] = [_point(curve, i) for i in pareto(curve)]
-    out["dev_single"] = dict(zip(cal.strategies, dev.correct.mean(axis=0).tolist(), strict=True))
+    out["dev_single"] = dict(zip(cal.strategies, single.tolist(), strict=True))
     return out
 
 
@@ -118,8 +129,22 @@ def calibrate_on(
     return router.calibration.on_traffic(P, source, budget)
 
 
+FRONT_STEP = 0.0025  # the front's rows shown: each this much more accurate than the last
+
+
+def shown_front(front: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The front's rows for a report: on thousands of questions it has a row per question or
+    two; one row per FRONT_STEP of accuracy (and the last) says the same (all rows in .json)."""
+    out: list[dict[str, Any]] = []
+    for i, p in enumerate(front):
+        if not out or p["accuracy"] >= out[-1]["accuracy"] + FRONT_STEP or i == len(front) - 1:
+            out.append(p)
+    return out
+
+
 def router_markdown(result: dict[str, Any]) -> str:
-    header = ["objective", "price", "dev accuracy", "dev mean cost", "test accuracy",
+    where = result.get("swept", "dev")  # the questions swept: dev, or out-of-fold train+dev
+    header = ["objective", "price", f"{where} accuracy", f"{where} mean cost", "test accuracy",
               "test mean cost", *(f"% {s}" for s in result["strategies"])]  # fmt: skip
 
     def row(name: str, p: dict[str, Any]) -> list[Any]:
@@ -132,18 +157,21 @@ def router_markdown(result: dict[str, Any]) -> str:
     )
     lines = [f"## Router {result['gate']}: price for a budget", "",
              f"Costs: {costs}. Exact sweep over the {result['n_prices']} distinct routings one "
-             f"price makes on {result['n_dev']} dev questions; test routed afterwards at the "
-             "chosen prices.", "",
+             f"price makes on {result['n_dev']} questions ({where}); test routed afterwards "
+             "at the chosen prices.", "",
              markdown_table(header, [row(k, v) for k, v in result["chosen"].items()]), ""]  # fmt: skip
     single = ", ".join(f"{k} {v:.3f}" for k, v in result["dev_single"].items())
-    lines.append(f"Single strategies, dev accuracy: {single}"
+    lines.append(f"Single strategies, {where} accuracy: {single}"
                  + (", test: " + ", ".join(f"{k} {v:.3f}" for k, v in result["test_single"].items())
                     if "test_single" in result else "") + ".")  # fmt: skip
     for k, why in result["skipped"].items():
         lines.append(f"- {k} skipped: {why}")
     if "pareto" in result:
-        lines += ["", "Accuracy-vs-cost Pareto front (dev), with the test figures at the same "
-                  "prices:", "", markdown_table(header, [row("front", p) for p in result["pareto"]])]  # fmt: skip
+        front = shown_front(result["pareto"])
+        lines += ["", f"Accuracy-vs-cost Pareto front ({where}; {len(front)} of its "
+                  f"{len(result['pareto'])} rows, one per {FRONT_STEP} of accuracy), with the "
+                  "test figures at the same prices:", "",
+                  markdown_table(header, [row("front", p) for p in front])]  # fmt: skip
     if "traffic" in result:
         t = result["traffic"]
         lines += ["", f"Calibrated on {t['source']} ({t['n']} questions): budget "
@@ -170,7 +198,9 @@ def saved_calibration(gate: Gate, result: dict[str, Any], objective: str) -> Cal
         )
         raise ConfigError(f"--save-objective {objective!r} could not be tuned ({why})")
     p = result["chosen"][key]
-    return router.calibration.with_default(p["budget"], p["price"], f"tuned: {key} on dev")
+    return router.calibration.with_default(
+        p["budget"], p["price"], f"tuned: {key} on {result.get('swept', 'dev')}"
+    )
 
 
 def calibration_source(spec: str | Path) -> str:
