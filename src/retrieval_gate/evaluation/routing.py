@@ -50,8 +50,10 @@ def fixed_policies(test: EvalSet, dev: EvalSet) -> list[Policy]:
     return out
 
 
-MATCH = "matches the best single strategy on"  # a router's accuracy-matching point (on dev)
-BEST_DEV = "best accuracy on"  # ... or, where no routing matches it, its best
+# a router's accuracy-matching point on its calibration questions (dev, or out-of-fold
+# train+dev), or, where no routing there matches the best single strategy, its best
+MATCH = "matches the best single strategy on"
+BEST_DEV = "best accuracy on"
 
 
 def matching_price(cal: Calibration, dev: EvalSet) -> tuple[float, float, bool] | None:
@@ -209,8 +211,8 @@ def routing_markdown(report: dict[str, Any]) -> str:
         saving_table(report), "",
         "### Routing: accuracy and mean cost per question (test)", "",
         f"{report['n_test']} test questions; costs: {costs} (per question where the labels "
-        "carry costs); routers' prices calibrated on dev (or on out-of-fold predictions of train+dev, "
-        "for a router fitted on both); 95% CIs: percentile bootstrap.", "",
+        "carry costs); routers' prices calibrated on dev (or, for a router fitted on train and "
+        "dev, on their out-of-fold predictions); 95% CIs: percentile bootstrap.", "",
         markdown_table(header, body), "",
         "Per source (accuracy / mean cost):", "",
         markdown_table(["policy", *sources], per), "",
@@ -224,8 +226,8 @@ def routing_markdown(report: dict[str, Any]) -> str:
 def saving_table(report: dict[str, Any]) -> str:
     """The short table the demo and the README lead with: the fixed policies, the per-source
     prior, each router at budget 1 and where it matches the best single strategy on its
-    calibration questions,
-    and the oracle: accuracy and mean cost (retrievals per question) with 95% CIs."""
+    calibration questions, and the oracle: accuracy and mean cost (retrievals per question)
+    with 95% CIs."""
     keep = ("never", "always ", "per-source prior", "oracle", " @ budget 1", f" @ {MATCH}",
             f" @ {BEST_DEV}")  # fmt: skip
     rows = [r for r in report["policies"] if any(k in r["policy"] for k in keep)]

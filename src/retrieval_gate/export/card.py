@@ -210,12 +210,13 @@ def write_model_card(
 
 def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], name: str) -> list[str]:
     """A router's section: its strategies and costs, the default budget and how it was
-    chosen, and dev/test accuracy and mean cost there (from training)."""
+    chosen, and accuracy and mean cost there on its calibration questions (dev, or out-of-fold
+    train+dev) and on test (from training)."""
     r = meta["router"]
     costs = ", ".join(f"`{s}` {c:g}" for s, c in zip(r["strategies"], r["costs"], strict=True))
     figures = metrics.get("router", {})
     rows = [[split, f["n"], f["accuracy"], f["mean_cost"], f["auroc_no_retrieval_wrong"],
-             ", ".join(f"{s} {100 * v:.0f}%" for s, v in f["shares"].items())]
+             ", ".join(f"{s} {100 * f['shares'][s]:.0f}%" for s in r["strategies"])]
             for split, f in figures.items() if isinstance(f, dict) and "n" in f]  # fmt: skip
     return [
         "## Routing",
