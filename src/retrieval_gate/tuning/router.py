@@ -59,7 +59,7 @@ def dev_curve(router: Any, dev: EvalSet) -> tuple[Curve, str]:
     questions ("dev"), or, for a router fitted on dev, its stored out-of-fold calibration
     curve ("out-of-fold train+dev": re-scoring questions it was fitted on would be in-sample)."""
     cal: Calibration = router.calibration
-    if cal.fitted_on_dev and cal.dev.single is not None:
+    if cal.fitted_on_dev:  # stored with its single strategies' accuracy and size (`n`)
         return cal.dev, cal.calibrated_on
     P = router.strategy_proba(dev.questions)
     return sweep(P, cal.costs, dev.correct, dev.costs_paid(cal.costs)), "dev"
@@ -76,10 +76,10 @@ def tune_router(
                                 "(--labels: a strategies.jsonl, a release folder or adaptive-rag)")  # fmt: skip
     cal: Calibration = router.calibration
     curve, swept = dev_curve(router, dev)
-    single = curve.single if curve.single is not None else dev.correct.mean(axis=0)
+    single = curve.single  # either curve was swept with outcomes, so it records them
     best_single = float(single.max())
     out: dict[str, Any] = {"gate": gate.name, "strategies": list(cal.strategies),
-                           "costs": list(cal.costs), "n_dev": curve.n or len(dev), "swept": swept,
+                           "costs": list(cal.costs), "n_dev": curve.n, "swept": swept,
                            "n_prices": len(curve.price), "chosen": {}, "skipped": {}}  # fmt: skip
     for name in objectives:
         if name == "budget-accuracy":
@@ -90,7 +90,7 @@ def tune_router(
             i = point_for_accuracy(curve, need)
             if i is None:
                 out["skipped"][f"min-cost@{target:g}"] = (
-                    f"no routing reaches dev accuracy {need:.3f} ({target:g} x the best single "
+                    f"no routing reaches {swept} accuracy {need:.3f} ({target:g} x the best single "
                     f"strategy's {best_single:.3f})")  # fmt: skip
                 continue
             out["chosen"][f"min-cost@{target:g}"] = {**_point(curve, i),
