@@ -44,6 +44,11 @@ SLOW_FIXTURES = {
 VLLM_FIXTURES = {"vllm_generator", "vllm_server"}
 SLOW_SECONDS = 5.0
 
+# The generation cache (generation/cache.py) is off for the whole session, so no test reads or
+# fills the user's ~/.cache/retrieval-gate/generations.sqlite and every engine test computes;
+# tests/test_generation_cache.py gives its generators a store of their own.
+os.environ.setdefault("RETRIEVAL_GATE_NO_CACHE", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:

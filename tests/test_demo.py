@@ -67,7 +67,7 @@ def test_interrupted_stage_is_not_marked_done_and_no_report(tmp_path, monkeypatc
     first = STAGES[0]
     (tmp_path / f"{first.name}.done.json").write_text(json.dumps({"argv": [], "seconds": 1.0}))
 
-    def interrupted(argv, name, budget):
+    def interrupted(argv, name, budget, work_file):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(demo, "run_stage", interrupted)
@@ -137,3 +137,45 @@ def test_the_router_saving_table_leads_the_report_and_the_headline(tmp_path):
     assert "| budget-accuracy@1 | 0.03 |" in report and "budget-accuracy@1" not in headline(
         tmp_path
     )
+
+
+def test_report_names_the_cpu_and_each_stages_work(tmp_path):
+    counts = {"prefill_tokens_computed": 36660, "decode_tokens_computed": 1200,
+              "llm_calls_cached": 540, "train_examples": 8000, "train_tokens": 120000}  # fmt: skip
+    rag = next(s for s in STAGES if s.name == "rag")
+    done = {"argv": [], "seconds": 3.0, "work": counts}
+    (tmp_path / f"{rag.name}.done.json").write_text(json.dumps(done))
+    report = write_report(tmp_path).read_text()
+    assert "CPU model: " in report and ("AVX" in report or "unknown CPU" in report)
+    header = next(line for line in report.splitlines() if line.startswith("| stage |"))
+    for column in ("wall time (s)", "prefill tokens", "decode tokens", "training examples"):
+        assert column in header
+    row = next(line for line in report.splitlines() if line.startswith(f"| {rag.title} |"))
+    assert "| 36660 | 1200 | 540 | 8000 | 120000 |" in row
+
+
+@pytest.mark.slow  # a subprocess
+def test_a_stage_writes_its_work_counters_for_the_report(tmp_path):
+    from retrieval_gate.demo import _read_work, run_stage
+
+    work_file = tmp_path / "data.work.json"
+    assert run_stage(["data", "summary"], "data", 60, work_file) == 0
+    counts = _read_work(work_file)
+    assert set(counts) >= {"prefill_tokens_computed", "train_examples"}
+    assert all(v == 0 for v in counts.values())  # a summary generates and trains nothing
+    assert _read_work(tmp_path / "missing.json") == {}
+
+
+def test_the_demo_fits_the_stacked_gate(tmp_path):
+    """Issue 38: the demo's gate is the stacked head on frozen MiniLM (no epochs: a killed stage
+    re-fits, and an earlier demo's fine-tuned run is replaced); the full fine-tune stays a config."""
+    from retrieval_gate.demo import GATE_CONFIG
+    from retrieval_gate.training.config import load_config
+
+    train = next(s for s in STAGES if s.name == "train").argv(tmp_path)
+    assert (
+        GATE_CONFIG in train and "--overwrite" in train and "run.name=minilm-closed-book" in train
+    )
+    cfg = load_config(GATE_CONFIG)
+    assert cfg.model.head == "stacked" and cfg.data.task == "binary" and not cfg.model.source_model
+    assert load_config("minilm-closed-book").model.head == "linear"  # for a GPU

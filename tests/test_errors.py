@@ -21,6 +21,7 @@ BUILTIN_ERRORS = {
 PROTOCOL = {
     ("__init__.py", "AttributeError"),  # a module __getattr__ (PEP 562)
     ("fileio.py", "OSError"),  # renameat2's errno, raised as the os module would raise it
+    ("generation/cache.py", "AttributeError"),  # CachedGenerator.__getattr__
 }
 
 

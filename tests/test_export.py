@@ -89,6 +89,65 @@ def test_round_trip_parity_and_metadata(exports, name):
     assert (export_dir / "tokenizer.json").is_file() and (export_dir / "parity.json").is_file()
 
 
+@pytest.fixture(scope="module")
+def stacked_export(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """(run, export, parity report) of the demo's kind of gate, small: the stacked head on
+    frozen MiniLM (logistic models, no epochs), with its source model."""
+    root = tmp_path_factory.mktemp("stacked")
+    cfg = tiny_config(write_label_file(root / "labels.jsonl", LABELS), root / "ck", "encoder",
+                      str(minilm_path()), head="stacked")  # fmt: skip
+    run_dir = train(cfg.override("run.name=minilm-stacked"), questions=QUESTIONS)
+    export_dir, report = build_export(run_dir, root / "export" / "minilm-stacked",
+                                      ("fp32", "int8"), parity=PARITY)  # fmt: skip
+    return run_dir, export_dir, report
+
+
+@pytest.mark.slow  # a training run and an export
+def test_a_stacked_gate_exports_and_scores_from_bare_text(stacked_export, tmp_path):
+    """The binary gate with the stacked head (issue 38): logistic models on frozen MiniLM, no
+    epochs; its token TF-IDF is in the graph and its shape columns come from the text, so
+    bare strings and `score --input` work for the run and the export alike, with the scores
+    the PyTorch run gives."""
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.cli import main
+    from retrieval_gate.training.checkpoint import load_run
+    from retrieval_gate.training.config import read_run_config
+    from retrieval_gate.training.stacked import StackedHead
+
+    run_dir, export_dir, report = stacked_export
+    module, _, meta = load_run(run_dir)
+    assert isinstance(module.head, StackedHead) and meta["classes"] == ["no_retrieval", "retrieval"]
+    outputs = meta["side_features"]["outputs"]
+    assert outputs[:2] == ["class:no_retrieval", "class:retrieval"] and "router" not in meta
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == []  # nothing trained
+    assert report["variants"]["fp32"]["max_abs_diff"] <= 1e-5
+    assert report["variants"]["int8"]["passed"], report["variants"]["int8"]
+    texts = TEXTS[:9]
+    onnx_scores = RetrievalGate.from_pretrained(export_dir).predict_proba(texts)
+    torch_scores = RetrievalGate.from_pretrained(run_dir, device="cpu").predict_proba(texts)
+    np.testing.assert_allclose(onnx_scores, torch_scores, atol=1e-5)
+    assert ((onnx_scores > 0) & (onnx_scores < 1)).all()
+    lines = tmp_path / "q.txt"
+    lines.write_text("\n".join(texts) + "\n")
+    assert main(["score", "--model", str(export_dir), "--input", str(lines),
+                 "--output", str(tmp_path / "s.jsonl")]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose([r["score"] for r in rows], onnx_scores, atol=1e-5)
+    card = (export_dir / "README.md").read_text()
+    assert "TF-IDF" in card and "P(source | text)" in card and "- questions: the bundled" in card
+    gate = OnnxGate(export_dir)
+    np.testing.assert_allclose(gate.score_texts(TEXTS[:7]), LearnedGate(run_dir).score_texts(
+        TEXTS[:7]), atol=1e-5)  # fmt: skip
+    # without the source model (the demo's config): the heads read no posterior
+    cfg = read_run_config(run_dir / "config.yaml")[0]
+    plain = train(
+        cfg.override("model.source_model=false", "run.name=no-source"), questions=QUESTIONS
+    )
+    _, _, meta = load_run(plain)
+    assert meta["side_features"]["outputs"] == ["class:no_retrieval", "class:retrieval"]
+    assert outputs[2:] == ["source:src0", "source:src1", "source:src2"]
+
+
 def test_int8_scores_do_not_depend_on_batch_mates(exports):
     """Issue 28: with dynamic int8 a question's score moved with the questions scored beside it
     (activation scales over the whole batch tensor). Static int8 (scales fixed at export from

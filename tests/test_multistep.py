@@ -145,7 +145,7 @@ def test_strategies_a_router_names_must_be_known():
     ret, gen = BM25Retriever(DOCS), ScriptedGenerator()
     with pytest.raises(ConfigError, match="unknown strategy 'web_search'"):
         AdaptiveRAG(LengthRouter(strategies=("no_retrieval", "web_search")), ret, gen)
-    with pytest.raises(ConfigError, match="must be no_retrieval"):
+    with pytest.raises(ConfigError, match="must be one without retrieval"):
         AdaptiveRAG(LengthRouter(strategies=("one_retrieval", "multi_step")), ret, gen)
     two = LengthRouter(strategies=("no_retrieval", "one_retrieval"))
     two.route = lambda qs, budget=None: ["multi_step"] * len(qs)  # a router breaking its word

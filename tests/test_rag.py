@@ -348,3 +348,16 @@ def test_oracle_run_retrieves_exactly_where_retrieval_turned_wrong_into_right():
 def test_oracle_run_needs_never_and_always():
     with pytest.raises(ConfigError, match="needs the never and always"):
         check_modes(["always", "oracle-run"], ModeOptions())
+
+
+def test_rag_samples_nest_and_match_evaluates_order():
+    from retrieval_gate.data.splits import sample_order
+
+    small = select_questions(["retrievalqa", "popqa"], "test", limit=5, seed=0)
+    large = select_questions(["retrievalqa", "popqa"], "test", limit=40, seed=0)
+    assert {q.id for q in small} <= {q.id for q in large}  # the cache serves the smaller run
+    other = select_questions(["retrievalqa", "popqa"], "test", limit=40, seed=1)
+    assert {q.id for q in other} != {q.id for q in large}
+    ids = ["b", "a", "c", "d"]
+    order = sample_order(ids)
+    assert sorted(order) == [0, 1, 2, 3] and sample_order(ids[:3]) == [k for k in order if k < 3]

@@ -11,6 +11,7 @@ import pytest
 from retrieval_gate.cli import build_parser
 from retrieval_gate.gates.registry import GATES, NEEDS, GateOptions, option_flag
 from retrieval_gate.rag.modes import ORACLES, ROUTING, known_modes
+from retrieval_gate.strategies import BUILTIN
 
 
 def _choices(verb: str, dest: str) -> list[str]:
@@ -39,7 +40,7 @@ def test_every_spec_names_known_needs_and_options():
 
 def test_rag_modes_are_the_registry_plus_routing_and_the_oracles():
     assert ROUTING == ("multi-step", "router")
-    assert known_modes() == [*GATES, *ROUTING, *ORACLES]
+    assert known_modes() == [*GATES, *ROUTING, *BUILTIN.names, *ORACLES]
 
 
 @pytest.mark.parametrize("name", _choices("evaluate", "gates"))

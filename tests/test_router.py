@@ -219,6 +219,12 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
     assert props["format"] == "retrieval-gate-onnx/2" and json.loads(props["router"])[
         "costs"
     ] == list(COSTS)
+    # the export carries its strategies' specs (issue 36), and the loaded router reads them
+    specs = json.loads(props["router"])["specs"]
+    assert [(x["name"], x["retriever"], x["steps"]) for x in specs] == [
+        ("no_retrieval", "none", 1), ("one_retrieval", "default", 1),
+        ("multi_step", "default", "multi")]  # fmt: skip
+    assert RetrievalGate.from_pretrained(export).strategy_registry().names == STRATEGIES
     texts = [q.text for q in qs[:12]]
     for folder in (export, run):
         router = RetrievalGate.from_pretrained(folder, device="cpu")

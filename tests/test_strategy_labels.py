@@ -151,8 +151,6 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
          ["--strategies", "cheap", "mid"], "mid_cost -1.0 is negative"),
         ("id,cheap_correct,mid_correct\na,1,\n", ["--strategies", "cheap", "mid"],
          "no mid_correct and no mid_prediction value for 'a'"),
-        ("id,cheap_correct,mid_correct\nc,0,0\n", ["--strategies", "cheap", "mid"],
-         "its source 'geo' has no prior strategy: pass --unanswered prior:geo=STRATEGY"),
         ("id,cheap_correct\na,1\n", ["--strategies", "cheap"], "name two or more distinct"),
         ("id,cheap_correct,mid_correct\na,1,0\n", ["--strategies", "cheap", "mid", "--unanswered",
          "sometimes"], "--unanswered 'sometimes': expected prior"),

@@ -152,14 +152,87 @@ def test_the_stacked_models_collapse_into_the_head_without_changing_a_probabilit
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
+    ("data", "model", "message"),
     [
-        ({"task": "binary"}, "needs data.task=strategies"),
-        ({"task": "strategies", "features": ["s_pop"]}, "drop data.features"),
+        ({"task": "binary"}, {"fit_on": ["train", "dev"]}, "with data.task=strategies"),
+        ({"task": "3way"}, {"fit_on": ["train", "dev"]}, "threshold is tuned on dev"),
+        ({"task": "strategies", "features": ["s_pop"]}, {}, "drop data.features"),
+        ({"task": "binary", "features": ["s_pop"]}, {}, "drop data.features"),
     ],
 )
-def test_a_stacked_head_is_a_router_head_on_text_alone(data, message):
+def test_a_stacked_head_reads_text_alone_and_fits_dev_for_routers_only(data, model, message):
     from retrieval_gate.training.config import TrainConfig
 
     with pytest.raises(ConfigError, match=message):
-        TrainConfig.from_dict({"model": {"head": "stacked"}, "data": data})
+        TrainConfig.from_dict({"model": {"head": "stacked", **model}, "data": data})
+
+
+@pytest.mark.parametrize("task", ["binary", "3way", "strategies"])
+def test_a_stacked_head_is_a_gate_head_and_a_router_head(task):
+    from retrieval_gate.training.config import TrainConfig
+
+    cfg = TrainConfig.from_dict({"model": {"head": "stacked"}, "data": {"task": task}})
+    assert cfg.model.head == "stacked" and cfg.model.fit_on == ("train",)
+
+
+def test_a_stacked_gate_is_one_logistic_model_over_the_same_inputs(tokenizer):
+    """A binary gate's stacked head (class indices, not correctness per strategy): one
+    class-weighted logistic model over [token TF-IDF, embedding, shape, P(source)], written as
+    the logits [0, z], so softmax gives its P(needs retrieval); a 3-way gate's is multinomial."""
+    from retrieval_gate.data.text_features import shape_features
+
+    texts = _bundle_texts(300)
+    rng = np.random.default_rng(1)
+    E = rng.normal(size=(len(texts), 8))
+    sources = [["nq", "squad", "hotpotqa"][i % 3] for i in range(len(texts))]
+    y = ((rng.uniform(size=len(texts)) < 0.3) | (np.array(sources) == "hotpotqa")).astype(int)
+    weights = {0: 0.8, 1: 1.3}
+    special, vocab = set(tokenizer.all_special_ids), len(tokenizer)
+    new = _bundle_texts(340)[300:]
+    E_new = rng.normal(size=(len(new), 8))
+    batch = tokenizer(new, truncation=True, max_length=128, padding=True, return_tensors="pt")
+    En, En_new = (e / np.linalg.norm(e, axis=1, keepdims=True) for e in (E, E_new))
+    vec, Xt, *_ = stacked.token_tfidf(_ids(tokenizer, texts), special, vocab)
+    Xt_new = vec.transform(_ids(tokenizer, new))
+    dense, dense_new = (csr_matrix(np.hstack([e, shape_features(t)])) for e, t in
+                        ((En, texts), (En_new, new)))  # fmt: skip
+    source, Q = stacked._source_model(hstack([Xt, dense]).tocsr(), np.array(sources), 0)
+    Q_new = source.predict_proba(hstack([Xt_new, dense_new]))
+    with_source = (hstack([Xt, dense, csr_matrix(Q)]).tocsr(),
+                   hstack([Xt_new, dense_new, csr_matrix(Q_new)]).tocsr())  # fmt: skip
+    text_only = hstack([Xt, dense]).tocsr(), hstack([Xt_new, dense_new]).tocsr()
+    three = y + (E[:, 0] > 1) * y  # a 3-way gate, from one source (no source model: quicker)
+    cases = [(("no_retrieval", "retrieval"), y, sources, with_source),
+             (("no_retrieval", "retrieval", "complex"), three, [""] * len(texts), text_only)]  # fmt: skip
+    for classes, target, srcs, (X, X_new) in cases:
+        body = _Body(len(classes))
+        features, oof = stacked.fit_stacked(body, texts, _ids(tokenizer, texts), special, vocab,
+                                            srcs, target.astype(float), E, classes,
+                                            class_weight=weights)  # fmt: skip
+        assert oof is None and features.outputs[: len(classes)] == tuple(
+            "class:" + c for c in classes
+        )
+        with torch.no_grad():
+            x = torch.from_numpy(np.hstack([E_new, features.matrix(new)]).astype(np.float32))
+            got = body.head(x, batch["input_ids"]).softmax(-1).numpy()
+        want = (LogisticRegression(C=stacked.HEAD_C, max_iter=3000, class_weight=weights)
+                .fit(X, target).predict_proba(X_new))  # fmt: skip
+        np.testing.assert_allclose(got, want, atol=2e-4)
+    with pytest.raises(DataError, match="label 1"):
+        stacked.fit_stacked(_Body(2), texts, _ids(tokenizer, texts), special, vocab,
+                            [""] * len(texts), np.ones(len(texts)), E, classes[:2])  # fmt: skip
+
+
+class _Body(torch.nn.Module):
+    """The module fit_stacked fills: a config, a width, a head."""
+
+    config = type("Cfg", (), {"head": "stacked", "dropout": 0.0})()
+    backbone = type("B", (), {"hidden_size": 8})()
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.num_classes = num_classes
+
+    def set_head(self, features):
+        self.features = features
+        self.head = stacked.StackedHead(8, features, self.num_classes)

@@ -10,9 +10,11 @@ import difflib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 import traceback
 
+from . import work
 from .errors import EXIT_BUG, RetrievalGateError, missing_package
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
@@ -31,6 +33,7 @@ VERBS = {
     "rag": ("rag", "run gates in front of a vLLM generator, side by side, with costs"),
     "serve": ("serve", "serve a gate (and the RAG loop) over HTTP"),
     "demo": ("demo", "run the whole pipeline on the bundled data (what `make demo` runs)"),
+    "cache": ("cache", "show or clear the generation cache (generations and choice scores)"),
 }
 DESCRIPTION = (
     "Train, evaluate and ship retrieval-necessity gates: small classifiers that tell a RAG "
@@ -133,13 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(
             logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
         )
+        if getattr(args, "no_cache", False):  # generation.cache.NO_CACHE_ENV: for the verbs
+            os.environ["RETRIEVAL_GATE_NO_CACHE"] = "1"  # this one starts, too
         data_dir = getattr(args, "data_dir", None)  # every verb that reads the bundled datasets
         if data_dir is None:
-            return int(args.run(args) or 0)
+            return _run_counted(args)
         from .data.paths import data_dir_env
 
         with data_dir_env(data_dir):
-            return int(args.run(args) or 0)
+            return _run_counted(args)
     except RetrievalGateError as e:
         print(f"retrieval-gate {verb}: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -154,6 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception:
         return _bug(verb)
+
+
+def _run_counted(args: argparse.Namespace) -> int:
+    """Runs the verb; a verb that generated, trained or scored notes the work it did in
+    machine-independent units (`work.summary()`), so its time can be compared across CPUs."""
+    code = int(args.run(args) or 0)
+    if any(work.snapshot().values()):
+        logging.getLogger("retrieval_gate").info(work.summary())
+    return code
 
 
 class _Notice(logging.Formatter):

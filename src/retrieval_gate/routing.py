@@ -23,15 +23,14 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
+from .strategies import DEFAULT_COSTS, StrategyRegistry, specs_of, with_cost
 
-# Issue 25's default unit: retrievals per question; multi-step = the Adaptive-RAG release's
-# mean IRCoT step count.
-DEFAULT_COSTS = {"no_retrieval": 0.0, "one_retrieval": 1.0, "multi_step": 3.35}
 _TIE = 1e-12  # breaks ties toward the cheaper strategy
 
 
 def default_costs(strategies: Sequence[str]) -> tuple[float, ...]:
-    """Retrievals per question for the three named strategies; other names need costs."""
+    """Retrievals per question for the built-in strategies (the registry's); other names
+    need costs."""
     unknown = [s for s in strategies if s not in DEFAULT_COSTS]
     if unknown:
         raise InputError(
@@ -208,6 +207,7 @@ class Calibration:
     traffic: Curve | None = None
     traffic_source: str | None = None
     calibrated_on: str = "dev"
+    specs: tuple[dict[str, Any], ...] | None = None  # each strategy's spec (issue 36)
 
     @property
     def fitted_on_dev(self) -> bool:
@@ -225,6 +225,7 @@ class Calibration:
         paid: np.ndarray | None = None,
         budget: float = 1.0,
         calibrated_on: str = "dev",
+        registry: StrategyRegistry | None = None,
     ) -> Calibration:
         """The calibration curve of P on these questions (dev, or out-of-fold predictions),
         and the default price: the best accuracy there within `budget`."""
@@ -234,7 +235,19 @@ class Calibration:
         i = point_for_budget(curve, budget, best_accuracy=True)
         return cls(tuple(strategies), tuple(float(c) for c in costs), curve, float(budget),
                    float(curve.price[i]), f"best {calibrated_on} accuracy at budget {budget:g}",
-                   calibrated_on=calibrated_on)  # fmt: skip
+                   calibrated_on=calibrated_on,
+                   specs=None if registry is None else tuple(
+                       with_cost(registry[s], c).to_dict()
+                       for s, c in zip(strategies, costs, strict=True)))  # fmt: skip
+
+    def registry(self) -> StrategyRegistry:
+        """Its strategies as specs (what each one runs), costs the router's own: the specs
+        it carries, else (routers before issue 36) its names resolved against the
+        built-ins."""
+        reg = specs_of(self.specs, self.strategies, "router calibration")
+        return StrategyRegistry(tuple(with_cost(reg[s], c) for s, c in
+                                      zip(self.strategies, self.costs, strict=True)),
+                                "the router's own strategies")  # fmt: skip
 
     def curve(self) -> Curve:
         """The curve a budget is read from: the user's traffic when calibrated on it."""
@@ -277,7 +290,8 @@ class Calibration:
                 "dev": self.dev.to_dict(), "default_budget": self.default_budget,
                 "default_price": self.default_price, "objective": self.objective,
                 "traffic": None if self.traffic is None else self.traffic.to_dict(),
-                "traffic_source": self.traffic_source, "calibrated_on": self.calibrated_on}  # fmt: skip
+                "traffic_source": self.traffic_source, "calibrated_on": self.calibrated_on,
+                **({} if self.specs is None else {"specs": [dict(x) for x in self.specs]})}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
@@ -287,7 +301,8 @@ class Calibration:
                        Curve.from_dict(d["dev"]), float(d["default_budget"]),
                        float(d["default_price"]), str(d["objective"]),
                        None if traffic is None else Curve.from_dict(traffic),
-                       d.get("traffic_source"), str(d.get("calibrated_on", "dev")))  # fmt: skip
+                       d.get("traffic_source"), str(d.get("calibrated_on", "dev")),
+                       None if d.get("specs") is None else tuple(dict(x) for x in d["specs"]))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"router calibration is incomplete or malformed ({e!r}); "
                              "re-train or re-export the router") from None  # fmt: skip

@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_question_args(p)
     add_data_dir(p)
     add_gate_options(p)
+    from .cache import add_no_cache
+
+    add_no_cache(p)
     p.set_defaults(run=run)
 
 
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         command="retrieval-gate " + shlex.join(sys.argv[1:]),
         questions=questions_from(args),
+        strategies=args.strategies,
     )
     path = run_evaluation(cfg)
     print(f"report: {path}")

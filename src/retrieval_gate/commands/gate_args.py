@@ -9,9 +9,36 @@ from dataclasses import fields
 
 from ..errors import InputError
 from ..gates.registry import GATES, GateOptions, option_flag
+from ..strategies import StrategyRegistry, is_strategies_file, load_strategies
+
+
+def strategies_file(value: str) -> StrategyRegistry:
+    """`--strategies FILE.yaml`, read and checked while the command line is parsed (before
+    any engine starts); the message names the file and key of anything wrong."""
+    if not is_strategies_file(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a strategies YAML file (.yaml / .yml) with a top-level strategies: list"
+        )
+    try:
+        return load_strategies(value)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_strategies_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--strategies",
+        type=strategies_file,
+        metavar="FILE.yaml",
+        help="the strategy registry: a YAML file whose strategies: list declares each strategy "
+        "(name, cost, retriever, k, steps, ...; docs/router.md), cheapest first; its names are "
+        "also fixed-strategy modes of rag (default: the built-ins no_retrieval, one_retrieval, "
+        "multi_step)",
+    )
 
 
 def add_gate_options(p: argparse.ArgumentParser) -> None:
+    add_strategies_option(p)
     g = p.add_argument_group("gate options (each gate reads the ones it needs)")
     for f in fields(GateOptions):
         users = [s.name for s in GATES.values() if f.name in s.options]

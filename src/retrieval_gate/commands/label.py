@@ -84,12 +84,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "has <name>_correct or <name>_prediction (and optionally <name>_cost) columns; also "
         "writes strategies.jsonl (docs/label.md; default: none, one-answer outcomes). "
         "--policy strategies: which of no_retrieval one_retrieval multi_step to run "
-        "(default all three)",
+        "(default all three), or a strategies FILE.yaml (docs/router.md) to run its strategies",
     )
     p.add_argument(
         "--unanswered",
         help="strategy labels: target of questions no strategy answers: prior (default; "
-        "single-hop sets -> 2nd strategy, multi-hop -> last; prior:SOURCE=STRATEGY,... adds "
+        "single-hop sets -> one retrieval, multi-hop -> multi-step, any other source -> the "
+        "strategy most often right on its labelled questions; prior:SOURCE=STRATEGY,... sets "
         "sources), exclude, or a strategy name",
     )
     g = p.add_argument_group("rag-gain and rrcp")
@@ -128,6 +129,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="measure questions/s of --backend on N RetrievalQA questions (closed-book and "
         "with 5 documents; median of 3) and exit (default: off)",
     )
+    from .cache import add_no_cache
+
+    add_no_cache(p)
     p.set_defaults(run=run)
 
 
@@ -211,7 +215,9 @@ def _remote(args: argparse.Namespace, questions) -> object | None:
         raise DataError("several --generator-url replicas are spread by --engine ray")
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting the server
-    return RemoteGenerator(args.generator_url[0], model=args.generator)
+    from ..generation.cache import cached
+
+    return cached(RemoteGenerator(args.generator_url[0], model=args.generator))
 
 
 def _policy_options(args: argparse.Namespace) -> dict:
@@ -219,8 +225,8 @@ def _policy_options(args: argparse.Namespace) -> dict:
     if args.policy in ("rag-gain", "outcomes"):
         opts["neither_label"] = args.neither_label
     if args.policy == "outcomes":
-        opts.update(outcomes=args.outcomes, strategies=args.strategies, llm=args.llm,
-                    unanswered=args.unanswered)  # fmt: skip
+        opts.update(outcomes=args.outcomes, strategies=_strategy_names(args.strategies),
+                    llm=args.llm, unanswered=args.unanswered)  # fmt: skip
     elif args.strategies or args.unanswered:
         from ..data.errors import InputError
 
@@ -230,6 +236,14 @@ def _policy_options(args: argparse.Namespace) -> dict:
         if args.no_llm_judge:
             opts["llm_judge"] = False
     return opts
+
+
+def _strategy_names(value: list[str] | None) -> list[str] | None:
+    """--strategies as names: given ones, or a strategies FILE.yaml's (cost order)."""
+    from ..strategies import load_strategies, registry_names
+
+    strategies_file, names = registry_names(value)
+    return list(load_strategies(strategies_file).names) if strategies_file else names
 
 
 def _strategies(args: argparse.Namespace) -> int:
@@ -245,23 +259,26 @@ def _strategies(args: argparse.Namespace) -> int:
         if bad:
             raise InputError(f"{flag} does not go with --policy {STRATEGIES_POLICY} (it runs "
                              "one engine, or --generator-url, and writes one file)")  # fmt: skip
+    from ..strategies import BUILTIN, load_strategies, registry_names
+
+    strategies_file, names = registry_names(args.strategies)  # names, or FILE.yaml
+    registry = load_strategies(strategies_file) if strategies_file else BUILTIN
     multi = multi_step_config(args)
     remote = _remote_one(args)
     name = remote.name if remote else args.generator
     out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
     req = StrategyLabelling(
         [], out, name, args.retriever, args.corpus, 5 if args.k is None else args.k,
-        args.strategies or StrategyLabelling.strategies, multi_step=multi,
-        criterion=args.criterion, unanswered=args.unanswered,
-        chunk_size=64 if args.chunk_size is None else args.chunk_size,
+        names, multi_step=multi, criterion=args.criterion, unanswered=args.unanswered,
+        chunk_size=64 if args.chunk_size is None else args.chunk_size, registry=registry,
     )  # fmt: skip
     req.check()  # every flag before the questions are read, the corpus loaded or an engine started
     req.questions = _strategy_questions(args)
 
     def generator():  # noqa: ANN202
-        from ..generation import build_generator
+        from ..generation.cache import cached, lazy_generator
 
-        return remote or build_generator(args.generator, args.backend)
+        return cached(remote) if remote else lazy_generator(args.generator, args.backend)
 
     def retriever():  # noqa: ANN202
         from ..rag.backends import open_retriever

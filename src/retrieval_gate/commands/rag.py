@@ -15,6 +15,7 @@ from ..rag.modes import ModeOptions, known_modes, parse_thresholds
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
+from ..strategies import BUILTIN
 from .gate_args import add_gate_options, check_threshold, gate_options
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
@@ -139,9 +140,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--modes",
         nargs="+",
         default=list(DEFAULT_MODES),
-        choices=known_modes(),
         metavar="MODE",
-        help=f"any of: {' '.join(known_modes())} (default: {' '.join(DEFAULT_MODES)})",
+        help=f"any of: {' '.join(known_modes())}, and every strategy a --strategies file "
+        f"declares (default: {' '.join(DEFAULT_MODES)})",
     )
     p.add_argument(
         "--out",
@@ -153,6 +154,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_data_dir(p)
     add_generator_args(p)
     add_gate_args(p)
+    from .cache import add_no_cache
+
+    add_no_cache(p)
     p.set_defaults(run=run)
 
 
@@ -176,7 +180,8 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
     for mode, value in thresholds.items():
         check_threshold(value, f"--threshold {mode}")
     opts = ModeOptions(**vars(gate_options(args)), thresholds=thresholds, router=args.router,
-                       budget=args.budget, router_variant=args.router_variant)  # fmt: skip
+                       budget=args.budget, router_variant=args.router_variant,
+                       strategies=args.strategies or BUILTIN, retriever=args.retriever)  # fmt: skip
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:

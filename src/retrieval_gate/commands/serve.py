@@ -27,7 +27,7 @@ API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
-        help="HTTP: POST /score and /answer {'questions': [...]}, GET /health, /docs",
+        help="HTTP: POST /score and /answer {'questions': [...]}, GET /health, /metrics, /docs",
     )
     p.add_argument(
         "--mode",
@@ -52,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_data_dir(p)
     add_generator_args(p)
     add_gate_args(p)
+    from .cache import add_no_cache
+
+    add_no_cache(p)
     p.set_defaults(run=run)
 
 
@@ -140,5 +143,5 @@ def run(args: argparse.Namespace) -> int:
             multi_step=multi_step,
             **engine,
         )
-    serve(service, args.host, args.port, checked, args.api_key)
+    serve(service, args.host, args.port, checked, args.api_key, options.strategies)
     return 0

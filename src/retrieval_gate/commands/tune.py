@@ -90,6 +90,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_question_args(p)
     add_data_dir(p)
     add_gate_options(p)
+    from .cache import add_no_cache
+
+    add_no_cache(p)
     p.set_defaults(run=run)
 
 

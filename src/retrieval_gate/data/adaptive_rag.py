@@ -28,6 +28,7 @@ from typing import Any
 
 from ..fileio import read_json, sha256_file
 from ..questions import Question
+from ..strategies import MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
 from .errors import BadRows, DataError
 from .paths import resolve_data_dir
 from .registry import register
@@ -38,9 +39,10 @@ ENV_VAR = "RETRIEVAL_GATE_ADAPTIVE_RAG"
 DEFAULT_SPLIT = "dev_500"  # the split the release's classifier was trained on
 # Folder prefix -> strategy name, in cost order; and the tag each uses in its
 # zero_single_multi_classification file.
-PREFIXES = {"nor": "no_retrieval", "oner": "one_retrieval", "ircot": "multi_step"}
+# (The release's three strategies are the registry's three built-ins.)
+PREFIXES = {"nor": NO_RETRIEVAL, "oner": ONE_RETRIEVAL, "ircot": MULTI_STEP}
 STRATEGIES = tuple(PREFIXES.values())
-TAGS = {"no_retrieval": "zero", "one_retrieval": "single", "multi_step": "multi"}
+TAGS = {NO_RETRIEVAL: "zero", ONE_RETRIEVAL: "single", MULTI_STEP: "multi"}
 # Adaptive-RAG's split of its six sets (its prior for questions no strategy answers).
 SINGLE_HOP = ("nq", "squad", "trivia")
 MULTI_HOP = ("hotpotqa", "2wikimultihopqa", "musique")
@@ -204,14 +206,14 @@ def load_adaptive_rag(data_dir: Path, bad: BadRows) -> list[Question]:
 
 
 def _load_dataset(release: ReleaseSplit, dataset: str) -> list[ReleaseQuestion]:
-    nor = release.folders[(dataset, "no_retrieval")]
+    nor = release.folders[(dataset, NO_RETRIEVAL)]
     chains = _one(nor, "prediction__*_chains.txt")
     texts = _read_chains(chains)
     gold_path = _one(nor, "ground_truth__*.json")
     gold = _id_map(gold_path)
     outcomes = {s: _strategy(release.folders[(dataset, s)], s) for s in STRATEGIES}
-    ids = list(outcomes["no_retrieval"][1])
-    reference = outcomes["no_retrieval"][0]
+    ids = list(outcomes[NO_RETRIEVAL][1])
+    reference = outcomes[NO_RETRIEVAL][0]
     for path, predictions in outcomes.values():
         _same_ids(path, set(predictions), reference, set(ids))
     _same_ids(chains, set(texts), reference, set(ids))

@@ -18,6 +18,16 @@ def _rank(seed: int, key: str) -> str:
     return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
 
 
+def sample_order(ids: Sequence[str], seed: int = 0) -> list[int]:
+    """Positions of `ids` in a seeded order that depends on each id alone: a smaller sample
+    (its first n) is part of every larger one with the same seed, whatever else is in the
+    pool. `evaluate --limit N` and `rag --limit N --seed 0` both draw this way, so the RAG
+    loop's questions are among evaluate's and their generations are served from the cache.
+    Seed 0 keys an id by its own sha256 (the order `evaluate` has always used)."""
+    keys = [hashlib.sha256(i.encode()).hexdigest() if seed == 0 else _rank(seed, i) for i in ids]
+    return sorted(range(len(ids)), key=lambda k: keys[k])
+
+
 def assign_splits(
     questions: Sequence[Question],
     labels: Mapping[str, int] | None = None,

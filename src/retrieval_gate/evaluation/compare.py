@@ -3,7 +3,6 @@ table, plots and a JSON of all figures in reports/<name>/."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.errors import DataError
+from ..data.splits import sample_order
 from ..errors import ConfigError, MissingInputError
 from ..fileio import content_id, write_text
 from ..gates.base import Gate, gate_checksum
@@ -32,10 +32,11 @@ from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, label_file_names,
 from ..labels.files import LabelFile
 from ..labels.labelling_run import LabellingRun
 from ..questions import Question
+from ..strategies import StrategyRegistry
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .report import comparison_table, per_source_table
-from .routing import routing_markdown, routing_report
+from .routing import registry_costs, routing_markdown, routing_report
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class EvaluationConfig:
     limit: int | None = None  # evaluate on the first N test questions (a quick look)
     command: str = ""
     questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
+    strategies: StrategyRegistry | None = None  # --strategies: prices routing tables' strategies
 
 
 def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
@@ -67,10 +69,8 @@ def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
     if limit is None or limit >= len(test):
         return test
     # An even spread over sources, not the first source only.
-    keys = [hashlib.sha256(q.id.encode()).hexdigest() for q in test.questions]
-    order = np.argsort(keys, kind="stable")
     mask = np.zeros(len(test), bool)
-    mask[order[:limit]] = True
+    mask[sample_order([q.id for q in test.questions])[:limit]] = True
     return test.subset(mask)
 
 
@@ -130,9 +130,10 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             raise ConfigError(f"no gate could be evaluated on {policy} ({reasons})")
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
+            priced = registry_costs(cfg.strategies, tests[policy].strategies)  # --strategies
             report["policies"][policy]["routing"] = routing_report(
-                tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples
-            )
+                tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples,
+                priced)  # fmt: skip
         report["policies"][policy]["label_file"] = _provenance(files[policy])
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)

@@ -22,6 +22,7 @@ from ..figures import plt, save_figure
 from ..gates.base import Gate, is_router
 from ..labels.evalset import EvalSet
 from ..routing import Calibration, default_costs, outcome, point_for_accuracy, route_indices
+from ..strategies import StrategyRegistry
 from ..tables import markdown_table
 from .bootstrap import bootstrap_ci
 
@@ -147,6 +148,17 @@ def routing_report(
     figure = accuracy_cost_figure(test, gates, rows, paid, out_dir / f"{stem}-accuracy-cost.png")
     return {"strategies": list(test.strategies), "costs": list(costs), "n_test": len(test),
             "policies": rows, "auroc_no_retrieval_wrong": auroc, "figure": figure.name}  # fmt: skip
+
+
+def registry_costs(
+    registry: StrategyRegistry | None, strategies: Sequence[str]
+) -> tuple[float, ...] | None:
+    """`--strategies FILE.yaml`'s costs of a label file's strategies (None: no file given);
+    a strategy the file does not declare is refused, naming it."""
+    if registry is None:
+        return None
+    registry.check(strategies, f"the label file's strategies ({registry.source})")
+    return registry.costs(strategies)
 
 
 def _costs(gates: Mapping[str, Gate], strategies: Sequence[str]) -> tuple[float, ...]:

@@ -83,7 +83,7 @@ def card_data(export_name: str, meta: dict[str, Any], config: dict[str, Any],
 
 
 def _from_text(meta: dict[str, Any]) -> bool:
-    """A stacked router: its features are computed from the question text itself."""
+    """A stacked head (router or gate): its features are computed from the question text."""
     return (meta.get("side_features") or {}).get("kind") == "text"
 
 
@@ -107,8 +107,11 @@ def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
                   f"(seed {data['split_seed']})"]  # fmt: skip
     inputs = "the question text" + (f" and the side features {', '.join(side)}" if side else "")
     if _from_text(meta):
+        outputs = meta["side_features"].get("outputs") or []
+        posterior = any(o.startswith("source:") for o in outputs)
         inputs += (" (the frozen encoder's embedding, TF-IDF of its token unigrams and bigrams, the "
-                   "wording's shape and P(source | text): `model.head: stacked`)")  # fmt: skip
+                   "wording's shape" + (" and P(source | text)" if posterior else "")
+                   + ": `model.head: stacked`)")  # fmt: skip
     return [*source, f"- inputs: {inputs}"]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..generation.base import Generator
 from ..questions import Question
+from ..strategies import StrategyRegistry
 
 # What a gate scores: `Question`s, or bare question texts.
 Questions = Sequence[Question] | Sequence[str]
@@ -129,8 +130,8 @@ def gate_checksum(gate: Gate) -> str | None:
 
 @runtime_checkable
 class Router(Gate, Protocol):
-    """Picks a retrieval strategy per question, in `strategies` (cost order, the first
-    "no_retrieval"). A router is also a `Gate`: `scores` = P(needs retrieval) = 1 - P(no
+    """Picks a retrieval strategy per question, in `strategies` (cost order, the first one
+    without retrieval). A router is also a `Gate`: `scores` = P(needs retrieval) = 1 - P(no
     retrieval suffices), so evaluation, tuning, serving and the adapters take it as any gate.
 
     `strategy_proba(questions)`: (n, len(strategies)) array of what its decision rule needs;
@@ -142,6 +143,14 @@ class Router(Gate, Protocol):
     def strategy_proba(self, questions: Questions) -> np.ndarray: ...
 
     def route(self, questions: Questions, budget: float | None = None) -> list[str]: ...
+
+
+@runtime_checkable
+class CarriesStrategies(Protocol):
+    """A router that carries its strategies' specs (issue 36: what each one retrieves, in how
+    many steps; an export before it: its names resolved against the built-ins)."""
+
+    def strategy_registry(self) -> StrategyRegistry: ...
 
 
 def is_router(gate: object) -> bool:

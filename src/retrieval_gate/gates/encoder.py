@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import work
 from ..data.features import GateFeatures
 from ..errors import InputError
 from .base import Questions, as_questions
@@ -129,6 +130,7 @@ class EncoderGate(ABC):
                 " score Questions (with them in Question.extra), not bare texts"
             )
         ids = self.encode(texts)
+        work.add(questions_scored=len(ids))
         out = np.empty((len(ids), *row_shape), dtype=np.float32)
         for idx in self.batches([len(row) for row in ids]):
             input_ids, mask = pad_right([ids[i] for i in idx], self.pad_id)

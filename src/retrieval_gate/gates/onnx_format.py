@@ -29,7 +29,9 @@ REQUIRED = {
 ROUTER_KEYS = {
     "router": "JSON `routing.Calibration`: strategies in cost order, each strategy's cost, the "
     "dev calibration curve (price -> mean cost, accuracy), an optional one on the user's "
-    "traffic, and the default budget and price",
+    "traffic, the default budget and price, and (issue 36) `specs`: each strategy's spec "
+    "(`strategies.StrategySpec`: retriever, k, steps, prompt); an export without them names "
+    "built-ins only",
 }
 # Outputs: `scores` (P(needs retrieval)) and `probs` (per class) for a binary or 3-way gate;
 # a router's second output is `strategy_proba` (P(correct | strategy), one column a strategy).

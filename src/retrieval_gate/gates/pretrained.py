@@ -24,7 +24,17 @@ import numpy as np
 from ..errors import BackendError, InputError
 from ..questions import Question
 from ..run_folder import RunFolder
-from .base import Features, Gate, HasMetadata, OnDevice, Questions, as_questions, is_router
+from ..strategies import StrategyRegistry, specs_of
+from .base import (
+    CarriesStrategies,
+    Features,
+    Gate,
+    HasMetadata,
+    OnDevice,
+    Questions,
+    as_questions,
+    is_router,
+)
 from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
@@ -245,7 +255,8 @@ class RetrievalRouter(RetrievalGate):
     one. Beside the unchanged `predict_proba` / `predict` (P(needs retrieval) = 1 -
     P(correct | no retrieval), at the threshold), it routes each question to a strategy:
 
-        router.strategies                    # ("no_retrieval", "one_retrieval", "multi_step")
+        router.strategies                    # names in cost order, e.g. the three built-ins
+        router.strategy_registry()           # their specs (strategies.StrategySpec)
         router.strategy_proba(texts)         # (n, 3): P(correct | strategy)
         router.route(texts, budget=1.0)      # one strategy name per question
         router.costs, router.budget          # costs per strategy; the default budget
@@ -265,6 +276,13 @@ class RetrievalRouter(RetrievalGate):
     def budget(self) -> float:
         """The default budget (mean cost per question) `route(budget=None)` meets."""
         return float(self.gate.budget)  # type: ignore[attr-defined]
+
+    def strategy_registry(self) -> StrategyRegistry:
+        """Its strategies' specs (what each retrieves, in how many steps), as exported; an
+        export with names only resolves them against the built-ins."""
+        if not isinstance(self.gate, CarriesStrategies):
+            return specs_of(None, self.strategies, f"router {self.name!r}")
+        return self.gate.strategy_registry()
 
     def strategy_proba(self, questions: Questions, features: Features | None = None) -> np.ndarray:
         """P(correct | strategy) per question, columns in `strategies` order."""

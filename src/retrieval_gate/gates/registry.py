@@ -38,10 +38,11 @@ class LazyGenerator:
     def __call__(self) -> Generator:
         if self._generator is None:
             try:
-                from ..generation import build_generator
+                from ..generation.cache import lazy_generator
             except ImportError as e:
                 raise BackendError(f"no generator backend available ({e})") from None
-            self._generator = build_generator(**self.options)
+            # behind the generation cache; the engine itself starts on the first cache miss
+            self._generator = lazy_generator(**self.options)
         return self._generator
 
     @property
@@ -302,7 +303,7 @@ def check_options(names: Sequence[str], opts: GateOptions) -> None:
             model = folder / VARIANTS[opts.variant]
             if not model.is_file():
                 raise DataError(f"no {opts.variant} model in this export (--onnx, --variant): "
-                                "run `retrieval-gate export --variants {opts.variant}`", model)  # fmt: skip
+                                f"run `retrieval-gate export --variants {opts.variant}`", model)  # fmt: skip
 
 
 def build_gate(

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import MissingInputError
 from ..labels.evalset import EvalSet
 from ..routing import Calibration, default_costs, route_indices
+from ..strategies import StrategyRegistry
 from .base import Questions, as_questions
 
 
@@ -36,6 +37,10 @@ class RoutingMixin:
     def budget(self) -> float:
         """The default operating point: mean cost per question `route(budget=None)` aims at."""
         return self.calibration.default_budget
+
+    def strategy_registry(self) -> StrategyRegistry:
+        """Its strategies' specs (`gates.base.CarriesStrategies`), costs its own."""
+        return self.calibration.registry()
 
     def proba(self, questions: Questions) -> np.ndarray:
         """`strategy_proba`, computed once for a batch asked for twice in a row: the RAG loop

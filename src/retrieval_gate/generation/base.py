@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -13,12 +13,16 @@ from ..errors import BackendError
 
 @dataclass
 class Generation:
-    """One generated answer with its token accounting."""
+    """One generated answer with its token accounting. `seconds` (the answer's share of the
+    batch that computed it) and `cached` (served from the generation cache) are set by
+    `generation.cache.CachedGenerator`; they are not part of the answer (equality ignores them)."""
 
     text: str
     prompt_tokens: int
     completion_tokens: int
     token_logprobs: list[float] | None = None
+    seconds: float | None = field(default=None, compare=False, repr=False)
+    cached: bool = field(default=False, compare=False, repr=False)
 
     @property
     def mean_logprob(self) -> float | None:
@@ -65,7 +69,7 @@ class PartialGenerator(Generator, Protocol):
     ended it, so a server dying mid-batch fails the prompts it did not answer, not the batch."""
 
     def try_generate(
-        self, prompts: Sequence[str], max_new_tokens: int = 24
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation | BackendError]: ...
 
 

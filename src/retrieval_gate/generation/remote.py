@@ -93,15 +93,15 @@ class RemoteGenerator:
         return self._map(one, list(prompts))
 
     def try_generate(
-        self, prompts: Sequence[str], max_new_tokens: int = 24
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation | BackendError]:
         """As `generate`, but a request that fails (after its retries) gives its error in its
         place instead of failing the batch (`generation.base.PartialGenerator`)."""
 
         def one(prompt: str) -> Generation | BackendError:
             try:
-                body = chat_body(self.name, prompt, max_new_tokens, False)
-                return parse_chat(self._post("/chat/completions", body), False)
+                body = chat_body(self.name, prompt, max_new_tokens, logprobs)
+                return parse_chat(self._post("/chat/completions", body), logprobs)
             except BackendError as e:
                 return e
 

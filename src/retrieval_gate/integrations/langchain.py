@@ -1,11 +1,11 @@
 """LangChain: `GateRouter`, a Runnable that sends each question either to a retrieval chain or
 straight to the LLM chain, as the gate decides; with a router, to one of three chains (direct,
-retrieve, multi-step). Batches go through the gate in one call and through each branch with
+retrieve, multi-step, and one per strategy of its own: `branches`). Batches go through the gate in one call and through each branch with
 that branch's `batch`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -19,7 +19,9 @@ class GateRouter(Runnable[Any, Any]):
     `RetrievalGate` of a router export) also sends questions to `multi_step`. The input is a
     question string or a dict holding it under `question_key`; each branch receives it
     unchanged. `threshold` overrides a binary gate's stored threshold, `budget` is a router's
-    operating point (None: its default)."""
+    operating point (None: its default). `branches`: a chain per strategy that retrieves in its
+    own way (its own retriever or k, e.g. `{"bm25_top3": chain}`), for a router that routes to
+    one."""
 
     def __init__(
         self,
@@ -30,10 +32,12 @@ class GateRouter(Runnable[Any, Any]):
         question_key: str = "question",
         threshold: float | None = None,
         budget: float | None = None,
+        branches: Mapping[str, Runnable] | None = None,
     ):
         self.gate, self.retrieve, self.direct, self.multi_step = gate, retrieve, direct, multi_step
         self.question_key, self.threshold, self.budget = question_key, threshold, budget
-        self.branches = branches_of(gate, multi_step is not None, budget)
+        self.own = dict(branches or {})
+        self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own))
 
     def _text(self, item: Any) -> str:
         return item[self.question_key] if isinstance(item, dict) else item
@@ -59,7 +63,8 @@ class GateRouter(Runnable[Any, Any]):
             return []
         decisions = self.route(inputs)
         outputs: list[Any] = [None] * len(inputs)
-        runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step}
+        runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step,
+                     **self.own}  # fmt: skip
         for name, branch in runnables.items():
             idx = [i for i, d in enumerate(decisions) if d == name]
             if idx:

@@ -4,7 +4,7 @@ engine), and `gated_query_engine`, which builds that router from the engines and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.base_selector import BaseSelector, SelectorResult, SingleSelection
@@ -19,19 +19,24 @@ from ..gates.base import Gate, is_router
 from . import routing
 from .routing import branches_of, routed
 
-RETRIEVE, DIRECT, MULTI_STEP = 0, 1, 2  # tool order in gated_query_engine
-_INDEX = {routing.RETRIEVE: RETRIEVE, routing.DIRECT: DIRECT, routing.MULTI: MULTI_STEP}
+RETRIEVE, DIRECT = 0, 1  # tool order in gated_query_engine: then multi-step, then own ones
 
 
 class GateSelector(BaseSelector):
     """Selects choice 0 (retrieval) when the gate says the question needs retrieval, else
     choice 1 (the LLM alone); a router also selects choice 2 (multi-step retrieval) and takes
-    a `budget`. The reason carries P(needs retrieval) or the routed strategy."""
+    a `budget`; choices 3.. are its strategies of their own (`own`, in that order). The reason
+    carries P(needs retrieval) or the routed strategy."""
 
-    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None):
+    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
+                 own: Sequence[str] = ()):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
         # a router's choices must include multi-step when it routes there
-        self.choices = len(branches_of(gate, is_router(gate), budget))
+        branches = branches_of(gate, is_router(gate), budget, extra=own)
+        self.multi = routing.MULTI in branches
+        order = [routing.RETRIEVE, routing.DIRECT, *([routing.MULTI] if self.multi else []), *own]
+        self.index = {b: i for i, b in enumerate(order)}
+        self.choices = len(order)
 
     def _get_prompts(self) -> dict[str, Any]:
         return {}
@@ -42,11 +47,11 @@ class GateSelector(BaseSelector):
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> SelectorResult:
         if len(choices) != self.choices:
             raise ConfigError(
-                f"GateSelector routes between {self.choices} choices (retrieve, direct"
-                f"{', multi-step' if self.choices == 3 else ''}), got {len(choices)}"
+                f"GateSelector routes between {self.choices} choices "
+                f"({', '.join(self.index)}), got {len(choices)}"
             )
         (branch,), (p,) = routed(self.gate, [query.query_str], self.threshold, self.budget)
-        index = _INDEX[branch]
+        index = self.index[branch]
         if is_router(self.gate):
             reason = f"routed to {branch} (P(needs retrieval) = {p:.3f})"
         else:
@@ -74,20 +79,26 @@ def gated_query_engine(
     threshold: float | None = None,
     multi_step_engine: Any = None,
     budget: float | None = None,
+    engines: Mapping[str, Any] | None = None,
 ) -> RouterQueryEngine:
     """A `RouterQueryEngine`: flagged questions go to `retrieval_engine` (e.g.
     `index.as_query_engine()`), the rest to `llm` alone; with a router, the questions it
-    routes to multi-step go to `multi_step_engine` (e.g. a `MultiStepQueryEngine`)."""
-    selector = GateSelector(gate, threshold, budget)
+    routes to multi-step go to `multi_step_engine` (e.g. a `MultiStepQueryEngine`), and those
+    it routes to a strategy of its own (its own retriever or k) to `engines[name]`."""
+    engines = dict(engines or {})
+    selector = GateSelector(gate, threshold, budget, own=list(engines))
     tools = [
         QueryEngineTool.from_defaults(retrieval_engine, name="retrieve",
                                       description="answer from retrieved documents"),
         QueryEngineTool.from_defaults(LLMQueryEngine(llm=llm), name="direct",
                                       description="answer from the LLM's own knowledge"),
     ]  # fmt: skip
-    if multi_step_engine is not None or selector.choices == 3:
-        if multi_step_engine is None or selector.choices != 3:
+    if multi_step_engine is not None or selector.multi:
+        if multi_step_engine is None or not selector.multi:
             branches_of(gate, multi_step_engine is not None, budget)  # says what is wrong
-        tools.append(QueryEngineTool.from_defaults(multi_step_engine, name="multi_step",
+        tools.append(QueryEngineTool.from_defaults(multi_step_engine, name=routing.MULTI,
                      description="answer by retrieving and reasoning in several steps"))  # fmt: skip
+    for name, engine in engines.items():
+        tools.append(QueryEngineTool.from_defaults(engine, name=name,
+                     description=f"answer from documents retrieved by strategy {name}"))  # fmt: skip
     return RouterQueryEngine(selector=selector, query_engine_tools=tools, llm=llm)

@@ -1,7 +1,8 @@
 """`closed-book` policy: the generator answers with RetrievalQA's closed-book prompt; a question
 needs retrieval (label 1) when the answer is not correct under the chosen criterion.
 
-Rows: id, label, prediction, match, em, f1, idk, guess, mean_logprob."""
+Rows: id, label, prediction, match, em, f1, idk, guess, mean_logprob, and `token_logprobs` (the
+answer's token log-probabilities, `labels.logprobs`) when the generator returned them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, closed_book_prompt
 from ..questions import Question
 from .files import LabelFile
+from .logprobs import TOKEN_LOGPROBS, rounded
 from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, frequent_answers, judge
 
@@ -50,6 +52,8 @@ def closed_book_rows(
         row = {"id": q.id, "prediction": g.text[:PREDICTION_CHARS], **judge(g.text, q, frequent)}
         lp = g.mean_logprob
         row["mean_logprob"] = None if lp is None else round(lp, 4)
+        if g.token_logprobs:
+            row[TOKEN_LOGPROBS] = rounded(g.token_logprobs)
         row["label"] = int(not correct(row, criterion))
         rows.append(row)
     return rows

@@ -3,7 +3,10 @@ as results arrive so an interrupted run resumes where it stopped, plus a `.meta.
 with provenance (policy, generator and checksum, prompt id, decoding, date, version).
 
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
-then whatever the policy records (prediction, match, mean_logprob, ...)."""
+then whatever the policy records (prediction, match, mean_logprob, ...). Fields are added,
+never renamed, so older files load: e.g. `token_logprobs` (the answer's token
+log-probabilities, `labels.logprobs`) is optional, absent from files written before it. There
+is no format version field; the sidecar's `package_version` says which release wrote a file."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A labelling run's folder (`data/labels/<generator>/`): one generator's label files and the
 answers recorded with them, read here and nowhere else.
 
-    closed-book.jsonl   closed-book answers: `match`, `mean_logprob`, `idk` (+ label)
+    closed-book.jsonl   closed-book answers: `match`, `mean_logprob`, `idk` (+ label), and
+                        `token_logprobs` where recorded (`labels.logprobs.answer_logprobs`)
     rag-gain.jsonl      with-retrieval answers: `closed_correct`, `rag_correct` (+ label)
 
 Adaptive accuracy, the confidence gate, TA-ARE's demonstrations and tuning's content
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..fileio import sha256_file
 from .files import LABELS_DIR, LabelFile
+from .logprobs import AnswerLogprobs, answer_logprobs
 
 CLOSED_BOOK = "closed-book.jsonl"
 RAG_GAIN = "rag-gain.jsonl"
@@ -68,6 +70,11 @@ class LabellingRun:
                 if row.get("closed_correct") is not None:
                     closed[i] = bool(row["closed_correct"])
         return Outcomes(closed, rag)
+
+    def answer_logprobs(self) -> dict[str, AnswerLogprobs]:
+        """The closed-book answers' recorded log-probabilities by question id (tokens, or the
+        mean only); {} without the file."""
+        return answer_logprobs(self.closed_book) if self.closed_book.is_file() else {}
 
     def checksums(self) -> list[str | None]:
         """sha256 of the two answer files (None where missing): what results computed from

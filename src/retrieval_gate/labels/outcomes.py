@@ -10,6 +10,14 @@ Two kinds of outcomes file, told apart by their rows:
   correctness column (`correct`: true/false, 1/0, yes/no) or the model's `prediction` (judged
   here); optionally the same for the answer with retrieval (`rag_correct` / `rag_prediction`).
 
+Either kind may carry the closed-book answer's log-probabilities: `token_logprobs` (a JSON list
+of the answer tokens' natural-log probabilities, as vLLM and OpenAI-compatible servers return
+them; in a CSV cell the list as JSON text) and/or `mean_logprob` (their mean, when only that
+was logged; given, it is kept as is, else it is the tokens' mean). An lm-eval sample carries
+them as top-level keys of its row. They go into the closed-book rows (`labels.logprobs`); a
+value that is not a finite number <= 0, or an empty list beside an answer, is refused naming
+the file, row and column (0.0 is valid).
+
 Closed-book rows go to `closed-book.jsonl`; when with-retrieval outcomes are there too, they
 go to `rag-gain.jsonl` beside it (a labelling run's folder, `--labels-dir`). `--out FILE`
 names the one file closed-book outcomes make; outcomes that make both files need a folder. A recorded correctness is stored as the measures the judge
@@ -29,6 +37,14 @@ from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .files import LabelFile, meta_path
 from .labelling_run import CLOSED_BOOK, RAG_GAIN
+from .logprobs import (
+    MEAN_LOGPROB,
+    TOKEN_LOGPROBS,
+    mean_of,
+    parse_mean_logprob,
+    parse_token_logprobs,
+    rounded,
+)
 from .rag_gain import judge_gain
 from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
@@ -144,8 +160,9 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
     else:
         recorded = parse_bool(_first(row, CORRECT), path, n)
         if recorded is not None:
+            lp = _logprobs(row, path, n, _first(row, PREDICTION))
             return {"id": q.id, "prediction": None, **_recorded(recorded), "idk": None,
-                    "mean_logprob": None, "label": int(not recorded)}  # fmt: skip
+                    **lp, "label": int(not recorded)}  # fmt: skip
         prediction = _first(row, PREDICTION)
         if prediction is None:
             raise DataError(
@@ -163,8 +180,26 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
         )
     prediction = str(prediction)
     judged = {"id": q.id, "prediction": prediction[:PREDICTION_CHARS],
-              **judge(prediction, q, frequent), "mean_logprob": None}  # fmt: skip
+              **judge(prediction, q, frequent), **_logprobs(row, path, n, prediction)}  # fmt: skip
     return {**judged, "label": int(not correct(judged, criterion))}
+
+
+def _logprobs(row: dict, path, n: int, answer: Any) -> dict[str, Any]:
+    """`mean_logprob` (None when not recorded) and, when recorded, `token_logprobs`."""
+    tokens = parse_token_logprobs(row.get(TOKEN_LOGPROBS), path, n)
+    mean = parse_mean_logprob(row.get(MEAN_LOGPROB), path, n)
+    if tokens == [] and answer not in (None, ""):
+        raise DataError(
+            f"column {TOKEN_LOGPROBS!r} is an empty list, but the row has an answer: record its "
+            "tokens' log-probabilities, or leave the cell empty",
+            path,
+            n,
+        )
+    tokens = rounded(tokens) or None
+    out: dict[str, Any] = {MEAN_LOGPROB: round(mean, 4) if mean is not None else mean_of(tokens)}
+    if tokens is not None:
+        out[TOKEN_LOGPROBS] = tokens
+    return out
 
 
 def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict | None:

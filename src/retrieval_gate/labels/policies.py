@@ -235,9 +235,9 @@ def _generator_policy(
 
 
 def _build(req: LabelRequest) -> Any:
-    from ..generation import build_generator
+    from ..generation.cache import lazy_generator
 
-    return build_generator(req.generator, req.backend)
+    return lazy_generator(req.generator, req.backend)
 
 
 def _retriever(name: str, corpus: Path | None) -> Any:

@@ -11,7 +11,8 @@ Row schema (one JSON object a line, keyed by question id; `.meta.json` sidecar):
     cheapest     the cheapest strategy that answers, null when none does
     target       the strategy a router is trained toward: `cheapest`, or for questions no
                  strategy answers the `--unanswered` treatment's pick (null: excluded)
-    target_from  "cheapest" | "prior" | "fixed" | "excluded"
+    target_from  "cheapest" | "prior" | "learned" | "fixed" | "excluded"
+    source       the question's source (what a learned prior is counted by)
     cost         {strategy: cost} for this question (only when the outcomes carry costs)
     prediction   {strategy: answer} for the strategies whose correctness was judged here from
                  their answer (absent when every correctness was recorded)
@@ -20,16 +21,24 @@ The sidecar records `strategies` (cost order), `unanswered` (treatment and prior
 `criterion`, the outcomes file or release folder with its sha256, and counts.
 
 Questions no strategy answers (`--unanswered`):
-- `prior` (default; Adaptive-RAG's choice): the source's prior strategy. For the release's six
-  sets: single-hop (nq, squad, trivia) -> the second strategy, multi-hop (hotpotqa,
-  2wikimultihopqa, musique) -> the last; other sources through `prior:SOURCE=STRATEGY,...`.
+- `prior` (default; Adaptive-RAG's choice): the source's prior strategy. Given ones first
+  (`prior:SOURCE=STRATEGY,...`); then, when the strategies are registered ones
+  (`retrieval_gate.strategies`), Adaptive-RAG's for the release's six sets: single-hop (nq,
+  squad, trivia) -> the one-call retrieval strategy (the registry's `binary_pair`), multi-hop
+  (hotpotqa, 2wikimultihopqa, musique) -> the cheapest multi-step strategy (neither listed: no
+  Adaptive-RAG prior for those sets). Every other source (every other bundled dataset, your
+  own questions) gets the prior LEARNED from the labelled questions (`LearnedPrior`): the
+  strategy with the most correct answers among that source's labelled questions; none of them
+  answered: the one with the most correct answers over all labelled questions; none at all:
+  the cheapest. Ties go to the cheaper strategy. Such rows say `target_from: learned`, and
+  the reader re-counts them over the whole file (a resumed labelling run adds questions).
 - `exclude`: no target (the row stays, with its correctness, for evaluation).
 - a strategy name: always that strategy (e.g. `no_retrieval`: nothing helps, pay nothing)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +50,7 @@ from ..data.errors import DataError, InputError
 from ..data.user_questions import read_rows
 from ..fileio import sha256_file
 from ..questions import Question
+from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .files import LabelFile, meta_path
 from .outcomes import import_outcomes, match_rows, parse_bool
@@ -48,7 +58,7 @@ from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
 
 STRATEGY_FILE = "strategies.jsonl"
-TARGET_FROM = ("cheapest", "prior", "fixed", "excluded")
+TARGET_FROM = ("cheapest", "prior", "learned", "fixed", "excluded")
 
 
 @dataclass(frozen=True)
@@ -88,11 +98,59 @@ def parse_unanswered(spec: str | None, strategies: Sequence[str]) -> Unanswered:
     return Unanswered("prior", prior=prior)
 
 
-def default_prior(strategies: Sequence[str]) -> dict[str, str]:
-    """Adaptive-RAG's: single-hop sets -> the second strategy, multi-hop sets -> the last."""
-    if len(strategies) < 2:
+def default_prior(
+    strategies: Sequence[str], registry: StrategyRegistry = BUILTIN
+) -> dict[str, str]:
+    """Adaptive-RAG's, read from the specs: single-hop sets -> the one-call retrieval strategy,
+    multi-hop sets -> the cheapest multi-step one; nothing for names the registry lacks (a
+    generic outcomes file's own names) or sets whose strategy is not listed."""
+    if len(strategies) < 2 or any(s not in registry for s in strategies):
         return {}
-    return {**dict.fromkeys(SINGLE_HOP, strategies[1]), **dict.fromkeys(MULTI_HOP, strategies[-1])}
+    out: dict[str, str] = {}
+    try:
+        out.update(dict.fromkeys(SINGLE_HOP, registry.binary_pair(strategies)[1]))
+    except InputError:
+        pass
+    multi = next((s for s in strategies if registry[s].multi_step), None)
+    if multi is not None:
+        out.update(dict.fromkeys(MULTI_HOP, multi))
+    return out
+
+
+@dataclass(frozen=True)
+class LearnedPrior:
+    """The prior of a source without a given or Adaptive-RAG one, learned from labelled
+    questions: its strategy with the most correct answers; none: the one with the most
+    overall; none at all: the cheapest (ties: the cheaper, strategies being in cost order)."""
+
+    strategies: tuple[str, ...]
+    counts: dict[str, tuple[int, ...]] = field(
+        default_factory=dict
+    )  # source -> correct per strategy
+
+    @classmethod
+    def count(
+        cls, rows: Iterable[tuple[str | None, Mapping[str, bool]]], strategies: Sequence[str]
+    ) -> LearnedPrior:
+        """From (source, {strategy: correct}) of the labelled questions."""
+        counts: dict[str, list[int]] = {}
+        for source, ok in rows:
+            c = counts.setdefault(str(source), [0] * len(strategies))
+            for k, s in enumerate(strategies):
+                c[k] += bool(ok.get(s))
+        return cls(tuple(strategies), {src: tuple(c) for src, c in counts.items()})
+
+    def pick(self, source: str) -> str:
+        own = self.counts.get(source)
+        if own and max(own) > 0:
+            return self.strategies[own.index(max(own))]
+        overall = [sum(c[k] for c in self.counts.values()) for k in range(len(self.strategies))]
+        if max(overall, default=0) > 0:
+            return self.strategies[overall.index(max(overall))]
+        return self.strategies[0]
+
+    def describe(self) -> dict[str, str]:
+        return {src: self.pick(src) for src in sorted(self.counts)}
 
 
 def parse_strategies(items: Sequence[str] | None) -> list[str]:
@@ -117,11 +175,19 @@ class Outcome:
     cost: dict[str, float] | None = None
 
 
-def strategy_row(o: Outcome, strategies: Sequence[str], unanswered: Unanswered) -> dict[str, Any]:
+def strategy_row(
+    o: Outcome,
+    strategies: Sequence[str],
+    unanswered: Unanswered,
+    learned: LearnedPrior | None = None,
+) -> dict[str, Any]:
+    """One row; `learned`: the prior learned from the labelled questions (default: from this
+    question alone, the reader re-counts it over the file)."""
     cheapest = next((s for s in strategies if o.correct[s]), None)
     target, target_from = cheapest, "cheapest"
     if cheapest is None:
-        target, target_from = _unanswered_target(o.question, strategies, unanswered)
+        learned = learned or LearnedPrior.count([(o.question.source, o.correct)], strategies)
+        target, target_from = _unanswered_target(o.question, strategies, unanswered, learned)
     row: dict[str, Any] = {
         "id": o.question.id,
         "label": int(not o.correct[strategies[0]]),
@@ -129,6 +195,7 @@ def strategy_row(o: Outcome, strategies: Sequence[str], unanswered: Unanswered) 
         "cheapest": cheapest,
         "target": target,
         "target_from": target_from,
+        "source": o.question.source,
     }
     if o.cost is not None:
         row["cost"] = {s: o.cost[s] for s in strategies}
@@ -138,7 +205,7 @@ def strategy_row(o: Outcome, strategies: Sequence[str], unanswered: Unanswered) 
 
 
 def _unanswered_target(
-    q: Question, strategies: Sequence[str], unanswered: Unanswered
+    q: Question, strategies: Sequence[str], unanswered: Unanswered, learned: LearnedPrior
 ) -> tuple[str | None, str]:
     if unanswered.treatment == "exclude":
         return None, "excluded"
@@ -146,12 +213,12 @@ def _unanswered_target(
         return unanswered.strategy, "fixed"
     prior = {**default_prior(strategies), **unanswered.prior}
     if q.source not in prior:
-        raise InputError(
-            f"question {q.id!r} is answered by no strategy and its source {q.source!r} has no "
-            f"prior strategy: pass --unanswered prior:{q.source}=STRATEGY (or exclude, or a "
-            "strategy name)"
-        )
+        return learned.pick(q.source), "learned"
     return prior[q.source], "prior"
+
+
+def learned_of(outcomes: Sequence[Outcome], strategies: Sequence[str]) -> LearnedPrior:
+    return LearnedPrior.count(((o.question.source, o.correct) for o in outcomes), strategies)
 
 
 # ---------------------------------------------------------------- importers
@@ -290,7 +357,8 @@ def _write_all(
 ) -> dict[str, Any]:
     """closed-book.jsonl and rag-gain.jsonl (first vs second strategy, through the outcomes
     importer) and strategies.jsonl, all checked before the first is written."""
-    rows = [strategy_row(o, strategies, treat) for o in outcomes]
+    learned = learned_of(outcomes, strategies)
+    rows = [strategy_row(o, strategies, treat, learned) for o in outcomes]
     target = out_dir / STRATEGY_FILE
     _refuse_foreign(target)
     first, second = strategies[0], strategies[1]
@@ -304,7 +372,8 @@ def _write_all(
     cheapest = Counter(r["cheapest"] or "none" for r in rows)
     full_meta = provenance(
         "strategies", generator=generator, generator_checksum=None, source="outcomes",
-        strategies=list(strategies), unanswered=treat.describe(), rows=len(rows),
+        strategies=list(strategies), unanswered={**treat.describe(), "learned": learned.describe()},
+        rows=len(rows),
         unmatched_rows=unmatched, cheapest_counts=dict(cheapest), target_from_counts=dict(counts),
         closed_book_file="closed-book.jsonl", **meta,
     )  # fmt: skip
@@ -381,7 +450,20 @@ def read_strategy_labels(path: str | Path) -> StrategyLabels:
             raise DataError(f"row of {qid!r}: target {row['target']!r} is not a strategy", path, n)
     if not lf.rows:
         raise DataError("strategy label file has no rows", path)
-    return StrategyLabels(path, strategies, lf.rows, lf.meta)
+    return StrategyLabels(path, strategies, relearned(lf.rows, strategies), lf.meta)
+
+
+def relearned(
+    rows: dict[str, dict[str, Any]], strategies: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Rows whose target is a learned prior, re-picked from every row of the file (rows of a
+    run that was resumed were written knowing fewer questions)."""
+    if not any(r.get("target_from") == "learned" for r in rows.values()):
+        return rows
+    learned = LearnedPrior.count(((r.get("source"), r["correct"]) for r in rows.values()),
+                                 strategies)  # fmt: skip
+    return {i: {**r, "target": learned.pick(str(r.get("source")))}
+            if r.get("target_from") == "learned" else r for i, r in rows.items()}  # fmt: skip
 
 
 # `data.label_file` / `--labels` value that names the Adaptive-RAG release at its default place
@@ -417,9 +499,10 @@ def load_strategy_labels(source: str | Path, unanswered: str | None = None) -> S
     treat = parse_unanswered(unanswered, STRATEGIES)
     records = load_release(release.path, llm=release.llm)
     rows = {}
-    for r in records:
-        o = Outcome(r.question, {s: x.correct for s, x in r.outcomes.items()})
-        rows[r.question.id] = strategy_row(o, STRATEGIES, treat)
+    outcomes = [Outcome(r.question, {s: x.correct for s, x in r.outcomes.items()}) for r in records]
+    learned = learned_of(outcomes, STRATEGIES)
+    for o in outcomes:
+        rows[o.question.id] = strategy_row(o, STRATEGIES, treat, learned)
     meta = {"policy": "strategies", "source": "outcomes", "generator": release.llm,
             "strategies": list(STRATEGIES), "unanswered": treat.describe(),
             "outcomes_file": str(release.path), "outcomes_sha256": release.checksum(),

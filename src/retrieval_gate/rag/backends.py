@@ -6,6 +6,7 @@ parallelism lives (vLLM refuses `LLM(data_parallel_size>1)` in one process)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -26,12 +27,14 @@ def open_generator(
     data_parallel_size: int = 1,
 ) -> Generator:
     """The remote server at `generator_url` when given, else the local vLLM engine (SmolLM2 by
-    default) with the requested parallelism."""
+    default) with the requested parallelism; either behind the generation cache
+    (`generation/cache.py`: the local engine starts on the first cache miss)."""
+    from ..generation.cache import cached, lazy_generator
+
     if generator_url:
         from ..generation.remote import RemoteGenerator
 
-        return RemoteGenerator(generator_url, model)
-    from ..generation import build_generator
+        return cached(RemoteGenerator(generator_url, model))
 
     if data_parallel_size > 1:
         raise ConfigError(
@@ -43,7 +46,7 @@ def open_generator(
     engine: dict[str, Any] = {}
     if tensor_parallel_size > 1:
         engine["tensor_parallel_size"] = tensor_parallel_size
-    return build_generator(model or SMOLLM2, **engine)
+    return lazy_generator(model or SMOLLM2, **engine)
 
 
 def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
@@ -62,7 +65,8 @@ def open_gate(gate: str, mode_options: ModeOptions | None = None) -> Gate:
             f"the {gate} gate asks the generator, which gate-only serving does not start: "
             "serve it with --mode answer, or pick a gate such as onnx"
         )
-    mode_options = mode_options or ModeOptions()
+    # a gate alone retrieves nothing: its strategies need no retriever here
+    mode_options = replace(mode_options or ModeOptions(), retriever=None)
     check_modes([gate], mode_options)
     (built,) = build_mode_gates([gate], None, mode_options).values()
     return built
@@ -84,6 +88,9 @@ def open_rag(
     check_modes([gate], mode_options)
     ret = open_retriever(retriever, corpus)  # a bad --corpus fails before the engine starts
     generator = open_generator(**generator_options)
+    engine = getattr(generator, "engine", None)
+    if callable(engine):  # a service starts its engine now, not on its first request's miss
+        engine()
     (built,) = build_mode_gates([gate], generator, mode_options).values()
     return AdaptiveRAG(built, ret, generator, k, max_new_tokens, multi_step=multi_step,
-                       budget=mode_options.budget)  # fmt: skip
+                       budget=mode_options.budget, strategies=mode_options.strategies)  # fmt: skip

@@ -11,7 +11,12 @@ Two things keep the passes comparable:
   a cold start the others do not;
 - before each mode, the generator's prefix cache is cleared when it has one (vLLM caches the
   KV of prompts it has seen; without the reset a later mode would reuse an earlier mode's
-  identical prompts and look cheaper than it is in a service).
+  identical prompts and look cheaper than it is in a service);
+- the generation cache (`generation/cache.py`) is shared by every mode, so a prompt an earlier
+  mode (or run) computed is not computed again; each answer carries the seconds it took when
+  it was computed, and a mode's generation time is the sum of those (`Costs.as_computed`), so
+  a cached mode shows the cost it would have had fresh. `prompts computed` / `prompts cached`
+  say how many were which; `--no-cache` measures everything afresh.
 
 Timings are wall-clock: on a machine shared with other jobs they carry that load, so compare
 modes within one run (same questions, same minutes), not across runs.
@@ -25,6 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import work
 from ..errors import InputError
 from ..gates.base import Gate, is_router
 from ..generation.base import Generator
@@ -88,27 +94,60 @@ def compare_modes(
         clear_prefix_cache(generator)
         rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens,
                           multi_step=multi_step, budget=budget if is_router(gate) else None)  # fmt: skip
-        result = ModeResult(mode, gate.name, rag.run(questions))
+        replay = getattr(generator, "replay_seconds", None)  # a cached generator's ledger
+        before = work.snapshot()
+        run = rag.run(questions)
+        c = run.costs
+        _count_prompts(c, before, work.snapshot())
+        # answers from the generation cache cost what they cost when computed; the part of the
+        # ledger not booked by the meter (generation) is the gate's calls to the generator
+        gate_replay = 0.0
+        if replay is not None:
+            gate_replay = (
+                generator.replay_seconds - replay - (c.computed_seconds - c.generation_seconds)
+            )  # type: ignore[attr-defined]
+        c.as_computed(gate_replay)
+        result = ModeResult(mode, gate.name, run)
         if on_result is not None:
             on_result(result)
         done = {**done, mode: result}
     return [done[m] for m in gates]
 
 
+def _count_prompts(c: Costs, before: dict[str, int], after: dict[str, int]) -> None:
+    """The pass's prompts and prefill tokens, computed and cached, from the process's work
+    counters: the gate's own calls to the generator (prompt, confidence gates) included."""
+    delta = {k: after[k] - before[k] for k in after}
+    if delta["llm_calls_computed"] + delta["llm_calls_cached"] == 0:
+        return  # a generator that does not count (not behind the cache): the meter's counts
+    c.prompts_computed, c.prompts_cached = delta["llm_calls_computed"], delta["llm_calls_cached"]
+    c.prefill_tokens_computed = delta["prefill_tokens_computed"]
+    c.prefill_tokens_cached = delta["prefill_tokens_cached"]
+
+
 def _warm_up(gates: dict[str, Gate], questions: Sequence[Question], generator: Generator) -> None:
-    generator.generate([closed_book_prompt(q.text) for q in questions], max_new_tokens=2)
-    for gate in gates.values():
-        gate.scores(questions)
+    """Outside the timings; the generation cache is read, but what the warm-up computes (first
+    calls, a batch of two) is not stored as any answer's cost. A cached generator whose engine
+    has not started is left alone: it warms its engine up itself if a miss starts it, and a
+    run served from the cache never starts it."""
+    from ..generation.cache import warming
+
+    with warming():
+        if getattr(generator, "started", True):
+            generator.generate([closed_book_prompt(q.text) for q in questions], max_new_tokens=2)
+        for gate in gates.values():
+            gate.scores(questions)
 
 
 def clear_prefix_cache(generator: Generator) -> bool:
     """Clears a vLLM generator's prefix cache (the generator's own method, else its `llm`).
     Returns whether there was one to clear."""
-    for owner in (generator, getattr(generator, "llm", None)):
-        reset = getattr(owner, "reset_prefix_cache", None)
-        if callable(reset):
-            reset()
-            return True
+    reset = getattr(generator, "reset_prefix_cache", None)
+    if not callable(reset):  # asked only now: a cached generator's `llm` would start its engine
+        reset = getattr(getattr(generator, "llm", None), "reset_prefix_cache", None)
+    if callable(reset):
+        reset()
+        return True
     return False
 
 
@@ -139,6 +178,8 @@ def comparison_rows(results: Sequence[ModeResult]) -> list[dict[str, object]]:
             "gen tok/q": f"{c.completion_tokens / c.questions:.1f}",
             "tok/s": f"{c.tokens_per_second:.0f}",
             "gate share": f"{100 * c.gate_share:.2f}%",
+            "prompts computed": c.prompts_computed,
+            "prompts cached": c.prompts_cached,
         }
         if always is not None:
             row.update(_versus_always(r.run, always.run))

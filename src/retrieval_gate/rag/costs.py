@@ -6,11 +6,19 @@ first-step multi-step prompts; the first retrieval call serves one-retrieval and
 questions alike) is split between them: generation time in proportion to each strategy's
 prompt + generated tokens in that call, retrieval time in proportion to its queries. Those
 shares are the only figures that are apportioned rather than timed on their own; the totals
-are not. Token counts are the generator's own, per generation."""
+are not. Token counts are the generator's own, per generation.
+
+Behind the generation cache (`generation/cache.py`) an answer may be served without being
+computed now. Each generation carries the seconds it took when it was computed, so the meter
+also books `computed_seconds` (overall and per strategy; an answer without them: its
+token-weighted share of the call's wall time) and how many prompts were computed or served
+from the cache. `Costs.as_computed()` puts those seconds in place of the measured generation
+time (the RAG comparison does: a cached run then reports the costs of a fresh one)."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +44,7 @@ class StrategyCosts:
     generation_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    computed_seconds: float = 0.0  # its generations' seconds when they were computed
 
     def per_question(self) -> dict[str, float]:
         n = self.questions or 1
@@ -63,6 +72,12 @@ class Costs:
     total_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompts_computed: int = 0  # prompts the generator computed in this pass
+    prompts_cached: int = 0  # prompts answered from the generation cache
+    prefill_tokens_computed: int = 0  # their prompt tokens (the RAG comparison counts these)
+    prefill_tokens_cached: int = 0
+    computed_seconds: float = 0.0  # the generations' seconds when they were computed
+    replayed: bool = False  # generation_seconds are computed_seconds (`as_computed`)
     by_strategy: dict[str, StrategyCosts] = field(default_factory=dict)
 
     @property
@@ -89,6 +104,21 @@ class Costs:
         """Milliseconds per question of `gate`, `retrieval`, `generation`, `overhead` or
         `total`."""
         return 1000 * getattr(self, f"{part}_seconds") / self.questions if self.questions else 0.0
+
+    def as_computed(self, gate_replay: float = 0.0) -> Costs:
+        """Generation seconds (overall and per strategy) := the seconds each answer took when it
+        was computed; `gate_replay` likewise moves the gate's seconds (a prompt or confidence
+        gate asks the generator: its cached answers' seconds minus the wall time of those
+        calls). The total moves by both differences (overhead is unchanged). Idempotent."""
+        if not self.replayed:
+            delta = self.computed_seconds - self.generation_seconds
+            self.generation_seconds = self.computed_seconds
+            self.gate_seconds += gate_replay
+            self.total_seconds += delta + gate_replay
+            for c in self.by_strategy.values():
+                c.generation_seconds = c.computed_seconds
+            self.replayed = True
+        return self
 
     def strategy(self, name: str) -> StrategyCosts:
         return self.by_strategy.setdefault(name, StrategyCosts())
@@ -118,8 +148,11 @@ class Meter:
     """Makes the batched retriever and generator calls of one pass and books their time into
     `costs`, split between the strategies each call served (see the module docstring)."""
 
-    def __init__(self, costs: Costs):
+    def __init__(self, costs: Costs, logprobs: bool = False):
         self.costs = costs
+        # ask for the answers' token log-probabilities (`Generation.token_logprobs`), where
+        # the generator's call takes `logprobs` (a PartialGenerator's `try_generate` may not)
+        self.logprobs = logprobs
 
     def retrieve(
         self, retriever: Retriever, queries: Sequence[Question], strategies: Sequence[str], k: int
@@ -151,7 +184,8 @@ class Meter:
             if isinstance(generator, PartialGenerator)
             else generator.generate
         )
-        call = partial(method, list(prompts), max_new_tokens=max_new_tokens)
+        extra = {"logprobs": True} if self.logprobs and _takes_logprobs(method) else {}
+        call = partial(method, list(prompts), max_new_tokens=max_new_tokens, **extra)
         raw, seconds = _timed(call, len(prompts), f"generator {generator.name!r}")
         self.costs.generation_calls += 1
         self.costs.generation_seconds += seconds
@@ -159,7 +193,23 @@ class Meter:
         tokens = [g.prompt_tokens + g.completion_tokens if isinstance(g, Generation) else 0
                   for g in out]  # fmt: skip
         self._split("generation", seconds, strategies, tokens)
+        self._computed(out, strategies, seconds, tokens)
         return out
+
+    def _computed(self, out: Sequence[Generation | str], strategies: Sequence[str],
+                  seconds: float, tokens: Sequence[int]) -> None:  # fmt: skip
+        """Books what the answers cost when they were computed, and how many were."""
+        total = sum(tokens)
+        for g, s, w in zip(out, strategies, tokens, strict=True):
+            if not isinstance(g, Generation):
+                continue
+            took = g.seconds if g.seconds is not None else seconds * w / total if total else 0.0
+            self.costs.computed_seconds += took
+            self.costs.strategy(s).computed_seconds += took
+            if g.cached:
+                self.costs.prompts_cached += 1
+            else:
+                self.costs.prompts_computed += 1
 
     def _split(self, part: str, seconds: float, strategies: Sequence[str],
                weights: Sequence[int]) -> None:  # fmt: skip
@@ -179,3 +229,12 @@ def _timed(call: Any, n: int, what: str) -> tuple[list[Any], float]:
     if len(out) != n:
         raise BackendError(f"{what} returned {len(out)} results for {n} inputs")
     return out, seconds
+
+
+def _takes_logprobs(method: Any) -> bool:
+    """The generator call accepts `logprobs=` (by name or through **kwargs)."""
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "logprobs" or p.kind is p.VAR_KEYWORD for p in params)

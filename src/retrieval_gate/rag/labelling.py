@@ -1,9 +1,12 @@
 """`label --policy strategies`: each question's outcome under every strategy of the RAG loop
-(no retrieval, one retrieval, multi-step), with YOUR generator and retriever, into the
-strategy label file (`labels/strategies.py`: same rows, same provenance fields).
+(the registry's: the built-ins no retrieval, one retrieval and multi-step, or those of
+`--strategies FILE.yaml`), with YOUR generator and retriever, into the strategy label file (`labels/strategies.py`: same rows, same provenance fields).
 
 It lives in rag/ because it runs the loop itself (labels/ sits below rag/ and cannot): the
 labels are the outcomes of exactly the prompts, documents and steps `rag` and `serve` run.
+Beyond the strategy label file's fields, a row records each strategy's `llm_calls`,
+`measures` and, when the generator returns them, `token_logprobs` ({strategy: the answer's
+token log-probabilities}, a multi-step answer's from its last step; `labels.logprobs`).
 
 Resumable chunk by chunk: each chunk is one `AdaptiveRAG.run` over its questions once per
 strategy (so step s of every question is one engine call), its rows are appended when the
@@ -29,32 +32,35 @@ from ..generation.prompts import CLOSED_BOOK_ID, DOC_WORDS, MULTI_STEP_ID, WITH_
 from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
 from ..labels.files import LabelFile, meta_path
 from ..labels.lock import single_writer
+from ..labels.logprobs import TOKEN_LOGPROBS, rounded
 from ..labels.run import pending, provenance, run_chunked
 from ..labels.scoring import DEFAULT_CRITERION, correct, judge
 from ..labels.strategies import (
     STRATEGY_FILE,
+    LearnedPrior,
     Outcome,
     Unanswered,
-    default_prior,
     parse_strategies,
     parse_unanswered,
     strategy_row,
 )
 from ..questions import Question
 from ..retrieval.base import Retriever
+from ..strategies import BUILTIN, MULTI_STEP, PROMPTS, StrategyRegistry, StrategySpec
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer
 from .multistep import MultiStepConfig
-from .strategies import NO_RETRIEVAL, STRATEGIES, Decision, FixedStrategy, check_strategies
+from .strategies import Decision, FixedStrategy, check_runnable, retrieval_scores
 
 log = logging.getLogger(__name__)
 
 POLICY = "strategies"
-PROMPT_IDS = {"no_retrieval": CLOSED_BOOK_ID, "one_retrieval": WITH_CONTEXT_ID,
-              "multi_step": MULTI_STEP_ID}  # fmt: skip
-# Provenance a resumed file must share with this run (checked before any engine starts).
+# a spec's prompt (closed-book, with-context, ircot) -> the versioned prompt it runs
+PROMPT_IDS = dict(zip(PROMPTS, (CLOSED_BOOK_ID, WITH_CONTEXT_ID, MULTI_STEP_ID), strict=True))
+# Provenance a resumed file must share with this run (checked before any engine starts);
+# `multi_step` (the registry's name of the built-in) keys the multi-step reasoner's settings.
 RESUME_KEYS = ("policy", "source", "generator", "strategies", "retriever", "corpus",
-               "corpus_sha256", "k", "max_new_tokens", "multi_step", "doc_words", "prompt_ids",
-               "criterion", "unanswered")  # fmt: skip
+               "corpus_sha256", "k", "max_new_tokens", MULTI_STEP, "doc_words", "prompt_ids",
+               "criterion", "unanswered", "strategy_specs")  # fmt: skip
 
 
 @dataclass
@@ -67,23 +73,24 @@ class StrategyLabelling:
     retriever: str = "bm25"
     corpus: Path | None = None
     k: int = DEFAULT_K
-    strategies: Sequence[str] = STRATEGIES
+    strategies: Sequence[str] | None = None  # names in cost order (None: every registered one)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     multi_step: MultiStepConfig = field(default_factory=MultiStepConfig)
     criterion: str = DEFAULT_CRITERION
     unanswered: str | None = None
     chunk_size: int = 64
+    registry: StrategyRegistry = BUILTIN  # --strategies FILE.yaml
 
     def check(self) -> tuple[list[str], Unanswered]:
-        """The strategies (cost order) and unanswered treatment; every flag checked."""
-        strategies = parse_strategies(self.strategies)
-        check_strategies(strategies, "--strategies")
-        if (
-            strategies != [s for s in STRATEGIES if s in strategies]
-            or strategies[0] != NO_RETRIEVAL
-        ):
+        """The strategies (cost order) and unanswered treatment; every flag checked, and
+        every strategy one this run can run (its retriever, the one generator)."""
+        reg = self.registry
+        strategies = parse_strategies(self.strategies or list(reg.names))
+        reg.check(strategies, "--strategies")
+        if not reg.in_cost_order(strategies) or reg[strategies[0]].retrieves:
             raise InputError(f"--strategies {' '.join(strategies)}: list them in cost order, "
-                             f"{NO_RETRIEVAL} first ({' '.join(STRATEGIES)})")  # fmt: skip
+                             f"the first without retrieval ({' '.join(reg.names)})")  # fmt: skip
+        check_runnable([reg[s] for s in strategies], self.retriever, "--strategies")
         self.multi_step.check()
         for flag, value in (("--k", self.k), ("--max-new-tokens", self.max_new_tokens),
                             ("--chunk-size", self.chunk_size)):  # fmt: skip
@@ -100,9 +107,11 @@ class StrategyLabelling:
             "strategies": strategies, "retriever": self.retriever,
             "corpus": str(self.corpus) if self.corpus else None, "corpus_sha256": corpus_sha,
             "k": self.k, "max_new_tokens": self.max_new_tokens,
-            "multi_step": asdict(self.multi_step.resolved(self.k)), "doc_words": DOC_WORDS,
-            "prompt_ids": {s: PROMPT_IDS[s] for s in strategies}, "criterion": self.criterion,
-            "unanswered": treat.describe(),
+            MULTI_STEP: asdict(self.multi_step.resolved(self.k)), "doc_words": DOC_WORDS,
+            "prompt_ids": {s: PROMPT_IDS[self.registry[s].prompt] for s in strategies},
+            "criterion": self.criterion, "unanswered": treat.describe(),
+            **({} if self.registry.is_builtin else
+               {"strategy_specs": self.registry.to_list(strategies)}),
         }  # fmt: skip
 
 
@@ -128,7 +137,6 @@ def label_strategies(
         out.require_ours()
         _check_resume(out, settings)
         todo = pending(req.questions, out.done_ids())
-        _check_priors(todo, strategies, treat)
         if not todo:
             return _summary(out, strategies, {"questions": 0, "seconds": 0.0}, 0)
         gen = generator if isinstance(generator, Generator) else generator()
@@ -138,9 +146,12 @@ def label_strategies(
         meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,
                           backend=getattr(gen, "backend", "?"), retriever_name=ret.name)  # fmt: skip
         out.write_meta(meta)  # before the first row: a label file never lacks its provenance
-        rag = AdaptiveRAG(FixedStrategy(NO_RETRIEVAL), ret, gen, k=req.k,
-                          max_new_tokens=req.max_new_tokens, multi_step=req.multi_step)  # fmt: skip
-        chunk = _Chunk(rag, strategies, treat, req.criterion, source_frequent_answers(todo))
+        reg = req.registry
+        rag = AdaptiveRAG(FixedStrategy(strategies[0], registry=reg), ret, gen, k=req.k,
+                          max_new_tokens=req.max_new_tokens, multi_step=req.multi_step,
+                          strategies=reg, logprobs=True)  # fmt: skip
+        chunk = _Chunk(rag, strategies, treat, req.criterion, source_frequent_answers(todo),
+                       _learned(out, strategies))  # fmt: skip
         stats = run_chunked(todo, out, chunk, req.chunk_size, desc="strategies")
         out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
     if chunk.failed:
@@ -157,15 +168,17 @@ class _Chunk:
     """The rows of one chunk: every question under every strategy in one loop pass."""
 
     def __init__(self, rag: AdaptiveRAG, strategies: list[str], treat: Unanswered,
-                 criterion: str, frequent: dict) -> None:  # fmt: skip
+                 criterion: str, frequent: dict,
+                 seen: list[tuple[str | None, dict[str, bool]]] | None = None) -> None:  # fmt: skip
         self.rag, self.strategies, self.treat = rag, strategies, treat
         self.criterion, self.frequent = criterion, frequent
         self.failed: list[tuple[str, str]] = []
+        self.seen = list(seen or [])  # (source, correct) of every labelled question so far
 
     def __call__(self, questions: list[Question]) -> list[dict[str, Any]]:
         expanded = [q for q in questions for _ in self.strategies]
         names = [s for _ in questions for s in self.strategies]
-        decision = Decision(names, [float(s != NO_RETRIEVAL) for s in names])
+        decision = Decision(names, retrieval_scores(names, self.rag.registry))
         try:
             answers = self.rag.run(expanded, decision=decision).answers
         except BackendError as e:  # every prompt of the chunk failed: the engine is down
@@ -173,29 +186,42 @@ class _Chunk:
             self.failed.extend((q.id, str(e)) for q in questions)
             return []
         width = len(self.strategies)
-        rows = []
+        judged = []
         for n, q in enumerate(questions):
             mine = answers[n * width : (n + 1) * width]
             broken = next((a for a in mine if a.retryable), None)
             if broken is not None:
                 self.failed.append((q.id, broken.error or "the generator failed"))
                 continue
-            rows.append(self._row(q, mine))
-        return rows
+            judged.append((q, mine, self._judged(q, mine)))
+        # the prior of a source without one is learned from every question labelled so far
+        self.seen += [(q.source, {s: correct(j[s], self.criterion) for s in j})
+                      for q, _, j in judged]  # fmt: skip
+        learned = LearnedPrior.count(self.seen, self.strategies)
+        return [self._row(q, mine, j, learned) for q, mine, j in judged]
 
-    def _row(self, q: Question, answers: list[Answer]) -> dict[str, Any]:
+    def _judged(self, q: Question, answers: list[Answer]) -> dict[str, dict[str, Any]]:
         judged = {}
         for s, a in zip(self.strategies, answers, strict=True):
             j = judge(a.answer, q, self.frequent)
             # a frequent answer read from documents is not a chance guess (as rag-gain counts)
-            judged[s] = {**j, "guess": j["guess"] and s == NO_RETRIEVAL}
+            judged[s] = {**j, "guess": j["guess"] and not self.rag.registry[s].retrieves}
+        return judged
+
+    def _row(self, q: Question, answers: list[Answer], judged: dict[str, dict[str, Any]],
+             learned: LearnedPrior) -> dict[str, Any]:  # fmt: skip
         ok = {s: correct(judged[s], self.criterion) for s in self.strategies}
         preds = {s: a.answer for s, a in zip(self.strategies, answers, strict=True)}
-        cost = {s: float(a.retrievals) for s, a in zip(self.strategies, answers, strict=True)}
-        row = strategy_row(Outcome(q, ok, preds, cost), self.strategies, self.treat)
+        cost = {s: _cost(self.rag.registry[s], a)
+                for s, a in zip(self.strategies, answers, strict=True)}  # fmt: skip
+        row = strategy_row(Outcome(q, ok, preds, cost), self.strategies, self.treat, learned)
         row["llm_calls"] = {s: a.llm_calls for s, a in zip(self.strategies, answers, strict=True)}
         row["measures"] = {s: {k: judged[s][k] for k in ("match", "em", "f1", "guess")}
                            for s in self.strategies}  # fmt: skip
+        lps = {s: rounded(a.token_logprobs) or None
+               for s, a in zip(self.strategies, answers, strict=True)}  # fmt: skip
+        if any(lps.values()):  # the answers' token log-probabilities (labels.logprobs)
+            row[TOKEN_LOGPROBS] = lps
         errors = {s: a.error for s, a in zip(self.strategies, answers, strict=True) if a.error}
         if errors:  # e.g. a prompt over the context window: wrong, and said why
             row["errors"] = {s: e[:PREDICTION_CHARS] for s, e in errors.items()}
@@ -227,19 +253,15 @@ def _check_weights(out: LabelFile, generator: Generator) -> None:
                 f"{old[:12]}..., now {generator.checksum[:12]}...); pass another --out", out.path)  # fmt: skip
 
 
-def _check_priors(questions: Sequence[Question], strategies: list[str], treat: Unanswered) -> None:
-    """With `--unanswered prior`, every source needs a prior strategy: said before any engine
-    starts, not at the first question no strategy answers."""
-    if treat.treatment != "prior":
-        return
-    known = {**default_prior(strategies), **treat.prior}
-    lacking = sorted({q.source for q in questions} - set(known))
-    if lacking:
-        raise InputError(
-            f"--unanswered prior: source {lacking[0]!r} has no prior strategy for questions "
-            f"no strategy answers; pass --unanswered prior:{lacking[0]}=STRATEGY (or exclude, "
-            "or a strategy name such as no_retrieval)"
-        )
+def _learned(out: LabelFile, strategies: list[str]) -> list[tuple[str | None, dict[str, bool]]]:
+    """(source, correct) of the rows a resumed file holds already."""
+    return [(r.get("source"), r["correct"]) for r in out.rows.values() if "correct" in r]
+
+
+def _cost(spec: StrategySpec, answer: Answer) -> float:
+    """A question's cost under a strategy: the spec's cost for a one-call strategy; for a
+    multi-step one the retrievals it made (the built-in's 3.35 is their mean on the release)."""
+    return float(answer.retrievals) if spec.multi_step else spec.cost
 
 
 def _summary(out: LabelFile, strategies: list[str], stats: dict, failed: int) -> dict[str, Any]:

@@ -4,13 +4,16 @@ measured costs.
 `AdaptiveRAG(gate, retriever, generator).answer(questions)` is the API a service embeds;
 `run(questions)` returns the same answers plus the cost accounting of that one pass.
 
-Each question runs one strategy (`rag/strategies.py`): `no_retrieval` (closed-book prompt),
-`one_retrieval` (top-k documents, with-context prompt) or `multi_step` (IRCoT-style,
-`rag/multistep.py`); a router names it, a binary gate picks between the first two. A pass
-makes ONE batched retrieval call for every question that retrieves with its own text, ONE
-batched generation call holding the closed-book, with-context and first-step prompts
-together (vLLM schedules them together), then per further multi-step step one retrieval and
-one generation call over the questions still reasoning.
+Each question runs one strategy, a spec of the registry (`retrieval_gate.strategies`): one
+without a retriever gets the closed-book prompt, one with a retriever its top-k documents and
+the with-context prompt, a multi-step one IRCoT-style reasoning (`rag/multistep.py`); a router
+names it, a binary gate picks between the registry's `binary_pair`. The loop reads what to do
+from the spec (`retrieves`, `k`, `multi_step`, `max_steps`), never from its name. A pass makes
+ONE batched retrieval call per retriever for every question that retrieves with its own text
+(at the largest k asked; a strategy with a smaller k keeps its top hits), ONE batched
+generation call holding the closed-book, with-context and first-step prompts together (vLLM
+schedules them together), then per further multi-step step one retrieval and one generation
+call over the questions still reasoning.
 
 Every cost is measured around the call that incurs it (`time.perf_counter`, `costs.Meter`):
 the decision (`gate_seconds`), retrieval and generation. Token counts are the ones the
@@ -24,8 +27,8 @@ question, tokens, and the seconds of the calls it took part in (shared calls spl
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -35,11 +38,12 @@ from ..gates.base import Gate
 from ..generation.base import Generation, Generator
 from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
-from ..retrieval.base import Retriever
+from ..retrieval.base import Hit, Retriever
+from ..strategies import BUILTIN, DEFAULT_RETRIEVER, StrategyRegistry, StrategySpec
 from .costs import Costs, Meter, StrategyCosts
 from .fit import FittedPrompt, fit_prompts
 from .multistep import MultiStepConfig, Reasoning, apply_step, continue_steps, step_prompts
-from .strategies import MULTI_STEP, NO_RETRIEVAL, Budget, Decision, check_router, decide
+from .strategies import Budget, Decision, check_router, decide, routed_strategies
 
 DEFAULT_K = 5  # RetrievalQA's top-5 documents
 DEFAULT_MAX_NEW_TOKENS = 24
@@ -70,6 +74,9 @@ class Answer:
     llm_calls: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
     retryable: bool = False  # the error is a failed generator call: a rerun may answer it
+    # the answer's token log-probabilities (multi-step: its last step's generation), when the
+    # loop asked for them (`logprobs=True`) and the generator returned them
+    token_logprobs: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,9 +104,13 @@ class RagRun:
 class AdaptiveRAG:
     """Gate or router -> strategy -> retriever -> generator for a batch of questions.
 
-    A binary gate sends questions it scores at or above its threshold to `one_retrieval`
-    (top-`k` documents, with-context prompt), the others to `no_retrieval`; a router names
-    any of the three strategies (`budget`: its operating point, None: its default).
+    A binary gate sends questions it scores at or above its threshold to the registry's
+    one-call retrieval strategy (top-`k` documents, with-context prompt), the others to its
+    closed-book one; a router names any of its strategies (`budget`: its operating point,
+    None: its default). `strategies`: the registry (default: the built-ins; a router export's
+    own specs are added); `retrievers`: retrievers by name for strategies that name one other
+    than `retriever` (the verb's own). A strategy the loop cannot run (unregistered, a
+    retriever it lacks, a generator of its own) is refused here, before any question runs.
     Documents are cut to their first `doc_words` words, as in the rag-gain labelling run. A
     prompt longer than the generator's context window loses documents, or, when even the
     question alone is too long, that question gets an `error` and no generation."""
@@ -114,10 +125,14 @@ class AdaptiveRAG:
         doc_words: int = DOC_WORDS,
         multi_step: MultiStepConfig | None = None,
         budget: Budget = None,
+        strategies: StrategyRegistry | None = None,
+        retrievers: Mapping[str, Retriever] | None = None,
+        logprobs: bool = False,
     ):
         if k < 1:
             raise ConfigError(f"k (documents per question) must be >= 1, got {k}")
-        check_router(gate, budget)
+        self.registry = check_router(gate, budget, strategies or BUILTIN)
+        self.retrievers = dict(retrievers or {})
         self.gate = gate
         self.retriever = retriever
         self.generator = generator
@@ -125,7 +140,37 @@ class AdaptiveRAG:
         self.max_new_tokens = max_new_tokens
         self.doc_words = doc_words
         self.multi_step = (multi_step or MultiStepConfig()).resolved(k)
+        self._multi_step = multi_step or MultiStepConfig()
         self.budget = budget
+        self.logprobs = logprobs  # ask the generator for the answers' token log-probabilities
+        for name in routed_strategies(gate, self.registry):
+            self.retriever_for(self.registry[name])
+
+    def retriever_for(self, spec: StrategySpec) -> Retriever | None:
+        """The retriever `spec` retrieves with (None: it does not), refused when this loop has
+        none of that kind or the spec names a generator of its own."""
+        if spec.generator is not None:
+            raise ConfigError(
+                f"strategy {spec.name!r} names its own generator ({spec.generator}); this loop "
+                f"runs every strategy on its one generator ({self.generator.name!r}): drop its "
+                "generator: key or run it as its own generator"
+            )
+        if spec.retriever is None:
+            return None
+        if spec.retriever == DEFAULT_RETRIEVER or spec.retriever == self.retriever.name:
+            return self.retriever
+        if spec.retriever in self.retrievers:
+            return self.retrievers[spec.retriever]
+        raise ConfigError(
+            f"strategy {spec.name!r} retrieves with {spec.retriever}, but this loop has only the "
+            f"{self.retriever.name} retriever (--retriever {spec.retriever} runs it, or drop "
+            "the strategy)"
+        )
+
+    def steps_config(self, spec: StrategySpec) -> MultiStepConfig:
+        """A multi-step strategy's settings: the loop's, its own max_steps and k applied."""
+        own = replace(self._multi_step, max_steps=spec.max_steps or self._multi_step.max_steps)
+        return own.resolved(spec.documents(self.k))
 
     def answer(self, questions: Sequence[Question]) -> list[Answer]:
         """Answers for `questions`, in order."""
@@ -137,7 +182,8 @@ class AdaptiveRAG:
         """Each question's strategy; a budget left None (per question too) is this loop's."""
         if isinstance(budget, Sequence):
             budget = [self.budget if b is None else b for b in budget]
-        return decide(self.gate, questions, self.budget if budget is None else budget)
+        return decide(self.gate, questions, self.budget if budget is None else budget,
+                      self.registry)  # fmt: skip
 
     def run(
         self,
@@ -157,7 +203,7 @@ class AdaptiveRAG:
         if len(decision.strategies) != len(questions):
             raise BackendError(f"{len(decision.strategies)} strategies for {len(questions)} "
                                "questions")  # fmt: skip
-        answers = self._answers(questions, decision.strategies, Meter(costs))
+        answers = self._answers(questions, decision.strategies, Meter(costs, self.logprobs))
         for a, p in zip(answers, decision.probabilities, strict=True):
             a.probability = float(p)
         _tally(costs, answers)
@@ -175,26 +221,47 @@ class AdaptiveRAG:
         """Round 1 (one retrieval call, one generation call for every strategy), then the
         further multi-step steps."""
         n = len(questions)
-        retrieving = [i for i in range(n) if strategies[i] != NO_RETRIEVAL]
-        found = meter.retrieve(self.retriever, [questions[i] for i in retrieving],
-                               [strategies[i] for i in retrieving], self.k)  # fmt: skip
-        hits = dict(zip(retrieving, found, strict=True))
-        multi = {i: Reasoning(questions[i], self.multi_step) for i in range(n)
-                 if strategies[i] == MULTI_STEP}  # fmt: skip
+        specs = [self.registry[s] for s in strategies]
+        hits = self._retrieve(questions, specs, meter)
+        multi = {i: Reasoning(questions[i], self.steps_config(specs[i]), specs[i].name)
+                 for i in range(n) if specs[i].multi_step}  # fmt: skip
         for i, state in multi.items():
             state.add(questions[i].text, hits.pop(i))
         single = [i for i in range(n) if i not in multi]
         fitted = fit_prompts(self.generator, [questions[i].text for i in single],
                              [hits.get(i) for i in single], self.doc_words, self.max_new_tokens)  # fmt: skip
         generations = self._first_round(single, fitted, strategies, multi, meter)
-        continue_steps(list(multi.values()), self.retriever, self.generator, meter,
-                       self.max_new_tokens, self.doc_words)  # fmt: skip
+        by_retriever: dict[int, tuple[Retriever, list[Reasoning]]] = {}
+        for i, state in multi.items():
+            r = self.retriever_for(specs[i])
+            by_retriever.setdefault(id(r), (r, []))[1].append(state)  # type: ignore[arg-type]
+        for r, states in by_retriever.values():
+            continue_steps(states, r, self.generator, meter, self.max_new_tokens, self.doc_words)
         out: list[Answer | None] = [None] * n
         for i, f, g in zip(single, fitted, generations, strict=True):
-            out[i] = _answer(questions[i], g, strategies[i], f)
+            out[i] = _answer(questions[i], g, specs[i], f)
         for i, state in multi.items():
             out[i] = _multi_answer(state)
         return [a for a in out if a is not None]
+
+    def _retrieve(
+        self, questions: Sequence[Question], specs: list[StrategySpec], meter: Meter
+    ) -> dict[int, list[Hit]]:
+        """Round 1's documents of every question that retrieves: ONE call per retriever, at
+        the largest k its strategies ask for (each keeps its own top k)."""
+        groups: dict[int, tuple[Retriever, list[int]]] = {}
+        for i, spec in enumerate(specs):
+            r = self.retriever_for(spec)
+            if r is not None:
+                groups.setdefault(id(r), (r, []))[1].append(i)
+        hits: dict[int, list[Hit]] = {}
+        for r, idx in groups.values():
+            ks = [specs[i].documents(self.k) for i in idx]
+            found = meter.retrieve(r, [questions[i] for i in idx],
+                                   [specs[i].name for i in idx], max(ks))  # fmt: skip
+            for i, h, k in zip(idx, found, ks, strict=True):
+                hits[i] = list(h)[:k]
+        return hits
 
     def _first_round(
         self,
@@ -211,8 +278,9 @@ class AdaptiveRAG:
         prompts = [f.prompt for f in fitted if f.prompt is not None]
         tags = [strategies[i] for i, f in zip(single, fitted, strict=True) if f.prompt is not None]
         step_fit = [p.prompt for p in steps if p.prompt is not None]
-        results = meter.generate(self.generator, prompts + step_fit,
-                                 tags + [MULTI_STEP] * len(step_fit), self.max_new_tokens)  # fmt: skip
+        step_tags = [s.strategy for s, p in zip(states, steps, strict=True) if p.prompt is not None]
+        results = meter.generate(self.generator, prompts + step_fit, tags + step_tags,
+                                 self.max_new_tokens)  # fmt: skip
         apply_step(states, steps, results[len(prompts) :])
         it = iter(results[: len(prompts)])
         return [next(it) if f.prompt is not None else None for f in fitted]
@@ -244,7 +312,9 @@ def _scored(q: Question, text: str) -> dict[str, Any]:
             "f1": token_f1(text, q.answers)}  # fmt: skip
 
 
-def _answer(q: Question, g: Generation | str | None, strategy: str, fitted: FittedPrompt) -> Answer:
+def _answer(
+    q: Question, g: Generation | str | None, spec: StrategySpec, fitted: FittedPrompt
+) -> Answer:
     """A one-call strategy's answer; without a generation (its prompt did not fit, or the
     generator failed) the reason, and scored as a miss when the question has gold answers."""
     text = g.text.strip() if isinstance(g, Generation) else ""
@@ -252,17 +322,18 @@ def _answer(q: Question, g: Generation | str | None, strategy: str, fitted: Fitt
         id=q.id,
         question=q.text,
         answer=text,
-        retrieve=strategy != NO_RETRIEVAL,
+        retrieve=spec.retrieves,
         probability=0.0,
         documents=[h.document.id for h in fitted.hits],
         prompt_tokens=g.prompt_tokens if isinstance(g, Generation) else 0,
         completion_tokens=g.completion_tokens if isinstance(g, Generation) else 0,
         **_scored(q, text),
         error=g if isinstance(g, str) else fitted.error,
-        strategy=strategy,
-        retrievals=int(strategy != NO_RETRIEVAL),
+        strategy=spec.name,
+        retrievals=int(spec.retrieves),
         llm_calls=int(fitted.prompt is not None),
         retryable=isinstance(g, str),
+        token_logprobs=g.token_logprobs if isinstance(g, Generation) else None,
     )
 
 
@@ -280,9 +351,10 @@ def _multi_answer(state: Reasoning) -> Answer:
         completion_tokens=state.completion_tokens,
         **_scored(q, text),
         error=state.error,
-        strategy=MULTI_STEP,
+        strategy=state.strategy,
         retrievals=state.retrievals,
         llm_calls=state.llm_calls,
         steps=state.steps,
         retryable=state.retryable,
+        token_logprobs=state.token_logprobs,
     )

@@ -1,11 +1,13 @@
 """The RAG comparison's modes as gates: every registry gate by name (`gates.registry.GATES`),
-plus `multi-step` (every question runs the multi-step strategy), `router` (the router or gate
+plus `multi-step` (every question runs the multi-step strategy), every registered strategy by
+its name (`retrieval_gate.strategies`: the built-ins and a `--strategies FILE.yaml`'s; every
+question runs that strategy), `router` (the router or gate
 export of `--router DIR`, loaded through `strategies.load_router`, at `--budget`) and two
 oracles:
 `oracle` follows a label file (rag-gain by default); `oracle-run` follows this very run's
 `never` and `always` answers (retrieve exactly where the with-context answer matches and the
 closed-book one does not) and, when `multi-step` ran too, routes each question to the
-cheapest of the three strategies that answered it (none did: no retrieval). It needs no
+cheapest of the strategies that answered it (none did: the cheapest strategy). It needs no
 labelling run and is the exact ceiling of any gate or router on these questions with this
 generator, retriever and prompts.
 
@@ -29,15 +31,14 @@ from ..generation.base import Generator
 from ..labels.evalset import load_splits
 from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
 from ..questions import Question
+from ..strategies import BUILTIN, StrategyRegistry
 from .loop import RagRun
 from .oracle import OracleGate, OracleRouter
 from .strategies import (
-    MULTI_STEP,
-    NO_RETRIEVAL,
-    ONE_RETRIEVAL,
     FixedStrategy,
     check_budget_sign,
     check_router,
+    check_runnable,
     load_router,
 )
 
@@ -60,20 +61,26 @@ class ModeOptions(GateOptions):
     router: Path | Gate | None = None  # the router mode's export folder (or a loaded router)
     budget: float | None = None  # the router mode's budget (None: the router's default)
     router_variant: str = "fp32"  # the router export's ONNX file
+    strategies: StrategyRegistry = BUILTIN  # the registry (--strategies FILE.yaml)
+    retriever: str | None = None  # the verb's --retriever (None: not checked here)
 
 
-def known_modes() -> list[str]:
-    """Every registry gate, the multi-step and router modes, and the two oracles."""
-    return [*GATES, *ROUTING, *ORACLES]
+def known_modes(strategies: StrategyRegistry = BUILTIN) -> list[str]:
+    """Every registry gate, the multi-step and router modes, every registered strategy (a
+    fixed-strategy mode) and the two oracles."""
+    return [*GATES, *ROUTING, *strategies.names, *ORACLES]
 
 
 def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
-    """Fails fast, before an engine starts, on an unknown mode, a missing flag or input file."""
-    unknown = [m for m in modes if m not in known_modes()]
+    """Fails fast, before an engine starts, on an unknown mode, a missing flag or input file,
+    or a fixed-strategy mode the loop cannot run (a retriever other than --retriever)."""
+    known = known_modes(options.strategies)
+    unknown = [m for m in modes if m not in known]
     if unknown:
-        raise ConfigError(
-            f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known_modes())}"
-        )
+        raise ConfigError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known)}")
+    fixed = [options.strategies[m] for m in modes if m in options.strategies]
+    if options.retriever is not None:
+        check_runnable(fixed, options.retriever, "--modes")
     check_options([m for m in modes if m in GATES], options)
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
         raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
@@ -120,7 +127,10 @@ def build_mode_gates(
     for mode in (m for m in modes if m != ORACLE_RUN):
         gate = _build(mode, context, options)
         if mode == ROUTER:
-            check_router(gate, options.budget)
+            registry = check_router(gate, options.budget, options.strategies)
+            if options.retriever is not None:
+                check_runnable([registry[s] for s in gate.strategies], options.retriever,  # type: ignore[attr-defined]
+                               f"router {gate.name!r}")  # fmt: skip
         if mode in options.thresholds:
             gate.threshold = options.thresholds[mode]
         gates[mode] = gate
@@ -131,7 +141,10 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
     if mode == ORACLE:
         return OracleGate.from_file(options.oracle_labels)
     if mode == MULTI_STEP_MODE:
-        return FixedStrategy(MULTI_STEP, name=MULTI_STEP_MODE)
+        multi = next((s for s in BUILTIN if s.multi_step), None)
+        return FixedStrategy(multi.name, name=MULTI_STEP_MODE)  # type: ignore[union-attr]
+    if mode in options.strategies:
+        return FixedStrategy(mode, registry=options.strategies)
     if mode == ROUTER:
         router = options.router
         if isinstance(router, Gate):
@@ -156,19 +169,32 @@ def _context(
 
 
 def oracle_from_run(
-    never: RagRun, always: RagRun, multi: RagRun | None = None
+    never: RagRun,
+    always: RagRun,
+    multi: RagRun | None = None,
+    *more: RagRun,
+    strategies: StrategyRegistry = BUILTIN,
 ) -> OracleGate | OracleRouter:
     """Retrieve exactly where retrieval turned a wrong closed-book answer right (match); with
-    a multi-step run, the cheapest of the three strategies that answered (else none)."""
+    a multi-step run (and any further fixed-strategy runs), the cheapest of the strategies
+    that answered (in the registry's cost order; none did: the cheapest strategy). Each run's
+    strategy is read from its answers."""
     closed = {a.id: bool(a.match) for a in never.answers}
     if multi is None:
         labels = {a.id: int(bool(a.match) and not closed[a.id]) for a in always.answers}
         return OracleGate(labels, name=ORACLE_RUN, source="this run's never/always answers")
-    one = {a.id: bool(a.match) for a in always.answers}
-    many = {a.id: bool(a.match) for a in multi.answers}
-    picks = {i: NO_RETRIEVAL if closed[i] else ONE_RETRIEVAL if one[i] else
-             MULTI_STEP if many[i] else NO_RETRIEVAL for i in closed}  # fmt: skip
-    return OracleRouter(picks, name=ORACLE_RUN, source="this run's never/always/multi-step answers")
+    runs = [never, always, multi, *more]
+    ran = {a.strategy for r in runs for a in r.answers}
+    strategies.check(sorted(ran), "oracle-run")
+    right: dict[str, set[str]] = {i: set() for i in closed}
+    for r in runs:
+        for a in r.answers:
+            if a.match and a.id in right:
+                right[a.id].add(a.strategy)
+    order, cheapest = strategies.names, strategies.names[0]
+    picks = {i: next((s for s in order if s in ok), cheapest) for i, ok in right.items()}
+    return OracleRouter(picks, name=ORACLE_RUN, source="this run's fixed-strategy answers",
+                        strategies=strategies)  # fmt: skip
 
 
 def parse_thresholds(items: Sequence[str]) -> dict[str, float]:

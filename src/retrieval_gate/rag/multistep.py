@@ -32,7 +32,6 @@ from ..generation.prompts import multi_step_prompt
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
 from .costs import Meter
-from .strategies import MULTI_STEP
 
 DEFAULT_MAX_STEPS = 4
 MAX_STEPS_LIMIT = 10
@@ -98,6 +97,7 @@ class Reasoning:
 
     question: Question
     config: MultiStepConfig
+    strategy: str  # the multi-step strategy it runs (costs are booked under its name)
     hits: list[Hit] = field(default_factory=list)
     sentences: list[str] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
@@ -109,6 +109,7 @@ class Reasoning:
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    token_logprobs: list[float] | None = None  # the latest step's generation's
 
     @property
     def done(self) -> bool:
@@ -150,6 +151,7 @@ class Reasoning:
             return
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
+        self.token_logprobs = result.token_logprobs
         final = self.final
         sentence, answer = parse_step(result.text)
         self.steps.append({"query": self.query, "documents": [h.document.id for h in shown],
@@ -235,10 +237,11 @@ def continue_steps(
         if not todo:
             return
         queries = [s.next_query() for s in todo]
-        step_k = todo[0].config.step_k or 1
-        hits = meter.retrieve(retriever, queries, [MULTI_STEP] * len(todo), step_k)
-        for s, q, h in zip(todo, queries, hits, strict=True):
-            s.add(q.text, h)
+        step_ks = [s.config.step_k or 1 for s in todo]
+        # one call at the largest step_k; a strategy with a smaller one keeps its top hits
+        hits = meter.retrieve(retriever, queries, [s.strategy for s in todo], max(step_ks))
+        for s, q, h, k in zip(todo, queries, hits, step_ks, strict=True):
+            s.add(q.text, h[:k])
         run_step(todo, generator, meter, max_new_tokens, doc_words)
 
 
@@ -249,5 +252,6 @@ def run_step(
     """One step of every question in `states`: one generator call."""
     prompts = step_prompts(states, generator, max_new_tokens, doc_words)
     fit = [p.prompt for p in prompts if p.prompt is not None]
-    results = meter.generate(generator, fit, [MULTI_STEP] * len(fit), max_new_tokens)
+    tags = [s.strategy for s, p in zip(states, prompts, strict=True) if p.prompt is not None]
+    results = meter.generate(generator, fit, tags, max_new_tokens)
     apply_step(states, prompts, results)

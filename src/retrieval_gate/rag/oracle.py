@@ -15,7 +15,7 @@ from ..data.errors import DataError
 from ..gates.base import Questions, as_questions
 from ..labels.files import LabelFile, read_labels
 from ..questions import Question
-from .strategies import NO_RETRIEVAL, STRATEGIES
+from ..strategies import BUILTIN, StrategyRegistry
 
 
 class OracleGate:
@@ -60,11 +60,17 @@ class OracleRouter:
     a run's answers under every strategy, the cheapest one that was right."""
 
     threshold = 0.5
-    strategies = STRATEGIES
 
-    def __init__(self, picks: Mapping[str, str], name: str = "oracle", source: str = ""):
+    def __init__(self, picks: Mapping[str, str], name: str = "oracle", source: str = "",
+                 strategies: StrategyRegistry = BUILTIN):  # fmt: skip
         self.picks = dict(picks)
         self.name, self.source = name, source
+        self.registry = strategies
+        self.strategies = strategies.names
+        strategies.check(sorted(set(self.picks.values())), f"oracle {name!r}")
+
+    def strategy_registry(self) -> StrategyRegistry:
+        return self.registry
 
     def route(self, questions: Questions, budget: float | None = None) -> list[str]:
         questions = as_questions(questions)
@@ -81,4 +87,4 @@ class OracleRouter:
         return out
 
     def scores(self, questions: Questions) -> np.ndarray:
-        return np.array([float(s != NO_RETRIEVAL) for s in self.route(questions)])
+        return np.array([float(self.registry[s].retrieves) for s in self.route(questions)])

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import numpy as np
-
 from ..data import canonical_questions
 from ..data.errors import DataError
+from ..data.splits import sample_order
 from ..questions import Question
 
 SPLITS = ("train", "dev", "test", "all")
@@ -25,8 +24,9 @@ def select_questions(
 ) -> list[Question]:
     """Questions of `datasets` (all when None) in the canonical split (`all`: every split),
     keeping only those with their own documents when `with_contexts` and those whose id is
-    in `among` when given (e.g. the ids an oracle has labels for), then a seeded random
-    sample of `limit` in a stable order (sorted by id). `pool`: the question set to draw
+    in `among` when given (e.g. the ids an oracle has labels for), then a seeded sample of
+    `limit` (`data.splits.sample_order`: at seed 0 the questions `evaluate --limit` draws
+    first) in a stable order (sorted by id). `pool`: the question set to draw
     from (default: the bundled datasets on the canonical split)."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (--split); choose one of {', '.join(SPLITS)}")
@@ -45,6 +45,5 @@ def select_questions(
             + (" among the oracle's labelled questions" if among is not None else "")
         )
     if limit is not None and limit < len(qs):
-        picked = np.random.default_rng(seed).choice(len(qs), size=limit, replace=False)
-        qs = [qs[i] for i in picked]
+        qs = [qs[i] for i in sample_order([q.id for q in qs], seed)[:limit]]
     return sorted(qs, key=lambda q: q.id)

@@ -5,7 +5,8 @@ retrieve decision and strategy per question, no generator. `create_app(rag)` ser
 and `POST /answer` (gate or router -> strategy -> retrieve -> generate, with the measured
 costs, per strategy too). A router takes an optional per-request `"budget"`. Both have
 `GET /health`, which also reports the traffic since start (realised retrieval rate, mean cost
-per question, measured retrievals and LLM calls per answered question).
+per question, measured retrievals and LLM calls per answered question), and `GET /metrics`,
+the same counters and the request and gate latencies for Prometheus (`service_metrics`).
 
 Built to degrade, not stall:
 - limits are checked before work: the body size before it is read (413), then questions per
@@ -19,7 +20,8 @@ Built to degrade, not stall:
   `/health` and `/score` answer at once while the engine works; `/answer` routes first (the
   gate's worker), so a multi-step question enters the engine's backlog counted as its
   `max_steps` steps;
-- an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` stays open."""
+- an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` and
+  `/metrics` stay open."""
 
 import asyncio
 import logging
@@ -33,24 +35,24 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from ..errors import BackendError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, is_router
 from ..questions import Question
+from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from .batcher import Batcher, Busy
 from .limits import Limits
 from .loop import AdaptiveRAG, Answer, Costs
+from .service_metrics import ServiceMetrics, Timing
 from .strategies import (
-    MULTI_STEP,
-    NO_RETRIEVAL,
-    ONE_RETRIEVAL,
     Decision,
     check_router,
     cost_unit,
     decide,
+    routed_strategies,
     strategy_costs,
 )
 from .traffic import Traffic
@@ -206,35 +208,40 @@ def create_app(
     limits: Limits | None = None,
     api_key: str | None = None,
     warm_up: bool = False,
+    strategies: StrategyRegistry = BUILTIN,
 ) -> FastAPI:
     """The app for a gate alone (`/score`) or a RAG loop (`/score` and `/answer`). With
-    `warm_up`, one question goes through the gate (and the engine) at startup."""
+    `warm_up`, one question goes through the gate (and the engine) at startup. `strategies`:
+    the registry a gate alone is served with (a RAG loop has its own)."""
     limits = limits or Limits()
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
     gate = rag.gate if rag else service
-    check_router(gate)
+    registry = rag.registry if rag else check_router(gate, None, strategies)
     router = is_router(gate)
-    strategies = list(gate.strategies) if router else [NO_RETRIEVAL, ONE_RETRIEVAL]  # type: ignore[attr-defined]
-    prices = strategy_costs(gate)
-    traffic = Traffic(prices, cost_unit(prices))
+    strategies_served = list(routed_strategies(gate, registry))
+    prices = strategy_costs(gate, registry)
+    traffic = Traffic(prices, cost_unit(prices), registry)
+    metrics = ServiceMetrics(strategies_served)  # this app's own registry (GET /metrics)
     # A gate that holds the generator (prompt, confidence gates) must not enter the engine
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
     shared = engine if isinstance(gate, AsksGenerator) else None
-    scorer = Batcher(_locked(_decisions(gate, rag), shared), *sizes, name="gate")
+    scorer = Batcher(_locked(_decisions(gate, rag, registry), shared), *sizes, name="gate")
     answerer = None
     if rag:
-        steps = rag.multi_step.max_steps
+        steps = {s.name: rag.steps_config(s).max_steps if s.multi_step else 1 for s in registry}
         answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
-                           weight=lambda r: steps if r.strategy == MULTI_STEP else 1)  # fmt: skip
+                           weight=lambda r: steps.get(r.strategy, 1))  # fmt: skip
 
     async def route(texts: Sequence[str], budget: float | None) -> tuple[list[_Routed], float]:
         items = [(q, budget) for q in _as_questions(texts)]
         routed, _ = await _wait(scorer, items, limits.request_timeout)
         traffic.routed([r.strategy for r in routed])
-        return routed, routed[0].seconds if routed else 0.0
+        decided = routed[0].seconds if routed else 0.0
+        metrics.routed_questions([r.strategy for r in routed], decided)
+        return routed, decided
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -257,6 +264,7 @@ def create_app(
     )
     _docs(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(Timing, metrics=metrics)  # outermost: times and counts 413s too
     guarded = [Depends(_bearer(api_key))] if api_key else []
 
     @app.exception_handler(RequestValidationError)
@@ -273,10 +281,11 @@ def create_app(
             "gate": gate.name,
             "threshold": float(gate.threshold),
             "router": router,
-            "strategies": strategies,
+            "strategies": strategies_served,
+            "strategy_specs": registry.to_list(strategies_served),
             "retriever": rag.retriever.name if rag else None,
             "generator": rag.generator.name if rag else None,
-            "multi_step": asdict(rag.multi_step) if rag else None,
+            MULTI_STEP: asdict(rag.multi_step) if rag else None,  # the reasoner's settings
             "limits": asdict(limits),
             "queue": {
                 name: {"waiting": b.backlog, "running": b.running}
@@ -284,7 +293,13 @@ def create_app(
                 if b
             },
             "traffic": traffic.snapshot(),
+            "metrics": metrics.totals(),  # GET /metrics's counters, as JSON
         }
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        """Prometheus's text format (`rag.service_metrics`); open like /health."""
+        return Response(metrics.exposition(), media_type=metrics.content_type)
 
     # a router takes a per-request budget (up to its dearest strategy); a binary gate none
     max_budget = max(traffic.costs.values()) if router else None
@@ -299,13 +314,13 @@ def create_app(
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
-            strategies=strategies,
+            strategies=strategies_served,
             budget=budget,
             scores=[
                 ScoreItem(
                     question=t,
                     probability=r.probability,
-                    retrieve=r.strategy != NO_RETRIEVAL,
+                    retrieve=registry[r.strategy].retrieves,
                     strategy=r.strategy,
                 )
                 for t, r in zip(request.questions, routed, strict=True)
@@ -327,6 +342,7 @@ def create_app(
             traffic.answered(len(answers), sum(a.retrievals for a in answers),
                              sum(a.llm_calls for a in answers),
                              costs.total_seconds * len(answers) / max(costs.questions, 1))  # fmt: skip
+            metrics.answers(answers)
             return AnswerResponse(
                 gate=gate.name,
                 threshold=float(gate.threshold),
@@ -357,7 +373,7 @@ class _Routed:
 
 
 def _decisions(
-    gate: Gate, rag: AdaptiveRAG | None
+    gate: Gate, rag: AdaptiveRAG | None, strategies: StrategyRegistry = BUILTIN
 ) -> Callable[[list[tuple[Question, float | None]]], list[_Routed]]:
     """(question, budget) items -> each routed, in one gate call (one `route` call per
     distinct budget)."""
@@ -366,7 +382,7 @@ def _decisions(
         questions = [q for q, _ in items]
         start = time.perf_counter()
         budgets = [b for _, b in items]
-        d = rag.decide(questions, budgets) if rag else decide(gate, questions, budgets)
+        d = rag.decide(questions, budgets) if rag else decide(gate, questions, budgets, strategies)
         seconds = time.perf_counter() - start
         return [_Routed(q, s, p, seconds) for q, s, p in
                 zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
@@ -486,10 +502,12 @@ def serve(
     port: int = 8000,
     limits: Limits | None = None,
     api_key: str | None = None,
+    strategies: StrategyRegistry = BUILTIN,
 ) -> None:
     """Serves until interrupted (uvicorn, one process: the engine is in-process; scale
-    generation out with a remote vLLM server instead of more workers)."""
+    generation out with a remote vLLM server instead of more workers). `strategies`: the
+    registry a gate alone is served with (`--strategies FILE.yaml`)."""
     import uvicorn
 
-    app = create_app(service, limits, api_key, warm_up=True)
+    app = create_app(service, limits, api_key, warm_up=True, strategies=strategies)
     uvicorn.run(app, host=host, port=port, workers=1)

@@ -1,16 +1,20 @@
-"""The RAG loop's named strategies, and how a gate or a router picks one per question.
+"""The RAG loop's strategies, and how a gate or a router picks one per question.
 
-Strategies, in cost order: `no_retrieval` (closed-book prompt), `one_retrieval` (top-k
-documents and the with-context prompt), `multi_step` (IRCoT-style interleaved retrieval and
-reasoning, `rag/multistep.py`). A `Router` (gates/base.py) names one per question through
-`route(questions, budget)`; a binary gate picks between the first two: `one_retrieval` where
-its score reaches its threshold, else `no_retrieval`.
+Strategies are specs of the registry (`retrieval_gate.strategies`: the three built-ins, no
+retrieval, one retrieval and multi-step, plus whatever a `--strategies FILE.yaml` declares),
+in cost order. A `Router` (gates/base.py) names one per question through `route(questions,
+budget)`; a binary gate picks between the registry's `binary_pair` (the cheapest strategy
+without retrieval, and the one-call strategy on the verb's own retriever): the second where its
+score reaches its threshold. Nothing here compares a strategy's name: what a strategy does is
+read from its spec.
 
 The seam for real routers is `load_router` below: the one place a `--router` folder becomes
 an object. It calls `RetrievalGate.from_pretrained`; a router export loads as a `Router`
-there (issue 25), a binary gate export as a gate. `strategy_costs` is the one place the price
-of each strategy (for `/health`'s mean cost and a request's budget range) is read: the
-router's own `costs` where it has them."""
+there (issue 25), a binary gate export as a gate. A router export carries its strategies'
+specs (`CarriesStrategies`); `loop_registry` adds them to the verb's registry, and
+`check_router` refuses a router whose strategies the loop cannot run. `strategy_costs` is the
+one place the price of each strategy (for `/health`'s mean cost and a request's budget range)
+is read: the router's own `costs` where it has them."""
 
 from __future__ import annotations
 
@@ -21,11 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BackendError, ConfigError
-from ..gates.base import Gate, Questions, Router, as_questions, is_router
-from ..routing import DEFAULT_COSTS  # retrievals per strategy, where a router has no costs
-
-NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
-STRATEGIES = (NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP)
+from ..gates.base import CarriesStrategies, Gate, Questions, Router, as_questions, is_router
+from ..routing import check_budget
+from ..strategies import BUILTIN, DEFAULT_COSTS, StrategyRegistry, StrategySpec
 
 Budget = float | None
 
@@ -38,32 +40,70 @@ class Decision:
     probabilities: list[float]
 
 
-def check_strategies(names: Sequence[str], where: str) -> None:
-    """Every name is a strategy the loop runs (`where` names the flag or router)."""
-    unknown = [n for n in names if n not in STRATEGIES]
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown strategy {unknown[0]!r}; the RAG loop runs "
-            f"{', '.join(STRATEGIES)} (in that cost order)"
-        )
+def check_strategies(
+    names: Sequence[str], where: str, registry: StrategyRegistry = BUILTIN
+) -> None:
+    """Every name is a registered strategy (`where` names the flag or router)."""
+    registry.check(names, where)
 
 
-def check_router(gate: Gate, budget: Budget = None) -> None:
-    """A router's strategies are ones the loop runs, cheapest first; a budget needs a router
-    (a binary gate's operating point is its threshold)."""
+def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyRegistry:
+    """The strategies a loop runs `gate` with: the verb's registry plus the specs a router
+    export carries for strategies the registry lacks (one it has must agree)."""
+    if is_router(gate) and isinstance(gate, CarriesStrategies):
+        return registry.merged(gate.strategy_registry().specs, f"router {gate.name!r}")
+    return registry
+
+
+def check_router(
+    gate: Gate, budget: Budget = None, registry: StrategyRegistry = BUILTIN
+) -> StrategyRegistry:
+    """A router's strategies are registered ones (or carried by its export), its first (the
+    cheapest) one without retrieval; a budget needs a router (a binary gate's operating point
+    is its threshold) and stays within its dearest strategy's cost. Returns the registry the
+    loop runs it with."""
+    check_budget_sign(budget)
+    registry = loop_registry(gate, registry)
     if is_router(gate):
         strategies = tuple(gate.strategies)  # type: ignore[attr-defined]
-        check_strategies(strategies, f"router {gate.name!r}")
-        if not strategies or strategies[0] != NO_RETRIEVAL:
+        check_strategies(strategies, f"router {gate.name!r}", registry)
+        if not strategies or registry[strategies[0]].retrieves:
             raise ConfigError(f"router {gate.name!r} lists {list(strategies)}: the first "
-                              f"strategy (the cheapest) must be {NO_RETRIEVAL}")  # fmt: skip
+                              "strategy (the cheapest) must be one without retrieval")  # fmt: skip
+        if budget is not None:
+            costs = strategy_costs(gate, registry)
+            check_budget(budget, list(costs.values()), "--budget")
     elif budget is not None:
         raise ConfigError(
             f"--budget {budget}: {gate.name!r} is a binary gate, which has no retrieval budget "
             "to meet; its operating point is its threshold (--threshold MODE=VALUE), or pass a "
             "router export with --router"
         )
-    check_budget_sign(budget)
+    else:
+        registry.binary_pair()
+    return registry
+
+
+def check_runnable(specs: Sequence[StrategySpec], retriever: str, where: str) -> None:
+    """Before any engine starts: every strategy retrieves with the verb's `--retriever` (or
+    none) and runs on the verb's generator; else the ones that cannot run are named."""
+    bad = [s for s in specs
+           if s.retriever_name(retriever) not in (None, retriever) or s.generator is not None]  # fmt: skip
+    if bad:
+        said = ", ".join(f"{s.name} ({s.retriever or 'no'} retriever"
+                         f"{', generator ' + s.generator if s.generator else ''})" for s in bad)  # fmt: skip
+        raise ConfigError(
+            f"{where}: this run cannot run strategy {said}: it retrieves with --retriever "
+            f"{retriever} on one generator; pass --retriever "
+            f"{bad[0].retriever_name(retriever) or retriever}, or drop the strategy"
+        )
+
+
+def routed_strategies(gate: Gate, registry: StrategyRegistry = BUILTIN) -> tuple[str, ...]:
+    """The strategies `gate` can send questions down: a router's own, a binary gate's pair."""
+    if is_router(gate):
+        return tuple(gate.strategies)  # type: ignore[attr-defined]
+    return registry.binary_pair()
 
 
 def check_budget_sign(budget: Budget) -> None:
@@ -72,7 +112,12 @@ def check_budget_sign(budget: Budget) -> None:
         raise ConfigError(f"--budget must be 0 or more (mean cost per question), got {budget}")
 
 
-def decide(gate: Gate, questions: Questions, budget: Budget | Sequence[Budget] = None) -> Decision:
+def decide(
+    gate: Gate,
+    questions: Questions,
+    budget: Budget | Sequence[Budget] = None,
+    registry: StrategyRegistry = BUILTIN,
+) -> Decision:
     """Each question's strategy: the router's `route` (per question budget allowed: one
     `route` call per distinct budget), else the binary gate at its threshold."""
     questions = as_questions(questions)
@@ -84,8 +129,9 @@ def decide(gate: Gate, questions: Questions, budget: Budget | Sequence[Budget] =
     budgets = list(budget) if isinstance(budget, Sequence) else [budget] * len(questions)
     if not is_router(gate):
         for b in {b for b in budgets if b is not None}:
-            check_router(gate, b)
-        names = [ONE_RETRIEVAL if p >= gate.threshold else NO_RETRIEVAL for p in probs]
+            check_router(gate, b, registry)
+        closed, retrieve = registry.binary_pair()
+        names = [retrieve if p >= gate.threshold else closed for p in probs]
         return Decision(names, probs.tolist())
     names: list[str] = [""] * len(questions)
     for b in dict.fromkeys(budgets):
@@ -103,21 +149,37 @@ def decide(gate: Gate, questions: Questions, budget: Budget | Sequence[Budget] =
     return Decision(names, probs.tolist())
 
 
-class FixedStrategy:
-    """A `Router` that sends every question down one strategy: the `multi-step` mode (and a
-    way to label or measure one strategy alone)."""
+def retrieval_scores(names: Sequence[str], registry: StrategyRegistry = BUILTIN) -> list[float]:
+    """P(needs retrieval) of questions whose strategy is already fixed: 1 where it retrieves."""
+    return [float(registry[n].retrieves) for n in names]
 
-    strategies = STRATEGIES
+
+class FixedStrategy:
+    """A `Router` that sends every question down one strategy: a fixed-strategy mode of `rag`
+    (`multi-step`, or any registered strategy's name), and a way to label or measure one
+    strategy alone."""
+
     threshold = 0.5
 
-    def __init__(self, strategy: str, name: str | None = None):
-        check_strategies([strategy], "FixedStrategy")
+    def __init__(self, strategy: str, name: str | None = None,
+                 registry: StrategyRegistry = BUILTIN):  # fmt: skip
+        check_strategies([strategy], "FixedStrategy", registry)
+        self.registry = registry
+        self.strategies = registry.names
         self.strategy = strategy
         self.name = name or strategy
         self.checksum = f"fixed-strategy:{strategy}"
 
+    @property
+    def costs(self) -> dict[str, float]:
+        return {s.name: s.cost for s in self.registry}
+
+    def strategy_registry(self) -> StrategyRegistry:
+        return self.registry
+
     def scores(self, questions: Questions) -> np.ndarray:
-        return np.full(len(as_questions(questions)), float(self.strategy != NO_RETRIEVAL))
+        retrieves = float(self.registry[self.strategy].retrieves)
+        return np.full(len(as_questions(questions)), retrieves)
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         out = np.zeros((len(as_questions(questions)), len(self.strategies)))
@@ -137,16 +199,16 @@ def load_router(path: str | Path, variant: str = "fp32") -> Gate:
     return RetrievalGate.from_pretrained(path, variant=variant)
 
 
-def strategy_costs(gate: Gate) -> dict[str, float]:
+def strategy_costs(gate: Gate, registry: StrategyRegistry = BUILTIN) -> dict[str, float]:
     """The price of each strategy in the router's unit, for the service's mean cost per
     question and its budget range: the router's own `costs` (issue 25's routers have them),
-    else issue 25's default count of retrievals."""
+    else the registry's costs (retrievals for the built-ins); a binary gate's pair's."""
     if not isinstance(gate, Router):
-        return {s: DEFAULT_COSTS[s] for s in STRATEGIES[:2]}
+        return {s: registry[s].cost for s in registry.binary_pair()}
     strategies = tuple(gate.strategies)
     own = getattr(gate, "costs", None)
     if own is None:
-        return {s: DEFAULT_COSTS[s] for s in strategies}
+        return {s: registry[s].cost for s in strategies}
     own = dict(own)
     if set(own) != set(strategies) or not all(np.isfinite(c) and c >= 0 for c in own.values()):
         raise ConfigError(
@@ -158,4 +220,6 @@ def strategy_costs(gate: Gate) -> dict[str, float]:
 
 def cost_unit(costs: dict[str, float]) -> str:
     """What `strategy_costs` counts: retrievals where they are the defaults."""
-    return "retrievals" if costs == {s: DEFAULT_COSTS[s] for s in costs} else "the router's unit"
+    return (
+        "retrievals" if costs == {s: DEFAULT_COSTS.get(s) for s in costs} else "the router's unit"
+    )

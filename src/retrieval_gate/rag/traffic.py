@@ -11,14 +11,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .strategies import NO_RETRIEVAL
+from ..strategies import BUILTIN, StrategyRegistry
 
 
 class Traffic:
     """Counters since start; `costs` prices each strategy (`strategies.strategy_costs`)."""
 
-    def __init__(self, costs: Mapping[str, float], unit: str = "retrievals"):
+    def __init__(self, costs: Mapping[str, float], unit: str = "retrievals",
+                 strategies: StrategyRegistry = BUILTIN):  # fmt: skip
         self.costs, self.unit = dict(costs), unit
+        self.retrieving = {s.name for s in strategies if s.retrieves}
         self.since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self._lock = threading.Lock()
         self._routed: Counter[str] = Counter()
@@ -46,7 +48,9 @@ class Traffic:
             "routed": {
                 "questions": n,
                 "by_strategy": routed,
-                "retrieval_rate": (n - routed.get(NO_RETRIEVAL, 0)) / n if n else None,
+                "retrieval_rate": sum(c for s, c in routed.items() if s in self.retrieving) / n
+                if n
+                else None,
                 "mean_cost": cost / n if n else None,
                 "cost_unit": f"{self.unit} ({', '.join(f'{s} {c:g}' for s, c in self.costs.items())})",
             },

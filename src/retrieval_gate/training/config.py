@@ -31,6 +31,13 @@ import yaml
 
 from ..errors import ConfigError
 from ..fileio import plain_name
+from ..strategies import (
+    BUILTIN,
+    NO_RETRIEVAL,
+    StrategyRegistry,
+    load_strategies,
+    registry_from_list,
+)
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,9 @@ class Task:
 
 
 TASKS: dict[str, Task] = {
-    "binary": Task("label", ("no_retrieval", "retrieval")),
-    "3way": Task("label3", ("no_retrieval", "retrieval", "retrieval_complex")),  # RRCP
-    "strategies": Task("correct", ("no_retrieval", "one_retrieval", "multi_step"), True),
+    "binary": Task("label", (NO_RETRIEVAL, "retrieval")),
+    "3way": Task("label3", (NO_RETRIEVAL, "retrieval", "retrieval_complex")),  # RRCP
+    "strategies": Task("correct", BUILTIN.names, True),
 }
 
 
@@ -251,9 +258,9 @@ class ModelConfig(_Checked):
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     threshold: float = 0.5
-    # linear: one layer over the pooled embedding, trained with the body. stacked (routers
-    # only): the body frozen, logistic models over its embedding, TF-IDF n-grams, the wording's
-    # shape and a source posterior (training/stacked.py), fitted in seconds, no epochs
+    # linear: one layer over the pooled embedding, trained with the body. stacked: the body
+    # frozen, logistic models over its embedding, TF-IDF n-grams, the wording's shape and a
+    # source posterior (training/stacked.py), fitted in seconds, no epochs (routers and gates)
     head: Literal["linear", "stacked"] = "linear"
     # routers (data.task=strategies): each strategy's cost in your unit (None: the label
     # file's per-question costs, else retrievals: 0, 1, 3.35), and the default operating
@@ -263,6 +270,9 @@ class ModelConfig(_Checked):
     # the splits a stacked head fits on: [train] (its price calibrated on dev), or [train, dev]
     # (more data; the price calibrated on out-of-fold predictions of both, as no dev is left)
     fit_on: tuple[str, ...] = ("train",)
+    # a stacked head's source model, P(source | text), which its heads read: it helps the
+    # router; a binary gate's config may drop it (docs/train.md: no gain there, most of the fit)
+    source_model: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -336,6 +346,16 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: dict[str, Any] = field(default_factory=lambda: dict(TRAINER_DEFAULTS))
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    # a router's strategy specs (issue 36): a `strategies:` list as in a strategies YAML file,
+    # or that file's path; None: the built-ins. Their costs price the router (model.costs wins)
+    strategies: tuple[dict[str, Any], ...] | str | None = None
+
+    def registry(self) -> StrategyRegistry:
+        if self.strategies is None:
+            return BUILTIN
+        if isinstance(self.strategies, str):
+            return load_strategies(self.strategies)
+        return registry_from_list([dict(x) for x in self.strategies], "config strategies")
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():
@@ -343,12 +363,13 @@ class TrainConfig:
             if not isinstance(value, cls):
                 raise ConfigError(f"config section {name!r} must be a {cls.__name__}")
         object.__setattr__(self, "trainer", check_trainer(self.trainer))
-        if self.model.head == "stacked" and not self.data.task_spec.multilabel:
-            raise ConfigError(f"model.head=stacked is a router head: it needs data.task=strategies "
-                              f"(got {self.data.task!r}); use model.head=linear for a gate")  # fmt: skip
-        if self.model.fit_on != ("train",) and self.model.head != "stacked":
-            raise ConfigError("model.fit_on=[train, dev] is for model.head=stacked: a linear head "
-                              "trains by epochs and keeps dev to choose its best one")  # fmt: skip
+        if self.model.fit_on != ("train",) and not (
+            self.model.head == "stacked" and self.data.task_spec.multilabel
+        ):
+            raise ConfigError("model.fit_on=[train, dev] is for model.head=stacked with "
+                              "data.task=strategies (a router: its price read out of fold): a "
+                              "linear head trains by epochs and keeps dev to choose its best one, "
+                              "a gate's threshold is tuned on dev")  # fmt: skip
         if self.model.head == "stacked" and self.data.features:
             raise ConfigError("model.head=stacked computes its own text features: drop "
                               "data.features, or use model.head=linear with them")  # fmt: skip
@@ -359,7 +380,7 @@ class TrainConfig:
         TRAINER_DEFAULTS); unknown sections and keys are refused with the close ones named."""
         if not isinstance(raw, Mapping):
             raise ConfigError("a config must be a mapping of sections")
-        known = [*SECTIONS, "trainer"]
+        known = [*SECTIONS, "trainer", "strategies"]
         for name in raw:
             if name not in known:
                 raise ConfigError(
@@ -375,12 +396,21 @@ class TrainConfig:
         trainer = raw.get("trainer") or {}
         if not isinstance(trainer, Mapping):
             raise ConfigError("config section 'trainer' must be a mapping of keys")
-        return cls(**sections, trainer={**TRAINER_DEFAULTS, **trainer})
+        strategies = raw.get("strategies")
+        if strategies is not None and not isinstance(strategies, str):
+            registry_from_list(strategies, "config strategies")  # checked, keys named
+            strategies = tuple(dict(x) for x in strategies)
+        config = cls(**sections, trainer={**TRAINER_DEFAULTS, **trainer}, strategies=strategies)
+        config.registry()  # a file named is read and checked now
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain YAML-able data (a run's config.yaml)."""
         out = {name: getattr(self, name).to_dict() for name in SECTIONS}
-        return {**out, "trainer": _plain(self.trainer)}
+        extra = {} if self.strategies is None else {
+            "strategies": self.strategies if isinstance(self.strategies, str)
+            else [dict(x) for x in self.strategies]}  # fmt: skip
+        return {**out, "trainer": _plain(self.trainer), **extra}
 
     def override(self, *items: str) -> TrainConfig:
         """A copy with `--set`-style `KEY.PATH=VALUE` overrides applied and checked."""

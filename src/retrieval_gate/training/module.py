@@ -101,7 +101,7 @@ class RetrievalGateModule(pl.LightningModule):
 
     def set_head(self, side_features: GateFeatures | None) -> None:
         """The head over [pooled embedding, features]. The run's features (side features'
-        names + scaling, or a stacked router's text features, fitted on its train split) are a
+        names + scaling, or a stacked head's text features, fitted on its train split) are a
         training result, not a config key; a stacked head is fitted by `fit_stacked`."""
         self.side_features = side_features
         self.n_side = side_features.width if side_features else 0

@@ -17,6 +17,7 @@ from .. import metrics as M
 from ..errors import DataError
 from ..labels.strategies import RELEASE_LABELS, is_strategy_source
 from ..routing import Calibration, check_costs, default_costs, outcome, route_indices
+from ..strategies import StrategyRegistry
 from .config import TrainConfig
 from .data import GateDataModule
 from .module import RetrievalGateModule
@@ -35,12 +36,16 @@ def check_strategy_source(value: str) -> None:
 
 
 def router_costs(config: TrainConfig, dm: GateDataModule) -> tuple[float, ...]:
-    """model.costs; else the mean of the labels' per-question costs when every training
-    question has them; else retrievals (0, 1, 3.35)."""
+    """model.costs; else the config's `strategies:` specs' costs; else the mean of the labels'
+    per-question costs when every training question has them; else retrievals (0, 1, 3.35)."""
     if config.model.costs is not None:
         costs = tuple(config.model.costs)
         check_costs(costs, dm.strategies, "model.costs")
         return costs
+    if config.strategies is not None:
+        registry = config.registry()
+        registry.check(dm.strategies, f"the label file's strategies ({registry.source})")
+        return registry.costs(dm.strategies)
     ids = [row[0] for row in dm.rows["train"]]
     if dm.question_costs and all(i in dm.question_costs for i in ids):
         return tuple(np.mean([dm.question_costs[i] for i in ids], axis=0).tolist())
@@ -99,7 +104,14 @@ def calibrate_router(
     costs = router_costs(config, dm)
     source, ids, P, Y = calibration_rows(module, dm, out_of_fold)
     return Calibration.fit(dm.strategies, costs, P, Y, _paid(dm, ids, costs), config.model.budget,
-                           source)  # fmt: skip
+                           source, _specs(config, dm))  # fmt: skip
+
+
+def _specs(config: TrainConfig, dm: GateDataModule) -> StrategyRegistry | None:
+    """The specs a router carries: the config's, else the built-ins' where its strategies
+    are built-ins (a label file's own names carry none: an export then names them only)."""
+    registry = config.registry()
+    return registry if all(s in registry for s in dm.strategies) else None
 
 
 def router_figures(

@@ -30,6 +30,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 
+from .. import work
 from ..errors import ConfigError, DataError
 from ..fileio import read_json, sha256_file, write_json, write_text
 from ..questions import Question
@@ -70,7 +71,9 @@ class Throughput(pl.Callback):
         self._start, self._n = time.perf_counter(), 0
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-        self._n += int(batch["labels"].shape[0])
+        n = int(batch["labels"].shape[0])
+        self._n += n
+        work.add(train_examples=n, train_tokens=int(batch["attention_mask"].sum()))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         wall = time.perf_counter() - self._start
@@ -149,6 +152,8 @@ def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) ->
         model.pop("head")
     if model["fit_on"] == ["train"]:  # likewise
         model.pop("fit_on")
+    if model["source_model"]:  # likewise
+        model.pop("source_model")
     text = json.dumps({**plain, "model": model, "trainer": trainer}, sort_keys=True, default=str)
     text += labels_sha256(config, labels)
     return hashlib.sha256(text.encode()).hexdigest()

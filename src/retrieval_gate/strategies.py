@@ -1,0 +1,417 @@
+"""THE strategy registry (issue 36): every retrieval strategy is one `StrategySpec`, and the RAG
+loop, `label --policy strategies`, `serve`, the oracles, costs and priors and the framework
+adapters iterate specs. This module is the only one that names a strategy; everything else
+asks a spec what it does (`retrieves`, `multi_step`, `k`, `prompt`) instead of comparing names.
+
+A low layer (errors and PyYAML only), so every layer reads it.
+
+Built-ins, in cost order (the user's unit: retrievals per question; issue 25's defaults):
+
+    no_retrieval   cost 0     no retriever, the closed-book prompt, one LLM call
+    one_retrieval  cost 1     the verb's retriever (--retriever) with its --k, the
+                              with-context prompt, one LLM call
+    multi_step     cost 3.35  the verb's retriever, IRCoT-style multi-step reasoning (at most
+                              --max-steps LLM calls; 3.35 is the Adaptive-RAG release's mean
+                              IRCoT step count)
+
+A user declares more in YAML: a file whose top-level `strategies:` key is a list of mappings,
+cheapest first, each with at least `name:` and `cost:`:
+
+    strategies:
+      - name: no_retrieval          # a built-in's name alone reuses the built-in (with
+                                    # some keys: the built-in with those keys changed)
+      - name: bm25_top3
+        cost: 0.6                   # retrievals (or any unit, the same for every strategy)
+        retriever: bm25             # none | default (the verb's --retriever) | bm25 | dense | contexts
+        k: 3                        # documents (default: the verb's --k)
+        steps: 1                    # 1, or multi (the multi-step reasoner; max_steps: N caps it)
+        llm_calls: 1                # LLM calls per question where known (the second cost axis)
+      - name: one_retrieval
+      - name: multi_step
+
+Keys: name, cost, retriever, k, steps, max_steps, prompt, generator, llm_calls, description.
+`prompt` is implied by the rest (closed-book without a retriever, with-context with one,
+ircot for multi-step) and, when given, must agree. `generator` (an OpenAI-compatible URL or
+a model folder) is carried in specs and exports; the verbs of this version run every strategy
+on their one generator and refuse a spec that names another one before any engine starts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
+DEFAULT_RETRIEVER = "default"  # the verb's own --retriever
+RETRIEVERS = ("none", DEFAULT_RETRIEVER, "bm25", "dense", "contexts")
+PROMPTS = ("closed-book", "with-context", "ircot")
+KEYS = ("name", "cost", "retriever", "k", "steps", "max_steps", "prompt", "generator",
+        "llm_calls", "description")  # fmt: skip
+MULTI = "multi"  # `steps: multi`
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy: its name, cost (the user's unit, retrievals by default), what it retrieves
+    (`retriever`: None for none, `default` for the verb's --retriever, or a named one, with `k`
+    documents; None: the verb's --k), whether it reasons in steps (`multi_step`, at most
+    `max_steps` LLM calls; None: the verb's --max-steps), its prompt, optionally its own
+    generator and its LLM calls per question where known."""
+
+    name: str
+    cost: float
+    retriever: str | None = None
+    k: int | None = None
+    multi_step: bool = False
+    max_steps: int | None = None
+    prompt: str = ""
+    generator: str | None = None
+    llm_calls: float | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            object.__setattr__(self, "prompt", implied_prompt(self.retriever, self.multi_step))
+        if self.llm_calls is None and not self.multi_step:
+            object.__setattr__(self, "llm_calls", 1.0)
+
+    @property
+    def retrieves(self) -> bool:
+        return self.retriever is not None
+
+    @property
+    def steps(self) -> int | str:
+        """What `steps:` says in YAML: 1, or `multi`."""
+        return MULTI if self.multi_step else 1
+
+    def documents(self, default_k: int) -> int:
+        """Documents per retrieval (0 without one): its own k, else the verb's."""
+        return 0 if not self.retrieves else (self.k or default_k)
+
+    def retriever_name(self, default: str) -> str | None:
+        """The retriever it needs, the verb's own (`default`) resolved."""
+        return None if self.retriever is None else (
+            default if self.retriever == DEFAULT_RETRIEVER else self.retriever)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its YAML / export form (every key; `retriever: none` without one)."""
+        return {"name": self.name, "cost": self.cost, "retriever": self.retriever or "none",
+                "k": self.k, "steps": self.steps, "max_steps": self.max_steps,
+                "prompt": self.prompt, "generator": self.generator,
+                "llm_calls": self.llm_calls, "description": self.description}  # fmt: skip
+
+
+def implied_prompt(retriever: str | None, multi_step: bool) -> str:
+    return PROMPTS[2] if multi_step else PROMPTS[1] if retriever is not None else PROMPTS[0]
+
+
+BUILTINS: tuple[StrategySpec, ...] = (
+    StrategySpec(NO_RETRIEVAL, 0.0, description="closed book"),
+    StrategySpec(ONE_RETRIEVAL, 1.0, DEFAULT_RETRIEVER, description="top-k documents"),
+    StrategySpec(
+        MULTI_STEP,
+        3.35,
+        DEFAULT_RETRIEVER,
+        multi_step=True,
+        description="IRCoT-style interleaved retrieval and reasoning",
+    ),  # fmt: skip
+)
+BUILTIN_BY_NAME = {s.name: s for s in BUILTINS}
+DEFAULT_COSTS = {s.name: s.cost for s in BUILTINS}
+
+
+@dataclass(frozen=True)
+class StrategyRegistry:
+    """Strategies in cost order (the cheapest first) and where they were declared."""
+
+    specs: tuple[StrategySpec, ...] = BUILTINS
+    source: str = "built-in"
+    _by_name: dict[str, StrategySpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {s.name: s for s in self.specs})
+
+    def __iter__(self) -> Iterator[StrategySpec]:
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> StrategySpec:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ConfigError(
+                f"unknown strategy {name!r}; the registry ({self.source}) holds "
+                f"{', '.join(self.names)} (in that cost order)"
+            ) from None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.specs == BUILTINS
+
+    def check(self, names: Iterable[str], where: str) -> None:
+        """Every name is registered (`where` names the flag, file or router)."""
+        unknown = [n for n in names if n not in self]
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown strategy {unknown[0]!r}; the registry ({self.source}) holds "
+                f"{', '.join(self.names)} (in that cost order; declare more with "
+                "--strategies FILE.yaml)"
+            )
+
+    def in_cost_order(self, names: Sequence[str]) -> bool:
+        return list(names) == [n for n in self.names if n in set(names)]
+
+    def costs(self, names: Sequence[str]) -> tuple[float, ...]:
+        return tuple(self[n].cost for n in names)
+
+    def cheapest(self, names: Sequence[str] | None = None) -> StrategySpec:
+        return self[(list(names) if names else list(self.names))[0]]
+
+    def binary_pair(self, names: Sequence[str] | None = None) -> tuple[str, str]:
+        """The two strategies a binary gate picks between: the cheapest that does not
+        retrieve, and the cheapest one-call strategy on the verb's own retriever and --k
+        (else the cheapest one-call strategy that retrieves)."""
+        specs = [self[n] for n in names] if names else list(self.specs)
+        closed = next((s for s in specs if not s.retrieves), None)
+        single = [s for s in specs if s.retrieves and not s.multi_step]
+        own = [s for s in single if s.retriever == DEFAULT_RETRIEVER and s.k is None]
+        pick = (own or single or [None])[0]
+        if closed is None or pick is None:
+            raise ConfigError(
+                f"strategies {', '.join(s.name for s in specs)} ({self.source}): a binary gate "
+                "needs one strategy without retrieval and one one-call strategy with it"
+            )
+        return closed.name, pick.name
+
+    def merged(self, specs: Iterable[StrategySpec], where: str) -> StrategyRegistry:
+        """This registry plus `specs` it lacks (a router export's own); a spec registered here
+        under the same name must agree on what it runs (retriever, k, steps, prompt)."""
+        extra = []
+        for s in specs:
+            if s.name not in self:
+                extra.append(s)
+            elif _runs(self[s.name]) != _runs(s):
+                raise ConfigError(
+                    f"{where}: strategy {s.name!r} runs {_runs(s)} there but {_runs(self[s.name])}"
+                    f" in the registry ({self.source}); rename one of them"
+                )
+        if not extra:
+            return self
+        specs_all = sorted((*self.specs, *extra), key=lambda s: s.cost)  # stable: ties keep order
+        return StrategyRegistry(tuple(specs_all), f"{self.source} + {where}")
+
+    def to_list(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return [self[n].to_dict() for n in (names or self.names)]
+
+
+def _runs(s: StrategySpec) -> dict[str, Any]:
+    return {"retriever": s.retriever or "none", "k": s.k, "steps": s.steps,
+            "max_steps": s.max_steps, "prompt": s.prompt}  # fmt: skip
+
+
+BUILTIN = StrategyRegistry()
+
+
+# ---------------------------------------------------------------- YAML / export form
+
+
+def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> StrategySpec:
+    """One mapping of a `strategies:` list (`where`: e.g. `strategies[2]`), checked; a
+    built-in's name alone is the built-in."""
+    if not isinstance(item, Mapping):
+        raise ConfigError(f"{where} must be a mapping with name: and cost:, got {item!r}", path)
+    unknown = [k for k in item if k not in KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a strategy takes "
+                          f"{', '.join(KEYS)}", path)  # fmt: skip
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}: missing name: (a strategy's name, e.g. bm25_top3)", path)
+    name = name.strip()
+    where = f"{where} ({name})"
+    if set(item) == {"name"} and name in BUILTIN_BY_NAME:
+        return BUILTIN_BY_NAME[name]
+    if name in BUILTIN_BY_NAME:  # a built-in with keys changed: the rest is the built-in's
+        base = {k: v for k, v in BUILTIN_BY_NAME[name].to_dict().items()
+                if v is not None and k not in ("prompt", "llm_calls", "description")}  # fmt: skip
+        item = {**base, **item}
+    if "cost" not in item:
+        raise ConfigError(f"{where}: missing cost: (retrievals per question, or your unit)",
+                          path)  # fmt: skip
+    cost = _number(item["cost"], f"{where}.cost", path)
+    retriever = item.get("retriever", "none")
+    retriever = "none" if retriever is None else str(retriever).strip().lower()
+    if retriever not in RETRIEVERS:
+        raise ConfigError(f"{where}.retriever: unknown retriever {item['retriever']!r}; one of "
+                          f"{', '.join(RETRIEVERS)}", path)  # fmt: skip
+    k = _count(item.get("k"), f"{where}.k", path)
+    multi, max_steps = _steps(item.get("steps", 1), item.get("max_steps"), where, path)
+    if retriever == "none" and (multi or k is not None):
+        raise ConfigError(f"{where}: without a retriever it takes no k: and no multi-step "
+                          "steps:; name a retriever (e.g. retriever: default)", path)  # fmt: skip
+    prompt = str(item.get("prompt") or implied_prompt(None if retriever == "none" else retriever,
+                                                       multi))  # fmt: skip
+    implied = implied_prompt(None if retriever == "none" else retriever, multi)
+    if prompt != implied:
+        raise ConfigError(f"{where}.prompt: {prompt!r} does not fit what it runs (one of "
+                          f"{', '.join(PROMPTS)}; this strategy's is {implied!r})", path)  # fmt: skip
+    llm_calls = item.get("llm_calls")
+    if llm_calls is not None:
+        llm_calls = _number(llm_calls, f"{where}.llm_calls", path)
+    generator = item.get("generator")
+    if generator is not None and (not isinstance(generator, str) or not generator.strip()):
+        raise ConfigError(f"{where}.generator: an OpenAI-compatible URL or a model folder", path)
+    return StrategySpec(name, cost, None if retriever == "none" else retriever, k, multi,
+                        max_steps, prompt, generator, llm_calls,
+                        str(item.get("description") or ""))  # fmt: skip
+
+
+def _number(value: Any, where: str, path) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: {value!r} is not a number (a cost is 0 or more)", path)
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{where}: {value!r} is negative or not finite; a cost is 0 or more",
+                          path)  # fmt: skip
+    return float(value)
+
+
+def _count(value: Any, where: str, path) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: {value!r} must be a whole number of 1 or more", path)
+    return value
+
+
+def _steps(steps: Any, max_steps: Any, where: str, path) -> tuple[bool, int | None]:
+    if steps == MULTI:
+        return True, _count(max_steps, f"{where}.max_steps", path)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise ConfigError(f"{where}.steps: {steps!r}: 1, or {MULTI} (the multi-step reasoner)",
+                          path)  # fmt: skip
+    if steps < 1:
+        raise ConfigError(f"{where}.steps: {steps} is below 1: 1, or {MULTI} (the multi-step "
+                          "reasoner, max_steps: N caps its LLM calls)", path)  # fmt: skip
+    if steps > 1:  # `steps: 4` = the multi-step reasoner with at most 4 steps
+        if max_steps is not None and max_steps != steps:
+            raise ConfigError(f"{where}: steps: {steps} and max_steps: {max_steps} disagree",
+                              path)  # fmt: skip
+        return True, steps
+    if max_steps is not None:
+        raise ConfigError(f"{where}.max_steps: only a multi-step strategy (steps: {MULTI}) has "
+                          "steps to cap", path)  # fmt: skip
+    return False, None
+
+
+def registry_from_list(items: Any, where: str, path: str | Path | None = None) -> StrategyRegistry:
+    """A `strategies:` list (a YAML file's, a training config's, an export's), checked."""
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: a non-empty list of strategies (each a mapping with name: "
+                          "and cost:), cheapest first", path)  # fmt: skip
+    specs: list[StrategySpec] = []
+    for i, item in enumerate(items):
+        spec = spec_from_mapping(item, f"{where}[{i}]", path)
+        if any(s.name == spec.name for s in specs):
+            raise ConfigError(f"{where}[{i}]: duplicate name {spec.name!r}", path)
+        if specs and spec.cost < specs[-1].cost:
+            raise ConfigError(
+                f"{where}[{i}] ({spec.name}): cost {spec.cost:g} is below {specs[-1].name}'s "
+                f"{specs[-1].cost:g}; list strategies in cost order, the cheapest first", path
+            )  # fmt: skip
+        specs.append(spec)
+    return StrategyRegistry(tuple(specs), str(path) if path else where)
+
+
+def load_strategies(path: str | Path) -> StrategyRegistry:
+    """A strategies YAML file (`strategies:` list at the top), checked, naming the file and
+    key of anything wrong."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("strategies file not found (a YAML file with a top-level "
+                          "strategies: list)", path)  # fmt: skip
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"strategies file is not valid YAML: {e}", path) from None
+    if not isinstance(raw, Mapping) or "strategies" not in raw:
+        raise ConfigError("a strategies file is a YAML mapping with a top-level strategies: "
+                          "list", path)  # fmt: skip
+    extra = [k for k in raw if k != "strategies"]
+    if extra:
+        raise ConfigError(f"unknown top-level key {extra[0]!r}; a strategies file has only "
+                          "strategies:", path)  # fmt: skip
+    return registry_from_list(raw["strategies"], "strategies", path)
+
+
+def is_strategies_file(value: str) -> bool:
+    return str(value).lower().endswith((".yaml", ".yml"))
+
+
+def resolve_strategies(
+    value: str | Path | Sequence[str] | StrategyRegistry | None, where: str = "--strategies"
+) -> StrategyRegistry:
+    """`--strategies FILE.yaml` (or names of built-ins, or nothing: the built-ins) as a
+    registry. Names select built-ins in the order given."""
+    if value is None:
+        return BUILTIN
+    if isinstance(value, StrategyRegistry):
+        return value
+    if isinstance(value, str | Path):
+        value = [str(value)]
+    items = [n.strip() for item in value for n in str(item).split(",") if n.strip()]
+    files = [i for i in items if is_strategies_file(i)]
+    if files:
+        if len(items) != 1:
+            raise ConfigError(f"{where} {' '.join(items)}: give one strategies file alone, "
+                              "or strategy names")  # fmt: skip
+        return load_strategies(files[0])
+    BUILTIN.check(items, where)
+    return StrategyRegistry(tuple(BUILTIN[n] for n in items), where)
+
+
+def registry_names(value: Sequence[str] | None) -> tuple[str | None, list[str] | None]:
+    """(a strategies file, or None; the names given, or None) of a --strategies value."""
+    if not value:
+        return None, None
+    items = [n.strip() for item in value for n in str(item).split(",") if n.strip()]
+    if len(items) == 1 and is_strategies_file(items[0]):
+        return items[0], None
+    return None, items
+
+
+def specs_of(items: Any, names: Sequence[str], where: str) -> StrategyRegistry:
+    """What an export or run metadata says of its strategies: its specs (a list of mappings)
+    where it carries them, else its names resolved against the built-ins (exports before
+    issue 36 carry names only)."""
+    if items:
+        reg = registry_from_list(list(items), where)
+        missing = [n for n in names if n not in reg]
+        if missing:
+            raise ConfigError(f"{where}: no spec for strategy {missing[0]!r}")
+        return reg
+    unknown = [n for n in names if n not in BUILTIN_BY_NAME]
+    if unknown:
+        raise ConfigError(
+            f"{where}: strategy {unknown[0]!r} is not a built-in and the export carries no "
+            "spec for it; pass its spec with --strategies FILE.yaml (or re-export the router)"
+        )
+    return StrategyRegistry(tuple(BUILTIN_BY_NAME[n] for n in names), where)
+
+
+def with_cost(spec: StrategySpec, cost: float) -> StrategySpec:
+    return replace(spec, cost=float(cost))

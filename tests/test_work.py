@@ -1,0 +1,44 @@
+"""Work counters: machine-independent units every verb reports."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from retrieval_gate import work
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    work.reset()
+    yield
+    work.reset()
+
+
+def test_add_snapshot_summary():
+    assert work.summary() == "work: none counted"
+    work.add(llm_calls_computed=2, llm_calls_cached=3, prefill_tokens_computed=100)
+    work.add(prefill_tokens_cached=50, decode_tokens_computed=7, train_examples=10)
+    snap = work.snapshot()
+    assert snap["llm_calls_computed"] == 2 and snap["prefill_tokens_cached"] == 50
+    line = work.summary()
+    assert "5 LLM calls (3 cached)" in line and "100 computed / 50 cached" in line
+    assert "training 10 examples" in line
+    with pytest.raises(AttributeError):
+        work.add(no_such_counter=1)
+
+
+def test_cpu_description_names_the_vector_isa():
+    text = work.cpu_description()
+    assert "(" in text and ("AVX" in text or text == "unknown CPU")
+
+
+@pytest.mark.slow  # a subprocess
+def test_counters_are_written_at_exit_where_asked(tmp_path):
+    out = tmp_path / "work.json"
+    code = "from retrieval_gate import work; work.add(decode_tokens_computed=9)"
+    env = {**os.environ, work.WORK_FILE_ENV: str(out)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    assert json.loads(out.read_text())["decode_tokens_computed"] == 9
