@@ -8,7 +8,8 @@ Each variant runs in its own process (one engine each): it starts the engine (ti
 times the demo's two kinds of generator work on the same `--limit` RetrievalQA questions:
 with-context prompts (the question's five documents, ~600 tokens, 24 new tokens: the RAG
 stage's bulk) and closed-book prompts (~90 tokens, 24 new tokens), each `--rounds` times with
-the prefix cache emptied before each call; medians are printed. `--avx2` forces the AVX2 code
+the prefix cache emptied before each call; medians are printed. `transformers` runs the same
+prompts through the project's transformers backend instead of vLLM. `--avx2` forces the AVX2 code
 paths on an AVX-512 machine (`ATEN_CPU_CAPABILITY=avx2`, `ONEDNN_MAX_CPU_ISA=AVX2`: no native
 bf16, so the engine runs fp32), an approximation of an AVX2-only CPU (vLLM's own C++ kernels
 still take the machine's widest vectors). Variants alternate round by round so that load on a
@@ -33,6 +34,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "kv4": ({}, {"VLLM_CPU_KVCACHE_SPACE": "4"}),
     "block128": ({"block_size": 128}, {}),
     "seqs16": ({"max_num_seqs": 16}, {}),
+    "transformers": ({}, {}),  # the transformers backend (fp32 on a CPU), not vLLM
 }
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
@@ -60,18 +62,26 @@ def one(variant: str, limit: int, rounds: int) -> dict:
     kwargs, _ = VARIANTS[variant]
     rag, closed = prompts(limit)
     start = time.perf_counter()
-    gen = VLLMGenerator(resolve_generator_model("smollm2-135m-instruct"), **kwargs)
+    model = resolve_generator_model("smollm2-135m-instruct")
+    if variant == "transformers":
+        from retrieval_gate.generation.hf_backend import TransformersGenerator
+
+        gen = TransformersGenerator(model)
+    else:
+        gen = VLLMGenerator(model, **kwargs)
     started = time.perf_counter() - start
     times: dict[str, list[float]] = {"rag": [], "closed": []}
     tokens = {}
     for _ in range(rounds):
         for kind, batch in (("rag", rag), ("closed", closed)):
-            gen.llm.reset_prefix_cache()
+            if variant != "transformers":
+                gen.llm.reset_prefix_cache()
             t = time.perf_counter()
             out = gen.generate(batch, max_new_tokens=24)
             times[kind].append(time.perf_counter() - t)
             tokens[kind] = sum(o.prompt_tokens for o in out), sum(o.completion_tokens for o in out)
-    return {"variant": variant, "dtype": gen.settings["dtype"], "start_s": started,
+    dtype = "float32" if variant == "transformers" else gen.settings["dtype"]
+    return {"variant": variant, "dtype": dtype, "start_s": started,
             "times": times, "tokens": tokens}  # fmt: skip
 
 
