@@ -14,6 +14,7 @@ import numpy as np
 from retrieval_gate.errors import BackendError
 from retrieval_gate.gates.base import Questions, as_questions
 from retrieval_gate.generation.base import Generation
+from retrieval_gate.retrieval import Document
 
 STRATEGIES = ("no_retrieval", "one_retrieval", "multi_step")
 COSTS = (0.0, 1.0, 3.35)
@@ -118,3 +119,14 @@ class WindowedScripted(ScriptedGenerator):
 
     def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
         return [len(p.split()) for p in prompts]
+
+
+# A six-document corpus the routing tests retrieve from (multi-hop: Hamlet -> London -> Romans).
+DOCS = [Document(f"d{i}", t, x) for i, (t, x) in enumerate([
+    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare in London."),
+    ("London", "London was founded by the Romans as Londinium."),
+    ("Romans", "The Romans built roads and founded cities across Europe."),
+    ("Paris", "Paris is the capital of France."),
+    ("Everest", "Mount Everest is the highest mountain on Earth."),
+    ("Seine", "The Seine flows through Paris."),
+])]  # fmt: skip

@@ -22,16 +22,7 @@ from retrieval_gate.rag.multistep import MultiStepConfig, parse_step
 from retrieval_gate.rag.oracle import OracleRouter
 from retrieval_gate.rag.strategies import DEFAULT_COSTS, FixedStrategy, strategy_costs
 from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, Document
-from routers import LengthRouter, ScriptedGenerator, WindowedScripted
-
-DOCS = [Document(f"d{i}", t, x) for i, (t, x) in enumerate([
-    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare in London."),
-    ("London", "London was founded by the Romans as Londinium."),
-    ("Romans", "The Romans built roads and founded cities across Europe."),
-    ("Paris", "Paris is the capital of France."),
-    ("Everest", "Mount Everest is the highest mountain on Earth."),
-    ("Seine", "The Seine flows through Paris."),
-])]  # fmt: skip
+from routers import DOCS, LengthRouter, ScriptedGenerator, WindowedScripted
 
 
 class Recording:

@@ -19,7 +19,7 @@ from retrieval_gate.rag.loop import AdaptiveRAG
 from retrieval_gate.rag.modes import ModeOptions, check_modes, known_modes, oracle_from_run
 from retrieval_gate.rag.strategies import FixedStrategy, check_router
 from retrieval_gate.retrieval import BM25Retriever
-from retrieval_gate.retrieval.base import Document, Hit
+from retrieval_gate.retrieval.base import Hit
 from retrieval_gate.routing import Calibration
 from retrieval_gate.strategies import (
     BUILTIN,
@@ -29,19 +29,11 @@ from retrieval_gate.strategies import (
     resolve_strategies,
     specs_of,
 )
-from routers import ScriptedGenerator
+from routers import DOCS, ScriptedGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 FOUR = ROOT / "configs" / "strategies" / "four.yaml"
 NAMES = ("no_retrieval", "bm25_top3", "one_retrieval", "multi_step")
-DOCS = [Document(f"d{i}", t, x) for i, (t, x) in enumerate([
-    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare in London."),
-    ("London", "London was founded by the Romans as Londinium."),
-    ("Romans", "The Romans built roads and founded cities across Europe."),
-    ("Paris", "Paris is the capital of France."),
-    ("Everest", "Mount Everest is the highest mountain on Earth."),
-    ("Seine", "The Seine flows through Paris."),
-])]  # fmt: skip
 
 
 def q(i: int, text: str, answers=("x",), source: str = "test") -> Question:
