@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import time
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pytest
@@ -163,6 +164,28 @@ def test_two_processes_write_at_once(tmp_path):
     fake = FakeGenerator()
     CachedGenerator(fake, store=s).generate([f"prompt {j}" for j in range(90)], 8)
     assert fake.calls == []
+
+
+def _open_and_write(path: str, go: Any) -> None:
+    go.wait()
+    GenerationStore(path).put_many({f"k{os.getpid()}": {"text": "x"}})
+
+
+def test_processes_opening_a_new_cache_at_once_all_get_it(tmp_path):
+    # SQLite answers "locked" at once to a second process switching a new file to WAL; the
+    # store retries (CI once lost a process to this)
+    ctx = multiprocessing.get_context("fork")  # the children touch SQLite only
+    for round_ in range(30):
+        path = str(tmp_path / f"g{round_}.sqlite")
+        go = ctx.Event()
+        procs = [ctx.Process(target=_open_and_write, args=(path, go)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        go.set()
+        for p in procs:
+            p.join(120)
+        assert [p.exitcode for p in procs] == [0] * 6
+        assert GenerationStore(path).info()["entries"] == 6
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path):

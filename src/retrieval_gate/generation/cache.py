@@ -127,8 +127,13 @@ class GenerationStore:
         self._written = self.limit  # bytes written since the size was last summed: sum first
         self._db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout = 60000")
-        self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
+        _retry_locked(self._setup)
+
+    def _setup(self) -> None:
+        # switching to WAL takes an exclusive lock and SQLite answers "locked" at once, without
+        # its busy handler, while another process opens the same new file: hence the retries
+        self._db.execute("PRAGMA journal_mode = WAL")
         with self._db:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value TEXT NOT NULL, "
@@ -235,6 +240,20 @@ class GenerationStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _retry_locked(step: Callable[[], None], seconds: float = 60.0) -> None:
+    """`step()`, again after a short sleep while SQLite says the file is locked."""
+    deadline = time.monotonic() + seconds
+    pause = 0.01
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def _warn(message: str) -> None:
