@@ -93,7 +93,7 @@ def decision(gate) -> Callable[[list[str]], object]:  # noqa: ANN001
     its routing at the default budget (strategy_proba, not route: route keeps the last batch's
     P, so timing the same texts twice would time nothing)."""
     from retrieval_gate.gates.onnx import OnnxRouter
-    from retrieval_gate.routing import route_indices
+    from retrieval_gate.pricing import route_indices
 
     if not isinstance(gate, OnnxRouter):
         return gate.score_texts

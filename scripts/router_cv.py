@@ -26,8 +26,8 @@ def one_split(config: str, overrides: list[str], seed: int, work: Path) -> dict[
     from retrieval_gate import metrics as M
     from retrieval_gate.gates.learned import load_learned
     from retrieval_gate.labels.evalset import load_splits, release_question_set
-    from retrieval_gate.labels.strategies import RELEASE_LABELS
-    from retrieval_gate.routing import outcome
+    from retrieval_gate.labels.strategy_labels import RELEASE_LABELS
+    from retrieval_gate.pricing import outcome
     from retrieval_gate.training import load_config, train
 
     cfg = load_config(config, [*overrides, f"data.split_seed={seed}", f"run.output_dir={work}",

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from retrieval_gate.data.answer_confidence import TOKEN_LOGPROBS, AnswerConfidence
+from retrieval_gate.data.text_features import TextFeatures, TokenLayout
 from retrieval_gate.errors import BackendError
 from retrieval_gate.gates.base import Questions, as_questions
 from retrieval_gate.generation.base import Generation
@@ -130,3 +132,24 @@ DOCS = [Document(f"d{i}", t, x) for i, (t, x) in enumerate([
     ("Everest", "Mount Everest is the highest mountain on Earth."),
     ("Seine", "The Seine flows through Paris."),
 ])]  # fmt: skip
+
+
+# what a two-stage gate reads beside the text: the answer's confidence columns
+CONFIDENCE = TextFeatures((), TokenLayout(0, 0), None, AnswerConfidence((0,) * 4, (1,) * 4))
+
+
+class AnswerConfidenceGate:
+    """A two-stage gate's stand-in: P(wrong) = 1 - the geometric mean token probability; an
+    answer without log-probabilities gets the question-only score (0.9 when the question says
+    "unsure", else 0.1)."""
+
+    name, threshold, checksum = "answer-gate", 0.5, "answer-gate-v1"
+    side_features = CONFIDENCE
+
+    def scores(self, questions):
+        def p_wrong(lps: list[float] | None, text: str) -> float:
+            if lps is None:
+                return 0.9 if "unsure" in text else 0.1
+            return float(1 - np.exp(np.mean(lps)))
+
+        return np.array([p_wrong(q.extra[TOKEN_LOGPROBS], q.text) for q in as_questions(questions)])

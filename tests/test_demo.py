@@ -179,3 +179,9 @@ def test_the_demo_fits_the_stacked_gate(tmp_path):
     cfg = load_config(GATE_CONFIG)
     assert cfg.model.head == "stacked" and cfg.data.task == "binary" and not cfg.model.source_model
     assert load_config("minilm-closed-book").model.head == "linear"  # for a GPU
+    # issue 37: the two-stage gate; rag's cascade mode reads its answers with the same export
+    assert cfg.model.answer_confidence
+    rag = next(s for s in STAGES if s.name == "rag").argv(tmp_path)
+    export = rag[rag.index("--onnx") + 1]
+    assert "cascade" in rag and rag[rag.index("--answer-gate") + 1] == export
+    assert rag[rag.index("--router") + 1] == export

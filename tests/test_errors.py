@@ -22,6 +22,7 @@ PROTOCOL = {
     ("__init__.py", "AttributeError"),  # a module __getattr__ (PEP 562)
     ("fileio.py", "OSError"),  # renameat2's errno, raised as the os module would raise it
     ("generation/cache.py", "AttributeError"),  # CachedGenerator.__getattr__
+    ("rag/cascade.py", "AttributeError"),  # Cascade.__getattr__
 }
 
 

@@ -218,6 +218,8 @@ def test_evaluate_command_writes_report_and_plots(tmp_path):
     report = (out / "report.md").read_text()
     for gate in ("always", "never", "popularity", "confidence", "tfidf"):
         assert f"| {gate} |" in report
+    assert "| retrieval rate | LLM calls/q |" in report  # the built-ins: 1 LLM call either way
+    assert "| 1.000 | 1.00 |" in report and "the generator to decide, confidence, also" in report
     assert {p.name for p in out.glob("*.png")} == {
         "policy-roc-pr.png",
         "policy-reliability.png",

@@ -14,9 +14,10 @@ from retrieval_gate.data import load_dataset
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
 from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.label_figures import report
 from retrieval_gate.labels.policies import LabelRequest, label, label_path, relabel
+from retrieval_gate.labels.policy_loop import run_chunked
 from retrieval_gate.labels.rag_gain import effect, gain_label
-from retrieval_gate.labels.report import report
 from retrieval_gate.labels.retrievalqa_style import style_row
 from retrieval_gate.labels.rrcp import (
     completeness,
@@ -25,7 +26,6 @@ from retrieval_gate.labels.rrcp import (
     rrcp_decision,
     rrcp_label3,
 )
-from retrieval_gate.labels.run import run_chunked
 from retrieval_gate.labels.scoring import correct, frequent_answers, judge
 from retrieval_gate.labels.selection import sample_by_relation
 from retrieval_gate.labels.simple import popularity_rows, retrievalqa_rows
@@ -338,4 +338,4 @@ def test_label_out_in_an_unwritable_folder_is_a_message(tmp_path, capsys):
     argv = ["label", "--policy", "popularity", "--dataset", "popqa", "--limit", "3"]
     assert main([*argv, "--out", str(tmp_path / "file" / "pop.jsonl")]) == 2
     err = capsys.readouterr().err
-    assert "cannot create its folder" in err and "Traceback" not in err
+    assert "nothing can be written under it" in err and "--out" in err and "Traceback" not in err

@@ -201,7 +201,7 @@ def test_retrieval_gate_is_a_gate_everywhere_a_gate_goes(gate_dirs, tmp_path):
     from retrieval_gate.rag import AdaptiveRAG
     from retrieval_gate.rag.service import create_app
     from retrieval_gate.retrieval import ContextRetriever
-    from retrieval_gate.tuning.run import tune_gate_thresholds
+    from retrieval_gate.tuning.threshold_studies import tune_gate_thresholds
 
     gate = RetrievalGate.from_pretrained(gate_dirs[1])
     assert isinstance(gate, Gate) and not is_router(gate)

@@ -39,7 +39,7 @@ def test_every_spec_names_known_needs_and_options():
 
 
 def test_rag_modes_are_the_registry_plus_routing_and_the_oracles():
-    assert ROUTING == ("multi-step", "router")
+    assert ROUTING == ("multi-step", "router", "cascade")
     assert known_modes() == [*GATES, *ROUTING, *BUILTIN.names, *ORACLES]
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from retrieval_gate.errors import ConfigError, InputError
-from retrieval_gate.routing import (
+from retrieval_gate.pricing import (
     Calibration,
     breakpoints,
     check_budget,
@@ -71,7 +71,7 @@ def test_budget_is_met_and_the_default_is_the_best_accuracy_within_it():
 
 
 def test_the_reported_front_keeps_a_row_per_step_of_accuracy_and_the_last():
-    from retrieval_gate.tuning.router import FRONT_STEP, router_markdown, shown_front
+    from retrieval_gate.tuning.router_budgets import FRONT_STEP, router_markdown, shown_front
 
     front = [{"price": 1 - a, "accuracy": a, "mean_cost": 3 * a, "shares": [1.0, 0.0, 0.0]}
              for a in np.arange(0.3, 0.35, 0.0004)]  # fmt: skip
@@ -271,7 +271,7 @@ def _check_calibration_questions(run: Path, meta: dict, fitted_on_dev: bool) -> 
     dev questions it was fitted on; a router fitted on train calibrates on dev."""
     from retrieval_gate.gates.learned import load_learned
     from retrieval_gate.labels.evalset import EvalSet
-    from retrieval_gate.tuning.router import tune_router
+    from retrieval_gate.tuning.router_budgets import tune_router
 
     metrics = json.loads((run / "metrics.json").read_text())
     counts = metrics["splits"]
@@ -316,7 +316,12 @@ def test_a_format_1_binary_export_still_loads(tiny_onnx_export, tmp_path):
 
 
 def test_the_accuracy_matching_price_is_chosen_on_dev_and_the_saving_table():
-    from retrieval_gate.evaluation.routing import BEST_DEV, MATCH, matching_price, saving_table
+    from retrieval_gate.evaluation.routing_policies import (
+        BEST_DEV,
+        MATCH,
+        matching_price,
+        saving_table,
+    )
 
     P, Y = _random(300, seed=3)
     cal = Calibration.fit(STRATEGIES, COSTS, P, Y)
@@ -348,7 +353,7 @@ def test_the_accuracy_matching_price_is_chosen_on_dev_and_the_saving_table():
 def test_scores_then_route_of_one_batch_run_the_model_once():
     """The RAG loop and the service ask a router for `scores` and then `route` of the same
     questions: its model runs once for both (it ran twice: 2x the router's decision time)."""
-    from retrieval_gate.gates.router import RoutingMixin
+    from retrieval_gate.gates.strategy_routers import RoutingMixin
 
     P, Y = _random(50)
     calls = []

@@ -13,14 +13,14 @@ import pytest
 from retrieval_gate.cli import main
 from retrieval_gate.errors import ConfigError, InputError
 from retrieval_gate.gates.base import as_questions
-from retrieval_gate.labels.strategies import LearnedPrior, read_strategy_labels
+from retrieval_gate.labels.strategy_labels import LearnedPrior, read_strategy_labels
+from retrieval_gate.pricing import Calibration
 from retrieval_gate.questions import Question
+from retrieval_gate.rag.decisions import FixedStrategy, check_router
 from retrieval_gate.rag.loop import AdaptiveRAG
 from retrieval_gate.rag.modes import ModeOptions, check_modes, known_modes, oracle_from_run
-from retrieval_gate.rag.strategies import FixedStrategy, check_router
 from retrieval_gate.retrieval import BM25Retriever
 from retrieval_gate.retrieval.base import Hit
-from retrieval_gate.routing import Calibration
 from retrieval_gate.strategies import (
     BUILTIN,
     DEFAULT_COSTS,
@@ -287,7 +287,7 @@ def test_a_router_with_its_own_specs_runs_without_a_file_and_a_budget_is_capped(
 
 
 def test_adapter_branches_come_from_specs():
-    from retrieval_gate.integrations.routing import branch_of
+    from retrieval_gate.integrations.branches import branch_of
 
     reg = load_strategies(FOUR)
     assert [branch_of(s) for s in reg] == ["direct", "bm25_top3", "retrieve", "multi_step"]

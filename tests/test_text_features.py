@@ -156,8 +156,8 @@ def test_the_stacked_models_collapse_into_the_head_without_changing_a_probabilit
     [
         ({"task": "binary"}, {"fit_on": ["train", "dev"]}, "with data.task=strategies"),
         ({"task": "3way"}, {"fit_on": ["train", "dev"]}, "threshold is tuned on dev"),
-        ({"task": "strategies", "features": ["s_pop"]}, {}, "drop data.features"),
-        ({"task": "binary", "features": ["s_pop"]}, {}, "drop data.features"),
+        ({"task": "strategies"}, {"answer_confidence": True}, "data.task=binary"),
+        ({"task": "binary"}, {"answer_confidence": True, "head": "linear"}, "model.head=stacked"),
     ],
 )
 def test_a_stacked_head_reads_text_alone_and_fits_dev_for_routers_only(data, model, message):
@@ -173,6 +173,9 @@ def test_a_stacked_head_is_a_gate_head_and_a_router_head(task):
 
     cfg = TrainConfig.from_dict({"model": {"head": "stacked"}, "data": {"task": task}})
     assert cfg.model.head == "stacked" and cfg.model.fit_on == ("train",)
+    # a user's numeric columns join the stacked head's inputs (issue 37)
+    side = {"task": task, "features": ["s_pop"]}
+    assert TrainConfig.from_dict({"model": {"head": "stacked"}, "data": side}).data.features
 
 
 def test_a_stacked_gate_is_one_logistic_model_over_the_same_inputs(tokenizer):

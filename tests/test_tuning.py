@@ -16,8 +16,8 @@ from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 from retrieval_gate.tuning.objectives import DevData, exhaustive_best, objective
 from retrieval_gate.tuning.popularity import tune_relations
-from retrieval_gate.tuning.run import tune_gate_thresholds, tuning_identity
 from retrieval_gate.tuning.threshold import pareto_front, tune_threshold
+from retrieval_gate.tuning.threshold_studies import tune_gate_thresholds, tuning_identity
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 RNG = np.random.default_rng(11)
@@ -123,7 +123,7 @@ def test_tuning_never_reads_test_questions(tmp_path):
 
 
 def test_the_tuned_report_applies_dev_thresholds_to_test(tmp_path):
-    from retrieval_gate.tuning.report import dev_test_rows, tuned_markdown
+    from retrieval_gate.tuning.tuned_report import dev_test_rows, tuned_markdown
 
     gate = RecordingGate()
     out = tune_gate_thresholds(gate, _evalset("train"), _evalset("dev"), "synthetic",

@@ -26,6 +26,8 @@ from . import work
 from .errors import ConfigError
 from .fileio import write_text
 from .labels import LABELS_DIR
+from .rag.cascade import CASCADE
+from .rag.modes import DEFAULT_MODES
 from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
@@ -67,9 +69,11 @@ def _export_dir(out: Path) -> Path:
     return out / "export" / "minilm-gate"
 
 
-# The demo's gate (issue 38): the stacked head on frozen MiniLM, fitted in seconds, its test
-# AUROC within the CI of the full fine-tune (minilm-closed-book.yaml, for GPUs); docs/train.md.
-GATE_CONFIG = "configs/experiments/minilm-stacked-closed-book.yaml"
+# The demo's gate (issues 37, 38): the stacked head on frozen MiniLM, fitted in seconds, its
+# question-only AUROC within the CI of the full fine-tune (minilm-closed-book.yaml, for GPUs),
+# and its second level reading SmolLM2's closed-book answer (the two-stage gate: evaluate shows
+# it beside its own question-only score; rag's cascade mode escalates on it); docs/train.md.
+GATE_CONFIG = "configs/experiments/cascade-closed-book.yaml"
 
 
 def _train(out: Path) -> list[str]:
@@ -99,7 +103,11 @@ def _evaluate(out: Path) -> list[str]:
 
 
 def _rag(out: Path) -> list[str]:
+    # the default modes and the cascade: the gate's question-only score decides first, its
+    # answer level reads the closed-book answers it kept and escalates the unsure ones
     return ["rag", "--split", "test", "--limit", str(RAG_QUESTIONS), "--seed", "0",
+            "--modes", *DEFAULT_MODES, CASCADE, "--router", str(_export_dir(out)),
+            "--answer-gate", str(_export_dir(out)),
             "--onnx", str(_export_dir(out)), "--learned-run", str(_run_dir(out)),
             "--labels", CLOSED_BOOK, "--oracle-labels", CLOSED_BOOK,
             "--out", str(out / "rag" / "rag.md")]  # fmt: skip

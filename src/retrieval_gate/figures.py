@@ -9,7 +9,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plt", "save_figure"]
+__all__ = ["panels", "plt", "save_figure"]
+
+
+def panels(n: int, width: float = 7.0, height: float = 5.0):
+    """A figure of `n` panels side by side (e.g. one per cost axis: retrievals, LLM calls)
+    and its axes, as a list."""
+    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
 
 
 def save_figure(fig, path: Path) -> Path:

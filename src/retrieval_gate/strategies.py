@@ -52,6 +52,7 @@ PROMPTS = ("closed-book", "with-context", "ircot")
 KEYS = ("name", "cost", "retriever", "k", "steps", "max_steps", "prompt", "generator",
         "llm_calls", "description")  # fmt: skip
 MULTI = "multi"  # `steps: multi`
+COST_AXES = ("retrievals", "llm_calls")  # the cost model's axes (rag/costs.py's vocabulary)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,18 @@ class StrategySpec:
     def steps(self) -> int | str:
         """What `steps:` says in YAML: 1, or `multi`."""
         return MULTI if self.multi_step else 1
+
+    @property
+    def expected_llm_calls(self) -> float:
+        """LLM calls a question of it makes (the cost model's second axis): its `llm_calls`
+        where declared; a multi-step strategy without one makes one call a step and retrieves
+        once a step, so its expected steps are its cost in retrievals (the built-in's 3.35),
+        at least 1 and at most its `max_steps`. Declare `llm_calls:` when cost is in another
+        unit."""
+        if self.llm_calls is not None:
+            return self.llm_calls
+        steps = max(self.cost, 1.0)
+        return min(steps, float(self.max_steps)) if self.max_steps else steps
 
     def documents(self, default_k: int) -> int:
         """Documents per retrieval (0 without one): its own k, else the verb's."""
@@ -176,6 +189,10 @@ class StrategyRegistry:
 
     def costs(self, names: Sequence[str]) -> tuple[float, ...]:
         return tuple(self[n].cost for n in names)
+
+    def llm_calls(self, names: Sequence[str]) -> tuple[float, ...]:
+        """Each strategy's expected LLM calls per question (`StrategySpec.expected_llm_calls`)."""
+        return tuple(self[n].expected_llm_calls for n in names)
 
     def cheapest(self, names: Sequence[str] | None = None) -> StrategySpec:
         return self[(list(names) if names else list(self.names))[0]]

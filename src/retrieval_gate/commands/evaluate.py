@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+from ..strategies import StrategyRegistry
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
+    from ..strategies import COST_AXES
     from .gate_args import add_gate_options
     from .question_args import add_data_dir, add_question_args
 
@@ -38,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (default: all)")
+    p.add_argument("--cost-axis", choices=(*COST_AXES, "both"), default=COST_AXES[0],
+                   help="strategy labels: the accuracy-vs-cost figure's x, mean retrievals (the "
+                   "strategies' cost) or LLM calls per question, or both panels (default: "
+                   "retrievals)")  # fmt: skip
     add_question_args(p)
     add_data_dir(p)
     add_gate_options(p)
@@ -47,18 +55,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegistry | None) -> None:
+    """`--strategies FILE.yaml` prices every strategy of each strategy label file: checked
+    when the command starts, not after the gates were scored."""
+    if registry is None:
+        return
+    from ..data.adaptive_rag import STRATEGIES
+    from ..labels.files import LabelFile
+    from ..labels.strategy_labels import is_strategy_source
+
+    for path in label_files:
+        if is_strategy_source(path):  # a label file, or a release (its fixed strategies)
+            named = LabelFile(path).meta["strategies"] if Path(path).is_file() else STRATEGIES
+            registry.check(named, f"--labels {path} (its strategies) against --strategies")
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputError
     from ..evaluation.compare import EvaluationConfig, run_evaluation
     from ..labels.labelling_run import run_dir_for
+    from ..rag.artifacts import check_gate_folders
     from .gate_args import gate_options
+    from .plan import check_counts, check_input_dir, check_output_dir
     from .question_args import questions_from
 
-    for flag, value, least in (("--limit", args.limit, 1), ("--resamples", args.resamples, 1),
-                               ("--cost-questions", args.cost_questions, 0)):  # fmt: skip
-        if value is not None and value < least:
-            raise InputError(f"{flag} must be at least {least}, got {value}")
-
+    check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 0})
+    check_output_dir(args.out, "--out")
+    check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
+                    "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
+    check_gate_folders(args.gates, gate_options(args))
+    check_label_strategies(args.labels, args.strategies)  # before any gate is scored
     cfg = EvaluationConfig(
         gates=args.gates,
         label_files=args.labels,
@@ -73,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         command="retrieval-gate " + shlex.join(sys.argv[1:]),
         questions=questions_from(args),
         strategies=args.strategies,
+        cost_axis=args.cost_axis,
     )
     path = run_evaluation(cfg)
     print(f"report: {path}")

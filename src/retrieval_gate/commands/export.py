@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..gates.onnx_format import VARIANTS
+from ..run_folder import RunFolder
+from .plan import check_input_dir, check_output_dir
 from .question_args import add_data_dir, add_question_args, questions_from
 
 
@@ -36,28 +38,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """--out-dir is a folder, or can become one (no file where a folder must be)."""
-    there = next(p for p in (out_dir, *out_dir.parents) if p.exists())
-    if not there.is_dir():
-        where = "" if there == out_dir else f" ({there} is a file)"
-        raise InputError(
-            f"--out-dir must be a folder, and a file is in the way{where}: pass a folder", out_dir
-        )
+def check_run(run_dir: Path) -> None:
+    """--run is a whole training run: its files, and metadata that parses."""
+    from ..rag.artifacts import folder_metadata
+
+    check_input_dir(run_dir, "--run", "pass the folder `retrieval-gate train` wrote "
+                    "(checkpoints/<run>)")  # fmt: skip
+    missing = [f for f in RunFolder.REQUIRED if not (run_dir / f).exists()]
+    if missing:
+        raise InputError(f"--run: not a complete training run (missing {', '.join(missing)}); "
+                         "pass the folder `retrieval-gate train` wrote, or train it again",
+                         run_dir)  # fmt: skip
+    folder_metadata(run_dir)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..fileio import plain_name
 
-    check_out_dir(Path(args.out_dir))  # before torch and onnx load (seconds)
+    # every flag, then the run's files, before torch and onnx load (seconds)
+    check_output_dir(Path(args.out_dir), "--out-dir")
     if args.parity_limit < 0:
         raise InputError(f"--parity-limit must be 0 (all) or more, got {args.parity_limit}")
     run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
+    questions = questions_from(args)
+    check_run(run_dir)
     from ..export.build import build_export
 
     out, report = build_export(
-        run_dir, out, args.variants, args.parity_limit or None, questions=questions_from(args)
+        run_dir, out, args.variants, args.parity_limit or None, questions=questions
     )
     print(f"export folder: {out}")
     print(f"parity on {report['n']} test questions (PyTorch AUROC {report['pytorch']['auroc']}):")

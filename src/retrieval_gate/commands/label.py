@@ -6,8 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from ..data.errors import DataError
 from ..models import SMOLLM2
-from .label_engine import add_engine_args, ray_engine
+from .label_engine import add_engine_args, ray_engine, ray_options
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 from .rag import add_multi_step_args, multi_step_config
 
@@ -135,23 +136,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_plan(args: argparse.Namespace) -> None:
+    """Every flag and path, before a question is read, a server asked or an engine started."""
+    from ..rag.backends import check_engine
+    from .gate_args import check_threshold
+    from .plan import check_counts, check_input_file, check_output_dir, check_output_file
+
+    check_counts(args, {"--limit": 1, "--chunk-size": 1, "--eq-sample": 0, "--k": 1,
+                        "--throughput": 1})  # fmt: skip
+    check_threshold(args.t_ans, "--t-ans")
+    check_threshold(args.t_com, "--t-com")
+    multi_step_config(args)
+    for url in args.generator_url or []:
+        check_engine(generator_url=url)
+    if args.engine == "ray" and args.policy != STRATEGIES_POLICY:  # that one says why not
+        ray_options(args)
+    if args.labels_dir:
+        check_output_dir(args.labels_dir, "--labels-dir")
+    if args.out:
+        check_output_file(args.out, "--out")
+    check_input_file(args.corpus, "--corpus", "pass a JSONL file of {id, title, text}")
+    if args.outcomes and not args.outcomes.exists():
+        raise DataError("--outcomes: no such file or folder; pass your recorded answers or an "
+                        "Adaptive-RAG release folder", args.outcomes)  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     args.llm = args.generator  # as given: a release folder picks its LLM by it
     if not args.generator and not args.generator_url:
         args.generator = SMOLLM2
+    check_plan(args)
     if args.report:
-        from ..labels.report import print_report
+        from ..labels.label_figures import print_report
 
         print_report(args.generator)
         return 0
-    if args.throughput:
+    if args.throughput is not None:
         from ..generation import build_generator
         from ..labels.throughput import throughput
 
         gen = build_generator(args.generator, args.backend)
         print(json.dumps(throughput(gen, args.throughput), indent=2))
         return 0
-    from ..data.errors import DataError
     from ..generation.models import check_model_folder
     from ..labels.policies import LabelRequest, label
 
@@ -203,7 +229,6 @@ def _remote(args: argparse.Namespace, questions) -> object | None:
     """The server's generator for --generator-url, checked before any labelling starts."""
     if not args.generator_url:
         return None
-    from ..data.errors import DataError
     from ..generation.remote import RemoteGenerator
     from ..labels.policies import GENERATOR_POLICIES, check_answers
 
@@ -264,16 +289,19 @@ def _strategies(args: argparse.Namespace) -> int:
     strategies_file, names = registry_names(args.strategies)  # names, or FILE.yaml
     registry = load_strategies(strategies_file) if strategies_file else BUILTIN
     multi = multi_step_config(args)
-    remote = _remote_one(args)
-    name = remote.name if remote else args.generator
-    out = args.out or label_path(args.labels_dir or LABELS_DIR, generator_dir_name(name))
     req = StrategyLabelling(
-        [], out, name, args.retriever, args.corpus, 5 if args.k is None else args.k,
-        names, multi_step=multi, criterion=args.criterion, unanswered=args.unanswered,
-        chunk_size=64 if args.chunk_size is None else args.chunk_size, registry=registry,
+        [], args.out, args.generator, args.retriever, args.corpus,
+        5 if args.k is None else args.k, names, multi_step=multi, criterion=args.criterion,
+        unanswered=args.unanswered, chunk_size=64 if args.chunk_size is None else args.chunk_size,
+        registry=registry,
     )  # fmt: skip
     req.check()  # every flag before the questions are read, the corpus loaded or an engine started
     req.questions = _strategy_questions(args)
+    remote = _remote_one(args)  # the server is asked its model id only now
+    req.generator = remote.name if remote else args.generator
+    req.out = args.out or label_path(
+        args.labels_dir or LABELS_DIR, generator_dir_name(req.generator)
+    )
 
     def generator():  # noqa: ANN202
         from ..generation.cache import cached, lazy_generator
@@ -290,7 +318,6 @@ def _strategies(args: argparse.Namespace) -> int:
 
 
 def _strategy_questions(args: argparse.Namespace) -> list:
-    from ..data.errors import DataError
     from ..labels.selection import labelling_questions
 
     questions = questions_from(args)
@@ -316,7 +343,6 @@ def _strategy_questions(args: argparse.Namespace) -> list:
 def _remote_one(args: argparse.Namespace) -> object | None:
     if not args.generator_url:
         return None
-    from ..data.errors import DataError
     from ..generation.remote import RemoteGenerator
 
     if len(args.generator_url) > 1:

@@ -4,7 +4,12 @@ before any question is read: flag values, the policy, the Ray address, the endpo
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
+
+# Each HTTP actor asks Ray for 0.01 CPU (labels/ray_engine.py: it waits on the network), so a
+# local Ray places at most this many per CPU; more would wait for resources for ever.
+ACTORS_PER_CPU = 100
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -33,11 +38,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray-batch-size", type=int, help="rows per Ray batch (default 2 x in-flight)")
 
 
-def ray_engine(args: argparse.Namespace, questions: Any) -> Any:
-    """The RayEngine for `--engine ray`, or a clear error for what it does not cover."""
+def ray_options(args: argparse.Namespace) -> Any:
+    """The `--engine ray` flags as `RayOptions`, checked: what Ray covers, the values, and as
+    the actors' bound what a local Ray can place here (before Ray starts or a server is asked)."""
     from ..errors import ConfigError
-    from ..labels.policies import check_answers
-    from ..labels.ray_engine import RAY_POLICIES, RayEngine, RayOptions
+    from ..labels.ray_engine import RAY_POLICIES, RayOptions
 
     if args.policy not in RAY_POLICIES:
         raise ConfigError(
@@ -48,15 +53,36 @@ def ray_engine(args: argparse.Namespace, questions: Any) -> Any:
         raise ConfigError(
             "--engine ray labels: it does not apply to --relabel, --report or --throughput"
         )
+    options = RayOptions(urls=list(args.generator_url or []), model=args.generator,
+                         backend=args.ray_backend, address=args.ray_address, actors=args.actors,
+                         in_flight=args.in_flight, batch_size=args.ray_batch_size)  # fmt: skip
+    options.check()
+    if args.ray_address in (None, "local"):  # a cluster's size is known only once joined
+        _check_local_actors(args.actors, args.ray_backend)
+    return options
+
+
+def _check_local_actors(actors: int, backend: str) -> None:
+    from .plan import check_at_most, gpu_count
+
+    if backend == "vllm":  # an engine replica per GPU
+        gpus = gpu_count()
+        check_at_most("--actors", actors, gpus, f"a local Ray runs one vLLM engine per GPU and "
+                      f"this machine has {gpus} (on CPUs, label through `vllm serve` replicas "
+                      "with --generator-url)")  # fmt: skip
+        return
+    cpus = max(2, os.cpu_count() or 2)  # what labels/ray_engine.py gives a local Ray
+    check_at_most("--actors", actors, cpus * ACTORS_PER_CPU, f"a local Ray here places "
+                  f"{ACTORS_PER_CPU} HTTP actors per CPU on {cpus} CPUs (or join a cluster with "
+                  "--ray-address)")  # fmt: skip
+
+
+def ray_engine(args: argparse.Namespace, questions: Any) -> Any:
+    """The RayEngine for `--engine ray` (its flags checked by `ray_options`)."""
+    from ..labels.policies import check_answers
+    from ..labels.ray_engine import RayEngine
+
+    options = ray_options(args)
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting anything
-    options = RayOptions(
-        urls=list(args.generator_url or []),
-        model=args.generator,
-        backend=args.ray_backend,
-        address=args.ray_address,
-        actors=args.actors,
-        in_flight=args.in_flight,
-        batch_size=args.ray_batch_size,
-    )
     return RayEngine(options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..data import dataset_names, format_table
@@ -11,17 +12,16 @@ from ..errors import ConfigError
 from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
-from ..rag.modes import ModeOptions, known_modes, parse_thresholds
+from ..rag.modes import DEFAULT_MODES, ModeOptions, known_modes, parse_thresholds
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
 from ..strategies import BUILTIN
 from .gate_args import add_gate_options, check_threshold, gate_options
+from .plan import check_at_most, check_output_file, gpu_count
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 # The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
-DEFAULT_MODES = ("never", "always", "learned", "onnx", "popularity", "prompt-vanilla",
-                 "prompt-ta-are", "confidence", "oracle", "oracle-run")  # fmt: skip
 # (multi-step and router are asked for by name: --modes never always multi-step router ...)
 
 
@@ -115,6 +115,14 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
         help="the router's budget: mean cost per question in its unit (default: its own)",
     )
     g.add_argument(
+        "--answer-gate",
+        type=Path,
+        metavar="DIR",
+        help="the cascade mode's two-stage gate export (`train --config cascade-closed-book`): "
+        "it reads the closed-book answers of the questions --router keeps closed-book and "
+        "escalates the unsure ones (default: none; required by the cascade mode)",
+    )
+    g.add_argument(
         "--router-variant",
         choices=tuple(VARIANTS),
         default="fp32",
@@ -161,26 +169,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generator_kwargs(args: argparse.Namespace) -> dict:
-    """The engine's options, checked (before any engine starts)."""
-    for flag in ("k", "max_new_tokens", "tensor_parallel_size", "data_parallel_size"):
+    """The engine's options, checked (before any engine starts): counts, the model folder,
+    the server URL, and no more tensor-parallel ranks than this machine has GPUs."""
+    from ..rag.backends import check_engine
+
+    for flag in ("k", "max_new_tokens"):
         value = getattr(args, flag)
         if value < 1:
             name = "-k" if flag == "k" else "--" + flag.replace("_", "-")
             raise ConfigError(f"{name} must be at least 1, got {value}")
-    return {
+    engine = {
         "generator_url": args.generator_url,
         "model": args.model,
         "tensor_parallel_size": args.tensor_parallel_size,
         "data_parallel_size": args.data_parallel_size,
     }
+    check_engine(**engine)
+    if not args.generator_url and args.tensor_parallel_size > 1:  # the in-process engine's GPUs
+        gpus = gpu_count()
+        check_at_most("--tensor-parallel-size", args.tensor_parallel_size, max(1, gpus),
+                      f"this machine has {gpus} GPU(s) for the in-process engine (or generate "
+                      "through a server: --generator-url)")  # fmt: skip
+    return engine
 
 
-def mode_options(args: argparse.Namespace) -> ModeOptions:
+def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
+    """The gate flags of `modes` as options, checked: every --threshold names one of them."""
     thresholds = parse_thresholds(args.threshold)
     for mode, value in thresholds.items():
         check_threshold(value, f"--threshold {mode}")
+        if mode not in modes:
+            raise ConfigError(f"--threshold {mode}={value}: {mode!r} is not a mode of this run "
+                              f"({', '.join(modes)})")  # fmt: skip
     opts = ModeOptions(**vars(gate_options(args)), thresholds=thresholds, router=args.router,
                        budget=args.budget, router_variant=args.router_variant,
+                       answer_gate=getattr(args, "answer_gate", None),
                        strategies=args.strategies or BUILTIN, retriever=args.retriever)  # fmt: skip
     if args.labels:
         opts.labels = args.labels
@@ -197,14 +220,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
+    if args.out:  # before the run, not after it
+        check_output_file(args.out.with_suffix(".md"), "--out")
     engine = generator_kwargs(args)
+    pipeline = Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens,
+                        multi_step_config(args))  # fmt: skip
+    options = mode_options(args, args.modes)
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
-        Pipeline(
-            args.retriever, args.corpus, args.k, args.max_new_tokens, multi_step_config(args)
-        ),  # fmt: skip
-        mode_options=mode_options(args),
+        pipeline,
+        mode_options=options,
         engine=engine,
         progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
     )

@@ -16,8 +16,10 @@ from ..data.question_lines import read_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, write_text
 from ..gates.onnx_format import VARIANTS
-from ..routing import check_budget
+from ..pricing import check_budget
+from ..rag.artifacts import declared_router
 from .gate_args import check_threshold
+from .plan import check_output_file
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
@@ -53,15 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def check_router_budget(model: str, budget: float | None) -> None:
     """--budget goes with a router export, within its costs (read before the model loads)."""
-    from ..gates.onnx import is_router_export
-
     if budget is None:
         return
-    if not is_router_export(model):
+    router = declared_router(model)
+    if router is None:
         raise InputError("--budget goes with a router export (this one is a binary gate: "
                          "its operating point is --threshold)", model)  # fmt: skip
-    meta = json.loads((Path(model) / "gate_metadata.json").read_text(encoding="utf-8"))
-    check_budget(budget, meta["router"]["costs"], "--budget")
+    check_budget(budget, router.costs, "--budget")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = [args.input or args.questions]
     if args.output:
         not_an_input(args.output, inputs)
+        check_output_file(Path(args.output), "--output")
     questions = questions_from(args)
     if questions is not None:
         records = [{"id": q.id, "text": q.text} for q in questions]

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 from ..errors import ConfigError
 from ..gates.registry import gate_names
+from ..rag.cascade import CASCADE
 from ..rag.limits import Limits
 from .question_args import add_data_dir
 from .rag import (
@@ -103,12 +104,15 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
 
 
 def _gate_mode(args: argparse.Namespace) -> str:
-    """`router` with --router, else the --gate (default onnx); not both."""
+    """`cascade` with --answer-gate, `router` with --router, else the --gate (default onnx);
+    a --gate and --router not both."""
     if args.router is not None and args.gate is not None:
         raise ConfigError(f"pass --gate {args.gate} or --router {args.router}, not both")
     if args.router is None and args.budget is not None:
         raise ConfigError("--budget goes with --router (a binary gate's operating point is "
                           "its threshold)")  # fmt: skip
+    if getattr(args, "answer_gate", None) is not None:
+        return CASCADE  # the router with the two-stage gate reading its closed-book answers
     return "router" if args.router is not None else args.gate or "onnx"
 
 
@@ -126,10 +130,10 @@ def run(args: argparse.Namespace) -> int:
     # every flag and path before any engine starts (the gate's in open_gate / open_rag)
     checked = limits(args)
     check_bind(args.host, args.port, args.api_key)
-    options = mode_options(args)
+    gate = _gate_mode(args)
+    options = mode_options(args, [gate])
     engine = generator_kwargs(args)
     multi_step = multi_step_config(args)
-    gate = _gate_mode(args)
     if args.mode == "gate":
         service = open_gate(gate, options)
     else:

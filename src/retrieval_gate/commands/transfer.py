@@ -60,6 +60,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_plan(args: argparse.Namespace) -> None:
+    """The output folders, --run-dir and (with --learned) the training config and overrides,
+    before any cell is fitted or trained."""
+    from ..labels.strategy_labels import is_strategy_source
+    from .plan import check_input_dir, check_input_file, check_output_dir
+
+    for path in args.labels:  # every file now, not when the matrix reaches it
+        if not is_strategy_source(path):
+            check_input_file(path, "--labels", "pass a label file that `retrieval-gate label` "
+                             "wrote (or a strategy label source)")  # fmt: skip
+    check_output_dir(args.out, "--out")
+    check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
+                    "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
+    if args.learned:
+        from ..training.config import load_config
+
+        check_output_dir(args.learned_out, "--learned-out")
+        load_config(args.learned_config, args.learned_set)  # a bad file or override: now
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.transfer import learned_fitter, run_transfer
     from ..gates.registry import GateOptions
@@ -67,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from ..labels.labelling_run import run_dir_for
     from .question_args import questions_from
 
+    check_plan(args)
     questions = questions_from(args)
     extra = {}
     if args.learned:

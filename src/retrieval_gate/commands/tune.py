@@ -44,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=float, default=d.budget,
                    help="router: mean cost per question for budget-accuracy and --calibrate-on "
                    "(0 to the dearest strategy's cost)")  # fmt: skip
+    p.add_argument("--budget-llm-calls", type=float, metavar="X",
+                   help="router: mean LLM calls per question for llm-budget-accuracy (0 to the "
+                   "dearest strategy's llm_calls, each strategy's from its spec; default: "
+                   "none)")  # fmt: skip
     p.add_argument("--calibrate-on", metavar="SPEC",
                    help="router: your own unlabelled questions (a question file); the price "
                    "that meets --budget on them (save it with --save-objective traffic); default: none, "
@@ -96,12 +100,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_plan(args: argparse.Namespace) -> None:
+    """What `TuneConfig.check` leaves to the command: counts and their bound (worker processes
+    run on this machine), the report folder, the gate's run or export metadata."""
+    from ..rag.artifacts import check_gate_folders
+    from .gate_args import gate_options
+    from .plan import check_at_most, check_counts, check_output_dir, cpu_count
+
+    check_counts(args, {"--workers": 1, "--max-epochs": 1})
+    cpus = cpu_count()
+    check_at_most("--workers", args.workers, cpus, f"workers are processes on this machine, "
+                  f"which offers {cpus} CPU(s) (start more on other machines with the same "
+                  "--storage)")  # fmt: skip
+    check_output_dir(args.out, "--out")
+    check_gate_folders([args.gate], gate_options(args))  # a router's costs, before --budget
+
+
 def run(args: argparse.Namespace) -> int:
     from ..tuning.storage import shown
     from ..tuning.tune import SAMPLED, TuneConfig, run_tuning
     from .gate_args import gate_options
     from .question_args import questions_from
 
+    check_plan(args)
     sampled = set(args.objective) & set(SAMPLED)
     if args.trials is not None and not sampled:
         log.info("--trials is not used: the 1-D threshold objectives try every distinct dev "
@@ -113,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
                      gate_options=gate_options(args), save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      budget=args.budget, calibrate_on=args.calibrate_on,
+                     budget_llm_calls=args.budget_llm_calls, strategies=args.strategies,
                      command="retrieval-gate " + shlex.join(sys.argv[1:]), **trials)  # fmt: skip
     cfg.check()  # every flag, before the questions are read
     cfg.questions = questions_from(args)

@@ -14,19 +14,25 @@ the question beside its encoder embedding. Two kinds:
   graph's `features` input.
 
 `TextFeatures` has the shape of `SideFeatures` (`names`, `width`, `matrix`, `to_dict`), so the
-data module, the exporter and both gate backends carry it the same way."""
+data module, the exporter and both gate backends carry it the same way. A stacked gate may also
+read a user's side features (`data.features`) and its answer's confidence
+(`model.answer_confidence`): their columns follow the shape's in the same `features` input."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..questions import Question
+from .answer_confidence import AnswerConfidence
 from .errors import DataError
+
+if TYPE_CHECKING:
+    from .features import SideFeatures
 
 SHAPE_NAMES = (
     "words/30", "capitalised_share", "ends_with_?", "starts_lowercase", "has_quote", "has_comma",
@@ -61,39 +67,73 @@ class TokenLayout:
 
 @dataclass(frozen=True)
 class TextFeatures:
-    """A stacked router's text features: the outputs its token TF-IDF projects onto (one name a
-    column: `correct:<strategy>`, `source:<dataset>`), the token tables' layout, and the shape
-    columns (the only ones computed outside the model)."""
+    """A stacked head's features: the outputs its token TF-IDF projects onto (one name a column:
+    `correct:<strategy>`, `class:<class>`, `source:<dataset>`), the token tables' layout; the
+    columns computed outside the model: the shape, then a user's side features (`side`), then
+    the answer's confidence (`confidence`, a two-stage gate)."""
 
     outputs: tuple[str, ...]
     tokens: TokenLayout
-    from_text: ClassVar[bool] = True  # computed from the question text: nothing to pass
+    side: SideFeatures | None = None
+    confidence: AnswerConfidence | None = None
+
+    @property
+    def from_text(self) -> bool:
+        """Whether the text alone gives every input (an answer's confidence may be missing: the
+        question-only score)."""
+        return self.side is None
 
     @property
     def names(self) -> tuple[str, ...]:
-        return SHAPE_NAMES
+        side = () if self.side is None else self.side.names
+        conf = () if self.confidence is None else self.confidence.names
+        return (*SHAPE_NAMES, *side, *conf)
+
+    @property
+    def text_width(self) -> int:
+        """The columns the question-only head reads: the shape and the side features."""
+        return len(SHAPE_NAMES) + (0 if self.side is None else self.side.width)
 
     @property
     def width(self) -> int:
-        return len(SHAPE_NAMES)
+        return self.text_width + (0 if self.confidence is None else self.confidence.width)
 
     def matrix(
         self, questions: Sequence[Question] | Sequence[str], strict: bool = True
     ) -> np.ndarray:
-        """(n, width) float32: the shape columns. `strict` is accepted for `SideFeatures`'
-        signature: text is never missing."""
-        return shape_features([q.text if isinstance(q, Question) else q for q in questions])
+        """(n, width) float32. Bare strings carry no side features (an error when the head
+        reads some) and no answer (the question-only score)."""
+        texts = [q.text if isinstance(q, Question) else q for q in questions]
+        parts = [shape_features(texts)]
+        qs = [q for q in questions if isinstance(q, Question)]
+        if len(qs) < len(texts) and self.side is not None:
+            raise DataError(f"this gate also reads the side features {', '.join(self.side.names)}"
+                            ": pass Questions carrying them, not bare texts")  # fmt: skip
+        if self.side is not None:
+            parts.append(self.side.matrix(qs, strict))
+        if self.confidence is not None:
+            items = [q if isinstance(q, Question) else Question("text", q, (), "api")
+                     for q in questions]  # fmt: skip
+            parts.append(self.confidence.matrix(items))
+        return np.concatenate(parts, axis=1).astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "text", "outputs": list(self.outputs), "shape": list(SHAPE_NAMES),
                 "tokens": {"vocabulary": self.tokens.vocabulary,
-                           "bigram_slots": self.tokens.bigram_slots}}  # fmt: skip
+                           "bigram_slots": self.tokens.bigram_slots},
+                "side": None if self.side is None else self.side.to_dict(),
+                "answer_confidence": None if self.confidence is None
+                else self.confidence.to_dict()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TextFeatures:
+        from .features import SideFeatures  # it names this class in the union it defines
+
         if "tokens" not in d:  # the first stacked routers kept word/character vocabularies
             raise DataError("this stacked router's text features are of an older kind (word "
                             "and character vocabularies in its metadata): re-train it with this "
                             "version (`retrieval-gate train`), then re-export")  # fmt: skip
         t = d["tokens"]
-        return cls(tuple(d["outputs"]), TokenLayout(int(t["vocabulary"]), int(t["bigram_slots"])))
+        return cls(tuple(d["outputs"]), TokenLayout(int(t["vocabulary"]), int(t["bigram_slots"])),
+                   SideFeatures.from_dict(d.get("side")),
+                   AnswerConfidence.from_dict(d.get("answer_confidence")))  # fmt: skip

@@ -19,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ..questions import Question
+from .answer_confidence import (
+    MEAN_LOGPROB,
+    TOKEN_LOGPROBS,
+    parse_mean_logprob,
+    parse_token_logprobs,
+)
 from .errors import BadRows, DataError
 from .files import read_jsonl
 from .splits import SPLITS, canonical_questions, group_splits
@@ -281,8 +287,22 @@ def _question(
         s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
         o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
         date=_str_or_none(get("date")),
-        extra={k: v for k, v in row.items() if k not in used},
+        extra=_answer_columns({k: v for k, v in row.items() if k not in used}, spec, n),
     )
+
+
+def _answer_columns(extra: dict[str, Any], spec: str, n: int) -> dict[str, Any]:
+    """An answer's log-probabilities (a two-stage gate's input) checked where the row is
+    known: a JSON list of numbers <= 0 (a JSON text in a CSV cell), or a mean."""
+    if TOKEN_LOGPROBS in extra:
+        tokens = parse_token_logprobs(extra[TOKEN_LOGPROBS], spec, n)
+        if tokens == []:
+            raise DataError(f"column {TOKEN_LOGPROBS!r} is an empty list: an answer has at least "
+                            "one token; leave the cell empty when there is none", spec, n)  # fmt: skip
+        extra[TOKEN_LOGPROBS] = tokens
+    if MEAN_LOGPROB in extra:
+        extra[MEAN_LOGPROB] = parse_mean_logprob(extra[MEAN_LOGPROB], spec, n)
+    return extra
 
 
 def text_id(text: str) -> str:

@@ -17,7 +17,7 @@ from ..data.errors import DataError
 from ..data.splits import sample_order
 from ..errors import ConfigError, MissingInputError
 from ..fileio import content_id, write_text
-from ..gates.base import Gate, gate_checksum
+from ..gates.base import Gate, gate_checksum, reads_answers
 from ..gates.popularity import mallen_protocol
 from ..gates.registry import (
     GATES,
@@ -28,15 +28,23 @@ from ..gates.registry import (
     build_gate,
     check_options,
 )
-from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, label_file_names, load_splits
+from ..labels.evalset import (
+    DEFAULT_RUN_DIR,
+    EvalSet,
+    Splits,
+    label_file_names,
+    load_splits,
+    with_recorded_answers,
+)
 from ..labels.files import LabelFile
 from ..labels.labelling_run import LabellingRun
+from ..pricing import binary_llm_calls
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from . import plots
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
-from .report import comparison_table, per_source_table
-from .routing import registry_costs, routing_markdown, routing_report
+from .gate_tables import comparison_table, per_source_table
+from .routing_policies import check_axis, registry_costs, routing_markdown, routing_report
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,7 @@ class EvaluationConfig:
     command: str = ""
     questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
     strategies: StrategyRegistry | None = None  # --strategies: prices routing tables' strategies
+    cost_axis: str = "retrievals"  # the accuracy-vs-cost figure's x: retrievals, llm_calls, both
 
 
 def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
@@ -74,6 +83,12 @@ def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
     return test.subset(mask)
 
 
+def _with_answers(gate: Gate, test: EvalSet, label_file: Path) -> EvalSet | None:
+    """For a two-stage gate: the test questions with their recorded closed-book answers'
+    log-probabilities; None for other gates."""
+    return with_recorded_answers(test, label_file) if reads_answers(gate) else None
+
+
 def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
     out = {}
     for s in sorted(set(test.sources.tolist())):
@@ -83,6 +98,7 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
+    check_axis(cfg.cost_axis)  # before any label file is read or gate built
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
@@ -100,6 +116,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
         results, built = [], {}
+        calls = binary_llm_calls(sp.test.strategies, cfg.strategies)  # LLM calls/q of a decision
         for name in tqdm(gates, desc=f"gates on {policy}"):
             spec = GATES[name]
             try:
@@ -114,12 +131,21 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 if spec.label_free
                 else None
             )
-            result = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores)
+            answered = _with_answers(gate, tests[policy], files[policy])
+            if answered is not None:  # a two-stage gate: its question-only score beside it
+                alone = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores, calls)
+                alone.name = f"{gate.name} (question only)"
+                results.append(alone)
+                scores = None  # the stored label-free scores are the question-only ones
+            test = answered or tests[policy]
+            paid = calls if answered is None or calls is None else (calls[0], sum(calls))
+            # a two-stage gate pays the closed-book answer it reads, escalated or not
+            result = evaluate_gate(gate, test, cfg.n_resamples, scores, paid)
             if cfg.measure_cost and name not in costs:
                 llm = "generator" in spec.needs  # an LLM call per question: fewer timed
                 n = max(5, cfg.cost_questions // 3) if llm else cfg.cost_questions
                 try:
-                    costs[name] = cost_per_question(gate, tests[policy].questions, n)
+                    costs[name] = cost_per_question(gate, test.questions, n)
                 except MissingInputError as e:  # e.g. no generator here: say so, keep the rest
                     result.notes.append(f"cost not measured: {e}")
             result.cost_ms = costs.get(name)
@@ -133,14 +159,20 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             priced = registry_costs(cfg.strategies, tests[policy].strategies)  # --strategies
             report["policies"][policy]["routing"] = routing_report(
                 tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples,
-                priced)  # fmt: skip
+                priced, cfg.strategies, cfg.cost_axis)  # fmt: skip
         report["policies"][policy]["label_file"] = _provenance(files[policy])
+        report["policies"][policy]["llm_calls_without_with_retrieval"] = calls
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
     write_text(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
     path = cfg.out_dir / "report.md"
     write_text(path, _markdown(report, cfg))
     return path
+
+
+def asks_generator(gates: Sequence[str]) -> list[str]:
+    """The gates that ask the generator for each decision (an LLM call of their own)."""
+    return [g for g in gates if g in GATES and "generator" in GATES[g].needs]
 
 
 def _gates_with_options(cfg: EvaluationConfig, skipped: dict[str, str]) -> list[str]:
@@ -269,7 +301,11 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
         f"{split}; every gate on the same test "
         "questions of each label file. 95% CIs: percentile bootstrap, "
         f"{cfg.n_resamples} resamples. Cost: median ms of one decision on one question "
-        "(batch 1, after a warm-up), measured once per gate in this run."
+        "(batch 1, after a warm-up), measured once per gate in this run. Retrieval rate: "
+        "retrievals per question (one for each question a gate sends to retrieval); LLM calls/q: "
+        "the answering strategies' LLM calls per question, from their specs (a gate that asks "
+        f"the generator to decide, {', '.join(asks_generator(cfg.gates)) or 'none here'}, also "
+        "makes one call a question, in its cost ms)."
     )
     for policy, pr in report["policies"].items():
         lines += [

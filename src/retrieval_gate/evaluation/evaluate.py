@@ -1,5 +1,7 @@
 """One evaluation for every gate: the same test questions, the same metrics, bootstrap CIs,
-a per-source breakdown and the cost of a decision."""
+a per-source breakdown, the cost of a decision and the cost of the answers on both axes
+(retrievals per question: the retrieval rate; LLM calls per question: the binary pair's
+strategies' specs)."""
 
 from __future__ import annotations
 
@@ -41,11 +43,27 @@ def undefined_reason(name: str, y: np.ndarray, closed: np.ndarray, rag: np.ndarr
     return "n/a"
 
 
+BUILTIN_PAIR = (1.0, 1.0)  # the built-ins' no_retrieval and one_retrieval: one LLM call each
+
+
 def compute_metrics(
-    y: np.ndarray, scores: np.ndarray, threshold: float, closed: np.ndarray, rag: np.ndarray
+    y: np.ndarray,
+    scores: np.ndarray,
+    threshold: float,
+    closed: np.ndarray,
+    rag: np.ndarray,
+    llm_calls: tuple[float, float] | None = BUILTIN_PAIR,
 ) -> dict[str, float | None]:
+    """Every metric at `threshold`, and the LLM calls per question its decisions cost
+    (`llm_calls`: a question's without and with retrieval; None: unknown)."""
     d = scores >= threshold
-    return {name: f(y, scores, d, closed, rag) for name, f in METRICS.items()}
+    out = {name: f(y, scores, d, closed, rag) for name, f in METRICS.items()}
+    out["llm_calls_per_question"] = (
+        float(np.mean(np.where(d, llm_calls[1], llm_calls[0])))
+        if llm_calls is not None and len(d)
+        else None
+    )
+    return out
 
 
 def metric_cis(
@@ -103,9 +121,14 @@ def cost_per_question(gate: Gate, questions: Sequence[Question], n: int = 30) ->
 
 
 def evaluate_gate(
-    gate: Gate, test: EvalSet, n_resamples: int = 1000, scores: np.ndarray | None = None
+    gate: Gate,
+    test: EvalSet,
+    n_resamples: int = 1000,
+    scores: np.ndarray | None = None,
+    llm_calls: tuple[float, float] | None = BUILTIN_PAIR,
 ) -> GateResult:
-    """All metrics of one gate on the test questions (scores computed unless given)."""
+    """All metrics of one gate on the test questions (scores computed unless given);
+    `llm_calls`: a question's LLM calls without and with retrieval (`pricing.binary_llm_calls`)."""
     start = time.perf_counter()
     if scores is None:
         scores = np.asarray(gate.scores(test.questions), dtype=float)
@@ -114,12 +137,13 @@ def evaluate_gate(
     per_source = {}
     for source in sorted(set(test.sources.tolist())):
         m = test.sources == source
-        per_source[source] = compute_metrics(y[m], scores[m], gate.threshold, c[m], r[m])
+        per_source[source] = compute_metrics(y[m], scores[m], gate.threshold, c[m], r[m],
+                                             llm_calls)  # fmt: skip
     return GateResult(
         name=gate.name,
         threshold=float(gate.threshold),
         scores=scores,
-        metrics=compute_metrics(y, scores, gate.threshold, c, r),
+        metrics=compute_metrics(y, scores, gate.threshold, c, r, llm_calls),
         cis=metric_cis(y, scores, gate.threshold, c, r, n_resamples),
         per_source=per_source,
         score_seconds=seconds,

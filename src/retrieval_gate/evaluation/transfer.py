@@ -26,8 +26,8 @@ from ..fileio import write_text
 from ..gates.base import Gate, is_router
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from ..pricing import outcome, route_indices
 from ..questions import Question
-from ..routing import outcome, route_indices
 from ..tables import markdown_table
 from . import plots
 
@@ -64,9 +64,10 @@ class Cell:
     macro_f1: float
     accuracy: float
     retrieval_rate: float
-    # a router on strategy labels: accuracy and mean cost routed at its default budget
+    # a router on strategy labels: accuracy, mean cost and LLM calls routed at its default budget
     routed_accuracy: float | None = None
     routed_cost: float | None = None
+    routed_llm_calls: float | None = None
 
 
 def _routed(cell: Cell, gate: Gate, test: EvalSet) -> Cell:
@@ -76,6 +77,9 @@ def _routed(cell: Cell, gate: Gate, test: EvalSet) -> Cell:
         choice = route_indices(gate.strategy_proba(test.questions), cal.default_price, cal.costs)  # type: ignore[attr-defined]
         ok, cost = outcome(choice, test.correct, test.costs_paid(cal.costs))
         cell.routed_accuracy, cell.routed_cost = float(ok.mean()), float(cost.mean())
+        calls = cal.llm_calls()  # each strategy's, from the router's specs
+        if calls is not None:
+            cell.routed_llm_calls = float(np.asarray(calls, float)[choice].mean())
     return cell
 
 
@@ -178,13 +182,15 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
                 text = f"{auc} / {c.macro_f1:.3f} / {c.accuracy:.3f} / {c.retrieval_rate:.2f}"
                 if c.routed_accuracy is not None:  # a router: its routing at the default budget
                     text += f"; routed {c.routed_accuracy:.3f} at cost {c.routed_cost:.2f}"
+                    if c.routed_llm_calls is not None:
+                        text += f", {c.routed_llm_calls:.2f} LLM calls/q"
                 row.append(text)
             body.append(row)
         header = ["gate (setting)"] + [f"{s} (n={next(c.n for c in pc if c.source == s)}, "
                                        f"{next(c.positive_rate for c in pc if c.source == s):.0%} need)" for s in sources]  # fmt: skip
         png = plots.heatmap(grid, [f"{g} ({s})" for g, s in rows_keys], sources,
                             f"AUROC, labels {policy}", out_dir / f"transfer-{policy}.png")  # fmt: skip
-        lines += [f"## Labels: {policy}", "", "Cells: AUROC / macro-F1 / accuracy / retrieval rate", "",
+        lines += [f"## Labels: {policy}", "", "Cells: AUROC / macro-F1 / accuracy / retrieval rate (a router: also its routing at the default budget, accuracy at mean cost and LLM calls/q)", "",
                   markdown_table(header, body), ""]  # fmt: skip
         notes = sorted({c.note for c in pc if c.note})
         lines += [f"- {n}" for n in notes] + ["", f"![transfer]({png.name})", ""]
@@ -234,7 +240,7 @@ def learned_fitter(
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
         from ..gates.learned import load_learned
         from ..training.config import load_config
-        from ..training.run import train
+        from ..training.trainer import train
 
         name = f"transfer-{policy}-without-{held_out or 'nothing'}"
         run = output_dir / name

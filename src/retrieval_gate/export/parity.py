@@ -22,8 +22,9 @@ from ..gates.base import is_router
 from ..gates.learned import load_learned
 from ..gates.onnx import open_onnx
 from ..gates.onnx_format import VARIANTS
+from ..labels.logprobs import with_answer_logprobs
+from ..pricing import route_indices
 from ..questions import Question
-from ..routing import route_indices
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
 from ..training.data import (
@@ -76,6 +77,10 @@ def parity_set(
             provenance.get("path") or run_dir,
         )
     side = run_side_features(meta, old_side)
+    if getattr(side, "confidence", None) is not None and provenance.get("path"):
+        # a two-stage gate: its questions with their answers, so both levels are compared
+        kept = with_answer_logprobs({q.id: q for q in rows}, Path(provenance["path"]))
+        rows = list(kept.values())
     features = side.matrix(rows, strict=False) if side else None
     return [q.text for q in rows], [int(needs_retrieval(labels[q.id])) for q in rows], features
 

@@ -11,7 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InputError
+from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
+from ..errors import DataError, InputError
 from ..generation.base import Generator
 from ..questions import Question
 from ..strategies import StrategyRegistry
@@ -43,12 +44,25 @@ def decide(gate: Gate, questions: Questions) -> np.ndarray:
 Features = Mapping[str, Sequence[float]] | Sequence[Mapping[str, float]]
 
 
-def as_questions(questions: str | Questions, features: Features | None = None) -> list[Question]:
+# Per question, its closed-book answer's token log-probabilities (None: no answer given).
+TokenLogprobs = Sequence[Sequence[float] | None]
+
+
+def as_questions(
+    questions: str | Questions,
+    features: Features | None = None,
+    token_logprobs: TokenLogprobs | Sequence[float] | None = None,
+) -> list[Question]:
     """`Question`s as they are; a bare string becomes one (id its position "0", "1", ...;
-    source "api"), so every gate takes what a user has at hand. Side `features` ride along in
-    `Question.extra` (merged over any `extra` a given Question already has)."""
+    source "api"), so every gate takes what a user has at hand. Side `features` and the
+    answers' `token_logprobs` (one list, or None, per question; one list for one string) ride
+    along in `Question.extra` (merged over any `extra` a given Question already has)."""
     items = [questions] if isinstance(questions, str) else list(questions)
     rows = _features_for(features, len(items))
+    if token_logprobs is not None:
+        one = isinstance(questions, str)
+        for row, value in zip(rows, _answers_for(token_logprobs, len(items), one), strict=True):
+            row[TOKEN_LOGPROBS] = value
     out = []
     for i, (item, extra) in enumerate(zip(items, rows, strict=True)):
         if isinstance(item, Question):
@@ -57,6 +71,26 @@ def as_questions(questions: str | Questions, features: Features | None = None) -
             out.append(Question(id=str(i), text=item, answers=(), source="api", extra=extra))
         else:
             raise InputError(f"question {i} is {item!r}: expected a non-empty string or Question")
+    return out
+
+
+def _answers_for(
+    token_logprobs: TokenLogprobs | Sequence[float], n: int, one: bool
+) -> list[list[float] | None]:
+    lists = [token_logprobs] if one else list(token_logprobs)
+    if len(lists) != n:
+        raise InputError(f"token_logprobs has {len(lists)} entries for {n} questions: give one "
+                         "list (or None) per question")  # fmt: skip
+    out = []
+    for i, value in enumerate(lists):
+        try:
+            parsed = parse_token_logprobs(value)
+        except DataError as e:
+            raise InputError(f"token_logprobs[{i}]: {e}") from None
+        if parsed == []:
+            raise InputError(f"token_logprobs[{i}] is empty: give the answer's tokens' "
+                             "log-probabilities, or None for no answer")  # fmt: skip
+        out.append(parsed)
     return out
 
 
@@ -151,6 +185,12 @@ class CarriesStrategies(Protocol):
     many steps; an export before it: its names resolved against the built-ins)."""
 
     def strategy_registry(self) -> StrategyRegistry: ...
+
+
+def reads_answers(gate: object) -> bool:
+    """Whether `gate` also reads the closed-book answer's log-probabilities (a two-stage gate,
+    `model.answer_confidence`): scored with them, it pays for that answer."""
+    return getattr(getattr(gate, "side_features", None), "confidence", None) is not None
 
 
 def is_router(gate: object) -> bool:

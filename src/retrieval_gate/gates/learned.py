@@ -11,12 +11,12 @@ import numpy as np
 import torch
 
 from ..fileio import sha256_file
-from ..routing import Calibration
+from ..pricing import Calibration
 from ..run_folder import RunFolder
 from ..training.checkpoint import load_run, read_metadata
 from .base import Questions
 from .encoder import EncoderGate
-from .router import RoutingMixin
+from .strategy_routers import RoutingMixin
 
 
 def default_device() -> str:
@@ -78,7 +78,7 @@ class LearnedGate(EncoderGate):
 
 class LearnedRouter(RoutingMixin, LearnedGate):
     """A router run (task `strategies`): P(correct | strategy) from its per-strategy heads,
-    routed by the calibration its metadata.json carries (`gates.router.RoutingMixin`)."""
+    routed by the calibration its metadata.json carries (`gates.strategy_routers.RoutingMixin`)."""
 
     def __init__(self, run_dir: str | Path, **kw: Any):
         super().__init__(run_dir, **kw)

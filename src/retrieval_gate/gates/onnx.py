@@ -17,11 +17,11 @@ from tokenizers import Tokenizer
 from ..data.features import features_from_dict
 from ..errors import BackendError, DataError, InputError
 from ..fileio import sha256_file
-from ..routing import Calibration
+from ..pricing import Calibration
 from .base import Questions
 from .encoder import EncoderGate
 from .onnx_format import READABLE_FORMATS, REQUIRED, ROUTER_OUTPUT, VARIANTS
-from .router import RoutingMixin
+from .strategy_routers import RoutingMixin
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 ORT_WHEELS = ("onnxruntime", "onnxruntime-gpu")
@@ -203,7 +203,7 @@ class OnnxGate(EncoderGate):
 
 class OnnxRouter(RoutingMixin, OnnxGate):
     """A router's export: `strategy_proba` is the graph's second output, the calibration
-    (strategies, costs, budget -> price) its `router` metadata (`gates.router.RoutingMixin`)."""
+    (strategies, costs, budget -> price) its `router` metadata (`gates.strategy_routers.RoutingMixin`)."""
 
     def __init__(self, export_dir: str | Path, variant: str = "fp32", **kw: Any):
         super().__init__(export_dir, variant, **kw)

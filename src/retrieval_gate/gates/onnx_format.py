@@ -27,7 +27,7 @@ REQUIRED = {
 
 # Optional keys (format /2): present on a router's export only.
 ROUTER_KEYS = {
-    "router": "JSON `routing.Calibration`: strategies in cost order, each strategy's cost, the "
+    "router": "JSON `pricing.Calibration`: strategies in cost order, each strategy's cost, the "
     "dev calibration curve (price -> mean cost, accuracy), an optional one on the user's "
     "traffic, the default budget and price, and (issue 36) `specs`: each strategy's spec "
     "(`strategies.StrategySpec`: retriever, k, steps, prompt); an export without them names "

@@ -32,6 +32,7 @@ from .base import (
     HasMetadata,
     OnDevice,
     Questions,
+    TokenLogprobs,
     as_questions,
     is_router,
 )
@@ -158,6 +159,12 @@ class RetrievalGate:
         self.gate.threshold = float(value)
 
     @property
+    def side_features(self) -> Any:
+        """What the gate reads beside the text (None: the text alone): a user's columns, a
+        stacked head's features, a two-stage gate's answer confidence among them."""
+        return getattr(self.gate, "side_features", None)
+
+    @property
     def checksum(self) -> str:
         """The model file's (or the weights') sha256 (see `HasChecksum`)."""
         return self.gate.checksum  # type: ignore[attr-defined]  (both backends have one)
@@ -177,34 +184,46 @@ class RetrievalGate:
         return np.asarray(self.gate.scores(as_questions(questions)), np.float32)
 
     @overload
-    def predict_proba(self, questions: str, features: Features | None = None) -> float: ...
+    def predict_proba(
+        self, questions: str, features: Features | None = None,
+        token_logprobs: Sequence[float] | None = None,
+    ) -> float: ...  # fmt: skip
     @overload
     def predict_proba(
-        self, questions: Sequence[str] | Sequence[Question], features: Features | None = None
-    ) -> np.ndarray: ...
-    def predict_proba(self, questions: Questions, features: Features | None = None) -> Any:
-        """P(needs retrieval): a float for one string, else an array in input order."""
-        scores = self.scores(as_questions(questions, features))
+        self, questions: Sequence[str] | Sequence[Question], features: Features | None = None,
+        token_logprobs: TokenLogprobs | None = None,
+    ) -> np.ndarray: ...  # fmt: skip
+    def predict_proba(
+        self, questions: Questions, features: Features | None = None,
+        token_logprobs: Any = None,
+    ) -> Any:  # fmt: skip
+        """P(needs retrieval): a float for one string, else an array in input order. A
+        two-stage gate (`model.answer_confidence`) also reads each question's closed-book
+        answer's `token_logprobs` (one list per question, None where there is no answer: that
+        question gets the question-only score); other gates ignore them."""
+        scores = self.scores(as_questions(questions, features, token_logprobs))
         return float(scores[0]) if isinstance(questions, str) else scores
 
     @overload
     def predict(
-        self, questions: str, features: Features | None = None, threshold: float | None = None
-    ) -> bool: ...
+        self, questions: str, features: Features | None = None, threshold: float | None = None,
+        token_logprobs: Sequence[float] | None = None,
+    ) -> bool: ...  # fmt: skip
     @overload
     def predict(
         self,
         questions: Sequence[str] | Sequence[Question],
         features: Features | None = None,
         threshold: float | None = None,
+        token_logprobs: TokenLogprobs | None = None,
     ) -> np.ndarray: ...
     def predict(
         self, questions: Questions, features: Features | None = None,
-        threshold: float | None = None,
+        threshold: float | None = None, token_logprobs: Any = None,
     ) -> Any:  # fmt: skip
         """Retrieve (True) or not, at the stored threshold unless `threshold` is given."""
         t = self.threshold if threshold is None else float(threshold)
-        decisions = np.asarray(self.predict_proba(questions, features)) >= t
+        decisions = np.asarray(self.predict_proba(questions, features, token_logprobs)) >= t
         return bool(decisions) if isinstance(questions, str) else decisions
 
     def save_pretrained(self, save_directory: str | Path) -> Path:

@@ -112,6 +112,17 @@ class GateOptions:
         metadata={"help": "numeric signal the popularity gates threshold (default s_pop; any "
                   "numeric column of --questions: low value -> retrieve)", "metavar": "COLUMN"},
     )  # fmt: skip
+    probe_model: str | None = field(
+        default=None,
+        metadata={"help": "model folder whose hidden states the probe reads: the serving "
+                  f"generator's (default {SMOLLM2})", "metavar": "FOLDER"},
+    )  # fmt: skip
+    probe_layers: str | None = field(
+        default=None,
+        metadata={"help": "layer(s) of the probe, e.g. 12 or 6,12,18 (the best on dev is kept; "
+                  "default auto: about ten spread over the model, the last included)",
+                  "metavar": "LAYERS"},
+    )  # fmt: skip
 
 
 def option_flag(name: str) -> str:
@@ -140,6 +151,8 @@ class GateSpec:
     needs: frozenset[str] = frozenset()
     label_free: bool = False
     options: tuple[str, ...] = ()
+    # checks its options before any gate is built or weights load (raises InputError)
+    check: Callable[[GateOptions], None] | None = None
 
 
 def _always(ctx: GateContext, opts: GateOptions) -> Gate:
@@ -212,14 +225,30 @@ def _onnx(ctx: GateContext, opts: GateOptions) -> Gate:
     return open_onnx(_required(opts, "onnx", "onnx"), variant=opts.variant)
 
 
+def _probe(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .probe import fit_probe
+
+    train, dev = ctx.need("train", "probe"), ctx.need("dev", "probe")
+    gen = ctx.generator  # the serving model's name: the running engine's, else the one asked
+    name = gen._generator.name if gen._generator is not None else gen.options["name_or_path"]
+    serving = gen.checksum, str(name)
+    return fit_probe(train, dev, opts.probe_model, opts.probe_layers, serving)
+
+
+def _check_probe(opts: GateOptions) -> None:
+    from .probe import check_probe_options
+
+    check_probe_options(opts.probe_model, opts.probe_layers)
+
+
 def _router_tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
-    from .router import tfidf_router
+    from .strategy_routers import tfidf_router
 
     return tfidf_router(ctx.train, ctx.dev)
 
 
 def _router_prior(ctx: GateContext, opts: GateOptions) -> Gate:
-    from .router import prior_router
+    from .strategy_routers import prior_router
 
     return prior_router(ctx.dev)
 
@@ -244,6 +273,10 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"labels"})),
         GateSpec("length", _length, "question length (words), logistic regression fitted on "
                  "train: a floor line", frozenset({"labels"})),
+        GateSpec("probe", _probe, "the generator's hidden state after the closed-book prompt "
+                 "(one prefill), logistic head fitted on train, layer chosen on dev",
+                 frozenset({"labels"}), options=("probe_model", "probe_layers"),
+                 check=_check_probe),
         GateSpec("router-tfidf", _router_tfidf, "router: TF-IDF (words + characters), one "
                  "logistic head per strategy, fitted on train, price calibrated on dev "
                  "(strategy labels)", frozenset({"labels"})),
@@ -289,7 +322,10 @@ def check_options(names: Sequence[str], opts: GateOptions) -> None:
     started. A flag not given is a `MissingInputError` (evaluate skips that gate); a path
     given that is not a training run or lacks the ONNX variant asked for is an InputError."""
     for name in names:
-        needs = gate_spec(name).needs
+        spec = gate_spec(name)
+        needs = spec.needs
+        if spec.check is not None:
+            spec.check(opts)
         if "run" in needs:
             run = Path(_required(opts, name, "learned_run"))
             if not RunFolder(run).is_run():

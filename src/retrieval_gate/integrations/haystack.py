@@ -1,16 +1,38 @@
 """Haystack: `RetrievalGateRouter`, a component with an output socket per branch: the query
 comes out of `retrieve` when the gate says it needs retrieval, else out of `direct`; with a
 router, also out of `multi_step`, and out of a branch named after each strategy of its own (its
-own retriever or k, `integrations.routing.branch_of`). Only one branch of the pipeline runs."""
+own retriever or k, `integrations.branches.branch_of`). Only one branch of the pipeline runs.
+`AnswerGateRouter`, the cascade's second step: after the direct branch's generator, its
+unsure answers' queries come out of `escalate` (wire it to the retrieve branch), the rest's
+replies out of `answer`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from haystack import component
 
 from ..gates.base import Gate, is_router
-from .routing import branch_map, branches_of, routed, strategy_of
+from .branches import (
+    Escalator,
+    LogprobsOf,
+    branch_map,
+    branches_of,
+    openai_logprobs,
+    routed,
+    strategy_of,
+)
+
+HINT = ("enable log-probabilities on the generator (e.g. OpenAIChatGenerator(generation_kwargs="
+        '{"logprobs": True}), which puts them in each reply\'s meta)')  # fmt: skip
+
+
+def reply_logprobs(reply: Any) -> list[float] | None:
+    """A generator reply's token log-probabilities: `reply.meta["logprobs"]`, as the OpenAI
+    chat generators put them there (a stream's: one per chunk)."""
+    meta = getattr(reply, "meta", None) or {}
+    return openai_logprobs(meta.get("logprobs"))
 
 
 @component
@@ -34,3 +56,31 @@ class RetrievalGateRouter:
         if is_router(self.gate):
             out["strategy"] = strategy_of(self.gate, branch, self.budget)
         return out
+
+
+@component
+class AnswerGateRouter:
+    """The cascade's second step: connect the direct branch's generator `replies` (and the
+    query) in; an answer `answer_gate` escalates sends the query out of `escalate` (connect it,
+    with the first router's `retrieve`, through a `BranchJoiner(str)` to the retrieve branch),
+    any other its replies out of `answer`. `threshold` overrides the answer gate's own,
+    `logprobs_of(reply)` reads a reply's token log-probabilities (default `reply_logprobs`)."""
+
+    def __init__(
+        self,
+        answer_gate: Gate,
+        threshold: float | None = None,
+        logprobs_of: LogprobsOf | None = None,
+    ):
+        self.escalator = Escalator(answer_gate, threshold, logprobs_of, reply_logprobs, HINT)
+
+    def escalations(self, queries: Sequence[str], replies: Sequence[Any]) -> list[bool]:
+        """Whether the answer gate escalates each reply (the answer to `queries[i]`)."""
+        return self.escalator.escalations(queries, replies)
+
+    @component.output_types(answer=list[Any], escalate=str)
+    def run(self, query: str, replies: list[Any]) -> dict[str, Any]:
+        if not replies:  # no answer at all: nothing to keep
+            return {"escalate": query}
+        (up,) = self.escalations([query], replies[:1])
+        return {"escalate": query} if up else {"answer": replies}

@@ -1,7 +1,8 @@
 """LangChain: `GateRouter`, a Runnable that sends each question either to a retrieval chain or
 straight to the LLM chain, as the gate decides; with a router, to one of three chains (direct,
-retrieve, multi-step, and one per strategy of its own: `branches`). Batches go through the gate in one call and through each branch with
-that branch's `batch`."""
+retrieve, multi-step, and one per strategy of its own: `branches`). Batches go through the gate
+in one call and through each branch with that branch's `batch`. With an `answer_gate` (the
+cascade), the direct branch's unsure answers are escalated: re-run through `retrieve`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,28 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from ..errors import ConfigError
 from ..gates.base import Gate
-from .routing import DIRECT, MULTI, RETRIEVE, branches_of, route
+from .branches import (
+    DIRECT,
+    MULTI,
+    RETRIEVE,
+    LogprobsOf,
+    branches_of,
+    escalator,
+    openai_logprobs,
+    route,
+)
+
+HINT = ("enable log-probabilities on the chat model (e.g. ChatOpenAI(logprobs=True)) and let the "
+        "direct branch return its AIMessage, not a parsed string")  # fmt: skip
+
+
+def message_logprobs(output: Any) -> list[float] | None:
+    """An AIMessage's token log-probabilities, where OpenAI-compatible chat models put them:
+    `response_metadata["logprobs"]["content"][i]["logprob"]`."""
+    meta = getattr(output, "response_metadata", None) or {}
+    return openai_logprobs(meta.get("logprobs"))
 
 
 class GateRouter(Runnable[Any, Any]):
@@ -21,7 +42,9 @@ class GateRouter(Runnable[Any, Any]):
     unchanged. `threshold` overrides a binary gate's stored threshold, `budget` is a router's
     operating point (None: its default). `branches`: a chain per strategy that retrieves in its
     own way (its own retriever or k, e.g. `{"bm25_top3": chain}`), for a router that routes to
-    one."""
+    one. `answer_gate` (a two-stage gate; or `gate` a `rag.cascade.Cascade`): the cascade's
+    second step, at `answer_threshold` (None: its own), reading each direct output with
+    `logprobs_of` (default `message_logprobs`)."""
 
     def __init__(
         self,
@@ -33,11 +56,16 @@ class GateRouter(Runnable[Any, Any]):
         threshold: float | None = None,
         budget: float | None = None,
         branches: Mapping[str, Runnable] | None = None,
+        answer_gate: Gate | None = None,
+        answer_threshold: float | None = None,
+        logprobs_of: LogprobsOf | None = None,
     ):
         self.gate, self.retrieve, self.direct, self.multi_step = gate, retrieve, direct, multi_step
         self.question_key, self.threshold, self.budget = question_key, threshold, budget
         self.own = dict(branches or {})
         self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own))
+        self.escalator = escalator(gate, answer_gate, answer_threshold, logprobs_of,
+                                   message_logprobs, HINT)  # fmt: skip
 
     def _text(self, item: Any) -> str:
         return item[self.question_key] if isinstance(item, dict) else item
@@ -49,6 +77,13 @@ class GateRouter(Runnable[Any, Any]):
     def decide(self, inputs: Sequence[Any]) -> list[bool]:
         """Whether each input retrieves (one retrieval or multi-step)."""
         return [b != DIRECT for b in self.route(inputs)]
+
+    def escalations(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[bool]:
+        """Whether the answer gate escalates each `direct` output (the answer to `inputs[i]`)
+        to `retrieve`: the cascade's second step, for wiring it yourself."""
+        if self.escalator is None:
+            raise ConfigError("GateRouter.escalations needs answer_gate=... (a two-stage gate)")
+        return self.escalator.escalations([self._text(x) for x in inputs], outputs)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.batch([input], config, **kwargs)[0]
@@ -67,9 +102,26 @@ class GateRouter(Runnable[Any, Any]):
                      **self.own}  # fmt: skip
         for name, branch in runnables.items():
             idx = [i for i, d in enumerate(decisions) if d == name]
-            if idx:
-                cfg = [config[i] for i in idx] if isinstance(config, list) else config
-                results = branch.batch([inputs[i] for i in idx], cfg, **kwargs)
-                for i, out in zip(idx, results, strict=True):
-                    outputs[i] = out
+            self._run(branch, idx, inputs, outputs, config, kwargs)
+        if self.escalator is not None:  # the cascade: unsure direct answers go to retrieve
+            direct = [i for i, d in enumerate(decisions) if d == DIRECT]
+            up = self.escalations([inputs[i] for i in direct], [outputs[i] for i in direct])
+            idx = [i for i, e in zip(direct, up, strict=True) if e]
+            self._run(self.retrieve, idx, inputs, outputs, config, kwargs)
         return outputs
+
+    @staticmethod
+    def _run(
+        branch: Runnable | None,
+        idx: list[int],
+        inputs: list[Any],
+        outputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        """`branch.batch` over the inputs at `idx`, its outputs written in place."""
+        if not idx or branch is None:
+            return
+        cfg = [config[i] for i in idx] if isinstance(config, list) else config
+        for i, out in zip(idx, branch.batch([inputs[i] for i in idx], cfg, **kwargs), strict=True):
+            outputs[i] = out

@@ -1,6 +1,8 @@
 """LlamaIndex: `GateSelector`, a selector for `RouterQueryEngine` that picks the retrieval
 query engine or the LLM-only one as the gate decides (with a router, also a multi-step query
-engine), and `gated_query_engine`, which builds that router from the engines and an LLM."""
+engine), and `gated_query_engine`, which builds that router from the engines and an LLM. With
+an `answer_gate` (the cascade), the LLM-only engine's unsure answers are escalated: answered
+again by the retrieval engine."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.base_selector import BaseSelector, SelectorResult, SingleSelection
+from llama_index.core.base.response.schema import Response
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.query_engine import CustomQueryEngine, RouterQueryEngine
 from llama_index.core.query_engine.custom import STR_OR_RESPONSE_TYPE
@@ -16,8 +20,16 @@ from llama_index.core.tools import QueryEngineTool, ToolMetadata
 
 from ..errors import ConfigError
 from ..gates.base import Gate, is_router
-from . import routing
-from .routing import branches_of, routed
+from ..rag.cascade import answer_gate_of
+from . import branches as shared  # its DIRECT / RETRIEVE names; this module has its own
+from .branches import (
+    Escalator,
+    LogprobsOf,
+    branches_of,
+    escalator,
+    openai_logprobs,
+    routed,
+)
 
 RETRIEVE, DIRECT = 0, 1  # tool order in gated_query_engine: then multi-step, then own ones
 
@@ -33,8 +45,8 @@ class GateSelector(BaseSelector):
         self.gate, self.threshold, self.budget = gate, threshold, budget
         # a router's choices must include multi-step when it routes there
         branches = branches_of(gate, is_router(gate), budget, extra=own)
-        self.multi = routing.MULTI in branches
-        order = [routing.RETRIEVE, routing.DIRECT, *([routing.MULTI] if self.multi else []), *own]
+        self.multi = shared.MULTI in branches
+        order = [shared.RETRIEVE, shared.DIRECT, *([shared.MULTI] if self.multi else []), *own]
         self.index = {b: i for i, b in enumerate(order)}
         self.choices = len(order)
 
@@ -63,13 +75,62 @@ class GateSelector(BaseSelector):
         return self._select(choices, query)
 
 
+HINT = ("enable log-probabilities on the LLM (e.g. llama_index's OpenAI(..., logprobs=True) or "
+        "OpenAILike on a vLLM server, which keep them in the response's `raw`)")  # fmt: skip
+
+
+def completion_logprobs(output: Any) -> list[float] | None:
+    """A `CompletionResponse`'s (or `ChatResponse`'s) token log-probabilities: from its `raw`
+    OpenAI-compatible response, else from `.logprobs` (each position's first alternative, the
+    chosen token under greedy decoding)."""
+    found = openai_logprobs(getattr(output, "raw", None))
+    positions = getattr(output, "logprobs", None)
+    if found is None and positions and all(positions):
+        found = [float(alternatives[0].logprob) for alternatives in positions]
+    return found
+
+
+def answer_escalator(
+    answer_gate: Gate, threshold: float | None = None, logprobs_of: LogprobsOf | None = None
+) -> Escalator:
+    """The cascade's second step for wiring it yourself: `.escalations(queries, responses)`
+    says which LLM responses (`llm.complete(query)`) `answer_gate` escalates."""
+    return Escalator(answer_gate, threshold, logprobs_of, completion_logprobs, HINT)
+
+
 class LLMQueryEngine(CustomQueryEngine):
-    """The question straight to the LLM, no retrieval."""
+    """The question straight to the LLM, no retrieval. With `answer_gate` (the cascade), an
+    answer it escalates is answered by `retrieval_engine` instead (`metadata["escalated"]`)."""
 
     llm: LLM
+    answer_gate: Any = None
+    answer_threshold: float | None = None
+    logprobs_of: Any = None
+    retrieval_engine: Any = None
+    _escalator: Escalator | None = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any):
+        super().__init__(**data)  # then the checks, raised as they are (not pydantic's)
+        self._escalator = escalator(None, self.answer_gate, self.answer_threshold,
+                                    self.logprobs_of, completion_logprobs, HINT)  # fmt: skip
+        if self._escalator is not None and self.retrieval_engine is None:
+            raise ConfigError("answer_gate escalates to retrieval_engine: pass it")
+
+    def escalations(self, queries: Sequence[str], outputs: Sequence[Any]) -> list[bool]:
+        """Whether the answer gate escalates each LLM response (the answer to `queries[i]`)."""
+        if self._escalator is None:
+            raise ConfigError("LLMQueryEngine.escalations needs answer_gate=...")
+        return self._escalator.escalations(queries, outputs)
 
     def custom_query(self, query_str: str) -> STR_OR_RESPONSE_TYPE:
-        return str(self.llm.complete(query_str))
+        out = self.llm.complete(query_str)
+        if self._escalator is None:
+            return str(out)
+        if not self.escalations([query_str], [out])[0]:
+            return Response(str(out), metadata={"escalated": False})
+        response = self.retrieval_engine.query(query_str)
+        response.metadata = {**(response.metadata or {}), "escalated": True}
+        return response
 
 
 def gated_query_engine(
@@ -80,23 +141,31 @@ def gated_query_engine(
     multi_step_engine: Any = None,
     budget: float | None = None,
     engines: Mapping[str, Any] | None = None,
+    answer_gate: Gate | None = None,
+    answer_threshold: float | None = None,
+    logprobs_of: LogprobsOf | None = None,
 ) -> RouterQueryEngine:
     """A `RouterQueryEngine`: flagged questions go to `retrieval_engine` (e.g.
     `index.as_query_engine()`), the rest to `llm` alone; with a router, the questions it
     routes to multi-step go to `multi_step_engine` (e.g. a `MultiStepQueryEngine`), and those
-    it routes to a strategy of its own (its own retriever or k) to `engines[name]`."""
+    it routes to a strategy of its own (its own retriever or k) to `engines[name]`.
+    `answer_gate` (or `gate` a `rag.cascade.Cascade`): the LLM's answers it escalates, read
+    with `logprobs_of` (default `completion_logprobs`), go to `retrieval_engine` too."""
     engines = dict(engines or {})
+    answer_gate = answer_gate_of(gate) if answer_gate is None else answer_gate
     selector = GateSelector(gate, threshold, budget, own=list(engines))
+    direct = LLMQueryEngine(llm=llm, answer_gate=answer_gate, answer_threshold=answer_threshold,
+                            logprobs_of=logprobs_of, retrieval_engine=retrieval_engine)  # fmt: skip
     tools = [
         QueryEngineTool.from_defaults(retrieval_engine, name="retrieve",
                                       description="answer from retrieved documents"),
-        QueryEngineTool.from_defaults(LLMQueryEngine(llm=llm), name="direct",
+        QueryEngineTool.from_defaults(direct, name="direct",
                                       description="answer from the LLM's own knowledge"),
     ]  # fmt: skip
     if multi_step_engine is not None or selector.multi:
         if multi_step_engine is None or not selector.multi:
             branches_of(gate, multi_step_engine is not None, budget)  # says what is wrong
-        tools.append(QueryEngineTool.from_defaults(multi_step_engine, name=routing.MULTI,
+        tools.append(QueryEngineTool.from_defaults(multi_step_engine, name=shared.MULTI,
                      description="answer by retrieving and reasoning in several steps"))  # fmt: skip
     for name, engine in engines.items():
         tools.append(QueryEngineTool.from_defaults(engine, name=name,

@@ -15,7 +15,7 @@ from ..generation.prompts import CLOSED_BOOK_ID, closed_book_prompt
 from ..questions import Question
 from .files import LabelFile
 from .logprobs import TOKEN_LOGPROBS, rounded
-from .run import run_policy
+from .policy_loop import run_policy
 from .scoring import DEFAULT_CRITERION, correct, frequent_answers, judge
 
 MAX_NEW_TOKENS = 24

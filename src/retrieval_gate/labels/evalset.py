@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,13 @@ from ..data.errors import DataError
 from ..questions import Question
 from .files import meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
-from .strategies import RELEASE_LABELS, StrategyLabels, is_strategy_source, load_strategy_labels
+from .logprobs import with_answer_logprobs
+from .strategy_labels import (
+    RELEASE_LABELS,
+    StrategyLabels,
+    is_strategy_source,
+    load_strategy_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -199,3 +205,10 @@ def _label_name(path: Path) -> str:
 def policy_name(label_path: str | Path) -> str:
     """`closed-book` from data/labels/<generator>/closed-book.jsonl."""
     return Path(label_path).name.removesuffix(".jsonl")
+
+
+def with_recorded_answers(s: EvalSet, label_file: str | Path) -> EvalSet:
+    """`s` with each question's closed-book answer's log-probabilities, as the label file
+    recorded them, in `Question.extra` (what a two-stage gate reads beside the question)."""
+    qs = with_answer_logprobs({q.id: q for q in s.questions}, label_file)
+    return replace(s, questions=tuple(qs[q.id] for q in s.questions))

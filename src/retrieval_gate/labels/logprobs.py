@@ -18,91 +18,24 @@ into the four numbers a two-stage gate reads (mean, min, first token, length).""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..data.answer_confidence import (  # noqa: F401  (the label rows' vocabulary, re-exported)
+    FEATURES,
+    MEAN_LOGPROB,
+    TOKEN_LOGPROBS,
+    logprob_features,
+    parse_mean_logprob,
+    parse_token_logprobs,
+)
+from ..questions import Question
 from .files import LabelFile, meta_path
 
-TOKEN_LOGPROBS = "token_logprobs"
-MEAN_LOGPROB = "mean_logprob"
 DECIMALS = 4
-FEATURES = ("mean_logprob", "min_logprob", "first_logprob", "answer_tokens")
-
-
-def _number(value: Any, what: str, path: str | Path | None, line: int | None) -> float:
-    """One log-probability: a finite real number <= 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DataError(f"{what} {value!r} is not a number", path, line)
-    x = float(value)
-    if not math.isfinite(x):
-        raise DataError(f"{what} is {x}: a log-probability is a finite number <= 0", path, line)
-    if x > 0:
-        raise DataError(
-            f"{what} is {x:g}, above 0: a log-probability (natural log of a probability) is "
-            "<= 0; were probabilities or negated log-probabilities recorded?",
-            path,
-            line,
-        )
-    return x
-
-
-def parse_token_logprobs(
-    value: Any,
-    path: str | Path | None = None,
-    line: int | None = None,
-    column: str = TOKEN_LOGPROBS,
-) -> list[float] | None:
-    """A `token_logprobs` cell: a JSON list of numbers <= 0 (a JSON text in a CSV cell), None
-    when empty or null. An empty list is returned as []: the caller refuses it where the row
-    has an answer."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise DataError(
-                f"column {column!r}: {value[:60]!r} is not a JSON list of log-probabilities "
-                "(e.g. [-0.1, -2.3, 0.0])",
-                path,
-                line,
-            ) from None
-    if isinstance(value, np.ndarray):  # a Parquet list column
-        value = value.tolist()
-    if not isinstance(value, list | tuple):
-        raise DataError(
-            f"column {column!r}: {value!r} is not a list of log-probabilities "
-            "(e.g. [-0.1, -2.3, 0.0])",
-            path,
-            line,
-        )
-    return [
-        _number(v, f"column {column!r}, token {k + 1}:", path, line) for k, v in enumerate(value)
-    ]
-
-
-def parse_mean_logprob(
-    value: Any,
-    path: str | Path | None = None,
-    line: int | None = None,
-    column: str = MEAN_LOGPROB,
-) -> float | None:
-    """A `mean_logprob` cell: a number <= 0 (text in a CSV cell), None when empty."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise DataError(f"column {column!r}: {value!r} is not a number", path, line) from None
-    return _number(value, f"column {column!r}:", path, line)
 
 
 def rounded(token_logprobs: Sequence[float] | None) -> list[float] | None:
@@ -154,21 +87,24 @@ def answer_logprobs(path: str | Path, strategy: str | None = None) -> dict[str, 
     return out
 
 
-def logprob_features(
-    token_logprobs: Sequence[float] | None, mean_logprob: float | None = None
-) -> np.ndarray:
-    """[mean, min, first-token, length] of one answer's token log-probabilities (`FEATURES`),
-    float64. Without tokens (a label file holding the mean only) mean is `mean_logprob` and
-    the other three are NaN; with neither all four are NaN. `mean_logprob` given with tokens
-    is ignored (the tokens' own mean is exact)."""
-    if token_logprobs is not None and len(token_logprobs):
-        x = np.asarray(token_logprobs, dtype=np.float64)
-        return np.array([x.mean(), x.min(), x[0], float(x.size)])
-    mean = np.nan if mean_logprob is None else float(mean_logprob)
-    return np.array([mean, np.nan, np.nan, np.nan])
-
-
 def feature_matrix(records: Mapping[str, AnswerLogprobs], ids: Sequence[str]) -> np.ndarray:
     """(len(ids), 4) features in `ids`' order; an id without a record is a row of NaN."""
     empty = AnswerLogprobs()
     return np.stack([records.get(i, empty).features() for i in ids]) if ids else np.empty((0, 4))
+
+
+def with_answer_logprobs(
+    questions: dict[str, Question], label_file: str | Path | None
+) -> dict[str, Question]:
+    """The questions with their closed-book answer's log-probabilities from the label file in
+    `extra`, where the questions file did not carry them already."""
+    records = answer_logprobs(label_file) if label_file is not None else {}
+    out = dict(questions)
+    for qid, rec in records.items():
+        q = out.get(qid)
+        if q is None or TOKEN_LOGPROBS in q.extra or MEAN_LOGPROB in q.extra:
+            continue
+        given = ({TOKEN_LOGPROBS: list(rec.token_logprobs)} if rec.token_logprobs
+                 else {MEAN_LOGPROB: rec.mean_logprob})  # fmt: skip
+        out[qid] = replace(q, extra={**q.extra, **given})
+    return out

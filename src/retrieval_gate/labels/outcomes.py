@@ -45,8 +45,8 @@ from .logprobs import (
     parse_token_logprobs,
     rounded,
 )
+from .policy_loop import provenance
 from .rag_gain import judge_gain
-from .run import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 CORRECT = ("correct", "is_correct", "closed_correct")

@@ -148,7 +148,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     rag-gain and strategies files in one folder."""
     from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
-    from .strategies import import_release, import_strategy_outcomes, parse_strategies
+    from .strategy_labels import import_release, import_strategy_outcomes, parse_strategies
 
     opts = req.options
     if req.out is not None:
@@ -197,7 +197,7 @@ def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
 
 def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:
     """Rewritten whole each time: reading a field costs nothing, so there is nothing to resume."""
-    from .run import provenance
+    from .policy_loop import provenance
     from .simple import LONG_TAIL_S_POP, popularity_rows, retrievalqa_rows
 
     rows = retrievalqa_rows(questions) if policy == "retrievalqa" else popularity_rows(questions)
@@ -210,7 +210,7 @@ def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, A
 def _generator_policy(
     req: LabelRequest, questions: list, out: LabelFile, generator: Any, retriever: Any
 ) -> dict[str, Any]:
-    from .run import pending
+    from .policy_loop import pending
 
     if not pending(questions, out.done_ids()):  # all done: reuse the file, start no engine
         return {"questions": 0, "seconds": 0.0, "questions_per_second": 0.0}

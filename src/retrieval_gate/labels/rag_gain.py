@@ -21,7 +21,7 @@ from ..questions import Question
 from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
 from .files import LabelFile
-from .run import run_policy
+from .policy_loop import run_policy
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 TOP_K = 5

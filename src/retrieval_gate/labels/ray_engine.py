@@ -106,7 +106,7 @@ def check_ray_address(address: str | None) -> None:
 
 class RayEngine:
     """A generator stand-in that brings its own labelling loop (`run_rows`, called by
-    `labels.run.run_policy`). Endpoints are checked at construction, before any work."""
+    `labels.policy_loop.run_policy`). Endpoints are checked at construction, before any work."""
 
     def __init__(self, options: RayOptions):
         options.check()
@@ -166,7 +166,7 @@ class RayEngine:
         chunk_size: int,
         desc: str = "labelling",
     ) -> dict[str, Any]:
-        from .run import pending
+        from .policy_loop import pending
 
         todo = pending(questions, out.done_ids())
         plan = {q.id: self.requests_of(compute, q) for q in todo}

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..questions import Question
 from .files import LabelFile
-from .run import provenance
+from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct
 from .simple import LONG_TAIL_S_POP
 

@@ -33,8 +33,8 @@ from ..retrieval.base import Retriever
 from ..retrieval.dense import MiniLMEncoder
 from .closed_book import closed_book_rows
 from .files import LabelFile
+from .policy_loop import run_policy
 from .rag_gain import TOP_K
-from .run import run_policy
 from .scoring import DEFAULT_CRITERION, correct, measures
 
 T_ANS = 0.15

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlparse
 
 from ..errors import ConfigError
 from ..gates.base import Gate
@@ -15,8 +16,9 @@ from ..gates.registry import needing
 from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
+from .cascade import CASCADE, check_logprobs
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
-from .modes import ModeOptions, build_mode_gates, check_modes
+from .modes import ModeOptions, build_gates_then_engine, build_mode_gates, check_modes
 from .multistep import MultiStepConfig
 
 
@@ -31,11 +33,36 @@ def open_generator(
     (`generation/cache.py`: the local engine starts on the first cache miss)."""
     from ..generation.cache import cached, lazy_generator
 
+    check_engine(generator_url, model, tensor_parallel_size, data_parallel_size)
     if generator_url:
         from ..generation.remote import RemoteGenerator
 
         return cached(RemoteGenerator(generator_url, model))
+    engine: dict[str, Any] = {}
+    if tensor_parallel_size > 1:
+        engine["tensor_parallel_size"] = tensor_parallel_size
+    return lazy_generator(model or SMOLLM2, **engine)
 
+
+def check_engine(
+    generator_url: str | None = None,
+    model: str | None = None,
+    tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+) -> None:
+    """The engine's options, before it starts (`open_generator` and the verbs' plans): counts
+    of at least 1, data parallelism only through a server, an http(s) server URL, and a model
+    named by a path that is a folder."""
+    for flag, value in (("--tensor-parallel-size", tensor_parallel_size),
+                        ("--data-parallel-size", data_parallel_size)):  # fmt: skip
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if generator_url:
+        url = urlparse(generator_url)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise ConfigError(f"--generator-url {generator_url!r}: give the server's http(s) "
+                              "URL, e.g. http://localhost:8000/v1")  # fmt: skip
+        return
     if data_parallel_size > 1:
         raise ConfigError(
             f"--data-parallel-size {data_parallel_size} needs a vLLM server (vLLM's in-process "
@@ -43,10 +70,10 @@ def open_generator(
             f"--model MODEL --data-parallel-size {data_parallel_size}` and pass --generator-url "
             "http://HOST:PORT/v1"
         )
-    engine: dict[str, Any] = {}
-    if tensor_parallel_size > 1:
-        engine["tensor_parallel_size"] = tensor_parallel_size
-    return lazy_generator(model or SMOLLM2, **engine)
+    if model:
+        from ..generation.models import check_model_folder
+
+        check_model_folder(model)
 
 
 def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
@@ -83,14 +110,23 @@ def open_rag(
     **generator_options: Any,
 ) -> AdaptiveRAG:
     """An `AdaptiveRAG` with the gate of mode `gate` (ONNX for a shipped service; `router`:
-    the export of `--router`, at `--budget` by default)."""
+    the export of `--router`, at `--budget` by default; `cascade`: that router with the
+    two-stage gate of `--answer-gate` reading its closed-book answers)."""
     mode_options = mode_options or ModeOptions()
     check_modes([gate], mode_options)
     ret = open_retriever(retriever, corpus)  # a bad --corpus fails before the engine starts
-    generator = open_generator(**generator_options)
-    engine = getattr(generator, "engine", None)
-    if callable(engine):  # a service starts its engine now, not on its first request's miss
-        engine()
-    (built,) = build_mode_gates([gate], generator, mode_options).values()
-    return AdaptiveRAG(built, ret, generator, k, max_new_tokens, multi_step=multi_step,
+
+    def started() -> Generator:
+        generator = open_generator(**generator_options)
+        engine = getattr(generator, "engine", None)
+        if callable(engine):  # a service starts its engine now, not on its first request's miss
+            engine()
+        return generator
+
+    # a gate that does not ask the generator loads (or fails) before the engine starts
+    gates, generator = build_gates_then_engine([gate], started, mode_options)
+    if gate == CASCADE:  # it reads answers' log-probabilities: asked once, before serving
+        check_logprobs(generator, "--generator-url" if generator_options.get("generator_url")
+                       else "--model")  # fmt: skip
+    return AdaptiveRAG(gates[gate], ret, generator, k, max_new_tokens, multi_step=multi_step,
                        budget=mode_options.budget, strategies=mode_options.strategies)  # fmt: skip

@@ -37,9 +37,9 @@ from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question
 from ..retrieval.base import Retriever
+from .decisions import Budget
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer, Costs, RagRun
 from .multistep import MultiStepConfig
-from .strategies import Budget
 
 WARMUP_QUESTIONS = 2
 

@@ -60,6 +60,7 @@ class Costs:
 
     questions: int = 0
     failed: int = 0  # questions answered with an error instead of a generation
+    escalations: int = 0  # a cascade's questions answered again by the next strategy
     retrieved: int = 0  # questions that retrieved at all (one retrieval or multi-step)
     retrievals: int = 0  # retrieval requests, per question summed (multi-step: one a step)
     llm_calls: int = 0  # generations, per question summed (multi-step: one a step)

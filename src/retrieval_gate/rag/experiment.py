@@ -20,12 +20,13 @@ from ..labels.files import LabelFile
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .backends import open_generator, open_retriever
+from .cascade import CASCADE, check_logprobs
 from .compare import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,
     ORACLE_RUN,
     ModeOptions,
-    build_mode_gates,
+    build_gates_then_engine,
     check_modes,
     oracle_from_run,
 )
@@ -76,8 +77,13 @@ def run_comparison(
     questions, among = _questions(modes, sample, mode_options)
     started = time.perf_counter()
     ret = open_retriever(pipeline.retriever, pipeline.corpus)  # a bad --corpus: before the engine
-    generator = generator or open_generator(**(engine or {}))
-    gates = build_mode_gates(modes, generator, mode_options)
+    running = generator
+    gates, generator = build_gates_then_engine(
+        modes, lambda: running or open_generator(**(engine or {})), mode_options
+    )  # a damaged gate file or an unmet budget: before the engine
+    if CASCADE in modes:  # the cascade reads answers' log-probabilities: asked once, up front
+        where = "--generator-url" if (engine or {}).get("generator_url") else "--model"
+        check_logprobs(generator, where)
     setup_seconds = time.perf_counter() - started
     progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator,
                         mode_options.budget)  # fmt: skip

@@ -1,6 +1,6 @@
 """`label --policy strategies`: each question's outcome under every strategy of the RAG loop
 (the registry's: the built-ins no retrieval, one retrieval and multi-step, or those of
-`--strategies FILE.yaml`), with YOUR generator and retriever, into the strategy label file (`labels/strategies.py`: same rows, same provenance fields).
+`--strategies FILE.yaml`), with YOUR generator and retriever, into the strategy label file (`labels/strategy_labels.py`: same rows, same provenance fields).
 
 It lives in rag/ because it runs the loop itself (labels/ sits below rag/ and cannot): the
 labels are the outcomes of exactly the prompts, documents and steps `rag` and `serve` run.
@@ -33,9 +33,9 @@ from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
 from ..labels.files import LabelFile, meta_path
 from ..labels.lock import single_writer
 from ..labels.logprobs import TOKEN_LOGPROBS, rounded
-from ..labels.run import pending, provenance, run_chunked
+from ..labels.policy_loop import pending, provenance, run_chunked
 from ..labels.scoring import DEFAULT_CRITERION, correct, judge
-from ..labels.strategies import (
+from ..labels.strategy_labels import (
     STRATEGY_FILE,
     LearnedPrior,
     Outcome,
@@ -47,9 +47,9 @@ from ..labels.strategies import (
 from ..questions import Question
 from ..retrieval.base import Retriever
 from ..strategies import BUILTIN, MULTI_STEP, PROMPTS, StrategyRegistry, StrategySpec
+from .decisions import Decision, FixedStrategy, check_runnable, retrieval_scores
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer
 from .multistep import MultiStepConfig
-from .strategies import Decision, FixedStrategy, check_runnable, retrieval_scores
 
 log = logging.getLogger(__name__)
 

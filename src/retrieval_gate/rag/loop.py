@@ -40,10 +40,18 @@ from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 from ..strategies import BUILTIN, DEFAULT_RETRIEVER, StrategyRegistry, StrategySpec
+from .cascade import Cascade, budget_slack, escalation_strategy, escalations, with_answers
 from .costs import Costs, Meter, StrategyCosts
+from .decisions import (
+    Budget,
+    Decision,
+    check_router,
+    decide,
+    routed_strategies,
+    strategy_costs,
+)
 from .fit import FittedPrompt, fit_prompts
 from .multistep import MultiStepConfig, Reasoning, apply_step, continue_steps, step_prompts
-from .strategies import Budget, Decision, check_router, decide, routed_strategies
 
 DEFAULT_K = 5  # RetrievalQA's top-5 documents
 DEFAULT_MAX_NEW_TOKENS = 24
@@ -77,6 +85,7 @@ class Answer:
     # the answer's token log-probabilities (multi-step: its last step's generation), when the
     # loop asked for them (`logprobs=True`) and the generator returned them
     token_logprobs: list[float] | None = None
+    escalated: bool = False  # a cascade's: kept closed-book, then answered by the next strategy
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,7 +212,13 @@ class AdaptiveRAG:
         if len(decision.strategies) != len(questions):
             raise BackendError(f"{len(decision.strategies)} strategies for {len(questions)} "
                                "questions")  # fmt: skip
-        answers = self._answers(questions, decision.strategies, Meter(costs, self.logprobs))
+        meter = Meter(costs, self.logprobs)
+        if isinstance(self.gate, Cascade):
+            scalar = None if isinstance(budget, Sequence) else budget
+            answers = self._cascade(self.gate, questions, decision.strategies, meter,
+                                    self.budget if scalar is None else scalar)  # fmt: skip
+        else:
+            answers = self._answers(questions, decision.strategies, meter)
         for a, p in zip(answers, decision.probabilities, strict=True):
             a.probability = float(p)
         _tally(costs, answers)
@@ -214,6 +229,45 @@ class AdaptiveRAG:
         if answers and all(a.retryable for a in answers):  # the generator is down: say so
             raise BackendError(answers[0].error or "the generator failed")
         return RagRun(answers, costs)
+
+    def _cascade(
+        self,
+        cascade: Cascade,
+        questions: Sequence[Question],
+        strategies: list[str],
+        meter: Meter,
+        budget: Budget,
+    ) -> list[Answer]:
+        """The cascade (rag/cascade.py): the questions the first gate keeps closed-book are
+        answered with their log-probabilities (one call), the rest as any mode answers them
+        (another: their prompts keep the generation cache's keys); the answer gate reads the
+        closed-book answers, and those it escalates are answered again by the next strategy."""
+        closed, up = escalation_strategy(cascade, self.registry)
+        kept = [i for i, s in enumerate(strategies) if s == closed]
+        rest = [i for i, s in enumerate(strategies) if s != closed]
+        answers: list[Answer | None] = [None] * len(questions)
+        asked = Meter(meter.costs, True)
+        for idx, m in ((kept, asked), (rest, meter)):
+            got = self._answers([questions[i] for i in idx], [strategies[i] for i in idx], m)
+            for i, a in zip(idx, got, strict=True):
+                answers[i] = a
+        done = [a for a in answers if a is not None]
+        kept = [i for i in kept if done[i].error is None]
+        if not kept:
+            return done
+        start = time.perf_counter()
+        read = with_answers([questions[i] for i in kept], [done[i].token_logprobs for i in kept])
+        scores = np.asarray(cascade.answer_gate.scores(read), dtype=float)
+        prices = strategy_costs(cascade.first, self.registry)
+        slack = budget_slack(cascade, strategies, budget, self.registry)
+        picks = escalations(scores, cascade.answer_gate.threshold, slack,
+                            prices[up] - prices[closed])  # fmt: skip
+        meter.costs.gate_seconds += time.perf_counter() - start
+        again = [kept[j] for j in picks]
+        second = self._answers([questions[i] for i in again], [up] * len(again), meter)
+        for i, a in zip(again, second, strict=True):
+            done[i] = _escalated(done[i], a)
+        return done
 
     def _answers(
         self, questions: Sequence[Question], strategies: list[str], meter: Meter
@@ -298,11 +352,19 @@ def _tally(costs: Costs, answers: Sequence[Answer]) -> None:
         c.prompt_tokens += a.prompt_tokens
         c.completion_tokens += a.completion_tokens
     costs.failed = sum(a.error is not None for a in answers)
+    costs.escalations = sum(a.escalated for a in answers)
     costs.retrieved = sum(a.retrievals > 0 for a in answers)
     costs.retrievals = sum(a.retrievals for a in answers)
     costs.llm_calls = sum(a.llm_calls for a in answers)
     costs.prompt_tokens = sum(a.prompt_tokens for a in answers)
     costs.completion_tokens = sum(a.completion_tokens for a in answers)
+
+
+def _escalated(first: Answer, second: Answer) -> Answer:
+    """The escalated answer, charged both calls (the closed-book one it replaced, too)."""
+    return replace(second, escalated=True, llm_calls=first.llm_calls + second.llm_calls,
+                   prompt_tokens=first.prompt_tokens + second.prompt_tokens,
+                   completion_tokens=first.completion_tokens + second.completion_tokens)  # fmt: skip
 
 
 def _scored(q: Question, text: str) -> dict[str, Any]:

@@ -18,8 +18,9 @@ generator, so their LLM calls are measured as gate time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
@@ -30,22 +31,30 @@ from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_
 from ..generation.base import Generator
 from ..labels.evalset import load_splits
 from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
+from ..pricing import check_budget
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
-from .loop import RagRun
-from .oracle import OracleGate, OracleRouter
-from .strategies import (
+from .artifacts import check_gate_folders, declared_router, folder_metadata
+from .cascade import CASCADE, Cascade
+from .decisions import (
     FixedStrategy,
     check_budget_sign,
     check_router,
     check_runnable,
     load_router,
+    routed_strategies,
 )
+from .loop import RagRun
+from .oracle import OracleGate, OracleRouter
 
 ORACLE, ORACLE_RUN = "oracle", "oracle-run"  # oracle-run is built after `never` and `always` ran
 ORACLES = (ORACLE, ORACLE_RUN)
 MULTI_STEP_MODE, ROUTER = "multi-step", "router"
-ROUTING = (MULTI_STEP_MODE, ROUTER)
+ROUTING = (MULTI_STEP_MODE, ROUTER, CASCADE)
+FIRST_GATE = (ROUTER, CASCADE)  # the modes that route with --router
+# `rag`'s modes unless --modes says otherwise (the routing modes are asked for by name)
+DEFAULT_MODES = ("never", "always", "learned", "onnx", "popularity", "prompt-vanilla",
+                 "prompt-ta-are", "confidence", "oracle", "oracle-run")  # fmt: skip
 
 
 @dataclass
@@ -61,6 +70,7 @@ class ModeOptions(GateOptions):
     router: Path | Gate | None = None  # the router mode's export folder (or a loaded router)
     budget: float | None = None  # the router mode's budget (None: the router's default)
     router_variant: str = "fp32"  # the router export's ONNX file
+    answer_gate: Path | Gate | None = None  # the cascade's two-stage gate (--answer-gate DIR)
     strategies: StrategyRegistry = BUILTIN  # the registry (--strategies FILE.yaml)
     retriever: str | None = None  # the verb's --retriever (None: not checked here)
 
@@ -82,6 +92,7 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     if options.retriever is not None:
         check_runnable(fixed, options.retriever, "--modes")
     check_options([m for m in modes if m in GATES], options)
+    check_gate_folders([m for m in modes if m in GATES], options)
     if ORACLE_RUN in modes and not {"never", "always"} <= set(modes):
         raise ConfigError(f"the {ORACLE_RUN} mode needs the never and always modes in --modes")
     _check_router_flags(modes, options)
@@ -99,10 +110,13 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
 
 
 def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
-    if ROUTER in modes and options.router is None:
-        raise ConfigError("the router mode needs --router DIR (a router or gate export)")
-    if ROUTER not in modes and (options.router is not None or options.budget is not None):
-        raise ConfigError("--router and --budget go with the router mode (--modes ... router)")
+    routing = [m for m in FIRST_GATE if m in modes]
+    if routing and options.router is None:
+        raise ConfigError(f"the {routing[0]} mode needs --router DIR (a router or gate export)")
+    if not routing and (options.router is not None or options.budget is not None):
+        raise ConfigError("--router and --budget go with the router mode or the cascade mode "
+                          "(--modes ... router)")  # fmt: skip
+    _check_answer_gate_flag(modes, options)
     check_budget_sign(options.budget)  # before the router loads
     if isinstance(options.router, str | Path):
         if not Path(options.router).is_dir():
@@ -114,6 +128,38 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
             raise DataError(f"no {options.router_variant} model in this router export "
                             f"(--router-variant): run `retrieval-gate export --variants "
                             f"{options.router_variant}`", model)  # fmt: skip
+        _check_declared_budget(folder, options.budget)
+
+
+def _check_answer_gate_flag(modes: Sequence[str], options: ModeOptions) -> None:
+    """--answer-gate goes with the cascade mode and names a two-stage gate's folder."""
+    if (CASCADE in modes) != (options.answer_gate is not None):
+        raise ConfigError("the cascade mode and --answer-gate DIR (a two-stage gate export, "
+                          "`train --config cascade-closed-book`) go together")  # fmt: skip
+    folder = options.answer_gate
+    if isinstance(folder, str | Path):
+        if not Path(folder).is_dir():
+            raise DataError("no such folder: --answer-gate takes a two-stage gate's export "
+                            "folder", folder)  # fmt: skip
+        side = folder_metadata(folder).get("side_features")
+        if isinstance(side, str):  # an export's metadata keeps it as JSON text
+            side = json.loads(side)
+        if not (side or {}).get("answer_confidence"):
+            raise ConfigError(f"--answer-gate {folder}: this gate does not read the answer's "
+                              "log-probabilities: export one trained with --config "
+                              "cascade-closed-book")  # fmt: skip
+
+
+def _check_declared_budget(folder: Path, budget: float | None) -> None:
+    """--budget against the costs the router's folder declares (read before it loads)."""
+    declared = declared_router(folder)  # damaged metadata fails here, budget or not
+    if budget is None:
+        return
+    if declared is None:
+        raise ConfigError(f"--budget {budget}: {folder} holds a binary gate, which has no "
+                          "retrieval budget to meet; its operating point is its threshold "
+                          "(--threshold router=VALUE), or pass a router export")  # fmt: skip
+    check_budget(budget, declared.costs, "--budget")
 
 
 def build_mode_gates(
@@ -123,18 +169,37 @@ def build_mode_gates(
     confidence gates share, None when there is none)."""
     check_modes(modes, options)
     context = _context(modes, generator, options)
-    gates: dict[str, Gate] = {}
-    for mode in (m for m in modes if m != ORACLE_RUN):
-        gate = _build(mode, context, options)
-        if mode == ROUTER:
-            registry = check_router(gate, options.budget, options.strategies)
-            if options.retriever is not None:
-                check_runnable([registry[s] for s in gate.strategies], options.retriever,  # type: ignore[attr-defined]
-                               f"router {gate.name!r}")  # fmt: skip
-        if mode in options.thresholds:
-            gate.threshold = options.thresholds[mode]
-        gates[mode] = gate
-    return gates
+    return {m: _mode_gate(m, context, options) for m in modes if m != ORACLE_RUN}
+
+
+def build_gates_then_engine(
+    modes: Sequence[str], start_engine: Callable[[], Generator], options: ModeOptions
+) -> tuple[dict[str, Gate], Generator]:
+    """Every mode's gate and the engine: the gates that do not ask the generator are built
+    first, so a damaged gate or router file, or a budget the router cannot meet, fails before
+    `start_engine` is called; the prompt and confidence gates follow with the engine."""
+    check_modes(modes, options)
+    asking = set(needing("generator", modes))
+    context = _context(modes, None, options)
+    gates = {m: _mode_gate(m, context, options) for m in modes
+             if m not in asking and m != ORACLE_RUN}  # fmt: skip
+    generator = start_engine()
+    context = replace(context, _generator=generator)
+    gates |= {m: _mode_gate(m, context, options) for m in modes if m in asking}
+    return {m: gates[m] for m in modes if m in gates}, generator
+
+
+def _mode_gate(mode: str, context: GateContext, options: ModeOptions) -> Gate:
+    """One mode's gate; a router checked against the registry and the loop's retriever."""
+    gate = _build(mode, context, options)
+    if mode in FIRST_GATE:
+        registry = check_router(gate, options.budget, options.strategies)
+        if options.retriever is not None:
+            check_runnable([registry[s] for s in routed_strategies(gate, registry)], options.retriever,
+                           f"router {gate.name!r}")  # fmt: skip
+    if mode in options.thresholds:
+        gate.threshold = options.thresholds[mode]
+    return gate
 
 
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
@@ -145,11 +210,16 @@ def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
         return FixedStrategy(multi.name, name=MULTI_STEP_MODE)  # type: ignore[union-attr]
     if mode in options.strategies:
         return FixedStrategy(mode, registry=options.strategies)
-    if mode == ROUTER:
+    if mode in FIRST_GATE:
         router = options.router
-        if isinstance(router, Gate):
+        if not isinstance(router, Gate):
+            router = load_router(router, options.router_variant)  # type: ignore[arg-type]
+        if mode == ROUTER:
             return router
-        return load_router(router, options.router_variant)  # type: ignore[arg-type]
+        answer = options.answer_gate
+        if not isinstance(answer, Gate):
+            answer = load_router(answer, options.router_variant)  # type: ignore[arg-type]
+        return Cascade(router, answer)
     gate = build_gate(mode, context, options)
     # The confidence gate can look answers up in the labelling run's records; in a RAG pass it
     # must generate them, or its cost would not be measured.

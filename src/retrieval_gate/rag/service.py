@@ -44,10 +44,7 @@ from ..gates.base import AsksGenerator, Gate, is_router
 from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from .batcher import Batcher, Busy
-from .limits import Limits
-from .loop import AdaptiveRAG, Answer, Costs
-from .service_metrics import ServiceMetrics, Timing
-from .strategies import (
+from .decisions import (
     Decision,
     check_router,
     cost_unit,
@@ -55,6 +52,9 @@ from .strategies import (
     routed_strategies,
     strategy_costs,
 )
+from .limits import Limits
+from .loop import AdaptiveRAG, Answer, Costs
+from .service_metrics import ServiceMetrics, Timing
 from .traffic import Traffic
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,11 @@ class AnswerItem(BaseModel):
     documents: list[str] = Field(description="ids of the documents in the (last) prompt")
     retrievals: int = Field(description="retrieval requests made for it")
     llm_calls: int = Field(description="generations made for it (multi-step: one a step)")
+    escalated: bool = Field(
+        False,
+        description="the cascade kept it closed-book, read the "
+        "answer, and answered it again with the next strategy",
+    )
     steps: list[dict[str, Any]] = Field(
         description="multi-step trace: per step its query, documents and text"
     )
@@ -486,6 +491,7 @@ def _item(a: Answer) -> AnswerItem:
         documents=a.documents,
         retrievals=a.retrievals,
         llm_calls=a.llm_calls,
+        escalated=a.escalated,
         steps=a.steps,
         error=a.error,
     )

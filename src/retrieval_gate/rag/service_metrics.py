@@ -65,8 +65,8 @@ class ServiceMetrics:
             self.tokens.labels(kind)
         self.escalations = Counter(
             f"{PREFIX}_escalations",
-            "Questions escalated to a dearer strategy after the generator's answer (0 until "
-            "the cascade serves)",
+            "Questions the cascade escalated to a dearer strategy after reading their "
+            "closed-book answer",
             registry=r,
         )
         self.requests = Counter(f"{PREFIX}_requests", "HTTP requests", ["endpoint", "status"],
@@ -98,6 +98,7 @@ class ServiceMetrics:
             self.llm_calls.labels(a.strategy).inc(a.llm_calls)
             self.tokens.labels("prompt").inc(getattr(a, "prompt_tokens", 0) or 0)
             self.tokens.labels("completion").inc(getattr(a, "completion_tokens", 0) or 0)
+            self.escalations.inc(int(getattr(a, "escalated", False)))
 
     def request(self, path: str, status: int, seconds: float) -> None:
         endpoint = path if path in ENDPOINTS else "other"

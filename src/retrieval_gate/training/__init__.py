@@ -4,7 +4,7 @@ from .checkpoint import load_run, read_metadata, save_threshold
 from .config import TASKS, TrainConfig, load_config
 from .data import CLASS_NAMES, GateDataModule
 from .module import RetrievalGateModule
-from .run import TrainedRun, train
+from .trainer import TrainedRun, train
 
 __all__ = [
     "CLASS_NAMES",

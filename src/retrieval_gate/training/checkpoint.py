@@ -28,7 +28,7 @@ from .. import __version__
 from ..data.features import GateFeatures, features_from_dict
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
-from ..routing import Calibration
+from ..pricing import Calibration
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config

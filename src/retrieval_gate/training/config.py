@@ -273,6 +273,11 @@ class ModelConfig(_Checked):
     # a stacked head's source model, P(source | text), which its heads read: it helps the
     # router; a binary gate's config may drop it (docs/train.md: no gain there, most of the fit)
     source_model: bool = True
+    # a two-stage gate (binary task, stacked head): the closed-book answer's token
+    # log-probabilities as inputs beside the question (data/answer_confidence.py), read from
+    # the label file at training and per question when scoring; a question without them gets
+    # the question-only score. Apart from data.features, the user's own numeric columns
+    answer_confidence: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -370,9 +375,13 @@ class TrainConfig:
                               "data.task=strategies (a router: its price read out of fold): a "
                               "linear head trains by epochs and keeps dev to choose its best one, "
                               "a gate's threshold is tuned on dev")  # fmt: skip
-        if self.model.head == "stacked" and self.data.features:
-            raise ConfigError("model.head=stacked computes its own text features: drop "
-                              "data.features, or use model.head=linear with them")  # fmt: skip
+        if self.model.answer_confidence and (
+            self.model.head != "stacked" or self.data.task_spec.multilabel
+            or len(self.data.task_spec.classes) != 2
+        ):  # fmt: skip
+            raise ConfigError("model.answer_confidence=true is a two-stage binary gate: it needs "
+                              "model.head=stacked and data.task=binary, not "
+                              f"head={self.model.head}, task={self.data.task}")  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrainConfig:

@@ -21,7 +21,7 @@ from ..data import DataError, assign_splits, load_all
 from ..data.features import GateFeatures, SideFeatures
 from ..data.splits import with_splits
 from ..labels import LabelFile
-from ..labels.strategies import load_strategy_labels, strategy_labels_sha256
+from ..labels.strategy_labels import load_strategy_labels, strategy_labels_sha256
 from ..questions import Question
 from .config import TASKS, DataConfig
 from .provenance import label_provenance
@@ -75,7 +75,7 @@ class StrategyTargets:
 
 
 def strategy_targets(source: str | Path) -> StrategyTargets:
-    """From a strategy label file, a release folder or `adaptive-rag` (labels.strategies)."""
+    """From a strategy label file, a release folder or `adaptive-rag` (labels.strategy_labels)."""
     lab = load_strategy_labels(source)
     labels = {i: tuple(float(r["correct"][s]) for s in lab.strategies) for i, r in lab.rows.items()}
     costs = {i: tuple(float(r["cost"][s]) for s in lab.strategies)

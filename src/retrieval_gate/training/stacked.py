@@ -20,6 +20,15 @@ see it. On the bundle (scripts/router_cv.py, 10 seeded splits, paired) train+dev
 accuracy at budget 1.0 by 0.008 (standard error 0.003) and met the budget more tightly (test
 mean cost over splits: standard deviation 0.05 instead of 0.10).
 
+A two-stage gate (`model.answer_confidence: true`, a binary gate) adds a second level: a
+logistic model over [the question-only logit, the side features, the answer's confidence
+(data/answer_confidence.py)], fitted on the training questions that carry their closed-book
+answer's log-probabilities, with the question-only logit cross-fitted (3 folds) so it is as
+noisy there as on new questions. A question with an answer is scored by it; one without keeps
+the question-only logit (`has_answer` switches between them inside the graph). Few inputs, its
+strength chosen by cross-validated AUROC: it weighs the answer's confidence as much as it is
+worth, which on a strong LLM's answers is most of the decision.
+
 Every model is linear in the sparse TF-IDF vector, so its weights collapse into one projection
 row per token and per bigram (`TokenTfidf`, computed from `input_ids` inside the model), and
 the rest is `StackedHead`: two small linear layers on top of the body, the same module in
@@ -38,14 +47,18 @@ import torch
 from torch import nn
 
 from .. import work
-from ..data.text_features import TextFeatures, TokenLayout, shape_features
+from ..data.answer_confidence import AnswerConfidence
+from ..data.features import SideFeatures
+from ..data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout, shape_features
 from ..errors import DataError
+from ..labels.logprobs import with_answer_logprobs
 from .config import TASKS
 from .data import GateDataModule
 
 log = logging.getLogger(__name__)
 
 SOURCE_C, HEAD_C, FOLDS = 10.0, 0.1, 3
+SECOND_CS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # the answer level's strengths, tried
 CALIBRATION_FOLDS = 5  # out-of-fold predictions to calibrate on when dev is fitted on
 CORRECT, CLASS, SOURCE = "correct:", "class:", "source:"  # output names: router / gate heads
 
@@ -93,15 +106,15 @@ class TokenTfidf(nn.Module):
 
 
 class StackedHead(nn.Module):
-    """[pooled embedding | shape columns] and the tokens -> the logits (one per strategy, or
-    per class)."""
+    """[pooled embedding | shape | side features | answer confidence] and the tokens -> the
+    logits (one per strategy, or per class)."""
 
     def __init__(self, hidden: int, features: TextFeatures, num_classes: int):
         super().__init__()
         self.hidden = hidden
         self.n_sources = sum(o.startswith(SOURCE) for o in features.outputs)
         self.n_heads = len(features.outputs) - self.n_sources
-        self.n_shape = features.width
+        self.n_shape = features.text_width  # the columns the question-only models read
         if self.n_heads != num_classes:
             raise DataError(
                 f"stacked head: the text features carry {self.n_heads} head "
@@ -111,6 +124,12 @@ class StackedHead(nn.Module):
         base = hidden + self.n_shape
         self.source = nn.Linear(base, self.n_sources) if self.n_sources else None
         self.out = nn.Linear(base + self.n_sources, num_classes)
+        self.second = None  # a two-stage gate's: [question logit, side, confidence] -> logit
+        if features.confidence is not None:
+            if num_classes != 2:
+                raise DataError("model.answer_confidence is for a binary gate (task "
+                                f"closed_book or rag_gain), not {num_classes} outputs")  # fmt: skip
+            self.second = nn.Linear(1 + features.width - len(SHAPE_NAMES), 1)
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         # The two logistic layers regrouped so the graph has few nodes (each costs a router
@@ -118,7 +137,7 @@ class StackedHead(nn.Module):
         # one for the shape's, the token TF-IDF added as it is; the weights' regrouping
         # depends on weights only, so ONNX Runtime folds it at load.
         h, a, b = self.hidden, self.n_heads, self.n_sources
-        emb, shape = x[:, :h], x[:, h:]
+        emb, shape = x[:, :h], x[:, h : h + self.n_shape]
         emb = emb / emb.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         out_w = self.out.weight
         layers = [(out_w, self.out.bias)] + ([(self.source.weight, self.source.bias)] if b else [])
@@ -126,10 +145,16 @@ class StackedHead(nn.Module):
         w_shape = torch.cat([w[:, h : h + self.n_shape] for w, _ in layers])
         z = (emb @ w_emb.T + shape @ w_shape.T + self.tokens(input_ids)
              + torch.cat([bias for _, bias in layers]))  # fmt: skip
-        if not b:
+        if b:
+            posterior = z[:, a:].softmax(-1)
+            z = z[:, :a] + posterior @ out_w[:, h + self.n_shape :].T
+        if self.second is None:
             return z
-        posterior = z[:, a:].softmax(-1)
-        return z[:, :a] + posterior @ out_w[:, h + self.n_shape :].T
+        # the answer's level: its logit where the question came with an answer (has_answer,
+        # the last column), the question-only logit where it did not
+        zq = z[:, 1:] - z[:, :1]
+        z2 = self.second(torch.cat([zq, x[:, h + len(SHAPE_NAMES) :]], dim=-1))
+        return torch.cat([z[:, :1], z[:, :1] + zq + x[:, -1:] * (z2 - zq)], dim=-1)
 
 
 @torch.inference_mode()
@@ -306,8 +331,15 @@ def fit_stacked_head(
     heads = dm.strategies if dm.multilabel else TASKS[dm.cfg.task].classes
     weights = dm.class_weights()  # a gate's, as its linear head's loss; a router: None
     class_weight = None if weights is None else dict(enumerate(weights.tolist()))
+    side = dm.side_features if isinstance(dm.side_features, SideFeatures) else None
+    confidence = None
+    if module.config.answer_confidence:  # a two-stage gate: its answers' log-probabilities
+        dm.questions = with_answer_logprobs(dm.questions, dm.path)
+        confidence = AnswerConfidence.fit([dm.questions[r[0]] for r in rows])
+    columns = TextFeatures((), TokenLayout(0, 0), side, confidence)  # the columns beside the text
+    F = columns.matrix([dm.questions[r[0]] for r in rows], strict=False)
     features, P = fit_stacked(module, texts, ids, special, len(tok), sources, Y, E, heads,
-                              seed, folds, class_weight)  # fmt: skip
+                              seed, folds, class_weight, F, columns)  # fmt: skip
     dm.attach_features(features)
     if P is None:
         return None
@@ -319,19 +351,25 @@ def fit_stacked(
     module: nn.Module, texts: list[str], token_ids: Sequence[Sequence[int]], special: set[int],
     vocabulary: int, sources: list[str], Y: np.ndarray, E: np.ndarray,
     heads: tuple[str, ...], seed: int = 0, folds: int = 0,
-    class_weight: dict[int, float] | None = None,
+    class_weight: dict[int, float] | None = None, F: np.ndarray | None = None,
+    columns: TextFeatures | None = None,
 ) -> tuple[TextFeatures, np.ndarray | None]:  # fmt: skip
     """Fits the source model and the heads on the training rows (texts, their token ids, the
     tokenizer's special ids and vocabulary size, their sources, the targets `Y`: a router's
     strategies' recorded correctness (n, S), or a gate's class indices (n,), the frozen
     embeddings `E`), puts the weights into `module.head` (a `StackedHead`) and returns the text
     features the head reads, and with `folds` (routers) the rows' out-of-fold
-    P(correct | strategy) (else None). `heads`: the strategies, or the gate's classes."""
+    P(correct | strategy) (else None). `heads`: the strategies, or the gate's classes. `F`:
+    the rows' columns beside the text as `columns` (a `TextFeatures` giving the side features
+    and answer confidence, if any) computes them; default: the shape alone."""
     from scipy.sparse import csr_matrix, hstack
 
     E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
     vec, Xt, terms, rows, layout = token_tfidf(token_ids, special, vocabulary)
-    dense = csr_matrix(np.hstack([E, shape_features(texts)]))
+    F = shape_features(texts) if F is None else F
+    side, confidence = (None, None) if columns is None else (columns.side, columns.confidence)
+    text_width = F.shape[1] - (confidence.width if confidence is not None else 0)
+    dense = csr_matrix(np.hstack([E, F[:, :text_width]]))
     src = np.asarray(sources)
     classes = np.unique(src)
     if len(classes) > 1:
@@ -349,7 +387,7 @@ def fit_stacked(
     v = Xt.shape[1]
     prefix = CORRECT if Y.ndim == 2 else CLASS
     outputs = (*(prefix + s for s in heads), *(SOURCE + str(c) for c in classes))
-    features = TextFeatures(outputs, layout)
+    features = TextFeatures(outputs, layout, side, confidence)
     module.set_head(features)
     head = module.head
     with torch.no_grad():
@@ -360,7 +398,60 @@ def fit_stacked(
             head.source.bias.copy_(torch.from_numpy(src_bias))
         head.out.weight.copy_(torch.from_numpy(head_coef[:, v:]))
         head.out.bias.copy_(torch.from_numpy(head_bias))
+        if head.second is not None:
+            w, b = _second_level(X, Y, F[:, len(SHAPE_NAMES) :], class_weight, seed)
+            head.second.weight.copy_(torch.from_numpy(w[None, :]))
+            head.second.bias.fill_(b)
     return features, _out_of_fold(X, Y, folds, seed) if folds else None
+
+
+def _second_level(
+    X: Any, Y: np.ndarray, rest: np.ndarray, class_weight: dict[int, float] | None, seed: int
+) -> tuple[np.ndarray, float]:
+    """The two-stage gate's answer level: (weights, bias) of a logistic model over [the
+    cross-fitted question-only logit, `rest`: side features and answer confidence], fitted on
+    the rows that carry an answer (`has_answer`, the last column)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    y = Y.astype(int)
+    has = rest[:, -1] > 0
+    if has.sum() < 2 * FOLDS or np.bincount(y[has], minlength=2).min() < FOLDS:
+        raise DataError(f"model.answer_confidence: {int(has.sum())} training questions carry "
+                        "their answer's log-probabilities, too few of each label to fit on "
+                        f"(at least {FOLDS} right and {FOLDS} wrong answers)")  # fmt: skip
+    zq = np.zeros(len(y))
+    for a, b in StratifiedKFold(FOLDS, shuffle=True, random_state=seed).split(rest, y):
+        coef, bias = _heads(X[a], y[a], class_weight)
+        zq[b] = X[b] @ (coef[1] - coef[0]) + (bias[1] - bias[0])
+    Z, y = np.hstack([zq[:, None], rest])[has], y[has]
+    c = _strongest(Z, y, class_weight, seed)
+    log.info(f"two-stage gate: the answer level fitted on the {len(y)} training questions "
+             f"with answers (C={c})")  # fmt: skip
+    m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight).fit(Z, y)
+    coef, bias = _softmax_weights(m)
+    return coef[1] - coef[0], float(bias[1] - bias[0])
+
+
+def _strongest(
+    Z: np.ndarray, y: np.ndarray, class_weight: dict[int, float] | None, seed: int
+) -> float:
+    """The answer level's C of best cross-validated AUROC: few inputs, and how much the
+    answer is worth beside the question differs from one LLM to the next."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import StratifiedKFold
+
+    folds = list(StratifiedKFold(FOLDS, shuffle=True, random_state=seed).split(Z, y))
+    oof = np.zeros(len(y))
+
+    def auc(c: float) -> float:
+        for a, b in folds:
+            m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight)
+            oof[b] = m.fit(Z[a], y[a]).decision_function(Z[b])
+        return float(roc_auc_score(y, oof))
+
+    return max(SECOND_CS, key=auc)
 
 
 def _fill_tables(

@@ -64,7 +64,7 @@ def suggest(trial: optuna.Trial, max_epochs: int) -> list[str]:
 
 def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | None = None) -> float:
     """Fits one configuration; returns the last dev AUROC. Test rows never reach the loaders."""
-    from ..training.run import prepare
+    from ..training.trainer import prepare
 
     _, dm, module = prepare(config, questions)
     dm.rows["test"] = []  # tuning never reads the test split

@@ -14,12 +14,15 @@ from ..errors import ConfigError, MissingInputError
 
 @dataclass(frozen=True)
 class DevData:
-    """What a threshold is tuned on: dev labels, gate scores and recorded answers."""
+    """What a threshold is tuned on: dev labels, gate scores and recorded answers; and the
+    LLM calls a question costs without and with retrieval (the binary pair's specs; None:
+    unknown)."""
 
     y: np.ndarray
     scores: np.ndarray
     closed: np.ndarray
     rag: np.ndarray
+    llm_calls: tuple[float, float] | None = (1.0, 1.0)
 
     def require_answers(self) -> DevData:
         """Adaptive accuracy is measured on the questions with both recorded answers (the
@@ -39,14 +42,26 @@ class DevData:
 
 
 def figures(dev: DevData, t: float) -> dict[str, float | None]:
-    """Dev figures at a threshold (what justifies a chosen threshold)."""
+    """Dev figures at a threshold (what justifies a chosen threshold): the retrieval rate is
+    the retrievals per question (one for each question sent to retrieval), beside the LLM
+    calls per question."""
     d = dev.scores >= t
     return {
         "macro_f1": M.macro_f1(dev.y, d),
         "accuracy": M.accuracy(dev.y, d),
         "retrieval_rate": M.retrieval_rate(d),
+        "llm_calls_per_question": llm_calls_per_question(d, dev.llm_calls),
         "adaptive_accuracy": M.adaptive_accuracy(d, dev.closed, dev.rag),
     }
+
+
+def llm_calls_per_question(
+    decisions: np.ndarray, calls: tuple[float, float] | None
+) -> float | None:
+    """Mean LLM calls of binary decisions: `calls` = (without, with retrieval)."""
+    if calls is None or not len(decisions):
+        return None
+    return float(np.mean(np.where(decisions, calls[1], calls[0])))
 
 
 def macro_f1(dev: DevData, t: float) -> float:

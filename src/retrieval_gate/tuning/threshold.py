@@ -11,7 +11,14 @@ import numpy as np
 import optuna
 
 from .. import metrics as M
-from .objectives import DevData, Objective, candidate_thresholds, exhaustive_best, figures
+from .objectives import (
+    DevData,
+    Objective,
+    candidate_thresholds,
+    exhaustive_best,
+    figures,
+    llm_calls_per_question,
+)
 from .studies import open_study
 from .workers import optimize_until, run_workers
 
@@ -54,7 +61,8 @@ def pareto_front(
     workers: int = 1,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """NSGA-II over the threshold: maximise adaptive accuracy, minimise retrieval rate, by
-    `workers` processes on one study. Returns (front sorted by retrieval rate, all trials)."""
+    `workers` processes on one study. Returns (front sorted by retrieval rate, all trials),
+    each row with its LLM calls per question too (the second cost axis)."""
     dev = dev.require_answers()
     if workers > 1:
         return run_workers(pareto_front, {"dev": dev, "name": name, "storage": storage,
@@ -70,9 +78,10 @@ def pareto_front(
 
     optimize_until(study, trial_values, n_trials)
 
-    def row(t: optuna.trial.FrozenTrial) -> dict[str, float]:
+    def row(t: optuna.trial.FrozenTrial) -> dict[str, float | None]:
+        calls = llm_calls_per_question(dev.scores >= t.user_attrs["threshold"], dev.llm_calls)
         return {"threshold": t.user_attrs["threshold"], "adaptive_accuracy": t.values[0],
-                "retrieval_rate": t.values[1]}  # fmt: skip
+                "retrieval_rate": t.values[1], "llm_calls_per_question": calls}  # fmt: skip
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     front = sorted((row(t) for t in study.best_trials), key=lambda r: r["retrieval_rate"])

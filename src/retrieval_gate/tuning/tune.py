@@ -2,24 +2,26 @@
 fills in. Threshold studies for one gate (built from train/dev only), Mallen's per-relation
 popularity study, the learned gate's hyper-parameter study; each writes `<out>/<stem>.md` and
 `.json`. Only after a study has finished are its chosen thresholds applied to the test split
-(`tuning.report`), and only `save_objective` writes into a training run."""
+(`tuning.tuned_report`), and only `save_objective` writes into a training run."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InputError
 from ..fileio import content_id, sha256_file, write_text
+from ..gates.base import reads_answers
 from ..gates.registry import GateOptions, check_options
-from ..labels.evalset import Splits, load_splits, policy_name
+from ..labels.evalset import Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
+from ..pricing import Calibration, binary_llm_calls, check_budget, llm_calls_for
 from ..questions import Question
-from ..routing import check_budget
+from ..strategies import StrategyRegistry
 from ..tables import markdown_table
 from .storage import check_storage
 from .studies import DEFAULT_STORAGE, study_name
@@ -28,7 +30,9 @@ log = logging.getLogger(__name__)
 
 THRESHOLDS = ("macro-f1", "adaptive-accuracy", "min-retrieval", "pareto")
 OWN_STUDIES = ("relations", "hparams")  # they build their own gates
-ROUTER = ("budget-accuracy", "min-cost", "cost-pareto")  # a router's price (tuning/router.py)
+# a router's price (tuning/router_budgets.py); the last two on the LLM-calls axis
+ROUTER = ("budget-accuracy", "min-cost", "cost-pareto", "llm-budget-accuracy", "min-llm-calls")
+LLM_BUDGET = "llm-budget-accuracy"  # the objective --budget-llm-calls goes with
 OBJECTIVES = (*THRESHOLDS, *OWN_STUDIES, *ROUTER)
 TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questions
 # studies Optuna samples (trials, a storage); the other threshold objectives (and the router's
@@ -59,6 +63,8 @@ class TuneConfig:
     command: str = ""  # shown in the reports
     budget: float = 1.0  # router: mean cost per question (budget-accuracy, --calibrate-on)
     calibrate_on: str | None = None  # router: a user's unlabelled questions (their traffic)
+    budget_llm_calls: float | None = None  # router: mean LLM calls a question (llm-budget-...)
+    strategies: StrategyRegistry | None = None  # --strategies: specs (LLM calls) of the labels'
 
     def __post_init__(self) -> None:
         self.run_dir = run_dir_for(self.labels, self.run_dir)
@@ -92,7 +98,9 @@ class TuneConfig:
                                   f"threshold objectives tuned here: {', '.join(tuned)}")  # fmt: skip
 
     def _check_router(self) -> None:
-        """--budget against the router's own costs (from its files, before it is loaded)."""
+        """--budget and --budget-llm-calls against the router's own costs and LLM calls (from
+        its files, before it is loaded)."""
+        self._check_llm_budget()
         if not (set(self.objectives) & set(ROUTER) or self.calibrate_on):
             return
         costs = declared_costs(self.gate, self.gate_options)
@@ -104,9 +112,32 @@ class TuneConfig:
         ):
             raise InputError("--calibrate-on: no such question file", self.calibrate_on)
 
+    def _check_llm_budget(self) -> None:
+        """--budget-llm-calls goes with llm-budget-accuracy (and it with the flag), from 0 to
+        the dearest strategy's LLM calls where the router's files declare them."""
+        given, asked = self.budget_llm_calls is not None, LLM_BUDGET in self.objectives
+        if asked and not given:
+            raise ConfigError(f"--objective {LLM_BUDGET} needs --budget-llm-calls X (mean LLM "
+                              "calls per question)")  # fmt: skip
+        if given and not asked:
+            raise ConfigError(f"--budget-llm-calls goes with --objective {LLM_BUDGET} (the "
+                              "most accurate routing within that many LLM calls a question)")  # fmt: skip
+        if given:
+            calls = declared_llm_calls(self.gate, self.gate_options, self.strategies)
+            check_budget(self.budget_llm_calls, calls or [float("inf")], "--budget-llm-calls",
+                         "number of LLM calls")  # fmt: skip
 
-def declared_costs(gate: str, options: GateOptions) -> list[float] | None:
-    """A learned router run's or router export's costs, read from its metadata file."""
+    def check_llm_budget_for(self, strategies: Sequence[str]) -> None:
+        """--budget-llm-calls against the label file's strategies (a router fitted here, e.g.
+        router-tfidf, has no files to read it from): before the router is built."""
+        calls = llm_calls_for(strategies, self.strategies)
+        if self.budget_llm_calls is not None and calls:
+            check_budget(self.budget_llm_calls, calls, "--budget-llm-calls",
+                         "number of LLM calls")  # fmt: skip
+
+
+def _declared_router(gate: str, options: GateOptions) -> dict[str, Any] | None:
+    """A learned router run's or router export's calibration, read from its metadata file."""
     path = None
     if gate == "learned" and options.learned_run:
         path = Path(options.learned_run) / "metadata.json"
@@ -114,8 +145,22 @@ def declared_costs(gate: str, options: GateOptions) -> list[float] | None:
         path = Path(options.onnx) / "gate_metadata.json"
     if path is None or not path.is_file():
         return None
-    router = json.loads(path.read_text(encoding="utf-8")).get("router")
+    return json.loads(path.read_text(encoding="utf-8")).get("router")
+
+
+def declared_costs(gate: str, options: GateOptions) -> list[float] | None:
+    """A learned router run's or router export's costs, read from its metadata file."""
+    router = _declared_router(gate, options)
     return list(router["costs"]) if router else None
+
+
+def declared_llm_calls(
+    gate: str, options: GateOptions, registry: StrategyRegistry | None = None
+) -> tuple[float, ...] | None:
+    """The LLM calls per question of a router run's or export's strategies (--strategies'
+    specs, else the router's own), read from its metadata file."""
+    router = _declared_router(gate, options)
+    return Calibration.from_dict(router).llm_calls(registry) if router else None
 
 
 def run_tuning(cfg: TuneConfig) -> list[Path]:
@@ -142,7 +187,7 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
 
 def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     from ..data.user_questions import question_set
-    from .router import (
+    from .router_budgets import (
         calibrate_on,
         calibration_source,
         router_markdown,
@@ -151,18 +196,21 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
         traffic_summary,
         tune_router,
     )
-    from .run import build_for_tuning
+    from .threshold_studies import build_for_tuning
 
     policy = policy_name(cfg.labels)
     traffic = question_set(cfg.calibrate_on) if cfg.calibrate_on else ()  # read before the model
+    cfg.check_llm_budget_for(sp.dev.strategies)  # before the router is built
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options)
-    result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target)
+    result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
+                         cfg.strategies)  # fmt: skip
     test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
     calibration = None
     if cfg.calibrate_on:
         calibration = calibrate_on(gate, traffic, calibration_source(cfg.calibrate_on), cfg.budget)
         dev_price = gate.calibration.price(cfg.budget)  # type: ignore[attr-defined]
-        result["traffic"] = traffic_summary(calibration, len(traffic), dev_price)
+        result["traffic"] = traffic_summary(calibration, len(traffic), dev_price,
+                                            result["llm_calls"])  # fmt: skip
     md = f"# Router tuning\n\n`{cfg.command}`\n\n" + router_markdown(result)
     if cfg.save_objective in (*ROUTER, TRAFFIC):
         from ..training.checkpoint import save_router
@@ -181,16 +229,21 @@ def _write(cfg: TuneConfig, stem: str, data: dict[str, Any], markdown: str) -> P
 
 
 def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
-    from .report import dev_test_rows, tuned_markdown
-    from .run import build_for_tuning, tune_gate_thresholds, tuning_identity
+    from .threshold_studies import build_for_tuning, tune_gate_thresholds, tuning_identity
+    from .tuned_report import dev_test_rows, tuned_markdown
 
     policy = policy_name(cfg.labels)
     records = LabellingRun(cfg.run_dir).records()
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
     identity = tuning_identity(cfg.labels, cfg.run_dir, gate)  # content, not names
+    calls = binary_llm_calls(sp.dev.strategies, cfg.strategies)  # the LLM-calls axis
+    if reads_answers(gate):  # a two-stage gate: tuned on what it reads, the recorded answers
+        dev, test = (with_recorded_answers(s, cfg.labels) for s in (sp.dev, sp.test))
+        sp = replace(sp, dev=dev, test=test)
+        calls = None if calls is None else (calls[0], sum(calls))  # it pays the answer it reads
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, cfg.storage,
                                   cfg.out, cfg.trials, cfg.target, cfg.seed, identity,
-                                  cfg.workers)  # fmt: skip
+                                  cfg.workers, calls)  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     result["rows"] = rows = dev_test_rows(result, gate, sp.test)
     md = f"# Tuned thresholds\n\n`{cfg.command}`\n\n" + tuned_markdown(result, rows)
@@ -217,7 +270,7 @@ def _save_threshold(cfg: TuneConfig, result: dict[str, Any]) -> None:
 
 def _relations(cfg: TuneConfig, sp: Splits) -> Path:
     from .popularity import tune_relations
-    from .run import tuning_identity
+    from .threshold_studies import tuning_identity
 
     policy = policy_name(cfg.labels)
     name = study_name("popularity", policy, "relations", tuning_identity(cfg.labels, cfg.run_dir))

@@ -36,12 +36,17 @@ from ..fileio import read_json, sha256_file, write_json, write_text
 from ..questions import Question
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
+from .calibrate_router import (
+    calibrate_router,
+    check_strategy_source,
+    out_of_fold_metrics,
+    router_figures,
+)
 from .checkpoint import save_run
 from .config import TrainConfig
 from .data import GateDataModule, memory_labels, memory_provenance, strategy_targets
 from .loggers import build_loggers
 from .module import RetrievalGateModule
-from .router import calibrate_router, check_strategy_source, out_of_fold_metrics, router_figures
 from .stacked import fit_stacked_head
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Threshold studies of one gate: build it from train/dev only, score dev (cached), tune each
 objective and the Pareto front. Nothing here sees the test split (`run_tuning` applies the
-chosen thresholds to test afterwards, through `tuning.report`)."""
+chosen thresholds to test afterwards, through `tuning.tuned_report`)."""
 
 from __future__ import annotations
 
@@ -61,15 +61,18 @@ def tune_gate_thresholds(
     seed: int = 0,
     identity: str = "",
     workers: int = 1,
+    llm_calls: tuple[float, float] | None = (1.0, 1.0),
 ) -> dict[str, Any]:
     """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
     dev scores; the Pareto study and the score cache are keyed by `identity` (see
-    `tuning_identity`)."""
+    `tuning_identity`). `llm_calls`: a question's LLM calls without and with retrieval (the
+    binary pair's specs), reported beside the retrieval rate."""
     require_no_test(train, "gate fitting")
     cache = out_dir / f"{gate.name}-{policy}.dev-scores.npz"
     scores = dev_scores(gate, dev, cache, identity)
-    data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct)
-    out: dict[str, Any] = {"gate": gate.name, "policy": policy, "thresholds": {}, "skipped": {}}
+    data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct, llm_calls)
+    out: dict[str, Any] = {"gate": gate.name, "policy": policy, "thresholds": {}, "skipped": {},
+                           "llm_calls": llm_calls}  # fmt: skip
     for name in objectives:
         if name == "pareto":
             continue

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 from ..gates.base import CarriesStrategies, Gate, Questions, Router, as_questions, is_router
-from ..routing import check_budget
+from ..pricing import check_budget
 from ..strategies import BUILTIN, DEFAULT_COSTS, StrategyRegistry, StrategySpec
 
 Budget = float | None

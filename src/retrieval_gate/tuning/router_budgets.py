@@ -3,10 +3,15 @@
 - `budget-accuracy`: the most accurate routing whose mean cost is within `--budget`;
 - `min-cost`: the cheapest routing whose accuracy reaches `--target` x the best single
   strategy's (e.g. 1.0: always-multi's accuracy);
-- `cost-pareto`: the accuracy-vs-cost Pareto front.
+- `cost-pareto`: the accuracy-vs-cost Pareto front;
+- `llm-budget-accuracy` / `min-llm-calls`: the same two on the second cost axis, LLM calls per
+  question (each strategy's from its spec): the most accurate routing within
+  `--budget-llm-calls`, the fewest LLM calls reaching `--target`.
+
+Every chosen row and the front name both axes (mean cost and LLM calls per question).
 
 One price parameter decides a router's routing, so each is an exact sweep over every price at
-which some dev question's routing changes (`routing.sweep`): no sampler. `--calibrate-on FILE`
+which some dev question's routing changes (`pricing.sweep`): no sampler. `--calibrate-on FILE`
 re-reads the price of the budget on a user's own unlabelled questions (their traffic,
 RouteLLM-style). Test questions are routed only after tuning, at the prices chosen on dev."""
 
@@ -21,8 +26,7 @@ import numpy as np
 from ..errors import ConfigError, MissingInputError
 from ..gates.base import Gate, is_router
 from ..labels.evalset import EvalSet
-from ..questions import Question
-from ..routing import (
+from ..pricing import (
     Calibration,
     Curve,
     outcome,
@@ -32,10 +36,14 @@ from ..routing import (
     route_indices,
     sweep,
 )
+from ..questions import Question
+from ..strategies import StrategyRegistry
 from ..tables import markdown_table
 from .studies import require_no_test
 
-ROUTER_OBJECTIVES = ("budget-accuracy", "min-cost", "cost-pareto")
+ROUTER_OBJECTIVES = ("budget-accuracy", "min-cost", "cost-pareto", "llm-budget-accuracy",
+                     "min-llm-calls")  # fmt: skip
+LLM_OBJECTIVES = ("llm-budget-accuracy", "min-llm-calls")  # need each strategy's LLM calls
 
 
 def require_router(gate: Gate) -> Any:
@@ -48,10 +56,18 @@ def require_router(gate: Gate) -> Any:
     return gate
 
 
-def _point(curve: Curve, i: int) -> dict[str, Any]:
+def _point(curve: Curve, i: int, calls: np.ndarray | None) -> dict[str, Any]:
     return {"price": float(curve.price[i]), "mean_cost": float(curve.mean_cost[i]),
+            "mean_llm_calls": None if calls is None else float(calls[i]),
             "accuracy": None if curve.accuracy is None else float(curve.accuracy[i]),
             "shares": curve.shares[i].tolist()}  # fmt: skip
+
+
+def router_llm_calls(
+    gate: Gate, registry: StrategyRegistry | None = None
+) -> tuple[float, ...] | None:
+    """A router's strategies' LLM calls per question: --strategies' specs, else its own."""
+    return require_router(gate).calibration.llm_calls(registry)
 
 
 def dev_curve(router: Any, dev: EvalSet) -> tuple[Curve, str]:
@@ -66,9 +82,17 @@ def dev_curve(router: Any, dev: EvalSet) -> tuple[Curve, str]:
 
 
 def tune_router(
-    gate: Gate, dev: EvalSet, objectives: Sequence[str], budget: float, target: float
+    gate: Gate,
+    dev: EvalSet,
+    objectives: Sequence[str],
+    budget: float,
+    target: float,
+    budget_llm_calls: float | None = None,
+    registry: StrategyRegistry | None = None,
 ) -> dict[str, Any]:
-    """Each router objective's price and dev figures, and the dev Pareto front."""
+    """Each router objective's price and dev figures (mean cost and LLM calls), and the dev
+    Pareto front; `registry` (--strategies) declares the strategies' LLM calls (default: the
+    router's own specs)."""
     require_no_test(dev)
     router = require_router(gate)
     if not dev.has_strategies:
@@ -76,29 +100,53 @@ def tune_router(
                                 "(--labels: a strategies.jsonl, a release folder or adaptive-rag)")  # fmt: skip
     cal: Calibration = router.calibration
     curve, swept = dev_curve(router, dev)
-    single = curve.single  # either curve was swept with outcomes, so it records them
-    best_single = float(single.max())
+    per_strategy = router_llm_calls(router, registry)
+    calls = None if per_strategy is None else curve.mean_llm_calls(per_strategy)
     out: dict[str, Any] = {"gate": gate.name, "strategies": list(cal.strategies),
-                           "costs": list(cal.costs), "n_dev": curve.n, "swept": swept,
-                           "n_prices": len(curve.price), "chosen": {}, "skipped": {}}  # fmt: skip
+                           "costs": list(cal.costs), "llm_calls": per_strategy,
+                           "n_dev": curve.n, "swept": swept, "n_prices": len(curve.price),
+                           "chosen": {}, "skipped": {}}  # fmt: skip
+    budgets = {"budget-accuracy": budget, "llm-budget-accuracy": budget_llm_calls}
     for name in objectives:
-        if name == "budget-accuracy":
-            i = point_for_budget(curve, budget, best_accuracy=True)
-            out["chosen"][f"budget-accuracy@{budget:g}"] = {**_point(curve, i), "budget": budget}
-        elif name == "min-cost":
-            need = target * best_single
-            i = point_for_accuracy(curve, need)
-            if i is None:
-                out["skipped"][f"min-cost@{target:g}"] = (
-                    f"no routing reaches {swept} accuracy {need:.3f} ({target:g} x the best single "
-                    f"strategy's {best_single:.3f})")  # fmt: skip
-                continue
-            out["chosen"][f"min-cost@{target:g}"] = {**_point(curve, i),
-                                                     "budget": float(curve.mean_cost[i])}  # fmt: skip
+        if name in LLM_OBJECTIVES and calls is None:
+            out["skipped"][name] = ("the router's strategies declare no LLM calls (pass their "
+                                    "specs with --strategies FILE.yaml)")  # fmt: skip
         elif name == "cost-pareto":
-            out["pareto"] = [_point(curve, i) for i in pareto(curve)]
-    out["dev_single"] = dict(zip(cal.strategies, single.tolist(), strict=True))
+            out["pareto"] = [_point(curve, i, calls) for i in pareto(curve)]
+        elif name in budgets and budgets[name] is None:
+            out["skipped"][name] = "no budget given (--budget-llm-calls)"
+        elif name in budgets:
+            _within(out, curve, calls, name, float(budgets[name]))
+        else:
+            _reaching(out, curve, calls, name, target, swept)
+    out["dev_single"] = dict(zip(cal.strategies, curve.single.tolist(), strict=True))
     return out
+
+
+def _within(out: dict[str, Any], curve: Curve, calls: np.ndarray | None, name: str,
+            budget: float) -> None:  # fmt: skip
+    """The most accurate routing within `budget`: mean cost, or mean LLM calls for the LLM
+    objective ("budget" stays the row's mean cost: a router's default is saved in it)."""
+    llm = name in LLM_OBJECTIVES
+    i = point_for_budget(curve, budget, best_accuracy=True, spend=calls if llm else None)
+    extra = {"budget": float(curve.mean_cost[i]), "budget_llm_calls": budget} if llm else {
+        "budget": budget}  # fmt: skip
+    out["chosen"][f"{name}@{budget:g}"] = {**_point(curve, i, calls), **extra}
+
+
+def _reaching(out: dict[str, Any], curve: Curve, calls: np.ndarray | None, name: str,
+              target: float, swept: str) -> None:  # fmt: skip
+    """The cheapest routing (mean cost, or LLM calls for the LLM objective) whose accuracy
+    reaches `target` x the best single strategy's."""
+    need, best = target * float(curve.single.max()), float(curve.single.max())
+    i = point_for_accuracy(curve, need, spend=calls if name in LLM_OBJECTIVES else None)
+    if i is None:
+        out["skipped"][f"{name}@{target:g}"] = (
+            f"no routing reaches {swept} accuracy {need:.3f} ({target:g} x the best single "
+            f"strategy's {best:.3f})")  # fmt: skip
+        return
+    out["chosen"][f"{name}@{target:g}"] = {**_point(curve, i, calls),
+                                           "budget": float(curve.mean_cost[i])}  # fmt: skip
 
 
 def test_figures(gate: Gate, result: dict[str, Any], test: EvalSet) -> None:
@@ -109,10 +157,14 @@ def test_figures(gate: Gate, result: dict[str, Any], test: EvalSet) -> None:
     costs = router.calibration.costs
     P = router.strategy_proba(test.questions)
     paid = test.costs_paid(costs)
+    calls = result.get("llm_calls")
 
-    def at(price: float) -> dict[str, float]:
-        ok, cost = outcome(route_indices(P, price, costs), test.correct, paid)
-        return {"accuracy": float(ok.mean()), "mean_cost": float(cost.mean())}
+    def at(price: float) -> dict[str, float | None]:
+        choice = route_indices(P, price, costs)
+        ok, cost = outcome(choice, test.correct, paid)
+        llm = None if calls is None else float(np.asarray(calls, float)[choice].mean())
+        return {"accuracy": float(ok.mean()), "mean_cost": float(cost.mean()),
+                "mean_llm_calls": llm}  # fmt: skip
 
     for point in [*result["chosen"].values(), *result.get("pareto", [])]:
         point["test"] = at(point["price"])
@@ -144,19 +196,18 @@ def shown_front(front: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def router_markdown(result: dict[str, Any]) -> str:
     where = result.get("swept", "dev")  # the questions swept: dev, or out-of-fold train+dev
-    header = ["objective", "price", f"{where} accuracy", f"{where} mean cost", "test accuracy",
-              "test mean cost", *(f"% {s}" for s in result["strategies"])]  # fmt: skip
+    header = ["objective", "price", f"{where} accuracy", f"{where} mean cost",
+              f"{where} LLM calls/q", "test accuracy", "test mean cost", "test LLM calls/q",
+              *(f"% {s}" for s in result["strategies"])]  # fmt: skip
 
     def row(name: str, p: dict[str, Any]) -> list[Any]:
         t = p.get("test", {})
-        return [name, p["price"], p["accuracy"], p["mean_cost"], t.get("accuracy"),
-                t.get("mean_cost"), *(f"{100 * v:.0f}" for v in p["shares"])]  # fmt: skip
+        return [name, p["price"], p["accuracy"], p["mean_cost"], p.get("mean_llm_calls"),
+                t.get("accuracy"), t.get("mean_cost"), t.get("mean_llm_calls"),
+                *(f"{100 * v:.0f}" for v in p["shares"])]  # fmt: skip
 
-    costs = ", ".join(
-        f"{s} {c:g}" for s, c in zip(result["strategies"], result["costs"], strict=True)
-    )
     lines = [f"## Router {result['gate']}: price for a budget", "",
-             f"Costs: {costs}. Exact sweep over the {result['n_prices']} distinct routings one "
+             f"{_axes(result)}. Exact sweep over the {result['n_prices']} distinct routings one "
              f"price makes on {result['n_dev']} questions ({where}); test routed afterwards "
              "at the chosen prices.", "",
              markdown_table(header, [row(k, v) for k, v in result["chosen"].items()]), ""]  # fmt: skip
@@ -174,18 +225,34 @@ def router_markdown(result: dict[str, Any]) -> str:
                   markdown_table(header, [row("front", p) for p in front])]  # fmt: skip
     if "traffic" in result:
         t = result["traffic"]
+        calls = t.get("mean_llm_calls")
         lines += ["", f"Calibrated on {t['source']} ({t['n']} questions): budget "
                   f"{t['budget']:g} -> price {t['price']:.4g} (mean cost there "
-                  f"{t['mean_cost']:.3f}; the dev price for it: {t['dev_price']:.4g})."]  # fmt: skip
+                  f"{t['mean_cost']:.3f}" + ("" if calls is None else f", LLM calls/q {calls:.3f}")
+                  + f"; the dev price for it: {t['dev_price']:.4g})."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def traffic_summary(cal: Calibration, n: int, dev_price: float) -> dict[str, Any]:
+def _axes(result: dict[str, Any]) -> str:
+    """The two cost axes, per strategy: cost (retrievals unless the strategies say another
+    unit) and LLM calls per question (from each strategy's spec)."""
+    names = result["strategies"]
+    costs = ", ".join(f"{s} {c:g}" for s, c in zip(names, result["costs"], strict=True))
+    calls = result.get("llm_calls")
+    llm = "n/a (no specs)" if calls is None else ", ".join(
+        f"{s} {c:g}" for s, c in zip(names, calls, strict=True))  # fmt: skip
+    return f"Costs: {costs}; LLM calls per question: {llm}"
+
+
+def traffic_summary(
+    cal: Calibration, n: int, dev_price: float, calls: Sequence[float] | None = None
+) -> dict[str, Any]:
     curve = cal.curve()
     i = int(np.argmin(np.abs(curve.price - cal.default_price)))
+    llm = None if calls is None else float(curve.mean_llm_calls(calls)[i])
     return {"source": cal.traffic_source, "n": n, "budget": cal.default_budget,
             "price": cal.default_price, "mean_cost": float(curve.mean_cost[i]),
-            "dev_price": dev_price}  # fmt: skip
+            "mean_llm_calls": llm, "dev_price": dev_price}  # fmt: skip
 
 
 def saved_calibration(gate: Gate, result: dict[str, Any], objective: str) -> Calibration:

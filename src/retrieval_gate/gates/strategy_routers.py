@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import MissingInputError
 from ..labels.evalset import EvalSet
-from ..routing import Calibration, default_costs, route_indices
+from ..pricing import Calibration, default_costs, route_indices
 from ..strategies import StrategyRegistry
 from .base import Questions, as_questions
 

@@ -11,7 +11,11 @@ breakpoint, so every routing one price can make is seen once (an exact search, n
 A budget is a mean cost per question. `point_for_budget` picks, on a calibration curve (dev
 questions with their outcomes, or a user's own unlabelled traffic), the smallest price whose
 mean cost stays within the budget (the budget met); the default operating point a router is
-trained with is the best dev accuracy within its budget."""
+trained with is the best dev accuracy within its budget.
+
+LLM calls per question are the cost model's second axis (each strategy's from its spec,
+`StrategySpec.expected_llm_calls`): a price's routing makes `shares @ calls` of them on
+average, so a budget on LLM calls is read off the same curve (`spend=`)."""
 
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
-from .strategies import DEFAULT_COSTS, StrategyRegistry, specs_of, with_cost
+from .errors import ConfigError, InputError
+from .strategies import BUILTIN, DEFAULT_COSTS, StrategyRegistry, specs_of, with_cost
 
 _TIE = 1e-12  # breaks ties toward the cheaper strategy
 
@@ -48,14 +52,30 @@ def check_costs(costs: Sequence[float], strategies: Sequence[str], flag: str = "
         raise InputError(f"{flag} {list(costs)}: a cost is a number of 0 or more")
 
 
-def check_budget(budget: float | None, costs: Sequence[float], flag: str = "budget") -> None:
-    """A budget (mean cost per question) between 0 and the dearest strategy's cost."""
+def check_budget(
+    budget: float | None, costs: Sequence[float], flag: str = "budget", unit: str = "cost"
+) -> None:
+    """A budget (mean `unit` per question: cost, or LLM calls) between 0 and the dearest
+    strategy's."""
     if budget is None:
         return
     top = max(costs)
-    if not (isinstance(budget, int | float) and math.isfinite(budget) and 0 <= budget <= top):
-        raise InputError(f"{flag} {budget!r}: a budget is a mean cost per question from 0 to "
-                         f"the most expensive strategy's cost ({top:g})")  # fmt: skip
+    ok = isinstance(budget, int | float) and not isinstance(budget, bool)
+    if not (ok and math.isfinite(budget) and 0 <= budget <= top):
+        top_known = f" ({top:g})" if math.isfinite(top) else ""  # unknown before a model loads
+        raise InputError(f"{flag} {budget!r}: a budget is a mean {unit} per question from 0 to "
+                         f"the most expensive strategy's{top_known}")  # fmt: skip
+
+
+def llm_calls_for(
+    names: Sequence[str], *registries: StrategyRegistry | None
+) -> tuple[float, ...] | None:
+    """Each strategy's LLM calls per question from the first registry that declares them all
+    (e.g. --strategies, then a router's own specs), else the built-ins; None: none does."""
+    for reg in (*registries, BUILTIN):
+        if reg is not None and all(n in reg for n in names):
+            return reg.llm_calls(names)
+    return None
 
 
 def route_indices(P: np.ndarray, price: float, costs: Sequence[float]) -> np.ndarray:
@@ -83,6 +103,23 @@ def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
     return np.unique(np.concatenate([[0.0], prices + 1e-9, [top + 1.0]]))
 
 
+def binary_llm_calls(
+    strategies: Sequence[str] = (), registry: StrategyRegistry | None = None
+) -> tuple[float, float] | None:
+    """LLM calls a question costs a binary gate without and with retrieval: the specs of the
+    label file's first two strategies (strategy labels: the binary view's pair), else the
+    registry's binary pair (default: the built-ins'); None: no spec known."""
+    if strategies:
+        calls = llm_calls_for(tuple(strategies[:2]), registry)
+        return None if calls is None else (calls[0], calls[1])
+    reg = registry or BUILTIN
+    try:
+        closed, retrieving = reg.binary_pair()
+    except ConfigError:  # a registry without a pair: the column is n/a, the rest goes on
+        return None
+    return reg[closed].expected_llm_calls, reg[retrieving].expected_llm_calls
+
+
 @dataclass(frozen=True)
 class Curve:
     """One row per distinct routing a price makes: its price (the smallest found), the mean
@@ -95,6 +132,10 @@ class Curve:
     shares: np.ndarray  # (k, S): share of questions sent to each strategy
     single: np.ndarray | None = None  # (S,): always that strategy's accuracy (with outcomes)
     n: int = 0  # questions swept (0: not recorded, as in older exports)
+
+    def mean_llm_calls(self, calls: Sequence[float]) -> np.ndarray:
+        """Each row's mean LLM calls per question, given each strategy's (`calls`, (S,))."""
+        return self.shares @ np.asarray(calls, float)
 
     def to_dict(self) -> dict[str, Any]:
         return {"price": self.price.tolist(), "mean_cost": self.mean_cost.tolist(),
@@ -155,26 +196,32 @@ def sweep(
     )
 
 
-def point_for_budget(curve: Curve, budget: float, best_accuracy: bool = False) -> int:
+def point_for_budget(
+    curve: Curve, budget: float, best_accuracy: bool = False, spend: np.ndarray | None = None
+) -> int:
     """Row of `curve` for a budget: the smallest price within it (the budget met, as nearly
     spent as one price allows), or with `best_accuracy` the best accuracy among the rows
-    within it (ties: the cheaper); none within it: the cheapest routing."""
-    within = np.flatnonzero(curve.mean_cost <= budget + 1e-9)
+    within it (ties: the cheaper); none within it: the cheapest routing. `spend`: what the
+    budget bounds per row (default the mean cost; `Curve.mean_llm_calls` for LLM calls)."""
+    spend = curve.mean_cost if spend is None else spend
+    within = np.flatnonzero(spend <= budget + 1e-9)
     if not len(within):
-        return int(np.argmin(curve.mean_cost))
+        return int(np.argmin(spend))
     if not best_accuracy or curve.accuracy is None:
         return int(within[np.argmin(curve.price[within])])
     best = curve.accuracy[within].max()
     tied = within[curve.accuracy[within] >= best - 1e-12]
-    return int(tied[np.argmin(curve.mean_cost[tied])])
+    return int(tied[np.lexsort((curve.mean_cost[tied], spend[tied]))[0]])
 
 
-def point_for_accuracy(curve: Curve, target: float) -> int | None:
-    """Row of the cheapest routing whose accuracy reaches `target` (None: none does)."""
+def point_for_accuracy(curve: Curve, target: float, spend: np.ndarray | None = None) -> int | None:
+    """Row of the cheapest routing (by `spend`, default the mean cost; ties: the lower mean
+    cost) whose accuracy reaches `target` (None: none does)."""
     if curve.accuracy is None:
         raise InputError("an accuracy target needs outcomes (a strategy label file)")
+    spend = curve.mean_cost if spend is None else spend
     ok = np.flatnonzero(curve.accuracy >= target - 1e-12)
-    return None if not len(ok) else int(ok[np.argmin(curve.mean_cost[ok])])
+    return None if not len(ok) else int(ok[np.lexsort((curve.mean_cost[ok], spend[ok]))[0]])
 
 
 def pareto(curve: Curve) -> list[int]:
@@ -248,6 +295,16 @@ class Calibration:
         return StrategyRegistry(tuple(with_cost(reg[s], c) for s, c in
                                       zip(self.strategies, self.costs, strict=True)),
                                 "the router's own strategies")  # fmt: skip
+
+    def llm_calls(self, registry: StrategyRegistry | None = None) -> tuple[float, ...] | None:
+        """Each strategy's LLM calls per question: `registry`'s specs where it declares every
+        strategy (--strategies), else the router's own (None: a router before issue 36 whose
+        names are not built-ins)."""
+        try:
+            own = self.registry()
+        except ConfigError:
+            own = None
+        return llm_calls_for(self.strategies, registry, own)
 
     def curve(self) -> Curve:
         """The curve a budget is read from: the user's traffic when calibrated on it."""

@@ -1,6 +1,12 @@
 """Evaluate like the Adaptive-RAG paper, and better (issue 25 item 7): on strategy labels, the
-accuracy and mean cost per question of every routing policy on the test questions, overall and
-per source, with bootstrap CIs, and the accuracy-vs-cost curve as a figure.
+accuracy, mean cost and LLM calls per question of every routing policy on the test questions,
+overall and per source, with bootstrap CIs, and the accuracy-vs-cost curve as a figure (its x:
+the cost, LLM calls, or both panels).
+
+Two cost axes (issue 37): the mean cost is in the strategies' unit (retrievals unless a
+strategies file prices them otherwise; per question where the labels carry costs), the LLM
+calls per question come from each strategy's spec (`StrategySpec.expected_llm_calls`:
+multi-step, its expected steps).
 
 Policies: always one strategy (never = the first, always-one, always-multi, ...), the
 per-source prior (each dataset's best strategy on dev), every router evaluated (the TF-IDF
@@ -10,6 +16,7 @@ strategy that answers; none does: the first, at no cost)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +25,27 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as M
-from ..figures import plt, save_figure
+from ..errors import ConfigError
+from ..figures import panels, save_figure
 from ..gates.base import Gate, is_router
 from ..labels.evalset import EvalSet
-from ..routing import Calibration, default_costs, outcome, point_for_accuracy, route_indices
-from ..strategies import StrategyRegistry
+from ..pricing import (
+    Calibration,
+    default_costs,
+    llm_calls_for,
+    outcome,
+    point_for_accuracy,
+    route_indices,
+)
+from ..strategies import COST_AXES, StrategyRegistry
 from ..tables import markdown_table
 from .bootstrap import bootstrap_ci
 
+log = logging.getLogger(__name__)
 BUDGETS = (0.5, 1.0, 2.0)
+AXES = (*COST_AXES, "both")  # the figure's x: --cost-axis
+AXIS_LABEL = {"retrievals": "mean cost per question (test; the strategies' cost, retrievals by default)",
+              "llm_calls": "mean LLM calls per question (test; the strategies' specs)"}  # fmt: skip
 
 
 @dataclass
@@ -105,14 +124,21 @@ def gate_policies(gates: Mapping[str, Gate], test: EvalSet, dev: EvalSet) -> lis
     return out
 
 
-def _stats(policy: Policy, test: EvalSet, paid: np.ndarray, rows: np.ndarray, reps: int) -> dict:
+def _stats(policy: Policy, test: EvalSet, paid: np.ndarray, rows: np.ndarray, reps: int,
+           calls: np.ndarray | None = None) -> dict:  # fmt: skip
+    """Accuracy, mean cost and (with `calls`, each strategy's) mean LLM calls, with CIs."""
     ok, cost = outcome(policy.choice[rows], test.correct[rows], paid[rows])
-    acc_ci = bootstrap_ci(lambda i: float(ok[i].mean()), len(rows), reps)
-    cost_ci = bootstrap_ci(lambda i: float(cost[i].mean()), len(rows), reps)
     shares = np.bincount(policy.choice[rows], minlength=len(test.strategies)) / len(rows)
-    return {"n": int(len(rows)), "accuracy": float(ok.mean()), "accuracy_ci95": acc_ci,
-            "mean_cost": float(cost.mean()), "mean_cost_ci95": cost_ci,
-            "shares": dict(zip(test.strategies, shares.tolist(), strict=True))}  # fmt: skip
+    out = {"n": int(len(rows)), **_mean_ci("accuracy", ok, reps), **_mean_ci("mean_cost", cost, reps),
+           "mean_llm_calls": None, "mean_llm_calls_ci95": None}  # fmt: skip
+    if calls is not None:
+        out |= _mean_ci("mean_llm_calls", calls[policy.choice[rows]], reps)
+    return out | {"shares": dict(zip(test.strategies, shares.tolist(), strict=True))}
+
+
+def _mean_ci(key: str, values: np.ndarray, reps: int) -> dict:
+    ci = bootstrap_ci(lambda i: float(values[i].mean()), len(values), reps)
+    return {key: float(values.mean()), f"{key}_ci95": ci}
 
 
 def routing_report(
@@ -123,19 +149,25 @@ def routing_report(
     stem: str,
     n_resamples: int = 1000,
     costs: Sequence[float] | None = None,
+    registry: StrategyRegistry | None = None,
+    axis: str = "retrievals",
 ) -> dict[str, Any]:
     """Every policy on `test`: overall and per source, with CIs; AUROC of "the no-retrieval
-    answer is wrong" per gate; the accuracy-vs-cost figure."""
+    answer is wrong" per gate; the accuracy-vs-cost figure (x: `axis`, one of AXES).
+    `registry` (--strategies) declares the strategies' LLM calls (default: a router's own
+    specs, else the built-ins')."""
     costs = tuple(costs) if costs is not None else _costs(gates, test.strategies)
     paid = test.costs_paid(costs)
+    per_strategy = _llm_calls(gates, test.strategies, registry)
+    calls = None if per_strategy is None else np.asarray(per_strategy, float)
     policies = fixed_policies(test, dev) + gate_policies(gates, test, dev)
     everything = np.arange(len(test))
     sources = sorted(set(test.sources.tolist()))
     rows = []
     for p in policies:
-        row = {"policy": p.name, "overall": _stats(p, test, paid, everything, n_resamples)}
+        row = {"policy": p.name, "overall": _stats(p, test, paid, everything, n_resamples, calls)}
         row["per_source"] = {s: _stats(p, test, paid, np.flatnonzero(test.sources == s),
-                                       n_resamples) for s in sources}  # fmt: skip
+                                       n_resamples, calls) for s in sources}  # fmt: skip
         rows.append(row)
     y = 1 - test.correct[:, 0]
     auroc = {}
@@ -145,9 +177,11 @@ def routing_report(
                        "ci95": bootstrap_ci(lambda i, s=s: M.auroc(y[i], s[i]), len(y), n_resamples),
                        "per_source": {src: M.auroc(y[test.sources == src], s[test.sources == src])
                                       for src in sources}}  # fmt: skip
-    figure = accuracy_cost_figure(test, gates, rows, paid, out_dir / f"{stem}-accuracy-cost.png")
-    return {"strategies": list(test.strategies), "costs": list(costs), "n_test": len(test),
-            "policies": rows, "auroc_no_retrieval_wrong": auroc, "figure": figure.name}  # fmt: skip
+    figure = accuracy_cost_figure(test, gates, rows, paid, out_dir / f"{stem}-accuracy-cost.png",
+                                  calls, axis)  # fmt: skip
+    return {"strategies": list(test.strategies), "costs": list(costs), "llm_calls": per_strategy,
+            "n_test": len(test), "policies": rows, "auroc_no_retrieval_wrong": auroc,
+            "figure": figure.name, "figure_axis": axis}  # fmt: skip
 
 
 def registry_costs(
@@ -161,6 +195,18 @@ def registry_costs(
     return registry.costs(strategies)
 
 
+def _llm_calls(
+    gates: Mapping[str, Gate], strategies: Sequence[str], registry: StrategyRegistry | None
+) -> tuple[float, ...] | None:
+    """Each strategy's LLM calls per question: --strategies' specs, else the first router's
+    own (of these strategies), else the built-ins'; None: no spec declares them all."""
+    for gate in gates.values():
+        cal = gate.calibration if is_router(gate) else None  # type: ignore[attr-defined]
+        if cal is not None and tuple(cal.strategies) == tuple(strategies):
+            return cal.llm_calls(registry)
+    return llm_calls_for(strategies, registry)
+
+
 def _costs(gates: Mapping[str, Gate], strategies: Sequence[str]) -> tuple[float, ...]:
     """The routers' own costs (the first router's), else retrievals."""
     for gate in gates.values():
@@ -169,12 +215,54 @@ def _costs(gates: Mapping[str, Gate], strategies: Sequence[str]) -> tuple[float,
     return default_costs(strategies)
 
 
+def check_axis(axis: str, flag: str = "--cost-axis") -> str:
+    """The figure's x axis, one of AXES (refused naming the flag)."""
+    if axis not in AXES:
+        raise ConfigError(f"{flag} {axis!r}: one of {', '.join(AXES)}")
+    return axis
+
+
 def accuracy_cost_figure(
-    test: EvalSet, gates: Mapping[str, Gate], rows: list[dict], paid: np.ndarray, path: Path
+    test: EvalSet,
+    gates: Mapping[str, Gate],
+    rows: list[dict],
+    paid: np.ndarray,
+    path: Path,
+    calls: np.ndarray | None = None,
+    axis: str = "retrievals",
 ) -> Path:
-    """Test accuracy vs mean cost: each router over its dev curve's prices, each fixed
-    policy and operating point as a point."""
-    fig, ax = plt.subplots(figsize=(7, 5))
+    """Test accuracy vs mean cost (`axis` retrievals, the default), vs mean LLM calls
+    (`llm_calls`; `calls`: each strategy's), or both side by side: each router over its dev
+    curve's prices, each fixed policy and operating point as a point. Without `calls` the
+    LLM-calls panel is left out."""
+    shown = ["retrievals", "llm_calls"] if check_axis(axis) == "both" else [axis]
+    if calls is None and axis != "retrievals":  # no spec declares them: the cost alone
+        log.warning(f"--cost-axis {axis}: the strategies declare no LLM calls; plotting cost")
+        shown = ["retrievals"]
+    lines = _router_lines(test, gates, paid, calls)
+    fig, axes = panels(len(shown))
+    for ax, which in zip(axes, shown, strict=True):
+        x = 0 if which == "retrievals" else 1
+        for name, pts in lines.items():
+            pts = sorted(pts, key=lambda p: (p[x], p[2]))
+            ax.plot([p[x] for p in pts], [p[2] for p in pts], "-", lw=1.2, label=f"{name} (test)")
+        key = "mean_cost" if which == "retrievals" else "mean_llm_calls"
+        for row in rows:
+            if " @ budget" in row["policy"] or " @ default" in row["policy"]:
+                continue  # on the router's line
+            o = row["overall"]
+            ax.plot(o[key], o["accuracy"], "o", ms=5, label=row["policy"][:48])
+        ax.set(xlabel=AXIS_LABEL[which], ylabel="accuracy (test)",
+               title=f"accuracy vs {'cost' if x == 0 else 'LLM calls'} on the test questions")  # fmt: skip
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def _router_lines(
+    test: EvalSet, gates: Mapping[str, Gate], paid: np.ndarray, calls: np.ndarray | None
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Each router's (mean cost, mean LLM calls, accuracy) on test at its dev curve's prices."""
+    out = {}
     for name, gate in gates.items():
         if not is_router(gate):
             continue
@@ -182,51 +270,43 @@ def accuracy_cost_figure(
         cal = gate.calibration  # type: ignore[attr-defined]
         pts = []
         for price in cal.dev.price:
-            ok, cost = outcome(route_indices(P, price, cal.costs), test.correct, paid)
-            pts.append((cost.mean(), ok.mean()))
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.2, label=f"{name} (test)")
-    for row in rows:
-        o = row["overall"]
-        if " @ budget" in row["policy"] or " @ default" in row["policy"]:
-            continue  # on the router's line
-        ax.plot(o["mean_cost"], o["accuracy"], "o", ms=5, label=row["policy"][:48])
-    ax.set(xlabel="mean cost per question (test)", ylabel="accuracy (test)",
-           title="accuracy vs cost on the test questions")  # fmt: skip
-    ax.legend(fontsize=7)
-    return save_figure(fig, path)
+            choice = route_indices(P, price, cal.costs)
+            ok, cost = outcome(choice, test.correct, paid)
+            llm = float(calls[choice].mean()) if calls is not None else float("nan")
+            pts.append((float(cost.mean()), llm, float(ok.mean())))
+        out[name] = pts
+    return out
 
 
 def _cell(stats: dict, key: str, digits: int) -> str:
     ci = stats.get(f"{key}_ci95")
+    if stats.get(key) is None:  # LLM calls where no spec declares them (or older results)
+        return "n/a"
     value = f"{stats[key]:.{digits}f}"
     return value + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
 
 
 def routing_markdown(report: dict[str, Any]) -> str:
-    header = ["policy", "accuracy [95% CI]", "mean cost [95% CI]",
+    header = ["policy", "accuracy [95% CI]", "mean cost [95% CI]", "LLM calls/q [95% CI]",
               *(f"% {s}" for s in report["strategies"])]  # fmt: skip
-    body = [[r["policy"], _cell(r["overall"], "accuracy", 3), _cell(r["overall"], "mean_cost", 2),
+    body = [[r["policy"], *_cells(r["overall"]),
              *(f"{100 * v:.0f}" for v in r["overall"]["shares"].values())]
             for r in report["policies"]]  # fmt: skip
     sources = list(report["policies"][0]["per_source"]) if report["policies"] else []
-    per = [[r["policy"], *(f"{r['per_source'][s]['accuracy']:.3f} / {r['per_source'][s]['mean_cost']:.2f}"
-                           for s in sources)] for r in report["policies"]]  # fmt: skip
+    per = [[r["policy"], *(_per_source_cell(r["per_source"][s]) for s in sources)]
+           for r in report["policies"]]  # fmt: skip
     au = report["auroc_no_retrieval_wrong"]
     auroc = [[n, a["auroc"], f"[{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]" if a["ci95"] else "n/a",
               *(a["per_source"][s] for s in sources)] for n, a in au.items()]  # fmt: skip
-    costs = ", ".join(
-        f"{s} {c:g}" for s, c in zip(report["strategies"], report["costs"], strict=True)
-    )
     return "\n".join([
         "### Routing: the saving (test)", "",
         saving_table(report), "",
-        "### Routing: accuracy and mean cost per question (test)", "",
-        f"{report['n_test']} test questions; costs: {costs} (per question where the labels "
-        "carry costs); routers' prices calibrated on dev (or, for a router fitted on train and "
-        "dev, on their out-of-fold predictions); 95% CIs: percentile bootstrap.", "",
+        "### Routing: accuracy, mean cost and LLM calls per question (test)", "",
+        f"{report['n_test']} test questions; {_axes(report)}; routers' prices calibrated on "
+        "dev (or, for a router fitted on train and dev, on their out-of-fold predictions); 95% "
+        "CIs: percentile bootstrap.", "",
         markdown_table(header, body), "",
-        "Per source (accuracy / mean cost):", "",
+        "Per source (accuracy / mean cost / LLM calls per question):", "",
         markdown_table(["policy", *sources], per), "",
         "AUROC of \"the no-retrieval answer is wrong\" (the gates' score, 1 - P(correct | no "
         "retrieval) for routers):", "",
@@ -235,15 +315,39 @@ def routing_markdown(report: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+def _cells(stats: dict) -> list[str]:
+    """Accuracy, mean cost and LLM calls per question, each with its CI."""
+    return [_cell(stats, "accuracy", 3), _cell(stats, "mean_cost", 2),
+            _cell(stats, "mean_llm_calls", 2)]  # fmt: skip
+
+
+def _per_source_cell(stats: dict) -> str:
+    calls = stats.get("mean_llm_calls")
+    llm = "n/a" if calls is None else f"{calls:.2f}"
+    return f"{stats['accuracy']:.3f} / {stats['mean_cost']:.2f} / {llm}"
+
+
+def _axes(report: dict[str, Any]) -> str:
+    """Both cost axes per strategy, as the caption says them."""
+    names = report["strategies"]
+    costs = ", ".join(f"{s} {c:g}" for s, c in zip(names, report["costs"], strict=True))
+    calls = report.get("llm_calls")
+    llm = "n/a (no spec declares them)" if calls is None else ", ".join(
+        f"{s} {c:g}" for s, c in zip(names, calls, strict=True))  # fmt: skip
+    return (f"mean cost: {costs} (retrievals unless the strategies give another unit; per "
+            f"question where the labels carry costs); LLM calls per question, from each "
+            f"strategy's spec (multi-step: its expected steps): {llm}")  # fmt: skip
+
+
 def saving_table(report: dict[str, Any]) -> str:
     """The short table the demo and the README lead with: the fixed policies, the per-source
     prior, each router at budget 1 and where it matches the best single strategy on its
-    calibration questions, and the oracle: accuracy and mean cost (retrievals per question)
-    with 95% CIs."""
+    calibration questions, and the oracle: accuracy, mean cost (retrievals per question) and
+    LLM calls per question, with 95% CIs."""
     keep = ("never", "always ", "per-source prior", "oracle", " @ budget 1", f" @ {MATCH}",
             f" @ {BEST_DEV}")  # fmt: skip
     rows = [r for r in report["policies"] if any(k in r["policy"] for k in keep)]
     rows.sort(key=lambda r: r["policy"].startswith("oracle"))  # the oracle last: a bound
-    body = [[r["policy"], _cell(r["overall"], "accuracy", 3), _cell(r["overall"], "mean_cost", 2)]
-            for r in rows if " @ threshold" not in r["policy"]]  # fmt: skip
-    return markdown_table(["policy", "accuracy [95% CI]", "mean cost [95% CI]"], body)
+    body = [[r["policy"], *_cells(r["overall"])] for r in rows if " @ threshold" not in r["policy"]]
+    return markdown_table(["policy", "accuracy [95% CI]", "mean cost [95% CI]",
+                           "LLM calls/q [95% CI]"], body)  # fmt: skip

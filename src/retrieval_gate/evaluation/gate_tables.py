@@ -16,7 +16,7 @@ def with_ci(value: float | None, ci: Sequence[float] | None) -> str:
 
 COLUMNS = (
     "gate", "threshold", "accuracy [95% CI]", "macro P", "macro R", "macro F1 [95% CI]",
-    "AUROC [95% CI]", "AP", "ECE", "retrieval rate", "retrieval acc.",
+    "AUROC [95% CI]", "AP", "ECE", "retrieval rate", "LLM calls/q", "retrieval acc.",
     "adaptive QA acc. [95% CI]", "cost ms/question (median, batch 1)",
 )  # fmt: skip
 
@@ -37,6 +37,7 @@ def comparison_table(results: Sequence[dict[str, Any]]) -> str:
                 m["ap"],
                 m["ece"],
                 m["retrieval_rate"],
+                fmt(m.get("llm_calls_per_question"), 2),
                 m["retrieval_accuracy"],
                 with_ci(m["adaptive_accuracy"], ci["adaptive_accuracy"]),
                 fmt(r["cost_ms_per_question"], 2),

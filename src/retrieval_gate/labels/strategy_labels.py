@@ -54,7 +54,7 @@ from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .files import LabelFile, meta_path
 from .outcomes import import_outcomes, match_rows, parse_bool
-from .run import provenance
+from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
 
 STRATEGY_FILE = "strategies.jsonl"

@@ -1,6 +1,6 @@
 """A router's training epilogue (task `strategies`): its P(correct | strategy) on dev (or, for a
 stacked head fitted on train and dev, its out-of-fold predictions of those questions), the price
-of its default budget calibrated there (`routing.Calibration`, stored in the run's
+of its default budget calibrated there (`pricing.Calibration`, stored in the run's
 metadata.json, so a trained router answers any budget before `tune` runs), and its accuracy and
 mean cost at that operating point, on the calibration questions and on test, for metrics.json
 and the model card."""
@@ -15,8 +15,8 @@ import torch
 
 from .. import metrics as M
 from ..errors import DataError
-from ..labels.strategies import RELEASE_LABELS, is_strategy_source
-from ..routing import Calibration, check_costs, default_costs, outcome, route_indices
+from ..labels.strategy_labels import RELEASE_LABELS, is_strategy_source
+from ..pricing import Calibration, check_costs, default_costs, outcome, route_indices
 from ..strategies import StrategyRegistry
 from .config import TrainConfig
 from .data import GateDataModule

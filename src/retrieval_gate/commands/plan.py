@@ -1,0 +1,77 @@
+"""Checks every verb runs on its flags before it starts anything (issue 36: a plan before
+engines): counts and their bounds, output folders and files, input files and folders. Each
+raises an `InputError` (exit 2) that names the flag and the fix."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import ConfigError, InputError
+
+
+def check_counts(args: argparse.Namespace, least: Mapping[str, int]) -> None:
+    """`least`: flag -> its smallest value; a flag left unset (None) is not checked."""
+    for flag, low in least.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and value < low:
+            raise InputError(f"{flag} must be at least {low}, got {value}")
+
+
+def check_at_most(flag: str, value: int, most: int, offered: str) -> None:
+    """An upper bound on a resource count: `offered` says what the machine has."""
+    if value > most:
+        raise ConfigError(f"{flag} {value}: {offered}; pass at most {most}")
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's total)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    """The CUDA devices visible here (0 without torch or a GPU); imports torch, so callers ask
+    only when a count above 1 needs checking."""
+    if importlib.util.find_spec("torch") is None:
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def check_output_dir(path: Path, flag: str) -> None:
+    """`path` is a folder, or can become one: no file where the folder (or one above it) goes."""
+    there = next(p for p in (path, *path.parents) if p.exists())
+    if not there.is_dir():
+        where = "" if there == path else f" ({there} is a file)"
+        raise InputError(f"{flag} must be a folder, and a file is in the way{where}: pass a "
+                         "folder", path)  # fmt: skip
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """`path` can be written as a file: not a folder, and no file where its folder goes."""
+    if path.is_dir():
+        raise InputError(f"{flag} names a folder; pass a file name in it", path)
+    there = next(p for p in path.parents if p.exists())
+    if not there.is_dir():
+        raise InputError(f"{flag}: {there} is a file, so nothing can be written under it; "
+                         "pass a path in a folder", path)  # fmt: skip
+
+
+def check_input_dir(path: Path | None, flag: str, fix: str) -> None:
+    """A folder the user named exists (`fix`: what to pass instead)."""
+    if path is not None and not Path(path).is_dir():
+        what = "a file, not a folder" if Path(path).exists() else "no such folder"
+        raise InputError(f"{flag}: {what}; {fix}", path)
+
+
+def check_input_file(path: Path | str | None, flag: str, fix: str) -> None:
+    """A file the user named exists and is a file (`fix`: what to pass instead)."""
+    if path is not None and not Path(path).is_file():
+        what = "a folder, not a file" if Path(path).is_dir() else "no such file"
+        raise InputError(f"{flag}: {what}; {fix}", path)

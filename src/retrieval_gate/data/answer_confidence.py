@@ -1,0 +1,211 @@
+"""Answer confidence: what a two-stage gate (`model.answer_confidence: true`, docs/train.md)
+reads of the LLM's closed-book answer beside the question: the answer's token
+log-probabilities, as vLLM and OpenAI-compatible servers return them.
+
+A question carries them in `Question.extra` (a `token_logprobs` column of a questions file: a
+JSON list of natural-log probabilities, `[-0.1, -2.3, 0.0]`; or `mean_logprob` alone), or the
+training run reads them from the label file `label` wrote (labels/logprobs.py). A
+log-probability is a finite number <= 0 (0.0, a token of probability 1, is valid); anything
+else is refused naming the question (or the file, row and column).
+
+`AnswerConfidence` turns them into the gate's inputs: mean, min, first-token log-probability
+and log(1 + answer tokens), standardised with the training split's statistics (stored in the
+run and the export), a missing flag for each of the last three (a label file holding the mean
+only), and `has_answer`: 1 when the question came with its answer's log-probabilities. A
+question without them (`has_answer` 0) gets the question-only score of the same gate."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from ..questions import Question
+
+TOKEN_LOGPROBS = "token_logprobs"
+MEAN_LOGPROB = "mean_logprob"
+FEATURES = ("mean_logprob", "min_logprob", "first_logprob", "answer_tokens")
+HAS_ANSWER = "has_answer"
+CLIP = 8.0  # standardised inputs are clipped: one extreme answer cannot swamp the question
+
+
+def _number(value: Any, what: str, path: str | Path | None, line: int | None) -> float:
+    """One log-probability: a finite real number <= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataError(f"{what} {value!r} is not a number", path, line)
+    x = float(value)
+    if not math.isfinite(x):
+        raise DataError(f"{what} is {x}: a log-probability is a finite number <= 0", path, line)
+    if x > 0:
+        raise DataError(
+            f"{what} is {x:g}, above 0: a log-probability (natural log of a probability) is "
+            "<= 0; were probabilities or negated log-probabilities recorded?",
+            path,
+            line,
+        )
+    return x
+
+
+def parse_token_logprobs(
+    value: Any,
+    path: str | Path | None = None,
+    line: int | None = None,
+    column: str = TOKEN_LOGPROBS,
+) -> list[float] | None:
+    """A `token_logprobs` cell: a JSON list of numbers <= 0 (a JSON text in a CSV cell), None
+    when empty or null. An empty list is returned as []: the caller refuses it where the row
+    has an answer."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise DataError(
+                f"column {column!r}: {value[:60]!r} is not a JSON list of log-probabilities "
+                "(e.g. [-0.1, -2.3, 0.0])",
+                path,
+                line,
+            ) from None
+    if isinstance(value, np.ndarray):  # a Parquet list column
+        value = value.tolist()
+    if not isinstance(value, list | tuple):
+        raise DataError(
+            f"column {column!r}: {value!r} is not a list of log-probabilities "
+            "(e.g. [-0.1, -2.3, 0.0])",
+            path,
+            line,
+        )
+    return [
+        _number(v, f"column {column!r}, token {k + 1}:", path, line) for k, v in enumerate(value)
+    ]
+
+
+def parse_mean_logprob(
+    value: Any,
+    path: str | Path | None = None,
+    line: int | None = None,
+    column: str = MEAN_LOGPROB,
+) -> float | None:
+    """A `mean_logprob` cell: a number <= 0 (text in a CSV cell), None when empty."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise DataError(f"column {column!r}: {value!r} is not a number", path, line) from None
+    return _number(value, f"column {column!r}:", path, line)
+
+
+def logprob_features(
+    token_logprobs: Sequence[float] | None, mean_logprob: float | None = None
+) -> np.ndarray:
+    """[mean, min, first-token, length] of one answer's token log-probabilities (`FEATURES`),
+    float64. Without tokens (a label file holding the mean only) mean is `mean_logprob` and
+    the other three are NaN; with neither all four are NaN. `mean_logprob` given with tokens
+    is ignored (the tokens' own mean is exact)."""
+    if token_logprobs is not None and len(token_logprobs):
+        x = np.asarray(token_logprobs, dtype=np.float64)
+        return np.array([x.mean(), x.min(), x[0], float(x.size)])
+    mean = np.nan if mean_logprob is None else float(mean_logprob)
+    return np.array([mean, np.nan, np.nan, np.nan])
+
+
+def question_logprobs(q: Question) -> np.ndarray:
+    """`logprob_features` of the answer a question carries in `extra` (`token_logprobs`, else
+    `mean_logprob`); all NaN when it carries none. A bad cell names the question."""
+    where = f"question {q.id!r}"
+    try:
+        tokens = parse_token_logprobs(q.extra.get(TOKEN_LOGPROBS))
+        mean = parse_mean_logprob(q.extra.get(MEAN_LOGPROB))
+    except DataError as e:
+        raise DataError(f"{where}: {e.args[0] if e.args else e}") from None
+    if tokens is not None and not tokens:
+        raise DataError(f"{where}: column {TOKEN_LOGPROBS!r} is an empty list: an answer has at "
+                        "least one token; leave the cell empty (null) when it has none")  # fmt: skip
+    return logprob_features(tokens, mean)
+
+
+def _transformed(raw: np.ndarray) -> np.ndarray:
+    """The four raw features with the length log-scaled (answers of 1 to 100s of tokens)."""
+    out = raw.copy()
+    out[:, 3] = np.log1p(out[:, 3])
+    return out
+
+
+@dataclass(frozen=True)
+class AnswerConfidence:
+    """The training split's mean and std of the four transformed features, and which of them
+    training saw at all (a label file holding `mean_logprob` only: the mean alone). A feature
+    training never saw reads as missing when scoring too, so a gate trained on means scores
+    full token lists as it was trained to."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    observed: tuple[bool, ...] = (True, True, True, True)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        flags = tuple(f"{n}_missing" for n in FEATURES[1:])
+        return (*FEATURES, *flags, HAS_ANSWER)
+
+    @property
+    def width(self) -> int:
+        return 2 * len(FEATURES)
+
+    @classmethod
+    def fit(cls, questions: Sequence[Question]) -> AnswerConfidence:
+        """Statistics from the training questions that carry an answer's log-probabilities; a
+        clear error when none does."""
+        raw = _transformed(np.stack([question_logprobs(q) for q in questions]))
+        if np.isnan(raw[:, 0]).all():
+            raise DataError(
+                "model.answer_confidence: no training question has its closed-book answer's "
+                "log-probabilities: label with `label --policy outcomes` from an outcomes file "
+                "with a `token_logprobs` (or `mean_logprob`) column, or re-label with "
+                "`label --policy closed-book`, which records them"
+            )
+        seen = [not np.isnan(c).all() for c in raw.T]
+        mean = [float(np.nanmean(c)) if ok else 0.0 for c, ok in zip(raw.T, seen, strict=True)]
+        std = [float(np.nanstd(c)) or 1.0 if ok else 1.0 for c, ok in zip(raw.T, seen, strict=True)]
+        return cls(tuple(mean), tuple(std), tuple(seen))
+
+    def matrix(self, questions: Sequence[Question]) -> np.ndarray:
+        """(n, width) float32: the scaled features (0 where missing), the three missing flags,
+        `has_answer`."""
+        if not questions:
+            return np.zeros((0, self.width), np.float32)
+        raw = _transformed(np.stack([question_logprobs(q) for q in questions]))
+        raw[:, ~np.array(self.observed)] = np.nan
+        missing = np.isnan(raw)
+        scaled = np.clip((np.nan_to_num(raw) - np.array(self.mean)) / np.array(self.std),
+                         -CLIP, CLIP)  # fmt: skip
+        scaled[missing] = 0.0
+        has = ~missing[:, :1]
+        return np.concatenate([scaled, missing[:, 1:], has], axis=1).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"names": list(self.names), "mean": list(self.mean), "std": list(self.std),
+                "observed": list(self.observed),
+                "inputs": f"{TOKEN_LOGPROBS} (or {MEAN_LOGPROB}) per question; none: the "
+                          "question-only score"}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> AnswerConfidence | None:
+        if not d:
+            return None
+        try:
+            seen = tuple(bool(x) for x in d.get("observed", (True,) * len(FEATURES)))
+            return cls(tuple(map(float, d["mean"])), tuple(map(float, d["std"])), seen)
+        except (KeyError, TypeError, ValueError):
+            raise DataError(
+                "the gate's answer_confidence metadata is damaged (it needs `mean` "
+                "and `std`, four numbers each): re-export the run"
+            ) from None

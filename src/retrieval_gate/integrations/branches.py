@@ -1,0 +1,201 @@
+"""What the adapters share: which branch each question goes down. A binary gate sends a
+question to `retrieve` or `direct` at its threshold; a router (`gates.base.Router`) names a
+strategy per question (`route(questions, budget)`) and each strategy's branch is read from its
+spec (`retrieval_gate.strategies`, with the router export's own specs): one without retrieval
+-> `direct`, a multi-step one -> `multi_step`, a one-call one on the caller's retriever and k
+-> `retrieve`; any other (its own retriever or k, e.g. a `bm25_top3`) has a branch of its own,
+named after it, which the caller wires (`extra` branches). The cascade's second step
+(`Escalator`): an answer gate reads the `direct` branch's answers and escalates the unsure
+ones to `retrieve`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..gates.base import Gate, as_questions, is_router
+from ..rag.cascade import answer_gate_of, check_answer_gate
+from ..rag.decisions import check_router
+from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
+
+DIRECT, RETRIEVE, MULTI = "direct", "retrieve", MULTI_STEP  # multi-step: the built-in's name
+BUILT_IN_BRANCHES = (DIRECT, RETRIEVE, MULTI)
+
+
+def branch_of(spec: StrategySpec) -> str:
+    """A strategy's branch, from what it does (never from its name)."""
+    if not spec.retrieves:
+        return DIRECT
+    if spec.multi_step:
+        return MULTI
+    if spec.retriever == DEFAULT_RETRIEVER and spec.k is None:
+        return RETRIEVE
+    return spec.name
+
+
+def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:
+    """strategy -> branch of every strategy `gate` routes to (a binary gate: none)."""
+    registry = check_router(gate, budget)
+    if not is_router(gate):
+        return {}
+    return {s: branch_of(registry[s]) for s in gate.strategies}  # type: ignore[attr-defined]
+
+
+def branches_of(
+    gate: Gate, has_multi_step: bool, budget: float | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """The branches `gate` can send questions down, checked against what the caller wired:
+    a router that routes to multi-step needs that branch, one with a strategy of its own
+    (`branch_of`) needs that branch among `extra`; a binary gate takes no multi-step branch
+    and no budget (`budget`: a router's operating point)."""
+    mapping = branch_map(gate, budget)
+    if not is_router(gate):
+        if has_multi_step or extra:
+            raise ConfigError(
+                f"{gate.name!r} is a binary gate: it picks retrieve or direct, never "
+                "multi-step or another strategy; drop those branches, or pass a router export"
+            )
+        return [RETRIEVE, DIRECT]
+    names = list(dict.fromkeys(mapping.values()))
+    if MULTI in names and not has_multi_step:
+        raise ConfigError(
+            f"router {gate.name!r} routes questions to {MULTI}: pass its branch (multi_step=...)"
+        )
+    own = [b for b in names if b not in BUILT_IN_BRANCHES and b not in extra]
+    if own:
+        raise ConfigError(
+            f"router {gate.name!r} routes questions to strategy {own[0]!r}, which retrieves in "
+            f"its own way (its own retriever or k): pass a branch for it ({own[0]}=...)"
+        )
+    return names
+
+
+def route(
+    gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
+) -> list[str]:
+    """The branch of each question: a router's strategy's (at `budget`), else the binary
+    gate's decision at `threshold` (None: its own)."""
+    if is_router(gate):
+        branch = branch_map(gate, budget)
+        return [branch[s] for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
+    return routed(gate, texts, threshold)[0]
+
+
+def routed(
+    gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
+) -> tuple[list[str], list[float]]:
+    """`route`'s branches and each question's P(needs retrieval), from one scoring of the
+    questions (a router's `scores` and `route` of the same batch share one model run)."""
+    probs = [float(p) for p in gate.scores(list(texts))]
+    if is_router(gate):
+        return route(gate, texts, budget=budget), probs
+    t = gate.threshold if threshold is None else threshold
+    return [RETRIEVE if p >= t else DIRECT for p in probs], probs
+
+
+def strategy_of(gate: Gate, branch: str, budget: float | None = None) -> str:
+    """The router's strategy a branch stands for (the cheapest one sent down it)."""
+    return next(s for s, b in branch_map(gate, budget).items() if b == branch)
+
+
+# ------------------------------------------------------------------ the cascade's second step
+# After the `direct` branch answers, the answer gate (a two-stage gate, rag/cascade.py) reads
+# each answer's token log-probabilities; the answers it scores at or above its threshold are
+# escalated: the adapter runs those inputs through the `retrieve` branch instead.
+
+LogprobsOf = Callable[[Any], list[float] | None]
+
+
+def escalate(
+    answer_gate: Gate,
+    texts: Sequence[str],
+    token_logprobs: Sequence[Sequence[float] | None],
+    threshold: float | None = None,
+) -> list[bool]:
+    """Whether each closed-book answer is escalated: `answer_gate`'s P(answer wrong), from the
+    question and its answer's token log-probabilities, >= `threshold` (None: the gate's own).
+    A None entry reads no answer: that question gets the gate's question-only score."""
+    if not texts:
+        return []
+    asked = as_questions(list(texts), token_logprobs=list(token_logprobs))
+    t = answer_gate.threshold if threshold is None else threshold
+    return [float(s) >= t for s in answer_gate.scores(asked)]
+
+
+def check_answer(gate: Gate) -> Gate:
+    """`gate`, refused unless it reads the answer (`rag.cascade.check_answer_gate`)."""
+    check_answer_gate(gate, "answer_gate")
+    return gate
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def openai_logprobs(found: Any) -> list[float] | None:
+    """The token log-probabilities in an OpenAI-compatible `logprobs` object (a dict or the SDK's
+    object: `content[i].logprob`, or the completions API's `token_logprobs`), in a whole
+    response (its first choice's), or in a stream's list of them; None when there are none."""
+    if found is None or isinstance(found, str):
+        return None
+    if isinstance(found, list):  # a stream: one per chunk
+        parts = [openai_logprobs(x) for x in found]
+        return [lp for p in parts if p for lp in p] or None
+    if choices := _field(found, "choices"):
+        return openai_logprobs(_field(choices[0], "logprobs"))
+    if (content := _field(found, "content")) and not isinstance(content, str):
+        return [float(_field(t, "logprob")) for t in content]
+    tokens = _field(found, "token_logprobs")
+    return [float(x) for x in tokens] if tokens else None
+
+
+@dataclass
+class Escalator:
+    """The answer gate as an adapter holds it. `logprobs_of(output)` reads an answer's token
+    log-probabilities (None: the framework's `default` reader, which must find them, else the
+    error says `hint`: how to turn them on); a `logprobs_of` of the user's may return None
+    for an answer, which then gets the question-only score."""
+
+    gate: Gate
+    threshold: float | None = None
+    logprobs_of: LogprobsOf | None = None
+    default: LogprobsOf = openai_logprobs
+    hint: str = "enable log-probabilities on your LLM"
+
+    def __post_init__(self) -> None:
+        check_answer(self.gate)
+
+    def logprobs(self, outputs: Sequence[Any]) -> list[list[float] | None]:
+        found = [(self.logprobs_of or self.default)(o) for o in outputs]
+        if self.logprobs_of is None and any(lp is None for lp in found):
+            raise ConfigError(
+                f"answer_gate reads the direct branch's token log-probabilities, and an output "
+                f"carries none ({type(outputs[found.index(None)]).__name__}): {self.hint}; "
+                "a vLLM OpenAI-compatible server returns them. Or pass logprobs_of=... reading "
+                "them (an output it returns None for gets the question-only score)"
+            )
+        return found
+
+    def escalations(self, texts: Sequence[str], outputs: Sequence[Any]) -> list[bool]:
+        """Whether each `direct` output (the answer to `texts[i]`) is escalated."""
+        return escalate(self.gate, texts, self.logprobs(outputs), self.threshold)
+
+
+def escalator(
+    gate: Gate | None,
+    answer_gate: Gate | None,
+    threshold: float | None,
+    logprobs_of: LogprobsOf | None,
+    default: LogprobsOf,
+    hint: str,
+) -> Escalator | None:
+    """The adapter's `Escalator`: of `answer_gate`, else of `gate` (the adapter's first gate)
+    when it is a `rag.cascade.Cascade`; None without either (no second step)."""
+    answer_gate = answer_gate_of(gate) if answer_gate is None else answer_gate
+    if answer_gate is None:
+        if logprobs_of is not None or threshold is not None:
+            raise ConfigError("logprobs_of and answer_threshold need answer_gate=...")
+        return None
+    return Escalator(answer_gate, threshold, logprobs_of, default, hint)

@@ -1,0 +1,287 @@
+"""A plan before engines (issue 36): every verb refuses a bad option value with one clear line
+that names the flag or file (exit 2; no traceback) BEFORE any engine, server, Ray cluster,
+training run or export starts. Each case runs `retrieval_gate.cli.main` in-process with every
+engine constructor replaced by one that fails the test, so a check that comes too late shows
+as "engine started" rather than as a slow test. No model is loaded anywhere in this file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from retrieval_gate.cli import main
+
+# What starts an engine, a server, a cluster or heavy work (a training run, an export, worker
+# processes); `retrieval_gate.rag.backends.open_generator` and `lazy_generator` come before
+# any vLLM or transformers engine (they read the model's config and tokenizer).
+ENGINES = (
+    "retrieval_gate.generation.build_generator",
+    "retrieval_gate.generation.vllm_backend.VLLMGenerator.__init__",
+    "retrieval_gate.generation.hf_backend.TransformersGenerator.__init__",
+    "retrieval_gate.generation.cache.lazy_generator",
+    "retrieval_gate.generation.remote.RemoteGenerator.__init__",
+    "retrieval_gate.rag.backends.open_generator",
+    "retrieval_gate.labels.ray_engine.RayEngine.__init__",
+    "retrieval_gate.labels.ray_engine._init_ray",
+    "retrieval_gate.rag.service.create_app",
+    "retrieval_gate.rag.service.serve",
+    "uvicorn.run",
+    "retrieval_gate.export.build.build_export",
+    "retrieval_gate.training.trainer.train",
+    "retrieval_gate.tuning.workers.run_workers",
+)
+
+# Cases whose fix belongs to code another engineer owns (commands/score.py): reported there.
+ELSEWHERE: dict[str, str] = {}  # cases another module still fails (none)
+
+
+def _started(*_, **__):
+    raise AssertionError("engine started")
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    for target in ENGINES:
+        if importlib.util.find_spec(target.split(".")[0]):  # uvicorn: the serve extra
+            monkeypatch.setattr(target, _started)
+
+
+def _lines(rows) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _workspace(t) -> None:
+    """The bad (and a few good) inputs the cases point at, under the test's tmp_path."""
+    (t / "dir").mkdir()
+    (t / "file.txt").write_text("not a folder\n")
+    (t / "q.jsonl").write_text(_lines({"id": f"q{i}", "question": f"Who is {i}?",
+                                       "answers": ["x"]} for i in range(4)))  # fmt: skip
+    (t / "bad_row.jsonl").write_text('{"id": "q1", "question": "Who?"}\n{"id": "q2", "quest\n')
+    (t / "empty.jsonl").write_text("")
+    (t / "dup.yaml").write_text(
+        "strategies:\n  - name: no_retrieval\n  - name: one_retrieval\n  - name: no_retrieval\n"
+    )
+    (t / "two.yaml").write_text("strategies:\n  - name: no_retrieval\n  - name: one_retrieval\n")
+    three = ["no_retrieval", "one_retrieval", "multi_step"]
+    (t / "strategies.jsonl").write_text(_lines(  # strategy labels over three strategies
+        {"id": f"q{i}", "label": 1, "correct": dict.fromkeys(three, True),
+         "target": "one_retrieval"} for i in range(4)))  # fmt: skip
+    (t / "strategies.meta.json").write_text(json.dumps({"policy": "strategies",
+                                                        "strategies": three}))  # fmt: skip
+    (t / "labels_bad.jsonl").write_text('{"id": "q1", "label": 1}\n{"id": "q2"}\n')
+    (t / "labels_bad.meta.json").write_text('{"policy": "closed-book"}')
+    _exports(t, three)
+    (t / "run_empty").mkdir()
+    run = t / "run_truncated"  # every file a run has, the metadata cut short
+    for part in ("backbone", "tokenizer"):
+        (run / part).mkdir(parents=True)
+    (run / "gate.pt").write_bytes(b"")
+    (run / "metadata.json").write_text('{"task": "bin')
+    (run / "config.yaml").write_text("model: {")
+
+
+def _exports(t, strategies: list[str]) -> None:
+    """Export folders: empty, metadata cut short, a router (costs 0, 1, 3.35) and a router
+    whose calibration lacks its costs. Their model.onnx is not ONNX: nothing may load it."""
+    (t / "export_empty").mkdir()
+    bad = t / "export_truncated"
+    bad.mkdir()
+    (bad / "model.onnx").write_bytes(b"")
+    (bad / "gate_metadata.json").write_text('{"router": {"strategies": ["no_re')
+    curve = {"price": [0.0], "mean_cost": [1.0], "shares": [[0.2, 0.6, 0.2]]}
+    router = {"strategies": strategies, "costs": [0.0, 1.0, 3.35], "dev": curve,
+              "default_budget": 1.0, "default_price": 0.0, "objective": "budget-accuracy"}  # fmt: skip
+    nocosts = {k: v for k, v in router.items() if k != "costs"}
+    for name, meta in (("router", router), ("router_nocosts", nocosts)):
+        (t / name).mkdir()
+        (t / name / "model.onnx").write_bytes(b"not onnx")
+        (t / name / "tokenizer.json").write_text("{}")
+        (t / name / "gate_metadata.json").write_text(json.dumps({"router": meta}))
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: str  # `{t}` is the test's tmp_path
+    expect: tuple[str, ...]  # each of these is in the error
+    forbid: tuple[str, ...] = ()  # more targets this case must not reach
+
+
+def C(argv: str, *expect: str, forbid: tuple[str, ...] = ()) -> Case:
+    return Case(argv, expect, forbid)
+
+
+LABELS = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+URL = "--generator-url http://127.0.0.1:9/v1"  # nothing listens: asking it would hang, then fail
+LABEL = f"label --policy closed-book {URL} --labels-dir {{t}}/lab"
+STRAT = f"label --policy strategies {URL} --labels-dir {{t}}/lab"
+GATE = "--gate always"
+EVAL = f"evaluate --gates always --labels {LABELS} --out {{t}}/ev --no-cost"
+TUNE = f"tune --gate popularity --labels {LABELS} --out {{t}}/tu"
+SCORE = "score --model {t}/router --input {t}/q.jsonl"
+
+# fmt: off
+CASES = {
+    # ---------------------------------------------------------------- label
+    "label-questions-missing": C(f"{LABEL} --questions {{t}}/missing.jsonl", "missing.jsonl"),
+    "label-questions-bad-row": C(f"{LABEL} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    "label-questions-empty": C(f"{LABEL} --questions {{t}}/empty.jsonl", "empty.jsonl"),
+    "label-questions-dir": C(f"{LABEL} --questions {{t}}/dir", "dir"),
+    "label-limit-negative": C(f"{LABEL} --limit -1", "--limit"),
+    "label-chunk-size-zero": C(f"{LABEL} --chunk-size 0", "--chunk-size"),
+    "label-k-zero": C(f"{LABEL} --k 0", "--k"),
+    "label-eq-sample-negative": C(f"{LABEL} --eq-sample -1", "--eq-sample"),
+    "label-t-ans-out-of-range": C(f"label --policy rrcp --t-ans 2 {URL}", "--t-ans"),
+    "label-throughput-negative": C("label --throughput -1 --backend transformers", "--throughput"),
+    "label-labels-dir-is-a-file": C(f"label --policy closed-book {URL} --labels-dir {{t}}/file.txt", "--labels-dir", "file.txt"),
+    "label-outcomes-missing": C("label --policy outcomes --questions {t}/q.jsonl --labels-dir {t}/lab --outcomes {t}/missing.csv", "missing.csv"),
+    "label-corpus-missing": C(f"{LABEL} --policy rag-gain --corpus {{t}}/missing.jsonl", "missing.jsonl"),
+    "label-generator-url-bad": C("label --policy closed-book --generator-url host:8000 --labels-dir {t}/lab", "--generator-url"),
+    "label-ray-actors-absurd": C(f"{LABEL} --engine ray --actors 100000", "--actors"),
+    "label-ray-actors-zero": C(f"{LABEL} --engine ray --actors 0", "--actors"),
+    "label-ray-in-flight-zero": C(f"{LABEL} --engine ray --in-flight 0", "--in-flight"),
+    "label-ray-batch-zero": C(f"{LABEL} --engine ray --ray-batch-size 0", "--ray-batch-size"),
+    "label-strategies-duplicate": C(f"{STRAT} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
+    "label-strategies-unknown-name": C(f"{STRAT} --strategies no_retrieval bogus", "bogus"),
+    "label-strategies-max-steps-zero": C(f"{STRAT} --max-steps 0", "--max-steps"),
+    "label-strategies-limit-negative": C(f"{STRAT} --limit -1", "--limit"),
+    "label-strategies-questions-bad-row": C(f"{STRAT} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    # ---------------------------------------------------------------- rag
+    "rag-limit-negative": C("rag --modes never --limit -1", "--limit"),
+    "rag-unknown-mode": C("rag --modes never bogus", "bogus", "--modes"),
+    "rag-strategies-duplicate": C("rag --modes never --strategies {t}/dup.yaml", "dup.yaml", "duplicate"),
+    "rag-strategies-missing": C("rag --modes never --strategies {t}/missing.yaml", "missing.yaml"),
+    "rag-k-zero": C("rag --modes never -k 0", "-k"),
+    "rag-max-new-tokens-zero": C("rag --modes never --max-new-tokens 0", "--max-new-tokens"),
+    "rag-max-steps-absurd": C("rag --modes never --max-steps 999", "--max-steps"),
+    "rag-tensor-parallel-absurd": C("rag --modes never --tensor-parallel-size 999", "--tensor-parallel-size"),
+    "rag-data-parallel-zero": C("rag --modes never --data-parallel-size 0", "--data-parallel-size"),
+    "rag-data-parallel-in-process": C("rag --modes never --data-parallel-size 2", "--data-parallel-size", "--generator-url"),
+    "rag-generator-url-bad": C("rag --modes never --generator-url ftp://host/v1", "--generator-url", "http"),
+    "rag-questions-missing": C("rag --modes never --questions {t}/missing.jsonl", "missing.jsonl"),
+    "rag-questions-bad-row": C("rag --modes never --questions {t}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    "rag-corpus-missing": C("rag --modes never --corpus {t}/missing.jsonl", "missing.jsonl"),
+    "rag-corpus-dir": C("rag --modes never --corpus {t}/dir", "dir", "--corpus"),
+    "rag-model-missing": C("rag --modes never --model {t}/missing-model", "missing-model"),
+    "rag-labels-missing": C("rag --modes popularity --labels {t}/missing.jsonl", "missing.jsonl"),
+    "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),
+    "rag-out-under-a-file": C("rag --modes never --out {t}/file.txt/report", "--out", "file.txt"),
+    "rag-onnx-is-a-file": C("rag --modes onnx --onnx {t}/file.txt", "file.txt"),
+    "rag-onnx-empty-export": C("rag --modes onnx --onnx {t}/export_empty", "export_empty"),
+    "rag-learned-run-empty": C("rag --modes learned --learned-run {t}/run_empty", "run_empty"),
+    "rag-learned-run-truncated": C("rag --modes learned --learned-run {t}/run_truncated", "run_truncated"),
+    "rag-router-empty": C("rag --modes never router --router {t}/export_empty", "export_empty"),
+    "rag-router-truncated": C("rag --modes never router --router {t}/export_truncated", "export_truncated"),
+    "rag-router-no-costs": C("rag --modes never router --router {t}/router_nocosts --budget 1", "router_nocosts", "costs"),
+    "rag-budget-above-dearest": C("rag --modes never router --router {t}/router --budget 99", "--budget", "3.35"),
+    "rag-budget-negative": C("rag --modes never router --router {t}/router --budget -1", "--budget"),
+    # ---------------------------------------------------------------- serve
+    "serve-port-zero": C(f"serve {GATE} --port 0", "--port"),
+    "serve-port-absurd": C(f"serve {GATE} --port 70000", "--port"),
+    "serve-max-batch-zero": C(f"serve {GATE} --max-batch 0", "--max-batch"),
+    "serve-timeout-nan": C(f"serve {GATE} --request-timeout nan", "--request-timeout"),
+    "serve-tensor-parallel-absurd": C(f"serve {GATE} --tensor-parallel-size 999", "--tensor-parallel-size"),
+    "serve-data-parallel-in-process": C(f"serve {GATE} --data-parallel-size 2", "--data-parallel-size"),
+    "serve-strategies-duplicate": C(f"serve {GATE} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
+    "serve-model-missing": C(f"serve {GATE} --model {{t}}/missing-model", "missing-model"),
+    "serve-corpus-missing": C(f"serve {GATE} --corpus {{t}}/missing.jsonl", "missing.jsonl"),
+    "serve-onnx-truncated": C("serve --gate onnx --onnx {t}/export_truncated", "export_truncated"),
+    "serve-router-empty": C("serve --router {t}/export_empty", "export_empty"),
+    "serve-router-no-costs": C("serve --router {t}/router_nocosts --budget 1", "router_nocosts", "costs"),
+    "serve-budget-above-dearest": C("serve --router {t}/router --budget 99", "--budget", "3.35"),
+    "serve-gate-mode-budget-above-dearest": C("serve --mode gate --router {t}/router --budget 99", "--budget", "3.35"),
+    "serve-unknown-gate": C("serve --gate bogus", "--gate", "bogus"),
+    "serve-gate-mode-asks-generator": C("serve --mode gate --gate confidence", "confidence", "--mode answer"),
+    "serve-generator-url-bad": C(f"serve {GATE} --generator-url localhost:8000", "--generator-url"),
+    "serve-learned-run-truncated": C("serve --gate learned --learned-run {t}/run_truncated", "run_truncated"),
+    # ---------------------------------------------------------------- evaluate
+    "evaluate-unknown-gate": C(f"evaluate --gates always bogus --labels {LABELS} --out {{t}}/ev", "--gates", "bogus"),
+    "evaluate-labels-missing": C("evaluate --gates always --labels {t}/missing.jsonl --out {t}/ev", "missing.jsonl"),
+    "evaluate-labels-dir": C("evaluate --gates always --labels {t}/dir --out {t}/ev", "dir"),
+    "evaluate-labels-bad-row": C("evaluate --gates always --labels {t}/labels_bad.jsonl --out {t}/ev", "labels_bad.jsonl", "line 2"),
+    "evaluate-limit-negative": C(f"{EVAL} --limit -1", "--limit"),
+    "evaluate-resamples-zero": C(f"{EVAL} --resamples 0", "--resamples"),
+    "evaluate-out-is-a-file": C(f"evaluate --gates always --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
+    "evaluate-run-dir-missing": C(f"{EVAL} --run-dir {{t}}/missing-run", "missing-run"),
+    "evaluate-strategies-duplicate": C(f"{EVAL} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
+    "evaluate-strategies-miss-a-label-strategy": C(
+        "evaluate --gates tfidf --labels {t}/strategies.jsonl --questions {t}/q.jsonl --out {t}/ev "
+        "--no-cost --strategies {t}/two.yaml", "multi_step", "two.yaml",
+        forbid=("retrieval_gate.evaluation.compare.build_gate",
+                "retrieval_gate.evaluation.compare.load_splits")),
+    "evaluate-onnx-missing": C(f"evaluate --gates onnx --labels {LABELS} --out {{t}}/ev --onnx {{t}}/missing-export", "missing-export"),
+    "evaluate-learned-run-truncated": C(f"evaluate --gates learned --labels {LABELS} --out {{t}}/ev --learned-run {{t}}/run_truncated", "run_truncated"),
+    "evaluate-questions-bad-row": C(f"{EVAL} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    # ---------------------------------------------------------------- tune
+    "tune-workers-absurd": C(f"{TUNE} --objective pareto --workers 100000 --storage journal:{{t}}/j.log", "--workers"),
+    "tune-workers-zero": C(f"{TUNE} --workers 0", "--workers"),
+    "tune-trials-zero": C(f"{TUNE} --objective pareto --trials 0", "--trials"),
+    "tune-target-out-of-range": C(f"{TUNE} --objective min-retrieval --target 2", "--target"),
+    "tune-labels-missing": C("tune --gate popularity --labels {t}/missing.jsonl --out {t}/tu", "missing.jsonl"),
+    "tune-labels-dir": C("tune --gate popularity --labels {t}/dir --out {t}/tu", "dir"),
+    "tune-out-is-a-file": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
+    "tune-max-epochs-zero": C(f"tune --gate learned --objective hparams --labels {LABELS} --out {{t}}/tu --max-epochs 0", "--max-epochs"),
+    "tune-strategies-duplicate": C(f"{TUNE} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
+    "tune-budget-above-dearest": C(f"tune --gate onnx --onnx {{t}}/router --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --budget 99", "--budget", "3.35"),
+    "tune-router-no-costs": C(f"tune --gate onnx --onnx {{t}}/router_nocosts --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --budget 1", "router_nocosts", "costs"),
+    "tune-router-truncated": C(f"tune --gate onnx --onnx {{t}}/export_truncated --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --budget 1", "export_truncated"),
+    "tune-calibrate-on-missing": C(f"tune --gate onnx --onnx {{t}}/router --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --calibrate-on {{t}}/missing.jsonl", "missing.jsonl"),
+    "tune-questions-bad-row": C(f"{TUNE} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    # ---------------------------------------------------------------- score
+    "score-model-missing": C("score --model {t}/missing-export --input {t}/q.jsonl", "missing-export"),
+    "score-model-is-a-file": C("score --model {t}/file.txt --input {t}/q.jsonl", "file.txt"),
+    "score-model-empty": C("score --model {t}/export_empty --input {t}/q.jsonl", "export_empty"),
+    "score-input-missing": C("score --model {t}/router --input {t}/missing.jsonl", "missing.jsonl"),
+    "score-input-dir": C("score --model {t}/router --input {t}/dir", "dir"),
+    "score-output-is-a-folder": C(f"{SCORE} --output {{t}}/dir", "--output", "dir"),
+    "score-budget-above-dearest": C(f"{SCORE} --budget 99", "--budget", "3.35"),
+    "score-budget-no-costs": C("score --model {t}/router_nocosts --input {t}/q.jsonl --budget 1", "router_nocosts", "costs"),
+    "score-questions-bad-row": C("score --model {t}/router --questions {t}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    "score-budget-truncated": C("score --model {t}/export_truncated --input {t}/q.jsonl --budget 1", "export_truncated"),
+    # ---------------------------------------------------------------- transfer
+    "transfer-labels-missing": C("transfer --labels {t}/missing.jsonl --out {t}/tr", "missing.jsonl"),
+    "transfer-second-labels-missing": C(
+        f"transfer --labels {LABELS} {{t}}/missing.jsonl --out {{t}}/tr", "--labels", "missing.jsonl",
+        forbid=("retrieval_gate.evaluation.transfer.transfer_cells",)),
+    "transfer-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
+    "transfer-learned-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/file.txt", "--learned-out", "file.txt"),
+    "transfer-learned-config-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/lo --learned-config {{t}}/missing.yaml", "missing.yaml"),
+    "transfer-run-dir-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/missing-run", "missing-run"),
+    "transfer-questions-bad-row": C(f"transfer --labels {LABELS} --out {{t}}/tr --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
+    # ---------------------------------------------------------------- export
+    "export-run-missing": C("export --run {t}/missing-run --out-dir {t}/ex", "missing-run"),
+    "export-run-is-a-file": C("export --run {t}/file.txt --out-dir {t}/ex", "file.txt"),
+    "export-run-empty": C("export --run {t}/run_empty --out-dir {t}/ex", "run_empty"),
+    "export-run-truncated": C("export --run {t}/run_truncated --out-dir {t}/ex", "run_truncated"),
+    "export-out-dir-is-a-file": C("export --run {t}/run_empty --out-dir {t}/file.txt", "--out-dir", "file.txt"),
+    "export-parity-limit-negative": C("export --run {t}/run_empty --out-dir {t}/ex --parity-limit -1", "--parity-limit"),
+    "export-questions-missing": C("export --run {t}/run_empty --out-dir {t}/ex --questions {t}/missing.jsonl", "missing.jsonl"),
+}
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=ELSEWHERE[n])) if n in ELSEWHERE else n
+        for n in CASES
+    ],  # fmt: skip
+)
+def test_bad_option_is_refused_before_any_engine(name, tmp_path, capsys, monkeypatch, no_engine):
+    case = CASES[name]
+    for target in case.forbid:
+        monkeypatch.setattr(target, _started)
+    _workspace(tmp_path)
+    argv = case.argv.format(t=tmp_path).split()
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusal: the verb's usage and one error line
+        code = e.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "engine started" not in err, err
+    assert code == 2, err
+    assert f"retrieval-gate {argv[0]}: error:" in err, err
+    for expected in case.expect:
+        assert expected in err, f"{expected!r} not in: {err}"

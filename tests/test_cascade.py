@@ -1,0 +1,116 @@
+"""The cascade in the RAG loop (issue 37 part 4): the router decides first; the answer gate
+reads the closed-book answers' log-probabilities and escalates the unsure ones to the next
+strategy, within the budget's slack; escalated answers are charged both LLM calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from retrieval_gate.errors import BackendError, ConfigError
+from retrieval_gate.gates.base import as_questions
+from retrieval_gate.generation.base import Generation
+from retrieval_gate.questions import Question
+from retrieval_gate.rag import AdaptiveRAG, OracleGate
+from retrieval_gate.rag.cascade import Cascade, check_logprobs, escalations
+from retrieval_gate.retrieval import ContextRetriever
+from routers import AnswerConfidenceGate, LengthRouter
+
+
+class SureOnEven:
+    """Closed-book: 'I don't know' with log-probabilities sure for even items, unsure for odd
+    ones; with a paragraph, its last word. Records each batched call."""
+
+    name, checksum = "sure-on-even", "none"
+
+    def __init__(self, logprobs: bool = True):
+        self.calls: list[list[str]] = []
+        self.logprobs = logprobs
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False):
+        self.calls.append(list(prompts))
+        out = []
+        for p in prompts:
+            if "Paragraph:\n" in p:
+                text = (p.split("Paragraph:\n")[1].split("\n\nQuestion:")[0].split() or ["-"])[-1]
+            else:
+                text = "I don't know"
+            item = next((int(w.rstrip("?")) for w in p.split() if w.rstrip("?").isdigit()), 0)
+            lps = [-0.01, -0.02] if item % 2 == 0 else [-2.5, -3.0]
+            out.append(Generation(text, len(p.split()), 2, lps if logprobs and self.logprobs
+                                  else None))  # fmt: skip
+        return out
+
+    def choice_probs(self, prompts, choices):
+        return np.full((len(prompts), len(choices)), 1 / len(choices))
+
+
+def _questions(n: int = 6) -> list[Question]:
+    return [Question(id=f"q{i}", text=f"What is item {i}?", answers=(f"answer{i}",),
+                     source="test", contexts=({"title": "", "text": f"item {i} is answer{i}"},))
+            for i in range(n)]  # fmt: skip
+
+
+def test_a_binary_gate_cascade_escalates_the_unsure_closed_book_answers():
+    qs = _questions(6)
+    gen = SureOnEven()
+    never = OracleGate({q.id: 0 for q in qs})  # the first gate keeps every question closed-book
+    run = AdaptiveRAG(Cascade(never, AnswerConfidenceGate()), ContextRetriever(), gen).run(qs)
+    assert len(gen.calls) == 2 and len(gen.calls[0]) == 6 and len(gen.calls[1]) == 3
+    assert [a.escalated for a in run.answers] == [False, True] * 3
+    assert [a.match for a in run.answers] == [False, True] * 3  # escalated ones read the docs
+    assert [a.llm_calls for a in run.answers] == [1, 2] * 3
+    assert [a.retrievals for a in run.answers] == [0, 1] * 3
+    c = run.costs
+    assert (c.escalations, c.llm_calls, c.retrievals, c.generation_calls) == (3, 9, 3, 2)
+    assert c.prompt_tokens == sum(len(p.split()) for call in gen.calls for p in call)
+    parts = c.gate_seconds + c.retrieval_seconds + c.generation_seconds + c.overhead_seconds
+    assert parts == pytest.approx(c.total_seconds)
+
+
+def test_a_router_cascade_escalates_within_the_budget_slack():
+    qs = _questions(6)  # four words each: the router keeps them all closed-book
+    router = LengthRouter(costs={"no_retrieval": 0.0, "one_retrieval": 1.0, "multi_step": 3.0})
+    loop = AdaptiveRAG(Cascade(router, AnswerConfidenceGate()), ContextRetriever(), SureOnEven())
+    assert loop.run(qs).costs.escalations == 3  # no budget: the answer gate alone decides
+    assert loop.run(qs, budget=0.34).costs.escalations == 2  # 6 x 0.34 pays for two
+    assert loop.run(qs, budget=0.0).costs.escalations == 0
+    picked = escalations(np.array([0.9, 0.2, 0.7, 0.95]), 0.5, 2.0, 1.0)
+    assert picked == [0, 3]  # the two surest-wrong, in input order
+
+
+def test_a_gate_that_reads_no_answer_or_a_generator_without_logprobs_is_refused():
+    qs = _questions(2)
+    plain = OracleGate({q.id: 0 for q in qs})
+    with pytest.raises(ConfigError, match="--answer-gate.*cascade-closed-book"):
+        Cascade(plain, plain)
+    with pytest.raises(BackendError, match="--generator-url.*no token log-probabilities"):
+        check_logprobs(SureOnEven(logprobs=False), "--generator-url")
+    check_logprobs(SureOnEven(), "--generator-url")
+
+
+def test_a_served_cascade_reports_its_escalations():
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.rag.service import create_app
+
+    class Never:  # scores any question, ids or not
+        name, threshold = "never", 0.5
+
+        def scores(self, questions):
+            return np.zeros(len(as_questions(questions)))
+
+    qs = _questions(4)
+    loop = AdaptiveRAG(Cascade(Never(), AnswerConfidenceGate()), ContextRetriever(), SureOnEven())
+    with TestClient(create_app(loop)) as client:
+        r = client.post("/answer", json={"questions": [q.text for q in qs]})
+        assert r.status_code == 200, r.text
+        answers = r.json()["answers"]
+        metrics = client.get("/metrics").text
+        health = client.get("/health").json()["metrics"]
+    assert [a["escalated"] for a in answers] == [False, True] * 2
+    assert [a["llm_calls"] for a in answers] == [1, 2] * 2
+    assert "retrieval_gate_escalations_total 2.0" in metrics
+    assert health["escalations"] == 2 and health["llm_calls"]["total"] == 6

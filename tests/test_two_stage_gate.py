@@ -1,0 +1,174 @@
+"""The two-stage gate (issue 37): the question and, when given, the closed-book answer's token
+log-probabilities; through the CLI as a user runs it (label --policy outcomes, train
+--config cascade-closed-book with a numeric column, export, score --questions), and its
+pieces: the confidence columns, the config's refusals, bad cells named by file and line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from retrieval_gate.cli import main
+from retrieval_gate.data.answer_confidence import AnswerConfidence
+from retrieval_gate.data.features import SideFeatures, features_from_dict
+from retrieval_gate.data.text_features import TextFeatures, TokenLayout
+from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.questions import Question
+from retrieval_gate.training import load_config
+
+WORDS = ["alder", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "jasper",
+         "kestrel", "lagoon", "marsh", "nook", "oriel", "pike", "quarry", "ridge", "spruce"]  # fmt: skip
+
+
+def _q(i: int, **extra) -> Question:
+    return Question(id=f"q{i}", text=f"what is q{i}?", answers=("x",), source="s", extra=extra)
+
+
+def test_confidence_columns_scale_flag_and_round_trip():
+    train = [_q(0, token_logprobs=[-0.1, -0.3]), _q(1, token_logprobs=[-2.0, -1.0, -3.0]),
+             _q(2, mean_logprob=-0.5), _q(3)]  # fmt: skip
+    conf = AnswerConfidence.fit(train)
+    m = conf.matrix(train)
+    assert m.shape == (4, 8) and conf.names[-1] == "has_answer"
+    assert m[:, -1].tolist() == [1, 1, 1, 0]  # the last has no answer: question-only score
+    assert m[2, 4:7].tolist() == [1, 1, 1]  # the mean alone: min, first, length missing
+    assert m[3, :4].tolist() == [0, 0, 0, 0]
+    assert m[0, 0] > m[1, 0]  # a surer answer has the higher mean column
+    feats = TextFeatures(("class:a", "class:b"), TokenLayout(10, 11),
+                         SideFeatures(("pop",), (1.0,), (2.0,)), conf)  # fmt: skip
+    back = features_from_dict(json.loads(json.dumps(feats.to_dict())))
+    assert back == feats and back.width == 11 + 2 + 8 and not back.from_text
+    with pytest.raises(DataError, match="no training question has"):
+        AnswerConfidence.fit([_q(0), _q(1)])
+    with pytest.raises(DataError, match="q5.*empty list"):
+        conf.matrix([_q(5, token_logprobs=[])])
+
+
+@pytest.mark.parametrize(
+    "sets, match",
+    [(["model.head=linear"], "needs model.head=stacked"),
+     (["data.task=3way"], "data.task=binary")],
+)  # fmt: skip
+def test_answer_confidence_needs_a_stacked_binary_gate(sets, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("cascade-closed-book").override(*sets)
+
+
+def _write_user_data(root: Path, n: int = 480, seed: int = 0) -> tuple[Path, Path]:
+    """A user's questions (with a weakly telling `popularity` column) and outcomes whose
+    answers' log-probabilities tell right from wrong, noisily (confidence AUROC about 0.8);
+    the text tells nothing."""
+    rng = random.Random(seed)
+    questions, outcomes = root / "questions.csv", root / "outcomes.jsonl"
+    with open(questions, "w", newline="") as f, open(outcomes, "w") as o:
+        w = csv.writer(f)
+        w.writerow(["id", "question", "answers", "popularity"])
+        for i in range(n):
+            known = rng.random() < 0.5
+            pop = int(10 ** rng.gauss(3.3 if known else 2.7, 1.0))
+            words = rng.sample(WORDS, 3)
+            w.writerow([f"u{i}", f"What is the {words[0]} of the {words[1]} {words[2]} {i}?",
+                        "x", pop])  # fmt: skip
+            correct = known if rng.random() < 0.9 else not known
+            sure = rng.gauss(-0.4 if correct else -1.3, 0.6)
+            lps = [round(min(0.0, rng.gauss(sure, 0.5)), 4) for _ in range(rng.randint(1, 9))]
+            o.write(json.dumps({"id": f"u{i}", "correct": correct, "token_logprobs": lps}) + "\n")
+    return questions, outcomes
+
+
+@pytest.mark.slow  # a stacked training run on MiniLM and an ONNX export, through the CLI
+def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confidence(
+    tmp_path, capsys
+):
+    questions, outcomes = _write_user_data(tmp_path)
+    labels = tmp_path / "labels"
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(questions), "--generator", "my-llm", "--labels-dir", str(labels)]) == 0  # fmt: skip
+    label_file = labels / "my-llm" / "closed-book.jsonl"
+    assert main(["train", "--config", "cascade-closed-book", "--set",
+                 f"data.questions={questions}", f"data.label_file={label_file}",
+                 "data.features=[popularity]", f"run.output_dir={tmp_path / 'runs'}"]) == 0  # fmt: skip
+    run = tmp_path / "runs" / "cascade-closed-book"
+    assert main(["export", "--run", str(run), "--out-dir", str(tmp_path / "export"),
+                 "--variants", "fp32", "--questions", str(questions)]) == 0  # fmt: skip
+    export = tmp_path / "export" / "cascade-closed-book"
+    # the test split's questions, with their answers' log-probabilities as a user passes them
+    from retrieval_gate.data.user_questions import question_set
+
+    test = [q for q in question_set(str(questions)) if q.split == "test"]
+    assert len(test) > 50
+    rows = {json.loads(line)["id"]: json.loads(line) for line in open(label_file)}
+    scored = tmp_path / "test.jsonl"
+    with open(scored, "w") as f:
+        for q in test:
+            row = {"id": q.id, "question": q.text, "popularity": q.extra["popularity"],
+                   "token_logprobs": rows[q.id]["token_logprobs"]}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+    capsys.readouterr()
+    assert main(["score", "--model", str(export), "--questions", str(scored)]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    y = np.array([rows[r["id"]]["label"] for r in out])
+    gate = roc_auc_score(y, [r["score"] for r in out])
+    confidence = roc_auc_score(y, [-rows[r["id"]]["mean_logprob"] for r in out])
+    assert confidence > 0.7  # the data are as meant: the answer tells
+    print(f"two-stage AUROC {gate:.3f}, confidence alone {confidence:.3f}")
+    assert gate >= confidence - 0.01, (gate, confidence)
+    # a row without log-probabilities gets the question-only score of the same export
+    from retrieval_gate import RetrievalGate
+
+    g = RetrievalGate.from_pretrained(export)
+    plain = g.predict_proba(test[:5])
+    alone = g.predict_proba([q.text for q in test[:5]], {"popularity": [q.extra["popularity"]
+                            for q in test[:5]]}, token_logprobs=[None] * 5)  # fmt: skip
+    np.testing.assert_allclose(plain, alone, atol=1e-6)
+    assert not np.allclose(plain, [r["score"] for r in out[:5]], atol=1e-3)
+    # evaluate reads the answers from the label file: the gate beside its question-only score
+    report = tmp_path / "eval"
+    assert main(["evaluate", "--labels", str(label_file), "--questions", str(questions),
+                 "--gates", "onnx", "--onnx", str(export), "--no-cost", "--out",
+                 str(report)]) == 0  # fmt: skip
+    rows = {g["name"]: g for g in json.loads((report / "results.json").read_text())[
+        "policies"]["my-llm/closed-book"]["gates"]}  # fmt: skip
+    both, alone = rows[f"onnx:{export.name}:fp32"], rows[f"onnx:{export.name}:fp32 (question only)"]
+    assert both["metrics"]["auroc"] == pytest.approx(gate, abs=1e-6)
+    assert both["metrics"]["auroc"] > alone["metrics"]["auroc"] + 0.05
+
+
+@pytest.mark.parametrize(
+    "cell, match",
+    [('"[-0.1, oops]"', "not a JSON list"), ('"[-0.1, 0.5]"', "above 0"),
+     ('"[]"', "empty list"), ('"{""a"": 1}"', "not a list")],
+)  # fmt: skip
+def test_a_bad_token_logprobs_cell_is_named_by_file_and_line(
+    tmp_path, cell, match, monkeypatch, capsys
+):
+    import retrieval_gate.gates.onnx as onnx_gates
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was opened before the input was checked")
+
+    monkeypatch.setattr(onnx_gates, "open_onnx", no_model)
+    path = tmp_path / "q.csv"
+    path.write_text(f'question,token_logprobs\nWho wrote Hamlet?,"[-0.1]"\nWho?,{cell}\n')
+    model = tmp_path / "export"
+    model.mkdir()
+    (model / "gate_metadata.json").write_text("{}")
+    assert main(["score", "--model", str(model), "--questions", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}, line 3" in err and match in err, err
+
+
+def test_features_training_never_saw_read_as_missing_when_scoring():
+    """Trained on means only (SmolLM2's committed labels), a full token list scores as its
+    mean: min, first token and length stay flagged missing, as in training."""
+    conf = AnswerConfidence.fit([_q(0, mean_logprob=-0.2), _q(1, mean_logprob=-1.5)])
+    assert conf.observed == (True, False, False, False)
+    full = conf.matrix([_q(2, token_logprobs=[-0.1, -0.3])])
+    mean_only = conf.matrix([_q(3, mean_logprob=-0.2)])
+    np.testing.assert_array_equal(full, mean_only)
