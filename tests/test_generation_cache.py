@@ -171,6 +171,7 @@ def _open_and_write(path: str, go: Any) -> None:
     GenerationStore(path).put_many({f"k{os.getpid()}": {"text": "x"}})
 
 
+@pytest.mark.slow  # forks 180 processes
 def test_processes_opening_a_new_cache_at_once_all_get_it(tmp_path):
     # SQLite answers "locked" at once to a second process switching a new file to WAL; the
     # store retries (CI once lost a process to this)

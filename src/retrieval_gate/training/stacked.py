@@ -127,8 +127,8 @@ class StackedHead(nn.Module):
         self.second = None  # a two-stage gate's: [question logit, side, confidence] -> logit
         if features.confidence is not None:
             if num_classes != 2:
-                raise DataError("model.answer_confidence is for a binary gate (task "
-                                f"closed_book or rag_gain), not {num_classes} outputs")  # fmt: skip
+                raise DataError("model.answer_confidence is for a binary gate (data.task="
+                                f"binary), not {num_classes} outputs")  # fmt: skip
             self.second = nn.Linear(1 + features.width - len(SHAPE_NAMES), 1)
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
