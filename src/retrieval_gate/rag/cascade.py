@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -101,8 +101,6 @@ def escalation_strategy(gate: Cascade, registry: StrategyRegistry) -> tuple[str,
 
 def with_answers(questions: Sequence[Any], logprobs: Sequence[list[float] | None]) -> list[Any]:
     """The questions carrying their closed-book answers' token log-probabilities."""
-    from dataclasses import replace
-
     return [replace(q, extra={**q.extra, TOKEN_LOGPROBS: lp})
             for q, lp in zip(questions, logprobs, strict=True)]  # fmt: skip
 
