@@ -4,7 +4,6 @@ reads them back and turns them into a two-stage gate's features."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -25,21 +24,11 @@ from retrieval_gate.labels.logprobs import (
     parse_token_logprobs,
 )
 from retrieval_gate.questions import Question
-
-QUESTIONS = [
-    {"id": "m1", "question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]},
-    {"id": "m2", "question": "What is the capital of France?", "answers": ["Paris"]},
-    {"id": "m3", "question": "Who founded Zorblat Inc?", "answers": ["Quen Vik"]},
-]
-
-
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+from user_files import QUESTIONS, write_jsonl
 
 
 def _label(tmp_path: Path, outcomes: Path) -> int:
-    qs = _jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
     return main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
                  str(qs), "--generator", "my-llm", "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
 
@@ -72,7 +61,7 @@ def test_jsonl_lists_correctness_rows_and_lm_eval_samples(tmp_path):
     rows = [{"id": "m1", "correct": True, "token_logprobs": [0.0, -0.5]},
             {"id": "m2", "correct": False, "mean_logprob": "-2.25"},
             {"id": "m3", "prediction": "Quen Vik", "token_logprobs": "[-0.3]"}]  # fmt: skip
-    assert _label(tmp_path, _jsonl(tmp_path / "out.jsonl", rows)) == 0
+    assert _label(tmp_path, write_jsonl(tmp_path / "out.jsonl", rows)) == 0
     got = answer_logprobs(_closed(tmp_path))
     assert got["m1"] == AnswerLogprobs((0.0, -0.5), -0.25)
     assert got["m2"] == AnswerLogprobs(None, -2.25) and got["m3"].token_logprobs == (-0.3,)
@@ -82,7 +71,7 @@ def test_jsonl_lists_correctness_rows_and_lm_eval_samples(tmp_path):
                                    [[-0.01, -0.02], [-0.3], [-4.0, -3.0]], strict=True)]  # fmt: skip
     lm = tmp_path / "lm"
     lm.mkdir()
-    assert _label(lm, _jsonl(lm / "samples_qa_2026.jsonl", samples)) == 0
+    assert _label(lm, write_jsonl(lm / "samples_qa_2026.jsonl", samples)) == 0
     assert answer_logprobs(_closed(lm))["m3"] == AnswerLogprobs((-4.0, -3.0), -3.5)
 
 
@@ -132,7 +121,7 @@ def test_features_mean_min_first_length_and_nan_when_missing():
 
 def test_old_label_files_load_without_token_logprobs(tmp_path):
     """A closed-book file as the committed SmolLM2 labels are: `mean_logprob` only."""
-    path = _jsonl(tmp_path / "closed-book.jsonl",
+    path = write_jsonl(tmp_path / "closed-book.jsonl",
                   [{"id": "q1", "label": 0, "match": True, "mean_logprob": -0.42, "idk": False},
                    {"id": "q2", "label": 1, "match": False, "mean_logprob": None}])  # fmt: skip
     assert answer_logprobs(path) == {"q1": AnswerLogprobs(None, -0.42)}

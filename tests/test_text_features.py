@@ -104,7 +104,6 @@ def test_text_features_round_trip_and_need_nothing_beside_the_text():
 def test_the_stacked_models_collapse_into_the_head_without_changing_a_probability(tokenizer):
     """fit_stacked's head gives the probabilities of the scikit-learn models it came from: the
     source model, then the heads over [token TF-IDF, embedding, shape, P(source)]."""
-    from retrieval_gate.data.text_features import shape_features
 
     texts = _bundle_texts(300)
     rng = np.random.default_rng(0)
@@ -133,17 +132,10 @@ def test_the_stacked_models_collapse_into_the_head_without_changing_a_probabilit
         x = torch.from_numpy(np.hstack([E_new, features.matrix(new)]).astype(np.float32))
         got = body.head(x, batch["input_ids"]).sigmoid().numpy()
     # the same models, fitted here with scikit-learn's own transforms
-    En, En_new = (e / np.linalg.norm(e, axis=1, keepdims=True) for e in (E, E_new))
-    vec, Xt, *_ = stacked.token_tfidf(_ids(tokenizer, texts), special, vocab)
-    Xt_new = vec.transform(_ids(tokenizer, new))
-    dense, dense_new = (csr_matrix(np.hstack([e, shape_features(t)])) for e, t in
-                        ((En, texts), (En_new, new)))  # fmt: skip
-    source, Q = stacked._source_model(hstack([Xt, dense]).tocsr(), np.array(sources), 0)
-    Q_new = source.predict_proba(hstack([Xt_new, dense_new]))
+    (X, X_new), _ = _reference_inputs(tokenizer, texts, new, E, E_new, sources)
     want = np.stack([
-        LogisticRegression(C=stacked.HEAD_C, max_iter=3000)
-        .fit(hstack([Xt, dense, csr_matrix(Q)]).tocsr(), Y[:, s])
-        .predict_proba(hstack([Xt_new, dense_new, csr_matrix(Q_new)]).tocsr())[:, 1]
+        LogisticRegression(C=stacked.HEAD_C, max_iter=3000).fit(X, Y[:, s])
+        .predict_proba(X_new)[:, 1]
         for s in range(3)
     ], axis=1)  # fmt: skip
     np.testing.assert_allclose(got, want, atol=2e-4)
@@ -182,7 +174,6 @@ def test_a_stacked_gate_is_one_logistic_model_over_the_same_inputs(tokenizer):
     """A binary gate's stacked head (class indices, not correctness per strategy): one
     class-weighted logistic model over [token TF-IDF, embedding, shape, P(source)], written as
     the logits [0, z], so softmax gives its P(needs retrieval); a 3-way gate's is multinomial."""
-    from retrieval_gate.data.text_features import shape_features
 
     texts = _bundle_texts(300)
     rng = np.random.default_rng(1)
@@ -194,16 +185,7 @@ def test_a_stacked_gate_is_one_logistic_model_over_the_same_inputs(tokenizer):
     new = _bundle_texts(340)[300:]
     E_new = rng.normal(size=(len(new), 8))
     batch = tokenizer(new, truncation=True, max_length=128, padding=True, return_tensors="pt")
-    En, En_new = (e / np.linalg.norm(e, axis=1, keepdims=True) for e in (E, E_new))
-    vec, Xt, *_ = stacked.token_tfidf(_ids(tokenizer, texts), special, vocab)
-    Xt_new = vec.transform(_ids(tokenizer, new))
-    dense, dense_new = (csr_matrix(np.hstack([e, shape_features(t)])) for e, t in
-                        ((En, texts), (En_new, new)))  # fmt: skip
-    source, Q = stacked._source_model(hstack([Xt, dense]).tocsr(), np.array(sources), 0)
-    Q_new = source.predict_proba(hstack([Xt_new, dense_new]))
-    with_source = (hstack([Xt, dense, csr_matrix(Q)]).tocsr(),
-                   hstack([Xt_new, dense_new, csr_matrix(Q_new)]).tocsr())  # fmt: skip
-    text_only = hstack([Xt, dense]).tocsr(), hstack([Xt_new, dense_new]).tocsr()
+    with_source, text_only = _reference_inputs(tokenizer, texts, new, E, E_new, sources)
     three = y + (E[:, 0] > 1) * y  # a 3-way gate, from one source (no source model: quicker)
     cases = [(("no_retrieval", "retrieval"), y, sources, with_source),
              (("no_retrieval", "retrieval", "complex"), three, [""] * len(texts), text_only)]  # fmt: skip
@@ -224,6 +206,25 @@ def test_a_stacked_gate_is_one_logistic_model_over_the_same_inputs(tokenizer):
     with pytest.raises(DataError, match="label 1"):
         stacked.fit_stacked(_Body(2), texts, _ids(tokenizer, texts), special, vocab,
                             [""] * len(texts), np.ones(len(texts)), E, classes[:2])  # fmt: skip
+
+
+def _reference_inputs(tokenizer, texts, new, E, E_new, sources):
+    """The stacked models' inputs as scikit-learn computes them, for the training `texts` and
+    the `new` ones: ((X, X_new) with P(source), (X, X_new) without) over [token TF-IDF,
+    normalised embedding, shape]."""
+    from retrieval_gate.data.text_features import shape_features
+
+    special, vocab = set(tokenizer.all_special_ids), len(tokenizer)
+    En, En_new = (e / np.linalg.norm(e, axis=1, keepdims=True) for e in (E, E_new))
+    vec, Xt, *_ = stacked.token_tfidf(_ids(tokenizer, texts), special, vocab)
+    Xt_new = vec.transform(_ids(tokenizer, new))
+    dense, dense_new = (csr_matrix(np.hstack([e, shape_features(t)])) for e, t in
+                        ((En, texts), (En_new, new)))  # fmt: skip
+    source, Q = stacked._source_model(hstack([Xt, dense]).tocsr(), np.array(sources), 0)
+    Q_new = source.predict_proba(hstack([Xt_new, dense_new]))
+    with_source = (hstack([Xt, dense, csr_matrix(Q)]).tocsr(),
+                   hstack([Xt_new, dense_new, csr_matrix(Q_new)]).tocsr())  # fmt: skip
+    return with_source, (hstack([Xt, dense]).tocsr(), hstack([Xt_new, dense_new]).tocsr())
 
 
 class _Body(torch.nn.Module):

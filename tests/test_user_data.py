@@ -3,28 +3,17 @@ gold answers get a clear way out."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from retrieval_gate.cli import main
 from retrieval_gate.labels.files import LabelFile
-
-QUESTIONS = [
-    {"id": "m1", "question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]},
-    {"id": "m2", "question": "What is the capital of France?", "answers": ["Paris"]},
-    {"id": "m3", "question": "Who founded Zorblat Inc?", "answers": ["Quen Vik"]},
-]
-
-
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+from user_files import QUESTIONS, write_jsonl
 
 
 def _label(tmp_path: Path, outcomes: Path, *extra: str) -> int:
-    qs = _jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
     return main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
                  str(qs), "--generator", "my-llm", "--labels-dir", str(tmp_path / "labels"),
                  *extra])  # fmt: skip
@@ -53,7 +42,7 @@ def _sample(doc_id: int, doc: dict, answer: str) -> dict:
 def test_lm_eval_samples_are_judged_against_gold(tmp_path):
     answers = ["It was William Shakespeare.", "Lyon", "I don't know"]
     samples = [_sample(i, d, a) for i, (d, a) in enumerate(zip(QUESTIONS, answers, strict=True))]
-    assert _label(tmp_path, _jsonl(tmp_path / "samples_qa_2026.jsonl", samples)) == 0
+    assert _label(tmp_path, write_jsonl(tmp_path / "samples_qa_2026.jsonl", samples)) == 0
     out = LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl")
     assert out.labels() == {"m1": 0, "m2": 1, "m3": 1}
     assert out.rows["m3"]["idk"] and out.rows["m1"]["match"]
@@ -104,20 +93,20 @@ def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     run.mkdir(parents=True)
     (run / "closed-book.jsonl").write_text('{"id": "m1", "label": 1}\n')
     (run / "closed-book.meta.json").write_text('{"policy": "closed-book"}')
-    path = _jsonl(tmp_path / "o.jsonl", [{"id": "m1", "correct": True}])
+    path = write_jsonl(tmp_path / "o.jsonl", [{"id": "m1", "correct": True}])
     assert _label(tmp_path, path) == 2
     assert "not made from outcomes is already there" in capsys.readouterr().err
     assert (run / "closed-book.jsonl").read_text() == '{"id": "m1", "label": 1}\n'
 
 
 def test_no_gold_answers_points_to_outcomes(tmp_path, capsys):
-    qs = _jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
+    qs = write_jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
     code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--labels-dir",
                  str(tmp_path / "labels")])  # fmt: skip
     assert code == 2
     err = capsys.readouterr().err
     assert "no gold answers" in err and "--policy outcomes --outcomes FILE" in err
-    prediction = _jsonl(tmp_path / "p.jsonl", [{"question": "Is it raining in Oslo?",
+    prediction = write_jsonl(tmp_path / "p.jsonl", [{"question": "Is it raining in Oslo?",
                                                 "prediction": "yes"}])  # fmt: skip
     code = main(["label", "--policy", "outcomes", "--outcomes", str(prediction), "--questions",
                  str(qs), "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
@@ -125,12 +114,12 @@ def test_no_gold_answers_points_to_outcomes(tmp_path, capsys):
 
 
 def test_generator_url_dead_server_and_no_gold_checked_first(tmp_path, capsys):
-    qs = _jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
     dead = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
     code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url",
                  dead, "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
     assert code == 3 and "could not list models at http://127.0.0.1:9/v1" in capsys.readouterr().err
-    nogold = _jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
+    nogold = write_jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
     code = main(["label", "--policy", "closed-book", "--questions", str(nogold),
                  "--generator-url", dead, "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
     assert code == 2 and "--policy outcomes" in capsys.readouterr().err

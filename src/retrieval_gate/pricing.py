@@ -103,6 +103,12 @@ def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
     return np.unique(np.concatenate([[0.0], prices + 1e-9, [top + 1.0]]))
 
 
+def answer_read_calls(calls: tuple[float, float] | None) -> tuple[float, float] | None:
+    """LLM calls without and with retrieval of a gate that reads the closed-book answer first
+    (a two-stage gate): that answer is paid either way."""
+    return None if calls is None else (calls[0], calls[0] + calls[1])
+
+
 def binary_llm_calls(
     strategies: Sequence[str] = (), registry: StrategyRegistry | None = None
 ) -> tuple[float, float] | None:

@@ -38,7 +38,7 @@ from ..labels.evalset import (
 )
 from ..labels.files import LabelFile
 from ..labels.labelling_run import LabellingRun
-from ..pricing import binary_llm_calls
+from ..pricing import answer_read_calls, binary_llm_calls
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from . import plots
@@ -138,8 +138,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 results.append(alone)
                 scores = None  # the stored label-free scores are the question-only ones
             test = answered or tests[policy]
-            paid = calls if answered is None or calls is None else (calls[0], sum(calls))
-            # a two-stage gate pays the closed-book answer it reads, escalated or not
+            paid = calls if answered is None else answer_read_calls(calls)
             result = evaluate_gate(gate, test, cfg.n_resamples, scores, paid)
             if cfg.measure_cost and name not in costs:
                 llm = "generator" in spec.needs  # an LLM call per question: fewer timed

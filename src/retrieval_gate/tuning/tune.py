@@ -19,7 +19,7 @@ from ..gates.base import reads_answers
 from ..gates.registry import GateOptions, check_options
 from ..labels.evalset import Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
-from ..pricing import Calibration, binary_llm_calls, check_budget, llm_calls_for
+from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_budget, llm_calls_for
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from ..tables import markdown_table
@@ -240,7 +240,7 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     if reads_answers(gate):  # a two-stage gate: tuned on what it reads, the recorded answers
         dev, test = (with_recorded_answers(s, cfg.labels) for s in (sp.dev, sp.test))
         sp = replace(sp, dev=dev, test=test)
-        calls = None if calls is None else (calls[0], sum(calls))  # it pays the answer it reads
+        calls = answer_read_calls(calls)
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, cfg.storage,
                                   cfg.out, cfg.trials, cfg.target, cfg.seed, identity,
                                   cfg.workers, calls)  # fmt: skip
