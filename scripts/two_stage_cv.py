@@ -75,8 +75,11 @@ def main() -> None:
         cfg = load_config(args.config, [f"run.output_dir={work}", "data.label_file=null"])
         every = config_questions(cfg.data)
         every = with_splits(every, assign_splits(every, seed=cfg.data.split_seed))
+        # each question carries its answer's log-probabilities as the label file records them
+        # (token_logprobs where present, else the mean), as training reads them
+        answer = ("mean_logprob", "token_logprobs")
         questions = [
-            replace(q, extra={**q.extra, "mean_logprob": rows[q.id].get("mean_logprob")})
+            replace(q, extra={**q.extra, **{k: rows[q.id][k] for k in answer if rows[q.id].get(k)}})
             for q in every
             if q.id in labels
         ]

@@ -154,7 +154,7 @@ def test_closed_book_labelling_records_token_logprobs():
 
 
 def test_strategy_labelling_records_each_strategys_token_logprobs(tmp_path):
-    from retrieval_gate.rag.labelling import StrategyLabelling, label_strategies
+    from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
     from retrieval_gate.rag.multistep import MultiStepConfig
     from retrieval_gate.retrieval import BM25Retriever, Document
 

@@ -99,7 +99,8 @@ def _exports(t, strategies: list[str]) -> None:
         (t / name).mkdir()
         (t / name / "model.onnx").write_bytes(b"not onnx")
         (t / name / "tokenizer.json").write_text("{}")
-        (t / name / "gate_metadata.json").write_text(json.dumps({"router": meta}))
+        (t / name / "gate_metadata.json").write_text(json.dumps({"task": "strategies",
+                                                                 "router": meta}))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
 from retrieval_gate.labels.strategy_labels import read_strategy_labels
 from retrieval_gate.questions import Question
 from retrieval_gate.rag.decisions import check_router, load_router
-from retrieval_gate.rag.labelling import StrategyLabelling, label_strategies
 from retrieval_gate.rag.loop import AdaptiveRAG
 from retrieval_gate.retrieval.base import Document, Hit
 from retrieval_gate.strategies import load_strategies

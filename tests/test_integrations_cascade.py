@@ -124,9 +124,10 @@ def test_langchain_refuses_an_answer_gate_that_reads_no_answer():
 # ------------------------------------------------------------------ LlamaIndex
 
 
-def _llamaindex_llm(raw: bool):
-    """A completion LLM whose responses carry log-probabilities: in `raw` (an OpenAI-compatible
-    response, as llama_index's OpenAI / OpenAILike keep it) or in `.logprobs`."""
+def _llamaindex_llm(raw: bool, logprobs=_logprobs):
+    """A completion LLM whose responses carry log-probabilities (`logprobs(prompt)`): in `raw`
+    (an OpenAI-compatible response, as llama_index's OpenAI / OpenAILike keep it) or in
+    `.logprobs`."""
     from llama_index.core.base.llms.types import LogProb
     from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
 
@@ -138,7 +139,7 @@ def _llamaindex_llm(raw: bool):
             return LLMMetadata()
 
         def complete(self, prompt: str, formatted: bool = False, **kwargs) -> CompletionResponse:
-            lps = _logprobs(prompt)
+            lps = logprobs(prompt)
             if self.in_raw:
                 content = [{"token": "x", "logprob": lp} for lp in lps]
                 choice = {"message": {"content": "x"}, "logprobs": {"content": content}}
@@ -299,3 +300,72 @@ def test_haystack_refuses_replies_without_logprobs_and_an_answer_gate_that_reads
     assert question_only.escalations(QUESTIONS[1:], bare) == ESCALATED[1:]
     with pytest.raises(ConfigError, match="answer_gate: gate 'first'"):
         AnswerGateRouter(FirstGate())
+
+
+# ------------------------------------------------------------------ a router's budget
+
+# All short: the router keeps every one closed-book (cost 0); escalating one costs 1. At a
+# budget of 0.4 a question, 5 questions leave 2.0: the two unsurest answers are escalated.
+SHORT = ["Who is ulbrecht?", "Who wrote Hamlet?", "What is zorp?", "Capital of France?",
+         "Who painted vrel?"]  # fmt: skip
+SHORT_LOGPROBS = {SHORT[0]: [-3.0], SHORT[1]: [-0.01], SHORT[2]: [-2.0], SHORT[3]: [-0.02],
+                  SHORT[4]: [-1.0]}  # fmt: skip  # P(wrong): 0.95, 0.01, 0.86, 0.02, 0.63
+
+
+def _budget_router():
+    from routers import LengthRouter
+
+    return LengthRouter(strategies=("no_retrieval", "one_retrieval"),
+                        costs={"no_retrieval": 0.0, "one_retrieval": 1.0})  # fmt: skip
+
+
+def _short_chat_model():
+    from langchain_core.messages import AIMessage
+    from langchain_core.runnables import RunnableLambda
+
+    def answer(item: dict) -> AIMessage:
+        content = [{"token": "x", "logprob": lp} for lp in SHORT_LOGPROBS[item["question"]]]
+        return AIMessage(
+            content="closed-book", response_metadata={"logprobs": {"content": content}}
+        )
+
+    return RunnableLambda(answer)
+
+
+@pytest.mark.parametrize("budget, escalated", [(None, {0, 2, 4}), (0.4, {0, 2}), (0.1, set()),
+                                               (1.0, {0, 2, 4})])  # fmt: skip
+def test_langchain_escalations_are_paid_from_the_routers_budget(budget, escalated):
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    router = GateRouter(_budget_router(), retrieve=_rag([]), direct=_short_chat_model(),
+                        answer_gate=AnswerConfidenceGate(), budget=budget)  # fmt: skip
+    outputs = router.batch([{"question": q} for q in SHORT])
+    assert {i for i, o in enumerate(outputs) if _text(o).startswith("from-rag")} == escalated
+
+
+def test_one_question_adapters_keep_a_running_budget_account():
+    from retrieval_gate.integrations.branches import budget_account, escalate
+
+    account = budget_account(_budget_router(), 0.5)
+    assert account is not None and account.extra == 1.0
+    taken = []
+    for q in SHORT:  # one at a time, as LlamaIndex's selector and Haystack's components see them
+        account.charge(["direct"])
+        taken += escalate(AnswerConfidenceGate(), [q], [SHORT_LOGPROBS[q]], account=account)
+    # 0.5 a question: the first escalation waits for the second question's share
+    assert taken == [False, False, True, False, True]
+    assert account.spent <= 0.5 * account.questions
+    assert budget_account(FirstGate(), 0.5) is None  # a binary gate: no budget, no cap
+    assert budget_account(_budget_router(), None) is None
+
+
+def test_llamaindex_escalations_are_paid_from_the_routers_budget():
+    from retrieval_gate.integrations.llamaindex import gated_query_engine
+
+    retrieval = _llamaindex_retrieval()
+    engine = gated_query_engine(_budget_router(), retrieval,
+                                _llamaindex_llm(True, SHORT_LOGPROBS.__getitem__),
+                                budget=0.5, answer_gate=AnswerConfidenceGate())  # fmt: skip
+    escalated = [engine.query(q).metadata["escalated"] for q in SHORT]
+    assert escalated == [False, False, True, False, True]  # as the running account allows
+    assert retrieval.seen == [SHORT[2], SHORT[4]]

@@ -7,6 +7,8 @@ real retrievers; the tests marked `vllm` run the real engine (tests/conftest.py)
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -254,8 +256,15 @@ def test_router_mode_flags_are_checked(tmp_path):
         check_modes(["router"], ModeOptions(router=tmp_path / "missing"))
     with pytest.raises(InputError, match="neither an export"):  # a folder, but no export
         check_modes(["router"], ModeOptions(router=tmp_path))
-    (tmp_path / "model.onnx").write_bytes(b"")  # an export without the int8 file asked for
-    with pytest.raises(DataError, match="no int8 model in this router export"):
+    (tmp_path / "model.onnx").write_bytes(b"")  # a model file, but no export's metadata
+    with pytest.raises(DataError, match="gate_metadata.json: missing file; re-export"):
+        check_modes(["router"], ModeOptions(router=tmp_path))
+    router = {"strategies": ["no_retrieval", "one_retrieval"], "costs": [0.0, 1.0],
+              "dev": {"price": [0.0], "mean_cost": [1.0], "shares": [[0.5, 0.5]]},
+              "default_budget": 1.0, "default_price": 0.0, "objective": "budget-accuracy"}  # fmt: skip
+    meta = {"task": "strategies", "router": router}
+    (tmp_path / "gate_metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="int8"):  # an export without the int8 file asked for
         check_modes(["router"], ModeOptions(router=tmp_path, router_variant="int8"))
     router = LengthRouter()
     gates = build_mode_gates(["multi-step", "router"], None, ModeOptions(router=router))

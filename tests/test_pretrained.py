@@ -1,6 +1,7 @@
 """`RetrievalGate`: from_pretrained on export folders, run folders and Hub ids (through
 `snapshot_download`'s local-dir form, no network), predict/predict_proba on bare strings,
-save_pretrained / push_to_hub round trips, side features, bad inputs. Real ONNX Runtime and
+save_pretrained / push_to_hub round trips (huggingface_hub's ModelHubMixin; its `HfApi` replaced
+by a local folder), side features, bad inputs. Real ONNX Runtime and
 PyTorch on a MiniLM gate trained for two batches."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -75,11 +77,17 @@ def test_save_pretrained_and_hub_local_dir_round_trip(gate_dirs, tmp_path):
     _, export_dir = gate_dirs
     gate = RetrievalGate.from_pretrained(export_dir)
     saved = gate.save_pretrained(tmp_path / "saved")
-    assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "README.md"} <= {
-        p.name for p in saved.iterdir()
-    }
+    # the export's files as they are: its own card kept, no config.json from the mixin
+    assert sorted(p.name for p in saved.iterdir()) == sorted(
+        p.name for p in export_dir.iterdir() if p.is_file()
+    )
+    assert (saved / "README.md").read_text() == (export_dir / "README.md").read_text()
     with pytest.raises(InputError, match="non-empty folder"):
         gate.save_pretrained(saved)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InputError, match="non-empty folder"):
+        gate.save_pretrained(tmp_path / "a-file")
+    assert (tmp_path / "a-file").read_text() == "x"  # refused before anything is written
     # A Hub id resolves through snapshot_download; its local-dir form needs no network.
     hub = RetrievalGate.from_pretrained(
         "acme/minilm-gate", local_dir=saved, local_files_only=True, variant="int8"
@@ -98,34 +106,64 @@ def test_save_pretrained_and_hub_local_dir_round_trip(gate_dirs, tmp_path):
 
 
 def test_torch_save_pretrained_keeps_only_the_gate(gate_dirs, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from retrieval_gate.run_folder import RunFolder
+
     run_dir, _ = gate_dirs
     saved = RetrievalGate.from_pretrained(run_dir, device="cpu").save_pretrained(tmp_path / "run")
     assert (saved / "gate.pt").is_file() and not (saved / "lightning").exists()
+    # the run's gate files and the mixin's model card (a run has none of its own); no config.json
+    assert {p.name for p in saved.iterdir()} == {*RunFolder.GATE, "README.md"}
+    card = ModelCard.load(saved / "README.md")
+    assert card.data.library_name == "retrieval-gate" and "retrieval-gate" in card.data.tags
+    assert "(0.42)" in card.text and "RetrievalGate.from_pretrained" in card.text
     again = RetrievalGate.from_pretrained(saved, backend="torch", device="cpu")
     assert again.threshold == pytest.approx(0.42)
 
 
 class FolderHub:
-    """Test double for `huggingface_hub.HfApi` (no network): the "Hub" is a local folder."""
+    """Test double for `huggingface_hub.HfApi` (no network): the "Hub" is a local folder.
+    `install` puts it where `ModelHubMixin.push_to_hub` gets its `HfApi`."""
 
     def __init__(self, root: Path):
-        self.root, self.created = root, []
+        self.root, self.created, self.uploads, self.tokens = root, [], [], []
 
-    def create_repo(self, repo_id: str, **kw) -> None:
+    def install(self, monkeypatch) -> FolderHub:
+        import huggingface_hub.hub_mixin
+
+        def api(token=None):
+            self.tokens.append(token)
+            return self
+
+        monkeypatch.setattr(huggingface_hub.hub_mixin, "HfApi", api)
+        return self
+
+    def create_repo(self, repo_id: str, **kw) -> SimpleNamespace:
         self.created.append((repo_id, kw))
+        return SimpleNamespace(repo_id=repo_id)
 
     def upload_folder(self, repo_id: str, folder_path: str, **kw) -> str:
+        self.uploads.append((repo_id, sorted(p.name for p in Path(folder_path).iterdir()), kw))
         shutil.copytree(folder_path, self.root / repo_id)
         return f"commit:{repo_id}"
 
 
-def test_push_to_hub_uploads_what_from_pretrained_loads(gate_dirs, tmp_path):
+def test_push_to_hub_uploads_what_from_pretrained_loads(gate_dirs, tmp_path, monkeypatch):
+    from huggingface_hub import ModelHubMixin
+
     _, export_dir = gate_dirs
-    hub = FolderHub(tmp_path / "hub")
+    hub = FolderHub(tmp_path / "hub").install(monkeypatch)
     gate = RetrievalGate.from_pretrained(export_dir)
-    assert gate.push_to_hub("acme/gate", private=True, api=hub) == "commit:acme/gate"
-    assert hub.created == [("acme/gate", {"repo_type": "model", "private": True,
-                                          "exist_ok": True})]  # fmt: skip
+    assert isinstance(gate, ModelHubMixin)
+    assert gate.push_to_hub("acme/gate", private=True, token="t") == "commit:acme/gate"
+    assert hub.tokens == ["t"]
+    assert hub.created == [("acme/gate", {"private": True, "exist_ok": True})]
+    # exactly the export's files (its own README.md, no config.json), one commit, model repo
+    [(repo, files, kw)] = hub.uploads
+    assert repo == "acme/gate" and kw["repo_type"] == "model"
+    assert files == sorted(p.name for p in export_dir.iterdir() if p.is_file())
+    assert "config.json" not in files and "README.md" in files
     pulled = RetrievalGate.from_pretrained(tmp_path / "hub" / "acme" / "gate")
     np.testing.assert_allclose(pulled.predict_proba(TEXTS), gate.predict_proba(TEXTS), atol=1e-6)
 

@@ -200,7 +200,7 @@ def router_dirs(tmp_path_factory, request):
 
 
 @pytest.mark.slow
-def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
+def test_router_trains_exports_and_round_trips(router_dirs, tmp_path, monkeypatch):
     from retrieval_gate import RetrievalGate
     from retrieval_gate.gates.base import Router, is_router
     from test_pretrained import FolderHub
@@ -225,6 +225,14 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
         ("no_retrieval", "none", 1), ("one_retrieval", "default", 1),
         ("multi_step", "default", "multi")]  # fmt: skip
     assert RetrievalGate.from_pretrained(export).strategy_registry().names == STRATEGIES
+    # one manifest in each (issue 36): the router's task, strategies and calibration
+    from retrieval_gate.artifacts import open_artifact
+
+    for folder, kind in ((run, "run"), (export, "export")):
+        opened = open_artifact(folder)
+        assert (opened.kind, opened.task, opened.source.name) == (kind, "router", "manifest.json")
+        assert opened.manifest.strategies == STRATEGIES
+        assert opened.manifest.calibration == meta["router"] and opened.signals == ("question",)
     texts = [q.text for q in qs[:12]]
     for folder in (export, run):
         router = RetrievalGate.from_pretrained(folder, device="cpu")
@@ -243,8 +251,8 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path):
     int8 = RetrievalGate.from_pretrained(export, variant="int8")
     assert int8.strategy_proba(texts).shape == (12, 3)
     # the Hub round trip (a local folder stands for the Hub)
-    hub = FolderHub(tmp_path / "hub")
-    onnx_router.push_to_hub("acme/router", api=hub)
+    FolderHub(tmp_path / "hub").install(monkeypatch)
+    onnx_router.push_to_hub("acme/router")
     pulled = RetrievalGate.from_pretrained(tmp_path / "hub" / "acme" / "router")
     assert pulled.strategies == STRATEGIES and pulled.budget == 1.5
     np.testing.assert_allclose(pulled.strategy_proba(texts), onnx_router.strategy_proba(texts))

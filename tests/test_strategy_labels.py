@@ -286,7 +286,7 @@ def test_strategies_a_dying_server_fails_its_questions_and_a_rerun_redoes_only_t
 
 
 def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path):
-    from retrieval_gate.rag.labelling import StrategyLabelling, label_strategies
+    from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
     from retrieval_gate.rag.multistep import MultiStepConfig
     from retrieval_gate.rag.sample import select_questions
     from retrieval_gate.retrieval import ContextRetriever

@@ -310,7 +310,7 @@ def test_learned_prior_rule():
 def test_label_strategies_on_a_source_without_a_prior(tmp_path):
     """`label --policy strategies` on RetrievalQA (no Adaptive-RAG prior) labels instead of
     refusing; unanswered questions get the learned prior, re-counted over the file."""
-    from retrieval_gate.rag.labelling import StrategyLabelling, label_strategies
+    from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
 
     questions = [q(0, "Who wrote the tragedy Hamlet?", ("Shakespeare",), "retrievalqa"),
                  q(1, "Capital of France?", ("Paris",), "retrievalqa"),

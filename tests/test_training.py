@@ -358,3 +358,17 @@ def test_a_step_budget_shorter_than_an_epoch_still_validates(tmp_path, label_fil
     run_dir = train_gate(cfg, questions=QUESTIONS)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert "auroc" in metrics["test"] and (run_dir / "gate.pt").is_file()
+
+
+def test_a_bundled_subset_keeps_its_questions_canonical_split():
+    """`--set data.datasets=[popqa]`: popqa's questions keep the split they have among all
+    bundled questions (split again on their own, a canonical test question would train)."""
+    from retrieval_gate.data.splits import canonical_questions
+    from retrieval_gate.training.config import DataConfig
+    from retrieval_gate.training.data import config_questions
+
+    canonical = {q.id: q.split for q in canonical_questions()}
+    subset = config_questions(DataConfig(datasets=("popqa",)))
+    assert subset and all(q.id.startswith("popqa") for q in subset)
+    assert {q.id: q.split for q in subset} == {q.id: canonical[q.id] for q in subset}
+    assert len(config_questions(DataConfig())) == len(canonical)

@@ -47,6 +47,20 @@ def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
     assert read["q.csv"][3].extra["pop"] == "3"  # CSV cells are text; features parse them
 
 
+def test_a_text_file_is_one_question_a_line_as_score_reads_it(tmp_path):
+    """`.txt` (the docs' examples/your-data/new.txt, `tune --calibrate-on`): the same
+    questions, ids and splits as the JSONL of the same texts; a header line skipped."""
+    texts = ["Who wrote Hamlet?", "Capital of France?", "Who founded Zorblat Inc?"]
+    (tmp_path / "q.txt").write_text("question\n" + "\n".join(texts) + "\n\n", encoding="utf-8")
+    _jsonl(tmp_path / "q.jsonl", [{"question": t} for t in texts])
+    read = read_questions(str(tmp_path / "q.txt"))
+    ref = read_questions(str(tmp_path / "q.jsonl"))
+    assert [(q.id, q.text, q.split) for q in read] == [(q.id, q.text, q.split) for q in ref]
+    (tmp_path / "gap.txt").write_text("Who wrote Hamlet?\n\nCapital of France?\n")
+    with pytest.raises(DataError, match=r"gap.txt.*line 2.*empty line"):
+        read_questions(str(tmp_path / "gap.txt"))
+
+
 def test_defaults_extra_stable_ids_and_answer_shapes(tmp_path):
     qs = read_questions(str(_jsonl(tmp_path / "mine.jsonl", ROWS)))
     assert [q.answers for q in qs] == [("Shakespeare",), ("Paris",), ()]
@@ -105,7 +119,7 @@ def test_duplicates(tmp_path, caplog):
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
         ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),
         ("cells.csv", "question,answers\nWho?,a,b\n", "line 2: row has 3 cells"),
-        ("q.txt", "Who?\n", "unknown question file format '.txt'"),
+        ("q.tsv", "Who?\n", "unknown question file format '.tsv'"),
         ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
         ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),

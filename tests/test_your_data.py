@@ -117,6 +117,7 @@ def test_a_run_from_before_the_typed_config_still_loads(chain, tmp_path):
     config["model"]["side_features"] = meta.pop("side_features")
     (old / "metadata.json").write_text(json.dumps(meta))
     (old / "config.yaml").write_text(yaml.safe_dump(config))
+    (old / "manifest.json").unlink()  # such runs had none: read from their metadata and config
     qs = [Question(f"n{i}", t, ("x",), "mine", extra={"hits": h})
           for i, (t, h) in enumerate([("who is zorblat quenvik?", 3), ("capital of france?", 4000)])]  # fmt: skip
     np.testing.assert_array_equal(LearnedGate(old).scores(qs), LearnedGate(chain["run"]).scores(qs))

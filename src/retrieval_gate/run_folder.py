@@ -21,6 +21,7 @@ class RunFolder:
     WEIGHTS: ClassVar[str] = "gate.pt"  # the best module's state dict
     METRICS: ClassVar[str] = "metrics.json"  # dev/test metrics, throughput, wall time
     METADATA: ClassVar[str] = "metadata.json"  # task, classes, threshold and its objective
+    MANIFEST: ClassVar[str] = "manifest.json"  # kind, task, signals, strategies (artifacts.py)
     RUN: ClassVar[str] = "run.json"  # training state: the config and label-file hashes
     LIGHTNING: ClassVar[str] = "lightning"  # training state: Lightning's checkpoints
     LOGS: ClassVar[str] = "logs"  # training state: Lightning's CSV metrics
@@ -28,10 +29,10 @@ class RunFolder:
     # what loading a gate needs
     REQUIRED: ClassVar[tuple[str, ...]] = (CONFIG, BACKBONE, TOKENIZER, WEIGHTS, METADATA)
     # the gate itself (what `save_pretrained` copies; the rest is training state)
-    GATE: ClassVar[tuple[str, ...]] = (*REQUIRED, LABELS, METRICS)
+    GATE: ClassVar[tuple[str, ...]] = (*REQUIRED, MANIFEST, LABELS, METRICS)
     # everything training writes (all that `--overwrite` removes; nothing else in the folder)
     WRITTEN: ClassVar[tuple[str, ...]] = (RUN, CONFIG, LABELS, BACKBONE, TOKENIZER, WEIGHTS,
-                                          METRICS, METADATA, LIGHTNING, LOGS)  # fmt: skip
+                                          METRICS, METADATA, MANIFEST, LIGHTNING, LOGS)  # fmt: skip
 
     @property
     def weights(self) -> Path:

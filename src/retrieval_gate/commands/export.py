@@ -39,8 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def check_run(run_dir: Path) -> None:
-    """--run is a whole training run: its files, and metadata that parses."""
-    from ..rag.artifacts import folder_metadata
+    """--run is a whole training run: its files, and a manifest (or metadata) that opens."""
+    from ..artifacts import open_artifact
 
     check_input_dir(run_dir, "--run", "pass the folder `retrieval-gate train` wrote "
                     "(checkpoints/<run>)")  # fmt: skip
@@ -49,7 +49,7 @@ def check_run(run_dir: Path) -> None:
         raise InputError(f"--run: not a complete training run (missing {', '.join(missing)}); "
                          "pass the folder `retrieval-gate train` wrote, or train it again",
                          run_dir)  # fmt: skip
-    folder_metadata(run_dir)
+    open_artifact(run_dir, "run", "--run")
 
 
 def run(args: argparse.Namespace) -> int:

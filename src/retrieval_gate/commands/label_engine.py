@@ -13,7 +13,10 @@ ACTORS_PER_CPU = 100
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("--engine ray (closed-book and rag-gain; docs/scale.md)")
+    from ..labelling import POLICIES
+
+    covered = " and ".join(n for n, s in POLICIES.items() if s.ray)  # the specs say which
+    g = p.add_argument_group(f"--engine ray ({covered}; docs/scale.md)")
     g.add_argument(
         "--engine",
         choices=("local", "ray"),
@@ -42,12 +45,15 @@ def ray_options(args: argparse.Namespace) -> Any:
     """The `--engine ray` flags as `RayOptions`, checked: what Ray covers, the values, and as
     the actors' bound what a local Ray can place here (before Ray starts or a server is asked)."""
     from ..errors import ConfigError
-    from ..labels.ray_engine import RAY_POLICIES, RayOptions
+    from ..labelling import POLICIES
+    from ..labels.ray_engine import RayOptions
 
-    if args.policy not in RAY_POLICIES:
+    spec = POLICIES.get(args.policy)
+    if spec is None or not spec.ray:  # the spec says whether Ray covers the policy
+        covered = ", ".join(n for n, s in POLICIES.items() if s.ray)
         raise ConfigError(
-            f"--engine ray runs the one-request policies ({', '.join(RAY_POLICIES)}); "
-            f"--policy {args.policy} runs with --engine local"
+            f"--engine ray does not go with --policy {args.policy}: --engine ray runs the "
+            f"one-request policies ({covered}); --policy {args.policy} runs with --engine local"
         )
     if args.relabel or args.report or args.throughput:
         raise ConfigError(

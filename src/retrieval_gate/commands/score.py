@@ -12,12 +12,12 @@ import logging
 import sys
 from pathlib import Path
 
+from ..artifacts import Artifact, open_artifact
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, write_text
 from ..gates.onnx_format import VARIANTS
 from ..pricing import check_budget
-from ..rag.artifacts import declared_router
 from .gate_args import check_threshold
 from .plan import check_output_file
 from .question_args import add_question_args, questions_from
@@ -53,20 +53,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def check_router_budget(model: str, budget: float | None) -> None:
+def check_router_budget(artifact: Artifact, budget: float | None) -> None:
     """--budget goes with a router export, within its costs (read before the model loads)."""
     if budget is None:
         return
-    router = declared_router(model)
+    router = artifact.router
     if router is None:
         raise InputError("--budget goes with a router export (this one is a binary gate: "
-                         "its operating point is --threshold)", model)  # fmt: skip
+                         "its operating point is --threshold)", artifact.folder)  # fmt: skip
     check_budget(budget, router.costs, "--budget")
 
 
 def run(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
-    check_router_budget(args.model, args.budget)
     if bool(args.input) == bool(args.questions):
         raise InputError("pass exactly one of --input FILE and --questions SPEC")
     inputs = [args.input or args.questions]
@@ -82,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     if not good:
         first = next((f"line {r['line']}: {r['error']}" for r in records), "the file is empty")
         raise InputError(f"no line could be scored ({first})", args.input)
+    artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
+    check_router_budget(artifact, args.budget)
+    artifact.model_file(args.variant, "--variant")
     from ..gates.base import as_questions, is_router
     from ..gates.onnx import open_onnx
 

@@ -27,6 +27,7 @@ from .answer_confidence import (
 )
 from .errors import BadRows, DataError
 from .files import read_jsonl
+from .question_lines import HEADER_WORDS
 from .splits import SPLITS, canonical_questions, group_splits
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "date": ("date",),
 }
 FIELD_ALIASES = {"question": "text", "answer": "answers"}
-FORMATS = (".jsonl", ".csv", ".parquet")
+FORMATS = (".jsonl", ".csv", ".parquet", ".txt")
 
 Row = tuple[int, dict[str, Any]]
 
@@ -111,7 +112,8 @@ def _default_source(spec: str) -> str:
 
 
 def read_rows(spec: str) -> Iterator[Row]:
-    """(row number, row) of a JSONL / CSV / Parquet file, a save_to_disk folder or hf:NAME."""
+    """(row number, row) of a JSONL / CSV / Parquet / text file, a save_to_disk folder or
+    hf:NAME."""
     if spec.startswith("hf:"):
         yield from _hf_rows(spec)
         return
@@ -121,7 +123,7 @@ def read_rows(spec: str) -> Iterator[Row]:
         return
     if not path.is_file():
         raise DataError(
-            "question file not found; pass a .jsonl, .csv or .parquet file, a save_to_disk "
+            "question file not found; pass a .jsonl, .csv, .parquet or .txt file, a save_to_disk "
             "folder or hf:NAME[:CONFIG][@SPLIT]",
             spec,
         )
@@ -136,7 +138,7 @@ def read_rows(spec: str) -> Iterator[Row]:
         yield from _parquet_rows(path)
         return
     _check_utf8(path)
-    yield from _jsonl_rows(path) if suffix == ".jsonl" else _csv_rows(path)
+    yield from {".jsonl": _jsonl_rows, ".csv": _csv_rows, ".txt": _text_rows}[suffix](path)
 
 
 def _check_utf8(path: Path) -> None:
@@ -152,6 +154,18 @@ def _check_utf8(path: Path) -> None:
 
 def _jsonl_rows(path: Path) -> Iterator[Row]:
     yield from read_jsonl(path, BadRows())  # a bad line raises, naming the file and line
+
+
+def _text_rows(path: Path) -> Iterator[Row]:
+    """One question a line (as `score --input` reads it), an optional `question` header line
+    skipped; a blank line inside is refused naming it (blank lines at the end are not)."""
+    lines = path.read_text(encoding="utf-8-sig").rstrip().splitlines()
+    for n, line in enumerate(lines, start=1):
+        if n == 1 and line.strip().lower() in HEADER_WORDS:
+            continue
+        if not line.strip():
+            raise DataError("empty line: write one question a line", path, n)
+        yield n, {"question": line.strip()}
 
 
 def _csv_rows(path: Path) -> Iterator[Row]:

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .. import __version__
+from ..artifacts import EXPORT_METADATA, MANIFEST, export_manifest
 from ..data.errors import DataError
 from ..fileio import staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
@@ -53,7 +54,7 @@ class GateGraph(nn.Module):
         super().__init__()
         module.backbone = module.backbone.merged()
         self.module = module
-        self.multilabel = bool(getattr(module, "multilabel", False))
+        self.routes = module.task.routes  # a router: its second output is P(correct | strategy)
 
     def forward(
         self,
@@ -62,7 +63,7 @@ class GateGraph(nn.Module):
         features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.module(input_ids, attention_mask, features)
-        probs = logits.sigmoid() if self.multilabel else logits.softmax(-1)
+        probs = self.module.probabilities(logits)
         return 1.0 - probs[:, 0], probs
 
 
@@ -145,7 +146,7 @@ def export_fp32(module: nn.Module, tokenizer: Any, path: Path, max_length: int) 
     dynamic = {0: "batch", 1: "sequence"}
     args = (sample["input_ids"], sample["attention_mask"])
     names = ["input_ids", "attention_mask"]
-    second = ROUTER_OUTPUT if graph.multilabel else "probs"
+    second = ROUTER_OUTPUT if graph.routes else "probs"
     axes = {"input_ids": dynamic, "attention_mask": dynamic, "scores": {0: "batch"},
             second: {0: "batch"}}  # fmt: skip
     if module.n_side:  # side features: (batch, 2 * n_features) float32, scaled as in metadata
@@ -256,7 +257,7 @@ def to_fp16(src: Path, dst: Path) -> None:
 
 # What an export writes besides the tokenizer's own files; anything else found in an older export
 # folder is the user's and is carried into the new one.
-EXPORT_FILES = (*VARIANTS.values(), "gate_metadata.json", "parity.json", "README.md")
+EXPORT_FILES = (*VARIANTS.values(), EXPORT_METADATA, MANIFEST, "parity.json", "README.md")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
                    "chat_template.jinja")  # fmt: skip
@@ -336,9 +337,10 @@ def write_export(
         if "fp16" in variants:
             progress.step("fp16")
             to_fp16(paths["fp32"], paths["fp16"])
-    for variant, path in paths.items():
-        if path.is_file():
-            set_metadata(path, {**props, "variant": variant})
+    written = tuple(v for v, path in paths.items() if path.is_file())
+    for variant in written:
+        set_metadata(paths[variant], {**props, "variant": variant})
+    export_manifest(meta, out_dir, written).write(out_dir)  # what `open_artifact` reads
 
 
 def export_gate(

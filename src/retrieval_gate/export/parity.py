@@ -61,7 +61,7 @@ def parity_set(
         labels = task_labels(Path(provenance["path"]), meta["task"])
     else:  # labels given to train() in memory travel in labels.json
         labels = memory_labels(provenance.get("labels") or {}, meta["task"])
-    if questions is None and config.data.task_spec.multilabel and not config.data.questions:
+    if questions is None and config.data.task_spec.routes and not config.data.questions:
         questions = training_questions(config.data)  # e.g. the release a router learned from
     if questions is None:
         questions = question_set(config.data.questions, config.data.fields)

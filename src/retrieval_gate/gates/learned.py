@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..artifacts import open_artifact
 from ..fileio import sha256_file
 from ..pricing import Calibration
 from ..run_folder import RunFolder
-from ..training.checkpoint import load_run, read_metadata
+from ..training.checkpoint import load_run
 from .base import Questions
 from .encoder import EncoderGate
 from .strategy_routers import RoutingMixin
@@ -98,6 +99,7 @@ class LearnedRouter(RoutingMixin, LearnedGate):
 
 
 def load_learned(run_dir: str | Path, **kw: Any) -> LearnedGate:
-    """The gate of a run folder: a `LearnedRouter` for a router run, else a `LearnedGate`."""
-    meta = read_metadata(run_dir)
-    return LearnedRouter(run_dir, **kw) if "router" in meta else LearnedGate(run_dir, **kw)
+    """The gate of a run folder: a `LearnedRouter` for a router run (its manifest's task), else
+    a `LearnedGate`."""
+    router = open_artifact(run_dir, "run").is_router
+    return LearnedRouter(run_dir, **kw) if router else LearnedGate(run_dir, **kw)

@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from ..artifacts import TASK_OF, Artifact, open_artifact
 from ..data.features import features_from_dict
 from ..errors import BackendError, DataError, InputError
 from ..fileio import sha256_file
@@ -124,22 +125,12 @@ class OnnxGate(EncoderGate):
         self.export_dir = Path(export_dir)
         if variant not in VARIANTS:
             raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        path = self.export_dir / VARIANTS[variant]
-        if not self.export_dir.is_dir():
-            raise DataError(
-                "no export folder here: export a training run with `retrieval-gate export --run "
-                "RUN` (it writes export/<name>; `make demo` writes runs/demo/export/minilm-gate)",
-                self.export_dir,
-            )
-        if not path.is_file():
-            raise DataError(
-                f"no {variant} model in this export; run `retrieval-gate export --variants "
-                f"{variant}`",
-                path,
-            )
-        self.path = path
+        artifact = open_artifact(self.export_dir, "export")  # a missing folder: how to make one
+        self.path = path = artifact.model_file(variant)
         self.session = self._session(path, provider, threads)
         self.metadata = check_metadata(dict(self.session.get_modelmeta().custom_metadata_map), path)
+        outputs = [o.name for o in self.session.get_outputs()]
+        check_agrees(artifact, self.metadata, outputs, path)
         values = parse_metadata(self.metadata, path)
         self.classes = values["classes"]
         self.threshold = values["threshold"]
@@ -228,18 +219,23 @@ class OnnxRouter(RoutingMixin, OnnxGate):
         return self.batched(self._proba_batch, texts, features, (len(self.strategies),))
 
 
-def is_router_export(export_dir: str | Path) -> bool:
-    """Whether an export folder holds a router (its gate_metadata.json names one)."""
-    path = Path(export_dir) / "gate_metadata.json"
-    if not path.is_file():
-        return False
-    try:
-        return "router" in json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+def check_agrees(artifact: Artifact, meta: dict[str, str], outputs: Sequence[str], path: Path) -> None:  # fmt: skip
+    """The ONNX file against its folder's manifest: a router's file has the `router` key and
+    the strategy_proba output, a gate's neither; the task the same. A file copied in from
+    another export is refused, never read as the other kind."""
+    task = TASK_OF.get(meta.get("task", ""), artifact.task)  # exports before /2 lack `task`
+    has = {"router": "router" in meta, ROUTER_OUTPUT: ROUTER_OUTPUT in outputs}
+    wrong = [f"metadata {k}" if k == "router" else f"output {k}" for k, there in has.items()
+             if there != artifact.is_router]  # fmt: skip
+    if task != artifact.task or wrong:
+        what = "lacks" if artifact.is_router else "has"
+        detail = f"{what} the router's {' and '.join(wrong)}" if wrong else f"its task is {task}"
+        raise DataError(f"{artifact.source.name} says task {artifact.task!r}, but this ONNX file "
+                        f"{detail}; re-export (`retrieval-gate export --run RUN`)", path)  # fmt: skip
 
 
 def open_onnx(export_dir: str | Path, variant: str = "fp32", **kw: Any) -> OnnxGate:
-    """The gate of an export folder: an `OnnxRouter` for a router export, else an `OnnxGate`."""
-    cls = OnnxRouter if is_router_export(export_dir) else OnnxGate
+    """The gate of an export folder: an `OnnxRouter` for a router export (its manifest's
+    task), else an `OnnxGate`."""
+    cls = OnnxRouter if open_artifact(export_dir, "export").is_router else OnnxGate
     return cls(export_dir, variant, **kw)

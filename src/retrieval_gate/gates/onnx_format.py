@@ -4,6 +4,9 @@ Torch-free on purpose: `gates.onnx.OnnxGate` reads this in deployments without t
 
 from __future__ import annotations
 
+# variant -> file name in export/<name>/: defined beside the manifest that lists them
+from ..artifacts import VARIANTS  # noqa: F401
+
 FORMAT = "retrieval-gate-onnx/2"
 # Formats this version reads: /1 (binary gates, before routers) and /2, which adds the optional
 # `router` key (a router's strategies, costs and budget calibration) and its second output.
@@ -36,11 +39,3 @@ ROUTER_KEYS = {
 # Outputs: `scores` (P(needs retrieval)) and `probs` (per class) for a binary or 3-way gate;
 # a router's second output is `strategy_proba` (P(correct | strategy), one column a strategy).
 ROUTER_OUTPUT = "strategy_proba"
-
-# variant -> file name in export/<name>/; each a named option of `retrieval-gate export`.
-VARIANTS = {
-    "fp32": "model.onnx",  # plain export, the parity reference
-    "opt": "model.opt.onnx",  # ONNX Runtime graph optimisation (transformer fusions for BERT)
-    "int8": "model.int8.onnx",  # static int8 (QDQ, calibrated at export) of fp32, for CPUs
-    "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
-}

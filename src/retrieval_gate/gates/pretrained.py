@@ -6,21 +6,23 @@ sentence-transformers.
     gate.predict("What is Henry Feilden's occupation?")          # retrieve? at the threshold
 
 ONNX (onnxruntime + tokenizers, no torch) is the default for export folders; a training run
-folder (checkpoints/<run>/) is scored with PyTorch. A Hub id goes through
-`huggingface_hub.snapshot_download`, which returns a local folder: from there on it is the same
-code as a local path."""
+folder (checkpoints/<run>/) is scored with PyTorch. Hub download and upload are
+`huggingface_hub.ModelHubMixin`'s (as in SetFit): `_from_pretrained` takes a Hub id through
+`snapshot_download`, which returns a local folder (from there on it is the same code as a local
+path); `save_pretrained` and `push_to_hub` are the mixin's around `_save_pretrained`."""
 
 from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
+from huggingface_hub import ModelCard, ModelHubMixin
 
+from ..artifacts import open_artifact
 from ..errors import BackendError, InputError
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -36,9 +38,27 @@ from .base import (
     as_questions,
     is_router,
 )
-from .onnx_format import VARIANTS
 
 BACKENDS = ("onnx", "torch")
+# The card `save_pretrained` writes where the gate's files have none (a training run's: an
+# export carries its own README.md, which is kept).
+_CARD = """---
+{{ card_data }}
+---
+
+# {{ name }}
+
+A `retrieval-gate` gate: P(needs retrieval) for a question; retrieve at or above its tuned
+threshold ({{ threshold }}).{% if backend == "torch" %} These are a training run's files
+(PyTorch); `retrieval-gate export` makes the ONNX export, with a fuller card.{% endif %}
+
+```python
+from retrieval_gate import RetrievalGate
+
+gate = RetrievalGate.from_pretrained("<this folder or Hub id>")
+gate.predict_proba(["Who wrote Hamlet?"])
+```
+"""
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -74,34 +94,24 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
         raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
 
 
-def folder_kind(folder: Path) -> str:
-    """The backend a folder holds: onnx (an export) or torch (a training run)."""
-    if RunFolder(folder).is_run():
-        return "torch"
-    if any((folder / f).is_file() for f in VARIANTS.values()):
-        return "onnx"
-    raise InputError(
-        "neither an export (model*.onnx) nor a training run (gate.pt): point at the folder "
-        "that `retrieval-gate export` or `retrieval-gate train` wrote",
-        folder,
-    )
-
-
-def _load_gate(folder: Path, backend: str, variant: str, device: str | None, **kw: Any) -> Gate:
-    kind = folder_kind(folder)
-    if backend != kind:
+def _load_gate(
+    folder: Path, backend: str | None, variant: str, device: str | None, **kw: Any
+) -> tuple[Gate, str]:
+    """(the gate, its backend): the folder's kind from its manifest (`open_artifact`)."""
+    kind = open_artifact(folder).backend
+    if backend not in (None, kind):
         fix = {
             "torch": "export it first (`retrieval-gate export --run <folder>`) or use backend='torch'",
             "onnx": "load the training run folder instead",
         }[kind]
         raise InputError(f"this folder holds a {kind} gate, not a {backend} one: {fix}", folder)  # fmt: skip
-    if backend == "onnx":
+    if kind == "onnx":
         from .onnx import open_onnx
 
-        return open_onnx(folder, variant, provider=device, **kw)
+        return open_onnx(folder, variant, provider=device, **kw), kind
     from .learned import load_learned  # torch only when asked for
 
-    return load_learned(folder, device=device, **kw)
+    return load_learned(folder, device=device, **kw), kind
 
 
 def _export_files(folder: Path) -> list[str]:
@@ -109,7 +119,9 @@ def _export_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
-class RetrievalGate:
+class RetrievalGate(
+    ModelHubMixin, library_name="retrieval-gate", tags=["retrieval-gate"], model_card_template=_CARD
+):
     """A trained gate with its threshold and metadata, itself a `Gate` (`name`, `threshold`,
     `scores`): evaluation, tuning, `AdaptiveRAG` and `create_app` take it as it is. It wraps
     an `OnnxGate` or a `LearnedGate` (`.gate`)."""
@@ -119,6 +131,10 @@ class RetrievalGate:
         self.folder = folder
         self.backend = backend
         self.variant = variant
+        # The mixin keeps the JSON-able __init__ arguments (backend, variant) as a config that
+        # `save_pretrained` would write as config.json: a gate's folder says what it is in its
+        # own files (the manifest), so no config.json.
+        self._hub_mixin_config = None
 
     @classmethod
     def from_pretrained(
@@ -136,12 +152,42 @@ class RetrievalGate:
         variant: the ONNX file (fp32 | opt | int8 | fp16). device: "cpu" or "cuda" (ONNX
         execution provider / torch device; default CUDA when available, else CPU).
         hub_kwargs: passed to `snapshot_download` (revision, token, cache_dir, local_dir,
-        local_files_only)."""
+        local_files_only, force_download).
+
+        Straight to the mixin's `_from_pretrained` hook: the mixin's own `from_pretrained` first
+        fetches a `config.json` of __init__ arguments, which a gate has none of (its manifest
+        says what it is), and that fetch fails offline or with `local_files_only=True` even
+        where the snapshot is cached (and warns about every local folder)."""
+        return cls._from_pretrained(
+            model_id=str(path_or_repo_id), backend=backend, variant=variant, device=device,
+            batch_size=batch_size, **hub_kwargs,
+        )  # fmt: skip
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        force_download: bool = False,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+        backend: str | None = None,
+        variant: str = "fp32",
+        device: str | None = None,
+        batch_size: int = 64,
+        **hub_kwargs: Any,
+    ) -> RetrievalGate:
+        """The mixin's loading hook: a local folder as is, a Hub id through `snapshot_download`
+        (`resolve_folder`), then the folder's kind from `open_artifact`: a router's export or
+        run gives a `RetrievalRouter`."""
         if backend is not None and backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-        folder = resolve_folder(path_or_repo_id, **hub_kwargs)
-        backend = backend or folder_kind(folder)
-        gate = _load_gate(folder, backend, variant, device, batch_size=batch_size)
+        folder = resolve_folder(model_id, revision=revision, cache_dir=cache_dir, token=token,
+                                force_download=force_download, local_files_only=local_files_only,
+                                **hub_kwargs)  # fmt: skip
+        gate, backend = _load_gate(folder, backend, variant, device, batch_size=batch_size)
         kind = RetrievalRouter if is_router(gate) else RetrievalGate
         return kind(gate, folder, backend, variant if backend == "onnx" else None)
 
@@ -226,43 +272,34 @@ class RetrievalGate:
         decisions = np.asarray(self.predict_proba(questions, features, token_logprobs)) >= t
         return bool(decisions) if isinstance(questions, str) else decisions
 
-    def save_pretrained(self, save_directory: str | Path) -> Path:
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> Path:
         """Writes the gate's files (every ONNX variant, tokenizer, model card; or the run's
-        config, weights and metadata) into a new or empty folder: loadable by
-        `from_pretrained` and uploadable as a Hub repo as is."""
+        config, weights and metadata, with a card) into a new or empty folder: loadable by
+        `from_pretrained` and uploadable as a Hub repo as is. The mixin's `save_pretrained`
+        (kwargs: `model_card_kwargs`, `push_to_hub`, `repo_id`, ...) around `_save_pretrained`,
+        after the check that touches nothing: a non-empty folder is refused."""
         out = Path(save_directory)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError("refusing to write into a non-empty folder; choose a new one", out)
+        super().save_pretrained(out, **kwargs)
+        return out
+
+    def _save_pretrained(self, save_directory: Path) -> None:
         # a run folder's gate files (the rest is training state); an export is all its files
         names = RunFolder.GATE if self.backend == "torch" else _export_files(self.folder)
-        out.mkdir(parents=True, exist_ok=True)
         for name in names:
             src = self.folder / name
             if src.is_dir():
-                shutil.copytree(src, out / name)
+                shutil.copytree(src, save_directory / name)
             elif src.is_file():
-                shutil.copy2(src, out / name)
-        return out
+                shutil.copy2(src, save_directory / name)
 
-    def push_to_hub(
-        self,
-        repo_id: str,
-        private: bool = False,
-        token: str | None = None,
-        commit_message: str = "Upload retrieval gate",
-        api: Any = None,
-    ) -> str:
-        """Creates (if needed) the Hub model repo and uploads `save_pretrained`'s files;
-        returns the commit URL. `api` defaults to `huggingface_hub.HfApi(token=token)`."""
-        from huggingface_hub import HfApi
-
-        api = api or HfApi(token=token)
-        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = self.save_pretrained(Path(tmp) / "gate")
-            info = api.upload_folder(repo_id=repo_id, folder_path=str(folder),
-                                     commit_message=commit_message, repo_type="model")  # fmt: skip
-        return str(info)
+    def generate_model_card(self, *args: Any, **kwargs: Any) -> ModelCard:
+        """The card `save_pretrained` writes for a folder without one (a run's): the mixin's
+        (`_CARD`), naming the gate and its threshold."""
+        kwargs = {"name": self.name, "threshold": f"{self.threshold:g}", "backend": self.backend,
+                  **kwargs}  # fmt: skip
+        return super().generate_model_card(*args, **kwargs)
 
     def __repr__(self) -> str:
         return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "

@@ -6,18 +6,21 @@ spec (`retrieval_gate.strategies`, with the router export's own specs): one with
 -> `retrieve`; any other (its own retriever or k, e.g. a `bm25_top3`) has a branch of its own,
 named after it, which the caller wires (`extra` branches). The cascade's second step
 (`Escalator`): an answer gate reads the `direct` branch's answers and escalates the unsure
-ones to `retrieve`."""
+ones to `retrieve`; with a router's budget, only as many as its `BudgetAccount` can pay for."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..errors import ConfigError
 from ..gates.base import Gate, as_questions, is_router
-from ..rag.cascade import answer_gate_of, check_answer_gate
-from ..rag.decisions import check_router
+from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalations
+from ..rag.decisions import check_router, strategy_costs
 from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
 
 DIRECT, RETRIEVE, MULTI = "direct", "retrieve", MULTI_STEP  # multi-step: the built-in's name
@@ -113,15 +116,66 @@ def escalate(
     texts: Sequence[str],
     token_logprobs: Sequence[Sequence[float] | None],
     threshold: float | None = None,
+    account: BudgetAccount | None = None,
 ) -> list[bool]:
     """Whether each closed-book answer is escalated: `answer_gate`'s P(answer wrong), from the
-    question and its answer's token log-probabilities, >= `threshold` (None: the gate's own).
-    A None entry reads no answer: that question gets the gate's question-only score."""
+    question and its answer's token log-probabilities, >= `threshold` (None: the gate's own),
+    the highest first and only as many as `account` (a router's budget) can pay for. A None
+    entry reads no answer: that question gets the gate's question-only score."""
     if not texts:
         return []
     asked = as_questions(list(texts), token_logprobs=list(token_logprobs))
     t = answer_gate.threshold if threshold is None else threshold
-    return [float(s) >= t for s in answer_gate.scores(asked)]
+    scores = np.asarray(answer_gate.scores(asked), dtype=float)
+    if account is None:
+        return [bool(s >= t) for s in scores]
+    picked = set(account.pay(scores, t))
+    return [i in picked for i in range(len(scores))]
+
+
+@dataclass
+class BudgetAccount:
+    """A router's budget (its mean cost a question) kept over the questions an adapter routes:
+    the router's choices are charged as they are made (`charge`), and an escalation is paid
+    from what they left (`pay`), so the cascade's second step never takes the mean cost of
+    the questions routed so far above the budget (as the RAG loop's cascade, rag/cascade.py).
+    Thread-safe: one account may serve concurrent calls."""
+
+    budget: float
+    costs: Mapping[str, float]  # branch -> its strategy's cost
+    extra: float  # an escalation's cost beside the direct answer it replaces
+    questions: int = 0
+    spent: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def charge(self, branches: Sequence[str]) -> None:
+        with self._lock:
+            self.questions += len(branches)
+            self.spent += sum(self.costs[b] for b in branches)
+
+    def pay(self, scores: np.ndarray, threshold: float) -> list[int]:
+        """The indices escalated (at or above `threshold`, highest first, as many as the
+        budget left pays for), charged."""
+        with self._lock:
+            slack = self.budget * self.questions - self.spent
+            picked = escalations(scores, threshold, slack, self.extra)
+            self.spent += self.extra * len(picked)
+        return picked
+
+
+def budget_account(gate: Gate, budget: float | None) -> BudgetAccount | None:
+    """The account escalations are paid from: a router's (or a cascade's first router's) with
+    an explicit `budget` whose choices include `direct` and `retrieve`; None (no cap) else."""
+    first = gate.first if isinstance(gate, Cascade) else gate
+    if budget is None or not is_router(first):
+        return None
+    registry = check_router(first, budget)
+    by_branch = {b: s for s, b in branch_map(first, budget).items()}
+    if DIRECT not in by_branch or RETRIEVE not in by_branch:
+        return None
+    prices = strategy_costs(first, registry)
+    costs = {b: prices[s] for b, s in by_branch.items()}
+    return BudgetAccount(float(budget), costs, costs[RETRIEVE] - costs[DIRECT])
 
 
 def check_answer(gate: Gate) -> Gate:
@@ -163,6 +217,7 @@ class Escalator:
     logprobs_of: LogprobsOf | None = None
     default: LogprobsOf = openai_logprobs
     hint: str = "enable log-probabilities on your LLM"
+    account: BudgetAccount | None = None  # a router's budget, shared with the routing step
 
     def __post_init__(self) -> None:
         check_answer(self.gate)
@@ -180,7 +235,7 @@ class Escalator:
 
     def escalations(self, texts: Sequence[str], outputs: Sequence[Any]) -> list[bool]:
         """Whether each `direct` output (the answer to `texts[i]`) is escalated."""
-        return escalate(self.gate, texts, self.logprobs(outputs), self.threshold)
+        return escalate(self.gate, texts, self.logprobs(outputs), self.threshold, self.account)
 
 
 def escalator(
@@ -190,6 +245,7 @@ def escalator(
     logprobs_of: LogprobsOf | None,
     default: LogprobsOf,
     hint: str,
+    account: BudgetAccount | None = None,
 ) -> Escalator | None:
     """The adapter's `Escalator`: of `answer_gate`, else of `gate` (the adapter's first gate)
     when it is a `rag.cascade.Cascade`; None without either (no second step)."""
@@ -198,4 +254,4 @@ def escalator(
         if logprobs_of is not None or threshold is not None:
             raise ConfigError("logprobs_of and answer_threshold need answer_gate=...")
         return None
-    return Escalator(answer_gate, threshold, logprobs_of, default, hint)
+    return Escalator(answer_gate, threshold, logprobs_of, default, hint, account)

@@ -15,14 +15,19 @@ from haystack import component
 
 from ..gates.base import Gate, is_router
 from .branches import (
+    BudgetAccount,
     Escalator,
     LogprobsOf,
     branch_map,
     branches_of,
+    budget_account,
     openai_logprobs,
     routed,
     strategy_of,
 )
+
+# budget_account: shared by the two routers so escalations are paid from the budget
+__all__ = ["AnswerGateRouter", "RetrievalGateRouter", "budget_account", "reply_logprobs"]
 
 HINT = ("enable log-probabilities on the generator (e.g. OpenAIChatGenerator(generation_kwargs="
         '{"logprobs": True}), which puts them in each reply\'s meta)')  # fmt: skip
@@ -40,10 +45,14 @@ class RetrievalGateRouter:
     """Connect `retrieve` to the retriever branch and `direct` to the LLM-only branch (a
     router: also `multi_step` to a multi-step branch); `probability` always carries
     P(needs retrieval), and a router's `strategy` the strategy it picked. `threshold`
-    overrides a binary gate's threshold, `budget` is a router's operating point."""
+    overrides a binary gate's threshold, `budget` is a router's operating point; `account`
+    (`budget_account(gate, budget)`, shared with an `AnswerGateRouter`) is charged with each
+    choice, so that the answer gate's escalations are paid from the budget."""
 
-    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None):
+    def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
+                 account: BudgetAccount | None = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
+        self.account = account
         own = list(branch_map(gate, budget).values())
         self.branches = branches_of(gate, is_router(gate), budget, extra=own)
         extra = {"strategy": str} if is_router(gate) else {}
@@ -52,6 +61,8 @@ class RetrievalGateRouter:
 
     def run(self, query: str) -> dict[str, Any]:
         (branch,), (p,) = routed(self.gate, [query], self.threshold, self.budget)
+        if self.account is not None:
+            self.account.charge([branch])
         out: dict[str, Any] = {branch: query, "probability": p}
         if is_router(self.gate):
             out["strategy"] = strategy_of(self.gate, branch, self.budget)
@@ -64,15 +75,18 @@ class AnswerGateRouter:
     query) in; an answer `answer_gate` escalates sends the query out of `escalate` (connect it,
     with the first router's `retrieve`, through a `BranchJoiner(str)` to the retrieve branch),
     any other its replies out of `answer`. `threshold` overrides the answer gate's own,
-    `logprobs_of(reply)` reads a reply's token log-probabilities (default `reply_logprobs`)."""
+    `logprobs_of(reply)` reads a reply's token log-probabilities (default `reply_logprobs`);
+    `account`: the first router's (see `RetrievalGateRouter`), escalations paid from it."""
 
     def __init__(
         self,
         answer_gate: Gate,
         threshold: float | None = None,
         logprobs_of: LogprobsOf | None = None,
+        account: BudgetAccount | None = None,
     ):
-        self.escalator = Escalator(answer_gate, threshold, logprobs_of, reply_logprobs, HINT)
+        self.escalator = Escalator(answer_gate, threshold, logprobs_of, reply_logprobs, HINT,
+                                   account)  # fmt: skip
 
     def escalations(self, queries: Sequence[str], replies: Sequence[Any]) -> list[bool]:
         """Whether the answer gate escalates each reply (the answer to `queries[i]`)."""

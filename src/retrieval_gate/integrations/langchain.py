@@ -19,6 +19,7 @@ from .branches import (
     RETRIEVE,
     LogprobsOf,
     branches_of,
+    budget_account,
     escalator,
     openai_logprobs,
     route,
@@ -44,7 +45,8 @@ class GateRouter(Runnable[Any, Any]):
     own way (its own retriever or k, e.g. `{"bm25_top3": chain}`), for a router that routes to
     one. `answer_gate` (a two-stage gate; or `gate` a `rag.cascade.Cascade`): the cascade's
     second step, at `answer_threshold` (None: its own), reading each direct output with
-    `logprobs_of` (default `message_logprobs`)."""
+    `logprobs_of` (default `message_logprobs`); with a router's `budget`, escalations are paid
+    from what its choices left (`branches.BudgetAccount`), the unsurest answers first."""
 
     def __init__(
         self,
@@ -64,8 +66,9 @@ class GateRouter(Runnable[Any, Any]):
         self.question_key, self.threshold, self.budget = question_key, threshold, budget
         self.own = dict(branches or {})
         self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own))
+        self.account = budget_account(gate, budget)  # escalations paid from the budget
         self.escalator = escalator(gate, answer_gate, answer_threshold, logprobs_of,
-                                   message_logprobs, HINT)  # fmt: skip
+                                   message_logprobs, HINT, self.account)  # fmt: skip
 
     def _text(self, item: Any) -> str:
         return item[self.question_key] if isinstance(item, dict) else item
@@ -97,6 +100,8 @@ class GateRouter(Runnable[Any, Any]):
         if not inputs:
             return []
         decisions = self.route(inputs)
+        if self.account is not None:
+            self.account.charge(decisions)
         outputs: list[Any] = [None] * len(inputs)
         runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step,
                      **self.own}  # fmt: skip

@@ -23,9 +23,11 @@ from ..gates.base import Gate, is_router
 from ..rag.cascade import answer_gate_of
 from . import branches as shared  # its DIRECT / RETRIEVE names; this module has its own
 from .branches import (
+    BudgetAccount,
     Escalator,
     LogprobsOf,
     branches_of,
+    budget_account,
     escalator,
     openai_logprobs,
     routed,
@@ -41,8 +43,9 @@ class GateSelector(BaseSelector):
     carries P(needs retrieval) or the routed strategy."""
 
     def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
-                 own: Sequence[str] = ()):  # fmt: skip
+                 own: Sequence[str] = (), account: BudgetAccount | None = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
+        self.account = account  # charged with each choice: escalations are paid from it
         # a router's choices must include multi-step when it routes there
         branches = branches_of(gate, is_router(gate), budget, extra=own)
         self.multi = shared.MULTI in branches
@@ -63,6 +66,8 @@ class GateSelector(BaseSelector):
                 f"({', '.join(self.index)}), got {len(choices)}"
             )
         (branch,), (p,) = routed(self.gate, [query.query_str], self.threshold, self.budget)
+        if self.account is not None:
+            self.account.charge([branch])
         index = self.index[branch]
         if is_router(self.gate):
             reason = f"routed to {branch} (P(needs retrieval) = {p:.3f})"
@@ -107,12 +112,14 @@ class LLMQueryEngine(CustomQueryEngine):
     answer_threshold: float | None = None
     logprobs_of: Any = None
     retrieval_engine: Any = None
+    budget_account: Any = None  # a `BudgetAccount` the selector charges (gated_query_engine)
     _escalator: Escalator | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any):
         super().__init__(**data)  # then the checks, raised as they are (not pydantic's)
         self._escalator = escalator(None, self.answer_gate, self.answer_threshold,
-                                    self.logprobs_of, completion_logprobs, HINT)  # fmt: skip
+                                    self.logprobs_of, completion_logprobs, HINT,
+                                    self.budget_account)  # fmt: skip
         if self._escalator is not None and self.retrieval_engine is None:
             raise ConfigError("answer_gate escalates to retrieval_engine: pass it")
 
@@ -150,12 +157,15 @@ def gated_query_engine(
     routes to multi-step go to `multi_step_engine` (e.g. a `MultiStepQueryEngine`), and those
     it routes to a strategy of its own (its own retriever or k) to `engines[name]`.
     `answer_gate` (or `gate` a `rag.cascade.Cascade`): the LLM's answers it escalates, read
-    with `logprobs_of` (default `completion_logprobs`), go to `retrieval_engine` too."""
+    with `logprobs_of` (default `completion_logprobs`), go to `retrieval_engine` too; with a
+    router's `budget`, only as many as the selector's choices so far left budget for."""
     engines = dict(engines or {})
     answer_gate = answer_gate_of(gate) if answer_gate is None else answer_gate
-    selector = GateSelector(gate, threshold, budget, own=list(engines))
+    account = budget_account(gate, budget) if answer_gate is not None else None
+    selector = GateSelector(gate, threshold, budget, own=list(engines), account=account)
     direct = LLMQueryEngine(llm=llm, answer_gate=answer_gate, answer_threshold=answer_threshold,
-                            logprobs_of=logprobs_of, retrieval_engine=retrieval_engine)  # fmt: skip
+                            logprobs_of=logprobs_of, retrieval_engine=retrieval_engine,
+                            budget_account=account)  # fmt: skip
     tools = [
         QueryEngineTool.from_defaults(retrieval_engine, name="retrieve",
                                       description="answer from retrieved documents"),

@@ -120,7 +120,9 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
 def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
     """The whole report as markdown (columns aligned for a terminal)."""
     qs = {q.id: q for q in load_all()}
-    files = {p: LabelFile(label_path(p, generator, labels_dir)) for p in POLICIES}
+    # the one-answer policies' files (a strategy label file is a router's: docs/router.md)
+    names = [p for p, spec in POLICIES.items() if not spec.needs_rag_loop]
+    files = {p: LabelFile(label_path(p, generator, labels_dir)) for p in names}
     files = {p: f for p, f in files.items() if f.rows}
     parts = []
     closed = files.get("closed-book")

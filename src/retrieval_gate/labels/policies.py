@@ -1,116 +1,161 @@
-"""The label policies by name and where their files live; `label()` runs one of them."""
+"""The built-in label policies, one `PolicySpec` each (`policy_registry.py`), and `label()`,
+which runs any registered policy through its spec."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..data.errors import DataError, InputError
-from ..errors import ConfigError
 from ..models import SMOLLM2
 from ..questions import Question
 from .files import LABELS_DIR, LabelFile, check_resume, meta_path
 from .lock import single_writer
-from .scoring import DEFAULT_CRITERION
-from .selection import EQ_SAMPLE, labelling_questions
+from .policy_registry import (
+    POLICIES,
+    LabelRequest,
+    PolicyOption,
+    PolicySpec,
+    check_options,
+    generator_dir_name,
+    label_path,
+    policy_spec,
+    register_policy,
+)
+from .rag_gain import TOP_K
+from .scoring import CRITERIA, DEFAULT_CRITERION
+from .selection import labelling_questions
+
+__all__ = ["POLICIES", "LabelRequest", "check_answers", "label", "label_path", "relabel"]
 
 log = logging.getLogger(__name__)
 
-GENERATOR_FREE = ("retrievalqa", "popularity")
-GENERATOR_POLICIES = ("closed-book", "rag-gain", "rrcp", "retrievalqa-style")
-OUTCOMES = "outcomes"  # answers recorded elsewhere, imported (labels/outcomes.py)
-POLICIES = GENERATOR_FREE + GENERATOR_POLICIES + (OUTCOMES,)
-REBUILT = (*GENERATOR_FREE, "retrievalqa-style")  # recomputed whole on every run
+# ---------------------------------------------------------------- options (one flag each)
 
 
-@dataclass
-class LabelRequest:
-    """What `retrieval-gate label` asks for (one field per CLI flag)."""
+def _existing(kind: str, fix: str) -> Callable[[Any, str], None]:
+    """A check that a given path exists (`kind`: "file", or "path" for a file or folder)."""
 
-    policy: str
-    datasets: Sequence[str] | None = None
-    limit: int | None = None
-    generator: str = SMOLLM2
-    backend: str = "auto"
-    criterion: str = DEFAULT_CRITERION
-    chunk_size: int = 512
-    eq_sample: int = EQ_SAMPLE
-    seed: int = 0
-    out: Path | None = None
-    labels_dir: Path = LABELS_DIR
-    options: dict[str, Any] = field(default_factory=dict)
-    questions: Sequence[Question] | None = None  # your own questions (None: the bundled ones)
+    def check(value: Any, flag: str) -> None:
+        path = Path(value)
+        ok = path.is_file() if kind == "file" else path.exists()
+        if not ok:
+            what = "a folder, not a file" if path.is_dir() else f"no such {kind}"
+            raise InputError(f"{flag}: {what}; {fix}", path)
+
+    return check
 
 
-def generator_dir_name(generator: str) -> str:
-    return Path(generator).name.lower()
+CRITERION = PolicyOption(
+    "criterion",
+    "when an answer counts as correct (docs/label.md)",
+    default=DEFAULT_CRITERION,
+    choices=CRITERIA,
+)
+CHUNK_SIZE = PolicyOption(
+    "chunk_size",
+    "questions per generator call, written when the chunk ends",
+    type=int,
+    default=512,
+    least=1,
+)
+OUTCOMES = PolicyOption(
+    "outcomes",
+    "your recorded answers (lm-eval --log_samples samples_*.jsonl, or a file with "
+    "id/question + correct or prediction [+ rag_correct/rag_prediction]), or an Adaptive-RAG "
+    "release folder (predictions/<split>/; --generator picks its LLM)",
+    type=Path,
+    metavar="FILE",
+    required="your recorded answers",
+    check=_existing(
+        "file or folder", "pass your recorded answers or an Adaptive-RAG release folder"
+    ),  # fmt: skip
+)
+STRATEGIES = PolicyOption(
+    "strategies",
+    "outcomes: strategy names in cost order, the cheapest first; the file has "
+    "<name>_correct or <name>_prediction (and optionally <name>_cost) columns; also writes "
+    "strategies.jsonl (default: none, one-answer outcomes). strategies: which of "
+    "no_retrieval one_retrieval multi_step to run (default all three), or a strategies "
+    "FILE.yaml (docs/router.md) to run its strategies",
+    nargs="+",
+)
+UNANSWERED = PolicyOption(
+    "unanswered",
+    "strategy labels: target of questions no strategy answers: prior (default; single-hop "
+    "sets -> one retrieval, multi-hop -> multi-step, any other source -> the strategy most "
+    "often right on its labelled questions; prior:SOURCE=STRATEGY,... sets sources), "
+    "exclude, or a strategy name",
+)
+RETRIEVER = PolicyOption(
+    "retriever",
+    "documents for the with-retrieval answers",
+    default="bm25",
+    choices=("bm25", "dense", "contexts"),
+)
+CORPUS = PolicyOption(
+    "corpus",
+    "JSONL of {id, title, text} (default: the documents the datasets carry)",
+    type=Path,
+    check=_existing("file", "pass a JSONL file of {id, title, text}"),
+)
+K = PolicyOption("k", "documents per question", type=int, default=TOP_K, least=1)
+NEITHER_LABEL = PolicyOption(
+    "neither_label",
+    "rag-gain: label for 'neither' (default: dropped)",
+    type=int,
+    choices=(0, 1),
+)
+EVALUATOR = PolicyOption(
+    "evaluator",
+    "rrcp s_i evaluator (default: the policy's, overlap)",
+    choices=("overlap", "llm", "mean"),
+)
+NO_LLM_JUDGE = PolicyOption("no_llm_judge", "rrcp: skip the P(Yes) judge", switch=True)
+T_ANS = PolicyOption(
+    "t_ans", "rrcp answerability threshold (default 0.15)", type=float, least=0.0, most=1.0
+)
+T_COM = PolicyOption(
+    "t_com", "rrcp completeness threshold (default 0.80)", type=float, least=0.0, most=1.0
+)
+WITH_DOCUMENTS = (RETRIEVER, CORPUS, K)
 
 
-def label_path(policy: str, generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> Path:
-    """data/labels/<policy>.jsonl, or data/labels/<generator>/<policy>.jsonl."""
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown label policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    if policy in GENERATOR_FREE:
-        return labels_dir / f"{policy}.jsonl"
-    name = "closed-book" if policy == OUTCOMES else policy  # outcomes write a closed-book file
-    return labels_dir / generator_dir_name(generator) / f"{name}.jsonl"
+# ---------------------------------------------------------------- label()
 
 
 def label(req: LabelRequest, generator: Any = None, retriever: Any = None) -> dict[str, Any]:
     """Runs one policy over the requested questions, resuming its file. `generator` and
     `retriever` may be passed in (tests reuse one engine); otherwise they are built when the
     policy needs them."""
-    path = req.out or label_path(req.policy, req.generator, req.labels_dir)
+    spec = policy_spec(req.policy)
+    path = req.out or spec.path(req.generator, req.labels_dir)
     validate_request(req)
-    if req.policy == OUTCOMES:
-        return _outcomes(req, path)
-    # A folder or a user's file is refused before the lock file is made beside it (and read
-    # again under the lock: another run may have appended meanwhile).
-    LabelFile(path, replacing=req.policy in REBUILT).require_ours()
-    with single_writer(path):  # one run (local or Ray) writes a label file at a time
-        return _label_file(req, path, generator, retriever)
+    return spec.run(req, path, generator, retriever)
 
 
-def _label_file(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
-    rebuilt = req.policy in REBUILT  # rewritten whole: no old row survives to be mixed
-    out = LabelFile(path, replacing=rebuilt)
-    out.require_ours()  # before any engine starts: refuse a user's file or other settings
-    if meta_path(path).exists():
-        old = out.meta
-        check_resume(path, old, {"policy": req.policy} if rebuilt else _expected_meta(req))
-        if not rebuilt:
-            _same_generator(path, old, req.generator)
-    if req.questions is None:
-        questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
-    else:
-        questions = list(req.questions)
-        check_answers(questions, req.policy)
-    needs_docs = req.questions is None or req.options.get("retriever") == "contexts"
-    if req.policy in ("rag-gain", "rrcp") and needs_docs:  # only where documents exist
-        questions = [q for q in questions if q.contexts]
-    if req.limit is not None:
-        if req.limit > len(questions):
-            log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
-                     f"available; labelling all {len(questions)}")  # fmt: skip
-        questions = questions[: req.limit]
-    if req.policy in GENERATOR_FREE:
-        stats = _generator_free(req.policy, questions, out)
-    elif req.policy == "retrievalqa-style":
-        from .retrievalqa_style import label_retrievalqa_style
-
-        closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
-        stats = label_retrievalqa_style(questions, out, closed, req.criterion)
-    else:
-        stats = _generator_policy(req, questions, out, generator, retriever)
-    return {"path": str(path), "rows": len(out.rows), **stats}
+def validate_request(req: LabelRequest) -> None:
+    """Flag values checked before any question is read or engine started: the shared fields,
+    the policy's `options` (each one it reads, within bounds, the required ones there) and the
+    policy's own check. (The CLI refuses a policy flag given to a policy that does not read it
+    in `policy_registry.request`; in Python the shared fields are ignored where unused.)"""
+    if req.limit is not None and req.limit < 1:
+        raise InputError(f"--limit must be a positive number of questions, got {req.limit}")
+    if req.chunk_size is not None and req.chunk_size < 1:
+        raise InputError(f"--chunk-size must be at least 1 question, got {req.chunk_size}")
+    if req.eq_sample < 0:
+        raise InputError(f"--eq-sample must be 0 or more, got {req.eq_sample}")
+    spec = policy_spec(req.policy)
+    check_options(spec, {k: v for k, v in req.options.items() if v is not None and v is not False})
+    if spec.check is not None:
+        spec.check(req)
 
 
 def check_answers(questions: Sequence[Question], policy: str) -> None:
     """Judging a generator's answers needs gold answers: say which way works without them."""
-    if policy not in GENERATOR_POLICIES:
+    if not policy_spec(policy).needs_generator:
         return
     missing = [q for q in questions if not q.answers]
     if missing:
@@ -122,13 +167,159 @@ def check_answers(questions: Sequence[Question], policy: str) -> None:
         )
 
 
-def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
+# ---------------------------------------------------------------- policies writing one file
+
+FileLabeller = Callable[[LabelRequest, list, LabelFile, Any, Any], dict[str, Any]]
+
+
+def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
+    """A policy that writes one label file: refused if the file is not ours, written under
+    its lock, resumed (or rebuilt whole) over the requested questions."""
+
+    def run(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
+        rebuilt = policy_spec(req.policy).rebuilt
+        # A folder or a user's file is refused before the lock file is made beside it (and
+        # read again under the lock: another run may have appended meanwhile).
+        LabelFile(path, replacing=rebuilt).require_ours()
+        with single_writer(path):  # one run (local or Ray) writes a label file at a time
+            out = LabelFile(path, replacing=rebuilt)  # rebuilt: no old row survives to mix
+            out.require_ours()  # before any engine starts: a user's file or other settings
+            _check_resume(req, out, rebuilt)
+            stats = labeller(req, _questions(req), out, generator, retriever)
+            return {"path": str(path), "rows": len(out.rows), **stats}
+
+    return run
+
+
+def _check_resume(req: LabelRequest, out: LabelFile, rebuilt: bool) -> None:
+    if not meta_path(out.path).exists():
+        return
+    old = out.meta
+    check_resume(out.path, old, {"policy": req.policy} if rebuilt else _expected_meta(req))
+    if not rebuilt:
+        _same_generator(out.path, old, req.generator)
+
+
+def _questions(req: LabelRequest) -> list[Question]:
+    """The bundled questions (or the user's), only those with documents where a policy
+    reads them, at most --limit."""
+    if req.questions is None:
+        questions = labelling_questions(req.datasets, req.eq_sample, req.seed)
+    else:
+        questions = list(req.questions)
+        check_answers(questions, req.policy)
+    needs_docs = req.questions is None or req.options.get("retriever") == "contexts"
+    if policy_spec(req.policy).needs_retriever and needs_docs:  # only where documents exist
+        questions = [q for q in questions if q.contexts]
+    if req.limit is not None:
+        if req.limit > len(questions):
+            log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
+                     f"available; labelling all {len(questions)}")  # fmt: skip
+        questions = questions[: req.limit]
+    return questions
+
+
+def _expected_meta(req: LabelRequest) -> dict[str, Any]:
+    """The provenance fields of an appending policy comparable before the engine is built (the
+    generator is compared by folder name in `_same_generator`, the prompt id at write_meta)."""
+    return {"policy": req.policy, "criterion": req.value("criterion")}
+
+
+def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
+    recorded = old.get("generator") or old.get("reference")
+    if recorded and generator_dir_name(recorded) != generator_dir_name(generator):
+        raise InputError(
+            f"this label file was made with generator {recorded!r}, not {generator!r}; "
+            "pass another --out (or move the file) to label with another generator",
+            path,
+        )
+
+
+def _generator_free(req: LabelRequest, questions: list, out: LabelFile, *_: Any) -> dict[str, Any]:
+    """Rewritten whole each time: reading a field costs nothing, so there is nothing to resume."""
+    from .policy_loop import provenance
+    from .simple import LONG_TAIL_S_POP, popularity_rows, retrievalqa_rows
+
+    policy = req.policy
+    rows = retrievalqa_rows(questions) if policy == "retrievalqa" else popularity_rows(questions)
+    extra = {"long_tail_s_pop": LONG_TAIL_S_POP} if policy == "popularity" else {}
+    out.write_meta(provenance(policy, generator=None, rows=len(rows), **extra))  # first, as
+    out.rewrite(rows)  # every labeller does; temp file + rename keeps the old file until then
+    return {"questions": len(rows)}
+
+
+def _retrievalqa_style(req: LabelRequest, questions: list, out: LabelFile, *_: Any) -> dict:
+    from .retrievalqa_style import label_retrievalqa_style
+
+    closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+    return label_retrievalqa_style(questions, out, closed, req.value("criterion"))
+
+
+def _generating(labeller: FileLabeller) -> FileLabeller:
+    """A labeller that asks the generator: with nothing left to label it starts no engine."""
+
+    def run(req: LabelRequest, questions: list, out: LabelFile, generator: Any,
+            retriever: Any) -> dict[str, Any]:  # fmt: skip
+        from .policy_loop import pending
+
+        if not pending(questions, out.done_ids()):  # all done: reuse the file
+            return {"questions": 0, "seconds": 0.0, "questions_per_second": 0.0}
+        return labeller(req, questions, out, generator or _build(req), retriever)
+
+    return run
+
+
+def _closed_book(req: LabelRequest, questions: list, out: LabelFile, gen: Any, _: Any) -> dict:
+    from .closed_book import label_closed_book
+
+    return label_closed_book(gen, questions, out, req.value("criterion"), req.value("chunk_size"))
+
+
+def _with_documents(req: LabelRequest, questions: list, out: LabelFile, gen: Any,
+                    retriever: Any) -> tuple:  # fmt: skip
+    """The arguments rag-gain and rrcp share: generator, retriever, the closed-book file."""
+    closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+    ret = retriever or _retriever(req.value("retriever"), req.options.get("corpus"))
+    return gen, ret, questions, out, closed, req.value("criterion"), req.value("chunk_size")
+
+
+def _rag_gain(req: LabelRequest, *args: Any) -> dict[str, Any]:
+    from .rag_gain import label_rag_gain
+
+    neither = req.options.get("neither_label")
+    return label_rag_gain(*_with_documents(req, *args), k=req.value("k"), neither_label=neither)
+
+
+def _rrcp(req: LabelRequest, *args: Any) -> dict[str, Any]:
+    from .rrcp import label_rrcp
+
+    # unset thresholds and evaluator: the labeller's own defaults
+    opts = {n: req.options[n] for n in ("evaluator", "t_ans", "t_com") if n in req.options}
+    if req.options.get("no_llm_judge"):
+        opts["llm_judge"] = False
+    return label_rrcp(*_with_documents(req, *args), k=req.value("k"), **opts)
+
+
+def _build(req: LabelRequest) -> Any:
+    from ..generation.cache import lazy_generator
+
+    return lazy_generator(req.generator, req.backend)
+
+
+def _retriever(name: str, corpus: Path | None) -> Any:
+    from ..retrieval import build_retriever, load_corpus
+
+    return build_retriever(name, None if name == "contexts" else load_corpus(corpus))
+
+
+# ---------------------------------------------------------------- outcomes (no generation)
+
+
+def _outcomes(req: LabelRequest, path: Path, *_: Any) -> dict[str, Any]:
     from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
     from .outcomes import import_outcomes
 
-    if not req.options.get("outcomes"):
-        raise DataError("--policy outcomes needs --outcomes FILE (your recorded answers)")
     if req.options.get("strategies") or is_release(req.options["outcomes"]):
         return _strategy_outcomes(req)
     questions = req.questions if req.questions is not None else question_set()
@@ -137,7 +328,7 @@ def _outcomes(req: LabelRequest, path: Path) -> dict[str, Any]:
         questions,
         path.parent,
         req.generator,
-        req.criterion,
+        req.value("criterion"),
         req.options.get("neither_label"),
         out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
     )
@@ -156,94 +347,55 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
             f"--out {req.out}: outcomes of several strategies write three files (closed-book, "
             "rag-gain, strategies); pass the folder as --labels-dir DIR"
         )
-    strategies = parse_strategies(opts["strategies"]) if opts.get("strategies") else None
+    names = _strategy_names(opts.get("strategies"))
+    strategies = parse_strategies(names) if names else None
     if is_release(opts["outcomes"]):  # its own questions and strategies
         if req.questions is not None:
             raise InputError("--questions: a release folder carries its own questions; drop it")
-        return import_release(opts["outcomes"], req.labels_dir, opts.get("llm"),
+        return import_release(opts["outcomes"], req.labels_dir, req.llm,
                               opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
     questions = req.questions if req.questions is not None else question_set()
     return import_strategy_outcomes(
         opts["outcomes"], questions, strategies or [], req.labels_dir / generator_dir_name(req.generator),
-        req.generator, req.criterion, opts.get("unanswered"), opts.get("neither_label"),
+        req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
     )  # fmt: skip
 
 
-def validate_request(req: LabelRequest) -> None:
-    """Flag values checked before any question is read or engine started."""
-    if req.limit is not None and req.limit < 1:
-        raise InputError(f"--limit must be a positive number of questions, got {req.limit}")
-    if req.chunk_size < 1:
-        raise InputError(f"--chunk-size must be at least 1 question, got {req.chunk_size}")
-    if req.eq_sample < 0:
-        raise InputError(f"--eq-sample must be 0 or more, got {req.eq_sample}")
+def _strategy_names(value: Sequence[str] | None) -> list[str] | None:
+    """--strategies as names: given ones, or a strategies FILE.yaml's (cost order)."""
+    from ..strategies import load_strategies, registry_names
+
+    strategies_file, names = registry_names(value)
+    return list(load_strategies(strategies_file).names) if strategies_file else names
 
 
-def _expected_meta(req: LabelRequest) -> dict[str, Any]:
-    """The provenance fields of an appending policy comparable before the engine is built (the
-    generator is compared by folder name in `_same_generator`, the prompt id at write_meta)."""
-    return {"policy": req.policy, "criterion": req.criterion}
+# ---------------------------------------------------------------- the built-ins
 
-
-def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
-    recorded = old.get("generator") or old.get("reference")
-    if recorded and generator_dir_name(recorded) != generator_dir_name(generator):
-        raise InputError(
-            f"this label file was made with generator {recorded!r}, not {generator!r}; "
-            "pass another --out (or move the file) to label with another generator",
-            path,
-        )
-
-
-def _generator_free(policy: str, questions: list, out: LabelFile) -> dict[str, Any]:
-    """Rewritten whole each time: reading a field costs nothing, so there is nothing to resume."""
-    from .policy_loop import provenance
-    from .simple import LONG_TAIL_S_POP, popularity_rows, retrievalqa_rows
-
-    rows = retrievalqa_rows(questions) if policy == "retrievalqa" else popularity_rows(questions)
-    extra = {"long_tail_s_pop": LONG_TAIL_S_POP} if policy == "popularity" else {}
-    out.write_meta(provenance(policy, generator=None, rows=len(rows), **extra))  # first, as
-    out.rewrite(rows)  # every labeller does; temp file + rename keeps the old file until then
-    return {"questions": len(rows)}
-
-
-def _generator_policy(
-    req: LabelRequest, questions: list, out: LabelFile, generator: Any, retriever: Any
-) -> dict[str, Any]:
-    from .policy_loop import pending
-
-    if not pending(questions, out.done_ids()):  # all done: reuse the file, start no engine
-        return {"questions": 0, "seconds": 0.0, "questions_per_second": 0.0}
-    gen = generator or _build(req)
-    if req.policy == "closed-book":
-        from .closed_book import label_closed_book
-
-        return label_closed_book(gen, questions, out, req.criterion, req.chunk_size)
-    closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
-    opts = {k: v for k, v in req.options.items() if v is not None}
-    ret = retriever or _retriever(opts.pop("retriever", "bm25"), opts.pop("corpus", None))
-    opts.pop("retriever", None)
-    opts.pop("corpus", None)
-    args = (gen, ret, questions, out, closed, req.criterion, req.chunk_size)
-    if req.policy == "rag-gain":
-        from .rag_gain import label_rag_gain
-
-        return label_rag_gain(*args, **opts)
-    from .rrcp import label_rrcp
-
-    return label_rrcp(*args, **opts)
-
-
-def _build(req: LabelRequest) -> Any:
-    from ..generation.cache import lazy_generator
-
-    return lazy_generator(req.generator, req.backend)
-
-
-def _retriever(name: str, corpus: Path | None) -> Any:
-    from ..retrieval import build_retriever, load_corpus
-
-    return build_retriever(name, None if name == "contexts" else load_corpus(corpus))
+for _spec in (
+    PolicySpec("retrievalqa", "RetrievalQA's own field (1 - param_knowledge_answerable)",
+               _one_file(_generator_free), rebuilt=True, per_generator=False),
+    PolicySpec("popularity", "PopQA popularity (s_pop < 100 -> needs retrieval)",
+               _one_file(_generator_free), rebuilt=True, per_generator=False),
+    PolicySpec("closed-book", "the generator answers closed-book; needs retrieval = not "
+               "correct", _one_file(_generating(_closed_book)), needs_generator=True, ray=True,
+               relabel=True, options=(CRITERION, CHUNK_SIZE)),
+    PolicySpec("rag-gain", "also answered with retrieved documents: helps / hurts / neither "
+               "/ both", _one_file(_generating(_rag_gain)), needs_generator=True,
+               needs_retriever=True, ray=True, relabel=True,
+               options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, NEITHER_LABEL)),
+    PolicySpec("rrcp", "RRCP answerability / completeness over the top-k documents",
+               _one_file(_generating(_rrcp)), needs_generator=True, needs_retriever=True,
+               relabel=True, options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, EVALUATOR,
+                                      NO_LLM_JUDGE, T_ANS, T_COM)),
+    # reads the generator's closed-book file (--generator / --generator-url name it)
+    PolicySpec("retrievalqa-style", "RetrievalQA's recipe over the closed-book labels",
+               _one_file(_retrievalqa_style), needs_generator=True, rebuilt=True,
+               options=(CRITERION,)),
+    PolicySpec("outcomes", "answers you recorded elsewhere (lm-eval logs, a file, an "
+               "Adaptive-RAG release), no generation", _outcomes, file="closed-book",
+               options=(CRITERION, OUTCOMES, STRATEGIES, UNANSWERED, NEITHER_LABEL)),
+):  # fmt: skip
+    register_policy(_spec)
 
 
 def relabel(

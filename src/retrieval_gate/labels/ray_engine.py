@@ -43,7 +43,6 @@ from .files import LabelFile
 
 log = logging.getLogger(__name__)
 
-RAY_POLICIES = ("closed-book", "rag-gain")  # multi-step policies (rrcp) are not covered yet
 BACKENDS = ("openai", "vllm")
 RequestKey = tuple[str, int, bool]  # prompt, max_tokens, logprobs
 

@@ -22,6 +22,13 @@ from .modes import ModeOptions, build_gates_then_engine, build_mode_gates, check
 from .multistep import MultiStepConfig
 
 
+def check_answers_readable(generator: Generator, generator_options: dict[str, Any]) -> None:
+    """The cascade's generator returns log-probabilities (`cascade.check_logprobs`), the
+    error naming the option that chose it: `--generator-url`, else `--model`."""
+    check_logprobs(generator, "--generator-url" if generator_options.get("generator_url")
+                   else "--model")  # fmt: skip
+
+
 def open_generator(
     generator_url: str | None = None,
     model: str | None = None,
@@ -126,7 +133,6 @@ def open_rag(
     # a gate that does not ask the generator loads (or fails) before the engine starts
     gates, generator = build_gates_then_engine([gate], started, mode_options)
     if gate == CASCADE:  # it reads answers' log-probabilities: asked once, before serving
-        check_logprobs(generator, "--generator-url" if generator_options.get("generator_url")
-                       else "--model")  # fmt: skip
+        check_answers_readable(generator, generator_options)
     return AdaptiveRAG(gates[gate], ret, generator, k, max_new_tokens, multi_step=multi_step,
                        budget=mode_options.budget, strategies=mode_options.strategies)  # fmt: skip

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..data.answer_confidence import TOKEN_LOGPROBS
 from ..errors import BackendError, ConfigError
 from ..gates.base import Gate, Questions, is_router, reads_answers
 from ..generation.base import Generator
@@ -97,12 +96,6 @@ def escalation_strategy(gate: Cascade, registry: StrategyRegistry) -> tuple[str,
         raise ConfigError(f"the cascade needs a strategy without retrieval and a dearer one to "
                           f"escalate to; {gate.first.name!r} routes to {names}")  # fmt: skip
     return closed, dearer[0]
-
-
-def with_answers(questions: Sequence[Any], logprobs: Sequence[list[float] | None]) -> list[Any]:
-    """The questions carrying their closed-book answers' token log-probabilities."""
-    return [replace(q, extra={**q.extra, TOKEN_LOGPROBS: lp})
-            for q, lp in zip(questions, logprobs, strict=True)]  # fmt: skip
 
 
 def escalations(

@@ -19,8 +19,8 @@ from ..generation.base import Generator
 from ..labels.files import LabelFile
 from ..questions import Question
 from ..retrieval.base import Retriever
-from .backends import open_generator, open_retriever
-from .cascade import CASCADE, check_logprobs
+from .backends import check_answers_readable, open_generator, open_retriever
+from .cascade import CASCADE
 from .compare import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,
@@ -82,8 +82,7 @@ def run_comparison(
         modes, lambda: running or open_generator(**(engine or {})), mode_options
     )  # a damaged gate file or an unmet budget: before the engine
     if CASCADE in modes:  # the cascade reads answers' log-probabilities: asked once, up front
-        where = "--generator-url" if (engine or {}).get("generator_url") else "--model"
-        check_logprobs(generator, where)
+        check_answers_readable(generator, engine or {})
     setup_seconds = time.perf_counter() - started
     progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator,
                         mode_options.budget)  # fmt: skip

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ConfigError
-from ..gates.base import Gate
+from ..gates.base import Gate, as_questions
 from ..generation.base import Generation, Generator
 from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 from ..strategies import BUILTIN, DEFAULT_RETRIEVER, StrategyRegistry, StrategySpec
-from .cascade import Cascade, budget_slack, escalation_strategy, escalations, with_answers
+from .cascade import Cascade, budget_slack, escalation_strategy, escalations
 from .costs import Costs, Meter, StrategyCosts
 from .decisions import (
     Budget,
@@ -256,7 +256,9 @@ class AdaptiveRAG:
         if not kept:
             return done
         start = time.perf_counter()
-        read = with_answers([questions[i] for i in kept], [done[i].token_logprobs for i in kept])
+        # an empty answer has no tokens to read: its question-only score decides
+        read = as_questions([questions[i] for i in kept],
+                            token_logprobs=[done[i].token_logprobs or None for i in kept])  # fmt: skip
         scores = np.asarray(cascade.answer_gate.scores(read), dtype=float)
         prices = strategy_costs(cascade.first, self.registry)
         slack = budget_slack(cascade, strategies, budget, self.registry)

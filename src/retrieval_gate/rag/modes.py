@@ -18,23 +18,21 @@ generator, so their LLM calls are measured as gate time."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..artifacts import open_artifact
 from ..errors import ConfigError, DataError
 from ..gates.base import Gate, uncached_gate
-from ..gates.onnx_format import VARIANTS
-from ..gates.pretrained import folder_kind
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
 from ..labels.evalset import load_splits
 from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, LabellingRun
-from ..pricing import check_budget
+from ..pricing import Calibration, check_budget
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
-from .artifacts import check_gate_folders, declared_router, folder_metadata
+from .artifacts import check_gate_folders
 from .cascade import CASCADE, Cascade
 from .decisions import (
     FixedStrategy,
@@ -122,13 +120,10 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
         if not Path(options.router).is_dir():
             raise DataError("no such folder: --router takes a router or gate export folder "
                             "(`retrieval-gate export`)", options.router)  # fmt: skip
-        folder = Path(options.router)
-        model = folder / VARIANTS[options.router_variant]
-        if folder_kind(folder) == "onnx" and not model.is_file():  # checked before any engine
-            raise DataError(f"no {options.router_variant} model in this router export "
-                            f"(--router-variant): run `retrieval-gate export --variants "
-                            f"{options.router_variant}`", model)  # fmt: skip
-        _check_declared_budget(folder, options.budget)
+        artifact = open_artifact(options.router, flag="--router")  # before any engine
+        if artifact.kind == "export":
+            artifact.model_file(options.router_variant, "--router-variant")
+        _check_declared_budget(artifact.folder, artifact.router, options.budget)
 
 
 def _check_answer_gate_flag(modes: Sequence[str], options: ModeOptions) -> None:
@@ -141,18 +136,14 @@ def _check_answer_gate_flag(modes: Sequence[str], options: ModeOptions) -> None:
         if not Path(folder).is_dir():
             raise DataError("no such folder: --answer-gate takes a two-stage gate's export "
                             "folder", folder)  # fmt: skip
-        side = folder_metadata(folder).get("side_features")
-        if isinstance(side, str):  # an export's metadata keeps it as JSON text
-            side = json.loads(side)
-        if not (side or {}).get("answer_confidence"):
+        if "answer_logprobs" not in open_artifact(folder, flag="--answer-gate").signals:
             raise ConfigError(f"--answer-gate {folder}: this gate does not read the answer's "
                               "log-probabilities: export one trained with --config "
                               "cascade-closed-book")  # fmt: skip
 
 
-def _check_declared_budget(folder: Path, budget: float | None) -> None:
+def _check_declared_budget(folder: Path, declared: Calibration | None, budget: float | None) -> None:  # fmt: skip
     """--budget against the costs the router's folder declares (read before it loads)."""
-    declared = declared_router(folder)  # damaged metadata fails here, budget or not
     if budget is None:
         return
     if declared is None:

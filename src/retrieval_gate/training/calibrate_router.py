@@ -7,32 +7,18 @@ and the model card."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from .. import metrics as M
-from ..errors import DataError
-from ..labels.strategy_labels import RELEASE_LABELS, is_strategy_source
 from ..pricing import Calibration, check_costs, default_costs, outcome, route_indices
 from ..strategies import StrategyRegistry
 from .config import TrainConfig
 from .data import GateDataModule
 from .module import RetrievalGateModule
 from .stacked import OutOfFold
-
-
-def check_strategy_source(value: str) -> None:
-    """data.label_file of a router: a strategy label file, a release folder or `adaptive-rag`."""
-    if not is_strategy_source(value):
-        raise DataError(
-            f"data.task=strategies needs strategy labels in data.label_file: a strategies.jsonl "
-            f"(`retrieval-gate label --policy outcomes ...`), an Adaptive-RAG release folder or "
-            f"{RELEASE_LABELS!r} (the bundled release)",
-            Path(value),
-        )
 
 
 def router_costs(config: TrainConfig, dm: GateDataModule) -> tuple[float, ...]:

@@ -9,6 +9,8 @@
     metrics.json       dev/test metrics, throughput, wall time, peak RSS
     metadata.json      task, class names, threshold + the objective that chose it, and what
                        training derived: the side features' names and scaling (`side_features`)
+    manifest.json      kind, task, signals, a router's strategies and calibration
+                       (`artifacts.Manifest`, rewritten whenever metadata.json's router is)
 
 `save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it.
 Every file and folder is written atomically (a temporary one beside it, renamed into place) and
@@ -25,6 +27,7 @@ import torch
 import yaml
 
 from .. import __version__
+from ..artifacts import run_manifest
 from ..data.features import GateFeatures, features_from_dict
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
@@ -83,6 +86,7 @@ def save_run(
     meta.setdefault("threshold", config.model.threshold)
     meta.setdefault("objective", "default 0.5 (not tuned)")
     write_json(meta_file, meta)
+    run_manifest(meta, run_dir).write(run_dir)  # before gate.pt, which says the run is whole
     if metrics is not None:
         write_json(run_dir / "metrics.json", metrics)
     with atomic_path(run_dir / "gate.pt") as tmp:  # last: its presence says the run is whole
@@ -135,7 +139,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         len(meta["classes"]),
         hf_config=saved_config(run_dir / "backbone"),
         side_features=run_side_features(meta, side),
-        multilabel=TASKS[meta["task"]].multilabel,
+        task=TASKS[meta["task"]],
     )
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
@@ -176,3 +180,4 @@ def save_router(run_dir: str | Path, calibration: Calibration) -> None:
     meta.update(router=calibration.to_dict(),
                 tuned_at=datetime.now(UTC).isoformat(timespec="seconds"))  # fmt: skip
     write_json(path, meta)
+    run_manifest(meta, Path(run_dir)).write(Path(run_dir))  # its calibration, as metadata's

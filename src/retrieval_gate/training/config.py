@@ -9,7 +9,7 @@ naming the key, before anything loads. `trainer` stays an open mapping of Lightn
 arguments, checked against its signature (tests and torchrun launches set
 `limit_train_batches`, `devices`, `num_nodes`).
 
-Extending: a new `data.task` is one `Task` entry in `TASKS`; a new model key is one field of
+Extending: a new `data.task` is one `Task` entry in `TASKS` (training/tasks.py); a new model key is one field of
 `ModelConfig` with its type and default (the checks follow from the annotation)."""
 
 from __future__ import annotations
@@ -33,32 +33,11 @@ from ..errors import ConfigError
 from ..fileio import plain_name
 from ..strategies import (
     BUILTIN,
-    NO_RETRIEVAL,
     StrategyRegistry,
     load_strategies,
     registry_from_list,
 )
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a gate predicts: the label-file field it learns from and its classes (class 0 is
-    always "no retrieval"; a gate's score is 1 - P(class 0)).
-
-    `multilabel`: one independent head per class, P(correct | strategy), trained on each
-    strategy's recorded correctness (a router, issue 25; its classes are the default
-    strategies, a strategy label file may name its own)."""
-
-    label_field: str
-    classes: tuple[str, ...]
-    multilabel: bool = False
-
-
-TASKS: dict[str, Task] = {
-    "binary": Task("label", (NO_RETRIEVAL, "retrieval")),
-    "3way": Task("label3", (NO_RETRIEVAL, "retrieval", "retrieval_complex")),  # RRCP
-    "strategies": Task("correct", BUILTIN.names, True),
-}
+from .tasks import TASKS, Task
 
 
 def _close(key: str, known: Iterable[str]) -> str:
@@ -369,14 +348,14 @@ class TrainConfig:
                 raise ConfigError(f"config section {name!r} must be a {cls.__name__}")
         object.__setattr__(self, "trainer", check_trainer(self.trainer))
         if self.model.fit_on != ("train",) and not (
-            self.model.head == "stacked" and self.data.task_spec.multilabel
+            self.model.head == "stacked" and self.data.task_spec.routes
         ):
             raise ConfigError("model.fit_on=[train, dev] is for model.head=stacked with "
                               "data.task=strategies (a router: its price read out of fold): a "
                               "linear head trains by epochs and keeps dev to choose its best one, "
                               "a gate's threshold is tuned on dev")  # fmt: skip
         if self.model.answer_confidence and (
-            self.model.head != "stacked" or self.data.task_spec.multilabel
+            self.model.head != "stacked" or self.data.task_spec.routes
             or len(self.data.task_spec.classes) != 2
         ):  # fmt: skip
             raise ConfigError("model.answer_confidence=true is a two-stage binary gate: it needs "

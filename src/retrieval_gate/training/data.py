@@ -3,12 +3,8 @@ tokenised with dynamic padding."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,113 +15,23 @@ from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from ..data import DataError, assign_splits, load_all
 from ..data.features import GateFeatures, SideFeatures
-from ..data.splits import with_splits
-from ..labels import LabelFile
-from ..labels.strategy_labels import load_strategy_labels, strategy_labels_sha256
+from ..data.splits import canonical_questions, with_splits
 from ..questions import Question
 from .config import TASKS, DataConfig
-from .provenance import label_provenance
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
 CLASS_NAMES = {name: list(task.classes) for name, task in TASKS.items()}
 
 
-def _class_index(qid: str, value: object, task: str, where: Path | str | None) -> int:
-    field, n_classes = TASKS[task].label_field, len(TASKS[task].classes)
-    if value not in range(n_classes) or isinstance(value, bool):
-        raise DataError(f"row {qid!r}: {field}={value!r} is not a class 0..{n_classes - 1}", where)
-    return int(value)
-
-
 def task_labels(path: Path, task: str) -> dict[str, Any]:
     """id -> class index for a task (a router's task: id -> each strategy's correctness as
     floats); a clear error for rows that do not fit it."""
-    if TASKS[task].multilabel:
-        return strategy_targets(path).labels
-    if not path.is_file():
-        raise DataError(
-            "label file not found; run `retrieval-gate label` or fix data.label_file", path
-        )
-    rows = LabelFile(path).rows
-    field = TASKS[task].label_field
-    out: dict[str, int] = {}
-    for qid, row in rows.items():
-        if field not in row:
-            raise DataError(
-                f"row {qid!r} has no {field!r} field: task {task!r} needs label files with it "
-                "(`retrieval-gate label --policy ...` writes them)",
-                path,
-            )
-        if row[field] is not None:
-            out[qid] = _class_index(qid, row[field], task, path)
-    if not out:
-        raise DataError("label file has no labelled rows", path)
-    return out
-
-
-@dataclass(frozen=True)
-class StrategyTargets:
-    """A router's training targets: strategies in cost order, id -> each strategy's
-    correctness (0/1 floats), and per-question costs where the labels carry them."""
-
-    strategies: tuple[str, ...]
-    labels: dict[str, tuple[float, ...]]
-    costs: dict[str, tuple[float, ...]]
-    provenance: dict[str, Any]
-
-
-def strategy_targets(source: str | Path) -> StrategyTargets:
-    """From a strategy label file, a release folder or `adaptive-rag` (labels.strategy_labels)."""
-    lab = load_strategy_labels(source)
-    labels = {i: tuple(float(r["correct"][s]) for s in lab.strategies) for i, r in lab.rows.items()}
-    costs = {i: tuple(float(r["cost"][s]) for s in lab.strategies)
-             for i, r in lab.rows.items() if r.get("cost")}  # fmt: skip
-    provenance = {"path": str(source), "sha256": strategy_labels_sha256(lab),
-                  "rows_in_file": len(lab.rows), "meta": lab.meta}  # fmt: skip
-    return StrategyTargets(lab.strategies, labels, costs, provenance)
+    return TASKS[task].read(str(path)).labels
 
 
 def memory_labels(labels: Mapping[str, Any], task: str) -> dict[str, Any]:
-    """`train(..., labels=...)`'s mapping id -> class index, checked like a label file's rows
-    (None = unlabelled; True/False count as 1/0 for the binary task; a router's task: id ->
-    a sequence of 0/1, one per strategy)."""
-    if not isinstance(labels, Mapping):
-        raise DataError(
-            f"labels must be a mapping question id -> label, got {type(labels).__name__}"
-        )
-    out = {}
-    for qid, value in labels.items():
-        if value is None:
-            continue
-        if TASKS[task].multilabel:
-            out[str(qid)] = _correctness(str(qid), value)
-            continue
-        value = int(value) if isinstance(value, bool) and task == "binary" else value
-        out[str(qid)] = _class_index(str(qid), value, task, "labels")
-    if not out:
-        raise DataError("labels: no labelled question (the mapping is empty or all None)")
-    return out
-
-
-def _correctness(qid: str, value: Any) -> tuple[float, ...]:
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or len(value) < 2
-        or any(v not in (0, 1) for v in value)
-    ):
-        raise DataError(f"labels[{qid!r}]={value!r}: a router's label is one 0/1 correctness "
-                        "per strategy, in cost order", "labels")  # fmt: skip
-    return tuple(float(v) for v in value)
-
-
-def memory_provenance(labels: Mapping[str, Any]) -> dict[str, Any]:
-    """labels.json for labels given in memory: their checksum and the labels themselves (the
-    run then carries what an export's parity check needs)."""
-    text = json.dumps(labels, sort_keys=True)
-    return {"path": None, "source": "in memory (train(..., labels=...))",
-            "sha256": hashlib.sha256(text.encode()).hexdigest(), "rows_in_file": len(labels),
-            "meta": None, "labels": dict(sorted(labels.items()))}  # fmt: skip
+    """`train(..., labels=...)`'s mapping, checked as the task checks a label file's rows."""
+    return TASKS[task].from_memory(labels).labels
 
 
 def labelled_splits(
@@ -154,12 +60,29 @@ def labelled_splits(
 
 
 def config_questions(data: DataConfig) -> Sequence[Question]:
-    """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`."""
+    """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`. A
+    bundled subset keeps the split its questions have among all bundled questions (at
+    `data.split_seed`): split again on its own, a test question of the full split could train
+    a gate that is then evaluated on it."""
     if data.questions:
         from ..data.user_questions import question_set
 
         return question_set(data.questions, data.fields)
-    return load_all(list(data.datasets) if data.datasets else None)
+    every = _bundle_with_splits(data.split_seed)
+    if not data.datasets:
+        return every
+    wanted = load_all(list(data.datasets))
+    known = {q.id: q for q in every}
+    if all(q.id in known for q in wanted):
+        return [known[q.id] for q in wanted]
+    return wanted  # datasets outside the bundle's split: split among themselves
+
+
+def _bundle_with_splits(seed: int) -> Sequence[Question]:
+    if seed == 0:
+        return canonical_questions()  # loaded once per process
+    questions = load_all()
+    return with_splits(questions, assign_splits(questions, seed=seed))
 
 
 def training_questions(data: DataConfig) -> list[Question]:
@@ -186,12 +109,13 @@ def needs_retrieval(y: Any) -> bool:
 
 
 class Collate:
-    """Tokenises a batch and pads it to its own longest row (dynamic padding, right side)."""
+    """Tokenises a batch and pads it to its own longest row (dynamic padding, right side);
+    labels as `dtype` (the task's: class indices, or each strategy's correctness)."""
 
-    def __init__(self, tokenizer: Any, max_length: int, multilabel: bool = False):
+    def __init__(self, tokenizer: Any, max_length: int, dtype: torch.dtype = torch.long):
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self.dtype = torch.float32 if multilabel else torch.long  # correctness per strategy
+        self.dtype = dtype
 
     def __call__(self, batch: list[tuple]) -> dict[str, torch.Tensor]:
         """Rows are (id, text, label) or, with side features, (id, text, features, label)."""
@@ -229,35 +153,20 @@ class GateDataModule(pl.LightningDataModule):
         self.cfg = data
         self.seed = seed
         self.tokenizer = tokenizer
-        task = TASKS[data.task]
-        self.multilabel = task.multilabel
-        self.collate = Collate(tokenizer, data.max_length, task.multilabel)
-        self.strategies: tuple[str, ...] = task.classes if task.multilabel else ()
-        self.question_costs: dict[str, tuple[float, ...]] = {}  # per question, where given
+        self.task = task = TASKS[data.task]
+        self.collate = Collate(tokenizer, data.max_length, task.label_dtype)
         if labels is not None:
-            self.path = None
-            labels = memory_labels(labels, data.task)
-            self.provenance = memory_provenance(labels)
+            targets = task.from_memory(labels)
         elif not data.label_file:
             raise DataError("no labels: set data.label_file or pass labels=")
-        elif task.multilabel:  # a strategy label file, a release folder or `adaptive-rag`
-            self.path = Path(data.label_file)
-            targets = strategy_targets(data.label_file)
-            labels, self.strategies = targets.labels, targets.strategies
-            self.question_costs, self.provenance = targets.costs, targets.provenance
         else:
-            self.path = Path(data.label_file)
-            labels = task_labels(self.path, data.task)
-            # Provenance is taken when the labels are read: a label file still being written
-            # by a labelling run may have grown by the time training ends.
-            self.provenance = label_provenance(self.path)
-        if task.multilabel:
-            widths = {len(v) for v in labels.values()}
-            if widths != {len(self.strategies)}:
-                raise DataError(f"router labels give {sorted(widths)} correctness values a "
-                                f"question for {len(self.strategies)} strategies "
-                                f"({', '.join(self.strategies)})", self.path or "labels")  # fmt: skip
-        self.num_classes = len(self.strategies) if task.multilabel else len(task.classes)
+            targets = task.read(data.label_file)
+        self.path = Path(data.label_file) if labels is None else None
+        labels, self.provenance = targets.labels, targets.provenance
+        self.strategies: tuple[str, ...] = targets.strategies  # a router's heads (else empty)
+        self.question_costs = targets.costs  # per question, where the labels give them
+        self.outputs = task.outputs(targets)
+        self.num_classes = len(self.outputs)
         qs = questions if questions is not None else config_questions(data)
         rows = labelled_splits(qs, labels, data.split_seed, self.path)
         self.rows = {
@@ -291,15 +200,13 @@ class GateDataModule(pl.LightningDataModule):
         return {"split": "dev", "texts": [row[1] for row in rows], "features": features}
 
     def class_counts(self) -> list[int]:
-        if self.multilabel:  # questions each strategy answers
-            return [int(sum(y[c] for *_, y in self.rows["train"])) for c in range(self.num_classes)]
-        counts = Counter(y for *_, y in self.rows["train"])
-        return [counts.get(c, 0) for c in range(self.num_classes)]
+        """Train questions a class (a router: questions each strategy answers)."""
+        return self.task.class_counts([y for *_, y in self.rows["train"]], self.num_classes)
 
     def class_weights(self) -> torch.Tensor | None:
         """n / (C * n_c) on the train split: each class weighs the same in the loss (not for
         a router: its heads estimate P(correct | strategy), which weighting would bias)."""
-        if self.cfg.balance != "class_weights" or self.multilabel:
+        if self.cfg.balance != "class_weights" or not self.task.weighs_classes:
             return None
         counts = torch.tensor(self.class_counts(), dtype=torch.float).clamp(min=1)
         return counts.sum() / (len(counts) * counts)
@@ -311,7 +218,7 @@ class GateDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         rows = self.rows["train"]
         sampler = None
-        if self.cfg.balance == "sampler" and not self.multilabel:
+        if self.cfg.balance == "sampler" and self.task.weighs_classes:
             counts = self.class_counts()
             weights = [1.0 / max(counts[y], 1) for *_, y in rows]
             gen = torch.Generator().manual_seed(self.seed)

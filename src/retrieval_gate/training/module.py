@@ -21,11 +21,11 @@ from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
 from ..data.features import GateFeatures
-from ..data.text_features import TextFeatures
 from ..errors import InputError
 from .backbones import Backbone
 from .config import ModelConfig
-from .stacked import StackedHead
+from .heads import HEADS
+from .tasks import TASKS, Task
 
 
 class RetrievalRate(torchmetrics.MeanMetric):
@@ -66,11 +66,10 @@ def gate_metrics(num_classes: int) -> dict[str, torchmetrics.Metric]:
 
 
 class RetrievalGateModule(pl.LightningModule):
-    """P(class | question); class 0 = no retrieval, classes > 0 need retrieval.
-
-    `multilabel` (a router, task `strategies`): one independent head per strategy,
-    P(correct | strategy) (sigmoid, binary cross-entropy on each strategy's recorded
-    correctness); P(needs retrieval) = 1 - P(correct | no retrieval)."""
+    """P(class | question); class 0 = no retrieval, classes > 0 need retrieval. The `task`
+    (training/tasks.py) gives the loss, the probabilities and the binary view the metrics
+    take: a router's (task `strategies`) heads are P(correct | strategy), and its
+    P(needs retrieval) = 1 - P(correct | no retrieval)."""
 
     def __init__(
         self,
@@ -79,7 +78,7 @@ class RetrievalGateModule(pl.LightningModule):
         class_weights: torch.Tensor | None = None,
         hf_config: PretrainedConfig | None = None,
         side_features: GateFeatures | None = None,
-        multilabel: bool = False,
+        task: Task = TASKS["binary"],
     ):
         super().__init__()
         self.config = model_cfg
@@ -87,13 +86,12 @@ class RetrievalGateModule(pl.LightningModule):
         self.threshold = model_cfg.threshold
         self.backbone = Backbone(model_cfg, hf_config)
         self.set_head(side_features)
-        self.multilabel = multilabel
-        self.loss = (
-            nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss(weight=class_weights)
-        )
+        self.task = task
+        self.loss = task.loss(class_weights)
+        metrics = task.metric_classes(num_classes)
         self.metrics = nn.ModuleDict(
             {
-                stage: nn.ModuleDict(gate_metrics(2 if multilabel else num_classes))
+                stage: nn.ModuleDict(gate_metrics(metrics))
                 for stage in ("train_", "val_", "test_")  # ModuleDict keys cannot be "train"
             }
         )
@@ -102,15 +100,11 @@ class RetrievalGateModule(pl.LightningModule):
     def set_head(self, side_features: GateFeatures | None) -> None:
         """The head over [pooled embedding, features]. The run's features (side features'
         names + scaling, or a stacked head's text features, fitted on its train split) are a
-        training result, not a config key; a stacked head is fitted by `fit_stacked`."""
+        training result, not a config key; `model.head` builds it (training/heads.py)."""
         self.side_features = side_features
         self.n_side = side_features.width if side_features else 0
-        hidden = self.backbone.hidden_size
-        if self.config.head == "stacked" and isinstance(side_features, TextFeatures):
-            self.head = StackedHead(hidden, side_features, self.num_classes)
-        else:
-            self.head = nn.Sequential(nn.Dropout(self.config.dropout),
-                                      nn.Linear(hidden + self.n_side, self.num_classes))  # fmt: skip
+        self.head = HEADS[self.config.head].build(self.config, self.backbone.hidden_size,
+                                                  side_features, self.num_classes)  # fmt: skip
 
     def forward(
         self,
@@ -125,13 +119,11 @@ class RetrievalGateModule(pl.LightningModule):
             if features is None:
                 raise InputError("this gate was trained with side features: pass `features`")
             pooled = torch.cat([pooled, features.float()], dim=-1)
-        if isinstance(self.head, StackedHead):  # it reads the tokens too (their TF-IDF)
-            return self.head(pooled, input_ids)
-        return self.head(pooled)
+        return self.head(pooled, input_ids)  # a stacked head reads the tokens (their TF-IDF)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """Per class: P(class) (softmax), or for a router P(correct | strategy) (sigmoid)."""
-        return logits.sigmoid() if self.multilabel else logits.softmax(-1)
+        return self.task.probabilities(logits)
 
     def retrieval_probability(self, logits: torch.Tensor) -> torch.Tensor:
         """P(needs retrieval) = 1 - P(class 0): one score for binary and 3-way tasks and for
@@ -139,15 +131,13 @@ class RetrievalGateModule(pl.LightningModule):
         return 1.0 - self.probabilities(logits)[:, 0]
 
     def decisions(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.num_classes == 2 or self.multilabel:
-            return (self.retrieval_probability(logits) >= self.threshold).long()
-        return logits.argmax(-1)
+        return self.task.decisions(logits, self.retrieval_probability(logits), self.threshold)
 
     def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         logits = self(batch["input_ids"], batch["attention_mask"], batch.get("features"))
         loss = self.loss(logits, batch["labels"])
         # a router is measured on its binary view: is the no-retrieval answer wrong?
-        y = (batch["labels"][:, 0] < 0.5).long() if self.multilabel else batch["labels"]
+        y = self.task.binary_view(batch["labels"])
         p = self.retrieval_probability(logits).detach()
         metrics = self.metrics[stage + "_"]
         metrics["acc"].update(self.decisions(logits), y)

@@ -52,13 +52,13 @@ from ..data.features import SideFeatures
 from ..data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout, shape_features
 from ..errors import DataError
 from ..labels.logprobs import with_answer_logprobs
-from .config import TASKS
 from .data import GateDataModule
 
 log = logging.getLogger(__name__)
 
 SOURCE_C, HEAD_C, FOLDS = 10.0, 0.1, 3
 SECOND_CS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # the answer level's strengths, tried
+SELECT_FOLDS = 5  # folds choosing them: 21 candidates, cheap fits, so less noise is worth it
 CALIBRATION_FOLDS = 5  # out-of-fold predictions to calibrate on when dev is fitted on
 CORRECT, CLASS, SOURCE = "correct:", "class:", "source:"  # output names: router / gate heads
 
@@ -328,7 +328,7 @@ def fit_stacked_head(
     Y = np.array([r[-1] for r in rows], float)  # (n, S) correctness, or (n,) class indices
     folds = CALIBRATION_FOLDS if "dev" in fit_on else 0
     special = {*tok.all_special_ids, tok.pad_token_id}  # in no term: no mask needed
-    heads = dm.strategies if dm.multilabel else TASKS[dm.cfg.task].classes
+    heads = dm.outputs  # a router's strategies, or the gate's classes
     weights = dm.class_weights()  # a gate's, as its linear head's loss; a router: None
     class_weight = None if weights is None else dict(enumerate(weights.tolist()))
     side = dm.side_features if isinstance(dm.side_features, SideFeatures) else None
@@ -399,18 +399,20 @@ def fit_stacked(
         head.out.weight.copy_(torch.from_numpy(head_coef[:, v:]))
         head.out.bias.copy_(torch.from_numpy(head_bias))
         if head.second is not None:
-            w, b = _second_level(X, Y, F[:, len(SHAPE_NAMES) :], class_weight, seed)
+            rest = F[:, len(SHAPE_NAMES) :]
+            w, b = _second_level(X, Y, rest, rest.shape[1] - confidence.width, class_weight, seed)
             head.second.weight.copy_(torch.from_numpy(w[None, :]))
             head.second.bias.fill_(b)
     return features, _out_of_fold(X, Y, folds, seed) if folds else None
 
 
 def _second_level(
-    X: Any, Y: np.ndarray, rest: np.ndarray, class_weight: dict[int, float] | None, seed: int
-) -> tuple[np.ndarray, float]:
+    X: Any, Y: np.ndarray, rest: np.ndarray, n_side: int,
+    class_weight: dict[int, float] | None, seed: int,
+) -> tuple[np.ndarray, float]:  # fmt: skip
     """The two-stage gate's answer level: (weights, bias) of a logistic model over [the
-    cross-fitted question-only logit, `rest`: side features and answer confidence], fitted on
-    the rows that carry an answer (`has_answer`, the last column)."""
+    cross-fitted question-only logit, `rest`: `n_side` side features, then the answer
+    confidence], fitted on the rows that carry an answer (`has_answer`, the last column)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
@@ -425,33 +427,50 @@ def _second_level(
         coef, bias = _heads(X[a], y[a], class_weight)
         zq[b] = X[b] @ (coef[1] - coef[0]) + (bias[1] - bias[0])
     Z, y = np.hstack([zq[:, None], rest])[has], y[has]
-    c = _strongest(Z, y, class_weight, seed)
+    keep, c = _strongest(Z, y, _input_sets(Z.shape[1], n_side), class_weight, seed)
     log.info(f"two-stage gate: the answer level fitted on the {len(y)} training questions "
-             f"with answers (C={c})")  # fmt: skip
-    m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight).fit(Z, y)
+             f"with answers, on {SECOND_INPUTS[keep]} (C={c})")  # fmt: skip
+    cols = _input_sets(Z.shape[1], n_side)[keep]
+    m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight).fit(Z[:, cols], y)
     coef, bias = _softmax_weights(m)
-    return coef[1] - coef[0], float(bias[1] - bias[0])
+    w = np.zeros(Z.shape[1])
+    w[cols] = coef[1] - coef[0]  # the inputs left out weigh nothing
+    return w, float(bias[1] - bias[0])
+
+
+# The answer level's input sets, tried with every strength: the question may tell nothing
+# beside a strong LLM's confidence (then its noise costs AUROC), or much beside a weak one's.
+SECOND_INPUTS = ("the answer alone", "question logit and answer", "question, side and answer")
+
+
+def _input_sets(width: int, n_side: int) -> list[np.ndarray]:
+    """Column indices of Z = [question logit, side..., answer...] for each `SECOND_INPUTS`."""
+    answer = np.arange(1 + n_side, width)
+    return [answer, np.r_[0, answer], np.arange(width)]
 
 
 def _strongest(
-    Z: np.ndarray, y: np.ndarray, class_weight: dict[int, float] | None, seed: int
-) -> float:
-    """The answer level's C of best cross-validated AUROC: few inputs, and how much the
-    answer is worth beside the question differs from one LLM to the next."""
+    Z: np.ndarray, y: np.ndarray, sets: list[np.ndarray],
+    class_weight: dict[int, float] | None, seed: int,
+) -> tuple[int, float]:  # fmt: skip
+    """The answer level's input set and C of best cross-validated AUROC: few inputs, and how
+    much the answer is worth beside the question differs from one LLM to the next. Ties go
+    to the fewer inputs (the sets are tried in that order)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import StratifiedKFold
 
-    folds = list(StratifiedKFold(FOLDS, shuffle=True, random_state=seed).split(Z, y))
+    folds = list(StratifiedKFold(SELECT_FOLDS, shuffle=True, random_state=seed).split(Z, y))
     oof = np.zeros(len(y))
 
-    def auc(c: float) -> float:
+    def auc(choice: tuple[int, float]) -> float:
+        cols = sets[choice[0]]
         for a, b in folds:
-            m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight)
-            oof[b] = m.fit(Z[a], y[a]).decision_function(Z[b])
+            m = LogisticRegression(C=choice[1], max_iter=3000, class_weight=class_weight)
+            oof[b] = m.fit(Z[a][:, cols], y[a]).decision_function(Z[b][:, cols])
         return float(roc_auc_score(y, oof))
 
-    return max(SECOND_CS, key=auc)
+    return max(((k, c) for k in range(len(sets)) for c in SECOND_CS), key=auc)
 
 
 def _fill_tables(

@@ -31,23 +31,22 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 
 from .. import work
-from ..errors import ConfigError, DataError
-from ..fileio import read_json, sha256_file, write_json, write_text
+from ..errors import ConfigError
+from ..fileio import read_json, write_json, write_text
 from ..questions import Question
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
 from .calibrate_router import (
     calibrate_router,
-    check_strategy_source,
     out_of_fold_metrics,
     router_figures,
 )
 from .checkpoint import save_run
 from .config import TrainConfig
-from .data import GateDataModule, memory_labels, memory_provenance, strategy_targets
+from .data import GateDataModule
+from .heads import HEADS
 from .loggers import build_loggers
 from .module import RetrievalGateModule
-from .stacked import fit_stacked_head
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +133,12 @@ LENGTH_KEYS = ("max_epochs", "max_steps")
 
 
 def labels_sha256(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
-    """The labels' identity: the label file's bytes, or the in-memory mapping's checksum."""
+    """The labels' identity: the label file's bytes (a router's labels: their checksum), or
+    the in-memory mapping's checksum."""
+    task = config.data.task_spec
     if labels is not None:
-        return memory_provenance(memory_labels(labels, config.data.task))["sha256"]
-    if config.data.task_spec.multilabel:  # a strategy label file or a release folder
-        return strategy_targets(config.data.label_file).provenance["sha256"]
-    return sha256_file(Path(config.data.label_file))
+        return task.from_memory(labels).provenance["sha256"]
+    return task.labels_sha256(config.data.label_file)
 
 
 def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
@@ -150,9 +149,7 @@ def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) ->
     # Runs trained while the side features' scaling was a config key hashed it as null: kept,
     # so that those runs still --resume.
     model = {**plain["model"], "side_features": None}
-    if not config.data.task_spec.multilabel:  # router keys: runs trained before them resume
-        model.pop("costs")
-        model.pop("budget")
+    model = config.data.task_spec.hashed_model_keys(model)
     if model["head"] == "linear":  # the default, as every run before the key existed
         model.pop("head")
     if model["fit_on"] == ["train"]:  # likewise
@@ -181,13 +178,7 @@ def check_run_dir(
                 "config needs data.label_file (e.g. --set data.label_file=PATH), or labels "
                 "handed to train(config, questions, labels)"
             )
-        label_file = Path(config.data.label_file)
-        if config.data.task_spec.multilabel:
-            check_strategy_source(config.data.label_file)
-        elif not label_file.is_file():
-            raise DataError(
-                "label file not found; run `retrieval-gate label` first or pass a path", label_file
-            )
+        config.data.task_spec.check_source(config.data.label_file)
     digest = config_hash(config, labels)
     existing = [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
     if not existing or overwrite:
@@ -310,7 +301,7 @@ def prepare(
     tokenizer = load_tokenizer(resolve_backbone(config.model.name))
     dm = GateDataModule(tokenizer, config.data, config.run.seed, questions, labels)
     module = RetrievalGateModule(config.model, dm.num_classes, dm.class_weights(),
-                                 side_features=dm.side_features, multilabel=dm.multilabel)  # fmt: skip
+                                 side_features=dm.side_features, task=dm.task)  # fmt: skip
     return tokenizer, dm, module
 
 
@@ -344,15 +335,8 @@ def train(
     earlier = keep_csv_history(run_dir)
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
-    out_of_fold = None
-    if config.model.head == "stacked":  # logistic models on the frozen body: no epochs
-        out_of_fold = fit_stacked_head(module, dm, config.run.seed, config.model.fit_on)
-    else:
-        trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
-        best = trainer.checkpoint_callback.best_model_path
-        if best:  # weights of the best validation epoch, not the last one
-            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
-            module.load_state_dict(state)
+    # by epochs, or (a stacked head) closed-form on the frozen body
+    out_of_fold = HEADS[config.model.head].fit(trainer, module, dm, config, start_from)
     dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
     if out_of_fold is not None:  # the head was fitted on dev: its figures there are in-sample
         dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
@@ -373,7 +357,7 @@ def train(
         "splits": dm.summary(),
         "world_size": trainer.world_size,
     }
-    router = calibrate_router(module, dm, config, out_of_fold) if dm.multilabel else None
+    router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
     if router is not None:
         metrics["router"] = router_figures(module, dm, router, out_of_fold)
     if trainer.is_global_zero:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..artifacts import open_artifact
 from ..errors import ConfigError, InputError
 from ..fileio import content_id, sha256_file, write_text
 from ..gates.base import reads_answers
@@ -137,15 +138,14 @@ class TuneConfig:
 
 
 def _declared_router(gate: str, options: GateOptions) -> dict[str, Any] | None:
-    """A learned router run's or router export's calibration, read from its metadata file."""
-    path = None
-    if gate == "learned" and options.learned_run:
-        path = Path(options.learned_run) / "metadata.json"
-    elif gate == "onnx" and options.onnx:
-        path = Path(options.onnx) / "gate_metadata.json"
-    if path is None or not path.is_file():
+    """A learned router run's or router export's calibration, from its manifest
+    (`artifacts.open_artifact`); None for a gate, or a folder not given or not there (the
+    gate's own checks name it)."""
+    folder, kind = {"learned": (options.learned_run, "run"),
+                    "onnx": (options.onnx, "export")}.get(gate, (None, None))  # fmt: skip
+    if folder is None or not Path(folder).is_dir():
         return None
-    return json.loads(path.read_text(encoding="utf-8")).get("router")
+    return open_artifact(folder, kind).manifest.calibration
 
 
 def declared_costs(gate: str, options: GateOptions) -> list[float] | None:

@@ -2,8 +2,9 @@
 (the registry's: the built-ins no retrieval, one retrieval and multi-step, or those of
 `--strategies FILE.yaml`), with YOUR generator and retriever, into the strategy label file (`labels/strategy_labels.py`: same rows, same provenance fields).
 
-It lives in rag/ because it runs the loop itself (labels/ sits below rag/ and cannot): the
-labels are the outcomes of exactly the prompts, documents and steps `rag` and `serve` run.
+It lives in labelling/, above both labels/ and rag/, because it runs the loop itself: the
+labels are the outcomes of exactly the prompts, documents and steps `rag` and `serve` run
+(`strategies_policy.py` registers it as `label --policy strategies`).
 Beyond the strategy label file's fields, a row records each strategy's `llm_calls`,
 `measures` and, when the generator returns them, `token_logprobs` ({strategy: the answer's
 token log-probabilities}, a multi-step answer's from its last step; `labels.logprobs`).
@@ -45,11 +46,11 @@ from ..labels.strategy_labels import (
     strategy_row,
 )
 from ..questions import Question
+from ..rag.decisions import Decision, FixedStrategy, check_runnable, retrieval_scores
+from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer
+from ..rag.multistep import MultiStepConfig
 from ..retrieval.base import Retriever
 from ..strategies import BUILTIN, MULTI_STEP, PROMPTS, StrategyRegistry, StrategySpec
-from .decisions import Decision, FixedStrategy, check_runnable, retrieval_scores
-from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer
-from .multistep import MultiStepConfig
 
 log = logging.getLogger(__name__)
 

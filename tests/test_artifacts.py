@@ -1,0 +1,273 @@
+"""`artifacts.open_artifact`, the one reader of a run or export folder (issue 36, part 3): the
+manifest a fresh run and export carry, folders made before manifests read from their metadata,
+and every damaged, partial or contradictory folder refused with its file and field named (never
+read as another kind), by the verbs before any engine starts. JSON folders, no model loaded,
+except in the tests marked slow by their fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from retrieval_gate.artifacts import FORMAT, MANIFEST, Manifest, open_artifact
+from retrieval_gate.cli import main
+from retrieval_gate.errors import DataError
+from test_bad_options import no_engine  # noqa: F401  (the fixture: every engine fails the test)
+
+STRATEGIES = ["no_retrieval", "one_retrieval", "multi_step"]
+CURVE = {"price": [0.0], "mean_cost": [1.0], "shares": [[0.2, 0.6, 0.2]]}
+ROUTER = {"strategies": STRATEGIES, "costs": [0.0, 1.0, 3.35], "dev": CURVE,
+          "default_budget": 1.0, "default_price": 0.0, "objective": "budget-accuracy"}  # fmt: skip
+TWO_STAGE = {"kind": "text", "side": None, "answer_confidence": {"mean": [0.0]}}
+
+
+def _export(folder: Path, meta: dict, files=("model.onnx", "model.int8.onnx")) -> Path:
+    """An export folder made before manifests: gate_metadata.json and (not ONNX) model files."""
+    folder.mkdir(parents=True)
+    (folder / "gate_metadata.json").write_text(json.dumps(meta))
+    for name in files:
+        (folder / name).write_bytes(b"not onnx: nothing may load it")
+    return folder
+
+
+def _run(folder: Path, meta: dict) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    (folder / "gate.pt").write_bytes(b"")
+    return folder
+
+
+def _with_manifest(folder: Path, **changes) -> Path:
+    """The folder with the manifest its metadata gives, `changes` applied (...: key removed)."""
+    d = {**open_artifact(folder).manifest.to_dict(), **changes}
+    (folder / MANIFEST).write_text(json.dumps({k: v for k, v in d.items() if v is not ...}))
+    return folder
+
+
+# ---------------------------------------------------------------- what opens, and as what
+
+
+def test_folders_made_before_manifests_open_from_their_metadata(tmp_path):
+    gate = open_artifact(_export(tmp_path / "gate", {"task": "binary", "side_features": None}))
+    assert (gate.kind, gate.task, gate.backend, gate.is_router) == ("export", "gate", "onnx", False)
+    assert gate.signals == ("question",) and gate.router is None
+    assert gate.manifest.variants == ("fp32", "int8") and gate.source.name == "gate_metadata.json"
+    router = open_artifact(_export(tmp_path / "router", {"task": "strategies", "router": ROUTER}))
+    assert router.task == "router" and router.manifest.strategies == tuple(STRATEGIES)
+    assert router.router.costs == (0.0, 1.0, 3.35) and router.manifest.calibration == ROUTER
+    run = open_artifact(_run(tmp_path / "run", {"task": "3way", "side_features": TWO_STAGE}))
+    assert (run.kind, run.task, run.backend) == ("run", "rrcp", "torch")
+    assert run.signals == ("question", "answer_logprobs") and run.manifest.variants == ()
+    cols = {"names": ["s_pop"], "mean": [0.0], "std": [1.0]}
+    side = open_artifact(_run(tmp_path / "side", {"task": "binary", "side_features": cols}))
+    assert side.signals == ("question", "side_features")
+    older = _run(tmp_path / "older", {"task": "binary"})  # its scaling in config.yaml
+    (older / "config.yaml").write_text(f"model:\n  side_features: {json.dumps(cols)}\n")
+    assert open_artifact(older).signals == ("question", "side_features")
+
+
+def test_a_manifest_round_trips_and_agrees_with_its_metadata(tmp_path):
+    folder = _with_manifest(_export(tmp_path / "r", {"task": "strategies", "router": ROUTER}))
+    written = json.loads((folder / MANIFEST).read_text())
+    assert written["format"] == FORMAT and written["kind"] == "export"
+    assert written["strategies"] == STRATEGIES and written["variants"] == ["fp32", "int8"]
+    opened = open_artifact(folder)
+    assert opened.source.name == MANIFEST and opened.manifest == Manifest.from_dict(
+        written, folder / MANIFEST
+    )
+    assert opened.model_file("int8").name == "model.int8.onnx"
+    with pytest.raises(DataError, match="no fp16 model in this export"):
+        opened.model_file("fp16")
+
+
+# ---------------------------------------------------------------- refused, file and field named
+
+
+def _router(t: Path) -> Path:
+    return _export(t / "f", {"task": "strategies", "router": ROUTER})
+
+
+def _gate(t: Path) -> Path:
+    return _export(t / "f", {"task": "binary", "side_features": None})
+
+
+MANIFEST_CASES = {  # name -> (folder, manifest changes, what the error names)
+    "format-unknown": (_gate, {"format": "retrieval-gate-artifact/9"}, "'format'", "upgrade"),
+    "kind-unknown": (_gate, {"kind": "model"}, "'kind'"),
+    "kind-contradicts-files": (_gate, {"kind": "run"}, "'kind'", "an export"),
+    "task-missing": (_gate, {"task": ...}, "missing field 'task'"),
+    "task-unknown": (_gate, {"task": "classifier"}, "'task'", "gate, router, rrcp"),
+    "task-router-but-gate-metadata": (_gate, {"task": "router"}, "'task'", "contradicts"),
+    "task-gate-but-router-metadata": (_router, {"task": "gate"}, "'task'", "contradicts"),
+    "signals-not-a-list": (_gate, {"signals": "question"}, "'signals'", "a list"),
+    "signals-unknown": (_gate, {"signals": ["question", "mood"]}, "'signals'"),
+    "signals-contradict": (_gate, {"signals": ["question", "answer_logprobs"]}, "'signals'"),
+    "strategies-contradict": (_router, {"strategies": STRATEGIES[:2]}, "'strategies'"),
+    "calibration-missing-costs": (
+        _router,
+        {"calibration": {**ROUTER, "costs": ...}},
+        "calibration",
+        "costs",
+    ),  # fmt: skip
+    "calibration-contradicts": (
+        _router,
+        {"calibration": {**ROUTER, "default_budget": 2.0}},
+        "'calibration'",
+        "contradicts",
+    ),  # fmt: skip
+    "variant-file-missing": (_gate, {"variants": ["fp32", "fp16"]}, "'variants'", "model.fp16"),
+    "variants-empty": (_gate, {"variants": []}, "'variants'", "at least one"),
+    "version-not-a-string": (_gate, {"package_version": 1}, "'package_version'"),
+}
+
+
+@pytest.mark.parametrize("name", MANIFEST_CASES)
+def test_a_damaged_or_contradictory_manifest_is_refused(tmp_path, name):
+    make, changes, *expect = MANIFEST_CASES[name]
+    folder = make(tmp_path)
+    if name == "calibration-missing-costs":
+        changes = {"calibration": {k: v for k, v in ROUTER.items() if k != "costs"}}
+    _with_manifest(folder, **changes)
+    with pytest.raises(DataError) as e:
+        open_artifact(folder)
+    message = str(e.value)
+    assert "manifest.json" in message and ("re-export" in message or "upgrade" in message)
+    for part in expect:
+        assert part in message, message
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [('{"kind": "exp', "unreadable JSON"), ("[]", "JSON object"), ("\xff", "unreadable")],
+)
+def test_an_unreadable_manifest_is_refused(tmp_path, text, expect):
+    folder = _gate(tmp_path)
+    (folder / MANIFEST).write_text(text, encoding="latin-1")
+    with pytest.raises(DataError, match=expect) as e:
+        open_artifact(folder)
+    assert "manifest.json" in str(e.value)
+
+
+METADATA_CASES = {  # an older folder's metadata -> what the error names
+    "not-an-object": ([1, 2], "JSON object"),
+    "task-missing": ({"side_features": None}, "missing field 'task'"),
+    "task-unknown": ({"task": "regression"}, "'task'"),
+    "router-task-without-calibration": ({"task": "strategies"}, "key router"),
+    "gate-task-with-calibration": ({"task": "binary", "router": ROUTER}, "key router"),
+    "calibration-without-costs": (
+        {"task": "strategies", "router": {k: v for k, v in ROUTER.items() if k != "costs"}},
+        "costs",
+    ),  # fmt: skip
+    "calibration-not-an-object": ({"task": "strategies", "router": [1]}, "field .router."),
+    "side-features-not-an-object": ({"task": "binary", "side_features": 3}, "side_features"),
+}
+
+
+@pytest.mark.parametrize("name", METADATA_CASES)
+@pytest.mark.parametrize("kind", ["run", "export"])
+def test_damaged_metadata_is_refused_never_read_as_another_kind(tmp_path, name, kind):
+    meta, expect = METADATA_CASES[name]
+    folder = (_run if kind == "run" else _export)(tmp_path / "f", meta)
+    with pytest.raises(DataError, match=expect) as e:
+        open_artifact(folder)
+    file = "metadata.json" if kind == "run" else "gate_metadata.json"
+    assert file in str(e.value) and ("re-train" in str(e.value) or "re-export" in str(e.value))
+
+
+def test_folders_of_the_wrong_kind_or_none_are_refused(tmp_path):
+    run = _run(tmp_path / "run", {"task": "binary"})
+    with pytest.raises(DataError, match="--onnx: this folder holds a training run, not an export"):
+        open_artifact(run, "export", "--onnx")
+    export = _gate(tmp_path)
+    with pytest.raises(DataError, match="holds an export, not a training run"):
+        open_artifact(export, "run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="neither an export"):
+        open_artifact(tmp_path / "empty")
+    with pytest.raises(DataError, match="no such folder"):
+        open_artifact(tmp_path / "missing")
+    with pytest.raises(DataError, match="a file, not a folder"):
+        open_artifact(export / "model.onnx")
+    (export / "gate_metadata.json").unlink()  # the model files alone: partial, not guessed
+    with pytest.raises(DataError, match="missing file") as e:
+        open_artifact(export)
+    assert "gate_metadata.json" in str(e.value)
+
+
+def test_an_onnx_file_that_contradicts_its_manifest_is_refused(tmp_path):
+    from retrieval_gate.gates.onnx import check_agrees
+
+    router = open_artifact(_router(tmp_path / "r"))
+    gate = open_artifact(_gate(tmp_path / "g"))
+    path = tmp_path / "model.onnx"
+    check_agrees(router, {"task": "strategies", "router": "{}"}, ["scores", "strategy_proba"], path)
+    check_agrees(gate, {"task": "binary"}, ["scores", "probs"], path)
+    with pytest.raises(DataError, match="lacks the router's metadata router and output strategy"):
+        check_agrees(router, {"task": "strategies"}, ["scores", "probs"], path)
+    with pytest.raises(DataError, match="says task 'gate', but this ONNX file has the router's"):
+        check_agrees(gate, {"task": "binary", "router": "{}"}, ["scores", "strategy_proba"], path)
+    with pytest.raises(DataError, match="its task is rrcp"):
+        check_agrees(gate, {"task": "3way"}, ["scores", "probs"], path)
+
+
+# ---------------------------------------------------------------- the verbs, before any engine
+
+
+def _contradictory(t: Path) -> Path:
+    """A router export whose manifest.json says it is a binary gate."""
+    return _with_manifest(_router(t), task="gate", strategies=[], calibration=None)
+
+
+VERBS = {
+    "rag": "rag --modes never router --router {f}",
+    "serve": "serve --router {f}",
+    "serve-gate": "serve --mode gate --gate onnx --onnx {f}",
+    "score": "score --model {f} --input {q}",
+    "evaluate": "evaluate --gates onnx --onnx {f} --labels data/labels/smollm2-135m-instruct/"
+    "closed-book.jsonl --out {t}/ev --no-cost",
+    "tune": "tune --gate onnx --onnx {f} --objective budget-accuracy --labels data/labels/"
+    "smollm2-135m-instruct/closed-book.jsonl --out {t}/tu --budget 1",
+    "rag-answer-gate": "rag --modes never cascade --router {g} --answer-gate {f}",
+}
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_verbs_refuse_a_contradictory_manifest_before_any_engine(verb, tmp_path, capsys, no_engine):  # noqa: F811  # fmt: skip
+    folder = _contradictory(tmp_path)
+    good = _export(tmp_path / "good", {"task": "strategies", "router": ROUTER})
+    (tmp_path / "q.txt").write_text("Who wrote Hamlet?\n")
+    argv = VERBS[verb].format(f=folder, g=good, q=tmp_path / "q.txt", t=tmp_path).split()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "engine started" not in err, err
+    assert "manifest.json" in err and "'task'" in err and "re-export" in err, err
+
+
+# ---------------------------------------------------------------- fresh runs and exports (slow)
+
+
+def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.gates.pretrained import RetrievalRouter
+
+    run_dir, export_dir = minilm_gate_dirs
+    for folder, kind, variants in ((run_dir, "run", []), (export_dir, "export", ["fp32", "int8"])):
+        manifest = json.loads((folder / MANIFEST).read_text())
+        assert manifest == {"format": FORMAT, "kind": kind, "task": "gate",
+                            "signals": ["question"], "strategies": [], "calibration": None,
+                            "variants": variants,
+                            "package_version": manifest["package_version"]}  # fmt: skip
+        assert open_artifact(folder).source.name == MANIFEST
+        gate = RetrievalGate.from_pretrained(folder, device="cpu")
+        assert (
+            not isinstance(gate, RetrievalRouter) and gate.backend == open_artifact(folder).backend
+        )
+    saved = RetrievalGate.from_pretrained(run_dir, device="cpu").save_pretrained(tmp_path / "s")
+    assert (saved / MANIFEST).is_file() and open_artifact(saved).kind == "run"
+    copy = Path(shutil.copytree(export_dir, tmp_path / "copy"))
+    (copy / "model.int8.onnx").unlink()  # listed in the manifest, gone from the folder
+    with pytest.raises(DataError, match="'variants' lists int8"):
+        RetrievalGate.from_pretrained(copy)

@@ -1,0 +1,151 @@
+"""The label-policy registry (issue 36 part 6): every policy is a `PolicySpec`, `label`'s
+`--policy` choices and policy flags are generated from the registry, and a flag given to a
+policy that does not read it is refused, naming the flag and the policies that read it,
+before any engine starts. No model is loaded here."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval_gate.cli import build_parser, main
+from retrieval_gate.errors import InputError
+from retrieval_gate.labelling import POLICIES
+from retrieval_gate.labels.policies import LabelRequest, label
+from retrieval_gate.labels.policy_registry import (
+    PolicyOption,
+    PolicySpec,
+    policies_reading,
+    register_policy,
+)
+from test_bad_options import ENGINES, _started
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    for target in ENGINES:
+        try:
+            monkeypatch.setattr(target, _started)
+        except (ImportError, AttributeError):  # an optional extra (uvicorn) not installed
+            pass
+
+
+def _label_parser():
+    return build_parser(["label"])._subparsers._group_actions[0].choices["label"]
+
+
+def _actions():
+    return {flag: a for a in _label_parser()._actions for flag in a.option_strings}
+
+
+def _options() -> dict[str, PolicyOption]:
+    return {opt.flag: opt for spec in POLICIES.values() for opt in spec.options}
+
+
+def test_policy_choices_are_the_registry():
+    assert list(_actions()["--policy"].choices) == list(POLICIES)
+    # the RAG loop's policy comes from the labelling layer, registered like any other
+    assert POLICIES["strategies"].needs_rag_loop and not POLICIES["closed-book"].needs_rag_loop
+
+
+def test_every_policy_option_is_a_flag_with_help_naming_its_policies():
+    actions = _actions()
+    for flag, opt in _options().items():
+        assert flag in actions, flag
+        action = actions[flag]
+        assert action.dest == opt.name and action.default in (None, False)  # not given: seen
+        users = policies_reading(opt.name)
+        assert f"[--policy {', '.join(users)}]" in action.help, (flag, action.help)
+        if opt.choices:
+            assert tuple(action.choices) == opt.choices
+
+
+def test_a_registered_policy_gets_its_flags(monkeypatch):
+    """Plugin-style: a policy registered from outside labels/ brings its own flag."""
+    extra = PolicySpec("echo-test", "a test policy", lambda *a: {}, options=(
+        PolicyOption("echo_level", "how loud", type=int, default=3, least=0),))  # fmt: skip
+    monkeypatch.setitem(POLICIES, "echo-test", extra)
+    actions = _actions()
+    assert "echo-test" in actions["--policy"].choices
+    assert actions["--echo-level"].help == "how loud (default 3) [--policy echo-test]"
+    with pytest.raises(Exception, match="registered twice"):
+        register_policy(PolicySpec("echo-test", "another", lambda *a: {}))
+
+
+def _value(opt: PolicyOption, tmp_path) -> list[str]:
+    if opt.switch:
+        return []
+    if opt.choices:
+        return [str(opt.choices[0])]
+    if opt.type is int:
+        return ["1"]
+    if opt.type is float:
+        return ["0.5"]
+    path = tmp_path / "given.jsonl"
+    path.write_text("{}\n")
+    return [str(path)]
+
+
+def _wrong_pairs():
+    for flag, opt in _options().items():
+        for policy in POLICIES:
+            if not POLICIES[policy].reads(opt.name):
+                yield policy, flag
+
+
+@pytest.mark.parametrize("policy, flag", list(_wrong_pairs()))
+def test_a_flag_the_policy_does_not_read_is_refused_before_any_engine(
+    policy, flag, tmp_path, capsys, no_engine
+):
+    opt = _options()[flag]
+    argv = ["label", "--policy", policy, flag, *_value(opt, tmp_path)]
+    assert main([*argv, "--labels-dir", str(tmp_path / "labels")]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} does not go with --policy {policy}" in err, err
+    for user in policies_reading(opt.name):
+        assert f"--policy {user}" in err
+    assert "engine started" not in err and not (tmp_path / "labels").exists()
+
+
+def test_python_api_refuses_an_option_the_policy_does_not_read(tmp_path, no_engine):
+    req = LabelRequest("closed-book", ["popqa"], limit=2, out=tmp_path / "cb.jsonl",
+                       options={"retriever": "contexts"})  # fmt: skip
+    with pytest.raises(InputError, match="--retriever does not go with --policy closed-book"):
+        label(req)
+    assert not (tmp_path / "cb.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--policy", "rag-gain", "--k", "0"], "--k must be at least 1"),
+        (["--policy", "rrcp", "--t-com", "nan"], "--t-com must be a number in [0, 1]"),
+        (["--policy", "outcomes"], "--policy outcomes needs --outcomes FILE"),
+        (["--policy", "strategies", "--chunk-size", "0"], "--chunk-size must be at least 1"),
+        (["--policy", "strategies", "--relabel"], "it works on closed-book, rag-gain, rrcp"),
+        (["--policy", "rrcp", "--engine", "ray"], "--engine ray does not go with --policy rrcp"),
+    ],
+)
+def test_option_values_are_checked_from_the_spec(argv, message, tmp_path, capsys, no_engine):
+    assert main(["label", *argv, "--labels-dir", str(tmp_path / "labels")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "engine started" not in err, err
+
+
+def test_defaults_come_from_the_spec():
+    """The strategies policy's chunks are smaller; `--help` says both defaults."""
+    req = LabelRequest("strategies")
+    assert req.value("chunk_size") == 64 and LabelRequest("closed-book").value("chunk_size") == 512
+    assert "(default 512; strategies: 64)" in _actions()["--chunk-size"].help
+
+
+def test_docs_table_matches_the_registry():
+    """docs/label.md's table of policies and the flags each reads is the registry's."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "label.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w-]+)` \| .*? \| (.*) \|$", text, flags=re.M)
+    table = {name: set(re.findall(r"`(--[\w-]+)`", flags)) for name, flags in rows}
+    assert table == {n: {o.flag for o in s.options} for n, s in POLICIES.items()}
+    for name, spec in POLICIES.items():
+        assert f"`{spec.path('<generator>', Path('<labels-dir>')).as_posix()}`" in text, name
