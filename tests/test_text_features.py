@@ -13,7 +13,8 @@ import torch
 from scipy.sparse import csr_matrix, hstack
 from sklearn.linear_model import LogisticRegression
 
-from retrieval_gate.data.features import SideFeatures, features_from_dict
+from retrieval_gate.data.features import SideFeatures
+from retrieval_gate.data.gate_features import features_from_dict
 from retrieval_gate.data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout
 from retrieval_gate.errors import ConfigError, DataError
 from retrieval_gate.training import stacked

@@ -16,7 +16,8 @@ from sklearn.metrics import roc_auc_score
 
 from retrieval_gate.cli import main
 from retrieval_gate.data.answer_confidence import AnswerConfidence
-from retrieval_gate.data.features import SideFeatures, features_from_dict
+from retrieval_gate.data.features import SideFeatures
+from retrieval_gate.data.gate_features import features_from_dict
 from retrieval_gate.data.text_features import TextFeatures, TokenLayout
 from retrieval_gate.errors import ConfigError, DataError
 from retrieval_gate.questions import Question

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..questions import Question, feature_value
 from .errors import DataError
-from .text_features import TextFeatures
 
 _FIELDS = set(Question.__dataclass_fields__)
 
@@ -76,18 +75,6 @@ class SideFeatures:
         if not d:
             return None
         return cls(tuple(d["names"]), tuple(d["mean"]), tuple(d["std"]))
-
-
-# What a gate's `features` input is made of: a user's columns, or (a stacked router) its text.
-GateFeatures = SideFeatures | TextFeatures
-
-
-def features_from_dict(d: dict[str, Any] | None) -> GateFeatures | None:
-    """A run's or an export's stored features: side features, or a stacked router's text
-    features (`"kind": "text"`)."""
-    if d and d.get("kind") == "text":
-        return TextFeatures.from_dict(d)
-    return SideFeatures.from_dict(d)
 
 
 def _raw(questions: Sequence[Question], names: Sequence[str], strict: bool) -> np.ndarray:

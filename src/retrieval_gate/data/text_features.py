@@ -23,16 +23,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..questions import Question
 from .answer_confidence import AnswerConfidence
 from .errors import DataError
-
-if TYPE_CHECKING:
-    from .features import SideFeatures
+from .features import SideFeatures
 
 SHAPE_NAMES = (
     "words/30", "capitalised_share", "ends_with_?", "starts_lowercase", "has_quote", "has_comma",
@@ -127,8 +125,6 @@ class TextFeatures:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TextFeatures:
-        from .features import SideFeatures  # it names this class in the union it defines
-
         if "tokens" not in d:  # the first stacked routers kept word/character vocabularies
             raise DataError("this stacked router's text features are of an older kind (word "
                             "and character vocabularies in its metadata): re-train it with this "

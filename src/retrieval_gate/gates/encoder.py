@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import work
-from ..data.features import GateFeatures
+from ..data.gate_features import GateFeatures
 from ..errors import InputError
 from .base import Questions, as_questions
 

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from ..artifacts import TASK_OF, Artifact, open_artifact
-from ..data.features import features_from_dict
+from ..data.gate_features import features_from_dict
 from ..errors import BackendError, DataError, InputError
 from ..fileio import sha256_file
 from ..pricing import Calibration

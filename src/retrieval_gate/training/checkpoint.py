@@ -28,7 +28,7 @@ import yaml
 
 from .. import __version__
 from ..artifacts import run_manifest
-from ..data.features import GateFeatures, features_from_dict
+from ..data.gate_features import GateFeatures, features_from_dict
 from ..errors import DataError
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
 from ..pricing import Calibration

@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from ..data import DataError, assign_splits, load_all
-from ..data.features import GateFeatures, SideFeatures
+from ..data.features import SideFeatures
+from ..data.gate_features import GateFeatures
 from ..data.splits import canonical_questions, with_splits
 from ..questions import Question
 from .config import TASKS, DataConfig

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from ..data.features import GateFeatures
+from ..data.gate_features import GateFeatures
 from ..data.text_features import TextFeatures
 from .stacked import OutOfFold, StackedHead, fit_stacked_head
 

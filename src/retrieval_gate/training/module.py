@@ -20,7 +20,7 @@ from torchmetrics.utilities import dim_zero_cat
 from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
-from ..data.features import GateFeatures
+from ..data.gate_features import GateFeatures
 from ..errors import InputError
 from .backbones import Backbone
 from .config import ModelConfig
