@@ -20,6 +20,7 @@ BUILTIN_ERRORS = {
 # Raised because Python's protocol asks for that very class, not as our error.
 PROTOCOL = {
     ("__init__.py", "AttributeError"),  # a module __getattr__ (PEP 562)
+    ("training/__init__.py", "AttributeError"),  # likewise: the package's names load lazily
     ("fileio.py", "OSError"),  # renameat2's errno, raised as the os module would raise it
     ("generation/cache.py", "AttributeError"),  # CachedGenerator.__getattr__
     ("rag/cascade.py", "AttributeError"),  # Cascade.__getattr__

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import Any
 
+from ..errors import ConfigError
 from .question_args import add_data_dir
 
 
@@ -40,13 +42,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..training import load_config, train
-    from ..training.launch import launcher_trainer
+    from ..training.config import load_config
 
     config = load_config(args.config, args.overrides)
+    check_labels(config)  # before Lightning, transformers and the model code load
+    from ..training.launch import launcher_trainer
+    from ..training.trainer import train
+
     # torchrun / srun: DDP across the launched processes
     config = dataclasses.replace(config, trainer=launcher_trainer(config.trainer))
     run = train(config, overwrite=args.overwrite, resume=args.resume)
     print(f"run folder: {run.path}")
     print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))
     return 0
+
+
+def check_labels(config: Any) -> None:
+    """`data.label_file` read as the task reads it (a missing file, a row that is not one of
+    the task's labels: refused naming the file and row, in seconds). Labels handed in memory
+    (the Python API) are checked by `train` itself."""
+    if not config.data.label_file:
+        raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
+    task = config.data.task_spec
+    task.check_source(config.data.label_file)
+    task.read(config.data.label_file)
