@@ -61,7 +61,7 @@ def main() -> None:
     from retrieval_gate.data.splits import assign_splits, with_splits
     from retrieval_gate.labels.files import LabelFile
     from retrieval_gate.training import load_config
-    from retrieval_gate.training.data import config_questions
+    from retrieval_gate.training.sources import config_questions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--labels", default="data/labels/smollm2-135m-instruct/closed-book.jsonl")

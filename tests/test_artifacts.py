@@ -16,6 +16,7 @@ from retrieval_gate.artifacts import FORMAT, MANIFEST, Manifest, open_artifact
 from retrieval_gate.cli import main
 from retrieval_gate.errors import DataError
 from test_bad_options import no_engine  # noqa: F401  (the fixture: every engine fails the test)
+from user_files import placeholder_weights
 
 STRATEGIES = ["no_retrieval", "one_retrieval", "multi_step"]
 CURVE = {"price": [0.0], "mean_cost": [1.0], "shares": [[0.2, 0.6, 0.2]]}
@@ -36,7 +37,7 @@ def _export(folder: Path, meta: dict, files=("model.onnx", "model.int8.onnx")) -
 def _run(folder: Path, meta: dict) -> Path:
     folder.mkdir(parents=True)
     (folder / "metadata.json").write_text(json.dumps(meta))
-    (folder / "gate.pt").write_bytes(b"")
+    placeholder_weights(folder / "gate.pt")
     return folder
 
 
@@ -195,6 +196,36 @@ def test_folders_of_the_wrong_kind_or_none_are_refused(tmp_path):
     with pytest.raises(DataError, match="missing file") as e:
         open_artifact(export)
     assert "gate_metadata.json" in str(e.value)
+
+
+def test_a_run_whose_weights_are_cut_short_is_refused_before_torch(tmp_path, capsys):
+    """gate.pt is a torch.save zip archive: one cut to 30% (a copy that stopped) has no central
+    directory, and `export` says so naming the file, before it imports torch or ONNX."""
+    import subprocess
+    import sys
+    import zipfile
+
+    run = _run(tmp_path / "run", {"task": "binary"})
+    for part in ("backbone", "tokenizer"):
+        (run / part).mkdir()
+    (run / "config.yaml").write_text("model: {}\n")
+    with zipfile.ZipFile(run / "gate.pt", "w") as z:
+        z.writestr("archive/data.pkl", bytes(range(256)) * 64)
+    data = (run / "gate.pt").read_bytes()
+    open_artifact(run, "run")  # whole: accepted
+    (run / "gate.pt").write_bytes(data[: int(len(data) * 0.3)])
+    with pytest.raises(DataError, match="gate.pt is corrupt or incomplete") as e:
+        open_artifact(run, "run")
+    assert "re-train it" in str(e.value) and str(run / "gate.pt") in str(e.value)
+    probe = (
+        "import sys; from retrieval_gate.cli import main; rc = main(['export', '--run', sys.argv[1],"
+        " '--out-dir', sys.argv[2]]); assert rc == 2, rc;"
+        " assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(run), str(tmp_path / "out")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "gate.pt is corrupt or incomplete" in done.stderr and not (tmp_path / "out").exists()
 
 
 def test_an_onnx_file_that_contradicts_its_manifest_is_refused(tmp_path):

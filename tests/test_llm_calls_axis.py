@@ -24,6 +24,7 @@ from retrieval_gate.questions import Question
 from retrieval_gate.strategies import BUILTIN, StrategySpec, registry_from_list
 from retrieval_gate.tuning.objectives import DevData, figures
 from retrieval_gate.tuning.router_budgets import router_markdown, tune_router
+from user_files import placeholder_weights
 
 NAMES = ("no_retrieval", "one_retrieval", "multi_step")
 COSTS = (0.0, 1.0, 3.35)
@@ -210,7 +211,7 @@ def test_threshold_reports_name_both_axes():
 def _router_run(folder: Path) -> Path:
     """A run folder whose files say "router" (no weights worth loading)."""
     folder.mkdir(parents=True)
-    (folder / "gate.pt").write_bytes(b"")
+    placeholder_weights(folder / "gate.pt")
     rng = np.random.default_rng(0)
     P, Y = rng.random((20, 3)), (rng.random((20, 3)) < 0.5).astype(float)
     meta = {"task": "strategies", "router": Calibration.fit(NAMES, COSTS, P, Y).to_dict()}

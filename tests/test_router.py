@@ -26,6 +26,7 @@ from retrieval_gate.pricing import (
     route_indices,
     sweep,
 )
+from user_files import placeholder_weights
 
 COSTS = (0.0, 1.0, 3.35)
 STRATEGIES = ("no_retrieval", "one_retrieval", "multi_step")
@@ -107,7 +108,7 @@ def _fake_router_run(folder: Path) -> Path:
     """A run folder whose files say "router" (no weights worth loading): flags are checked
     against it before anything would load."""
     folder.mkdir(parents=True)
-    (folder / "gate.pt").write_bytes(b"")
+    placeholder_weights(folder / "gate.pt")
     P, Y = _random(20)
     meta = {"task": "strategies", "router": Calibration.fit(STRATEGIES, COSTS, P, Y).to_dict()}
     (folder / "metadata.json").write_text(json.dumps(meta))

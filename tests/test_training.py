@@ -264,6 +264,40 @@ def test_config_values_are_typed_and_names_plain():
     assert load_config(None, ["data.label_file=x", "model.lr=1e-3"]).model.lr == 0.001
 
 
+LABEL_CHECK = """
+import json, sys
+from retrieval_gate.cli import main
+from retrieval_gate.data.splits import canonical_questions
+test_ids = [q.id for q in canonical_questions() if q.split == "test"][:40]
+files = {"foreign": [{"id": f"nosuch-{i}", "label": i % 2} for i in range(40)],
+         "test-only": [{"id": i, "label": n % 2} for n, i in enumerate(test_ids)],
+         "two": [{"id": i, "label": 2} for i in test_ids]}
+for name, rows in files.items():
+    path = f"{sys.argv[1]}/{name}.jsonl"
+    open(path, "w").write("".join(json.dumps(r) + "\\n" for r in rows))
+    config = "configs/experiments/minilm-closed-book.yaml"
+    assert main(["train", "--config", config, "--set", f"data.label_file={path}",
+                 f"run.output_dir={sys.argv[1]}/out"]) == 2, name
+assert "pytorch_lightning" not in sys.modules and "transformers" not in sys.modules
+"""
+
+
+def test_train_refuses_labels_that_do_not_fit_their_questions_before_lightning(tmp_path):
+    """Labels of other data, labels of one split only, a class the task lacks: refused by
+    `train` from the label file and the questions alone, before Lightning and the model load
+    (and their seconds of imports)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LABEL_CHECK, str(tmp_path)],
+                          capture_output=True, text=True, cwd=Path(__file__).parents[1])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "none of the 40 label ids is a known question id" in done.stderr
+    assert "the train split has no labelled questions" in done.stderr
+    assert "label=2: a label is 1 (needs retrieval), 0 (does not)" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_config_key_is_typed_lists_and_mappings_included():
     """Issue 24: `--set data.features=s_pop` (a string where a list is wanted) was read letter
     by letter; data.fields and data.questions were not typed at all."""
@@ -365,7 +399,7 @@ def test_a_bundled_subset_keeps_its_questions_canonical_split():
     bundled questions (split again on their own, a canonical test question would train)."""
     from retrieval_gate.data.splits import canonical_questions
     from retrieval_gate.training.config import DataConfig
-    from retrieval_gate.training.data import config_questions
+    from retrieval_gate.training.sources import config_questions
 
     canonical = {q.id: q.split for q in canonical_questions()}
     subset = config_questions(DataConfig(datasets=("popqa",)))

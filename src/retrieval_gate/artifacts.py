@@ -24,6 +24,7 @@ plan reads it in milliseconds before anything heavy loads."""
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -251,10 +252,25 @@ def open_artifact(path: str | Path, kind: str | None = None, flag: str | None = 
         meta = {**meta, "side_features": _config_side_features(folder)}
     present = tuple(v for v, name in VARIANTS.items() if (folder / name).is_file())
     derived = Manifest.from_metadata(meta, found, meta_path, present if found == "export" else ())
+    if manifest is not None:
+        _agree(manifest, derived, folder, meta_path)
+    if found == "run":
+        _check_weights(folder / RunFolder.WEIGHTS)
     if manifest is None:  # a folder made before manifests: its metadata says it all
         return Artifact(folder, derived, meta, meta_path)
-    _agree(manifest, derived, folder, meta_path)
     return Artifact(folder, manifest, meta, folder / MANIFEST)
+
+
+def _check_weights(path: Path) -> None:
+    """A run's weights are a `torch.save` zip archive: one cut short (a copy or a write that
+    stopped) has no central directory, found here in milliseconds before torch imports."""
+    if not path.is_file():
+        return  # a run still training has only its checkpoints; the loader says so
+    try:
+        with zipfile.ZipFile(path):
+            pass
+    except (zipfile.BadZipFile, OSError) as e:
+        raise DataError(f"gate.pt is corrupt or incomplete ({e}); {FIX['run']}", path) from e
 
 
 def _read_manifest(folder: Path) -> Manifest | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -58,11 +59,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_labels(config: Any) -> None:
-    """`data.label_file` read as the task reads it (a missing file, a row that is not one of
-    the task's labels: refused naming the file and row, in seconds). Labels handed in memory
-    (the Python API) are checked by `train` itself."""
-    if not config.data.label_file:
+    """`data.label_file` read as the task reads it, and laid on its questions' split (a missing
+    file, a row that is not one of the task's labels, ids of other data, a split left without
+    labels: refused naming the file and row, in seconds). Labels handed in memory (the Python
+    API) are checked by `train` itself."""
+    from ..training.sources import check_splits, config_questions, labelled_splits
+
+    data = config.data
+    if not data.label_file:
         raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
-    task = config.data.task_spec
-    task.check_source(config.data.label_file)
-    task.read(config.data.label_file)
+    task = data.task_spec
+    task.check_source(data.label_file)
+    labels = task.read(data.label_file).labels
+    path = Path(data.label_file)
+    check_splits(labelled_splits(config_questions(data), labels, data.split_seed, path), path)

@@ -27,13 +27,8 @@ from ..pricing import route_indices
 from ..questions import Question
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
-from ..training.data import (
-    CALIBRATION_QUESTIONS,
-    memory_labels,
-    needs_retrieval,
-    task_labels,
-    training_questions,
-)
+from ..training.data import CALIBRATION_QUESTIONS, memory_labels, needs_retrieval, task_labels
+from ..training.sources import training_questions
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {

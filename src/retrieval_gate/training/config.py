@@ -14,9 +14,11 @@ Extending: a new `data.task` is one `Task` entry in `TASKS` (training/tasks.py);
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import difflib
+import importlib.util
 import inspect
 import math
 import os
@@ -297,7 +299,19 @@ TRAINER_TYPES: dict[str, Any] = {"max_epochs": int, "log_every_n_steps": int,
 
 
 def _trainer_keys() -> set[str]:
-    import pytorch_lightning as pl
+    """The parameters of Lightning's `Trainer.__init__`, read from its source: importing
+    Lightning takes seconds, and a misspelt key is refused before that."""
+    spec = importlib.util.find_spec("pytorch_lightning")  # the package, not imported
+    source = Path(spec.origin).parent / "trainer" / "trainer.py" if spec and spec.origin else None
+    if source is not None and source.is_file():
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == "Trainer":
+                init = next((f for f in node.body if isinstance(f, ast.FunctionDef)
+                             and f.name == "__init__"), None)  # fmt: skip
+                if init is not None:
+                    args = init.args
+                    return {a.arg for a in (*args.args, *args.kwonlyargs)} - {"self"}
+    import pytorch_lightning as pl  # not installed (a clear error), or laid out otherwise
 
     return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
 

@@ -13,12 +13,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
-from ..data import DataError, assign_splits, load_all
+from ..data import DataError
 from ..data.features import SideFeatures
 from ..data.gate_features import GateFeatures
-from ..data.splits import canonical_questions, with_splits
 from ..questions import Question
 from .config import TASKS, DataConfig
+from .sources import check_splits, config_questions, labelled_splits
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
 CLASS_NAMES = {name: list(task.classes) for name, task in TASKS.items()}
@@ -33,66 +33,6 @@ def task_labels(path: Path, task: str) -> dict[str, Any]:
 def memory_labels(labels: Mapping[str, Any], task: str) -> dict[str, Any]:
     """`train(..., labels=...)`'s mapping, checked as the task checks a label file's rows."""
     return TASKS[task].from_memory(labels).labels
-
-
-def labelled_splits(
-    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path | None
-) -> dict[str, list[tuple[str, str, int]]]:
-    """split -> [(id, text, label)]. Questions that carry their split (a question file's own,
-    or the canonical one) keep it; otherwise the split is `assign_splits` over ALL questions,
-    so every label file shares one train/dev/test assignment."""
-    known = {q.id: q for q in questions}
-    missing = [i for i in labels if i not in known]
-    if len(missing) == len(labels):
-        raise DataError(
-            f"none of the {len(labels)} label ids is a known question id (e.g. {missing[0]!r}): "
-            "the label file belongs to other data",
-            path,
-        )
-    if all(q.split for q in questions):
-        splits = {q.id: str(q.split) for q in questions}
-    else:
-        splits = assign_splits(questions, seed=split_seed)
-    out: dict[str, list[tuple[str, str, int]]] = {"train": [], "dev": [], "test": []}
-    for qid in sorted(labels):
-        if qid in known:
-            out[splits[qid]].append((qid, known[qid].text, labels[qid]))
-    return out
-
-
-def config_questions(data: DataConfig) -> Sequence[Question]:
-    """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`. A
-    bundled subset keeps the split its questions have among all bundled questions (at
-    `data.split_seed`): split again on its own, a test question of the full split could train
-    a gate that is then evaluated on it."""
-    if data.questions:
-        from ..data.user_questions import question_set
-
-        return question_set(data.questions, data.fields)
-    every = _bundle_with_splits(data.split_seed)
-    if not data.datasets:
-        return every
-    wanted = load_all(list(data.datasets))
-    known = {q.id: q for q in every}
-    if all(q.id in known for q in wanted):
-        return [known[q.id] for q in wanted]
-    return wanted  # datasets outside the bundle's split: split among themselves
-
-
-def _bundle_with_splits(seed: int) -> Sequence[Question]:
-    if seed == 0:
-        return canonical_questions()  # loaded once per process
-    questions = load_all()
-    return with_splits(questions, assign_splits(questions, seed=seed))
-
-
-def training_questions(data: DataConfig) -> list[Question]:
-    """The questions a run trained on with the split training gave them: their own split, else
-    `assign_splits` over them (as `labelled_splits` does)."""
-    qs = list(config_questions(data))
-    if all(q.split for q in qs):
-        return qs
-    return with_splits(qs, assign_splits(qs, seed=data.split_seed))
 
 
 CALIBRATION_QUESTIONS = 256  # dev questions int8's activation ranges are measured on
@@ -175,9 +115,7 @@ class GateDataModule(pl.LightningDataModule):
             "dev": _subsample(rows["dev"], data.max_eval_examples, seed),
             "test": _subsample(rows["test"], data.max_eval_examples, seed),
         }
-        for split, part in self.rows.items():
-            if not part:
-                raise DataError(f"the {split} split has no labelled questions", self.path)
+        check_splits(self.rows, self.path)
         self.questions = {q.id: q for q in qs}
         self.side_features: GateFeatures | None = None
         if data.features:  # the scaling is fitted on the train split

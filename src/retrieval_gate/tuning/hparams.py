@@ -93,7 +93,7 @@ def tune_hparams(
     """A resumable study maximising dev AUROC, run by `workers` processes (one study, shared
     storage; tuning/workers.py); returns best params and wall time."""
     from ..training.config import load_config
-    from ..training.data import config_questions
+    from ..training.sources import config_questions
 
     if questions is None:  # read once, not per trial
         questions = config_questions(

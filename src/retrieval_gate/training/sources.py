@@ -1,0 +1,86 @@
+"""The questions a training config reads, and how its labels fall on their train/dev/test
+split. Torch-free: `train` checks a label file against them in seconds, before Lightning,
+transformers and the model code load (a label file of other data, or one whose questions are
+all in one split, is refused there rather than after the imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..data import DataError, assign_splits, load_all
+from ..data.splits import canonical_questions, with_splits
+from ..questions import Question
+from .config import DataConfig
+
+
+def labelled_splits(
+    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path | None
+) -> dict[str, list[tuple[str, str, int]]]:
+    """split -> [(id, text, label)]. Questions that carry their split (a question file's own,
+    or the canonical one) keep it; otherwise the split is `assign_splits` over ALL questions,
+    so every label file shares one train/dev/test assignment."""
+    known = {q.id: q for q in questions}
+    missing = [i for i in labels if i not in known]
+    if len(missing) == len(labels):
+        raise DataError(
+            f"none of the {len(labels)} label ids is a known question id (e.g. {missing[0]!r}): "
+            "the label file belongs to other data",
+            path,
+        )
+    if all(q.split for q in questions):
+        splits = {q.id: str(q.split) for q in questions}
+    else:
+        splits = assign_splits(questions, seed=split_seed)
+    out: dict[str, list[tuple[str, str, int]]] = {"train": [], "dev": [], "test": []}
+    for qid in sorted(labels):
+        if qid in known:
+            out[splits[qid]].append((qid, known[qid].text, labels[qid]))
+    return out
+
+
+def config_questions(data: DataConfig) -> Sequence[Question]:
+    """`data.questions` (with `data.fields`) when set, else the bundled `data.datasets`. A
+    bundled subset keeps the split its questions have among all bundled questions (at
+    `data.split_seed`): split again on its own, a test question of the full split could train
+    a gate that is then evaluated on it."""
+    if data.questions:
+        from ..data.user_questions import question_set
+
+        return question_set(data.questions, data.fields)
+    every = _bundle_with_splits(data.split_seed)
+    if not data.datasets:
+        return every
+    wanted = load_all(list(data.datasets))
+    known = {q.id: q for q in every}
+    if all(q.id in known for q in wanted):
+        return [known[q.id] for q in wanted]
+    return wanted  # datasets outside the bundle's split: split among themselves
+
+
+def _bundle_with_splits(seed: int) -> Sequence[Question]:
+    if seed == 0:
+        return canonical_questions()  # loaded once per process
+    questions = load_all()
+    return with_splits(questions, assign_splits(questions, seed=seed))
+
+
+def training_questions(data: DataConfig) -> list[Question]:
+    """The questions a run trained on with the split training gave them: their own split, else
+    `assign_splits` over them (as `labelled_splits` does)."""
+    qs = list(config_questions(data))
+    if all(q.split for q in qs):
+        return qs
+    return with_splits(qs, assign_splits(qs, seed=data.split_seed))
+
+
+def check_splits(rows: dict[str, list], path: Path | None) -> None:
+    """Every split needs labelled questions: training fits on train, picks its epoch on dev
+    and reports on test."""
+    for split, part in rows.items():
+        if not part:
+            raise DataError(
+                f"the {split} split has no labelled questions: label questions of every split "
+                "(a question file's own `split` column, else the canonical split)",
+                path,
+            )
