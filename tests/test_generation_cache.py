@@ -22,6 +22,7 @@ from retrieval_gate.generation.cache import (
     GenerationStore,
     cached,
     default_store,
+    lazy_generator,
 )
 from retrieval_gate.rag.compare import clear_prefix_cache
 from retrieval_gate.rag.costs import Costs, Meter
@@ -176,7 +177,7 @@ def test_processes_opening_a_new_cache_at_once_all_get_it(tmp_path):
     # SQLite answers "locked" at once to a second process switching a new file to WAL; the
     # store retries (CI once lost a process to this)
     ctx = multiprocessing.get_context("fork")  # the children touch SQLite only
-    for round_ in range(30):
+    for round_ in range(10):
         path = str(tmp_path / f"g{round_}.sqlite")
         go = ctx.Event()
         procs = [ctx.Process(target=_open_and_write, args=(path, go)) for _ in range(6)]
@@ -283,6 +284,12 @@ def test_vllm_cached_answer_is_byte_identical(vllm_generator, tmp_path):
     folder = vllm_generator.model
     lazy_ids = chat_token_ids(AutoTokenizer.from_pretrained(folder), prompts)
     assert lazy_ids == chat_token_ids(vllm_generator.tokenizer, prompts)
+    # the key a verb computes before its engine starts is the running engine's: a cache that
+    # `rag` filled is hit by a caller holding the engine, and the other way round
+    lazy = lazy_generator("smollm2-135m-instruct", "vllm", store=None, max_model_len=2048,
+                          dtype="float32")  # the fixture's settings  # fmt: skip
+    assert lazy.identity == CachedGenerator(vllm_generator, store=None).identity
+    assert lazy._inner is None  # the engine was not started for it
 
 
 class SlowGenerator(FakeGenerator):

@@ -149,3 +149,19 @@ def test_docs_table_matches_the_registry():
     assert table == {n: {o.flag for o in s.options} for n, s in POLICIES.items()}
     for name, spec in POLICIES.items():
         assert f"`{spec.path('<generator>', Path('<labels-dir>')).as_posix()}`" in text, name
+
+
+@pytest.mark.parametrize(
+    ("bounds", "value", "message"),
+    [
+        ({"most": 1.0}, 2.0, "--x must be at most 1, got 2"),
+        ({"least": 1}, 0, "--x must be at least 1, got 0"),
+        ({"least": 0.0, "most": 1.0}, -1.0, r"--x must be a number in \[0, 1\], got -1"),
+        ({"least": 0.0, "most": 1.0}, float("nan"), r"--x must be a number in \[0, 1\], got nan"),
+    ],
+)
+def test_an_option_outside_its_bounds_is_refused_whichever_bounds_it_has(bounds, value, message):
+    """A bound on one side only (an upper one included) is checked, NaN never passes."""
+    with pytest.raises(InputError, match=message):
+        PolicyOption("x", "h", **bounds).validate(value)
+    PolicyOption("x", "h", **bounds).validate(1.0 if "least" in bounds else 0.5)

@@ -27,7 +27,7 @@ from retrieval_gate.training import (
     save_threshold,
     train,
 )
-from retrieval_gate.training.data import task_labels
+from retrieval_gate.training.tasks import TASKS
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
 QUESTIONS, LABELS = synthetic_questions()
@@ -167,17 +167,17 @@ def test_label_file_errors(tmp_path, label_file):
 
     binary_only = write_label_file(tmp_path / "binary.jsonl", LABELS)
     with pytest.raises(DataError, match="no 'label3' field"):
-        task_labels(binary_only, "3way")
+        TASKS["3way"].read(str(binary_only))
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "q1", "label": 7}\n')
     with pytest.raises(DataError, match="line 1: label=7"):
-        task_labels(bad, "binary")
+        TASKS["binary"].read(str(bad))
 
     garbled = tmp_path / "garbled.jsonl"
     garbled.write_text('{"id": "q1", "label": 1}\n{oops\n{"id": "q2", "label": 0}\n')
     with pytest.raises(DataError, match="line 2"):
-        task_labels(garbled, "binary")
+        TASKS["binary"].read(str(garbled))
 
 
 def test_config_extends_overrides_and_typos(tmp_path):

@@ -27,8 +27,9 @@ from ..pricing import route_indices
 from ..questions import Question
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
-from ..training.data import CALIBRATION_QUESTIONS, memory_labels, needs_retrieval, task_labels
+from ..training.data import CALIBRATION_QUESTIONS, needs_retrieval
 from ..training.sources import training_questions
+from ..training.tasks import TASKS
 
 # variant -> (max |score diff| vs PyTorch, min decision agreement, max AUROC drop)
 BARS: dict[str, tuple[float | None, float, float | None]] = {
@@ -52,10 +53,11 @@ def parity_set(
     provenance = read_run_json(run_dir / "labels.json")
     meta = read_run_json(run_dir / "metadata.json")
     config, old_side = read_run_config(run_dir / "config.yaml")
+    task = TASKS[meta["task"]]
     if provenance.get("path"):
-        labels = task_labels(Path(provenance["path"]), meta["task"])
+        labels = task.read(provenance["path"]).labels
     else:  # labels given to train() in memory travel in labels.json
-        labels = memory_labels(provenance.get("labels") or {}, meta["task"])
+        labels = task.from_memory(provenance.get("labels") or {}).labels
     if questions is None and config.data.task_spec.routes and not config.data.questions:
         questions = training_questions(config.data)  # e.g. the release a router learned from
     if questions is None:

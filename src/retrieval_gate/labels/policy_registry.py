@@ -76,11 +76,15 @@ class PolicyOption:
         """A given value within bounds (NaN fails both comparisons, so it is refused)."""
         if value is None or value is False:
             return
-        if self.most is not None and not (self.least <= value <= self.most):
+        above = self.most is not None and not value <= self.most
+        below = self.least is not None and not value >= self.least
+        if (above or below) and None not in (self.least, self.most):
             raise InputError(
                 f"{self.flag} must be a number in [{self.least:g}, {self.most:g}], got {value}"
             )
-        if self.least is not None and not value >= self.least:
+        if above:
+            raise InputError(f"{self.flag} must be at most {self.most:g}, got {value}")
+        if below:
             raise InputError(f"{self.flag} must be at least {self.least:g}, got {value}")
         if self.check is not None:
             self.check(value, self.flag)

@@ -22,19 +22,6 @@ from .sources import check_splits, config_questions, labelled_splits
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
 CLASS_NAMES = {name: list(task.classes) for name, task in TASKS.items()}
-
-
-def task_labels(path: Path, task: str) -> dict[str, Any]:
-    """id -> class index for a task (a router's task: id -> each strategy's correctness as
-    floats); a clear error for rows that do not fit it."""
-    return TASKS[task].read(str(path)).labels
-
-
-def memory_labels(labels: Mapping[str, Any], task: str) -> dict[str, Any]:
-    """`train(..., labels=...)`'s mapping, checked as the task checks a label file's rows."""
-    return TASKS[task].from_memory(labels).labels
-
-
 CALIBRATION_QUESTIONS = 256  # dev questions int8's activation ranges are measured on
 
 
