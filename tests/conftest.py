@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,19 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section(f"tests over {SLOW_SECONDS:g} s without the slow marker")
         for nodeid, seconds in _unmarked_slow:
             terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")
+
+
+@contextlib.contextmanager
+def scratch(tmp_path_factory, request, name: str) -> Iterator[Path]:
+    """A module's scratch folder, deleted when its fixture ends unless a test has failed:
+    trained runs and exports weigh up to ~1.5 GB a module, and keeping every module's to the
+    session's end took ~7 GB of disk. In a fixture: `with scratch(...) as root: ... yield`."""
+    root = tmp_path_factory.mktemp(name)
+    try:
+        yield root
+    finally:
+        if request.session.testsfailed == 0:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

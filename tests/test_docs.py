@@ -19,10 +19,12 @@ import argparse
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import scratch
 from docs_blocks import REPO, Block, blocks, doc_files, inline_commands, parse_error
 
 PAGES = doc_files()
@@ -55,24 +57,24 @@ def test_block_says_whether_it_runs(block: Block):
 # ----------------------------------------------------------------- the runnable blocks
 
 
-@pytest.fixture(scope="session")
-def docs_workspace(tmp_path_factory, minilm_gate_dirs) -> Path:
+@pytest.fixture(scope="module")
+def docs_workspace(tmp_path_factory, request, minilm_gate_dirs) -> Iterator[Path]:
     """A checkout after `make demo`, small: the session's MiniLM run and export in the demo's
     places, the example files and configs, a copy of data/ (blocks may write labels)."""
     from retrieval_gate.data import resolve_data_dir
 
-    root = tmp_path_factory.mktemp("docs-workspace")
-    run, export = minilm_gate_dirs
-    shutil.copytree(run, root / "runs/demo/checkpoints/minilm-closed-book", symlinks=True)
-    shutil.copytree(export, root / "runs/demo/export/minilm-gate", symlinks=True)
-    for name in ("configs", "examples", "scripts"):
-        (root / name).symlink_to(REPO / name)
-    shutil.copytree(REPO / "data", root / "data")
-    shared = root.parent / "shared"  # ../shared/datasets beside the checkout, as in the docs
-    shared.mkdir(exist_ok=True)
-    if not (shared / "datasets").exists():
-        (shared / "datasets").symlink_to(resolve_data_dir(download=False))
-    return root
+    with scratch(tmp_path_factory, request, "docs-workspace") as root:
+        run, export = minilm_gate_dirs
+        shutil.copytree(run, root / "runs/demo/checkpoints/minilm-closed-book", symlinks=True)
+        shutil.copytree(export, root / "runs/demo/export/minilm-gate", symlinks=True)
+        for name in ("configs", "examples", "scripts"):
+            (root / name).symlink_to(REPO / name)
+        shutil.copytree(REPO / "data", root / "data")
+        shared = root.parent / "shared"  # ../shared/datasets beside the checkout, as in the docs
+        shared.mkdir(exist_ok=True)
+        if not (shared / "datasets").exists():
+            (shared / "datasets").symlink_to(resolve_data_dir(download=False))
+        yield root
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from conftest import scratch
 from retrieval_gate.data import assign_splits
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import BackendError
@@ -41,23 +43,25 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
+def exports(tmp_path_factory, request) -> Iterator[dict[str, tuple[Path, Path, dict]]]:
     """name -> (run folder, export folder, parity report); each gate trained for 2 batches."""
-    root = tmp_path_factory.mktemp("export")
-    label_file = write_label_file(root / "labels.jsonl", LABELS)
-    out = {}
-    for name, (kind, tiny, extra, variants) in CASES.items():
-        model = str(minilm_path()) if tiny is None else str(
-            tiny_backbone(tiny, root / "models" / tiny, TEXTS)
-        )  # fmt: skip
-        cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
-        cfg = cfg.override(f"run.name={name}", "trainer.limit_train_batches=2")
-        run_dir = train(cfg, questions=QUESTIONS)
-        if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
-            save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
-        export_dir, report = build_export(run_dir, root / "export" / name, variants, parity=PARITY)
-        out[name] = (run_dir, export_dir, report)
-    return out
+    with scratch(tmp_path_factory, request, "export") as root:
+        label_file = write_label_file(root / "labels.jsonl", LABELS)
+        out = {}
+        for name, (kind, tiny, extra, variants) in CASES.items():
+            model = str(minilm_path()) if tiny is None else str(
+                tiny_backbone(tiny, root / "models" / tiny, TEXTS)
+            )  # fmt: skip
+            cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
+            cfg = cfg.override(f"run.name={name}", "trainer.limit_train_batches=2")
+            run_dir = train(cfg, questions=QUESTIONS)
+            if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
+                save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
+            export_dir, report = build_export(
+                run_dir, root / "export" / name, variants, parity=PARITY
+            )
+            out[name] = (run_dir, export_dir, report)
+        yield out
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -90,16 +94,16 @@ def test_round_trip_parity_and_metadata(exports, name):
 
 
 @pytest.fixture(scope="module")
-def stacked_export(tmp_path_factory) -> tuple[Path, Path, dict]:
+def stacked_export(tmp_path_factory, request) -> Iterator[tuple[Path, Path, dict]]:
     """(run, export, parity report) of the demo's kind of gate, small: the stacked head on
     frozen MiniLM (logistic models, no epochs), with its source model."""
-    root = tmp_path_factory.mktemp("stacked")
-    cfg = tiny_config(write_label_file(root / "labels.jsonl", LABELS), root / "ck", "encoder",
-                      str(minilm_path()), head="stacked")  # fmt: skip
-    run_dir = train(cfg.override("run.name=minilm-stacked"), questions=QUESTIONS)
-    export_dir, report = build_export(run_dir, root / "export" / "minilm-stacked",
-                                      ("fp32", "int8"), parity=PARITY)  # fmt: skip
-    return run_dir, export_dir, report
+    with scratch(tmp_path_factory, request, "stacked") as root:
+        cfg = tiny_config(write_label_file(root / "labels.jsonl", LABELS), root / "ck", "encoder",
+                          str(minilm_path()), head="stacked")  # fmt: skip
+        run_dir = train(cfg.override("run.name=minilm-stacked"), questions=QUESTIONS)
+        export_dir, report = build_export(run_dir, root / "export" / "minilm-stacked",
+                                          ("fp32", "int8"), parity=PARITY)  # fmt: skip
+        yield run_dir, export_dir, report
 
 
 @pytest.mark.slow  # a training run and an export

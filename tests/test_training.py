@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import FrozenInstanceError
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 import yaml
 from sklearn.metrics import roc_auc_score
 
+from conftest import scratch
 from retrieval_gate.data import assign_splits
 from retrieval_gate.data.errors import DataError
 from retrieval_gate.errors import ConfigError
@@ -45,8 +47,9 @@ BACKBONES = {
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("training")
+def workdir(tmp_path_factory, request) -> Iterator[Path]:
+    with scratch(tmp_path_factory, request, "training") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")
