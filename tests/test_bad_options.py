@@ -152,6 +152,7 @@ CASES = {
     # ---------------------------------------------------------------- rag
     "rag-limit-negative": C("rag --modes never --limit -1", "--limit"),
     "rag-unknown-mode": C("rag --modes never bogus", "bogus", "--modes"),
+    "rag-mode-twice": C("rag --modes never always never", "--modes", "more than once"),
     "rag-strategies-duplicate": C("rag --modes never --strategies {t}/dup.yaml", "dup.yaml", "duplicate"),
     "rag-strategies-missing": C("rag --modes never --strategies {t}/missing.yaml", "missing.yaml"),
     "rag-k-zero": C("rag --modes never -k 0", "-k"),

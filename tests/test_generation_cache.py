@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -216,6 +217,31 @@ def test_cache_verb_info_and_clear(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear"]) == 0
     assert json.loads(capsys.readouterr().out)["cleared"] == 2
     assert s.info()["entries"] == 0
+
+
+def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
+    tmp_path, monkeypatch, capsys
+):
+    """`cache info` on a file that is not a cache: an error naming it and the fix, no
+    traceback; `cache clear` renames it beside itself (never deletes what it may not own) and
+    starts an empty cache, which the verbs then use."""
+    from retrieval_gate.cli import main
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    damaged = tmp_path / "generations.sqlite"
+    damaged.write_bytes(b"not a database, but someone's bytes " * 100)
+    assert main(["cache", "info"]) == 2
+    err = capsys.readouterr().err
+    assert str(damaged) in err and "damaged or unreadable" in err and "cache clear" in err
+    assert "Traceback" not in err and "internal error" not in err
+    assert main(["cache", "clear"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    aside = Path(out["set_aside"])
+    assert aside.parent == tmp_path and aside.name.startswith("generations.sqlite.damaged-")
+    assert aside.read_bytes() == b"not a database, but someone's bytes " * 100
+    assert out["entries"] == 0 and main(["cache", "info"]) == 0
+    CachedGenerator(FakeGenerator(), store=GenerationStore()).generate(["a"], 8)
+    assert GenerationStore().info()["entries"] == 1
 
 
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):

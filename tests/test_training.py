@@ -196,6 +196,16 @@ def test_config_extends_overrides_and_typos(tmp_path):
         load_config(None, ["data.label_file=x", "data.lable_file=y"])
     with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
         load_config(None, ["data.label_file"])
+    # `extends:` takes what --config takes: a file beside it, or an example config by name
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("extends: minilm-closed-book\ntrainer: {max_epochs: 3}\n")
+    cfg = load_config(mine, ["data.label_file=x"])
+    assert cfg.trainer["max_epochs"] == 3 and cfg.early_stopping.monitor == "val/auroc"
+    for parent, message in (("nosuchconfig", "no config file of that name"),
+                            ("[3]", "name a config file")):  # fmt: skip
+        mine.write_text(f"extends: {parent}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(mine, ["data.label_file=x"])
 
 
 def test_bundled_configs_all_load():

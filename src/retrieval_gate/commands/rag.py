@@ -220,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
+    twice = sorted({m for m in args.modes if args.modes.count(m) > 1})
+    if twice:
+        raise ConfigError(f"--modes: {', '.join(twice)} given more than once; name each mode once")
     if args.out:  # before the run, not after it
         check_output_file(args.out.with_suffix(".md"), "--out")
     engine = generator_kwargs(args)

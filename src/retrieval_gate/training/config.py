@@ -449,8 +449,23 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
     for parent in [parents] if isinstance(parents, str) else parents:
-        merged = deep_merge(merged, _read_yaml(path.parent / parent, (*seen, path)))
+        merged = deep_merge(merged, _read_yaml(_parent_config(path, parent), (*seen, path)))
     return deep_merge(merged, raw)
+
+
+def _parent_config(path: Path, parent: Any) -> Path:
+    """What `extends:` names: a file beside the config, else an example config by name, as
+    `--config` takes it (`extends: router-adaptive-rag-llama8b`)."""
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"`extends: {parent!r}`: name a config file or an example config", path)
+    beside = path.parent / parent
+    if beside.is_file() or Path(parent).suffix in (".yaml", ".yml") or len(Path(parent).parts) > 1:
+        return beside  # a path (a missing one is reported with its name)
+    try:
+        return find_config(parent)
+    except ConfigError:
+        raise ConfigError(f"`extends: {parent}`: no config file of that name beside this one "
+                          "and no example config of that name", path) from None  # fmt: skip
 
 
 def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
