@@ -154,7 +154,7 @@ def dynamic_int8_export(export: Path, run: Path, folder: Path) -> Path:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from retrieval_gate.export.onnx import optimise, set_metadata
+    from retrieval_gate.export.onnx_export import optimise, set_metadata
     from retrieval_gate.training import load_run
 
     shutil.copytree(export, folder, dirs_exist_ok=True)

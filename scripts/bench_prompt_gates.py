@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval_gate.evaluation.compare import sample_test
+from retrieval_gate.evaluation.gate_comparison import sample_test
 from retrieval_gate.gates.confidence import ConfidenceGate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.gates.prompt import PromptGate

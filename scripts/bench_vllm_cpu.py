@@ -40,7 +40,7 @@ AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def prompts(limit: int) -> tuple[list[str], list[str]]:
-    from retrieval_gate.data.registry import load_dataset
+    from retrieval_gate.data.dataset_registry import load_dataset
     from retrieval_gate.generation.prompts import (
         DOC_WORDS,
         closed_book_prompt,
@@ -56,7 +56,7 @@ def prompts(limit: int) -> tuple[list[str], list[str]]:
 
 def one(variant: str, limit: int, rounds: int) -> dict:
     """Runs in the variant's own process: engine start, then the timed rounds."""
-    from retrieval_gate.generation.models import resolve_generator_model
+    from retrieval_gate.generation.model_folders import resolve_generator_model
     from retrieval_gate.generation.vllm_backend import VLLMGenerator
 
     kwargs, _ = VARIANTS[variant]

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from retrieval_gate.evaluation.compare import sample_test
+from retrieval_gate.evaluation.gate_comparison import sample_test
 from retrieval_gate.gates.prompt import CHOICES
 from retrieval_gate.gates.registry import GateContext, LazyGenerator, build_gate
 from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids

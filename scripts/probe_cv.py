@@ -138,7 +138,7 @@ def main() -> None:
         closed_book_prompts,
         probe_reader,
     )
-    from retrieval_gate.labels.files import LabelFile
+    from retrieval_gate.labels.label_files import LabelFile
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--labels", default="data/labels/smollm2-135m-instruct/closed-book.jsonl")

@@ -59,7 +59,7 @@ def setting(cfg: object, questions: list, labels: dict, rows: dict, held_out: st
 
 def main() -> None:
     from retrieval_gate.data.splits import assign_splits, with_splits
-    from retrieval_gate.labels.files import LabelFile
+    from retrieval_gate.labels.label_files import LabelFile
     from retrieval_gate.training import load_config
     from retrieval_gate.training.sources import config_questions
 

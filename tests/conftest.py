@@ -132,7 +132,7 @@ def minilm_gate_dirs(tmp_path_factory):
 def tiny_onnx_export(tmp_path_factory) -> Path:
     """A tiny randomly initialised RoBERTa gate, trained 3 batches and exported (fp32 and int8)
     by the project's exporter: the folder `OnnxGate` loads."""
-    from retrieval_gate.export.onnx import export_gate
+    from retrieval_gate.export.onnx_export import export_gate
     from retrieval_gate.training import train
     from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 

@@ -18,7 +18,7 @@ from retrieval_gate.data.adaptive_rag import (
     is_release,
     load_release,
 )
-from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import DataError
 
 # PROVENANCE.md: correct counts no/one/multi per set, 500 questions each.
 BUNDLE_CORRECT = {

@@ -13,7 +13,7 @@ import pytest
 from retrieval_gate.cli import main
 from retrieval_gate.errors import DataError
 from retrieval_gate.generation.base import Generation
-from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.label_files import LabelFile
 from retrieval_gate.labels.labelling_run import LabellingRun
 from retrieval_gate.labels.logprobs import (
     FEATURES,

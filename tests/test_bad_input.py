@@ -94,7 +94,7 @@ def test_export_name_and_run_name_are_plain(tmp_path, capsys):
 
 
 def test_export_refuses_a_folder_that_is_not_an_export(tmp_path):
-    from retrieval_gate.export.onnx import export_gate
+    from retrieval_gate.export.onnx_export import export_gate
 
     target = tmp_path / "theirs"
     target.mkdir()

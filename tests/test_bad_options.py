@@ -211,8 +211,8 @@ CASES = {
     "evaluate-strategies-miss-a-label-strategy": C(
         "evaluate --gates tfidf --labels {t}/strategies.jsonl --questions {t}/q.jsonl --out {t}/ev "
         "--no-cost --strategies {t}/two.yaml", "multi_step", "two.yaml",
-        forbid=("retrieval_gate.evaluation.compare.build_gate",
-                "retrieval_gate.evaluation.compare.load_splits")),
+        forbid=("retrieval_gate.evaluation.gate_comparison.build_gate",
+                "retrieval_gate.evaluation.gate_comparison.load_splits")),
     "evaluate-onnx-missing": C(f"evaluate --gates onnx --labels {LABELS} --out {{t}}/ev --onnx {{t}}/missing-export", "missing-export"),
     "evaluate-learned-run-truncated": C(f"evaluate --gates learned --labels {LABELS} --out {{t}}/ev --learned-run {{t}}/run_truncated", "run_truncated"),
     "evaluate-questions-bad-row": C(f"{EVAL} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),

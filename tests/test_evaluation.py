@@ -246,7 +246,7 @@ def test_score_cache_is_keyed_by_the_gates_content_not_its_options():
     """A retrained model or another generator under the same flags gets its own scores file."""
     from types import SimpleNamespace
 
-    from retrieval_gate.evaluation.compare import score_cache_key
+    from retrieval_gate.evaluation.gate_comparison import score_cache_key
     from retrieval_gate.gates.registry import GATES, GateOptions
 
     opts, none = GateOptions(learned_run="checkpoints/my-gate"), GateOptions()
@@ -279,7 +279,7 @@ def test_limit_larger_than_the_split_zero_or_negative(caplog):
     import numpy as np
 
     from retrieval_gate.errors import InputError
-    from retrieval_gate.evaluation.compare import sample_test
+    from retrieval_gate.evaluation.gate_comparison import sample_test
     from retrieval_gate.labels.evalset import EvalSet
     from retrieval_gate.questions import Question
 

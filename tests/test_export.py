@@ -16,8 +16,7 @@ import pytest
 
 from conftest import scratch
 from retrieval_gate.data import assign_splits
-from retrieval_gate.data.errors import DataError
-from retrieval_gate.errors import BackendError
+from retrieval_gate.errors import BackendError, DataError
 from retrieval_gate.export.build import build_export
 from retrieval_gate.fileio import sha256_file
 from retrieval_gate.gates.learned import LearnedGate

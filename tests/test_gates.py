@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import DataError
 from retrieval_gate.gates.base import Gate, decide
 from retrieval_gate.gates.confidence import ConfidenceGate, confidence_score
 from retrieval_gate.gates.popularity import best_cut, fit_popularity, mallen_protocol

@@ -8,7 +8,7 @@ import pytest
 
 from retrieval_gate.generation import build_generator, prepare_smollm2
 from retrieval_gate.generation.chat import chat_token_ids, choice_token_ids, next_token_split
-from retrieval_gate.generation.models import MARKER, folder_checksum
+from retrieval_gate.generation.model_folders import MARKER, folder_checksum
 from retrieval_gate.generation.prompts import (
     closed_book_prompt,
     vanilla_prompt,

@@ -25,8 +25,8 @@ from retrieval_gate.generation.cache import (
     default_store,
     lazy_generator,
 )
-from retrieval_gate.rag.compare import clear_prefix_cache
 from retrieval_gate.rag.costs import Costs, Meter
+from retrieval_gate.rag.mode_comparison import clear_prefix_cache
 
 
 class FakeGenerator:

@@ -11,10 +11,10 @@ import pytest
 
 from retrieval_gate.cli import main
 from retrieval_gate.data import load_dataset
-from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import DataError
 from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
-from retrieval_gate.labels.files import LabelFile
 from retrieval_gate.labels.label_figures import report
+from retrieval_gate.labels.label_files import LabelFile
 from retrieval_gate.labels.policies import LabelRequest, label, label_path, relabel
 from retrieval_gate.labels.policy_loop import run_chunked
 from retrieval_gate.labels.rag_gain import effect, gain_label

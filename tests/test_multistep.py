@@ -17,9 +17,9 @@ from retrieval_gate.errors import BackendError, ConfigError, DataError, InputErr
 from retrieval_gate.generation.prompts import ANSWER_MARKER
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, comparison_rows
-from retrieval_gate.rag.compare import ModeResult
 from retrieval_gate.rag.decisions import DEFAULT_COSTS, FixedStrategy, strategy_costs
 from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
+from retrieval_gate.rag.mode_comparison import ModeResult
 from retrieval_gate.rag.modes import ModeOptions, build_mode_gates, check_modes, oracle_from_run
 from retrieval_gate.rag.multistep import MultiStepConfig, parse_step
 from retrieval_gate.rag.oracle import OracleRouter

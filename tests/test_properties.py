@@ -10,11 +10,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retrieval_gate.data.errors import BadRows
+from retrieval_gate.data.bad_rows import BadRows
 from retrieval_gate.data.loaders import load_retrievalqa
 from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.errors import RetrievalGateError
-from retrieval_gate.labels.files import LabelFile, read_labels
+from retrieval_gate.labels.label_files import LabelFile, read_labels
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -18,8 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval_gate.data.errors import DataError
-from retrieval_gate.errors import ConfigError
+from retrieval_gate.errors import ConfigError, DataError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
@@ -30,12 +29,12 @@ from retrieval_gate.generation.prompts import (
 )
 from retrieval_gate.generation.remote import RemoteGenerator
 from retrieval_gate.generation.vllm_backend import cpu_dtype
-from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.label_files import LabelFile
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator
-from retrieval_gate.rag.compare import clear_prefix_cache
 from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
+from retrieval_gate.rag.mode_comparison import clear_prefix_cache
 from retrieval_gate.rag.modes import ModeOptions, check_modes, oracle_from_run
 from retrieval_gate.rag.sample import select_questions
 from retrieval_gate.retrieval import ContextRetriever

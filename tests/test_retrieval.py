@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import DataError
 from retrieval_gate.questions import Question
 from retrieval_gate.retrieval import (
     BM25Retriever,

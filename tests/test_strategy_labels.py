@@ -15,7 +15,7 @@ from release_layout import write_release
 from retrieval_gate.cli import main
 from retrieval_gate.data.paths import resolve_data_dir
 from retrieval_gate.errors import DataError
-from retrieval_gate.labels.files import LabelFile, read_labels
+from retrieval_gate.labels.label_files import LabelFile, read_labels
 from retrieval_gate.labels.strategy_labels import read_strategy_labels
 
 S3 = ["no_retrieval", "one_retrieval", "multi_step"]

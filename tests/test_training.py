@@ -17,8 +17,7 @@ from sklearn.metrics import roc_auc_score
 
 from conftest import scratch
 from retrieval_gate.data import assign_splits
-from retrieval_gate.data.errors import DataError
-from retrieval_gate.errors import ConfigError
+from retrieval_gate.errors import ConfigError, DataError
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.models import minilm_path
 from retrieval_gate.training import (

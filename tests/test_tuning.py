@@ -15,7 +15,7 @@ from retrieval_gate.gates.popularity import fit_popularity
 from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.questions import Question
 from retrieval_gate.tuning.objectives import DevData, exhaustive_best, objective
-from retrieval_gate.tuning.popularity import tune_relations
+from retrieval_gate.tuning.popularity_study import tune_relations
 from retrieval_gate.tuning.threshold import pareto_front, tune_threshold
 from retrieval_gate.tuning.threshold_studies import tune_gate_thresholds, tuning_identity
 

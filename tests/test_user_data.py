@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from retrieval_gate.cli import main
-from retrieval_gate.labels.files import LabelFile
+from retrieval_gate.labels.label_files import LabelFile
 from user_files import QUESTIONS, write_jsonl
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_gate.data.errors import DataError
 from retrieval_gate.data.user_questions import parse_fields, read_questions, text_id
+from retrieval_gate.errors import DataError
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from retrieval_gate.cli import main
-from retrieval_gate.data.errors import DataError
+from retrieval_gate.errors import DataError
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.questions import Question

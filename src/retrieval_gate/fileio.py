@@ -5,7 +5,7 @@ half a folder, a reader never sees one), with the modes the user's umask implies
 line, file checksums, and the rules for output names and paths (plain names; an output is never
 an input).
 
-JSONL data rows are read by `data.files.read_jsonl`, which reports bad lines per row."""
+JSONL data rows are read by `data.jsonl_files.read_jsonl`, which reports bad lines per row."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegist
     if registry is None:
         return
     from ..data.adaptive_rag import STRATEGIES
-    from ..labels.files import LabelFile
+    from ..labels.label_files import LabelFile
     from ..labels.strategy_labels import is_strategy_source
 
     for path in label_files:
@@ -71,9 +71,9 @@ def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegist
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.compare import EvaluationConfig, run_evaluation
+    from ..evaluation.gate_comparison import EvaluationConfig, run_evaluation
     from ..labels.labelling_run import run_dir_for
-    from ..rag.artifacts import check_gate_folders
+    from ..rag.gate_folders import check_gate_folders
     from .gate_args import gate_options
     from .plan import check_counts, check_input_dir, check_output_dir
     from .question_args import questions_from

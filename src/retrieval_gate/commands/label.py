@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..data.errors import DataError, InputError
+from ..errors import DataError, InputError
 from ..models import SMOLLM2
 from .label_engine import add_engine_args, ray_engine, ray_options
 from .policy_args import add_policy_options, given_options
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         gen = build_generator(args.generator, args.backend)
         print(json.dumps(throughput(gen, args.throughput), indent=2))
         return 0
-    from ..generation.models import check_model_folder
+    from ..generation.model_folders import check_model_folder
 
     if not args.generator_url:  # a local engine: its folder exists (before any lock or engine)
         check_model_folder(args.generator)

@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..generation.models import MARKER, prepare_smollm2
+    from ..generation.model_folders import MARKER, prepare_smollm2
     from ..models import minilm_path
 
     folder = prepare_smollm2(force=args.force)

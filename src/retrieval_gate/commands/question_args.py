@@ -61,7 +61,7 @@ def questions_from(args: argparse.Namespace) -> tuple[Question, ...] | None:
     """SPEC's questions with their split, or None when --questions was not given."""
     if not args.questions:
         if args.field:
-            from ..data.errors import DataError
+            from ..errors import DataError
 
             raise DataError("--field maps the columns of --questions SPEC; pass --questions too")
         return None

@@ -103,7 +103,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_plan(args: argparse.Namespace) -> None:
     """What `TuneConfig.check` leaves to the command: counts and their bound (worker processes
     run on this machine), the report folder, the gate's run or export metadata."""
-    from ..rag.artifacts import check_gate_folders
+    from ..rag.gate_folders import check_gate_folders
     from .gate_args import gate_options
     from .plan import check_at_most, check_counts, check_output_dir, cpu_count
 

@@ -1,9 +1,10 @@
 """Datasets as Questions: loaders by name, data-folder resolution, leakage-free splits."""
 
-from .errors import BadRows, DataError
+from ..errors import DataError
+from .bad_rows import BadRows
+from .dataset_registry import dataset_names, load_all, load_dataset
 from .loaders import load_entityquestions_train, load_hub, popqa_relation
 from .paths import resolve_data_dir
-from .registry import dataset_names, load_all, load_dataset
 from .splits import assign_splits, canonical_questions, with_splits
 from .summary import format_table, summary_rows
 

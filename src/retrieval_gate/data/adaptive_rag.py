@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataError
 from ..fileio import read_json, sha256_file
 from ..questions import Question
 from ..strategies import MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
-from .errors import BadRows, DataError
+from .bad_rows import BadRows
+from .dataset_registry import register
 from .paths import resolve_data_dir
-from .registry import register
 
 DATASET_NAME = "adaptive-rag"
 BUNDLE_FOLDER = "adaptive-rag-llama8b"

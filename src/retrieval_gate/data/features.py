@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import DataError
 from ..questions import Question, feature_value
-from .errors import DataError
 
 _FIELDS = set(Question.__dataclass_fields__)
 

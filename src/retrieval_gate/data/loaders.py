@@ -12,11 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataError
 from ..fileio import read_json
 from ..questions import Question
-from .errors import BadRows, DataError
-from .files import read_jsonl, require, require_file
-from .registry import register
+from .bad_rows import BadRows
+from .dataset_registry import register
+from .jsonl_files import read_jsonl, require, require_file
 
 # ---------------------------------------------------------------- RetrievalQA
 

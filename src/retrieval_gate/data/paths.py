@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import BackendError
+from ..errors import BackendError, DataError
 from ..models import cache_dir
-from .errors import DataError
 
 ENV_VAR = "RETRIEVAL_GATE_DATA"
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DataError
 from ..questions import Question
 from .answer_confidence import AnswerConfidence
-from .errors import DataError
 from .features import SideFeatures
 
 SHAPE_NAMES = (

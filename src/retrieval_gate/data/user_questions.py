@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataError
 from ..questions import Question
 from .answer_confidence import (
     MEAN_LOGPROB,
@@ -25,8 +26,8 @@ from .answer_confidence import (
     parse_mean_logprob,
     parse_token_logprobs,
 )
-from .errors import BadRows, DataError
-from .files import read_jsonl
+from .bad_rows import BadRows
+from .jsonl_files import read_jsonl
 from .question_lines import HEADER_WORDS
 from .splits import SPLITS, canonical_questions, group_splits
 

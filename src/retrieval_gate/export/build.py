@@ -9,7 +9,7 @@ from typing import Any
 from ..fileio import staged_folder
 from ..questions import Question
 from .card import write_model_card
-from .onnx import Progress, check_export_target, keep_users_files, write_export
+from .onnx_export import Progress, check_export_target, keep_users_files, write_export
 from .parity import calibration_set, check_parity, parity_set
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from ..data.errors import DataError
 from ..data.splits import assign_splits, with_splits
 from ..data.user_questions import question_set
+from ..errors import DataError
 from ..fileio import write_json
 from ..gates.base import is_router
 from ..gates.learned import load_learned
@@ -27,7 +27,7 @@ from ..pricing import route_indices
 from ..questions import Question
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
-from ..training.data import CALIBRATION_QUESTIONS, needs_retrieval
+from ..training.datamodule import CALIBRATION_QUESTIONS, needs_retrieval
 from ..training.sources import training_questions
 from ..training.tasks import TASKS
 

@@ -27,7 +27,7 @@ from sklearn.preprocessing import StandardScaler
 from .. import metrics, work
 from ..errors import ConfigError, InputError, MissingInputError
 from ..generation.hidden_states import HiddenStateReader, model_num_layers
-from ..generation.models import folder_checksum, resolve_generator_model
+from ..generation.model_folders import folder_checksum, resolve_generator_model
 from ..generation.prompts import closed_book_prompt
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2

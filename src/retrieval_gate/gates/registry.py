@@ -52,7 +52,7 @@ class LazyGenerator:
         found by it, so a cache hit costs no engine start."""
         if self._generator is not None:
             return self._generator.checksum
-        from ..generation.models import folder_checksum, resolve_generator_model
+        from ..generation.model_folders import folder_checksum, resolve_generator_model
 
         model = resolve_generator_model(self.options["name_or_path"])
         return folder_checksum(Path(model)) if Path(model).is_dir() else model

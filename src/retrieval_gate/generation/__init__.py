@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Generation, Generator
-from .models import prepare_smollm2, resolve_generator_model
+from .model_folders import prepare_smollm2, resolve_generator_model
 
 BACKENDS = ("auto", "vllm", "transformers")
 

@@ -623,7 +623,7 @@ def lazy_generator(
     from transformers import AutoConfig, AutoTokenizer
 
     from ..models import SMOLLM2
-    from .models import folder_checksum, resolve_generator_model
+    from .model_folders import folder_checksum, resolve_generator_model
 
     name_or_path = name_or_path or SMOLLM2
     model = resolve_generator_model(name_or_path)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids
-from .models import folder_checksum
+from .model_folders import folder_checksum
 from .vllm_backend import softmax_rows
 
 

@@ -35,7 +35,7 @@ from ..errors import InputError
 from ..models import SMOLLM2
 from .cache import GenerationStore, _digest, _split, _store_of, _storing, default_store
 from .chat import chat_token_ids
-from .models import folder_checksum, resolve_generator_model
+from .model_folders import folder_checksum, resolve_generator_model
 
 KIND = "hidden-state"
 KEY_VERSION = 1  # bump when what a stored state means changes

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from ..errors import BackendError
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
-from .models import folder_checksum
+from .model_folders import folder_checksum
 
 # Questions per round trip of the next-token path: the "]" requests must find their prompt +
 # "[" still in the prefix cache (128 TA-ARE prompts, ~40k tokens, fit the 2 GiB KV cache).

@@ -31,7 +31,7 @@ from ..fileio import sha256_file
 from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, DOC_WORDS, MULTI_STEP_ID, WITH_CONTEXT_ID
 from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
-from ..labels.files import LabelFile, meta_path
+from ..labels.label_files import LabelFile, meta_path
 from ..labels.lock import single_writer
 from ..labels.logprobs import TOKEN_LOGPROBS, rounded
 from ..labels.policy_loop import pending, provenance, run_chunked

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError
-from ..labels.files import LABELS_DIR
+from ..labels.label_files import LABELS_DIR
 from ..labels.policies import CHUNK_SIZE, CRITERION, STRATEGIES, UNANSWERED, WITH_DOCUMENTS
 from ..labels.policy_registry import LabelRequest, PolicyOption, PolicySpec, register_policy
 from ..labels.strategy_labels import STRATEGY_FILE

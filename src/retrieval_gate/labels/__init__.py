@@ -3,7 +3,7 @@
 `label(LabelRequest("closed-book"))` runs a policy (resumable); `read_labels(path)` reads a
 file's id -> label; `report()` computes the figures from the files."""
 
-from .files import LABELS_DIR, LabelFile, read_labels
+from .label_files import LABELS_DIR, LabelFile, read_labels
 from .policies import POLICIES, LabelRequest, label, label_path
 
 __all__ = [

@@ -13,7 +13,7 @@ from ..data import dataset_names, load_dataset
 from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, closed_book_prompt
 from ..questions import Question
-from .files import LabelFile
+from .label_files import LabelFile
 from .logprobs import TOKEN_LOGPROBS, rounded
 from .policy_loop import run_policy
 from .scoring import DEFAULT_CRITERION, correct, frequent_answers, judge

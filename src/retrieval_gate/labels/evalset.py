@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from ..data import canonical_questions
-from ..data.errors import DataError
+from ..errors import DataError
 from ..questions import Question
-from .files import meta_path, read_labels
+from .label_files import meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 from .logprobs import with_answer_logprobs
 from .strategy_labels import (

@@ -15,7 +15,7 @@ from ..data import load_all
 from ..models import SMOLLM2
 from ..questions import Question
 from ..tables import markdown_table
-from .files import LABELS_DIR, LabelFile
+from .label_files import LABELS_DIR, LabelFile
 from .policies import POLICIES, label_path
 from .scoring import CRITERIA, DEFAULT_CRITERION, correct
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import sha256_file
-from .files import LABELS_DIR, LabelFile
+from .label_files import LABELS_DIR, LabelFile
 from .logprobs import AnswerLogprobs, answer_logprobs
 
 CLOSED_BOOK = "closed-book.jsonl"

@@ -33,7 +33,7 @@ from ..data.answer_confidence import (  # noqa: F401  (the label rows' vocabular
     parse_token_logprobs,
 )
 from ..questions import Question
-from .files import LabelFile, meta_path
+from .label_files import LabelFile, meta_path
 
 DECIMALS = 4
 

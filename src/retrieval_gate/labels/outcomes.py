@@ -29,13 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.errors import DataError
 from ..data.user_questions import read_rows
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .files import LabelFile, meta_path
+from .label_files import LabelFile, meta_path
 from .labelling_run import CLOSED_BOOK, RAG_GAIN
 from .logprobs import (
     MEAN_LOGPROB,

@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.errors import DataError, InputError
+from ..errors import DataError, InputError
 from ..models import SMOLLM2
 from ..questions import Question
-from .files import LABELS_DIR, LabelFile, check_resume, meta_path
+from .label_files import LABELS_DIR, LabelFile, check_resume, meta_path
 from .lock import single_writer
 from .policy_registry import (
     POLICIES,

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ..generation.base import Generator
 from ..questions import Question
-from .files import LabelFile
+from .label_files import LabelFile
 
 ChunkFn = Callable[[list[Question]], list[dict[str, Any]]]
 

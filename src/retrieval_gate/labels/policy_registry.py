@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ConfigError, InputError
 from ..models import SMOLLM2
 from ..questions import Question
-from .files import LABELS_DIR
+from .label_files import LABELS_DIR
 from .selection import EQ_SAMPLE
 
 

@@ -20,7 +20,7 @@ from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID, document_texts, wit
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
-from .files import LabelFile
+from .label_files import LabelFile
 from .policy_loop import run_policy
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 

@@ -39,7 +39,7 @@ from ..fileio import write_text
 from ..generation.base import Generation
 from ..generation.endpoints import check_endpoints, normalise_urls
 from ..questions import Question
-from .files import LabelFile
+from .label_files import LabelFile
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class RayEngine:
             self.checksum = f"remote:{','.join(live)}:{model}"
             self.backend = "ray:openai-server"
         else:
-            from ..generation.models import folder_checksum, resolve_generator_model
+            from ..generation.model_folders import folder_checksum, resolve_generator_model
 
             folder = Path(resolve_generator_model(options.model or "smollm2-135m-instruct"))
             self.urls, self.name = [], folder.name

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..questions import Question
-from .files import LabelFile
+from .label_files import LabelFile
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct
 from .simple import LONG_TAIL_S_POP

@@ -32,7 +32,7 @@ from ..questions import Question, normalize_answer
 from ..retrieval.base import Retriever
 from ..retrieval.dense import MiniLMEncoder
 from .closed_book import closed_book_rows
-from .files import LabelFile
+from .label_files import LabelFile
 from .policy_loop import run_policy
 from .rag_gain import TOP_K
 from .scoring import DEFAULT_CRITERION, correct, measures

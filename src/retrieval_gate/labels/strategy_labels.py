@@ -46,13 +46,13 @@ from typing import Any
 import numpy as np
 
 from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, load_release
-from ..data.errors import DataError, InputError
 from ..data.user_questions import read_rows
+from ..errors import DataError, InputError
 from ..fileio import sha256_file
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .files import LabelFile, meta_path
+from .label_files import LabelFile, meta_path
 from .outcomes import import_outcomes, match_rows, parse_bool
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge

@@ -78,7 +78,7 @@ def check_engine(
             "http://HOST:PORT/v1"
         )
     if model:
-        from ..generation.models import check_model_folder
+        from ..generation.model_folders import check_model_folder
 
         check_model_folder(model)
 

@@ -32,7 +32,6 @@ from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, Label
 from ..pricing import Calibration, check_budget
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
-from .artifacts import check_gate_folders
 from .cascade import CASCADE, Cascade
 from .decisions import (
     FixedStrategy,
@@ -42,6 +41,7 @@ from .decisions import (
     load_router,
     routed_strategies,
 )
+from .gate_folders import check_gate_folders
 from .loop import RagRun
 from .oracle import OracleGate, OracleRouter
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.errors import DataError
+from ..errors import DataError
 from ..gates.base import Questions, as_questions
-from ..labels.files import LabelFile, read_labels
+from ..labels.label_files import LabelFile, read_labels
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 

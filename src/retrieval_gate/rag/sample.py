@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from ..data import canonical_questions
-from ..data.errors import DataError
 from ..data.splits import sample_order
+from ..errors import DataError
 from ..questions import Question
 
 SPLITS = ("train", "dev", "test", "all")

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..data.errors import DataError
+from ..errors import DataError
 from ..questions import Question
 from .base import Document
 

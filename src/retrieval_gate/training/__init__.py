@@ -10,7 +10,7 @@ from typing import Any
 _HOME = {  # name -> the module defining it
     "load_run": "checkpoint", "read_metadata": "checkpoint", "save_threshold": "checkpoint",
     "TASKS": "tasks", "TrainConfig": "config", "load_config": "config",
-    "CLASS_NAMES": "data", "GateDataModule": "data", "RetrievalGateModule": "module",
+    "CLASS_NAMES": "datamodule", "GateDataModule": "datamodule", "RetrievalGateModule": "module",
     "TrainedRun": "trainer", "train": "trainer",
 }  # fmt: skip
 

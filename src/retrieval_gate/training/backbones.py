@@ -34,10 +34,10 @@ def resolve_backbone(name: str) -> str:
     (issue 3's `prepare_smollm2`); anything else: a local folder or a hub name."""
     if name == SMOLLM2:
         try:
-            from ..generation.models import prepare_smollm2
+            from ..generation.model_folders import prepare_smollm2
         except ImportError as e:
             raise ConfigError(
-                f"model {name!r} needs retrieval_gate.generation.models.prepare_smollm2 "
+                f"model {name!r} needs retrieval_gate.generation.model_folders.prepare_smollm2 "
                 "(`retrieval-gate models prepare`); pass a converted folder instead"
             ) from e
         return str(prepare_smollm2())

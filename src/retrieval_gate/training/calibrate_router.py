@@ -16,7 +16,7 @@ from .. import metrics as M
 from ..pricing import Calibration, check_costs, default_costs, outcome, route_indices
 from ..strategies import StrategyRegistry
 from .config import TrainConfig
-from .data import GateDataModule
+from .datamodule import GateDataModule
 from .module import RetrievalGateModule
 from .stacked import OutOfFold
 

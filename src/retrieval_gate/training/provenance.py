@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import sha256_file
-from ..labels.files import meta_path
+from ..labels.label_files import meta_path
 
 
 def label_provenance(label_file: Path) -> dict[str, Any]:

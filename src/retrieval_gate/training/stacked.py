@@ -52,7 +52,7 @@ from ..data.features import SideFeatures
 from ..data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout, shape_features
 from ..errors import DataError
 from ..labels.logprobs import with_answer_logprobs
-from .data import GateDataModule
+from .datamodule import GateDataModule
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..data.errors import DataError
+from ..errors import DataError
 from ..labels import LabelFile
 from ..labels.strategy_labels import (
     RELEASE_LABELS,

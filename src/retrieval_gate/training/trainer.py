@@ -43,7 +43,7 @@ from .calibrate_router import (
 )
 from .checkpoint import save_run
 from .config import TrainConfig
-from .data import GateDataModule
+from .datamodule import GateDataModule
 from .heads import HEADS
 from .loggers import build_loggers
 from .module import RetrievalGateModule

@@ -269,7 +269,7 @@ def _save_threshold(cfg: TuneConfig, result: dict[str, Any]) -> None:
 
 
 def _relations(cfg: TuneConfig, sp: Splits) -> Path:
-    from .popularity import tune_relations
+    from .popularity_study import tune_relations
     from .threshold_studies import tuning_identity
 
     policy = policy_name(cfg.labels)

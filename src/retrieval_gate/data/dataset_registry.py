@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import DataError
 from ..questions import Question
-from .errors import BadRows, DataError
+from .bad_rows import BadRows
 from .paths import resolve_data_dir
 
 Loader = Callable[[Path, BadRows], list[Question]]

@@ -1,8 +1,10 @@
-"""Errors raised on bad input: each names the file, the row and the field, and the fix."""
+"""Bad rows of a data file: the first one raised, or (`skip=True`) counted per file while the
+loader goes on. The errors themselves (each naming the file, row, field and fix) are
+`retrieval_gate.errors`'."""
 
 from __future__ import annotations
 
-from ..errors import DataError, InputError  # noqa: F401  (re-exported: loaders import them from here)
+from ..errors import DataError
 
 
 class BadRows:

@@ -32,7 +32,7 @@ from torch import nn
 
 from .. import __version__
 from ..artifacts import EXPORT_METADATA, MANIFEST, export_manifest
-from ..data.errors import DataError
+from ..errors import DataError
 from ..fileio import staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import BadRows, DataError
+from ..errors import DataError
+from .bad_rows import BadRows
 
 
 def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]:

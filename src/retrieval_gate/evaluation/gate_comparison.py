@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..data.errors import DataError
 from ..data.splits import sample_order
-from ..errors import ConfigError, MissingInputError
+from ..errors import ConfigError, DataError, MissingInputError
 from ..fileio import content_id, write_text
 from ..gates.base import Gate, gate_checksum, reads_answers
 from ..gates.popularity import mallen_protocol
@@ -36,7 +35,7 @@ from ..labels.evalset import (
     load_splits,
     with_recorded_answers,
 )
-from ..labels.files import LabelFile
+from ..labels.label_files import LabelFile
 from ..labels.labelling_run import LabellingRun
 from ..pricing import answer_read_calls, binary_llm_calls
 from ..questions import Question
