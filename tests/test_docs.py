@@ -74,7 +74,24 @@ def docs_workspace(tmp_path_factory, request, minilm_gate_dirs) -> Iterator[Path
         shared.mkdir(exist_ok=True)
         if not (shared / "datasets").exists():
             (shared / "datasets").symlink_to(resolve_data_dir(download=False))
+        _tiny_router(root)
         yield root
+
+
+def _tiny_router(root: Path) -> None:
+    """checkpoints/router-adaptive-rag-llama8b, where docs/router.md's train block writes it:
+    the shipped router config on the release, with a tiny body for MiniLM (seconds)."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.data import resolve_data_dir
+    from retrieval_gate.data.adaptive_rag import release_questions
+    from tiny_backbones import tiny_backbone
+
+    body = tiny_backbone("roberta", root / "tiny-body", [q.text for q in release_questions()])
+    code = main(["train", "--config", "router-adaptive-rag-llama8b", "--data-dir",
+                 str(resolve_data_dir(download=False)), "--set", f"model.name={body}",
+                 "model.pooling=cls", "data.max_train_examples=240", "data.max_eval_examples=60",
+                 f"run.output_dir={root / 'checkpoints'}", "run.name=router-adaptive-rag-llama8b"])  # fmt: skip
+    assert code == 0
 
 
 @pytest.fixture
