@@ -242,6 +242,13 @@ def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
     assert out["entries"] == 0 and main(["cache", "info"]) == 0
     CachedGenerator(FakeGenerator(), store=GenerationStore()).generate(["a"], 8)
     assert GenerationStore().info()["entries"] == 1
+    blocker = tmp_path / "a-file"  # a cache folder that cannot be: no traceback either
+    blocker.write_text("mine")
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(blocker / "sub"))
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be opened" in err and "RETRIEVAL_GATE_CACHE" in err and "Traceback" not in err
+    assert blocker.read_text() == "mine"
 
 
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):

@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
-import time
-from pathlib import Path
-from typing import Any
-
-from ..errors import InputError
 
 NO_CACHE_HELP = (
     "compute every generation and choice score afresh: neither read nor write the generation "
@@ -32,40 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..generation.cache import GenerationStore, cache_path
+    from ..generation.cache import store_action
 
-    path = cache_path()
-    try:
-        print(json.dumps(_act(GenerationStore(path), args.action), indent=2))
-    except (sqlite3.Error, OSError) as e:
-        if args.action != "clear":
-            raise InputError(
-                f"the generation cache is damaged or unreadable ({e}): `retrieval-gate cache "
-                "clear` sets it aside and starts an empty one (verbs compute without it "
-                "meanwhile)",
-                path,
-            ) from None
-        aside = _set_aside(path)
-        print(json.dumps({"set_aside": str(aside), **_act(GenerationStore(path), "clear")},
-                         indent=2))  # fmt: skip
+    print(json.dumps(store_action(args.action), indent=2))
     return 0
-
-
-def _act(store: Any, action: str) -> dict[str, Any]:
-    try:
-        if action == "clear":
-            return {"cleared": store.clear(), **store.info()}
-        return store.info()
-    finally:
-        store.close()
-
-
-def _set_aside(path: Path) -> Path:
-    """A damaged cache file (and its WAL files) renamed beside it, not deleted: it may not be
-    ours (a file of the same name in a folder `$RETRIEVAL_GATE_CACHE` named)."""
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-    for suffix in ("", "-wal", "-shm"):
-        part = path.with_name(path.name + suffix)
-        if part.exists():
-            part.rename(aside.with_name(aside.name + suffix))
-    return aside

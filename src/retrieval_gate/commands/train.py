@@ -63,13 +63,9 @@ def check_labels(config: Any) -> None:
     file, a row that is not one of the task's labels, ids of other data, a split left without
     labels: refused naming the file and row, in seconds). Labels handed in memory (the Python
     API) are checked by `train` itself."""
-    from ..training.sources import check_splits, config_questions, labelled_splits
+    from ..training.sources import check_splits, labelled_questions
 
     data = config.data
     if not data.label_file:
         raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
-    task = data.task_spec
-    task.check_source(data.label_file)
-    labels = task.read(data.label_file).labels
-    path = Path(data.label_file)
-    check_splits(labelled_splits(config_questions(data), labels, data.split_seed, path), path)
+    check_splits(labelled_questions(data)[1], Path(data.label_file))

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from .. import work
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..models import cache_dir
 from .base import Generation, Generator, PartialGenerator
 from .chat import chat_token_ids
@@ -240,6 +240,38 @@ class GenerationStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def store_action(action: str) -> dict[str, Any]:
+    """`retrieval-gate cache info|clear` on the default store, as a JSON-able dict. A cache
+    file that is not one (damaged, or someone else's): `info` names it and the fix, `clear`
+    renames it beside itself (never deleted: it may not be ours) and starts an empty one."""
+    path = cache_path()
+    try:
+        return _on_store(GenerationStore(path), action)
+    except (sqlite3.Error, OSError) as e:
+        if not path.is_file():  # not the file: its folder (e.g. not writable)
+            raise InputError(f"the generation cache cannot be opened ({e}): set "
+                             "$RETRIEVAL_GATE_CACHE to a writable folder", path) from None  # fmt: skip
+        if action != "clear":
+            raise InputError(f"the generation cache is damaged or unreadable ({e}): "
+                             "`retrieval-gate cache clear` sets it aside and starts an empty "
+                             "one (verbs compute without it meanwhile)", path) from None  # fmt: skip
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):  # SQLite's write-ahead log files go with it
+            part = path.with_name(path.name + suffix)
+            if part.exists():
+                part.rename(aside.with_name(aside.name + suffix))
+        return {"set_aside": str(aside), **_on_store(GenerationStore(path), action)}
+
+
+def _on_store(store: GenerationStore, action: str) -> dict[str, Any]:
+    try:
+        if action == "clear":
+            return {"cleared": store.clear(), **store.info()}
+        return store.info()
+    finally:
+        store.close()
 
 
 def _retry_locked(step: Callable[[], None], seconds: float = 60.0) -> None:

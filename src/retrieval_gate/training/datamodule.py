@@ -13,12 +13,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
-from ..data import DataError
 from ..data.features import SideFeatures
 from ..data.gate_features import GateFeatures
 from ..questions import Question
 from .config import TASKS, DataConfig
-from .sources import check_splits, config_questions, labelled_splits
+from .sources import check_splits, labelled_questions
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
 CLASS_NAMES = {name: list(task.classes) for name, task in TASKS.items()}
@@ -83,20 +82,13 @@ class GateDataModule(pl.LightningDataModule):
         self.tokenizer = tokenizer
         self.task = task = TASKS[data.task]
         self.collate = Collate(tokenizer, data.max_length, task.label_dtype)
-        if labels is not None:
-            targets = task.from_memory(labels)
-        elif not data.label_file:
-            raise DataError("no labels: set data.label_file or pass labels=")
-        else:
-            targets = task.read(data.label_file)
+        targets, rows, qs = labelled_questions(data, questions, labels)
         self.path = Path(data.label_file) if labels is None else None
-        labels, self.provenance = targets.labels, targets.provenance
+        self.provenance = targets.provenance
         self.strategies: tuple[str, ...] = targets.strategies  # a router's heads (else empty)
         self.question_costs = targets.costs  # per question, where the labels give them
         self.outputs = task.outputs(targets)
         self.num_classes = len(self.outputs)
-        qs = questions if questions is not None else config_questions(data)
-        rows = labelled_splits(qs, labels, data.split_seed, self.path)
         self.rows = {
             "train": _subsample(rows["train"], data.max_train_examples, seed),
             "dev": _subsample(rows["dev"], data.max_eval_examples, seed),

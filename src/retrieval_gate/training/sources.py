@@ -5,13 +5,36 @@ all in one split, is refused there rather than after the imports)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..data import DataError, assign_splits, load_all
 from ..data.splits import canonical_questions, with_splits
 from ..questions import Question
 from .config import DataConfig
+from .tasks import Targets
+
+
+def labelled_questions(
+    data: DataConfig,
+    questions: Sequence[Question] | None = None,
+    labels: Mapping[str, Any] | None = None,
+) -> tuple[Targets, dict[str, list[tuple]], Sequence[Question]]:
+    """The task's targets (`labels` handed in memory, else `data.label_file`), laid on their
+    questions' split (`questions`, else the config's): (targets, split -> rows, questions).
+    `train` checks a label file with it before anything heavy loads; the data module builds
+    its rows from it."""
+    task = data.task_spec
+    if labels is not None:
+        targets = task.from_memory(labels)
+    elif not data.label_file:
+        raise DataError("no labels: set data.label_file or pass labels=")
+    else:
+        targets = task.read(data.label_file)
+    path = Path(data.label_file) if labels is None else None
+    qs = questions if questions is not None else config_questions(data)
+    return targets, labelled_splits(qs, targets.labels, data.split_seed, path), qs
 
 
 def labelled_splits(

@@ -427,10 +427,11 @@ def _second_level(
         coef, bias = _heads(X[a], y[a], class_weight)
         zq[b] = X[b] @ (coef[1] - coef[0]) + (bias[1] - bias[0])
     Z, y = np.hstack([zq[:, None], rest])[has], y[has]
-    keep, c = _strongest(Z, y, _input_sets(Z.shape[1], n_side), class_weight, seed)
+    sets = _input_sets(Z.shape[1], n_side)
+    keep, c = _strongest(Z, y, sets, class_weight, seed)
     log.info(f"two-stage gate: the answer level fitted on the {len(y)} training questions "
              f"with answers, on {SECOND_INPUTS[keep]} (C={c})")  # fmt: skip
-    cols = _input_sets(Z.shape[1], n_side)[keep]
+    cols = sets[keep]
     m = LogisticRegression(C=c, max_iter=3000, class_weight=class_weight).fit(Z[:, cols], y)
     coef, bias = _softmax_weights(m)
     w = np.zeros(Z.shape[1])

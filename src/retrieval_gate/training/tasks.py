@@ -152,11 +152,8 @@ class ClassTask(Task):
 
     def read(self, label_file: str) -> Targets:
         """id -> class index; a clear error for rows that do not fit the task."""
+        self.check_source(label_file)
         path = Path(label_file)
-        if not path.is_file():
-            raise DataError(
-                "label file not found; run `retrieval-gate label` or fix data.label_file", path
-            )
         # Provenance is taken when the labels are read: a label file still being written by a
         # labelling run may have grown by the time training ends.
         provenance = label_provenance(path)
@@ -217,6 +214,7 @@ class StrategyTask(Task):
 
     def read(self, label_file: str) -> Targets:
         """From a strategy label file, a release folder or `adaptive-rag`."""
+        self.check_source(label_file)
         lab = load_strategy_labels(label_file)
         labels = {i: tuple(float(r["correct"][s]) for s in lab.strategies)
                   for i, r in lab.rows.items()}  # fmt: skip
