@@ -3,6 +3,8 @@ backend on the same prompts, model preparation and the chat template."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,28 @@ def test_prepare_is_cached_with_checksum():
     assert (folder / "model.safetensors").is_file() and (folder / MARKER).is_file()
     assert prepare_smollm2() == folder  # second call: the marker short-circuits
     assert len(folder_checksum(folder)) == 64
+
+
+def test_a_prepared_folder_is_published_once(tmp_path):
+    """Two processes converting SmolLM2 at once (parallel commands on a fresh machine) each
+    write a folder of their own; the first to finish is moved into place, the second finds its
+    marker and removes its own; `force` replaces it."""
+    from retrieval_gate.generation.model_folders import publish
+
+    def finished(name: str, weights: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "model.safetensors").write_text(weights)
+        (folder / MARKER).write_text("{}")
+        return folder
+
+    target = tmp_path / "smollm2"
+    assert publish(finished(".a.tmp", "first"), target) == target
+    assert publish(finished(".b.tmp", "second"), target) == target
+    assert (target / "model.safetensors").read_text() == "first"
+    publish(finished(".c.tmp", "forced"), target, force=True)
+    assert (target / "model.safetensors").read_text() == "forced"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smollm2"]  # no folder left behind
 
 
 def test_vllm_generates_all_prompts_in_one_call(vllm_generator):

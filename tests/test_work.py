@@ -35,6 +35,17 @@ def test_cpu_description_names_the_vector_isa():
     assert "(" in text and ("AVX" in text or text == "unknown CPU")
 
 
+def test_cpu_description_says_which_code_paths_were_forced(monkeypatch):
+    for var, value in (("ATEN_CPU_CAPABILITY", "avx2"), ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+                       ("MKL_ENABLE_INSTRUCTIONS", "AVX2")):  # fmt: skip
+        monkeypatch.setenv(var, value)
+    text = work.cpu_description()
+    forced = "ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2" in text
+    assert forced == ("AVX-512" in text)  # only an AVX-512 machine is forced down
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    assert "forced" not in work.cpu_description()
+
+
 @pytest.mark.slow  # a subprocess
 def test_counters_are_written_at_exit_where_asked(tmp_path):
     out = tmp_path / "work.json"

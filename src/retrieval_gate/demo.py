@@ -97,9 +97,12 @@ def _export(out: Path) -> list[str]:
 
 def _evaluate(out: Path) -> list[str]:
     gates = "always never popularity confidence tfidf prompt-vanilla prompt-ta-are learned onnx"
+    # the cost column times 15 questions one at a time (5 for the gates that ask the
+    # generator, each call an fp32 prefill on a slow CPU) instead of evaluate's 30 (10)
     return ["evaluate", "--labels", CLOSED_BOOK, "--gates", *gates.split(),
             "--learned-run", str(_run_dir(out)), "--onnx", str(_export_dir(out)),
-            "--limit", str(EVAL_QUESTIONS), "--out", str(out / "evaluate")]  # fmt: skip
+            "--limit", str(EVAL_QUESTIONS), "--cost-questions", "15",
+            "--out", str(out / "evaluate")]  # fmt: skip
 
 
 def _rag(out: Path) -> list[str]:

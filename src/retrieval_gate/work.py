@@ -90,8 +90,8 @@ atexit.register(_write_at_exit)
 def cpu_description() -> str:
     """'<model> (<vector ISA>)' of this machine, e.g. 'AMD EPYC 7B13 (AVX2, no AVX-512)': the
     figure a demo time needs beside it. Code paths forced down to AVX2 on an AVX-512 machine
-    (`ATEN_CPU_CAPABILITY=avx2` with `ONEDNN_MAX_CPU_ISA=AVX2`, how the slow machine is
-    approximated) are said so."""
+    (`ATEN_CPU_CAPABILITY=avx2` with `ONEDNN_MAX_CPU_ISA=AVX2` and `MKL_ENABLE_INSTRUCTIONS=AVX2`,
+    how the slow machine is approximated) are said so."""
     model, flags = "unknown CPU", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -110,5 +110,6 @@ def cpu_description() -> str:
     forced = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
     if "avx512f" in flags and forced in ("avx2", "default"):
         isa += f"; forced to {forced.upper()} code paths: ATEN_CPU_CAPABILITY={forced}"
-        isa += f", ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}"
+        for var in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):  # torch's fp32 matmuls
+            isa += f", {var}={os.environ.get(var, 'unset')}"
     return f"{model} ({isa})"

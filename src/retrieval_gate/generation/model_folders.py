@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import InputError
@@ -51,22 +53,49 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    marker = {
-        "source": str(gguf),
-        "gguf_sha256": sha256_file(gguf),
-        "weights_sha256": folder_checksum(tmp),
-        "dtype": "bfloat16",
-    }
-    (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-    if target.exists():
-        import shutil
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # a folder of this process's own: two commands preparing at once on a fresh machine never
+    # write into each other's files; removed if the conversion fails or is interrupted
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        marker = {
+            "source": str(gguf),
+            "gguf_sha256": sha256_file(gguf),
+            "weights_sha256": folder_checksum(tmp),
+            "dtype": "bfloat16",
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return publish(tmp, target, force)
 
-        shutil.rmtree(target)
-    tmp.replace(target)  # atomic: an interrupted conversion never looks finished
+
+def publish(tmp: Path, target: Path, force: bool = False) -> Path:
+    """Moves a finished folder into place; when another process finished first (its marker is
+    there), its folder is kept and `tmp` removed: the same conversion of the same file."""
+    if (target / MARKER).is_file() and not force:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        tmp.replace(target)  # atomic: an interrupted conversion never looks finished
+    except OSError:  # another process renamed its folder in between
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / MARKER).is_file():
+            raise
+    return target
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        tmp.replace(target)  # atomic: an interrupted conversion never looks finished
+    except OSError:  # another process renamed its folder in between: the same weights
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / MARKER).is_file():
+            raise
     return target
 
 
