@@ -11,9 +11,9 @@ stage's bulk) and closed-book prompts (~90 tokens, 24 new tokens), each `--round
 the prefix cache emptied before each call; medians are printed. `transformers` runs the same
 prompts through the project's transformers backend instead of vLLM. `--avx2` forces the AVX2 code
 paths on an AVX-512 machine (`ATEN_CPU_CAPABILITY=avx2`, `ONEDNN_MAX_CPU_ISA=AVX2`,
-`MKL_ENABLE_INSTRUCTIONS=AVX2`: no native bf16, so the engine runs fp32, and torch's fp32 matmuls,
-which MKL does, take MKL's AVX2 kernels), an approximation of an AVX2-only CPU (vLLM's own C++ kernels
-still take the machine's widest vectors). Variants alternate round by round so that load on a
+`MKL_ENABLE_INSTRUCTIONS=AVX2`: no native bf16, so the engine runs fp32, and torch's fp32
+matmuls, which MKL does, take MKL's AVX2 kernels), an approximation of an AVX2-only CPU (vLLM's
+own C++ kernels still take the machine's widest vectors). Variants alternate round by round so that load on a
 shared machine falls on all of them. Prints; asserts nothing."""
 
 from __future__ import annotations

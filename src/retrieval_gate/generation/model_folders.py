@@ -88,15 +88,6 @@ def publish(tmp: Path, target: Path, force: bool = False) -> Path:
         if not (target / MARKER).is_file():
             raise
     return target
-    if target.exists():
-        shutil.rmtree(target, ignore_errors=True)
-    try:
-        tmp.replace(target)  # atomic: an interrupted conversion never looks finished
-    except OSError:  # another process renamed its folder in between: the same weights
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / MARKER).is_file():
-            raise
-    return target
 
 
 def resolve_generator_model(name_or_path: str) -> str:
