@@ -83,13 +83,11 @@ def _tiny_router(root: Path) -> None:
     the shipped router config on the release, with a tiny body for MiniLM (seconds)."""
     from retrieval_gate.cli import main
     from retrieval_gate.data import resolve_data_dir
-    from retrieval_gate.data.adaptive_rag import release_questions
-    from tiny_backbones import tiny_backbone
+    from tiny_backbones import tiny_release_router_sets
 
-    body = tiny_backbone("roberta", root / "tiny-body", [q.text for q in release_questions()])
     code = main(["train", "--config", "router-adaptive-rag-llama8b", "--data-dir",
-                 str(resolve_data_dir(download=False)), "--set", f"model.name={body}",
-                 "model.pooling=cls", "data.max_train_examples=240", "data.max_eval_examples=60",
+                 str(resolve_data_dir(download=False)), "--set",
+                 *tiny_release_router_sets(root / "tiny-body"),
                  f"run.output_dir={root / 'checkpoints'}", "run.name=router-adaptive-rag-llama8b"])  # fmt: skip
     assert code == 0
 

@@ -336,15 +336,13 @@ def test_transfer_learned_routers_leave_one_dataset_of_the_release_out(tmp_path)
     in place of MiniLM): one router trained per held-out dataset on the release's own
     questions (the bundled sets' were used: no label id matched), routed figures per cell."""
     from retrieval_gate.cli import main
-    from retrieval_gate.data.adaptive_rag import release_questions
-    from tiny_backbones import tiny_backbone
+    from tiny_backbones import tiny_release_router_sets
 
-    body = tiny_backbone("roberta", tmp_path / "body", [q.text for q in release_questions()])
+    sets = tiny_release_router_sets(tmp_path / "body")
     out, runs = tmp_path / "report", tmp_path / "runs"
     code = main(["transfer", "--labels", "adaptive-rag", "--gates", "router-prior", "--learned",
-                 "--learned-config", "router-adaptive-rag-llama8b", "--learned-set",
-                 f"model.name={body}", "model.pooling=cls", "data.max_train_examples=240",
-                 "data.max_eval_examples=60", "--learned-out", str(runs), "--out", str(out)])  # fmt: skip
+                 "--learned-config", "router-adaptive-rag-llama8b", "--learned-set", *sets,
+                 "--learned-out", str(runs), "--out", str(out)])  # fmt: skip
     assert code == 0
     cells = [c for c in json.loads((out / "transfer.json").read_text()) if c["gate"] == "learned"]
     sources = {"nq", "squad", "trivia", "hotpotqa", "2wikimultihopqa", "musique"}

@@ -105,6 +105,18 @@ def tiny_backbone(kind: str, folder: Path, texts: list[str]) -> Path:
     return folder
 
 
+def tiny_release_router_sets(folder: Path) -> list[str]:
+    """`--set` overrides that train the shipped router config
+    (router-adaptive-rag-llama8b.yaml) on the Adaptive-RAG release in seconds: a tiny RoBERTa
+    body (its tokenizer fitted on the release's questions, written to `folder`) for MiniLM,
+    240 training and 60 evaluation examples."""
+    from retrieval_gate.data.adaptive_rag import release_questions
+
+    body = tiny_backbone("roberta", folder, [q.text for q in release_questions()])
+    return [f"model.name={body}", "model.pooling=cls", "data.max_train_examples=240",
+            "data.max_eval_examples=60"]  # fmt: skip
+
+
 def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) -> TrainConfig:
     """A full training config for a couple of quick CPU steps."""
     from retrieval_gate.training import load_config
