@@ -50,6 +50,10 @@ SLOW_SECONDS = 5.0
 # fills the user's ~/.cache/retrieval-gate/generations.sqlite and every engine test computes;
 # tests/test_generation_cache.py gives its generators a store of their own.
 os.environ.setdefault("RETRIEVAL_GATE_NO_CACHE", "1")
+# Choice scores stay with vLLM on every machine (on a CPU without native bf16 the CLI sends
+# them to transformers: `vllm_backend.choice_backend`), so the suite runs the same engines
+# everywhere; the transformers path and the routing have tests of their own.
+os.environ.setdefault("RETRIEVAL_GATE_CHOICE_BACKEND", "vllm")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -196,7 +196,36 @@ def test_transformers_backend_matches_vllm(vllm_generator, hf_generator):
     np.testing.assert_allclose(
         hf_generator.choice_probs(p, ["[Yes]", "[No]"]),
         vllm_generator.choice_probs(p, ["[Yes]", "[No]"]),
-        atol=0.1,
+        atol=1e-4,  # both fp32 (conftest)
+    )
+
+
+def test_transformers_choice_scores_read_each_prompt_once(
+    vllm_generator, hf_generator, monkeypatch
+):
+    """The transformers path (the prompts' shared head computed once, each prompt's own tokens
+    left-padded in mini-batches, one short pass per choice) gives vLLM's scores and its own
+    whole-continuation scores to float rounding; a prompt scores the same alone (the kept
+    head reused) as among others, and choices with a two-token tail take the same path."""
+    monkeypatch.setattr(hf_generator, "batch_size", 2)  # several batches, padding in each
+    prompts = [vanilla_prompt(q) for q in QUESTIONS[:5]]
+    choices = ["[Yes]", "[No]"]
+    hf = hf_generator.choice_probs(prompts, choices)
+    head = hf_generator._prefix[0]
+    assert len(head) > 20 and hf_generator._prefix[1] is not None
+    np.testing.assert_allclose(hf, vllm_generator.choice_probs(prompts, choices), atol=1e-4)
+    heads = chat_token_ids(hf_generator.tokenizer, prompts)
+    whole = hf_generator._whole_probs(heads, choice_token_ids(hf_generator.tokenizer, choices))
+    np.testing.assert_allclose(hf, whole, atol=1e-5)
+    np.testing.assert_allclose(hf_generator.choice_probs(prompts[3:4], choices), hf[3:4], atol=1e-5)
+    assert hf_generator._prefix[0] == head
+    tail = [" yes thank you", " no thank you"]
+    tails = choice_token_ids(hf_generator.tokenizer, tail)
+    assert len(next_token_split(tails)[2]) == 2
+    np.testing.assert_allclose(
+        hf_generator.choice_probs(prompts[:3], tail),
+        hf_generator._whole_probs(heads[:3], tails),
+        atol=1e-5,
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from retrieval_gate import work
+from retrieval_gate.errors import BackendError
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.cache import (
     NO_CACHE_ENV,
@@ -25,6 +26,7 @@ from retrieval_gate.generation.cache import (
     default_store,
     lazy_generator,
 )
+from retrieval_gate.generation.vllm_backend import CHOICE_BACKEND_ENV, choice_backend
 from retrieval_gate.rag.costs import Costs, Meter
 from retrieval_gate.rag.mode_comparison import clear_prefix_cache
 
@@ -142,6 +144,46 @@ def test_all_hits_never_start_the_engine(store):
     clear_prefix_cache(gen)  # what the RAG comparison does before each mode: no engine start
     getattr(gen, "provenance", None)  # a probe of an attribute the wrapper lacks: neither
     assert started == [1] and not gen.started
+
+
+def test_choice_backend_follows_the_cpu(monkeypatch):
+    monkeypatch.delenv(CHOICE_BACKEND_ENV, raising=False)
+    assert choice_backend(cuda=False, dtype="float32") == "transformers"  # vLLM in fp32
+    assert choice_backend(cuda=False, dtype="bfloat16") == "vllm"
+    assert choice_backend(cuda=True, dtype="auto") == "vllm"
+    monkeypatch.setenv(CHOICE_BACKEND_ENV, "vLLM")
+    assert choice_backend(cuda=False, dtype="float32") == "vllm"
+    monkeypatch.setenv(CHOICE_BACKEND_ENV, "onnx")
+    with pytest.raises(BackendError, match=f"{CHOICE_BACKEND_ENV}='onnx': use vllm or"):
+        choice_backend(cuda=False, dtype="float32")
+
+
+def test_choice_scores_go_to_their_own_engine(store, monkeypatch):
+    """Where transformers scores the choices beside vLLM: a choice-only run starts it alone
+    (never vLLM), generation starts vLLM, and the scores are keyed by the engine that computed
+    them (a vLLM-scored entry is not served as transformers' or the other way round)."""
+    from retrieval_gate import generation
+
+    built = []
+
+    def build(name, backend, **kwargs):
+        built.append(backend)
+        return FakeGenerator(checksum=f"weights-{backend}")
+
+    monkeypatch.setattr(generation, "build_generator", build)
+    monkeypatch.setenv(CHOICE_BACKEND_ENV, "transformers")
+    gen = lazy_generator("smollm2-135m-instruct", "vllm", store=store)
+    assert gen.identity["backend"] == "vllm" and gen.choice_identity["backend"] == "transformers"
+    first = gen.choice_probs(["p", "q"], ["[Yes]", "[No]"])
+    assert built == ["transformers"] and not gen.started
+    assert np.array_equal(gen.choice_probs(["q", "p"], ["[Yes]", "[No]"]), first[[1, 0]])
+    gen.generate(["p"], 8)
+    assert built == ["transformers", "vllm"]
+    monkeypatch.setenv(CHOICE_BACKEND_ENV, "vllm")
+    same = lazy_generator("smollm2-135m-instruct", "vllm", store=store)
+    assert same.choice_identity == same.identity
+    same.choice_probs(["p"], ["[Yes]", "[No]"])
+    assert built == ["transformers", "vllm", "vllm"]  # computed: not the transformers entry
 
 
 def _write(path: str, start: int) -> None:

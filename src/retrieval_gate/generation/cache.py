@@ -27,7 +27,9 @@ Every call adds to `work.WORK` (LLM calls, prefill and decode tokens, computed a
 choice score counts one LLM call, its prompt tokens as prefill and one decode token).
 
 A `CachedGenerator` made by `lazy_generator` starts its engine only on the first miss, so a
-run served wholly from the cache never starts vLLM."""
+run served wholly from the cache never starts vLLM. Where vLLM would run in fp32 on a CPU,
+choice scores go to a transformers engine of their own (`vllm_backend.choice_backend`,
+docs/prompt-gates.md), started on their first miss and keyed by its identity."""
 
 from __future__ import annotations
 
@@ -355,6 +357,7 @@ class CachedGenerator:
         name: str | None = None,
         checksum: str | None = None,
         context_window: int | None = None,
+        choices: tuple[Callable[[], Generator], dict[str, Any]] | None = None,
     ):
         if generator is None and factory is None:
             raise ConfigError("CachedGenerator: pass a generator or a factory")
@@ -372,6 +375,12 @@ class CachedGenerator:
             checksum = checksum or generator.checksum
             context_window = context_window or getattr(generator, "context_window", None)
         self.identity = {**(identity or {}), "key_version": KEY_VERSION}
+        # another engine for choice scores (factory, identity): started on its first miss
+        self._choice_factory = choices[0] if choices else None
+        self._choice_inner: Generator | None = None
+        self.choice_identity = (
+            {**choices[1], "key_version": KEY_VERSION} if choices else self.identity
+        )
         self.tokenizer = tokenizer
         self.name = name or "generator"
         self.checksum = checksum or str(self.identity.get("checksum"))
@@ -548,7 +557,8 @@ class CachedGenerator:
             probs, seconds = self._choices(prompts, choices)
             _count_choices(sum(lengths), len(prompts), cached=False)
             return probs, seconds
-        keys = self._keys(ids, {"kind": "choices", "choices": choices})
+        keys = [_digest([self.choice_identity, {"kind": "choices", "choices": choices}, x])
+                for x in ids]  # fmt: skip
         stored = store.get_many(keys)
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
@@ -571,8 +581,21 @@ class CachedGenerator:
         seconds = sum(float(stored[k].get("seconds") or 0.0) for k in keys)
         return probs.reshape(len(prompts), len(choices)), seconds
 
+    def choice_engine(self) -> Generator:
+        """The engine that scores choices: the wrapped one, or the one `choices` named (started
+        now if it was not, with a warm-up call as `engine`)."""
+        if self._choice_factory is None:
+            return self.engine()
+        if self._choice_inner is None:
+            with self._start_lock:
+                if self._choice_inner is None:
+                    inner = self._choice_factory()
+                    inner.choice_probs(["Hello"], ["[Yes]", "[No]"])
+                    self._choice_inner = inner
+        return self._choice_inner
+
     def _choices(self, prompts: list[str], choices: list[str]) -> tuple[np.ndarray, float]:
-        inner = self.engine()
+        inner = self.choice_engine()
         t = time.perf_counter()
         probs = np.asarray(inner.choice_probs(prompts, choices), dtype=np.float64)
         return probs, time.perf_counter() - t
@@ -666,13 +689,15 @@ def lazy_generator(
         raise ConfigError(f"unknown generator backend {backend!r}; choose vllm or transformers")
     config = AutoConfig.from_pretrained(model)
     window = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+    choice = backend
     if backend == "vllm":
-        from .vllm_backend import _cuda, engine_kwargs
+        from .vllm_backend import _cuda, choice_backend, engine_kwargs
 
         cuda = _cuda()
         settings = {**engine_kwargs(cuda), "max_model_len": 4096, **kwargs}
         asked = int(settings["max_model_len"])
         dtype = str(settings.get("dtype", "auto"))
+        choice = choice_backend(cuda, dtype)
     else:
         import torch
 
@@ -697,6 +722,15 @@ def lazy_generator(
 
         return generation.build_generator(name_or_path, backend, **kwargs)
 
+    def choice_factory() -> Generator:
+        from .. import generation
+
+        return generation.build_generator(name_or_path, "transformers")
+
+    choices = None
+    if choice != backend:  # vLLM in fp32 on a CPU: transformers scores the choices
+        engine = {"backend": choice, "engine": engine_version(choice), "dtype": "float32"}
+        choices = (choice_factory, {**identity, **engine, "tensor_parallel_size": 1})
     return CachedGenerator(
         store=default_store() if store == "default" else store,  # type: ignore[arg-type]
         factory=factory,
@@ -705,4 +739,5 @@ def lazy_generator(
         name=Path(model).name if folder else name_or_path,
         checksum=identity["checksum"],
         context_window=window,
+        choices=choices,
     )

@@ -1,6 +1,14 @@
 """The transformers backend, for machines without vLLM: same prompts, same chat-template token
 ids, greedy decoding in length-sorted, left-padded mini-batches (transformers has no
-scheduler of its own, so sorting by length is what keeps padding cheap)."""
+scheduler of its own, so sorting by length is what keeps padding cheap).
+
+Choice scores ("[Yes]"/"[No]", the prompt gates) take one forward pass per mini-batch over each
+prompt's own tokens: the prompts' common token prefix (chat template, instruction, a TA-ARE
+head) is run once and its keys and values reused, to the token (vLLM's prefix cache reuses
+whole 32-token blocks only and needs a second request per prompt for the other choice). On a
+CPU without native bf16 this scores the prompt gates faster than vLLM in fp32, so the
+generation cache sends choice scores there (`vllm_backend.choice_backend`; docs/prompt-gates.md
+has the figures)."""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .base import Generation
-from .chat import chat_token_ids, choice_token_ids
+from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .model_folders import folder_checksum
 from .vllm_backend import softmax_rows
 
@@ -38,7 +46,10 @@ class TransformersGenerator:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(self.device)
+        attention = {} if self.device == "cuda" else {"attn_implementation": gqa_attention()}
+        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **attention)
+        self.model.to(self.device)
+        self._prefix: tuple[list[int], Any] = ([], None)  # a shared prefix and its keys/values
         self.model.eval()
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -109,12 +120,105 @@ class TransformersGenerator:
         return gens
 
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
-        """As the vLLM backend: the summed log-probability of each choice's tokens after the
-        prompt, from one forward pass per mini-batch, normalised over `choices`."""
-        import torch
-
+        """P(choice | prompt), normalised over `choices`, shape (n, c). Choices that differ in
+        one token ("[" + Yes|No + "]", `next_token_split`) are read from one forward pass over
+        each prompt's own tokens plus one short pass per choice (module docstring); other
+        choices are scored whole."""
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
+        split = next_token_split(tails)
+        if split is None:
+            return self._whole_probs(heads, tails)
+        prefix, ids, suffix = split
+        seqs = [h + prefix for h in heads]
+        shared = self._shared_prefix(seqs)
+        logp = np.empty((len(seqs), len(ids)))
+        for batch in self._batches(seqs):
+            logp[batch] = self._split_logprobs([seqs[i] for i in batch], shared, ids, suffix)
+        return softmax_rows(logp)
+
+    def _shared_prefix(self, seqs: list[list[int]]) -> int:
+        """Tokens at the start of every sequence whose keys and values are computed once: the
+        call's common prefix when it has two or more prompts (kept for later calls, so batch-1
+        calls of the same template reuse it), else the kept one where it fits. Each sequence
+        keeps at least one token of its own."""
+        n = 0
+        if len(seqs) > 1:
+            while all(len(s) > n + 1 for s in seqs) and len({s[n] for s in seqs}) == 1:
+                n += 1
+            if n and seqs[0][:n] != self._prefix[0]:
+                self._prefix = (list(seqs[0][:n]), None)
+        kept = self._prefix[0]
+        fits = kept and all(len(s) > len(kept) and s[: len(kept)] == kept for s in seqs)
+        return len(kept) if fits else 0
+
+    def _prefix_cache(self, n: int, batch: int) -> Any:
+        """The kept prefix's keys and values (computed on first use), copied for `batch` rows."""
+        import copy
+
+        import torch
+
+        if not n:
+            return None
+        ids, kv = self._prefix
+        if kv is None:
+            with torch.inference_mode():
+                kv = self.model(input_ids=torch.tensor([ids], device=self.device)).past_key_values
+            self._prefix = (ids, kv)
+        cache = copy.deepcopy(kv)
+        cache.batch_repeat_interleave(batch)
+        return cache
+
+    def _split_logprobs(
+        self, seqs: list[list[int]], n: int, ids: list[int], suffix: list[int]
+    ) -> np.ndarray:
+        """log P(d | seq) + log P(suffix | seq + [d]) for every d in `ids`, shape (b, c): one
+        pass over the sequences' own tokens (left-padded after the shared prefix, positions
+        given, so pads change nothing), then one over each choice's token and the suffix."""
+        import torch
+
+        own = [s[n:] for s in seqs]
+        width = max(len(t) for t in own)
+        rows, c = len(seqs), len(ids)
+        x = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((rows, n + width), dtype=torch.long)
+        pos = torch.zeros((rows, width), dtype=torch.long)
+        mask[:, :n] = 1
+        for row, t in enumerate(own):
+            x[row, width - len(t) :] = torch.tensor(t)
+            mask[row, n + width - len(t) :] = 1
+            pos[row, width - len(t) :] = torch.arange(n, n + len(t))
+        cache = self._prefix_cache(n, rows)
+        with torch.inference_mode():
+            out = self._forward(x, mask, pos, cache, 1)
+            logp = out.logits[:, -1].float().log_softmax(-1)[:, ids]  # (b, c)
+            if not suffix:
+                return logp.cpu().numpy()
+            # each row's cache serves its c choices: [d] + suffix[:-1] reads log P(suffix)
+            out.past_key_values.batch_repeat_interleave(c)
+            x2 = torch.tensor([[d, *suffix[:-1]] for _ in range(rows) for d in ids])
+            k = len(suffix)
+            mask2 = torch.cat(
+                [mask.repeat_interleave(c, 0), torch.ones((rows * c, k), dtype=torch.long)], 1
+            )
+            ends = torch.tensor([n + len(t) for t in own]).repeat_interleave(c)
+            pos2 = ends[:, None] + torch.arange(k)[None, :]
+            out2 = self._forward(x2, mask2, pos2, out.past_key_values, k)
+            lp2 = out2.logits.float().log_softmax(-1)[:, torch.arange(k), suffix]  # (b*c, k)
+            lp2 = lp2.sum(-1).view(rows, c)
+        return (logp + lp2).cpu().numpy()
+
+    def _forward(self, x: Any, mask: Any, pos: Any, cache: Any, keep: int) -> Any:
+        dev = self.device
+        return self.model(input_ids=x.to(dev), attention_mask=mask.to(dev),
+                          position_ids=pos.to(dev), past_key_values=cache, use_cache=True,
+                          logits_to_keep=keep)  # fmt: skip
+
+    def _whole_probs(self, heads: list[list[int]], tails: list[list[int]]) -> np.ndarray:
+        """The general path: the summed log-probability of each choice's tokens after the
+        prompt, from one forward pass per mini-batch over prompt + choice."""
+        import torch
+
         seqs = [h + t for h in heads for t in tails]
         scores = np.empty(len(seqs))
         for batch in self._batches(seqs):
@@ -128,6 +232,43 @@ class TransformersGenerator:
                 pos = range(width - n, width)  # choice tokens sit at the right end
                 scores[i] = sum(float(logp[row, p - 1, ids[row, p]]) for p in pos)
         return softmax_rows(scores.reshape(len(heads), len(tails)))
+
+
+GQA = "sdpa-gqa"
+HARMLESS = {"dropout", "scaling", "is_causal", "position_ids", "cache_position", "use_cache",
+            "sliding_window"}  # fmt: skip
+
+
+def gqa_attention() -> str:
+    """Registers and names an attention function that is transformers' SDPA but reads
+    grouped key/value heads in place (`enable_gqa`): on CPU, transformers' own copies every KV
+    head out to each query head it serves whenever a mask is passed, ~10% of a SmolLM2
+    prompt-gate batch (3 KV heads for 9). Attention with extras SDPA cannot express (soft-
+    capping, sinks) goes to transformers' own function."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GQA, _gqa_sdpa)  # registering again replaces: harmless
+    AttentionMaskInterface.register(GQA, sdpa_mask)
+    return GQA
+
+
+def _gqa_sdpa(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any
+) -> tuple[Any, None]:
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    # what SDPA with a mask already expresses; anything else (softcap, sinks, attention weights
+    # asked for) is transformers' own function's business
+    if {k for k, v in kwargs.items() if v is not None and v is not False} - HARMLESS:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, is_causal=causal,
+        scale=kwargs.get("scaling"), enable_gqa=key.shape[1] != query.shape[1],
+    )  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _counts(g: Generation) -> tuple[int, int]:

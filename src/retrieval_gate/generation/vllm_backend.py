@@ -55,6 +55,25 @@ def cpu_dtype() -> str:
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 
+CHOICE_BACKEND_ENV = "RETRIEVAL_GATE_CHOICE_BACKEND"
+
+
+def choice_backend(cuda: bool, dtype: str) -> str:
+    """Which engine scores choices (the prompt gates) beside a vLLM generator: vLLM itself,
+    except on a CPU where it runs in fp32 (no native bf16): there transformers' forward pass
+    over each prompt's own tokens (`hf_backend`) took 28 s and 85 s for the demo's 600 Vanilla
+    and TA-ARE prompts against vLLM's 51 s and 103 s (AVX2 forced, docs/prompt-gates.md).
+    `RETRIEVAL_GATE_CHOICE_BACKEND=vllm|transformers` overrides."""
+    asked = os.environ.get(CHOICE_BACKEND_ENV, "").strip().lower()
+    if asked:
+        if asked not in ("vllm", "transformers"):
+            raise BackendError(
+                f"{CHOICE_BACKEND_ENV}={asked!r}: use vllm or transformers (or unset it)"
+            )
+        return asked
+    return "transformers" if not cuda and dtype == "float32" else "vllm"
+
+
 def engine_kwargs(cuda: bool) -> dict[str, Any]:
     """`LLM(...)` settings: small-footprint eager mode on CPU; vLLM's defaults on a GPU."""
     if cuda:
