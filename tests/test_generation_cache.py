@@ -179,6 +179,10 @@ def test_choice_scores_go_to_their_own_engine(store, monkeypatch):
     assert np.array_equal(gen.choice_probs(["q", "p"], ["[Yes]", "[No]"]), first[[1, 0]])
     gen.generate(["p"], 8)
     assert built == ["transformers", "vllm"]
+    resets = []
+    gen._choice_inner.reset_prefix_cache = lambda: resets.append("choices")
+    clear_prefix_cache(gen)  # the RAG comparison before each mode: both engines start cold
+    assert resets == ["choices"]
     monkeypatch.setenv(CHOICE_BACKEND_ENV, "vllm")
     same = lazy_generator("smollm2-135m-instruct", "vllm", store=store)
     assert same.choice_identity == same.identity

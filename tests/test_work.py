@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -39,9 +41,15 @@ def test_cpu_description_says_which_code_paths_were_forced(monkeypatch):
     for var, value in (("ATEN_CPU_CAPABILITY", "avx2"), ("ONEDNN_MAX_CPU_ISA", "AVX2"),
                        ("MKL_ENABLE_INSTRUCTIONS", "AVX2")):  # fmt: skip
         monkeypatch.setenv(var, value)
+    monkeypatch.delitem(sys.modules, "sitecustomize", raising=False)
     text = work.cpu_description()
     forced = "ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2" in text
     assert forced == ("AVX-512" in text)  # only an AVX-512 machine is forced down
+    assert "vLLM's AVX2 kernels" not in text
+    site = types.ModuleType("sitecustomize")
+    site.__file__ = str(Path("scripts") / "avx2_site" / "sitecustomize.py")
+    monkeypatch.setitem(sys.modules, "sitecustomize", site)
+    assert ("vLLM's AVX2 kernels (scripts/avx2_site)" in work.cpu_description()) == forced
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     assert "forced" not in work.cpu_description()
 

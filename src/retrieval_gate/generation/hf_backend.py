@@ -137,6 +137,10 @@ class TransformersGenerator:
             logp[batch] = self._split_logprobs([seqs[i] for i in batch], shared, ids, suffix)
         return softmax_rows(logp)
 
+    def reset_prefix_cache(self) -> None:
+        """Forgets the kept prefix (as vLLM's `reset_prefix_cache`: a timed run starts cold)."""
+        self._prefix = ([], None)
+
     def _shared_prefix(self, seqs: list[list[int]]) -> int:
         """Tokens at the start of every sequence whose keys and values are computed once: the
         call's common prefix when it has two or more prompts (kept for later calls, so batch-1
