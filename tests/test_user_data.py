@@ -163,3 +163,23 @@ def test_popularity_gate_on_any_numeric_column():
         gate.scores([q(7, "many")])
     with pytest.raises(ValueError, match="no fitting question has a value for 'views'"):
         fit_popularity(qs, y, nan, nan, feature="views")
+
+
+def test_outcomes_without_a_generator_name_say_where_they_went(tmp_path, capsys):
+    """Outcomes without --generator still import (as the docs' older commands did), filed
+    under the default generator's name, and the command says so and how to name the LLM."""
+    outcomes = write_jsonl(tmp_path / "o.jsonl", [{"id": q["id"], "prediction": "x",
+                                                   "correct": i % 2} for i, q in
+                                                  enumerate(QUESTIONS)])  # fmt: skip
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    argv = ["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions", str(qs),
+            "--labels-dir", str(tmp_path / "labels")]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    folder = tmp_path / "labels" / "smollm2-135m-instruct"
+    assert (
+        f"no --generator: these outcomes are filed as smollm2-135m-instruct's, in {folder}" in err
+    )
+    assert (folder / "closed-book.jsonl").is_file()
+    assert main([*argv, "--generator", "my-llm"]) == 0
+    assert "no --generator" not in capsys.readouterr().err

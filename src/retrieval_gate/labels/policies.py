@@ -322,6 +322,7 @@ def _outcomes(req: LabelRequest, path: Path, *_: Any) -> dict[str, Any]:
 
     if req.options.get("strategies") or is_release(req.options["outcomes"]):
         return _strategy_outcomes(req)
+    _unnamed_llm(req, path.parent)
     questions = req.questions if req.questions is not None else question_set()
     return import_outcomes(
         req.options["outcomes"],
@@ -354,11 +355,21 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
             raise InputError("--questions: a release folder carries its own questions; drop it")
         return import_release(opts["outcomes"], req.labels_dir, req.llm,
                               opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
+    _unnamed_llm(req, req.labels_dir / generator_dir_name(req.generator))
     questions = req.questions if req.questions is not None else question_set()
     return import_strategy_outcomes(
         opts["outcomes"], questions, strategies or [], req.labels_dir / generator_dir_name(req.generator),
         req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
     )  # fmt: skip
+
+
+def _unnamed_llm(req: LabelRequest, folder: Path) -> None:
+    """Outcomes are some LLM's answers: without --generator they are filed under the default
+    generator's name, which a later `--labels` by that name would read as SmolLM2's."""
+    if req.llm is None:
+        log.warning("no --generator: these outcomes are filed as %s's, in %s; name the LLM "
+                    "whose answers they are with --generator NAME", req.generator,
+                    req.out or folder)  # fmt: skip
 
 
 def _strategy_names(value: Sequence[str] | None) -> list[str] | None:
