@@ -366,7 +366,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
 def _unnamed_llm(req: LabelRequest, folder: Path) -> None:
     """Outcomes are some LLM's answers: without --generator they are filed under the default
     generator's name, which a later `--labels` by that name would read as SmolLM2's."""
-    if req.llm is None:
+    if req.llm is None and req.generator == SMOLLM2:  # a Python caller may name it alone
         log.warning("no --generator: these outcomes are filed as %s's, in %s; name the LLM "
                     "whose answers they are with --generator NAME", req.generator,
                     req.out or folder)  # fmt: skip
