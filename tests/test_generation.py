@@ -207,7 +207,13 @@ def test_transformers_choice_scores_read_each_prompt_once(
     left-padded in mini-batches, one short pass per choice) gives vLLM's scores and its own
     whole-continuation scores to float rounding; a prompt scores the same alone (the kept
     head reused) as among others, and choices with a two-token tail take the same path."""
+    from transformers.integrations import sdpa_attention
+
     monkeypatch.setattr(hf_generator, "batch_size", 2)  # several batches, padding in each
+    fallbacks = []  # attention calls the in-place-KV-heads path handed to transformers' own
+    own = sdpa_attention.sdpa_attention_forward
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward",
+                        lambda *a, **k: fallbacks.append(sorted(k)) or own(*a, **k))  # fmt: skip
     prompts = [vanilla_prompt(q) for q in QUESTIONS[:5]]
     choices = ["[Yes]", "[No]"]
     hf = hf_generator.choice_probs(prompts, choices)
@@ -227,6 +233,7 @@ def test_transformers_choice_scores_read_each_prompt_once(
         hf_generator._whole_probs(heads[:3], tails),
         atol=1e-5,
     )
+    assert fallbacks == []  # SmolLM2's attention passes nothing SDPA cannot express
 
 
 def test_unknown_backend_and_empty_choice():

@@ -265,9 +265,12 @@ def _gqa_sdpa(
 
     # what SDPA with a mask already expresses; anything else (softcap, sinks, attention weights
     # asked for) is transformers' own function's business
-    if {k for k, v in kwargs.items() if v is not None and v is not False} - HARMLESS:
+    extras = {k for k, v in kwargs.items() if v is not None and v is not False} - HARMLESS
+    if extras or kwargs.get("dropout"):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+    asked = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if asked is None else asked
+    causal = query.shape[2] > 1 and attention_mask is None and causal
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, is_causal=causal,
         scale=kwargs.get("scaling"), enable_gqa=key.shape[1] != query.shape[1],
