@@ -202,6 +202,39 @@ def test_lazy_generator_knows_its_checksum_without_starting_the_engine(tmp_path)
     assert running.checksum == "0"
 
 
+class NamedEncoder(VocabEmbed):
+    """As `MiniLMEncoder` to DemoPool: a bound `encode` whose owner names its model."""
+
+    def __init__(self, model_name="vocab-v1"):
+        self.model_name, self.calls = model_name, 0
+
+    def encode(self, texts):
+        self.calls += 1
+        return self(texts)
+
+
+def test_ta_are_pool_embeddings_are_kept_by_encoder_and_texts(tmp_path, monkeypatch):
+    """Each stage building TA-ARE embeds the same pool: a named encoder's vectors are kept on
+    disk and found again by model and texts; another model or another pool is encoded."""
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    pool = [q(3, "Who was the director of Xyz?"), q(4, "Who is the father of Abc?"),
+            q(5, "What genre is Q?")]  # fmt: skip
+    first = NamedEncoder()
+    a = DemoPool(pool, first.encode)
+    again = NamedEncoder()
+    b = DemoPool(pool, again.encode)
+    assert (first.calls, again.calls) == (1, 0) and np.array_equal(a.vectors, b.vectors)
+    other = NamedEncoder("vocab-v2")
+    DemoPool(pool, other.encode)
+    more = NamedEncoder()
+    DemoPool([*pool, q(6, "Where is the river?")], more.encode)
+    assert other.calls == more.calls == 1
+    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+    unnamed = DemoPool(pool, VocabEmbed())  # a plain function: nothing kept
+    assert np.allclose(unnamed.vectors, a.vectors)
+    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+
+
 def test_prompt_gates_with_the_real_engine(vllm_generator):
     gate = PromptGate(lambda: vllm_generator, "vanilla")
     qs = [q(1, "What is the capital of France?"), q(2, "What is today's weather in Tokyo?")]

@@ -81,13 +81,23 @@ class DemoPool:
         self.questions = list(questions)
         self.embed = embed
         self.k = k
-        self.vectors = np.asarray(embed([q.text for q in self.questions]))
+        texts = [q.text for q in self.questions]
         # the encoder (a bound `MiniLMEncoder.encode` names its model), k and the pool's texts
         owner = getattr(embed, "__self__", embed)
-        encoder = getattr(owner, "model_name", None) or getattr(
-            owner, "__qualname__", type(owner).__qualname__
-        )
-        self.checksum = content_id(str(encoder), str(k), *(q.text for q in self.questions))
+        model = getattr(owner, "model_name", None)
+        encoder = model or getattr(owner, "__qualname__", type(owner).__qualname__)
+        self.checksum = content_id(str(encoder), str(k), *texts)
+        self.vectors = self._vectors(texts, model)
+
+    def _vectors(self, texts: list[str], model: str | None) -> np.ndarray:
+        """The pool's embeddings; a named encoder's are kept on disk by model and texts (each
+        stage that builds the gate would otherwise encode the same pool again)."""
+        if model is None:
+            return np.asarray(self.embed(texts))
+        from ..retrieval.dense import cached_embeddings
+
+        identity = "\n".join(["ta-are-demo-pool", str(model), *texts])
+        return cached_embeddings(identity, lambda: np.asarray(self.embed(texts)))
 
     @classmethod
     def from_closed_book(

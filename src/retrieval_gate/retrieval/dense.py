@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +91,10 @@ class DenseRetriever:
         # keyed by the documents' text and the encoder, not only their ids: an edited corpus
         # with the same ids must not reuse old embeddings
         texts = "\n".join(f"{d.id}\t{d.as_prompt_text()}" for d in self.documents)
-        key = hashlib.sha1((texts + self.encoder.model_name).encode()).hexdigest()[:16]
-        path = cache_dir() / "embeddings" / f"{key}.npy"
-        if path.is_file():
-            return np.load(path)
-        emb = self.encoder.encode([d.as_prompt_text() for d in self.documents])
-        _save(path, emb)
-        return emb
+        return cached_embeddings(
+            texts + self.encoder.model_name,
+            lambda: self.encoder.encode([d.as_prompt_text() for d in self.documents]),
+        )
 
     def retrieve(self, questions: Sequence[Question], k: int = 5) -> list[list[Hit]]:
         if not questions:
@@ -109,6 +106,18 @@ class DenseRetriever:
             [Hit(self.documents[int(j)], float(sims[r, j])) for j in row]
             for r, row in enumerate(top)
         ]
+
+
+def cached_embeddings(identity: str, encode: Callable[[], np.ndarray]) -> np.ndarray:
+    """Embeddings stored under `cache_dir()/embeddings`, keyed by `identity` (what they depend
+    on: the texts and the encoder), computed by `encode` when missing."""
+    key = hashlib.sha1(identity.encode()).hexdigest()[:16]
+    path = cache_dir() / "embeddings" / f"{key}.npy"
+    if path.is_file():
+        return np.load(path)
+    emb = encode()
+    _save(path, emb)
+    return emb
 
 
 def _save(path: Path, emb: np.ndarray) -> None:
