@@ -233,6 +233,15 @@ def test_ta_are_pool_embeddings_are_kept_by_encoder_and_texts(tmp_path, monkeypa
     unnamed = DemoPool(pool, VocabEmbed())  # a plain function: nothing kept
     assert np.allclose(unnamed.vectors, a.vectors)
     assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+    folder = tmp_path / "encoder"  # a local model folder: its weights are part of the key
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights one")
+    encoders = [NamedEncoder(str(folder)) for _ in range(3)]
+    DemoPool(pool, encoders[0].encode)
+    DemoPool(pool, encoders[1].encode)
+    (folder / "model.safetensors").write_bytes(b"other weights, same path")
+    DemoPool(pool, encoders[2].encode)
+    assert [e.calls for e in encoders] == [1, 0, 1]
 
 
 def test_prompt_gates_with_the_real_engine(vllm_generator):

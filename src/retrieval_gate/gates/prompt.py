@@ -96,8 +96,7 @@ class DemoPool:
             return np.asarray(self.embed(texts))
         from ..retrieval.dense import cached_embeddings
 
-        identity = "\n".join(["ta-are-demo-pool", str(model), *texts])
-        return cached_embeddings(identity, lambda: np.asarray(self.embed(texts)))
+        return cached_embeddings(model, texts, lambda: np.asarray(self.embed(texts)))
 
     @classmethod
     def from_closed_book(

@@ -90,9 +90,10 @@ class DenseRetriever:
     def _corpus_embeddings(self) -> np.ndarray:
         # keyed by the documents' text and the encoder, not only their ids: an edited corpus
         # with the same ids must not reuse old embeddings
-        texts = "\n".join(f"{d.id}\t{d.as_prompt_text()}" for d in self.documents)
+        keyed = [f"{d.id}\t{d.as_prompt_text()}" for d in self.documents]
         return cached_embeddings(
-            texts + self.encoder.model_name,
+            self.encoder.model_name,
+            keyed,
             lambda: self.encoder.encode([d.as_prompt_text() for d in self.documents]),
         )
 
@@ -108,9 +109,16 @@ class DenseRetriever:
         ]
 
 
-def cached_embeddings(identity: str, encode: Callable[[], np.ndarray]) -> np.ndarray:
-    """Embeddings stored under `cache_dir()/embeddings`, keyed by `identity` (what they depend
-    on: the texts and the encoder), computed by `encode` when missing."""
+def cached_embeddings(
+    model: str, texts: Sequence[str], encode: Callable[[], np.ndarray]
+) -> np.ndarray:
+    """Embeddings stored under `cache_dir()/embeddings`, keyed by what they depend on: the
+    texts and the encoder (its name and, for a local folder, its weight files' names, sizes and
+    modification times, so replaced weights miss), computed by `encode` when missing."""
+    folder = Path(model)
+    weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
+    stamp = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in weights]
+    identity = "\n".join([model, *stamp, "", *texts])
     key = hashlib.sha1(identity.encode()).hexdigest()[:16]
     path = cache_dir() / "embeddings" / f"{key}.npy"
     if path.is_file():
