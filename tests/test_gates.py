@@ -242,6 +242,10 @@ def test_ta_are_pool_embeddings_are_kept_by_encoder_and_texts(tmp_path, monkeypa
     (folder / "model.safetensors").write_bytes(b"other weights, same path")
     DemoPool(pool, encoders[2].encode)
     assert [e.calls for e in encoders] == [1, 0, 1]
+    for kept in (tmp_path / "embeddings").glob("*.npy"):
+        kept.write_bytes(b"not an array")  # damaged: computed again, never read as vectors
+    again = NamedEncoder()
+    assert np.array_equal(DemoPool(pool, again.encode).vectors, a.vectors) and again.calls == 1
 
 
 def test_prompt_gates_with_the_real_engine(vllm_generator):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from ..fileio import write_bytes
 from ..models import MINILM, cache_dir, resolve_model
 from ..questions import Question
 from .base import Document, Hit
+
+log = logging.getLogger(__name__)
 
 
 class MiniLMEncoder:
@@ -122,7 +125,13 @@ def cached_embeddings(
     key = hashlib.sha1(identity.encode()).hexdigest()[:16]
     path = cache_dir() / "embeddings" / f"{key}.npy"
     if path.is_file():
-        return np.load(path)
+        try:
+            kept = np.load(path)
+            if kept.ndim == 2 and len(kept) == len(texts):
+                return kept
+        except (OSError, ValueError, EOFError):
+            pass
+        log.warning("kept embeddings %s are damaged: computed again", path)
     emb = encode()
     _save(path, emb)
     return emb
