@@ -450,8 +450,8 @@ class CachedGenerator:
             return list(prompts)  # a server applies its own template: the text is the input
         return chat_token_ids(self.tokenizer, prompts)
 
-    def _keys(self, ids: list[Any], what: dict[str, Any]) -> list[str]:
-        return [_digest([self.identity, what, x]) for x in ids]
+    def _keys(self, ids: list[Any], what: dict[str, Any], identity: Any = None) -> list[str]:
+        return [_digest([identity or self.identity, what, x]) for x in ids]
 
     # -- generation ----------------------------------------------------------------------
 
@@ -560,8 +560,7 @@ class CachedGenerator:
             probs, seconds = self._choices(prompts, choices)
             _count_choices(sum(lengths), len(prompts), cached=False)
             return probs, seconds
-        keys = [_digest([self.choice_identity, {"kind": "choices", "choices": choices}, x])
-                for x in ids]  # fmt: skip
+        keys = self._keys(ids, {"kind": "choices", "choices": choices}, self.choice_identity)
         stored = store.get_many(keys)
         first: dict[str, int] = {}
         for i, k in enumerate(keys):

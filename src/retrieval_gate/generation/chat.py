@@ -54,3 +54,18 @@ def next_token_split(
     if len(set(distinct)) != len(distinct):
         return None  # two choices with the same tokens: nothing tells them apart
     return list(tails[0][:j]), distinct, list(tails[0][j + 1 :])
+
+
+def common_prefix_length(seqs: Sequence[Sequence[int]], keep: int = 0) -> int:
+    """Tokens every sequence starts with, leaving each at least `keep` of its own (the part
+    of a template's prompts whose keys and values can be computed once)."""
+    n = 0
+    while all(len(s) > n + keep for s in seqs) and len({s[n] for s in seqs}) == 1:
+        n += 1
+    return n
+
+
+def all_extend(seqs: Sequence[Sequence[int]], prefix: Sequence[int]) -> bool:
+    """Whether every sequence starts with a (non-empty) `prefix` and has tokens after it."""
+    n = len(prefix)
+    return bool(n) and all(len(s) > n and list(s[:n]) == list(prefix) for s in seqs)

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from .base import Generation
-from .chat import chat_token_ids, choice_token_ids, next_token_split
+from .chat import (
+    all_extend,
+    chat_token_ids,
+    choice_token_ids,
+    common_prefix_length,
+    next_token_split,
+)
 from .model_folders import folder_checksum
 from .vllm_backend import softmax_rows
 
@@ -146,15 +152,11 @@ class TransformersGenerator:
         call's common prefix when it has two or more prompts (kept for later calls, so batch-1
         calls of the same template reuse it), else the kept one where it fits. Each sequence
         keeps at least one token of its own."""
-        n = 0
-        if len(seqs) > 1:
-            while all(len(s) > n + 1 for s in seqs) and len({s[n] for s in seqs}) == 1:
-                n += 1
-            if n and seqs[0][:n] != self._prefix[0]:
-                self._prefix = (list(seqs[0][:n]), None)
+        n = common_prefix_length(seqs, keep=1) if len(seqs) > 1 else 0
+        if n and seqs[0][:n] != self._prefix[0]:
+            self._prefix = (list(seqs[0][:n]), None)
         kept = self._prefix[0]
-        fits = kept and all(len(s) > len(kept) and s[: len(kept)] == kept for s in seqs)
-        return len(kept) if fits else 0
+        return len(kept) if all_extend(seqs, kept) else 0
 
     def _prefix_cache(self, n: int, batch: int) -> Any:
         """The kept prefix's keys and values (computed on first use), copied for `batch` rows."""

@@ -34,7 +34,7 @@ from .. import work
 from ..errors import InputError
 from ..models import SMOLLM2
 from .cache import GenerationStore, _digest, _split, _store_of, _storing, default_store
-from .chat import chat_token_ids
+from .chat import all_extend, chat_token_ids, common_prefix_length
 from .model_folders import folder_checksum, resolve_generator_model
 
 KIND = "hidden-state"
@@ -204,16 +204,13 @@ class HiddenStateReader:
         starts with it, as vLLM's prefix cache does, so a question pays for its own tokens
         only. The states are the full prefill's up to float rounding (about 1e-6 relative)."""
         ids = self.prompt_ids(prompts)
-        n = 0
-        while all(len(x) > n for x in ids) and len({x[n] for x in ids}) == 1:
-            n += 1
+        n = common_prefix_length(ids)
         if len(ids) > 1 and list(ids[0][:n]) != self.prefix:
             self.prefix, self._prefix_kv = list(ids[0][:n]), None
 
     def _shared(self, seqs: list[list[int]]) -> int:
         """Length of the shared prefix when every sequence of the batch extends it, else 0."""
-        n = len(self.prefix)
-        return n if n and all(len(s) > n and s[:n] == self.prefix for s in seqs) else 0
+        return len(self.prefix) if all_extend(seqs, self.prefix) else 0
 
     def _prefix_cache(self, batch: int) -> Any:
         """The prefix's keys and values, computed once, copied for a batch of `batch`."""

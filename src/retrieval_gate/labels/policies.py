@@ -355,10 +355,11 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
             raise InputError("--questions: a release folder carries its own questions; drop it")
         return import_release(opts["outcomes"], req.labels_dir, req.llm,
                               opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
-    _unnamed_llm(req, req.labels_dir / generator_dir_name(req.generator))
+    folder = req.labels_dir / generator_dir_name(req.generator)
+    _unnamed_llm(req, folder)
     questions = req.questions if req.questions is not None else question_set()
     return import_strategy_outcomes(
-        opts["outcomes"], questions, strategies or [], req.labels_dir / generator_dir_name(req.generator),
+        opts["outcomes"], questions, strategies or [], folder,
         req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
     )  # fmt: skip
 
