@@ -67,7 +67,7 @@ def test_interrupted_stage_is_not_marked_done_and_no_report(tmp_path, monkeypatc
     first = STAGES[0]
     (tmp_path / f"{first.name}.done.json").write_text(json.dumps({"argv": [], "seconds": 1.0}))
 
-    def interrupted(argv, name, budget, work_file):
+    def interrupted(argv, name, budget, work_file, fork):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(demo, "run_stage", interrupted)
@@ -185,3 +185,70 @@ def test_the_demo_fits_the_stacked_gate(tmp_path):
     export = rag[rag.index("--onnx") + 1]
     assert "cascade" in rag and rag[rag.index("--answer-gate") + 1] == export
     assert rag[rag.index("--router") + 1] == export
+
+
+FORKED = """
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+from retrieval_gate import demo, preload, work
+preload.MODULES = ("json",)  # the mechanism, without torch's and vLLM's import time
+demo.subprocess.Popen = None  # a stage that fell back to a fresh interpreter would fail
+work.WORK.train_examples = 5  # the parent's counts must not reach a stage's file
+work_file = Path(sys.argv[1])
+ok = demo.run_stage(["data", "summary"], "data", 60, work_file, fork=True)
+bad = demo.run_stage(["demo", "--stage", "nope"], "bad", 60, None, fork=True)
+
+def sleeper(argv):
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:
+        return 7
+    return 0
+
+stage = preload.ForkedStage(["x"], dict(os.environ), main=sleeper)
+try:
+    stage.wait(timeout=0.3)
+    waited = "returned"
+except subprocess.TimeoutExpired:
+    waited = "timed out"
+time.sleep(0.5)  # its SIGINT handler is set
+stage.send_signal(signal.SIGINT)
+interrupted = stage.wait(timeout=30)
+stage = preload.ForkedStage(["x"], dict(os.environ), main=sleeper)
+stage.terminate()
+print(json.dumps({"forked": preload.available(), "ok": ok, "bad": bad, "waited": waited,
+                  "interrupted": interrupted, "terminated": stage.wait(timeout=30)}))
+"""
+
+
+@pytest.mark.slow  # a subprocess that imports torch
+def test_a_forked_stage_is_its_own_process_with_its_output_exit_code_and_counters(tmp_path):
+    """The demo forks its stages from one process that imported the heavy libraries once:
+    each is still the verb with its own output, exit code, counters and signals."""
+    import subprocess
+    import sys
+
+    work_file = tmp_path / "data.work.json"
+    env = {**__import__("os").environ, "RETRIEVAL_GATE_PRELOAD": "1"}
+    run = subprocess.run([sys.executable, "-c", FORKED, str(work_file)], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    *output, last = run.stdout.strip().splitlines()
+    assert json.loads(last) == {"forked": True, "ok": 0, "bad": 2, "waited": "timed out",
+                                "interrupted": 7, "terminated": -15}  # fmt: skip
+    text = "\n".join(output)
+    assert "data folder:" in text  # the stage's own output, through the pipe
+    assert "unknown stage 'nope'" in text
+    counts = json.loads(work_file.read_text())
+    assert counts["train_examples"] == 0 and set(counts) >= {"prefill_tokens_computed"}
+
+
+@pytest.mark.slow  # a subprocess
+def test_preload_off_runs_each_stage_in_a_fresh_interpreter():
+    import subprocess
+    import sys
+
+    code = "from retrieval_gate import preload; print(preload.available())"
+    env = {**__import__("os").environ, "RETRIEVAL_GATE_PRELOAD": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,5 +1,6 @@
 """The main job end to end: each stage is one `retrieval-gate` verb run in its own process,
-writing under `runs/demo/`. A finished stage leaves `<stage>.done.json` (command, seconds) and
+writing under `runs/demo/` (on Linux forked from this one, which imports torch, transformers
+and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json` (command, seconds) and
 is reused on the next run; `--stage NAME` re-runs one stage alone, `--force` all of them.
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import work
+from . import preload, work
 from .errors import ConfigError
 from .fileio import write_text
 from .labels import LABELS_DIR
@@ -49,6 +50,7 @@ class Stage:
     # job is judged; the stages sum to 15 minutes at most. The generator stages (evaluate, rag)
     # get the most: fp32 generation is where such a machine is slowest.
     budget: float
+    preload: bool = True  # forked from the process that imported torch once (`preload`)
 
 
 def _label_sample(out: Path) -> list[str]:
@@ -158,7 +160,7 @@ def _router_evaluate(out: Path) -> list[str]:
 
 
 STAGES = [
-    Stage("data", "data summary", lambda out: ["data", "summary"], 15),
+    Stage("data", "data summary", lambda out: ["data", "summary"], 15, preload=False),
     Stage("models", "model preparation", lambda out: ["models", "prepare"], 50),
     Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 65),
     Stage("train", "train the MiniLM gate", _train, 90),
@@ -205,7 +207,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
         work_file = out / f"{stage.name}.work.json"
         work_file.unlink(missing_ok=True)
         try:
-            code = run_stage(argv, stage.name, stage.budget, work_file)
+            code = run_stage(argv, stage.name, stage.budget, work_file, fork=stage.preload)
         except KeyboardInterrupt:
             print(
                 f"\ninterrupted in stage {stage.name}: it is not marked done; re-run "
@@ -229,20 +231,28 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     return 0
 
 
-def run_stage(argv: list[str], name: str, budget: float, work_file: Path | None = None) -> int:
+def run_stage(
+    argv: list[str], name: str, budget: float, work_file: Path | None = None, fork: bool = False
+) -> int:
     """One verb in its own process, its output passed through; past `budget` seconds, a note
     every NOTE_EVERY seconds with the stage's last progress bar and the time it estimates.
     stdout and stderr are read as one stream: Lightning draws its bars on stdout, tqdm and
-    vLLM on stderr. The verb writes its work counters to `work_file` when it exits."""
+    vLLM on stderr. The verb writes its work counters to `work_file` when it exits. `fork`:
+    forked from this process with torch and transformers imported once, where that is safe
+    (`preload.available`), instead of a fresh interpreter."""
     env = dict(os.environ)
     if work_file is not None:
         env[work.WORK_FILE_ENV] = str(work_file)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retrieval_gate.cli", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    proc: subprocess.Popen | preload.ForkedStage
+    if fork and preload.available():
+        proc = preload.ForkedStage(argv, env)
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "retrieval_gate.cli", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     tail = OutputTail(proc.stdout)
     start, next_note = time.perf_counter(), budget
     try:
@@ -260,7 +270,7 @@ def run_stage(argv: list[str], name: str, budget: float, work_file: Path | None 
     return proc.returncode
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen | preload.ForkedStage) -> None:
     """After Ctrl-C: a terminal sends it to the stage too, so give it time to exit; if only
     the demo got it (`kill -INT`), pass it on, and terminate a stage that still hangs."""
     steps = [

@@ -1,0 +1,144 @@
+"""The demo's stages forked from a process that has imported torch, transformers and vLLM once.
+
+Each torch-using verb spends about 6 s (on a 2-core Xeon) importing its libraries before any
+work: transformers alone pulls in scikit-learn, torch._dynamo and torch.distributed. The demo
+runs ten such verbs, so on Linux with a CPU-only torch it imports them once and forks every
+stage from itself. A forked stage is still its own process: `cli.main(argv)` with the stage's
+environment, its output through a pipe, its exit code, and the exit handlers a normal
+interpreter exit runs (the work counters are written by one).
+
+Fork is used only where it is safe: Linux (macOS frameworks are not fork-safe), a torch built
+without CUDA (a CUDA context does not survive fork), and a parent with one thread. Elsewhere, or
+with `RETRIEVAL_GATE_PRELOAD=0`, each stage is a fresh interpreter, as before."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+
+PRELOAD_ENV = "RETRIEVAL_GATE_PRELOAD"
+# What most stages import; each module is imported once here instead of once per stage.
+MODULES = (
+    "torch",
+    "transformers",
+    "retrieval_gate.training.checkpoint",  # transformers' model classes, scikit-learn
+    "retrieval_gate.gates.learned",
+    "vllm",
+)
+
+_state: dict[str, bool] = {}
+
+
+def available() -> bool:
+    """True when stages can be forked from this process (importing MODULES on first call)."""
+    if "ok" not in _state:
+        _state["ok"] = _preload()
+    return _state["ok"] and threading.active_count() == 1
+
+
+def _preload() -> bool:
+    if os.environ.get(PRELOAD_ENV, "1").strip() == "0" or not sys.platform.startswith("linux"):
+        return False
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    if torch.version.cuda is not None or torch.version.hip is not None:
+        return False
+    for name in MODULES:
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            importlib.import_module(name)
+    return threading.active_count() == 1  # an import that starts a thread makes fork unsafe
+
+
+class ForkedStage:
+    """`main(argv)` (the CLI's) in a forked child with `env` as its environment; the parts of
+    `subprocess.Popen` the demo uses (stdout, poll, wait, send_signal, terminate, kill)."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        main: Callable[[list[str]], int] | None = None,
+    ) -> None:
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _child(list(argv), env, write, main)  # never returns
+        os.close(write)
+        self.pid = pid
+        self.args = ["retrieval-gate", *argv]
+        self.stdout = os.fdopen(read, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.05)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _child(
+    argv: list[str], env: dict[str, str], write: int, main: Callable[[list[str]], int] | None
+) -> None:
+    """The forked stage: output to the pipe, the stage's environment, the verb, the exit
+    handlers, then `os._exit`, so the parent's stack never resumes in this process."""
+    code = 1
+    try:
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.close(write)
+        # fresh file objects: the parent's could hold a lock taken by a thread fork dropped
+        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(env)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sys.argv = ["retrieval-gate", *argv]
+        from . import cli, work
+
+        work.reset()  # the parent's counts are not this stage's
+        code = (main or cli.main)(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported, and the child must never return
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # what an interpreter exit runs: counters, engine shutdown
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
