@@ -418,3 +418,27 @@ def test_a_bundled_subset_keeps_its_questions_canonical_split():
     assert subset and all(q.id.startswith("popqa") for q in subset)
     assert {q.id: q.split for q in subset} == {q.id: canonical[q.id] for q in subset}
     assert len(config_questions(DataConfig())) == len(canonical)
+
+
+def test_eval_batches_are_read_in_token_length_order_and_come_back_in_row_order():
+    """Frozen-body embeddings and validation read a split shortest first (a batch pads to its
+    longest question: the demo's 9,189 questions took 44% fewer tokens); outputs return to
+    the split's row order. Token counts, not characters, order them."""
+    from transformers import AutoTokenizer
+
+    from retrieval_gate.training.config import DataConfig
+    from retrieval_gate.training.datamodule import Collate, GateDataModule
+
+    dm = GateDataModule.__new__(GateDataModule)  # the loaders only: no labels to read
+    dm.cfg = DataConfig(eval_batch_size=2)
+    dm.collate = Collate(AutoTokenizer.from_pretrained(minilm_path()), 64)
+    # "internationalization" has the most characters and among the fewest tokens
+    texts = ["a b c d e f", "internationalization", "who?", "one two three four five six seven"]
+    dm.rows = {"dev": [(f"q{i}", t, i) for i, t in enumerate(texts)]}
+    loader, back = dm.by_length("dev")
+    batches = list(loader)
+    lengths = [int(m.sum()) for b in batches for m in b["attention_mask"]]
+    assert lengths == sorted(lengths) and len(lengths) == 4
+    read = torch.cat([b["labels"] for b in batches]).numpy()
+    assert read.tolist() != [0, 1, 2, 3]  # read out of row order ...
+    assert read[back].tolist() == [0, 1, 2, 3]  # ... and put back

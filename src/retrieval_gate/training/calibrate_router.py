@@ -46,13 +46,14 @@ def split_probabilities(
     module.eval()
     device = next(module.parameters()).device
     out = []
-    for batch in dm._eval_loader(split):
+    batches, back = dm.by_length(split)
+    for batch in batches:
         feats = batch.get("features")
         logits = module(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                         None if feats is None else feats.to(device))  # fmt: skip
         out.append(module.probabilities(logits).float().cpu().numpy())
     rows = dm.rows[split]
-    return [r[0] for r in rows], np.concatenate(out), np.array([r[-1] for r in rows], float)
+    return [r[0] for r in rows], np.concatenate(out)[back], np.array([r[-1] for r in rows], float)
 
 
 def _paid(dm: GateDataModule, ids: list[str], costs: tuple[float, ...]) -> np.ndarray:

@@ -158,11 +158,13 @@ class StackedHead(nn.Module):
 
 
 @torch.inference_mode()
-def embed(module: nn.Module, batches: Any) -> np.ndarray:
-    """The frozen body's pooled embedding of every row the loader yields, in its order."""
+def embed(module: nn.Module, dm: GateDataModule, split: str) -> np.ndarray:
+    """The frozen body's pooled embedding of every row of `split`, in its row order (read in
+    length order: `GateDataModule.by_length`)."""
     module.eval()
+    batches, back = dm.by_length(split)
     return np.concatenate([module.backbone(b["input_ids"], b["attention_mask"]).float().numpy()
-                           for b in batches])  # fmt: skip
+                           for b in batches])[back]  # fmt: skip
 
 
 class TokenNgrams:
@@ -316,7 +318,7 @@ def fit_stacked_head(
     dev among them (routers only), returns the out-of-fold predictions the price is to be
     calibrated on."""
     rows = [r for split in fit_on for r in dm.rows[split]]
-    E = np.concatenate([embed(module, dm._eval_loader(split)) for split in fit_on])
+    E = np.concatenate([embed(module, dm, split) for split in fit_on])
     texts = [r[1] for r in rows]
     tok = dm.tokenizer  # the ids the model sees: truncated as the collate truncates them
     ids = tok(texts, truncation=True, max_length=dm.cfg.max_length)["input_ids"]
