@@ -239,3 +239,23 @@ def test_transformers_choice_scores_read_each_prompt_once(
 def test_unknown_backend_and_empty_choice():
     with pytest.raises(ValueError, match="backend"):
         build_generator("smollm2-135m-instruct", backend="onnx")
+
+
+@pytest.mark.slow  # parses the bundled GGUF (about 2 s)
+def test_the_conversion_parses_the_gguf_once():
+    """transformers reads the GGUF for the tokenizer, the config and the weights; during the
+    conversion one parse serves the three, and gguf's own reader is back afterwards."""
+    import gguf
+
+    from retrieval_gate.generation.model_folders import _gguf_read_once
+    from retrieval_gate.models import smollm2_gguf_path
+
+    path = str(smollm2_gguf_path())
+    reader = gguf.GGUFReader
+    with _gguf_read_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is first
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is gguf.get_tensor_name_map(
+            gguf.MODEL_ARCH.LLAMA, 30
+        )
+    assert gguf.GGUFReader is reader

@@ -10,6 +10,9 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
@@ -44,10 +47,11 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
-    )
+    with _gguf_read_once():
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
+        )
     # The weights are already dequantised; drop the GGUF "quantisation" so they can be saved.
     model.hf_quantizer = None
     model.is_quantized = False
@@ -71,6 +75,23 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return publish(tmp, target, force)
+
+
+@contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """transformers parses the whole GGUF (its 49k-token vocabulary in Python) once for the
+    tokenizer, once for the config and once for the weights, and builds gguf's tensor-name
+    map once per tensor: most of the conversion's ~15 s. Inside this block one parse per file
+    and one map per architecture serve them all (both are only read)."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = lru_cache(maxsize=2)(reader)  # type: ignore[misc]
+    gguf.get_tensor_name_map = lru_cache(maxsize=8)(name_map)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
 
 
 def publish(tmp: Path, target: Path, force: bool = False) -> Path:
