@@ -104,10 +104,12 @@ def test_stop_passes_ctrl_c_on_to_a_stage_that_did_not_get_it():
     # children ignore SIGINT, and Python then installs no KeyboardInterrupt handler
     code = (
         "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "print('ready', flush=True)\n"
         "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    stop(proc)  # the child never saw a Ctrl-C: stop sends it one
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"  # its handler is set
+    stop(proc, grace=0.5)  # the child never saw a Ctrl-C: stop sends it one
     assert proc.returncode == 7
 
 
@@ -199,6 +201,7 @@ ok = demo.run_stage(["data", "summary"], "data", 60, work_file, fork=True)
 bad = demo.run_stage(["demo", "--stage", "nope"], "bad", 60, None, fork=True)
 
 def sleeper(argv):
+    print("ready", flush=True)  # its SIGINT handler is set
     try:
         time.sleep(600)
     except KeyboardInterrupt:
@@ -211,7 +214,7 @@ try:
     waited = "returned"
 except subprocess.TimeoutExpired:
     waited = "timed out"
-time.sleep(0.5)  # its SIGINT handler is set
+assert stage.stdout.readline() == b"ready\\n"
 stage.send_signal(signal.SIGINT)
 interrupted = stage.wait(timeout=30)
 stage = preload.ForkedStage(["x"], dict(os.environ), main=sleeper)

@@ -270,11 +270,11 @@ def run_stage(
     return proc.returncode
 
 
-def stop(proc: subprocess.Popen | preload.ForkedStage) -> None:
-    """After Ctrl-C: a terminal sends it to the stage too, so give it time to exit; if only
-    the demo got it (`kill -INT`), pass it on, and terminate a stage that still hangs."""
+def stop(proc: subprocess.Popen | preload.ForkedStage, grace: float = 10) -> None:
+    """After Ctrl-C: a terminal sends it to the stage too, so give it `grace` seconds to exit;
+    if only the demo got it (`kill -INT`), pass it on, and terminate a stage that still hangs."""
     steps = [
-        (lambda: None, 10),
+        (lambda: None, grace),
         (lambda: proc.send_signal(signal.SIGINT), 30),
         (proc.terminate, 10),
     ]
