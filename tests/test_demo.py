@@ -228,11 +228,12 @@ print(json.dumps({"forked": preload.available(), "ok": ok, "bad": bad, "waited":
 def test_a_forked_stage_is_its_own_process_with_its_output_exit_code_and_counters(tmp_path):
     """The demo forks its stages from one process that imported the heavy libraries once:
     each is still the verb with its own output, exit code, counters and signals."""
+    import os
     import subprocess
     import sys
 
     work_file = tmp_path / "data.work.json"
-    env = {**__import__("os").environ, "RETRIEVAL_GATE_PRELOAD": "1"}
+    env = {**os.environ, "RETRIEVAL_GATE_PRELOAD": "1"}
     run = subprocess.run([sys.executable, "-c", FORKED, str(work_file)], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -248,10 +249,11 @@ def test_a_forked_stage_is_its_own_process_with_its_output_exit_code_and_counter
 
 @pytest.mark.slow  # a subprocess
 def test_preload_off_runs_each_stage_in_a_fresh_interpreter():
+    import os
     import subprocess
     import sys
 
     code = "from retrieval_gate import preload; print(preload.available())"
-    env = {**__import__("os").environ, "RETRIEVAL_GATE_PRELOAD": "0"}
+    env = {**os.environ, "RETRIEVAL_GATE_PRELOAD": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -422,8 +422,8 @@ def test_a_bundled_subset_keeps_its_questions_canonical_split():
 
 def test_eval_batches_are_read_in_token_length_order_and_come_back_in_row_order():
     """Frozen-body embeddings and validation read a split shortest first (a batch pads to its
-    longest question: the demo's 9,189 questions took 44% fewer tokens); outputs return to
-    the split's row order. Token counts, not characters, order them."""
+    longest question: the demo gate's training read 162k tokens instead of 291k); outputs
+    return to the split's row order. Token counts, not characters, order them."""
     from transformers import AutoTokenizer
 
     from retrieval_gate.training.config import DataConfig

@@ -1,7 +1,8 @@
 """The main job end to end: each stage is one `retrieval-gate` verb run in its own process,
 writing under `runs/demo/` (on Linux forked from this one, which imports torch, transformers
-and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json` (command, seconds) and
-is reused on the next run; `--stage NAME` re-runs one stage alone, `--force` all of them.
+and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json`
+(command, seconds) and is reused on the next run; `--stage NAME` re-runs one stage alone,
+`--force` all of them.
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
 it prints, once a minute, where it is and how long it still needs, read from the last progress
