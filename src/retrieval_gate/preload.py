@@ -14,6 +14,7 @@ with `RETRIEVAL_GATE_PRELOAD=0`, each stage is a fresh interpreter, as before.""
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import importlib.util
 import os
@@ -35,16 +36,15 @@ MODULES = (
     "vllm",
 )
 
-_state: dict[str, bool] = {}
-
 
 def available() -> bool:
-    """True when stages can be forked from this process (importing MODULES on first call)."""
-    if "ok" not in _state:
-        _state["ok"] = _preload()
-    return _state["ok"] and threading.active_count() == 1
+    """True when stages can be forked from this process (importing MODULES on first call):
+    the platform allows it and no thread runs now (an import's, or a previous stage's output
+    pump still draining)."""
+    return _preload() and threading.active_count() == 1
 
 
+@functools.cache
 def _preload() -> bool:
     if os.environ.get(PRELOAD_ENV, "1").strip() == "0" or not sys.platform.startswith("linux"):
         return False
@@ -57,7 +57,7 @@ def _preload() -> bool:
     for name in MODULES:
         if importlib.util.find_spec(name.split(".")[0]) is not None:
             importlib.import_module(name)
-    return threading.active_count() == 1  # an import that starts a thread makes fork unsafe
+    return True
 
 
 class ForkedStage:
@@ -131,8 +131,8 @@ def _child(
 
         work.reset()  # the parent's counts are not this stage's
         code = (main or cli.main)(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+    except SystemExit as e:  # as an interpreter exits: None is 0, a message is 1
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported, and the child must never return
         traceback.print_exc()
     finally:
