@@ -75,7 +75,7 @@ def test_check_gpu_lists_what_it_could_not_check_and_fails_without_cuda():
     proc = subprocess.run(["bash", str(root / "scripts/check_gpu.sh")], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == 9 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
+    assert len(rows) == 11 and "| train 20 steps, trainer.devices=auto, bf16 |" in proc.stdout
     if not torch.cuda.is_available():
         assert proc.returncode == 1 and all("| not checked |" in row for row in rows), proc.stdout
 
@@ -86,5 +86,29 @@ def test_check_gpu_job_steps_parse_with_the_real_cli(tmp_path):
 
     from retrieval_gate.cli import build_parser
 
-    for _, args, _ in job_steps(tmp_path):
-        assert callable(build_parser(args).parse_args(args).run), args
+    for step in job_steps(tmp_path):
+        assert callable(build_parser(step.args).parse_args(step.args).run), step.args
+
+
+@pytest.mark.slow  # a training run and two LLM loads
+def test_check_gpu_comparisons_run_end_to_end_on_tiny_models(tmp_path):
+    """The CUDA rows' bodies, pointed at the CPU on both sides (gaps of zero): a GPU machine is
+    the only place their CUDA side runs, so the rest of them is exercised here."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from check_gpu import QUESTIONS, gate_on_cuda, llm_on_cuda
+
+    from retrieval_gate.training import train
+    from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+
+    questions, labels = synthetic_questions(64, seed=5)
+    texts = [q.text for q in questions] + QUESTIONS
+    body = tiny_backbone("roberta", tmp_path / "body", texts)
+    cfg = tiny_config(write_label_file(tmp_path / "labels.jsonl", labels), tmp_path / "ck",
+                      "encoder", str(body), pooling="cls")  # fmt: skip
+    run = train(cfg.override("run.name=gate", "trainer.accelerator=cpu"), questions=questions)
+    ok, detail = gate_on_cuda(run, device="cpu")
+    assert ok and f"{len(QUESTIONS)} questions, max |p_cuda - p_cpu| = 0.0e+00" == detail
+    llm = tiny_backbone("llama", tmp_path / "llm", texts)
+    ok, detail = llm_on_cuda(str(llm), device="cpu")
+    assert ok, detail
+    assert "max relative gap 0.0e+00" in detail and f"equal for {len(QUESTIONS)}/" in detail

@@ -25,14 +25,26 @@ def test_launcher_environment_sets_devices_nodes_and_ddp():
     assert launched_world({}) is None and launcher_trainer(auto, {}) == auto
     assert launched_world({**slurm, "SLURM_JOB_NAME": "bash"}) is None  # an interactive shell
     for env in (torchrun, slurm):
-        assert launcher_trainer(auto, env) == {
+        assert launcher_trainer(auto, env, cuda_devices=0) == {
             **auto,
             "devices": 4,
             "num_nodes": 2,
             "strategy": "ddp",
         }
     with pytest.raises(ConfigError, match="4 process\\(es\\) per node on 2 node\\(s\\)"):
-        launcher_trainer({**auto, "devices": 2}, torchrun)
+        launcher_trainer({**auto, "devices": 2}, torchrun, cuda_devices=0)
+
+
+def test_more_ranks_on_a_node_than_its_gpus_are_refused_before_training():
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}
+    auto = {"devices": "auto", "strategy": "auto", "accelerator": "auto"}
+    with pytest.raises(ConfigError, match="2 processes on this node, which has 1 GPU.*"
+                       "--nproc-per-node.*trainer.accelerator=cpu"):  # fmt: skip
+        launcher_trainer(auto, torchrun, cuda_devices=1)
+    assert launcher_trainer(auto, torchrun, cuda_devices=2)["devices"] == 2  # one GPU a rank
+    assert launcher_trainer(auto, torchrun, cuda_devices=0)["devices"] == 2  # CPU ranks
+    cpu = launcher_trainer({**auto, "accelerator": "cpu"}, torchrun, cuda_devices=1)
+    assert cpu["devices"] == 2 and cpu["strategy"] == "ddp"  # gloo ranks beside one GPU
 
 
 @pytest.mark.slow
@@ -46,7 +58,9 @@ def test_train_cli_under_torchrun_two_gloo_ranks(tmp_path):
     model = tiny_backbone("roberta", tmp_path / "model", [q.text for q in questions])
     cfg = tiny_config(write_label_file(tmp_path / "labels.jsonl", labels), tmp_path / "ck",
                       "encoder", str(model), pooling="cls")  # fmt: skip
-    cfg = cfg.override("run.name=ddp", f"data.questions={qfile}", "trainer.limit_train_batches=2")
+    # CPU ranks on every machine (on a one-GPU machine, auto would give both ranks to CUDA)
+    cfg = cfg.override("run.name=ddp", f"data.questions={qfile}", "trainer.limit_train_batches=2",
+                       "trainer.accelerator=cpu")  # fmt: skip
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "retrieval_gate.cli",

@@ -322,7 +322,8 @@ def identity_of(generator: Any) -> dict[str, Any]:
     elif hasattr(generator, "device"):
         identity["device"] = str(generator.device)
         if backend == "transformers":
-            identity["dtype"] = "bfloat16" if generator.device == "cuda" else "float32"
+            cuda = str(generator.device).startswith("cuda")  # "cuda:1" too
+            identity["dtype"] = "bfloat16" if cuda else "float32"
     return identity
 
 

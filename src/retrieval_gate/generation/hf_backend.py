@@ -31,7 +31,8 @@ from .vllm_backend import softmax_rows
 
 
 class TransformersGenerator:
-    """A `Generator` over a local folder or hub name, on CUDA when there is one."""
+    """A `Generator` over a local folder or hub name, on CUDA when there is one (bf16 there,
+    fp32 on CPU); `device` ("cpu", "cuda", "cuda:1") picks one."""
 
     backend = "transformers"
 
@@ -41,6 +42,7 @@ class TransformersGenerator:
         name: str | None = None,
         batch_size: int = 32,
         max_model_len: int | None = None,
+        device: str | None = None,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -49,10 +51,11 @@ class TransformersGenerator:
         self.name = name or Path(model).name
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
         self.batch_size = batch_size
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        cuda = torch.device(self.device).type == "cuda"
+        dtype = torch.bfloat16 if cuda else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model)
-        attention = {} if self.device == "cuda" else {"attn_implementation": gqa_attention()}
+        attention = {} if cuda else {"attn_implementation": gqa_attention()}
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **attention)
         self.model.to(self.device)
         self._prefix: tuple[list[int], Any] = ([], None)  # a shared prefix and its keys/values

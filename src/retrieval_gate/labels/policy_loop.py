@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
 from typing import Any
 
 from tqdm import tqdm
 
+from .. import __version__
 from ..generation.base import Generator
 from ..questions import Question
 from .label_files import LabelFile
@@ -61,7 +61,7 @@ def provenance(policy: str, **fields: Any) -> dict[str, Any]:
     return {
         "policy": policy,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "package_version": version("retrieval-gate"),
+        "package_version": __version__,  # as run folders and exports record it
         **fields,
     }
 

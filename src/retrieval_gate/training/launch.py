@@ -30,10 +30,11 @@ def launched_world(env: Mapping[str, str] = os.environ) -> tuple[str, int, int] 
 
 
 def launcher_trainer(
-    trainer: dict[str, Any], env: Mapping[str, str] = os.environ
+    trainer: dict[str, Any], env: Mapping[str, str] = os.environ, cuda_devices: int | None = None
 ) -> dict[str, Any]:
     """`trainer` with devices, num_nodes and strategy set from the launcher where they are
-    left at auto (unchanged when no launcher started this process)."""
+    left at auto (unchanged when no launcher started this process). `cuda_devices`: this
+    node's GPUs (default: what torch sees)."""
     world = launched_world(env)
     if world is None:
         return trainer
@@ -51,4 +52,25 @@ def launcher_trainer(
             "leave them at auto under a launcher, or make them match its "
             "--nproc-per-node/--nnodes (SLURM: --ntasks-per-node/--nodes)"
         )
+    check_gpus_per_node(out, launcher, per_node, cuda_devices)
     return out
+
+
+def check_gpus_per_node(
+    trainer: dict[str, Any], launcher: str, per_node: int, cuda_devices: int | None
+) -> None:
+    """On a GPU node each rank takes a device of its own: ranks past the last GPU would fail
+    inside Lightning ("Invalid device id", seen with torchrun --nproc-per-node 2 on one H100)."""
+    if str(trainer.get("accelerator", "auto")).lower() not in ("auto", "gpu", "cuda"):
+        return
+    if cuda_devices is None:
+        import torch
+
+        cuda_devices = torch.cuda.device_count()
+    if 0 < cuda_devices < per_node:
+        raise ConfigError(
+            f"{launcher} started {per_node} processes on this node, which has {cuda_devices} "
+            f"GPU(s), one per process: start {cuda_devices} per node "
+            "(torchrun --nproc-per-node, SLURM --ntasks-per-node), or train the ranks on CPU "
+            "with --set trainer.accelerator=cpu"
+        )
