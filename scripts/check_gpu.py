@@ -100,7 +100,7 @@ def gate_on_cuda(run: Path, device: str = "cuda") -> tuple[bool, str]:
     cpu = LearnedGate(run, device="cpu", batch_size=8).score_texts(QUESTIONS)
     cuda = LearnedGate(run, device=device, batch_size=8).score_texts(QUESTIONS)
     gap = float(np.max(np.abs(cpu - cuda)))
-    return gap < 1e-3, f"{len(QUESTIONS)} questions, max |p_cuda - p_cpu| = {gap:.1e}"
+    return gap < 1e-3, f"{len(QUESTIONS)} questions, largest probability gap {gap:.1e}"
 
 
 def relative_gap(a, b) -> float:  # noqa: ANN001  (numpy arrays)
@@ -196,6 +196,13 @@ def step_rows(steps: list[Step], passed: set[str]) -> list[Row]:
     return rows
 
 
+def table(rows: list[Row]) -> str:
+    """Markdown; a "|" in a detail (an error message, say) is escaped, not a new cell."""
+    lines = ["| check | status | detail |", "|---|---|---|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", help="LLM folder for the transformers-on-CUDA row "
@@ -204,9 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, passed = install_rows(has_cuda_device())
     with tempfile.TemporaryDirectory(prefix="rg-check-gpu-") as tmp:
         rows += step_rows(all_steps(Path(tmp), args.llm), passed)
-    print("| check | status | detail |\n|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table(rows))
     unchecked = sum(status != "ok" for _, status, _ in rows)
     print(f"\n{len(rows) - unchecked}/{len(rows)} GPU paths checked and passed.")
     return 0 if unchecked == 0 else 1

@@ -90,6 +90,15 @@ def test_check_gpu_job_steps_parse_with_the_real_cli(tmp_path):
         assert callable(build_parser(step.args).parse_args(step.args).run), step.args
 
 
+def test_check_gpu_table_keeps_a_pipe_in_a_detail_inside_its_cell():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from check_gpu import table
+
+    row = table([("score", "FAILED", "exit 2: --variant fp16|int8 expected")]).splitlines()[2]
+    assert row == "| score | FAILED | exit 2: --variant fp16\\|int8 expected |"
+    assert len(row.replace("\\|", "").split("|")) == 5  # three cells
+
+
 @pytest.mark.slow  # a training run and two LLM loads
 def test_check_gpu_comparisons_run_end_to_end_on_tiny_models(tmp_path):
     """The CUDA rows' bodies, pointed at the CPU on both sides (gaps of zero): a GPU machine is
@@ -107,7 +116,7 @@ def test_check_gpu_comparisons_run_end_to_end_on_tiny_models(tmp_path):
                       "encoder", str(body), pooling="cls")  # fmt: skip
     run = train(cfg.override("run.name=gate", "trainer.accelerator=cpu"), questions=questions)
     ok, detail = gate_on_cuda(run, device="cpu")
-    assert ok and f"{len(QUESTIONS)} questions, max |p_cuda - p_cpu| = 0.0e+00" == detail
+    assert ok and f"{len(QUESTIONS)} questions, largest probability gap 0.0e+00" == detail
     llm = tiny_backbone("llama", tmp_path / "llm", texts)
     ok, detail = llm_on_cuda(str(llm), device="cpu")
     assert ok, detail
