@@ -122,17 +122,34 @@ def _evalset(qs) -> EvalSet:
     return EvalSet(tuple(qs), y, np.full(len(qs), np.nan), np.full(len(qs), np.nan))
 
 
-def test_probe_gate_fits_through_the_registry_and_ranks_above_chance(tiny):
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_probe_gate_fits_through_the_registry_and_ranks_above_chance(tiny, dtype):
     train, dev, test = QUESTIONS[:160], QUESTIONS[160:200], QUESTIONS[200:]
     context = GateContext(
         _evalset(train), _evalset(dev), generator=LazyGenerator(name_or_path=tiny)
     )
-    gate = build_gate("probe", context, GateOptions(probe_model=tiny))
+    gate = build_gate("probe", context, GateOptions(probe_model=tiny, probe_dtype=dtype))
+    assert gate.reader.dtype == (dtype or "float32")
     assert gate.name == "probe" and gate.layer in (1, 2) and set(gate.dev_auroc) == {1, 2}
     scores = gate.scores(test)
     assert scores.shape == (40,) and ((0 <= scores) & (scores <= 1)).all()
     assert metrics.auroc(_evalset(test).y, scores) > 0.75
     assert gate.scores([]).shape == (0,)
+
+
+def test_bfloat16_states_are_stored_apart_from_float32_and_close_to_them(tiny, tmp_path):
+    store = GenerationStore(tmp_path / "cache.sqlite")
+    prompts = closed_book_prompts(QUESTIONS[:12])
+    full = HiddenStateReader(tiny, store=store).states(prompts, [1, 2])
+    half = HiddenStateReader(tiny, store=store, dtype="bfloat16")
+    work.reset()
+    states = half.states(prompts, [1, 2])
+    assert _work()["llm_calls_computed"] == 12  # not served from the float32 entries
+    for layer in (1, 2):
+        assert states[layer].dtype == np.float32 and not np.array_equal(states[layer], full[layer])
+        np.testing.assert_allclose(states[layer], full[layer], rtol=0.05, atol=0.05)
+    with pytest.raises(InputError, match="dtype 'int8': use one of float32, bfloat16"):
+        HiddenStateReader(tiny, store=None, dtype="int8")
 
 
 def test_layers_flag_parsing():

@@ -23,7 +23,7 @@ def _choices(verb: str, dest: str) -> list[str]:
 
 def _flags(name: str) -> list[str]:
     """The flags of the options gate `name` reads, with a value each."""
-    values = {"variant": "fp32"}
+    values = {"variant": "fp32", "probe_dtype": "bfloat16"}  # options with choices
     out = []
     for option in GATES[name].options:
         out += [option_flag(option), values.get(option, f"some-{option}")]

@@ -26,7 +26,7 @@ from sklearn.preprocessing import StandardScaler
 
 from .. import metrics, work
 from ..errors import ConfigError, InputError, MissingInputError
-from ..generation.hidden_states import HiddenStateReader, model_num_layers
+from ..generation.hidden_states import DTYPE, HiddenStateReader, model_num_layers
 from ..generation.model_folders import folder_checksum, resolve_generator_model
 from ..generation.prompts import closed_book_prompt
 from ..labels.evalset import EvalSet
@@ -204,10 +204,12 @@ def fit_probe(
     model: str | None = None,
     layers: str | None = None,
     serving: tuple[str, str] | None = None,
+    dtype: str | None = None,
 ) -> ProbeGate:
     """The registry's builder: options checked, the serving model matched (`serving`: its
-    weights checksum and name), then the reader built and the probe fitted."""
+    weights checksum and name), then the reader built (`dtype`: the weights' precision,
+    float32 unless asked) and the probe fitted."""
     asked = check_probe_options(model, layers)
     if serving is not None:
         check_same_model(model, *serving)
-    return ProbeGate.fit(probe_reader(model), train, dev, asked)
+    return ProbeGate.fit(probe_reader(model, dtype=dtype or DTYPE), train, dev, asked)

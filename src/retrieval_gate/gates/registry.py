@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import BackendError, ConfigError, DataError, MissingInputError
 from ..generation.base import Generator
+from ..generation.hidden_states import DTYPES
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
 from ..run_folder import RunFolder
@@ -122,6 +123,12 @@ class GateOptions:
         metadata={"help": "layer(s) of the probe, e.g. 12 or 6,12,18 (the best on dev is kept; "
                   "default auto: about ten spread over the model, the last included)",
                   "metavar": "LAYERS"},
+    )  # fmt: skip
+    probe_dtype: str | None = field(
+        default=None,
+        metadata={"help": "precision of the probe model's weights (default float32, the same "
+                  "states on every machine; bfloat16 halves the memory of an LLM too big for "
+                  "its GPU)", "choices": DTYPES},
     )  # fmt: skip
 
 
@@ -232,7 +239,7 @@ def _probe(ctx: GateContext, opts: GateOptions) -> Gate:
     gen = ctx.generator  # the serving model's name: the running engine's, else the one asked
     name = gen._generator.name if gen._generator is not None else gen.options["name_or_path"]
     serving = gen.checksum, str(name)
-    return fit_probe(train, dev, opts.probe_model, opts.probe_layers, serving)
+    return fit_probe(train, dev, opts.probe_model, opts.probe_layers, serving, opts.probe_dtype)
 
 
 def _check_probe(opts: GateOptions) -> None:
@@ -275,7 +282,7 @@ GATES: dict[str, GateSpec] = {
                  "train: a floor line", frozenset({"labels"})),
         GateSpec("probe", _probe, "the generator's hidden state after the closed-book prompt "
                  "(one prefill), logistic head fitted on train, layer chosen on dev",
-                 frozenset({"labels"}), options=("probe_model", "probe_layers"),
+                 frozenset({"labels"}), options=("probe_model", "probe_layers", "probe_dtype"),
                  check=_check_probe),
         GateSpec("router-tfidf", _router_tfidf, "router: TF-IDF (words + characters), one "
                  "logistic head per strategy, fitted on train, price calibrated on dev "

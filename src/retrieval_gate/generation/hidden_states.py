@@ -1,7 +1,8 @@
 """One prefill, no decoding: the generator's hidden state at the last prompt token.
 
 `HiddenStateReader` runs a causal LM's decoder stack (transformers, fp32 on CPU and on CUDA
-alike, so a probe fitted on one machine reads the same numbers on another) over prompts that
+alike by default, so a probe fitted on one machine reads the same numbers on another; `dtype`
+"bfloat16" halves the weights' memory for an LLM too big for its GPU in fp32) over prompts that
 went through the model's chat template (`chat_token_ids`, the very token ids vLLM and the
 labelling run see), in length-sorted, right-padded mini-batches, and returns the state of the
 requested layers at each prompt's last token. Layer L is the output of decoder block L (0: the
@@ -39,7 +40,8 @@ from .model_folders import folder_checksum, resolve_generator_model
 
 KIND = "hidden-state"
 KEY_VERSION = 1  # bump when what a stored state means changes
-DTYPE = "float32"
+DTYPE = "float32"  # the default: the same numbers on every machine
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def model_num_layers(model: str) -> int:
@@ -64,8 +66,12 @@ class HiddenStateReader:
         store: GenerationStore | None | str = "default",
         batch_size: int = 16,
         device: str | None = None,
+        dtype: str = DTYPE,
     ):
         from transformers import AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
 
         self.model_path = resolve_generator_model(name_or_path)
         folder = Path(self.model_path).is_dir()
@@ -80,7 +86,8 @@ class HiddenStateReader:
         self._depth = 0  # blocks of the loaded model
         self.prefix: list[int] = []  # token prefix prefilled once (`share_prefix`)
         self._prefix_kv: Any = None
-        self.identity = {"checksum": self.checksum, "dtype": DTYPE, "key_version": KEY_VERSION}
+        self.dtype = dtype  # part of every state's key: states of two dtypes never mix
+        self.identity = {"checksum": self.checksum, "dtype": dtype, "key_version": KEY_VERSION}
 
     def check_layers(self, layers: Sequence[int], flag: str = "layers") -> None:
         bad = [x for x in layers if not 0 <= int(x) <= self.num_layers]
@@ -172,7 +179,7 @@ class HiddenStateReader:
             hf_logging.set_verbosity_error()  # the blocks left out are reported as unused
             try:
                 lm = AutoModelForCausalLM.from_pretrained(
-                    self.model_path, dtype=torch.float32, num_hidden_layers=depth
+                    self.model_path, dtype=getattr(torch, self.dtype), num_hidden_layers=depth
                 )
             finally:
                 hf_logging.set_verbosity(before)
