@@ -38,8 +38,8 @@ def test_launcher_environment_sets_devices_nodes_and_ddp():
 def test_more_ranks_on_a_node_than_its_gpus_are_refused_before_training():
     torchrun = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}
     auto = {"devices": "auto", "strategy": "auto", "accelerator": "auto"}
-    with pytest.raises(ConfigError, match="2 processes on this node, which has 1 GPU.*"
-                       "--nproc-per-node.*trainer.accelerator=cpu"):  # fmt: skip
+    with pytest.raises(ConfigError, match="2 processes on this node, but each sees 1 GPU.*"
+                       "--nproc-per-node.*--gpus-per-node.*trainer.accelerator=cpu"):  # fmt: skip
         launcher_trainer(auto, torchrun, cuda_devices=1)
     assert launcher_trainer(auto, torchrun, cuda_devices=2)["devices"] == 2  # one GPU a rank
     assert launcher_trainer(auto, torchrun, cuda_devices=0)["devices"] == 2  # CPU ranks

@@ -59,8 +59,9 @@ def launcher_trainer(
 def check_gpus_per_node(
     trainer: dict[str, Any], launcher: str, per_node: int, cuda_devices: int | None
 ) -> None:
-    """On a GPU node each rank takes a device of its own: ranks past the last GPU would fail
-    inside Lightning ("Invalid device id", seen with torchrun --nproc-per-node 2 on one H100)."""
+    """On a GPU node rank i takes the i-th GPU it sees: ranks past the last one would fail
+    inside Lightning ("Invalid device id", seen with torchrun --nproc-per-node 2 on one H100;
+    also what SLURM's --gpus-per-task gives, one visible GPU per task)."""
     if str(trainer.get("accelerator", "auto")).lower() not in ("auto", "gpu", "cuda"):
         return
     if cuda_devices is None:
@@ -69,8 +70,9 @@ def check_gpus_per_node(
         cuda_devices = torch.cuda.device_count()
     if 0 < cuda_devices < per_node:
         raise ConfigError(
-            f"{launcher} started {per_node} processes on this node, which has {cuda_devices} "
-            f"GPU(s), one per process: start {cuda_devices} per node "
-            "(torchrun --nproc-per-node, SLURM --ntasks-per-node), or train the ranks on CPU "
-            "with --set trainer.accelerator=cpu"
+            f"{launcher} started {per_node} processes on this node, but each sees "
+            f"{cuda_devices} GPU(s), and every process needs one of its own: start at most "
+            f"{cuda_devices} per node (torchrun --nproc-per-node, SLURM --ntasks-per-node), let "
+            "every process see all of the node's GPUs (SLURM: --gpus-per-node, not "
+            "--gpus-per-task), or train the ranks on CPU with --set trainer.accelerator=cpu"
         )
