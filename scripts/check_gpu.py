@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from check_gpu_env import bf16_step_line, onnxruntime_line, vllm_line
 
@@ -103,7 +103,8 @@ def gate_on_cuda(run: Path, device: str = "cuda") -> tuple[bool, str]:
     return gap < 1e-3, f"{len(QUESTIONS)} questions, largest probability gap {gap:.1e}"
 
 
-def relative_gap(a, b) -> float:  # noqa: ANN001  (numpy arrays)
+def relative_gap(a: Any, b: Any) -> float:
+    """max |a - b| over max |a| (numpy arrays)."""
     import numpy as np
 
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-12))
@@ -126,7 +127,7 @@ def llm_on_cuda(llm: str, device: str = "cuda") -> tuple[bool, str]:
     probs = {d: g.choice_probs(QUESTIONS, ["Yes", "No"]) for d, g in gens.items()}
     prob_gap = float(np.max(np.abs(probs["cpu"] - probs["cuda"])))
     out = {d: g.generate(QUESTIONS, max_new_tokens=8, logprobs=True) for d, g in gens.items()}
-    finite = all(np.isfinite(g.token_logprobs).all() and g.token_logprobs for g in out["cuda"])
+    finite = all(g.token_logprobs and np.isfinite(g.token_logprobs).all() for g in out["cuda"])
     same = sum(a.text == b.text for a, b in zip(out["cpu"], out["cuda"], strict=True))
     ok = state_gap < 1e-3 and prob_gap < 0.05 and finite
     return ok, (f"hidden states (layers {layers}) max relative gap {state_gap:.1e}; "
