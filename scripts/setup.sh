@@ -16,6 +16,12 @@ VENV=${RG_VENV:-.venv}
 PY=${PYTHON:-python3.11}
 GPU=${RG_GPU:-0}
 command -v "$PY" >/dev/null || PY=python3
+ver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$ver" in
+  3.11) ;;
+  3.12|3.13) echo "[setup] note: Python $ver ($PY); the suite and the demo are measured on 3.11 (docs/install.md)" ;;
+  *) echo "[setup] error: $PY is Python $ver; retrieval-gate needs 3.11 to 3.13 (set PYTHON=python3.11)" >&2; exit 1 ;;
+esac
 # The tests start a PostgreSQL server (tune --storage postgresql://...): install the server
 # where its binaries are missing (a fresh Debian machine; needs root, as CI runs).
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

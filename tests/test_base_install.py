@@ -5,6 +5,7 @@ export, and `import torch` fails there. Uses PyPI through pip (its cache makes i
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,7 +38,8 @@ def base_venv(tmp_path_factory) -> Path:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__"))
     venv = root / "venv"
-    made = run([sys.executable, "-m", "venv", str(venv)])
+    # RG_BASE_PYTHON=python3.13 checks the base install on another interpreter (by hand)
+    made = run([os.environ.get("RG_BASE_PYTHON", sys.executable), "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr
     pip = run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(src)])
     assert pip.returncode == 0, pip.stderr[-3000:]
