@@ -442,3 +442,4 @@ def test_eval_batches_are_read_in_token_length_order_and_come_back_in_row_order(
     read = torch.cat([b["labels"] for b in batches]).numpy()
     assert read.tolist() != [0, 1, 2, 3]  # read out of row order ...
     assert read[back].tolist() == [0, 1, 2, 3]  # ... and put back
+    assert dm.in_row_order("dev", lambda b: b["labels"].numpy()).tolist() == [0, 1, 2, 3]

@@ -322,8 +322,9 @@ def identity_of(generator: Any) -> dict[str, Any]:
     elif hasattr(generator, "device"):
         identity["device"] = str(generator.device)
         if backend == "transformers":
-            cuda = str(generator.device).startswith("cuda")  # "cuda:1" too
-            identity["dtype"] = "bfloat16" if cuda else "float32"
+            from .hf_backend import transformers_dtype
+
+            identity["dtype"] = transformers_dtype(generator.device)
     return identity
 
 
@@ -697,6 +698,7 @@ def lazy_generator(
         from .vllm_backend import _cuda, choice_backend, engine_kwargs
 
         cuda = _cuda()
+        device = "cuda" if cuda else "cpu"
         settings = {**engine_kwargs(cuda), "max_model_len": 4096, **kwargs}
         asked = int(settings["max_model_len"])
         dtype = str(settings.get("dtype", "auto"))
@@ -704,10 +706,13 @@ def lazy_generator(
     else:
         import torch
 
-        cuda = torch.cuda.is_available()
+        from .hf_backend import transformers_dtype
+
+        # the device the generator will pick (`TransformersGenerator`), named one included
+        device = str(kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
         settings = dict(kwargs)
         asked = kwargs.get("max_model_len")
-        dtype = "bfloat16" if cuda else "float32"
+        dtype = transformers_dtype(device)
     if asked:
         window = min(window, int(asked)) if window else int(asked)
     identity = {
@@ -717,7 +722,7 @@ def lazy_generator(
         "dtype": dtype,
         "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
         "quantization": str(settings.get("quantization") or ""),
-        "device": "cuda" if cuda else "cpu",
+        "device": device,
     }
 
     def factory() -> Generator:

@@ -30,6 +30,12 @@ from .model_folders import folder_checksum
 from .vllm_backend import softmax_rows
 
 
+def transformers_dtype(device: str) -> str:
+    """The transformers generator's precision on `device` ("cpu", "cuda", "cuda:1"): bf16 on
+    CUDA, fp32 on CPU. Also what the generation cache keys its answers by (`cache.py`)."""
+    return "bfloat16" if str(device).startswith("cuda") else "float32"
+
+
 class TransformersGenerator:
     """A `Generator` over a local folder or hub name, on CUDA when there is one (bf16 there,
     fp32 on CPU); `device` ("cpu", "cuda", "cuda:1") picks one."""
@@ -52,11 +58,13 @@ class TransformersGenerator:
         self.checksum = folder_checksum(Path(model)) if Path(model).is_dir() else model
         self.batch_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        cuda = torch.device(self.device).type == "cuda"
-        dtype = torch.bfloat16 if cuda else torch.float32
+        self.dtype = transformers_dtype(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
+        cuda = torch.device(self.device).type == "cuda"
         attention = {} if cuda else {"attn_implementation": gqa_attention()}
-        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **attention)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model, dtype=getattr(torch, self.dtype), **attention
+        )
         self.model.to(self.device)
         self._prefix: tuple[list[int], Any] = ([], None)  # a shared prefix and its keys/values
         self.model.eval()

@@ -45,15 +45,16 @@ def split_probabilities(
     """(ids, P(correct | strategy), recorded correctness) of one split, in its row order."""
     module.eval()
     device = next(module.parameters()).device
-    out = []
-    batches, back = dm.by_length(split)
-    for batch in batches:
+
+    def probabilities(batch: dict[str, Any]) -> np.ndarray:
         feats = batch.get("features")
         logits = module(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                         None if feats is None else feats.to(device))  # fmt: skip
-        out.append(module.probabilities(logits).float().cpu().numpy())
+        return module.probabilities(logits).float().cpu().numpy()
+
     rows = dm.rows[split]
-    return [r[0] for r in rows], np.concatenate(out)[back], np.array([r[-1] for r in rows], float)
+    probs = dm.in_row_order(split, probabilities)
+    return [r[0] for r in rows], probs, np.array([r[-1] for r in rows], float)
 
 
 def _paid(dm: GateDataModule, ids: list[str], costs: tuple[float, ...]) -> np.ndarray:

@@ -4,7 +4,7 @@ tokenised with dynamic padding."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,12 @@ class GateDataModule(pl.LightningDataModule):
         ids = c.tokenizer([r[1] for r in rows], truncation=True, max_length=c.max_length)
         order = np.argsort([len(i) for i in ids["input_ids"]], kind="stable")
         return self._loader([rows[i] for i in order]), np.argsort(order, kind="stable")
+
+    def in_row_order(self, split: str, fn: Callable[[dict[str, Any]], np.ndarray]) -> np.ndarray:
+        """`fn` of each batch of `split` read in length order (`by_length`), concatenated in
+        the split's row order."""
+        batches, back = self.by_length(split)
+        return np.concatenate([fn(batch) for batch in batches])[back]
 
     # validation and test metrics do not depend on the rows' order: read in length order
     def val_dataloader(self) -> DataLoader:

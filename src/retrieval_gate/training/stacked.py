@@ -160,11 +160,11 @@ class StackedHead(nn.Module):
 @torch.inference_mode()
 def embed(module: nn.Module, dm: GateDataModule, split: str) -> np.ndarray:
     """The frozen body's pooled embedding of every row of `split`, in its row order (read in
-    length order: `GateDataModule.by_length`)."""
+    length order: `GateDataModule.in_row_order`)."""
     module.eval()
-    batches, back = dm.by_length(split)
-    return np.concatenate([module.backbone(b["input_ids"], b["attention_mask"]).float().numpy()
-                           for b in batches])[back]  # fmt: skip
+    return dm.in_row_order(
+        split, lambda b: module.backbone(b["input_ids"], b["attention_mask"]).float().numpy()
+    )
 
 
 class TokenNgrams:
