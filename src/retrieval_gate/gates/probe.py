@@ -25,6 +25,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from .. import metrics, work
+from ..blas import one_blas_thread
 from ..errors import ConfigError, InputError, MissingInputError
 from ..generation.hidden_states import DTYPE, HiddenStateReader, model_num_layers
 from ..generation.model_folders import folder_checksum, resolve_generator_model
@@ -172,6 +173,7 @@ def fit_head(x: np.ndarray, y: np.ndarray, c: float, seed: int = 0) -> Pipeline:
     return head.fit(x, np.asarray(y).astype(int))
 
 
+@one_blas_thread()
 def select_layer(
     x_train: dict[int, np.ndarray],
     y_train: np.ndarray,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..blas import one_blas_thread
 from ..errors import MissingInputError
 from ..labels.evalset import EvalSet
 from ..pricing import Calibration, default_costs, route_indices
@@ -110,10 +111,11 @@ def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> 
     texts = [q.text for q in train.questions]
     X = hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
     heads = []
-    for s in range(train.correct.shape[1]):
-        y = train.correct[:, s]
-        heads.append(LogisticRegression(C=c, max_iter=3000).fit(X, y) if 0 < y.mean() < 1 else
-                     float(y.mean()))  # fmt: skip
+    with one_blas_thread():
+        for s in range(train.correct.shape[1]):
+            y = train.correct[:, s]
+            heads.append(LogisticRegression(C=c, max_iter=3000).fit(X, y) if 0 < y.mean() < 1
+                         else float(y.mean()))  # fmt: skip
 
     def predict(qs):  # noqa: ANN001, ANN202
         t = [q.text for q in qs]

@@ -11,6 +11,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from ..blas import one_blas_thread
 from ..errors import MissingInputError
 from ..questions import Question
 from .base import Questions, as_questions
@@ -31,7 +32,8 @@ class TextModelGate:
         labels = np.asarray(y).astype(int)
         if len(set(labels.tolist())) < 2:
             raise MissingInputError(f"{name} gate: the training questions have only one label")
-        pipeline.fit([q.text for q in questions], labels)
+        with one_blas_thread():
+            pipeline.fit([q.text for q in questions], labels)
         return cls(pipeline, name=name)
 
     def scores(self, questions: Questions) -> np.ndarray:

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from .. import work
+from ..blas import one_blas_thread
 from ..data.answer_confidence import AnswerConfidence
 from ..data.features import SideFeatures
 from ..data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout, shape_features
@@ -349,6 +350,7 @@ def fit_stacked_head(
     return OutOfFold([r[0] for r in rows], splits, P, Y)
 
 
+@one_blas_thread()
 def fit_stacked(
     module: nn.Module, texts: list[str], token_ids: Sequence[Sequence[int]], special: set[int],
     vocabulary: int, sources: list[str], Y: np.ndarray, E: np.ndarray,
