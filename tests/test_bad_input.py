@@ -171,6 +171,50 @@ def test_score_jsonl_with_an_escaped_lone_surrogate(tmp_path):
     assert ok == {"line": 2, "id": "ok", "text": "Who wrote Hamlet?"}
 
 
+def test_question_files_with_a_byte_order_mark_read_as_without(tmp_path):
+    """Windows editors and PowerShell start UTF-8 files with a BOM: a `question` header after
+    it is still a header, and a JSONL first row still a row."""
+    txt, jsonl = tmp_path / "q.txt", tmp_path / "q.jsonl"
+    txt.write_bytes(b"\xef\xbb\xbfquestion\r\nWho wrote Hamlet?\r\n")
+    jsonl.write_bytes(b'\xef\xbb\xbf{"id": "a", "question": "Who wrote Hamlet?"}\n')
+    assert read_question_lines(txt) == [{"line": 2, "id": "2", "text": "Who wrote Hamlet?"}]
+    assert read_question_lines(jsonl) == [{"line": 1, "id": "a", "text": "Who wrote Hamlet?"}]
+    from retrieval_gate.data.user_questions import read_questions
+
+    assert [q.text for q in read_questions(str(jsonl))] == ["Who wrote Hamlet?"]
+
+
+@pytest.mark.parametrize("head, says", [
+    (b"PAR1\x15\x04", "a Parquet file: pass it as --questions"),
+    (b"\x1f\x8b\x08\x00", "gzip-compressed"),
+    (b"PK\x03\x04", "a zip archive"),
+])  # fmt: skip
+def test_score_refuses_a_binary_file_instead_of_scoring_its_bytes(tmp_path, capsys, head, says):
+    q = tmp_path / "q.txt"
+    q.write_bytes(head + b"Who wrote Hamlet?\n")
+    code, err = _run(["score", "--model", str(tmp_path), "--input", str(q)], capsys)
+    assert code == 2 and "q.txt: not lines of text" in err and says in err
+
+
+def test_score_a_line_with_a_nul_byte_is_a_bad_line(tmp_path):
+    q = tmp_path / "q.txt"
+    q.write_bytes(b"Who\x00 wrote Hamlet?\nWho wrote Macbeth?\n")
+    bad, ok = read_question_lines(q)
+    assert "NUL byte" in bad["error"] and ok["text"] == "Who wrote Macbeth?"
+
+
+def test_a_corpus_not_in_utf8_is_refused_naming_the_line_and_a_bom_is_read(tmp_path):
+    from retrieval_gate.errors import DataError
+    from retrieval_gate.retrieval.corpus import read_corpus_jsonl
+
+    c = tmp_path / "c.jsonl"
+    c.write_bytes(b'{"text": "Hamlet is a play"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"c.jsonl, line 2: not valid UTF-8"):
+        read_corpus_jsonl(c)
+    c.write_bytes(b'\xef\xbb\xbf{"id": "d1", "text": "Hamlet is a play"}\n')
+    assert [d.id for d in read_corpus_jsonl(c)] == ["d1"]
+
+
 def test_score_only_lone_surrogates_is_exit_2(tmp_path, capsys):
     q = tmp_path / "q.jsonl"
     q.write_text('{"question": "\\udfff"}\n')

@@ -260,17 +260,30 @@ def test_closed_book_rows_are_one_generator_call(vllm_generator):
     assert calls == [3] and len(rows) == 3
 
 
-def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
+def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path, caplog):
     path = tmp_path / "l.jsonl"
     path.write_text('{"id": "a", "label": 1}\n{"id": "b", "lab\n{"id": "c", "label": 0}\n')
     with pytest.raises(DataError, match=r"l.jsonl, line 2: malformed JSON"):
         LabelFile(path)
-    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}')  # no final newline
+    # a whole last row without its newline ("\n".join(rows) writes that) is a row, kept
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}')
     (tmp_path / "l.meta.json").write_text('{"policy": "closed-book"}')  # a label run made it
     lf = LabelFile(path)
-    assert lf.done_ids() == {"a"} and path.read_text().count("\n") == 1  # reading never cuts
+    assert lf.labels() == {"a": 1, "b": 0} and path.read_text().count("\n") == 1  # never cut
+    lf.append([{"id": "c", "label": 1}])  # ends b's line first
+    assert path.read_text().splitlines()[1:] == [
+        '{"id": "b", "label": 0}',
+        '{"id": "c", "label": 1}',
+    ]
+    assert LabelFile(path).labels() == {"a": 1, "b": 0, "c": 1}
+    # a half-written one is not read (a note says so), and the next append cuts it off
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "lab')
+    with caplog.at_level("INFO", logger="retrieval_gate.labels.label_files"):
+        lf = LabelFile(path)
+    assert "line 2 is half-written" in caplog.text
+    assert lf.done_ids() == {"a"} and path.read_text().endswith('"lab')
     lf.append([{"id": "b", "label": 1}])
-    assert LabelFile(path).labels() == {"a": 1, "b": 1}
+    assert path.read_text() == '{"id": "a", "label": 1}\n{"id": "b", "label": 1}\n'
 
 
 # ------------------------------------------------------------------ user files and flags

@@ -26,6 +26,8 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
                     )
                 )
                 continue
+            if lineno == 1:  # a byte-order mark (Windows editors write one) is not the row's
+                line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue
             try:

@@ -1,8 +1,9 @@
 """A file of questions to score (`retrieval-gate score --input`), read line by line: `.txt`
 (one question a line, an optional `question` header line), `.jsonl` (`{id, question}`) or
-`.csv` (a `question` or `text` column, optional `id`). A bad line (not UTF-8, empty, malformed
-JSON, no question field, not valid Unicode) becomes an error record and the rest are still
-scored; a file that cannot be read at all is an InputError."""
+`.csv` (a `question` or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A
+bad line (not UTF-8, a NUL byte, empty, malformed JSON, no question field, not valid Unicode)
+becomes an error record and the rest are still scored; a file that cannot be read at all, or
+is no text (Parquet, gzip, zip), is an InputError."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
         data = path.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read the input ({e.strerror})", path) from None
+    _refuse_binary(data, path)
     if path.suffix.lower() == ".csv":
         return _read_csv(data, path)
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not the first question's
     records = []
     for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
         rec = _parse_line(raw, lineno, path.suffix.lower() == ".jsonl")
@@ -40,8 +43,25 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+# Files that are not lines of text, by their first bytes: the fix for each.
+BINARY = {
+    b"PAR1": "a Parquet file: pass it as --questions FILE.parquet",
+    b"\x1f\x8b": "gzip-compressed: decompress it first (gunzip)",
+    b"PK\x03\x04": "a zip archive (or .xlsx): unpack it, or save the sheet as .csv",
+}
+
+
+def _refuse_binary(data: bytes, path: Path) -> None:
+    """A Parquet, gzip or zip file read line by line would become questions of garbage."""
+    for magic, what in BINARY.items():
+        if data.startswith(magic):
+            raise InputError(f"not lines of text: this is {what}", path)
+
+
 def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
     rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
+    if b"\x00" in raw:
+        return {**rec, "error": "holds a NUL byte (binary data, or UTF-16 text); save it as UTF-8"}
     try:
         line = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:

@@ -6,11 +6,14 @@ Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by 
 then whatever the policy records (prediction, match, mean_logprob, ...). Fields are added,
 never renamed, so older files load: e.g. `token_logprobs` (the answer's token
 log-probabilities, `labels.logprobs`) is optional, absent from files written before it. There
-is no format version field; the sidecar's `package_version` says which release wrote a file."""
+is no format version field; the sidecar's `package_version` says which release wrote a file.
+A whole last row without its newline (a hand-written file) is a row; a half-written one (an
+interrupted run) is not read, with a note, and the next append cuts it off."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +21,8 @@ from typing import Any
 
 from ..errors import DataError
 from ..fileio import write_json, write_text
+
+log = logging.getLogger(__name__)
 
 LABELS_ENV = "RETRIEVAL_GATE_LABELS"
 # The committed label files: $RETRIEVAL_GATE_LABELS, else data/labels under the working
@@ -62,6 +67,7 @@ class LabelFile:
         self.replacing = replacing
         self.rows: dict[str, dict[str, Any]] = {}
         self._partial_at: int | None = None  # byte offset of a half-written last line
+        self._unterminated = False  # a whole last row without its newline (a user's file)
         if self.path.is_file():
             self._read()
 
@@ -75,11 +81,14 @@ class LabelFile:
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
             if lineno == len(lines) and not raw.endswith(b"\n") and raw.startswith(b"{"):
-                # A last line without its newline is what an interrupted run leaves (or a run
-                # still writing): skip it; the next `append` cuts it off before writing, so
-                # the resumed run redoes that id on a clean line.
-                self._partial_at = start
-                break
+                if not _whole_object(raw):
+                    # What an interrupted run leaves (or a run still writing): skipped; the
+                    # next `append` cuts it off, so the resumed run redoes that id cleanly.
+                    log.info(f"{self.path}: line {lineno} is half-written (an interrupted "
+                             "labelling run?): not read; `label` redoes it")  # fmt: skip
+                    self._partial_at = start
+                    break
+                self._unterminated = True  # a whole row, only its newline missing: kept
             if not raw.strip():
                 continue
             try:
@@ -138,6 +147,9 @@ class LabelFile:
                     f.truncate(self._partial_at)
                 self._partial_at = None
             with open(self.path, "a", encoding="utf-8") as f:
+                if self._unterminated:  # end the kept last row before the new ones
+                    f.write("\n")
+                    self._unterminated = False
                 for row in rows:
                     f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
                     self.rows[str(row["id"])] = row
@@ -152,7 +164,7 @@ class LabelFile:
         text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
         write_text(self.path, text)
         self.rows = {str(r["id"]): r for r in rows}
-        self._partial_at = None
+        self._partial_at, self._unterminated = None, False
 
     def done_ids(self) -> set[str]:
         return set(self.rows)
@@ -160,6 +172,13 @@ class LabelFile:
     def labels(self) -> dict[str, int]:
         """id -> label for the rows the policy kept (label not null)."""
         return {i: int(r["label"]) for i, r in self.rows.items() if r["label"] is not None}
+
+
+def _whole_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
 
 
 def read_labels(path: str | Path) -> dict[str, int]:

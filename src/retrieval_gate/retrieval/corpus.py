@@ -8,10 +8,11 @@ JSONL: one `{"id", "title"?, "text"}` object a line."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..data.bad_rows import BadRows
+from ..data.jsonl_files import read_jsonl
 from ..errors import DataError
 from ..questions import Question
 from .base import Document
@@ -56,22 +57,15 @@ def read_corpus_jsonl(path: Path) -> list[Document]:
     if not path.is_file():
         raise DataError("corpus file not found; pass --corpus with a JSONL file", path)
     docs: dict[str, Document] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise DataError("malformed JSON in corpus", path, lineno) from None
-            text = row.get("text") if isinstance(row, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                raise DataError("corpus row needs a non-empty 'text' field", path, lineno)
-            title = str(row.get("title") or "")
-            doc_id = str(row.get("id") or document_id(title, text))
-            if doc_id in docs:
-                raise DataError(f"duplicate document id {doc_id!r} in corpus", path, lineno)
-            docs[doc_id] = Document(id=doc_id, title=title, text=text)
+    for lineno, row in read_jsonl(path, BadRows()):  # a bad line raises, naming it
+        text = row.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise DataError("corpus row needs a non-empty 'text' field", path, lineno)
+        title = str(row.get("title") or "")
+        doc_id = str(row.get("id") or document_id(title, text))
+        if doc_id in docs:
+            raise DataError(f"duplicate document id {doc_id!r} in corpus", path, lineno)
+        docs[doc_id] = Document(id=doc_id, title=title, text=text)
     if not docs:
         raise DataError("corpus file has no documents", path)
     return list(docs.values())
