@@ -284,6 +284,36 @@ def test_serve_refuses_bad_paths_before_the_engine_starts(tmp_path, capsys, no_e
     assert code == 2 and message in err, err
 
 
+def test_label_and_score_refuse_an_output_that_is_a_pipe_or_device(tmp_path, capsys):
+    """`label --out /dev/full` (as root) replaced the device with a label file and wrote
+    /dev/full.meta.json beside it: a FIFO stands in for a device here."""
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, err = _run(["label", "--policy", "popularity", "--dataset", "popqa", "--limit", "2",
+                      "--out", str(fifo)], capsys)  # fmt: skip
+    assert code == 2 and "is not a regular file" in err, err
+    q = tmp_path / "q.txt"
+    q.write_text("Who wrote Hamlet?\n")
+    code, err = _run(["score", "--model", str(tmp_path), "--input", str(q), "--output",
+                      str(fifo)], capsys)  # fmt: skip
+    assert code == 2 and "is not a regular file" in err, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "q.txt"]
+
+
+def test_train_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    """It was a traceback (NotADirectoryError) after the data had been prepared."""
+    mine = tmp_path / "afile"
+    mine.write_text("mine")
+    code, err = _run(["train", "--config", "cascade-closed-book", "--set",
+                      f"run.output_dir={mine}"], capsys)  # fmt: skip
+    assert code == 2 and f"run.output_dir: {mine} is a file, so the run folder" in err, err
+    assert mine.read_text() == "mine"
+
+
 def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
     """`--out labels.jsonl` is that file (it wrote closed-book.jsonl beside it); outcomes that
     make two files need --labels-dir, and say so before writing anything."""

@@ -65,3 +65,22 @@ def test_staged_folder_removes_what_a_killed_run_left_and_refuses_a_file(tmp_pat
     with pytest.raises(InputError, match="is a file"), staged_folder(a_file):
         pass
     assert a_file.read_text() == "mine"
+
+
+def test_a_device_pipe_or_socket_is_never_replaced_by_a_file(tmp_path):
+    """An output named by a FIFO (or /dev/full, a socket) would have been renamed over: the
+    node gone, a file in its place. It is refused, and left as it was."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="pipe: is not a regular file"):
+        write_text(fifo, "x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temp file left
+
+
+def test_a_symbolic_link_is_written_through_and_stays_a_link(tmp_path):
+    target, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    target.write_text("old")
+    link.symlink_to(target)
+    write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"

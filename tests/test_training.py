@@ -331,6 +331,15 @@ def test_every_config_key_is_typed_lists_and_mappings_included():
         "early_stopping.mode=maximum": r"early_stopping.mode='maximum': expected one of min, max",
         "trainer.max_epochs=two": r"trainer.max_epochs='two': expected an integer",
         "data.batch_size=0": r"data.batch_size=0: expected a positive integer",
+        # numbers that would train, silently, into nothing useful
+        "model.lr=-1": r"model.lr=-1.0: expected a number above 0",
+        "model.head_lr=0": r"model.head_lr=0.0: expected a number above 0",
+        "model.dropout=1": r"model.dropout=1.0: expected a number from 0 up to \(not including\) 1",
+        "model.warmup_ratio=1.5": r"model.warmup_ratio=1.5: expected a number from 0 to 1",
+        "model.weight_decay=-0.1": r"model.weight_decay=-0.1: expected 0 or more",
+        "model.lora.r=0": r"model.lora.r=0: expected 1 or more",
+        "early_stopping.patience=-1": r"early_stopping.patience=-1: expected 0 or more",
+        "data.max_train_examples=0": r"data.max_train_examples=0: expected 1 or more",
         "nosuch.key=1": r"unknown config section 'nosuch'",
     }
     for item, message in cases.items():

@@ -69,12 +69,23 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
+def regular_target(path: str | Path) -> Path:
+    """The file a write to `path` lands in: a symbolic link's target (the link stays), never a
+    device, pipe or socket, which a rename would replace with a file (an InputError)."""
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise InputError("is not a regular file (a device, pipe or socket), and a file is "
+                         "written whole here: pass a file path", path)  # fmt: skip
+    return target
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary file name beside `path` for a writer that wants a path (torch.save,
     onnx.save); renamed over `path` with the umask's mode when the block ends without error,
     removed when it fails. A missing or read-only folder is an InputError."""
-    path = Path(path)
+    path = regular_target(path)
     make_parent(path)
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
+from ..fileio import regular_target
 
 
 def check_counts(args: argparse.Namespace, least: Mapping[str, int]) -> None:
@@ -54,9 +55,11 @@ def check_output_dir(path: Path, flag: str) -> None:
 
 
 def check_output_file(path: Path, flag: str) -> None:
-    """`path` can be written as a file: not a folder, and no file where its folder goes."""
+    """`path` can be written as a file: not a folder, not a device or pipe, and no file where
+    its folder goes."""
     if path.is_dir():
         raise InputError(f"{flag} names a folder; pass a file name in it", path)
+    regular_target(path)
     there = next(p for p in path.parents if p.exists())
     if not there.is_dir():
         raise InputError(f"{flag}: {there} is a file, so nothing can be written under it; "

@@ -124,6 +124,9 @@ class LabelFile:
         its `.meta.json` (written before the first row) is the user's, never truncated."""
         if self.path.is_dir():
             raise DataError("is a folder; --out needs a .jsonl file path", self.path)
+        if self.path.exists() and not self.path.is_file():
+            raise DataError("is not a regular file (a device, pipe or socket); --out needs a "
+                            ".jsonl file path", self.path)  # fmt: skip
         if self.path.is_file() and self.path.stat().st_size and not meta_path(self.path).exists():
             raise DataError(
                 f"exists and is not a retrieval-gate label file (no {meta_path(self.path).name} "

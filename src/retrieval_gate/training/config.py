@@ -24,7 +24,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -140,16 +140,32 @@ def _section(cls: type, values: Mapping[str, Any], where: str) -> Any:
     return cls(**values)
 
 
+# A number's allowed values (a test, and what to say when it fails): a negative learning rate
+# or a dropout of 1 would train, silently, into nothing useful.
+Range = tuple[Callable[[Any], bool], str]
+POSITIVE: Range = (lambda v: v > 0, "a number above 0")
+AT_LEAST_0: Range = (lambda v: v >= 0, "0 or more")
+AT_LEAST_1: Range = (lambda v: v >= 1, "1 or more")
+FRACTION: Range = (lambda v: 0 <= v <= 1, "a number from 0 to 1")
+DROPOUT: Range = (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1")
+
+
 class _Checked:
-    """Checks and converts every field against its annotation when the section is built."""
+    """Checks and converts every field against its annotation (and `_ranges`) when the
+    section is built."""
 
     _where = ""
+    _ranges: dict[str, Range] = {}  # a class table, not a field
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = _check(f"{self._where}.{f.name}", getattr(self, f.name), hints[f.name])
             object.__setattr__(self, f.name, value)
+        for key, (ok, what) in self._ranges.items():
+            value = getattr(self, key)
+            if value is not None and not ok(value):
+                raise ConfigError(f"{self._where}.{key}={value}: expected {what}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-able values (lists, not tuples)."""
@@ -186,6 +202,8 @@ class RunConfig(_Checked):
 @dataclass(frozen=True)
 class DataConfig(_Checked):
     _where = "data"
+    _ranges = {"max_train_examples": AT_LEAST_1, "max_eval_examples": AT_LEAST_1,
+               "num_workers": AT_LEAST_0}  # fmt: skip
     label_file: str | None = None  # or labels handed to train() in memory
     task: str = "binary"  # a key of TASKS
     split_seed: int = 0  # the canonical split: assign_splits(load_all(), seed=0)
@@ -220,6 +238,7 @@ class DataConfig(_Checked):
 @dataclass(frozen=True)
 class LoraConfig(_Checked):
     _where = "model.lora"
+    _ranges = {"r": AT_LEAST_1, "alpha": POSITIVE, "dropout": DROPOUT}
     r: int = 8
     alpha: int = 16
     dropout: float = 0.05
@@ -229,6 +248,8 @@ class LoraConfig(_Checked):
 @dataclass(frozen=True)
 class ModelConfig(_Checked):
     _where = "model"
+    _ranges = {"lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": AT_LEAST_0,
+               "dropout": DROPOUT, "warmup_ratio": FRACTION}  # fmt: skip
     backbone: Literal["encoder", "t5-lora", "decoder-lora"] = "encoder"
     name: str = "minilm"  # a bundled name, a Hub id or a local folder
     pooling: Literal["mean", "cls", "last"] | None = None  # None = the backbone's default
@@ -277,6 +298,7 @@ class ModelConfig(_Checked):
 @dataclass(frozen=True)
 class EarlyStoppingConfig(_Checked):
     _where = "early_stopping"
+    _ranges = {"patience": AT_LEAST_0}
     monitor: str = "val/auroc"
     mode: Literal["min", "max"] = "max"
     patience: int = 2

@@ -172,6 +172,10 @@ def check_run_dir(
     before any data or model is loaded); returns this config's hash."""
     if overwrite and resume:
         raise ConfigError("pass --overwrite or --resume, not both")
+    there = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    if not there.is_dir():
+        raise ConfigError(f"run.output_dir: {there} is a file, so the run folder {run_dir} "
+                          "cannot go under it; pass another run.output_dir")  # fmt: skip
     if labels is None:
         if not config.data.label_file:
             raise ConfigError(
@@ -328,7 +332,11 @@ def train(
     run_dir = Path(config.run.output_dir) / run_name(config)
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
     tokenizer, dm, module = prepare(config, questions, labels)
-    run_dir.mkdir(parents=True, exist_ok=True)  # the data are good: only now touch the folder
+    try:  # the data are good: only now touch the folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the run folder {run_dir} ({e.strerror}); pass "
+                          "another run.output_dir") from None  # fmt: skip
     claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite)
     throughput = Throughput()
     start_from = resume_checkpoint(run_dir)
