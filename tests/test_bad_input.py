@@ -314,6 +314,49 @@ def test_train_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, ca
     assert mine.read_text() == "mine"
 
 
+@pytest.mark.parametrize("storage, content, message", [
+    ("studies.db", b"not a database", "is not a usable study database (file is not a database)"),
+    ("journal:{tmp}/j.log", b"garbage{\n", "is not an Optuna journal"),
+])  # fmt: skip
+def test_tune_refuses_a_storage_file_of_another_kind_and_leaves_it(tmp_path, capsys, storage,
+                                                                  content, message):  # fmt: skip
+    """Both were tracebacks; Optuna had appended its first record to the journal."""
+    storage = storage.format(tmp=tmp_path)
+    path = tmp_path / (storage.removeprefix(f"journal:{tmp_path}/") if "journal" in storage
+                       else storage)  # fmt: skip
+    storage = storage if "journal" in storage else str(path)
+    path.write_bytes(content)
+    labels = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+    code, err = _run(["tune", "--gate", "tfidf", "--labels", labels, "--objective", "pareto",
+                      "--trials", "2", "--storage", storage, "--out", str(tmp_path / "out")],
+                     capsys)  # fmt: skip
+    assert code == 2 and message in err, err
+    assert path.read_bytes() == content
+
+
+def test_a_dataset_file_that_is_a_folder_is_named(tmp_path, capsys):
+    """It was an IsADirectoryError traceback."""
+    (tmp_path / "freshqa" / "FreshQA_v04082024.jsonl").mkdir(parents=True)
+    code, err = _run(["data", "summary", "--data-dir", str(tmp_path), "--datasets", "freshqa"],
+                     capsys)  # fmt: skip
+    assert code == 2 and "FreshQA_v04082024.jsonl: cannot read it as a JSONL file" in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--labels", "x.jsonl", "--gates", "tfidf", "always", "tfidf"],
+    ["evaluate", "--labels", "x.jsonl", "x.jsonl"],
+    ["export", "--run", "x", "--variants", "fp32", "fp32"],
+    ["transfer", "--labels", "a.jsonl", "--gates", "tfidf", "tfidf"],
+    ["tune", "--gate", "tfidf", "--labels", "x", "--objective", "pareto", "pareto"],
+])  # fmt: skip
+def test_a_list_flag_naming_a_value_twice_is_refused(argv, capsys):
+    """`evaluate --gates tfidf tfidf` ran the gate twice into one report (rag --modes
+    already refused it)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "given more than once; name each once" in capsys.readouterr().err
+
+
 def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
     """`--out labels.jsonl` is that file (it wrote closed-book.jsonl beside it); outcomes that
     make two files need --labels-dir, and say so before writing anything."""
@@ -393,3 +436,14 @@ def test_numbers_out_of_range_exit_2_before_any_work(argv, message, tmp_path, ca
     code, err = _run([*argv, *(["--out-dir", str(tmp_path)] if argv[0] == "export" else [])],
                      capsys)  # fmt: skip
     assert code == 2 and message in err, err
+
+
+def test_transfer_finds_its_default_learned_config_from_any_folder(tmp_path, monkeypatch):
+    """The default was the relative path configs/backbones/minilm.yaml: `transfer --learned`
+    outside the checkout failed on it."""
+    from retrieval_gate.cli import build_parser
+    from retrieval_gate.training.config import CHECKOUT_CONFIGS, find_config
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser(["transfer"]).parse_args(["transfer", "--labels", "x.jsonl"])
+    assert find_config(args.learned_config) == CHECKOUT_CONFIGS / "backbones" / "minilm.yaml"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..strategies import StrategyRegistry
+from .plan import Distinct
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 
@@ -23,12 +24,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--gates",
         nargs="+",
+        action=Distinct,
         default=DEFAULT_GATES,
         choices=gate_names(),
         metavar="GATE",
         help=f"gates to compare, any of: {' '.join(gate_names())}",
     )
-    p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s) (.jsonl)")
+    p.add_argument(
+        "--labels",
+        nargs="+",
+        action=Distinct,
+        required=True,
+        type=Path,
+        help="label file(s) (.jsonl)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/evaluate"), help="report folder")
     p.add_argument(
         "--run-dir",

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..gates.onnx_format import VARIANTS
 from ..run_folder import RunFolder
-from .plan import check_input_dir, check_output_dir
+from .plan import Distinct, check_input_dir, check_output_dir
 from .question_args import add_data_dir, add_question_args, questions_from
 
 
@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--variants",
         nargs="+",
+        action=Distinct,
         default=["fp32", "opt", "int8"],
         choices=list(VARIANTS),
         help="fp32 (always), opt (ORT fusions), int8 (CPU), fp16 (GPU)",

@@ -14,6 +14,18 @@ from ..errors import ConfigError, InputError
 from ..fileio import regular_target
 
 
+class Distinct(argparse.Action):
+    """A list flag whose values are named once each: `--gates tfidf tfidf` is refused (exit 2)
+    instead of running a gate twice into one report."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            parser.error(f"{option_string}: {', '.join(twice)} given more than once; name each "
+                         "once")  # fmt: skip
+        setattr(namespace, self.dest, values)
+
+
 def check_counts(args: argparse.Namespace, least: Mapping[str, int]) -> None:
     """`least`: flag -> its smallest value; a flag left unset (None) is not checked."""
     for flag, low in least.items():

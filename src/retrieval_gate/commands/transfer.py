@@ -7,15 +7,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from .plan import Distinct
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from .question_args import add_data_dir, add_question_args
 
     p = sub.add_parser("transfer", help="leave-one-source-out transfer matrix")
-    p.add_argument("--labels", nargs="+", required=True, type=Path, help="label file(s)")
+    p.add_argument(
+        "--labels", nargs="+", action=Distinct, required=True, type=Path, help="label file(s)"
+    )
     p.add_argument(
         "--gates",
         nargs="+",
+        action=Distinct,
         default=["tfidf", "popularity"],
         choices=["tfidf", "popularity", "popularity-global", "router-tfidf", "router-prior"],
         help="gates fitted per cell (--learned adds the learned gate; router-tfidf and "
@@ -30,7 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(
-        "--learned-config", default="configs/backbones/minilm.yaml", help="training config"
+        "--learned-config",
+        default="minilm",
+        help="training config: a YAML path or an example config's name (minilm = "
+        "configs/backbones/minilm.yaml, found from any folder)",
     )
     p.add_argument(
         "--learned-set",

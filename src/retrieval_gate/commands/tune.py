@@ -10,6 +10,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .plan import Distinct
+
 log = logging.getLogger(__name__)
 
 
@@ -33,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--objective",
         nargs="+",
+        action=Distinct,
         default=list(d.objectives),
         choices=OBJECTIVES,
         help="threshold objectives and/or pareto; `relations` (popularity gate) and `hparams` "

@@ -13,7 +13,11 @@ from .bad_rows import BadRows
 
 def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-empty line; bad lines go to `bad`."""
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")  # closed by the `with` below
+    except OSError as e:  # a folder, or no permission
+        raise DataError(f"cannot read it as a JSONL file ({e.strerror})", path) from None
+    with f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -14,6 +14,7 @@ no heartbeats in Optuna 5.0, so a killed worker's trial stays RUNNING there (doc
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import warnings
@@ -106,6 +107,11 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
             f"cannot open the study database {shown(url)} ({_first_line(e)}); check that the "
             "server runs and the host, port, user, password and database name are right"
         ) from None
+    except sqlalchemy.exc.DatabaseError as e:  # e.g. a SQLite path holding another kind of file
+        raise InputError(
+            f"--storage {shown(url)} is not a usable study database ({_first_line(e)}); it is "
+            "left as it is: pass a new file name, or the database it was"
+        ) from None
 
 
 def _rdb(url: str, engine_kwargs: dict, heartbeat: int) -> optuna.storages.RDBStorage:
@@ -123,11 +129,29 @@ def _rdb(url: str, engine_kwargs: dict, heartbeat: int) -> optuna.storages.RDBSt
 def _journal(path: Path) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+    _check_journal(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
     except OSError as e:
         raise InputError(f"cannot write the study journal ({e.strerror})", path) from None
+
+
+def _check_journal(path: Path) -> None:
+    """An existing journal starts with an Optuna operation record: another file is refused
+    before Optuna would append to it (and then fail reading it back)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        first = f.readline()
+    try:
+        record = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = None
+    if not (isinstance(record, dict) and "op_code" in record):
+        raise InputError("--storage journal: this file is not an Optuna journal (its first line "
+                         "is no operation record); it is left as it is: pass a new file name",
+                         path)  # fmt: skip
 
 
 def _first_line(error: Exception) -> str:
