@@ -82,6 +82,9 @@ def test_jsonl_lists_correctness_rows_and_lm_eval_samples(tmp_path):
         (",0.1", "column 'mean_logprob': is 0.1, above 0"),
         ('"[-0.2, NaN]",', "column 'token_logprobs', token 2: is nan"),
         ('"[-Infinity]",', "column 'token_logprobs', token 1: is -inf"),
+        # two of these made the mean -inf, written into the label file as -Infinity
+        ('"[-1e308, -1e308]",', "column 'token_logprobs', token 1: is -1e+308, below -100000"),
+        (",-3.4e38", "column 'mean_logprob': is -3.4e+38, below -100000"),
         ('"[-0.2, ""x""]",', "column 'token_logprobs', token 2: 'x' is not a number"),
         ("-0.5,", "column 'token_logprobs': -0.5 is not a list"),
         ("oops,", "column 'token_logprobs': 'oops' is not a JSON list"),

@@ -33,10 +33,13 @@ MEAN_LOGPROB = "mean_logprob"
 FEATURES = ("mean_logprob", "min_logprob", "first_logprob", "answer_tokens")
 HAS_ANSWER = "has_answer"
 CLIP = 8.0  # standardised inputs are clipped: one extreme answer cannot swamp the question
+# No answer token is this unlikely (p < e^-100000); below it is a placeholder, e.g. float32's
+# lowest for a masked token, and two of them made the mean -inf (written as -Infinity).
+LOWEST = -1e5
 
 
 def _number(value: Any, what: str, path: str | Path | None, line: int | None) -> float:
-    """One log-probability: a finite real number <= 0."""
+    """One log-probability: a finite real number from LOWEST to 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DataError(f"{what} {value!r} is not a number", path, line)
     x = float(value)
@@ -49,6 +52,10 @@ def _number(value: Any, what: str, path: str | Path | None, line: int | None) ->
             path,
             line,
         )
+    if x < LOWEST:
+        raise DataError(f"{what} is {x:g}, below {LOWEST:g}: no answer token is that unlikely; "
+                        "was a placeholder (e.g. float32's lowest) recorded for a missing value? "
+                        "leave the cell empty instead", path, line)  # fmt: skip
     return x
 
 
