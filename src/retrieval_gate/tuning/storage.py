@@ -110,7 +110,7 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
     except sqlalchemy.exc.DatabaseError as e:  # e.g. a SQLite path holding another kind of file
         raise InputError(
             f"--storage {shown(url)} is not a usable study database ({_first_line(e)}); it is "
-            "left as it is: pass a new file name, or the database it was"
+            "left as it is: pass a new file name"
         ) from None
 
 
