@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 
 from conftest import scratch
 from retrieval_gate.data import assign_splits
-from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.errors import ConfigError, DataError, InputError
 from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.models import minilm_path
 from retrieval_gate.training import (
@@ -223,9 +223,15 @@ def _tiny(label_file: Path, out: Path, **trainer) -> TrainConfig:
 
 
 def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
-    tmp_path, label_file, train_gate
+    tmp_path, label_file, train_gate, monkeypatch
 ):
-    """Defect 3: another config under the same run name never keeps the old weights."""
+    """Defect 3: another config under the same run name never keeps the old weights. Nor
+    does a run that another process is writing (two started at once had both written into
+    the folder): its lock refuses the second, except for a distributed run's ranks."""
+    import os
+
+    from retrieval_gate.training.trainer import one_trainer
+
     run_dir = train_gate(_tiny(label_file, tmp_path), questions=QUESTIONS)
     weights = (run_dir / "gate.pt").read_bytes()
     flipped = write_label_file(tmp_path / "flipped.jsonl", {k: 1 - v for k, v in LABELS.items()})
@@ -234,6 +240,16 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
         train_gate(other, questions=QUESTIONS)
     with pytest.raises(ConfigError, match="another config or label file"):
         train_gate(other, questions=QUESTIONS, resume=True)
+    for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    with one_trainer(run_dir):  # another training process, as far as the lock can tell
+        busy = f"another training run \\(pid {os.getpid()}\\) is writing the run folder x"
+        with pytest.raises(InputError, match=busy):
+            train_gate(other, questions=QUESTIONS, overwrite=True)
+        monkeypatch.setenv("LOCAL_RANK", "1")  # a rank of a distributed run is not locked
+        with one_trainer(run_dir):
+            pass
+        monkeypatch.delenv("LOCAL_RANK")
     assert (run_dir / "gate.pt").read_bytes() == weights
     (run_dir / "notes.txt").write_text("mine")  # not a run file: overwrite keeps it
     train_gate(other, questions=QUESTIONS, overwrite=True)

@@ -21,9 +21,16 @@ def lock_path(label_file: Path) -> Path:
     return label_file.with_name(f".{label_file.name}.lock")
 
 
+BUSY = (
+    "another labelling run (pid {pid}, local or --engine ray) is writing this label file "
+    "now; wait for it to finish, or pass another --out"
+)
+
+
 @contextmanager
-def single_writer(label_file: Path) -> Iterator[None]:
-    """Holds the label file's writer lock, or refuses at once if another run holds it."""
+def single_writer(label_file: Path, busy: str = BUSY) -> Iterator[None]:
+    """Holds the writer lock of `label_file` (or of a run folder: `busy` says who holds it),
+    or refuses at once if another process holds it."""
     path = lock_path(Path(label_file))
     make_parent(Path(label_file))
     try:
@@ -37,11 +44,7 @@ def single_writer(label_file: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise InputError(
-                f"another labelling run (pid {holder}, local or --engine ray) is writing this "
-                "label file now; wait for it to finish, or pass another --out",
-                label_file,
-            ) from None
+            raise InputError(busy.format(pid=holder), label_file) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield

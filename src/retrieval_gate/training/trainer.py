@@ -17,10 +17,12 @@ import hashlib
 import io
 import json
 import logging
+import os
 import resource
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +35,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 from .. import work
 from ..errors import ConfigError
 from ..fileio import read_json, write_json, write_text
+from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, resolve_backbone
@@ -332,7 +335,36 @@ def train(
     run_dir = Path(config.run.output_dir) / run_name(config)
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
     tokenizer, dm, module = prepare(config, questions, labels)
-    try:  # the data are good: only now touch the folder
+    with one_trainer(run_dir):  # the data are good: only now touch the folder
+        check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
+        return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
+
+
+# Set in the ranks of a distributed run (torchrun, srun, the processes Lightning starts): they
+# share one run folder by design, and rank zero alone writes it.
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
+
+
+@contextmanager
+def one_trainer(run_dir: Path) -> Iterator[None]:
+    """One training process writes a run folder at a time: two started at once had both found
+    it empty and written into it. The lock is `.<run name>.lock` beside the folder (the
+    labelling runs' `single_writer`); a distributed run's ranks are not locked."""
+    if any(os.environ.get(k) for k in DISTRIBUTED_ENV):
+        yield
+        return
+    busy = (f"another training run (pid {{pid}}) is writing the run folder {run_dir.name} now; "
+            "wait for it to finish, or pass another run.name")  # fmt: skip
+    with single_writer(run_dir, busy):
+        yield
+
+
+def _fit(
+    run_dir: Path, config: TrainConfig, digest: str, tokenizer: Any, dm: GateDataModule,
+    module: RetrievalGateModule, overwrite: bool,
+) -> TrainedRun:  # fmt: skip
+    """Trains into `run_dir` (checked, and locked) and writes it; returns the run."""
+    try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot create the run folder {run_dir} ({e.strerror}); pass "
