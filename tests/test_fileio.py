@@ -84,3 +84,8 @@ def test_a_symbolic_link_is_written_through_and_stays_a_link(tmp_path):
     link.symlink_to(target)
     write_text(link, "new")
     assert link.is_symlink() and target.read_text() == "new"
+    dangling = tmp_path / "dangling.txt"
+    dangling.symlink_to(tmp_path / "no" / "such" / "file.txt")
+    with pytest.raises(InputError, match="dangling.txt: is a symbolic link to .* which does not"):
+        write_text(dangling, "x")
+    assert dangling.is_symlink() and not (tmp_path / "no").exists()

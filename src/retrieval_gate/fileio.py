@@ -74,6 +74,9 @@ def regular_target(path: str | Path) -> Path:
     device, pipe or socket, which a rename would replace with a file (an InputError)."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if path.is_symlink() and not target.exists():  # writing would make folders where it points
+        raise InputError(f"is a symbolic link to {target}, which does not exist: pass a file "
+                         "path", path)  # fmt: skip
     if target.exists() and not target.is_file() and not target.is_dir():
         raise InputError("is not a regular file (a device, pipe or socket), and a file is "
                          "written whole here: pass a file path", path)  # fmt: skip
