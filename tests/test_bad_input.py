@@ -314,18 +314,16 @@ def test_train_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, ca
     assert mine.read_text() == "mine"
 
 
-@pytest.mark.parametrize("storage, content, message", [
-    ("studies.db", b"not a database", "is not a usable study database (file is not a database)"),
-    ("journal:{tmp}/j.log", b"garbage{\n", "is not an Optuna journal"),
+@pytest.mark.parametrize("kind, content, message", [
+    ("sqlite", b"not a database", "is not a usable study database (file is not a database)"),
+    ("journal", b"garbage{\n", "is not an Optuna journal"),
 ])  # fmt: skip
-def test_tune_refuses_a_storage_file_of_another_kind_and_leaves_it(tmp_path, capsys, storage,
+def test_tune_refuses_a_storage_file_of_another_kind_and_leaves_it(tmp_path, capsys, kind,
                                                                   content, message):  # fmt: skip
     """Both were tracebacks; Optuna had appended its first record to the journal."""
-    storage = storage.format(tmp=tmp_path)
-    path = tmp_path / (storage.removeprefix(f"journal:{tmp_path}/") if "journal" in storage
-                       else storage)  # fmt: skip
-    storage = storage if "journal" in storage else str(path)
+    path = tmp_path / "studies.db"
     path.write_bytes(content)
+    storage = str(path) if kind == "sqlite" else f"journal:{path}"
     labels = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
     code, err = _run(["tune", "--gate", "tfidf", "--labels", labels, "--objective", "pareto",
                       "--trials", "2", "--storage", storage, "--out", str(tmp_path / "out")],
