@@ -18,7 +18,7 @@ from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
 from ..strategies import BUILTIN
 from .gate_args import add_gate_options, check_threshold, gate_options
-from .plan import check_at_most, check_output_file, gpu_count
+from .plan import Distinct, check_at_most, check_output_file, gpu_count
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 # The modes `rag` runs unless --modes says otherwise (every registry gate and oracle is known).
@@ -147,6 +147,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--modes",
         nargs="+",
+        action=Distinct,
         default=list(DEFAULT_MODES),
         metavar="MODE",
         help=f"any of: {' '.join(known_modes())}, and every strategy a --strategies file "
@@ -220,9 +221,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
-    twice = sorted({m for m in args.modes if args.modes.count(m) > 1})
-    if twice:
-        raise ConfigError(f"--modes: {', '.join(twice)} given more than once; name each mode once")
     if args.out:  # before the run, not after it
         check_output_file(args.out.with_suffix(".md"), "--out")
     engine = generator_kwargs(args)
