@@ -69,6 +69,12 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists: where a file would be in the way of
+    making `path` a folder."""
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
 def regular_target(path: str | Path) -> Path:
     """The file a write to `path` lands in: a symbolic link's target (the link stays), never a
     device, pipe or socket, which a rename would replace with a file (an InputError)."""

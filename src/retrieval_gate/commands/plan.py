@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
-from ..fileio import regular_target
+from ..fileio import nearest_existing, regular_target
 
 
 class Distinct(argparse.Action):
@@ -59,7 +59,7 @@ def gpu_count() -> int:
 
 def check_output_dir(path: Path, flag: str) -> None:
     """`path` is a folder, or can become one: no file where the folder (or one above it) goes."""
-    there = next(p for p in (path, *path.parents) if p.exists())
+    there = nearest_existing(path)
     if not there.is_dir():
         where = "" if there == path else f" ({there} is a file)"
         raise InputError(f"{flag} must be a folder, and a file is in the way{where}: pass a "
@@ -72,7 +72,7 @@ def check_output_file(path: Path, flag: str) -> None:
     if path.is_dir():
         raise InputError(f"{flag} names a folder; pass a file name in it", path)
     regular_target(path)
-    there = next(p for p in path.parents if p.exists())
+    there = nearest_existing(path.parent)
     if not there.is_dir():
         raise InputError(f"{flag}: {there} is a file, so nothing can be written under it; "
                          "pass a path in a folder", path)  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import write_json, write_text
+from ..fileio import regular_target, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +124,7 @@ class LabelFile:
         its `.meta.json` (written before the first row) is the user's, never truncated."""
         if self.path.is_dir():
             raise DataError("is a folder; --out needs a .jsonl file path", self.path)
-        if self.path.exists() and not self.path.is_file():
-            raise DataError("is not a regular file (a device, pipe or socket); --out needs a "
-                            ".jsonl file path", self.path)  # fmt: skip
+        regular_target(self.path)  # not a device or pipe: rewrite() would replace it
         if self.path.is_file() and self.path.stat().st_size and not meta_path(self.path).exists():
             raise DataError(
                 f"exists and is not a retrieval-gate label file (no {meta_path(self.path).name} "

@@ -34,7 +34,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 
 from .. import work
 from ..errors import ConfigError
-from ..fileio import read_json, write_json, write_text
+from ..fileio import nearest_existing, read_json, write_json, write_text
 from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -175,7 +175,7 @@ def check_run_dir(
     before any data or model is loaded); returns this config's hash."""
     if overwrite and resume:
         raise ConfigError("pass --overwrite or --resume, not both")
-    there = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    there = nearest_existing(run_dir)
     if not there.is_dir():
         raise ConfigError(f"run.output_dir: {there} is a file, so the run folder {run_dir} "
                           "cannot go under it; pass another run.output_dir")  # fmt: skip
