@@ -240,8 +240,8 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
         train_gate(other, questions=QUESTIONS)
     with pytest.raises(ConfigError, match="another config or label file"):
         train_gate(other, questions=QUESTIONS, resume=True)
-    for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LOCAL_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)  # a plain process (launch.one_of_many)
     with one_trainer(run_dir):  # another training process, as far as the lock can tell
         busy = f"another training run \\(pid {os.getpid()}\\) is writing the run folder x"
         with pytest.raises(InputError, match=busy):

@@ -29,6 +29,17 @@ def launched_world(env: Mapping[str, str] = os.environ) -> tuple[str, int, int] 
     return None
 
 
+# Set by Lightning in the processes it starts itself (its DDP launcher's other ranks) and by
+# hand on the nodes of a run started without a launcher.
+LIGHTNING_RANK_ENV = ("LOCAL_RANK", "NODE_RANK")
+
+
+def one_of_many(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is one rank of a distributed run (a launcher's, or Lightning's
+    own): the ranks share one run folder by design, and rank zero alone writes it."""
+    return launched_world(env) is not None or any(env.get(k) for k in LIGHTNING_RANK_ENV)
+
+
 def launcher_trainer(
     trainer: dict[str, Any], env: Mapping[str, str] = os.environ, cuda_devices: int | None = None
 ) -> dict[str, Any]:

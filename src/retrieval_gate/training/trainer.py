@@ -17,7 +17,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import resource
 import shutil
 import time
@@ -48,6 +47,7 @@ from .checkpoint import save_run
 from .config import TrainConfig
 from .datamodule import GateDataModule
 from .heads import HEADS
+from .launch import one_of_many
 from .loggers import build_loggers
 from .module import RetrievalGateModule
 
@@ -340,17 +340,12 @@ def train(
         return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
 
 
-# Set in the ranks of a distributed run (torchrun, srun, the processes Lightning starts): they
-# share one run folder by design, and rank zero alone writes it.
-DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
-
-
 @contextmanager
 def one_trainer(run_dir: Path) -> Iterator[None]:
     """One training process writes a run folder at a time: two started at once had both found
     it empty and written into it. The lock is `.<run name>.lock` beside the folder (the
     labelling runs' `single_writer`); a distributed run's ranks are not locked."""
-    if any(os.environ.get(k) for k in DISTRIBUTED_ENV):
+    if one_of_many():
         yield
         return
     busy = (f"another training run (pid {{pid}}) is writing the run folder {run_dir.name} now; "
