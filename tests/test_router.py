@@ -400,3 +400,46 @@ def test_the_shipped_router_config_trains_on_the_bundle_from_the_text_alone(tmp_
     assert calibration["n"] == 2550 and calibration["mean_cost"] <= cfg.model.budget + 1e-9
     assert figures["test"]["accuracy"] > 0.30  # no retrieval: 0.276 on these 450 questions
     assert 0 < figures["test"]["shares"]["multi_step"] < 0.5
+
+
+def test_a_frozen_body_encodes_each_question_once_and_changes_no_figure(train_gate, tmp_path):
+    """The stacked router fits on train and dev, then validates on dev, tests on test and
+    scores test again for its figures: with the frozen body's batches kept while it trains
+    (`RetrievalGateModule.body_memo`), every question is encoded once, and the run's figures
+    are those of encoding every batch afresh."""
+    from retrieval_gate.training import load_config
+    from retrieval_gate.training.backbones import Backbone
+    from retrieval_gate.training.module import RetrievalGateModule
+    from tiny_backbones import tiny_release_router_sets
+
+    sets = tiny_release_router_sets(tmp_path / "body")
+    encoded: list[int] = []
+    real_forward = Backbone.forward
+
+    def counting(self, input_ids, attention_mask):
+        encoded.append(len(input_ids))
+        return real_forward(self, input_ids, attention_mask)
+
+    def trained(name: str, mp: pytest.MonkeyPatch) -> dict:
+        encoded.clear()
+        mp.setattr(Backbone, "forward", counting)
+        cfg = load_config("router-adaptive-rag-llama8b",
+                          [*sets, f"run.output_dir={tmp_path}", f"run.name={name}"])  # fmt: skip
+        run = train_gate(cfg)
+        return {k: v for k, v in run.metrics.items() if k not in ("fit_seconds", "peak_rss_mb")}
+
+    with pytest.MonkeyPatch.context() as mp:
+        kept = trained("kept", mp)
+        splits = kept["splits"]
+        assert sum(encoded) == sum(splits[s]["n"] for s in ("train", "dev", "test"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RetrievalGateModule, "body_memo", lambda self, on=True: _off())
+        afresh = trained("afresh", mp)
+        assert sum(encoded) > sum(splits[s]["n"] for s in ("train", "dev", "test"))
+    assert json.dumps(kept, sort_keys=True) == json.dumps(afresh, sort_keys=True)
+
+
+def _off():
+    import contextlib
+
+    return contextlib.nullcontext()

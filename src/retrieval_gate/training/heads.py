@@ -29,6 +29,8 @@ class LinearHead(nn.Sequential):
 
 
 class Head(Protocol):
+    frozen_body: bool  # the body's weights never change (its embeddings can be kept)
+
     def build(
         self, config: Any, hidden: int, features: GateFeatures | None, outputs: int
     ) -> nn.Module:
@@ -43,6 +45,8 @@ class Head(Protocol):
 class GradientHead:
     """`linear`: trained with the body (or its LoRA) by Lightning's epochs; the weights of the
     best validation epoch are kept."""
+
+    frozen_body = False  # the body's weights change while it trains
 
     def build(
         self, config: Any, hidden: int, features: GateFeatures | None, outputs: int
@@ -63,6 +67,8 @@ class GradientHead:
 class ClosedFormHead(GradientHead):
     """`stacked`: logistic models on the frozen body, fitted in closed form (no epochs).
     Until its fit has made the text features, the module holds a linear placeholder."""
+
+    frozen_body = True
 
     def build(
         self, config: Any, hidden: int, features: GateFeatures | None, outputs: int

@@ -4,6 +4,9 @@ Devices, precision and strategy are the Trainer's business; nothing here moves t
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytorch_lightning as pl
@@ -96,6 +99,7 @@ class RetrievalGateModule(pl.LightningModule):
             }
         )
         self.train()  # from_pretrained leaves bodies in eval mode (dropout off)
+        self._memo: dict[bytes, torch.Tensor] | None = None  # `body_memo`
 
     def set_head(self, side_features: GateFeatures | None) -> None:
         """The head over [pooled embedding, features]. The run's features (side features'
@@ -114,12 +118,33 @@ class RetrievalGateModule(pl.LightningModule):
     ) -> torch.Tensor:
         """Logits (batch, num_classes); float32 whatever precision the body runs in. A gate
         trained with side features takes them (scaled, data/features.py) beside the text."""
-        pooled = self.backbone(input_ids, attention_mask).float()
+        pooled = self.body(input_ids, attention_mask).float()
         if self.n_side:
             if features is None:
                 raise InputError("this gate was trained with side features: pass `features`")
             pooled = torch.cat([pooled, features.float()], dim=-1)
         return self.head(pooled, input_ids)  # a stacked head reads the tokens (their TF-IDF)
+
+    def body(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The body's pooled embedding of a batch; inside `body_memo`, each batch once."""
+        if self._memo is None:
+            return self.backbone(input_ids, attention_mask)
+        key = _batch_key(input_ids, attention_mask)
+        if key not in self._memo:
+            self._memo[key] = self.backbone(input_ids, attention_mask)
+        return self._memo[key]
+
+    @contextmanager
+    def body_memo(self, on: bool = True) -> Iterator[None]:
+        """Within it (`on`: the body is frozen, a stacked head), `body` encodes each batch once:
+        the head's fit, validation, test and a router's figures read the same length-ordered
+        batches of dev and test (`GateDataModule.by_length`) again, and the same batch gives
+        the same embedding. Off outside, so nothing traced or exported meets a kept batch."""
+        self._memo = {} if on else None
+        try:
+            yield
+        finally:
+            self._memo = None
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """Per class: P(class) (softmax), or for a router P(correct | strategy) (sigmoid)."""
@@ -178,3 +203,12 @@ class RetrievalGateModule(pl.LightningModule):
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def _batch_key(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bytes:
+    """A batch's identity: its shape and every token id and mask value."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr(tuple(input_ids.shape)).encode())
+    for t in (input_ids, attention_mask):
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.digest()

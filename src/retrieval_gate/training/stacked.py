@@ -164,7 +164,7 @@ def embed(module: nn.Module, dm: GateDataModule, split: str) -> np.ndarray:
     length order: `GateDataModule.in_row_order`)."""
     module.eval()
     return dm.in_row_order(
-        split, lambda b: module.backbone(b["input_ids"], b["attention_mask"]).float().numpy()
+        split, lambda b: module.body(b["input_ids"], b["attention_mask"]).float().numpy()
     )
 
 

@@ -370,12 +370,18 @@ def _fit(
     earlier = keep_csv_history(run_dir)
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
-    # by epochs, or (a stacked head) closed-form on the frozen body
-    out_of_fold = HEADS[config.model.head].fit(trainer, module, dm, config, start_from)
-    dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
-    if out_of_fold is not None:  # the head was fitted on dev: its figures there are in-sample
-        dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
-    test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
+    head = HEADS[config.model.head]
+    with module.body_memo(head.frozen_body):  # a frozen body encodes each batch once
+        # by epochs, or (a stacked head) closed-form on the frozen body
+        out_of_fold = head.fit(trainer, module, dm, config, start_from)
+        dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
+        if out_of_fold is not None:  # fitted on dev: its figures there are in-sample
+            dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
+        test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
+        fit_seconds = time.perf_counter() - started
+        router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
+        if router is not None:
+            figures = router_figures(module, dm, router, out_of_fold)
     # Under DDP every rank runs this function; validate/test metrics are already gathered
     # across ranks (torchmetrics sync), and only rank zero writes the run folder (all ranks
     # writing it would race on the same *.tmp files). The barrier keeps the other ranks
@@ -384,7 +390,7 @@ def _fit(
         "dev": dev,
         "test": test,
         "epochs": throughput.epochs,
-        "fit_seconds": time.perf_counter() - started,
+        "fit_seconds": fit_seconds,
         "peak_rss_mb": peak_rss_mb(),
         "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
         "parameters": sum(p.numel() for p in module.parameters()),
@@ -392,9 +398,8 @@ def _fit(
         "splits": dm.summary(),
         "world_size": trainer.world_size,
     }
-    router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
     if router is not None:
-        metrics["router"] = router_figures(module, dm, router, out_of_fold)
+        metrics["router"] = figures
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
         labels_json = {**dm.provenance, "counts": dm.summary()}
