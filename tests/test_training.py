@@ -217,13 +217,19 @@ def test_bundled_configs_all_load():
 # ------------------------------------------------------------------ reruns and resume
 
 
-def _tiny(label_file: Path, out: Path, **trainer) -> TrainConfig:
-    cfg = tiny_config(label_file, out, "encoder", str(minilm_path()))
+@pytest.fixture(scope="module")
+def body(workdir) -> str:
+    """A tiny encoder for the tests of run folders, reruns and resumes (not of MiniLM)."""
+    return _model_name(workdir, "roberta")
+
+
+def _tiny(body: str, label_file: Path, out: Path, **trainer) -> TrainConfig:
+    cfg = tiny_config(label_file, out, "encoder", body, pooling="cls")
     return cfg.override("run.name=x", *(f"trainer.{k}={v}" for k, v in trainer.items()))
 
 
 def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
-    tmp_path, label_file, train_gate, monkeypatch
+    tmp_path, label_file, body, train_gate, monkeypatch
 ):
     """Defect 3: another config under the same run name never keeps the old weights. Nor
     does a run that another process is writing (two started at once had both written into
@@ -232,10 +238,10 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
 
     from retrieval_gate.training.trainer import one_trainer
 
-    run_dir = train_gate(_tiny(label_file, tmp_path), questions=QUESTIONS)
+    run_dir = train_gate(_tiny(body, label_file, tmp_path), questions=QUESTIONS)
     weights = (run_dir / "gate.pt").read_bytes()
     flipped = write_label_file(tmp_path / "flipped.jsonl", {k: 1 - v for k, v in LABELS.items()})
-    other = _tiny(flipped, tmp_path)
+    other = _tiny(body, flipped, tmp_path)
     with pytest.raises(ConfigError, match="already holds a run.*--overwrite"):
         train_gate(other, questions=QUESTIONS)
     with pytest.raises(ConfigError, match="another config or label file"):
@@ -259,12 +265,12 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
 
 
 def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
-    tmp_path, label_file, caplog, train_gate
+    tmp_path, label_file, body, caplog, train_gate
 ):
     """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
     a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
-    run_dir = train_gate(_tiny(label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
-    train_gate(_tiny(label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
+    run_dir = train_gate(_tiny(body, label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
+    train_gate(_tiny(body, label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
     epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
     assert [e["epoch"] for e in epochs] == [0, 1]
     with open(run_dir / "logs" / "metrics.csv") as f:
@@ -272,7 +278,7 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
     last = run_dir / "lightning" / "last.ckpt"
     damaged = last.read_bytes()[:200]
     last.write_bytes(damaged)
-    train_gate(_tiny(label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
+    train_gate(_tiny(body, label_file, tmp_path, max_epochs=3), questions=QUESTIONS, resume=True)
     assert "damaged" in caplog.text  # a logged warning
     assert (run_dir / "lightning" / "last.ckpt.damaged").read_bytes() == damaged
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2
@@ -422,10 +428,12 @@ def test_training_ece_is_the_reports_ece():
     assert M.ece(y, s) != pytest.approx(M.ece(y, s, n_bins=15))  # the bin count matters
 
 
-def test_a_step_budget_shorter_than_an_epoch_still_validates(tmp_path, label_file, train_gate):
+def test_a_step_budget_shorter_than_an_epoch_still_validates(
+    tmp_path, label_file, body, train_gate
+):
     """trainer.max_steps=2 ends inside the first epoch (3 batches): validation runs at that
     step, so early stopping and the best checkpoint find val/auroc (was a RuntimeError)."""
-    cfg = _tiny(label_file, tmp_path, max_steps=2, max_epochs=-1)
+    cfg = _tiny(body, label_file, tmp_path, max_steps=2, max_epochs=-1)
     run_dir = train_gate(cfg, questions=QUESTIONS)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert "auroc" in metrics["test"] and (run_dir / "gate.pt").is_file()

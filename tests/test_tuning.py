@@ -196,17 +196,18 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     from retrieval_gate.data import canonical_questions
     from retrieval_gate.gates.learned import LearnedGate
     from retrieval_gate.labels.evalset import load_splits
-    from retrieval_gate.models import minilm_path
     from retrieval_gate.training import read_metadata
-    from tiny_backbones import tiny_config, write_label_file
+    from tiny_backbones import tiny_backbone, tiny_config, write_label_file
 
     popqa = [q for q in canonical_questions() if q.source == "popqa"][:400]
     labels = write_label_file(
         tmp_path / "pop.jsonl", {q.id: int(len(q.text) % 3 == 0) for q in popqa}
     )
+    # a tiny body: what is tested is two models in folders of one name, not MiniLM
+    body = tiny_backbone("roberta", tmp_path / "body", [q.text for q in popqa])
     runs = []
     for parent, lr in (("A", "1e-3"), ("B", "3e-3")):
-        cfg = tiny_config(labels, tmp_path / parent, "encoder", str(minilm_path()))
+        cfg = tiny_config(labels, tmp_path / parent, "encoder", str(body), pooling="cls")
         cfg = cfg.override("run.name=x", f"model.lr={lr}", "data.datasets=[popqa]")
         runs.append(train_gate(cfg))
     storage, out = tmp_path / "studies.db", tmp_path / "tune"
