@@ -34,7 +34,9 @@ LORA = {"lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
 # name -> (backbone kind, tiny model kind or None for MiniLM, extra model keys, variants)
 CASES = {
     "minilm": ("encoder", None, {}, ("fp32", "opt", "int8", "fp16")),
-    "minilm-lora": ("encoder", None, LORA, ("fp32", "int8")),
+    # LoRA on an encoder (merged into the body before export): the tiny RoBERTa has MiniLM's
+    # attention module names (query, value), so peft's path is the same, in a second not eight
+    "roberta-lora": ("encoder", "roberta", {"pooling": "cls", **LORA}, ("fp32", "int8")),
     "roberta": ("encoder", "roberta", {"pooling": "cls"}, ("fp32", "int8")),
     "t5-lora": ("t5-lora", "t5", {}, ("fp32", "int8")),
     "decoder-lora": ("decoder-lora", "llama", {}, ("fp32", "int8")),
