@@ -380,8 +380,7 @@ def _fit(
         test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
         fit_seconds = time.perf_counter() - started
         router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
-        if router is not None:
-            figures = router_figures(module, dm, router, out_of_fold)
+        figures = None if router is None else router_figures(module, dm, router, out_of_fold)
     # Under DDP every rank runs this function; validate/test metrics are already gathered
     # across ranks (torchmetrics sync), and only rank zero writes the run folder (all ranks
     # writing it would race on the same *.tmp files). The barrier keeps the other ranks
@@ -398,7 +397,7 @@ def _fit(
         "splits": dm.summary(),
         "world_size": trainer.world_size,
     }
-    if router is not None:
+    if figures is not None:
         metrics["router"] = figures
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
