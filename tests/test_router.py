@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -433,13 +434,7 @@ def test_a_frozen_body_encodes_each_question_once_and_changes_no_figure(train_ga
         splits = kept["splits"]
         assert sum(encoded) == sum(splits[s]["n"] for s in ("train", "dev", "test"))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RetrievalGateModule, "body_memo", lambda self, on=True: _off())
+        mp.setattr(RetrievalGateModule, "body_memo", lambda self, on=True: nullcontext())
         afresh = trained("afresh", mp)
         assert sum(encoded) > sum(splits[s]["n"] for s in ("train", "dev", "test"))
     assert json.dumps(kept, sort_keys=True) == json.dumps(afresh, sort_keys=True)
-
-
-def _off():
-    import contextlib
-
-    return contextlib.nullcontext()
