@@ -40,10 +40,10 @@ fi
 echo "[setup] creating $VENV and installing (several minutes the first time)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 python="$VENV/bin/python"
-# --no-compile, then one parallel compileall at the end: pip byte-compiles each wheel's ~36,000
-# modules on one core (about a minute of the install on 2 cores). The compiled files are needed:
-# where PYTHONDONTWRITEBYTECODE is set (as on the machines measured here), Python would compile every module it
-# imports anew in every process.
+# --no-compile, then one compileall on every core at the end: pip byte-compiles the venv's
+# ~36,000 modules one after another (about a minute of the install on 2 cores). The compiled
+# files are needed: where PYTHONDONTWRITEBYTECODE is set (as on the machines measured here),
+# Python would otherwise compile every module it imports anew in every process.
 pip=("$python" -m pip install --progress-bar off --no-compile)
 "${pip[@]}" -q --upgrade pip setuptools wheel
 if [ "$GPU" = "1" ]; then
