@@ -163,11 +163,11 @@ def _router_evaluate(out: Path) -> list[str]:
 STAGES = [
     Stage("data", "data summary", lambda out: ["data", "summary"], 15, preload=False),
     Stage("models", "model preparation", lambda out: ["models", "prepare"], 50),
-    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 65),
+    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 45),
     Stage("train", "train the MiniLM gate", _train, 90),
     Stage("tune", "tune its threshold (Optuna)", _tune, 40),
     Stage("export", "export ONNX (+int8)", _export, 35),
-    Stage("evaluate", "evaluate against every baseline", _evaluate, 230),
+    Stage("evaluate", "evaluate against every baseline", _evaluate, 250),
     Stage("rag", "adaptive RAG loop on held-out questions", _rag, 205),
     Stage(
         "router-train",
@@ -176,9 +176,9 @@ STAGES = [
         60,
     ),  # fmt: skip
     Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 20),
-    Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 25),
+    Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 35),
     Stage(
-        "router-evaluate", "every routing policy on the bundle's test split", _router_evaluate, 35
+        "router-evaluate", "every routing policy on the bundle's test split", _router_evaluate, 25
     ),  # fmt: skip
 ]
 SAVING = "### Routing: the saving (test)"  # the router report's table the demo leads with
