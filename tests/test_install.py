@@ -61,3 +61,35 @@ def test_cli_runs_from_a_non_editable_install(tmp_path):
     env["RETRIEVAL_GATE_LABELS"] = str(tmp_path / "mine")
     r = subprocess.run(labels, cwd=work, env=env, capture_output=True, text=True, check=True)
     assert r.stdout.strip() == str(tmp_path / "mine")
+
+
+@pytest.mark.slow  # a subprocess
+def test_the_venv_keeps_bytecode_in_its_own_folder_whatever_the_environment_says(tmp_path):
+    """scripts/venv_bytecode.pth (which setup.sh puts in .venv): pip installs with --no-compile,
+    so a module must be compiled once, when first imported, and kept, even under
+    PYTHONDONTWRITEBYTECODE=1 (else every process compiles torch again); kept under the venv's
+    own pycache/, never beside the source; a PYTHONPYCACHEPREFIX of the user's is respected."""
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    shutil.copy(REPO / "scripts" / "venv_bytecode.pth", purelib)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mod.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(code)}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    run = [python, "-c", "import mod, sys; print(mod.__spec__.cached)"]
+    cached = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
+    kept = Path(cached.strip())
+    assert kept.is_file() and kept.is_relative_to(venv / "pycache"), cached
+    assert not (code / "__pycache__").exists()
+    assert sysconfig.get_path("purelib") != purelib  # the test's own venv was left alone
+    mine = tmp_path / "mine"
+    cached = subprocess.run(run, env={**env, "PYTHONPYCACHEPREFIX": str(mine)},
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert Path(cached.strip()).is_file() and Path(cached.strip()).is_relative_to(mine)
