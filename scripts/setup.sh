@@ -41,9 +41,8 @@ echo "[setup] creating $VENV and installing (several minutes the first time)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 python="$VENV/bin/python"
 # pip installs without byte-compiling (36,600 modules, one after another); the venv compiles
-# each module when a process first imports it and keeps it (scripts/venv_bytecode.pth, which
-# says why): where PYTHONDONTWRITEBYTECODE is set, as on the machines measured here, Python would
-# otherwise compile every module it imports anew in every process.
+# each module when a process first imports it and keeps it, even where PYTHONDONTWRITEBYTECODE
+# is set, as on the machines measured here (scripts/venv_bytecode.pth says why).
 "$python" -c 'import shutil, sys, sysconfig; shutil.copy(sys.argv[1], sysconfig.get_path("purelib"))' \
   scripts/venv_bytecode.pth
 pip=("$python" -m pip install --progress-bar off --no-compile)
