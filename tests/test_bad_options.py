@@ -57,6 +57,9 @@ def _workspace(t) -> None:
     """The bad (and a few good) inputs the cases point at, under the test's tmp_path."""
     (t / "dir").mkdir()
     (t / "file.txt").write_text("not a folder\n")
+    (t / "mine").mkdir()  # files of the user's, named as the verbs name their reports
+    for name in ("report.md", "tune-popularity-closed-book.json", "transfer.md"):
+        (t / "mine" / name).write_text("mine\n")
     (t / "q.jsonl").write_text(_lines({"id": f"q{i}", "question": f"Who is {i}?",
                                        "answers": ["x"]} for i in range(4)))  # fmt: skip
     (t / "bad_row.jsonl").write_text('{"id": "q1", "question": "Who?"}\n{"id": "q2", "quest\n')
@@ -170,6 +173,7 @@ CASES = {
     "rag-labels-missing": C("rag --modes popularity --labels {t}/missing.jsonl", "missing.jsonl"),
     "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),
     "rag-out-under-a-file": C("rag --modes never --out {t}/file.txt/report", "--out", "file.txt"),
+    "rag-out-is-a-file-of-yours": C("rag --modes never --out {t}/mine/report", "report.md", "did not write it", "--out"),
     "rag-onnx-is-a-file": C("rag --modes onnx --onnx {t}/file.txt", "file.txt"),
     "rag-onnx-empty-export": C("rag --modes onnx --onnx {t}/export_empty", "export_empty"),
     "rag-learned-run-empty": C("rag --modes learned --learned-run {t}/run_empty", "run_empty"),
@@ -207,6 +211,9 @@ CASES = {
     "evaluate-resamples-zero": C(f"{EVAL} --resamples 0", "--resamples"),
     "evaluate-out-is-a-file": C(f"evaluate --gates always --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "evaluate-run-dir-missing": C(f"{EVAL} --run-dir {{t}}/missing-run", "missing-run"),
+    "evaluate-out-holds-a-file-of-yours": C(
+        f"evaluate --gates always --labels {LABELS} --out {{t}}/mine --no-cost", "report.md",
+        "did not write it", "--out", forbid=("retrieval_gate.evaluation.gate_comparison.load_splits",)),
     "evaluate-strategies-duplicate": C(f"{EVAL} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
     "evaluate-strategies-miss-a-label-strategy": C(
         "evaluate --gates tfidf --labels {t}/strategies.jsonl --questions {t}/q.jsonl --out {t}/ev "
@@ -224,6 +231,7 @@ CASES = {
     "tune-labels-missing": C("tune --gate popularity --labels {t}/missing.jsonl --out {t}/tu", "missing.jsonl"),
     "tune-labels-dir": C("tune --gate popularity --labels {t}/dir --out {t}/tu", "dir"),
     "tune-out-is-a-file": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
+    "tune-out-holds-a-file-of-yours": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/mine", "tune-popularity-closed-book.json", "did not write it"),
     "tune-max-epochs-zero": C(f"tune --gate learned --objective hparams --labels {LABELS} --out {{t}}/tu --max-epochs 0", "--max-epochs"),
     "tune-strategies-duplicate": C(f"{TUNE} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
     "tune-budget-above-dearest": C(f"tune --gate onnx --onnx {{t}}/router --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --budget 99", "--budget", "3.35"),
@@ -238,6 +246,7 @@ CASES = {
     "score-input-missing": C("score --model {t}/router --input {t}/missing.jsonl", "missing.jsonl"),
     "score-input-dir": C("score --model {t}/router --input {t}/dir", "dir"),
     "score-output-is-a-folder": C(f"{SCORE} --output {{t}}/dir", "--output", "dir"),
+    "score-output-is-a-file-of-yours": C(f"{SCORE} --output {{t}}/file.txt", "file.txt", "did not write it", "--output"),
     "score-budget-above-dearest": C(f"{SCORE} --budget 99", "--budget", "3.35"),
     "score-budget-no-costs": C("score --model {t}/router_nocosts --input {t}/q.jsonl --budget 1", "router_nocosts", "costs"),
     "score-questions-bad-row": C("score --model {t}/router --questions {t}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
@@ -248,6 +257,7 @@ CASES = {
         f"transfer --labels {LABELS} {{t}}/missing.jsonl --out {{t}}/tr", "--labels", "missing.jsonl",
         forbid=("retrieval_gate.evaluation.transfer.transfer_cells",)),
     "transfer-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
+    "transfer-out-holds-a-file-of-yours": C(f"transfer --labels {LABELS} --out {{t}}/mine", "transfer.md", "did not write it"),
     "transfer-learned-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/file.txt", "--learned-out", "file.txt"),
     "transfer-learned-config-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/lo --learned-config {{t}}/missing.yaml", "missing.yaml"),
     "transfer-run-dir-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/missing-run", "missing-run"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from .outputs import write_owned  # noqa: E402
 
 __all__ = ["panels", "plt", "save_figure"]
 
@@ -20,9 +23,10 @@ def panels(n: int, width: float = 7.0, height: float = 5.0):
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Writes a PNG (creating its folder) and frees the figure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Writes a PNG (creating its folder; never over a file retrieval-gate did not write:
+    `outputs.write_owned`) and frees the figure."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    return path
+    return write_owned(path, png.getvalue())

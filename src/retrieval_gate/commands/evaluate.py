@@ -80,7 +80,7 @@ def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegist
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.gate_comparison import EvaluationConfig, run_evaluation
+    from ..evaluation.gate_comparison import WRITES, EvaluationConfig, run_evaluation
     from ..labels.labelling_run import run_dir_for
     from ..rag.gate_folders import check_gate_folders
     from .gate_args import gate_options
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from .question_args import questions_from
 
     check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 0})
-    check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out", WRITES)
     check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
     check_gate_folders(args.gates, gate_options(args))

@@ -97,7 +97,8 @@ def check_plan(args: argparse.Namespace) -> Any:
     if args.labels_dir:
         check_output_dir(args.labels_dir, "--labels-dir")
     if args.out:
-        check_output_file(args.out, "--out")
+        # a label file it resumes or refuses by its rows (labels/label_files.py), never replaces
+        check_output_file(args.out, "--out", replaces_only_its_own=False)
     return req
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
 from ..fileio import nearest_existing, regular_target
+from ..outputs import refuse_foreign, refuse_foreign_in
 
 
 class Distinct(argparse.Action):
@@ -57,18 +58,20 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def check_output_dir(path: Path, flag: str) -> None:
-    """`path` is a folder, or can become one: no file where the folder (or one above it) goes."""
+def check_output_dir(path: Path, flag: str, writes: Sequence[str] = ()) -> None:
+    """`path` is a folder, or can become one: no file where the folder (or one above it) goes,
+    and no file of the user's where the verb writes (`writes`: the shapes of those names)."""
     there = nearest_existing(path)
     if not there.is_dir():
         where = "" if there == path else f" ({there} is a file)"
         raise InputError(f"{flag} must be a folder, and a file is in the way{where}: pass a "
                          "folder", path)  # fmt: skip
+    refuse_foreign_in(path, writes, flag)
 
 
-def check_output_file(path: Path, flag: str) -> None:
-    """`path` can be written as a file: not a folder, not a device or pipe, and no file where
-    its folder goes."""
+def check_output_file(path: Path, flag: str, replaces_only_its_own: bool = True) -> None:
+    """`path` can be written as a file: not a folder, not a device or pipe, no file where its
+    folder goes, and (`replaces_only_its_own`) not a file retrieval-gate did not write."""
     if path.is_dir():
         raise InputError(f"{flag} names a folder; pass a file name in it", path)
     regular_target(path)
@@ -76,6 +79,8 @@ def check_output_file(path: Path, flag: str) -> None:
     if not there.is_dir():
         raise InputError(f"{flag}: {there} is a file, so nothing can be written under it; "
                          "pass a path in a folder", path)  # fmt: skip
+    if replaces_only_its_own:
+        refuse_foreign([path], flag)
 
 
 def check_input_dir(path: Path | None, flag: str, fix: str) -> None:

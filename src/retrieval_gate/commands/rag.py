@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..data import dataset_names, format_table
 from ..errors import ConfigError
-from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
+from ..outputs import write_owned
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
 from ..rag.modes import DEFAULT_MODES, ModeOptions, known_modes, parse_thresholds
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
@@ -222,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
     if args.out:  # before the run, not after it
-        check_output_file(args.out.with_suffix(".md"), "--out")
+        for path in (args.out.with_suffix(".md"), args.out.with_suffix(".json")):
+            check_output_file(path, "--out")
     engine = generator_kwargs(args)
     pipeline = Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens,
                         multi_step_config(args))  # fmt: skip
@@ -238,11 +239,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(report["table"]))
     print(report["note"])
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(
-            args.out.with_suffix(".md"),
-            format_table(report["table"]) + "\n\n" + report["note"] + "\n",
-        )
-        write_text(args.out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
+        table = format_table(report["table"]) + "\n\n" + report["note"] + "\n"
+        write_owned(args.out.with_suffix(".md"), table)
+        write_owned(args.out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
         print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
     return 0

@@ -15,8 +15,9 @@ from pathlib import Path
 from ..artifacts import Artifact, open_artifact
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
-from ..fileio import not_an_input, write_text
+from ..fileio import not_an_input
 from ..gates.onnx_format import VARIANTS
+from ..outputs import write_owned
 from ..pricing import check_budget
 from .gate_args import check_threshold
 from .plan import check_output_file
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         rec.pop("text", None)
         lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
     if args.output:
-        write_text(args.output, "".join(lines))  # temp file + rename
+        write_owned(args.output, "".join(lines), "--output")  # temp file + rename
     else:
         sys.stdout.write("".join(lines))
     bad = len(records) - len(good)

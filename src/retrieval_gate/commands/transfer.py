@@ -78,7 +78,9 @@ def check_plan(args: argparse.Namespace) -> None:
         if not is_strategy_source(path):
             check_input_file(path, "--labels", "pass a label file that `retrieval-gate label` "
                              "wrote (or a strategy label source)")  # fmt: skip
-    check_output_dir(args.out, "--out")
+    from ..evaluation.transfer import WRITES
+
+    check_output_dir(args.out, "--out", WRITES)
     check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
     if args.learned:

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
-    from ..tuning.studies import DEFAULT_STORAGE
+    from ..tuning.studies import STUDIES_FILE
     from ..tuning.tune import OBJECTIVES, TuneConfig
     from .gate_args import add_gate_options
     from .question_args import add_data_dir, add_question_args
@@ -64,10 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=d.seed, help="sampler seed")
     p.add_argument(
         "--storage",
-        default=str(DEFAULT_STORAGE),
         help="Optuna storage of the sampled studies: a SQLite file (one process), "
         "postgresql://user:pass@host/db or mysql://... (many workers, heartbeats), journal:PATH "
-        "(shared file system); the 1-D threshold objectives open none",
+        "(shared file system); the 1-D threshold objectives open none (default: "
+        f"{STUDIES_FILE} in --out)",
     )
     p.add_argument(
         "--workers",
@@ -115,7 +115,9 @@ def check_plan(args: argparse.Namespace) -> None:
     check_at_most("--workers", args.workers, cpus, f"workers are processes on this machine, "
                   f"which offers {cpus} CPU(s) (start more on other machines with the same "
                   "--storage)")  # fmt: skip
-    check_output_dir(args.out, "--out")
+    from ..tuning.tune import WRITES
+
+    check_output_dir(args.out, "--out", WRITES)
     check_gate_folders([args.gate], gate_options(args))  # a router's costs, before --budget
 
 
@@ -145,5 +147,5 @@ def run(args: argparse.Namespace) -> int:
         print(report.read_text())
         print(f"wrote {report} and {report.with_suffix('.json')}")
     if sampled:
-        print(f"studies ({', '.join(sorted(sampled))}) in {shown(args.storage)}")
+        print(f"studies ({', '.join(sorted(sampled))}) in {shown(cfg.storage)}")
     return 0

@@ -37,6 +37,7 @@ from ..labels.evalset import (
 )
 from ..labels.label_files import LabelFile
 from ..labels.labelling_run import LabellingRun
+from ..outputs import write_owned
 from ..pricing import answer_read_calls, binary_llm_calls
 from ..questions import Question
 from ..strategies import StrategyRegistry
@@ -46,6 +47,10 @@ from .gate_tables import comparison_table, per_source_table
 from .routing_policies import check_axis, registry_costs, routing_markdown, routing_report
 
 log = logging.getLogger(__name__)
+# the shapes of the names the report folder gets (`<label file>-roc-pr.png`...): a file of the
+# user's with one of them there is refused when the command starts (outputs.refuse_foreign_in)
+WRITES = ("report.md", "results.json", "*-roc-pr.png", "*-reliability.png", "*-mallen.png",
+          "*-accuracy-cost.png")  # fmt: skip
 
 
 @dataclass
@@ -162,10 +167,8 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         report["policies"][policy]["llm_calls_without_with_retrieval"] = calls
     if any(g.startswith("popularity") for g in cfg.gates):
         report["mallen_protocol"] = _mallen(splits)
-    write_text(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
-    path = cfg.out_dir / "report.md"
-    write_text(path, _markdown(report, cfg))
-    return path
+    write_owned(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
+    return write_owned(cfg.out_dir / "report.md", _markdown(report, cfg))
 
 
 def asks_generator(gates: Sequence[str]) -> list[str]:

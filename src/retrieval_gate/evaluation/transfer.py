@@ -22,10 +22,10 @@ from tqdm import tqdm
 
 from .. import metrics as M
 from ..errors import InputError, MissingInputError
-from ..fileio import write_text
 from ..gates.base import Gate, is_router
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
+from ..outputs import write_owned
 from ..pricing import outcome, route_indices
 from ..questions import Question
 from ..tables import markdown_table
@@ -34,6 +34,7 @@ from . import plots
 # What a gate raises when it cannot be fitted on a cell's data (one label only, no s_pop): the
 # cell says so and the matrix goes on; any other error stops it.
 CANNOT_FIT = MissingInputError
+WRITES = ("transfer.json", "transfer.md", "transfer-*.png")  # checked when the command starts
 
 
 def sources_of(sp: Splits) -> list[str]:
@@ -154,7 +155,7 @@ def transfer_cells(
 
 def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "transfer.json", json.dumps([asdict(c) for c in cells], indent=2))
+    write_owned(out_dir / "transfer.json", json.dumps([asdict(c) for c in cells], indent=2))
     lines = ["# Cross-dataset transfer (leave one source out)", "", f"`{command}`", "",
              "Held-out: fitted on the other sources' train/dev questions, tested on the "
              "source's test questions. In-domain: fitted on all sources' train questions, "
@@ -195,7 +196,7 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
         notes = sorted({c.note for c in pc if c.note})
         lines += [f"- {n}" for n in notes] + ["", f"![transfer]({png.name})", ""]
     path = out_dir / "transfer.md"
-    write_text(path, "\n".join(lines))
+    write_owned(path, "\n".join(lines))
     return path
 
 

@@ -13,7 +13,7 @@ from ..errors import LeakageError
 from ..labels.evalset import EvalSet
 from .storage import open_storage
 
-DEFAULT_STORAGE = Path("reports/tune/studies.db")
+STUDIES_FILE = "studies.db"  # the SQLite storage in the report folder, unless --storage names one
 
 
 def study_name(gate: str, label_file: str, objective: str, identity: str) -> str:

@@ -15,17 +15,18 @@ from typing import Any
 
 from ..artifacts import open_artifact
 from ..errors import ConfigError, InputError
-from ..fileio import content_id, sha256_file, write_text
+from ..fileio import content_id, sha256_file
 from ..gates.base import reads_answers
 from ..gates.registry import GateOptions, check_options
 from ..labels.evalset import Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
+from ..outputs import write_owned
 from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_budget, llm_calls_for
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from ..tables import markdown_table
 from .storage import check_storage
-from .studies import DEFAULT_STORAGE, study_name
+from .studies import STUDIES_FILE, study_name
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questi
 # studies Optuna samples (trials, a storage); the other threshold objectives (and the router's
 # price sweep) are exact
 SAMPLED = ("pareto", *OWN_STUDIES)
+WRITES = ("tune-*.json", "tune-*.md", "pareto-*.png")  # checked when the command starts
 
 
 @dataclass
@@ -51,7 +53,7 @@ class TuneConfig:
     target: float = 0.95  # min-retrieval: share of always-retrieve accuracy
     trials: int = 100
     seed: int = 0
-    storage: str | Path = DEFAULT_STORAGE  # an Optuna storage: SQLite file or URL (storage.py)
+    storage: str | Path | None = None  # an Optuna storage (storage.py); None: <out>/studies.db
     workers: int = 1  # processes on one study (tuning/workers.py)
     out: Path = Path("reports/tune")
     run_dir: Path | None = None  # the labelling run (recorded answers): `run_dir_for(labels)`
@@ -69,6 +71,9 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         self.run_dir = run_dir_for(self.labels, self.run_dir)
+        self.storage_named = self.storage is not None  # checked even when no study opens it
+        if self.storage is None:  # beside the reports, not in a folder of its own
+            self.storage = Path(self.out) / STUDIES_FILE
 
     def check(self) -> None:
         """Values and combinations, before any gate is built or study opened."""
@@ -79,7 +84,7 @@ class TuneConfig:
             raise InputError(f"--trials must be at least 1, got {self.trials}")
         # Reachable and writable before any work: for sampled studies, and for a --storage the
         # user named (exact sweeps alone leave the default study file unmade).
-        if set(self.objectives) & set(SAMPLED) or str(self.storage) != str(DEFAULT_STORAGE):
+        if set(self.objectives) & set(SAMPLED) or self.storage_named:
             check_storage(self.storage, self.workers)
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
@@ -224,8 +229,8 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
 
 
 def _write(cfg: TuneConfig, stem: str, data: dict[str, Any], markdown: str) -> Path:
-    write_text(cfg.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
-    return write_text(cfg.out / f"{stem}.md", markdown)
+    write_owned(cfg.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
+    return write_owned(cfg.out / f"{stem}.md", markdown)
 
 
 def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:

@@ -1,0 +1,87 @@
+"""Which files a command may replace: the ones retrieval-gate wrote, unchanged since.
+
+A report, table, figure or score file goes through `write_owned`, which records its checksum in
+the ledger of its folder (`.retrieval-gate-files.json`). An existing file is replaced only when
+the ledger holds its present checksum, so a file of the user's, or one of ours they edited, is
+never overwritten: it is an InputError naming the file. `refuse_foreign` and
+`refuse_foreign_in` make the same check for a verb's outputs when it starts, before any work.
+(Caches, label files, runs and exports have rules of their own: keys, resume, manifests.)"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .errors import InputError
+from .fileio import make_parent, regular_target, sha256_file, write_bytes
+
+LEDGER = ".retrieval-gate-files.json"
+
+
+def refuse_foreign(paths: Iterable[str | Path], flag: str) -> None:
+    """An InputError naming the first of `paths` that exists and that retrieval-gate did not
+    write, or that changed since it did."""
+    for path in paths:
+        target = regular_target(path)
+        if target.exists() and not _owned(target):
+            raise InputError(
+                f"already exists, and retrieval-gate did not write it (or it was changed since), "
+                f"so it will not replace it: move it away, or pass another {flag}",
+                path,
+            )
+
+
+def refuse_foreign_in(folder: str | Path, patterns: Iterable[str], flag: str) -> None:
+    """`refuse_foreign` for the files in `folder` whose names match `patterns`: the shapes of
+    the names a verb writes there, checked before it knows each one."""
+    if Path(folder).is_dir():
+        found = {p for pattern in patterns for p in Path(folder).glob(pattern)}
+        refuse_foreign(sorted(p for p in found if not p.is_dir()), flag)
+
+
+def write_owned(path: str | Path, data: str | bytes, flag: str = "--out") -> Path:
+    """Writes `data` to `path` atomically unless a file retrieval-gate did not write is there,
+    and records it in the folder's ledger."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    make_parent(Path(path))
+    target = regular_target(path)
+    with _locked(target.parent):  # two writers in one folder: neither loses the other's record
+        refuse_foreign([path], flag)
+        write_bytes(path, raw)
+        files = _ledger(target.parent) | {target.name: hashlib.sha256(raw).hexdigest()}
+        kept = {name: digest for name, digest in files.items() if (target.parent / name).exists()}
+        write_bytes(
+            target.parent / LEDGER, (json.dumps(kept, indent=1, sort_keys=True) + "\n").encode()
+        )
+    return Path(path)
+
+
+def _owned(target: Path) -> bool:
+    recorded = _ledger(target.parent).get(target.name)
+    return recorded is not None and target.is_file() and recorded == sha256_file(target)
+
+
+def _ledger(folder: Path) -> dict[str, str]:
+    """name -> sha256 of what was written; a missing or damaged ledger vouches for nothing."""
+    try:
+        data = json.loads((folder / LEDGER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
