@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -406,7 +407,7 @@ def test_real_vllm_answers_and_overflow(vllm_generator, gate):
 
 def test_batcher_refuses_what_would_wait_too_long():
     batcher = Batcher(lambda items: items, max_batch=8, max_backlog=100, max_wait=2.0)
-    batcher.rate = 1.0  # as measured: one item per second
+    batcher.rates = {4: 1.0}  # as measured on calls of 4: one item per second
     batcher.running = 1  # a call under way: 1 + 3 items expected to take 4 s > 2 s allowed
     with pytest.raises(Busy) as refused:
         asyncio.run(batcher.submit(["a", "b", "c"]))
@@ -414,6 +415,55 @@ def test_batcher_refuses_what_would_wait_too_long():
     batcher.running = 0  # idle: takes the work whatever the estimate, and measures again
     assert asyncio.run(batcher.submit(["a", "b", "c"]))[0] == ["a", "b", "c"]
     batcher.close()
+
+
+def _burst(batcher: Batcher, n: int) -> list:
+    """`n` one-item requests at once; each one's results, or the exception it got."""
+
+    async def scenario():
+        return await asyncio.gather(*(batcher.submit([i]) for i in range(n)),
+                                    return_exceptions=True)  # fmt: skip
+
+    try:
+        return asyncio.run(scenario())
+    finally:
+        batcher.close()
+
+
+def test_a_lone_call_does_not_price_a_burst():
+    """An engine whose call costs about the same for 1 item as for 16 (decoding is latency-
+    bound): the lone question before the burst measured 5 items/s, at which the 40 questions
+    of the burst would take 8 s; calls of 16 serve them in about 1 s, and all are answered
+    (the burst used to get 429 for all but the first ~10)."""
+
+    def engine(items: list[int]) -> list[int]:
+        time.sleep(0.2 + 0.005 * len(items))
+        return items
+
+    batcher = Batcher(engine, max_batch=16, max_backlog=256, max_wait=2.0)
+    asyncio.run(batcher.submit([0]))  # the lone question: 1 item in ~0.2 s
+    results = _burst(batcher, 40)
+    assert [r for r in results if isinstance(r, Exception)] == []
+    assert max(waited for _, waited in results) < 2.0
+    assert 16 in batcher.rates  # full calls, measured apart from the lone one
+
+
+def test_a_measured_call_refuses_the_waiting_requests_it_cannot_serve_in_time():
+    """Throughput-bound calls (0.05 s an item, 4 a call) and 20 requests at once, none
+    measured before: all are taken, the first call's rate shows which cannot be served within
+    `max_wait`, and those get `Busy` (429) then, never a timeout; the others are answered."""
+
+    def engine(items: list[int]) -> list[int]:
+        time.sleep(0.05 * len(items))
+        return items
+
+    start = time.perf_counter()
+    results = _burst(Batcher(engine, max_batch=4, max_backlog=256, max_wait=0.5), 20)
+    refused = [r for r in results if isinstance(r, Busy)]
+    answered = [r for r in results if not isinstance(r, Exception)]
+    assert len(refused) + len(answered) == 20 and 4 <= len(answered) < 20
+    assert all(waited < 0.5 for _, waited in answered)
+    assert time.perf_counter() - start < 2.0  # the refused were told after a call, not at 20 x
 
 
 # ------------------------------------------------------------------ routers: three strategies

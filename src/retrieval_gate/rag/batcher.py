@@ -6,8 +6,12 @@ request's future on that request's event loop. So the event loop never blocks (a
 check answers at once), the engine is only ever entered from one thread, and concurrent
 one-question requests become one batch, which is what makes vLLM fast. A request that would
 overflow the backlog, or that would wait longer than `max_wait` at the measured rate, is
-refused at once (`Busy`, with a retry estimate) instead of queueing only to time out. A batch
-that fails is re-run request by request, so one bad request cannot fail the others.
+refused at once (`Busy`, with a retry estimate) instead of queueing only to time out. The
+rate is measured per call size: a lone question measures the engine's latency, not what a
+batch of 16 gets through, so a burst is judged by calls of its own size; before one has run,
+the burst is taken, and each call's measurement refuses at once the waiting requests it shows
+will not be served in time (still `Busy`, never a timeout). A batch that fails is re-run
+request by request, so one bad request cannot fail the others.
 
 Items have a weight (`weight`, default 1): the backlog, the batch size and the measured rate
 count weights, so a multi-step question counts as its steps and long questions cannot starve
@@ -73,7 +77,9 @@ class Batcher(Generic[T, R]):
         self.weight = weight or (lambda _: 1)
         self.backlog = 0  # weight of the items waiting, not yet taken by the worker
         self.running = 0  # weight of the items in the call under way
-        self.rate: float | None = None  # weight per second, smoothed over the recent calls
+        # call size -> weight per second of the latest call of that size (the latest: a call
+        # served from the generation cache must not vouch for the next one computed)
+        self.rates: dict[int, float] = {}
         self._jobs: deque[_Job[T]] = deque()
         self._wake = threading.Condition()
         self._closed = False
@@ -96,12 +102,22 @@ class Batcher(Generic[T, R]):
         job.future.add_done_callback(lambda f: self._withdraw(job) if f.cancelled() else None)
         return await job.future
 
+    def rate(self, waiting: int) -> float | None:
+        """Weight per second while `waiting` is served: measured on calls of the size it will
+        be served in (or down to half that size: batching only adds throughput, so the
+        estimate errs toward a longer wait); None before such a call has run."""
+        size = min(waiting, self.max_batch)
+        known = [s for s in self.rates if size / 2 <= s <= size]
+        return self.rates[max(known)] if known else None
+
     def _admits(self, n: int) -> bool:
         if self.backlog + n > self.max_backlog:
             return False
-        if self.max_wait is None or not self.rate or not self.backlog + self.running:
-            return True  # an idle worker takes work, and so measures its rate again
-        return (self.backlog + self.running + n) / self.rate <= self.max_wait
+        waiting = self.backlog + self.running + n
+        rate = self.rate(waiting)
+        if self.max_wait is None or not rate or not self.backlog + self.running:
+            return True  # an idle worker, or calls of this size not yet measured: measure
+        return waiting / rate <= self.max_wait
 
     def _withdraw(self, job: _Job[T]) -> None:
         """A request that gave up before its call started leaves the backlog at once."""
@@ -111,10 +127,27 @@ class Batcher(Generic[T, R]):
                 self.backlog -= job.size
 
     def retry_after(self) -> int:
-        """Seconds until the waiting and running items are likely done, at the last rate."""
-        if not self.rate:
+        """Seconds until the waiting and running items are likely done, at the measured rate."""
+        waiting = self.backlog + self.running
+        rate = self.rate(waiting) or max(self.rates.values(), default=None)
+        if not rate:
             return 1
-        return min(300, max(1, math.ceil((self.backlog + self.running) / self.rate)))
+        return min(300, max(1, math.ceil(waiting / rate)))
+
+    def _refuse_late(self) -> None:
+        """After a call: the waiting requests that this measurement says will not be served
+        within `max_wait` of their arrival are refused now (`Busy`), not left to time out."""
+        rate = self.rate(self.backlog)
+        if self.max_wait is None or not rate:
+            return
+        now, ahead = time.perf_counter(), 0
+        for job in list(self._jobs):
+            ahead += job.size
+            if now - job.queued + ahead / rate > self.max_wait:
+                self._jobs.remove(job)
+                self.backlog -= job.size
+                ahead -= job.size
+                _deliver(job, exception=Busy(self.backlog, self.retry_after()))
 
     def close(self) -> None:
         with self._wake:
@@ -168,8 +201,10 @@ class Batcher(Generic[T, R]):
             log.warning("request failed: %s", e, exc_info=not _expected(e))
             _deliver(jobs[0], exception=e)
             return
-        rate = sum(job.size for job in jobs) / max(time.perf_counter() - start, 1e-6)
-        self.rate = rate if self.rate is None else (self.rate + rate) / 2
+        size = sum(job.size for job in jobs)
+        with self._wake:
+            self.rates[size] = size / max(time.perf_counter() - start, 1e-6)
+            self._refuse_late()
         at = 0
         for job in jobs:
             _deliver(job, (results[at : at + len(job.items)], start - job.queued))
