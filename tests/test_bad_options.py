@@ -297,3 +297,17 @@ def test_bad_option_is_refused_before_any_engine(name, tmp_path, capsys, monkeyp
     assert f"retrieval-gate {argv[0]}: error:" in err, err
     for expected in case.expect:
         assert expected in err, f"{expected!r} not in: {err}"
+
+
+def test_serve_on_a_port_in_use_is_refused_before_any_engine(capsys, no_engine):
+    """Found at the bind, the port came after the engine had loaded (23 s here) with uvicorn's
+    own error and exit 3."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--gate", "always", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen there" in err and "engine started" not in err, err

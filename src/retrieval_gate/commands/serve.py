@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import socket
 from dataclasses import fields
 
 from ..errors import ConfigError
@@ -101,6 +102,23 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
         raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
     if not api_key and not _loopback(host):
         log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
+    _check_listen(host, port)
+
+
+def _check_listen(host: str, port: int) -> None:
+    """The address can be listened on (free, assignable, allowed), tried now: found only when
+    the server binds, it came after the engine had loaded."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: not an address here ({e.strerror})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's own socket
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror}): "
+                              "pass another --port (or --host)") from None  # fmt: skip
 
 
 def _gate_mode(args: argparse.Namespace) -> str:

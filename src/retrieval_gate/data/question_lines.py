@@ -25,7 +25,8 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     still scored. A file
     that cannot be read at all is an InputError."""
     if not path.is_file():
-        raise InputError("input file not found", path)
+        what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
+        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .csv)", path)
     try:
         data = path.read_bytes()
     except OSError as e:
