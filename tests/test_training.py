@@ -476,3 +476,28 @@ def test_eval_batches_are_read_in_token_length_order_and_come_back_in_row_order(
     assert read.tolist() != [0, 1, 2, 3]  # read out of row order ...
     assert read[back].tolist() == [0, 1, 2, 3]  # ... and put back
     assert dm.in_row_order("dev", lambda b: b["labels"].numpy()).tolist() == [0, 1, 2, 3]
+
+
+def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(tmp_path):
+    """Lightning refuses a missing GPU, an unknown precision or strategy only when its Trainer
+    is built (then a traceback, after the run folder was claimed), accepts 8 CPU devices on a
+    2-core machine (8 processes), and trains 0 epochs into a saved run: each is a ConfigError
+    now, before the data, the model or the run folder."""
+    import os
+
+    cfg = tiny_config(write_label_file(tmp_path / "labels.jsonl", LABELS), tmp_path / "out",
+                      "encoder", "no-model-is-read")  # fmt: skip
+    cases = {
+        ("trainer.precision=fp8",): "Precision 'fp8' is invalid",
+        ("trainer.strategy=nosuch",): "invalid strategy name",
+        ("trainer.accelerator=cpu", f"trainer.devices={(os.cpu_count() or 1) + 1}"):
+            "CPU processes on a machine with",
+    }  # fmt: skip
+    if not torch.cuda.is_available():
+        cases[("trainer.accelerator=gpu",)] = "No supported gpu backend"
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            train(cfg.override(*overrides), questions=QUESTIONS)
+    with pytest.raises(ConfigError, match=r"trainer.max_epochs=0: expected at least 1"):
+        cfg.override("trainer.max_epochs=0")
+    assert not (tmp_path / "out").exists()

@@ -349,6 +349,10 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"unknown key {key!r} in section 'trainer'{_close(key, known)}")
         hint = TRAINER_TYPES.get(key)
         out[key] = _check(f"trainer.{key}", value, hint | None) if hint else copy.deepcopy(value)
+    epochs = out.get("max_epochs")
+    if epochs is not None and epochs < 1 and epochs != -1:  # 0 trained nothing, and saved it
+        raise ConfigError(f"trainer.max_epochs={epochs}: expected at least 1 (or -1: until "
+                          "early stopping or trainer.max_steps)")  # fmt: skip
     if "logger" in out:  # Lightning's own loggers, by name (training/loggers.py)
         from .loggers import check_logger
 

@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import resource
 import shutil
 import time
@@ -122,6 +123,33 @@ def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -
         logger=build_loggers(config.trainer.get("logger", "csv"), run_dir, run_dir.name),
         callbacks=[ckpt, stop, *callbacks],
     )
+
+
+def check_trainer_here(config: TrainConfig) -> None:
+    """The trainer arguments against this machine, before any data or model loads: Lightning
+    refuses a GPU it cannot find, a precision or strategy it does not know only when its
+    Trainer is built (a traceback, once the run folder was claimed), and takes any number of
+    CPU devices, each a process."""
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+    from pytorch_lightning.accelerators import CPUAccelerator
+
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+             "enable_model_summary": False}  # fmt: skip
+    args = {k: v for k, v in config.trainer.items() if k != "logger"} | quiet
+    said = logging.getLogger("pytorch_lightning.utilities.rank_zero")  # "GPU available: ..."
+    level = said.level
+    said.setLevel(logging.WARNING)  # once, by the run's own Trainer
+    try:
+        trial = pl.Trainer(**args)
+    except (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError) as e:
+        raise ConfigError(f"trainer: {e} (the trainer.* keys of the config or --set)") from None
+    finally:
+        said.setLevel(level)
+    cpus = os.cpu_count() or 1
+    if isinstance(trial.accelerator, CPUAccelerator) and trial.num_devices > cpus:
+        raise ConfigError(f"trainer.devices={config.trainer.get('devices')}: {trial.num_devices} "
+                          f"CPU processes on a machine with {cpus} CPUs; use at most {cpus} "
+                          "(or a GPU machine)")  # fmt: skip
 
 
 def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
@@ -334,6 +362,7 @@ def train(
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, label_file=None))
     run_dir = Path(config.run.output_dir) / run_name(config)
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
+    check_trainer_here(config)
     tokenizer, dm, module = prepare(config, questions, labels)
     with one_trainer(run_dir):  # the data are good: only now touch the folder
         check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
