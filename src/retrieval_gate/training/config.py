@@ -39,6 +39,7 @@ from ..strategies import (
     load_strategies,
     registry_from_list,
 )
+from ..yaml_files import load_yaml
 from .tasks import TASKS, Task
 
 
@@ -466,7 +467,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("config file not found", path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
@@ -510,7 +511,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a section")
         try:
-            node[leaf] = yaml.safe_load(value)
+            node[leaf] = load_yaml(value)
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
     return config

@@ -1,0 +1,41 @@
+"""YAML a user writes (training configs, `--set` values, strategies files), read strictly: a
+key given twice in one mapping is an error naming the key and both lines. PyYAML keeps the
+last one silently, so a config with two `trainer:` sections trained with the second alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """`yaml.safe_load`, except for a key repeated in one mapping."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may override: no repeat
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in lines:
+                where = f"line {line}" if lines[key] == line else f"lines {lines[key]} and {line}"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice ({where}); keep one",
+                    key_node.start_mark,
+                )  # fmt: skip
+            lines[key] = line
+        except TypeError:  # an unhashable key: PyYAML's own error says so
+            break
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def load_yaml(text: str) -> Any:
+    """The parsed document, as `yaml.safe_load` gives it; a repeated key is a `yaml.YAMLError`."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
