@@ -354,8 +354,12 @@ def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_pat
     build_export(run_dir, old, ("fp32",), parity=PARITY)  # an export already there,
     (old / "notes.txt").write_text("mine")  # with a file of the user's
     before = {n: sha256_file(old / n) for n in os.listdir(old)}
+    # their temporary files (ONNX Runtime's optimiser keeps one in a TemporaryDirectory, which
+    # a SIGKILL leaves behind) go in this test's folder, not in /tmp
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     _kill_each_once_staged({target: subprocess.Popen([sys.executable, "-c", KILL_SCRIPT,
-                                                      str(run_dir), str(target), TEXTS[0]])
+                                                      str(run_dir), str(target), TEXTS[0]], env=env)
                             for target in (none, old)})  # fmt: skip
     assert not none.exists()
     assert {n: sha256_file(old / n) for n in os.listdir(old)} == before
