@@ -196,6 +196,19 @@ def test_score_refuses_a_binary_file_instead_of_scoring_its_bytes(tmp_path, caps
     assert code == 2 and "q.txt: not lines of text" in err and says in err
 
 
+def test_score_a_row_naming_its_question_twice_is_a_bad_line(tmp_path):
+    jsonl, csv = tmp_path / "q.jsonl", tmp_path / "q.csv"
+    jsonl.write_text('{"id": "a", "question": "Who?", "question": "Why?"}\n'
+                     '{"id": "b", "question": "Who wrote Hamlet?"}\n')  # fmt: skip
+    bad, ok = read_question_lines(jsonl)
+    assert "key 'question' is given twice" in bad["error"] and ok["id"] == "b"
+    csv.write_text("question,notes,Question\nWho?,x,Why?\n")
+    with pytest.raises(InputError, match="q.csv, line 1: CSV header names column 'question'"):
+        read_question_lines(csv)
+    csv.write_text("question,notes,notes,,\nWho?,x,y,,\n")  # only the columns it reads count
+    assert [r["text"] for r in read_question_lines(csv)] == ["Who?"]
+
+
 def test_score_a_line_with_a_nul_byte_is_a_bad_line(tmp_path):
     q = tmp_path / "q.txt"
     q.write_bytes(b"Who\x00 wrote Hamlet?\nWho wrote Macbeth?\n")

@@ -311,3 +311,17 @@ def test_serve_on_a_port_in_use_is_refused_before_any_engine(capsys, no_engine):
         assert main(["serve", "--gate", "always", "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert f"--port {port}: cannot listen there" in err and "engine started" not in err, err
+
+
+@pytest.mark.parametrize("verb", ["evaluate --gates always --no-cost", "tune --gate popularity",
+                                  "transfer --gates tfidf"])  # fmt: skip
+def test_a_refused_label_file_leaves_no_report_folder(verb, tmp_path, capsys, no_engine):
+    """A label row naming `label` twice (json keeps the last) is refused; evaluate made its
+    --out folder, and tune its studies database there, before reading the labels."""
+    labels = tmp_path / "twice.jsonl"
+    labels.write_text('{"id": "q1", "label": 1}\n{"id": "q2", "label": 1, "label": 0}\n')
+    (tmp_path / "twice.meta.json").write_text('{"policy": "closed-book"}')
+    code = main([*verb.split(), "--labels", str(labels), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "twice.jsonl, line 2: key 'label' is given twice" in err, err
+    assert not (tmp_path / "out").exists()

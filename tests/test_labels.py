@@ -260,6 +260,17 @@ def test_closed_book_rows_are_one_generator_call(vllm_generator):
     assert calls == [3] and len(rows) == 3
 
 
+def test_a_label_row_naming_a_key_twice_is_refused_not_read_as_its_last(tmp_path):
+    """json.loads keeps the last of two keys: this row read as label 0."""
+    path = tmp_path / "l.jsonl"
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 1, "label": 0}\n')
+    with pytest.raises(DataError, match=r"l.jsonl, line 2: key 'label' is given twice"):
+        LabelFile(path)
+    path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 1, "label": 0}')
+    with pytest.raises(DataError, match=r"line 2: key 'label' is given twice"):
+        LabelFile(path)  # a last row without its newline is whole, not half-written
+
+
 def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path, caplog):
     path = tmp_path / "l.jsonl"
     path.write_text('{"id": "a", "label": 1}\n{"id": "b", "lab\n{"id": "c", "label": 0}\n')

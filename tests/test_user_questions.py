@@ -123,6 +123,16 @@ def test_duplicates(tmp_path, caplog):
         ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
         ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),
+        (
+            "twice.jsonl",
+            '{"question": "a?", "split": "dev", "split": "test"}\n',
+            "line 1: key 'split' is given twice",
+        ),
+        (
+            "twice.csv",
+            "question,answers,answers\nWho?,a,b\n",
+            "line 1: the header names column 'answers' twice",
+        ),
     ],
 )
 def test_bad_files_name_the_file_and_row(tmp_path, name, content, message):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..strict_rows import RepeatedKeyError, loads
 from .bad_rows import BadRows
 
 
@@ -35,7 +36,10 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads(line)
+            except RepeatedKeyError as e:
+                bad.report(DataError(str(e), path, lineno))
+                continue
             except json.JSONDecodeError as e:
                 bad.report(DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, lineno))
                 continue

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..strict_rows import RepeatedKeyError, first_repeated, loads
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")
@@ -69,7 +70,9 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
         return {**rec, "error": f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8"}
     if is_jsonl and line.strip():
         try:
-            row = json.loads(line)
+            row = loads(line)
+        except RepeatedKeyError as e:
+            return {**rec, "error": str(e)}
         except json.JSONDecodeError as e:
             return {**rec, "error": f"malformed JSON ({e.msg})"}
         if not isinstance(row, dict):
@@ -102,6 +105,8 @@ def _read_csv(data: bytes, path: Path) -> list[dict[str, Any]]:
     if not rows:
         return []
     header = [h.strip().lower() for h in rows[0]]
+    if repeated := first_repeated([h for h in header if h in (*QUESTION_COLUMNS, "id")]):
+        raise InputError(f"CSV header names column {repeated!r} twice; rename one", path, 1)
     col = next((header.index(c) for c in QUESTION_COLUMNS if c in header), None)
     if col is None:
         raise InputError(

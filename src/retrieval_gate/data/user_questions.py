@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..questions import Question
+from ..strict_rows import first_repeated
 from .answer_confidence import (
     MEAN_LOGPROB,
     TOKEN_LOGPROBS,
@@ -176,6 +177,9 @@ def _csv_rows(path: Path) -> Iterator[Row]:
             raise DataError("this looks like JSON, not CSV; name the file .jsonl", path, 1)
         f.seek(0)
         reader = csv.DictReader(f)
+        # empty header cells (a spreadsheet's trailing columns) name nothing
+        if repeated := first_repeated([n for n in reader.fieldnames or [] if n.strip()]):
+            raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
         for row in reader:
             if None in row:
                 raise DataError(

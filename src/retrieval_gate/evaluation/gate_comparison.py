@@ -103,7 +103,6 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     check_axis(cfg.cost_axis)  # before any label file is read or gate built
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
@@ -117,6 +116,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         "skipped": skipped,
     }
     gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)  # once the inputs read: no empty folder
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
         results, built = [], {}

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..fileio import regular_target, write_json, write_text
+from ..strict_rows import RepeatedKeyError, loads
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,9 @@ class LabelFile:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
+                row = loads(raw)
+            except RepeatedKeyError as e:
+                raise DataError(str(e), self.path, lineno) from None
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise DataError("malformed JSON in label file", self.path, lineno) from None
             if not isinstance(row, dict) or "id" not in row or "label" not in row:
@@ -177,7 +180,9 @@ class LabelFile:
 
 def _whole_object(raw: bytes) -> bool:
     try:
-        return isinstance(json.loads(raw), dict)
+        return isinstance(loads(raw), dict)
+    except RepeatedKeyError:  # whole, and refused as such when read
+        return True
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
 

@@ -159,9 +159,9 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def check_storage(spec: str | Path, workers: int) -> None:
+def check_storage(spec: str | Path, workers: int, reach: bool = True) -> None:
     """`--storage` and `--workers` together, before any gate is built: the worker count, SQLite
-    with one process only, and the storage reachable and writable."""
+    with one process only, and (`reach`) the storage reachable and writable."""
     if workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
     if workers > 1 and is_sqlite(spec):
@@ -170,4 +170,5 @@ def check_storage(spec: str | Path, workers: int) -> None:
             "advises against it for parallel workers); pass a PostgreSQL/MySQL URL "
             "(postgresql://user:pass@host/db) or journal:PATH on a shared file system"
         )
-    open_storage(spec)
+    if reach:
+        open_storage(spec)

@@ -82,10 +82,11 @@ class TuneConfig:
             raise ConfigError(f"unknown objective {unknown[0]!r}; use {', '.join(OBJECTIVES)}")
         if self.trials < 1:
             raise InputError(f"--trials must be at least 1, got {self.trials}")
-        # Reachable and writable before any work: for sampled studies, and for a --storage the
-        # user named (exact sweeps alone leave the default study file unmade).
+        # A --storage the user named is reached before any work. The default file in --out is
+        # made by the first study, once the labels have been read (a bad label file leaves no
+        # folder and no database); exact sweeps alone leave it unmade.
         if set(self.objectives) & set(SAMPLED) or self.storage_named:
-            check_storage(self.storage, self.workers)
+            check_storage(self.storage, self.workers, reach=self.storage_named)
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
@@ -174,11 +175,11 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
     cfg.check()
+    splits = load_splits(cfg.labels, cfg.run_dir, cfg.questions)  # a bad label file: no folder
     cfg.out.mkdir(parents=True, exist_ok=True)
     written = []
     if "hparams" in cfg.objectives:
         written.append(_hparams(cfg))
-    splits = load_splits(cfg.labels, cfg.run_dir, cfg.questions)
     if "relations" in cfg.objectives:
         written.append(_relations(cfg, splits))
     thresholds = [o for o in cfg.objectives if o in THRESHOLDS]
