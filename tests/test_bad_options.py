@@ -58,7 +58,7 @@ def _workspace(t) -> None:
     (t / "dir").mkdir()
     (t / "file.txt").write_text("not a folder\n")
     (t / "mine").mkdir()  # files of the user's, named as the verbs name their reports
-    for name in ("report.md", "tune-popularity-closed-book.json", "transfer.md"):
+    for name in ("report.md", "tune-popularity-closed-book.json", "transfer.md", "r.modes.jsonl"):
         (t / "mine" / name).write_text("mine\n")
     (t / "q.jsonl").write_text(_lines({"id": f"q{i}", "question": f"Who is {i}?",
                                        "answers": ["x"]} for i in range(4)))  # fmt: skip
@@ -154,6 +154,7 @@ CASES = {
     "label-strategies-questions-bad-row": C(f"{STRAT} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- rag
     "rag-limit-negative": C("rag --modes never --limit -1", "--limit"),
+    "rag-progress-file-of-yours": C("rag --modes never --out {t}/mine/r.md", "r.modes.jsonl", "not its progress file"),
     "rag-unknown-mode": C("rag --modes never bogus", "bogus", "--modes"),
     "rag-mode-twice": C("rag --modes never always never", "--modes", "more than once"),
     "rag-strategies-duplicate": C("rag --modes never --strategies {t}/dup.yaml", "dup.yaml", "duplicate"),

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.errors import ConfigError, DataError, InputError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
@@ -33,7 +33,7 @@ from retrieval_gate.labels.label_files import LabelFile
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, compare_modes, comparison_rows
 from retrieval_gate.rag.backends import open_generator
-from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
+from retrieval_gate.rag.experiment import Pipeline, Sample, check_progress_file, run_comparison
 from retrieval_gate.rag.mode_comparison import clear_prefix_cache
 from retrieval_gate.rag.modes import ModeOptions, check_modes, oracle_from_run
 from retrieval_gate.rag.sample import select_questions
@@ -322,6 +322,28 @@ def test_comparison_saves_each_mode_and_resumes(tmp_path):
         **{**kwargs, "pipeline": Pipeline("contexts", k=2)},
     )
     assert "kept" not in other["note"]  # other settings: measured again
+
+
+def test_progress_file_half_written_foreign_or_damaged(tmp_path):
+    """An interrupted run's half-written last row is cut by the next save (it had glued the
+    next mode's row to itself: both lost); a file of the user's at that name is refused, not
+    appended to; a damaged saved result is refused, not read (both were tracebacks)."""
+    progress = tmp_path / "run.modes.jsonl"
+    kwargs = dict(sample=Sample(["retrievalqa"], limit=2), pipeline=Pipeline("contexts", k=1))
+    run_comparison(["never"], generator=CountingTestGenerator(), progress_file=progress, **kwargs)
+    whole = progress.read_bytes()
+    progress.write_bytes(whole + whole[:40])  # killed while saving the next mode
+    run_comparison(["never", "always"], generator=CountingTestGenerator(),
+                   progress_file=progress, **kwargs)  # fmt: skip
+    rows = [json.loads(line) for line in progress.read_bytes().split(b"\n") if line]
+    assert [r["mode"] for r in rows] == ["never", "always"]
+    for text, says in (("[1, 2]\n", "line 1 is not a mode's result"),
+                       ("my notes\nmore\n", "line 1 is not a mode's result"),
+                       (json.dumps({**rows[0], "answers": None}) + "\n", "damaged")):  # fmt: skip
+        progress.write_text(text)
+        with pytest.raises(InputError, match=says):
+            check_progress_file(progress)
+    assert progress.read_text() == text  # never changed
 
 
 def _oracle_file(tmp_path, ids):

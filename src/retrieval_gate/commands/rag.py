@@ -217,13 +217,16 @@ def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..rag.experiment import Pipeline, Sample, run_comparison
+    from ..rag.experiment import Pipeline, Sample, check_progress_file, run_comparison
 
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
     if args.out:  # before the run, not after it
         for path in (args.out.with_suffix(".md"), args.out.with_suffix(".json")):
             check_output_file(path, "--out")
+        progress = args.out.with_suffix(".modes.jsonl")  # appended to: its rows say it is ours
+        check_output_file(progress, "--out", replaces_only_its_own=False)
+        check_progress_file(progress)
     engine = generator_kwargs(args)
     pipeline = Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens,
                         multi_step_config(args))  # fmt: skip

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..fileio import content_id
 from ..gates.base import Gate, gate_checksum, is_router
 from ..generation.base import Generator
@@ -223,26 +224,56 @@ class Progress:
         return content_id(json.dumps(what), gate_checksum(gate))
 
 
-def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:
-    if path is None or not path.is_file():
-        return {}
-    done = {}
-    for line in path.read_text().splitlines():
+def check_progress_file(path: Path) -> None:
+    """`rag --out`'s progress file, before any engine: absent, or one `rag` wrote (it is
+    appended to, so a file of the user's of that name would be changed), every saved result
+    whole."""
+    for _ in _saved_results(path):
+        pass
+
+
+def _saved_results(path: Path) -> Iterator[tuple[str, ModeResult]]:
+    """(key, result) of each saved mode; a half-written last line (an interrupted run) is not
+    one. A line that is not a saved mode's row is refused (not our file), and so is a damaged
+    one (never read as a result)."""
+    lines = path.read_bytes().split(b"\n") if path.is_file() else []
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a half-written last line from an interrupted run
-        if keys.get(row.get("mode")) == row.get("key"):
-            done[row["mode"]] = ModeResult.from_dict(row)
-    return done
+            row = json.loads(raw)
+        except ValueError:  # bad JSON or UTF-8
+            if lineno == len(lines):  # no newline after it: cut when the next mode is saved
+                continue
+            row = None
+        if not (isinstance(row, dict) and isinstance(row.get("key"), str)
+                and isinstance(row.get("mode"), str)):  # fmt: skip
+            raise InputError(f"line {lineno} is not a mode's result that `rag` saved, so this "
+                             "is not its progress file; move the file or pass another --out",
+                             path)  # fmt: skip
+        try:
+            yield row["key"], ModeResult.from_dict(row)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InputError(f"line {lineno}: the saved result of mode {row['mode']!r} is "
+                             "damaged; delete the file to recompute every mode",
+                             path) from None  # fmt: skip
+
+
+def _read_progress(path: Path | None, keys: dict[str, str]) -> dict[str, ModeResult]:
+    """The saved results whose key matches (one saved by a run with other inputs is redone)."""
+    saved = _saved_results(path) if path else ()
+    return {r.mode: r for key, r in saved if keys.get(r.mode) == key}
 
 
 def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"key": key, **result.to_dict()}) + "\n")
+    line = json.dumps({"key": key, **result.to_dict()}) + "\n"
+    with open(path, "a+b") as f:
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)  # after the last whole row: a half-written one is cut
+        f.write(line.encode("utf-8"))  # O_APPEND: at the end
 
 
 def _environment() -> dict[str, str]:
