@@ -19,10 +19,20 @@ def test_unknown_stage_is_a_clear_error(tmp_path):
         run_demo(tmp_path, only="nope")
 
 
+def _finished(out, stages=STAGES, seconds=1.5):
+    """Markers as a finished demo leaves them, each keyed by its present inputs."""
+    from retrieval_gate.demo import _data_dir
+    from retrieval_gate.stage_markers import inputs_key, shared_key
+
+    shared, markers = shared_key(_data_dir()), [out / f"{s.name}.done.json" for s in STAGES]
+    for i, stage in enumerate(stages):
+        inputs = inputs_key(stage.argv(out), shared, markers[:i], out)
+        done = {"argv": stage.argv(out), "seconds": seconds, "inputs": inputs}
+        markers[i].write_text(json.dumps(done))
+
+
 def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
-    for stage in STAGES:
-        done = {"argv": stage.argv(tmp_path), "seconds": 1.5}
-        (tmp_path / f"{stage.name}.done.json").write_text(json.dumps(done))
+    _finished(tmp_path)
     (tmp_path / "evaluate").mkdir()
     (tmp_path / "evaluate" / "report.md").write_text(
         "# Gates\n\n| gate | auroc |\n|---|---|\n| tfidf | 0.8 |\n"
@@ -35,6 +45,45 @@ def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
     assert "## Evaluation" in report and "### Gates" in report  # stage headings nested
     assert report.count("| 1.5 |") == len(STAGES)
     assert "tfidf" in headline(tmp_path)
+
+
+def test_a_stage_whose_inputs_changed_runs_again_and_every_later_one(tmp_path, monkeypatch, capsys):
+    """Markers were reused by name: a demo re-run after an earlier stage was redone (or the
+    code, data or a config changed) reported results built on the old ones."""
+    import retrieval_gate.demo as demo
+
+    ran = []
+    monkeypatch.setattr(demo, "run_stage", lambda argv, name, *a, **k: ran.append(name) or 0)
+    _finished(tmp_path)
+    assert run_demo(tmp_path) == 0 and ran == []
+    third = tmp_path / f"{STAGES[2].name}.done.json"
+    third.write_text(third.read_text().replace('"seconds": 1.5', '"seconds": 9.0'))  # redone
+    assert run_demo(tmp_path) == 0
+    assert ran == [s.name for s in STAGES[3:]]
+    assert "note: stage " + STAGES[3].name + " ran on other inputs" in capsys.readouterr().out
+    ran.clear()
+    assert run_demo(tmp_path) == 0 and ran == []  # their new markers match
+    (tmp_path / f"{STAGES[-1].name}.done.json").write_text('{"argv": ["lab')  # cut short
+    assert run_demo(tmp_path) == 0 and ran == [STAGES[-1].name]
+
+
+def test_inputs_are_the_files_a_stage_names_and_those_its_yaml_names(tmp_path):
+    from retrieval_gate.stage_markers import inputs_key
+
+    labels, config, out = tmp_path / "l.jsonl", tmp_path / "c.yaml", tmp_path / "runs"
+    labels.write_text('{"id": "a", "label": 1}\n')
+    config.write_text(f"data:\n  label_file: {labels}\n")
+    (out / "tune").mkdir(parents=True)
+    (out / "tune" / "studies.db").write_text("v1")
+    argv = ["train", "--config", str(config), "--storage", str(out / "tune" / "studies.db")]
+    key = inputs_key(argv, "code", [], out)
+    (out / "tune" / "studies.db").write_text("v2")  # the stage's own output: not an input
+    assert inputs_key(argv, "code", [], out) == key
+    labels.write_text('{"id": "a", "label": 0}\n')  # named by the config only
+    assert inputs_key(argv, "code", [], out) != key
+    key = inputs_key(argv, "code", [], out)
+    assert inputs_key(argv, "new code", [], out) != key
+    assert inputs_key([*argv, "--limit", "5"], "code", [], out) != key
 
 
 def test_over_budget_note_reads_the_last_progress_bar():
@@ -65,7 +114,7 @@ def test_interrupted_stage_is_not_marked_done_and_no_report(tmp_path, monkeypatc
     import retrieval_gate.demo as demo
 
     first = STAGES[0]
-    (tmp_path / f"{first.name}.done.json").write_text(json.dumps({"argv": [], "seconds": 1.0}))
+    _finished(tmp_path, STAGES[:1])
 
     def interrupted(argv, name, budget, work_file, fork):
         raise KeyboardInterrupt

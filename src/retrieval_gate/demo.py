@@ -1,8 +1,8 @@
 """The main job end to end: each stage is one `retrieval-gate` verb run in its own process,
 writing under `runs/demo/` (on Linux forked from this one, which imports torch, transformers
 and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json`
-(command, seconds) and is reused on the next run; `--stage NAME` re-runs one stage alone,
-`--force` all of them.
+(command, seconds, a checksum of its inputs: `stage_markers`) and is reused on the next run
+while its inputs are unchanged; `--stage NAME` re-runs one stage alone, `--force` all of them.
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
 it prints, once a minute, where it is and how long it still needs, read from the last progress
@@ -30,6 +30,7 @@ from .fileio import write_text
 from .labels import LABELS_DIR
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
+from .stage_markers import MARKER, inputs_key, read_marker, shared_key
 from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
@@ -190,14 +191,20 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     if only is not None and only not in names:
         raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
     out.mkdir(parents=True, exist_ok=True)
-    for i, stage in enumerate(STAGES, start=1):
-        done = out / f"{stage.name}.done.json"
+    shared = shared_key(_data_dir())
+    markers = [out / MARKER.format(s.name) for s in STAGES]
+    for i, (stage, done) in enumerate(zip(STAGES, markers, strict=True), start=1):
         if only is not None and stage.name != only:
             continue
-        if done.exists() and not force and only is None:
-            print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {_seconds(done):.0f} s)")
-            continue
         argv = stage.argv(out)
+        inputs = inputs_key(argv, shared, markers[: i - 1], out)
+        marker = read_marker(done) if not force and only is None else None
+        if marker is not None and marker.get("inputs") == inputs:
+            print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {marker['seconds']:.0f} s)")
+            continue
+        if marker is not None:
+            print(f"note: stage {stage.name} ran on other inputs (code, data, its command or "
+                  "files, or an earlier stage): running it again", flush=True)  # fmt: skip
         done.unlink(missing_ok=True)  # a re-run stage is unfinished until it ends again
         print(
             f"== stage {i}/{len(STAGES)}: {stage.title} (budget {stage.budget:.0f} s)\n"
@@ -224,7 +231,8 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
             )
             return code
         print(f"== stage {stage.name} done in {seconds:.0f} s", flush=True)
-        record = {"argv": argv, "seconds": round(seconds, 1), "work": _read_work(work_file)}
+        record = {"argv": argv, "seconds": round(seconds, 1), "work": _read_work(work_file),
+                  "inputs": inputs}  # fmt: skip
         write_text(done, json.dumps(record) + "\n")
         work_file.unlink(missing_ok=True)
     report = write_report(out)
@@ -337,14 +345,21 @@ def over_budget_note(name: str, budget: float, elapsed: float, output_tail: str)
 
 def stage_times(out: Path) -> str:
     """Seconds per finished stage and their total, as printed at the end."""
-    done = [(s.name, out / f"{s.name}.done.json") for s in STAGES]
-    rows = [(n, _seconds(path)) for n, path in done if path.exists()]
+    done = [(s.name, read_marker(out / MARKER.format(s.name))) for s in STAGES]
+    rows = [(n, float(info["seconds"])) for n, info in done if info is not None]
     total = sum(t for _, t in rows)
     return "stage times: " + ", ".join(f"{n} {t:.0f} s" for n, t in rows) + f"; total {total:.0f} s"
 
 
-def _seconds(done: Path) -> float:
-    return float(json.loads(done.read_text())["seconds"])
+def _data_dir() -> Path | None:
+    """The data folder the stages will read (None: they will say why there is none)."""
+    from .data import resolve_data_dir
+    from .errors import RetrievalGateError
+
+    try:
+        return resolve_data_dir(download=False)
+    except RetrievalGateError:
+        return None
 
 
 def _read_work(path: Path) -> dict[str, int]:
@@ -371,9 +386,8 @@ def write_report(out: Path) -> Path:
     tuning, RAG), each under its own heading."""
     rows = []
     for stage in STAGES:
-        done = out / f"{stage.name}.done.json"
-        if done.exists():
-            info = json.loads(done.read_text())
+        info = read_marker(out / MARKER.format(stage.name))
+        if info is not None:
             command = f"`retrieval-gate {' '.join(info['argv'])}`"
             counts = info.get("work", {})  # markers of an older demo have no counters
             work_cells = [counts.get(key, 0) for _, key in WORK_COLUMNS]

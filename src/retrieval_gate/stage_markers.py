@@ -1,0 +1,88 @@
+"""The demo's done markers, keyed by what a stage's result depends on.
+
+`<stage>.done.json` holds the stage's command, seconds, work counters and `inputs`: a sha256
+over the package's code and the data folder (`shared_key`, once per demo run), the command,
+every file it names and every file a YAML config it names points at, and the markers of the
+stages before it. A stage is reused only while its `inputs` match: after an edited config or
+label file, new code or new data it runs again, and so does every later stage (an earlier
+marker changed). A marker that cannot be read is no marker: the stage runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .fileio import sha256_file
+from .yaml_files import load_yaml
+
+MARKER = "{}.done.json"
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """The marker's record, or None when it is missing, cut short or not a marker."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    whole = isinstance(info, dict) and isinstance(info.get("argv"), list)
+    return info if whole and isinstance(info.get("seconds"), int | float) else None
+
+
+def shared_key(data_dir: Path | None) -> str:
+    """What every stage reads: this package's code and the data folder's files."""
+    h = hashlib.sha256()
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted(data_dir.rglob("*")) if data_dir else ():
+        if path.is_file():
+            h.update(f"{path.relative_to(data_dir).as_posix()}\0{sha256_file(path)}".encode())
+    return h.hexdigest()
+
+
+def inputs_key(argv: Sequence[str], shared: str, earlier: Sequence[Path], out: Path) -> str:
+    """`inputs` of a stage run as `argv` after the stages whose markers are `earlier`; files
+    under the demo folder `out` are the stages' outputs, not inputs (the markers stand for
+    them: a stage's own report would otherwise change its key)."""
+    h = hashlib.sha256(f"{shared}\0{json.dumps(list(argv))}".encode())
+    for path in named_files(argv):
+        if path.resolve().is_relative_to(out.resolve()):
+            continue
+        h.update(f"\0{path}\0{sha256_file(path)}".encode())
+    for marker in earlier:
+        h.update(b"\0" + (marker.read_bytes() if marker.is_file() else b"-"))
+    return h.hexdigest()
+
+
+def named_files(argv: Sequence[str]) -> list[Path]:
+    """The files an argument names, and those its YAML files name (a config's label file).
+    Folders are earlier stages' outputs: their markers stand for them."""
+    files = []
+    for arg in argv:
+        path = Path(arg)
+        if not path.is_file():
+            continue
+        files.append(path)
+        if path.suffix in (".yaml", ".yml"):
+            files += [Path(s) for s in _yaml_strings(path) if Path(s).is_file()]
+    return files
+
+
+def _yaml_strings(path: Path) -> Iterator[str]:
+    try:
+        stack = [load_yaml(path.read_text(encoding="utf-8"))]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # the stage itself says what is wrong with it
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            stack += value.values()
+        elif isinstance(value, list):
+            stack += value
