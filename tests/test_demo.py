@@ -306,3 +306,19 @@ def test_preload_off_runs_each_stage_in_a_fresh_interpreter():
     env = {**os.environ, "RETRIEVAL_GATE_PRELOAD": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_second_demo_in_the_same_folder_is_refused_at_once(tmp_path, monkeypatch):
+    """Two `make demo`s in one folder trained into the same run folder at once (the demo
+    passes --overwrite); the second now stops before any stage, naming the first's pid."""
+    import os
+
+    import retrieval_gate.demo as demo
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.labels.lock import single_writer
+
+    monkeypatch.setattr(demo, "run_stage", lambda *a, **k: pytest.fail("a stage ran"))
+    with single_writer(tmp_path / "demo"):  # the first demo, running
+        with pytest.raises(InputError, match=f"another demo \\(pid {os.getpid()}\\) is running in"):
+            run_demo(tmp_path)
+    assert not list(tmp_path.glob("*.done.json"))

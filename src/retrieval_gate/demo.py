@@ -28,6 +28,7 @@ from . import preload, work
 from .errors import ConfigError
 from .fileio import write_text
 from .labels import LABELS_DIR
+from .labels.lock import single_writer
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
 from .stage_markers import MARKER, inputs_key, read_marker, shared_key
@@ -185,12 +186,22 @@ STAGES = [
 SAVING = "### Routing: the saving (test)"  # the router report's table the demo leads with
 
 
+DEMO_BUSY = (
+    "another demo (pid {{pid}}) is running in {out}; wait for it to finish, or pass another --out"
+)
+
+
 def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
-    """Runs the stages in order (or just `only`), reusing finished ones; writes the report."""
+    """Runs the stages in order (or just `only`), reusing finished ones; writes the report.
+    One demo at a time in a folder: two would train into the same run folder at once."""
     names = [s.name for s in STAGES]
     if only is not None and only not in names:
         raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
-    out.mkdir(parents=True, exist_ok=True)
+    with single_writer(out / "demo", busy=DEMO_BUSY.format(out=out)):  # .demo.lock in `out`
+        return _run_stages(out, only, force)
+
+
+def _run_stages(out: Path, only: str | None, force: bool) -> int:
     shared = shared_key(_data_dir())
     markers = [out / MARKER.format(s.name) for s in STAGES]
     for i, (stage, done) in enumerate(zip(STAGES, markers, strict=True), start=1):
