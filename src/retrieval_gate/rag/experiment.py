@@ -4,6 +4,7 @@ reproduce it (settings, versions, per-mode costs and answers)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import platform
 import time
@@ -271,6 +272,7 @@ def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"key": key, **result.to_dict()}) + "\n"
     with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # two runs saving at once: one cut-and-append at a time
         f.seek(0)
         f.truncate(f.read().rfind(b"\n") + 1)  # after the last whole row: a half-written one is cut
         f.write(line.encode("utf-8"))  # O_APPEND: at the end
