@@ -145,3 +145,27 @@ def test_two_workers_on_postgres_survive_a_kill_9(pg_url, fast_heartbeat):
     assert len(retried) == 1 and retried[0].state.name == "COMPLETE"
     pids = {t.user_attrs["pid"] for t in trials if t.state.name == "COMPLETE"}
     assert len(pids) == 2 and ran_here < 8  # both processes ran trials
+
+
+def _open_when_all_are_ready(path, barrier, results) -> None:
+    barrier.wait()
+    try:
+        open_storage(path)
+        results.put("ok")
+    except Exception as e:  # noqa: BLE001  (the test reports what each process met)
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_commands_creating_one_sqlite_study_file_at_once_all_open_it(tmp_path):
+    """Two `tune` commands on one --out created its studies.db at once: SQLite's "table
+    study_directions already exists" failed the second (exit 3, 'check that the server
+    runs'). Eight processes open a new file together; every one gets the storage."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(8), ctx.Queue()
+    procs = [ctx.Process(target=_open_when_all_are_ready, args=(tmp_path / "s.db", barrier,
+                                                                   results)) for _ in range(8)]  # fmt: skip
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert sorted(results.get(timeout=5) for _ in procs) == ["ok"] * 8

@@ -81,7 +81,9 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             try:
                 return _rdb(url, engine_kwargs, heartbeat)
-            except sqlalchemy.exc.IntegrityError:  # workers creating the tables at once:
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
+                if not _created_at_once(e):
+                    raise
                 time.sleep(1.0)  # one of them won; the tables exist now
                 return _rdb(url, engine_kwargs, heartbeat)
     except sqlalchemy.exc.NoSuchModuleError:
@@ -112,6 +114,14 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
             f"--storage {shown(url)} is not a usable study database ({_first_line(e)}); it is "
             "left as it is: pass a new file name"
         ) from None
+
+
+def _created_at_once(e: Exception) -> bool:
+    """Two processes (workers, or two `tune` commands on one --out) creating the tables of a
+    new database at once: PostgreSQL says IntegrityError, SQLite "table ... already exists"."""
+    import sqlalchemy.exc
+
+    return isinstance(e, sqlalchemy.exc.IntegrityError) or "already exists" in str(e)
 
 
 def _rdb(url: str, engine_kwargs: dict, heartbeat: int) -> optuna.storages.RDBStorage:
