@@ -480,3 +480,21 @@ def test_warming_reads_but_does_not_store(store):
     gen.generate(["b"], 8)
     gen.choice_probs(["b"], ["[Yes]", "[No]"])
     assert fake.calls == [["a"], ["b"], ["b"], ["b"], ["b"]]
+
+
+def test_a_cache_path_that_is_a_file_is_said_plainly(tmp_path, monkeypatch, caplog):
+    """$RETRIEVAL_GATE_CACHE naming a file: the model preparation was a NotADirectoryError
+    traceback (after the 15 s conversion), the dense retriever's embeddings another. Now the
+    model is refused before converting anything and embeddings are computed, not kept."""
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.generation import model_folders
+    from retrieval_gate.retrieval.dense import cached_embeddings
+
+    (tmp_path / "cache").write_text("not a folder\n")
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(model_folders, "_gguf_read_once", lambda: pytest.fail("converted"))
+    with pytest.raises(InputError, match=r"cannot prepare the model in .*cache/models \(Not a"):
+        model_folders.prepare_smollm2()
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    emb = cached_embeddings(str(tmp_path / "encoder"), ["a", "b"], lambda: np.ones((2, 3)))
+    assert emb.shape == (2, 3) and "embeddings not kept in" in caplog.text

@@ -47,21 +47,21 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf_path()
-    with _gguf_read_once():
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
-        )
-    # The weights are already dequantised; drop the GGUF "quantisation" so they can be saved.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # a folder of this process's own: two commands preparing at once on a fresh machine never
-    # write into each other's files; removed if the conversion fails or is interrupted
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    # a folder of this process's own, made first (a cache that cannot be written is said before
+    # the conversion): two commands preparing at once on a fresh machine never write into each
+    # other's files; removed if the conversion fails or is interrupted
+    tmp = _work_folder(target)
     try:
+        with _gguf_read_once():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
+            )
+        # The weights are already dequantised; drop the GGUF "quantisation" to save them.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         marker = {
@@ -75,6 +75,19 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return publish(tmp, target, force)
+
+
+def _work_folder(target: Path) -> Path:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    except OSError as e:
+        raise InputError(
+            f"cannot prepare the model in {target.parent} ({e.strerror or e}): the cache "
+            "($RETRIEVAL_GATE_CACHE, else ~/.cache/retrieval-gate) must be a folder this user "
+            "can write; point $RETRIEVAL_GATE_CACHE at one",
+            target.parent,
+        ) from None
 
 
 @contextmanager

@@ -133,7 +133,10 @@ def cached_embeddings(
             pass
         log.warning("kept embeddings %s are damaged: computed again", path)
     emb = encode()
-    _save(path, emb)
+    try:
+        _save(path, emb)
+    except (OSError, InputError) as e:  # a cache not writable costs the next run's encoding
+        log.warning("embeddings not kept in %s (%s): computed again next time", path.parent, e)
     return emb
 
 
