@@ -66,9 +66,14 @@ def test_trials_bound_the_study_not_each_run(tmp_path):
     assert counts(optuna.load_study(study_name="bound", storage=f"sqlite:///{db}")) == (5, 0)
 
 
-def test_storage_flags_are_checked_before_work(tmp_path):
+def test_storage_flags_are_checked_before_work(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="--workers must be at least 1"):
         check_storage(tmp_path / "s.db", 0)
+    for bad in ("abc", "-5", "0", "2.5"):  # were tracebacks once the first study opened
+        monkeypatch.setenv("RETRIEVAL_GATE_HEARTBEAT", bad)
+        with pytest.raises(ConfigError, match=f"RETRIEVAL_GATE_HEARTBEAT='{bad}': a whole"):
+            check_storage(tmp_path / "s.db", 1, reach=False)
+    monkeypatch.delenv("RETRIEVAL_GATE_HEARTBEAT")
     with pytest.raises(ConfigError, match="SQLite serves one process"):
         check_storage(tmp_path / "s.db", 2)
     with pytest.raises(

@@ -61,7 +61,15 @@ def shown(spec: str | Path) -> str:
 
 def heartbeat_s() -> int:
     """HEARTBEAT_S, or $RETRIEVAL_GATE_HEARTBEAT (seconds: shorter for tests and demos)."""
-    return int(os.environ.get("RETRIEVAL_GATE_HEARTBEAT") or HEARTBEAT_S)
+    raw = os.environ.get("RETRIEVAL_GATE_HEARTBEAT") or str(HEARTBEAT_S)
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise ConfigError(f"$RETRIEVAL_GATE_HEARTBEAT={raw!r}: a whole number of seconds, 1 or "
+                          f"more (default {HEARTBEAT_S}); or unset it")  # fmt: skip
+    return seconds
 
 
 def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
@@ -174,6 +182,7 @@ def check_storage(spec: str | Path, workers: int, reach: bool = True) -> None:
     with one process only, and (`reach`) the storage reachable and writable."""
     if workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
+    heartbeat_s()  # a bad $RETRIEVAL_GATE_HEARTBEAT is said before any study
     if workers > 1 and is_sqlite(spec):
         raise ConfigError(
             f"--workers {workers} with a SQLite --storage: SQLite serves one process (Optuna "
