@@ -179,6 +179,9 @@ def test_side_features_ride_in_extra():
         as_questions(["a?", "b?"], {"s_pop": [1.0]})
     with pytest.raises(InputError, match="question 1 is ''"):
         as_questions(["a?", ""])
+    for nothing in (None, 3, given):  # `predict(None)` was "'NoneType' object is not iterable"
+        with pytest.raises(InputError, match="expected a question string or a list of them"):
+            as_questions(nothing)
 
 
 def test_bad_folders_and_backends(gate_dirs, tmp_path):

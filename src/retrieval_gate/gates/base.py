@@ -57,7 +57,14 @@ def as_questions(
     source "api"), so every gate takes what a user has at hand. Side `features` and the
     answers' `token_logprobs` (one list, or None, per question; one list for one string) ride
     along in `Question.extra` (merged over any `extra` a given Question already has)."""
-    items = [questions] if isinstance(questions, str) else list(questions)
+    if isinstance(questions, str):
+        items = [questions]
+    else:
+        try:
+            items = list(questions)
+        except TypeError:  # None, a number: not one question nor a list of them
+            raise InputError(f"questions is {questions!r}: expected a question string or a list "
+                             "of them") from None  # fmt: skip
     rows = _features_for(features, len(items))
     if token_logprobs is not None:
         one = isinstance(questions, str)
