@@ -284,6 +284,18 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2
 
 
+def test_a_run_resumes_from_a_mid_epoch_checkpoint(tmp_path, label_file, body, train_gate):
+    """A step budget (or val_check_interval < 1) saves last.ckpt mid-epoch; Lightning resumes
+    inside that epoch without on_train_epoch_start, and the throughput callback's first batch
+    was an AttributeError (an internal error: the resume the run folder promises failed)."""
+    run_dir = train_gate(_tiny(body, label_file, tmp_path, max_steps=2), questions=QUESTIONS)
+    last = run_dir / "lightning" / "last.ckpt"
+    before = torch.load(last, map_location="cpu", weights_only=False)["global_step"]
+    train_gate(_tiny(body, label_file, tmp_path, max_steps=4), questions=QUESTIONS, resume=True)
+    after = torch.load(last, map_location="cpu", weights_only=False)["global_step"]
+    assert 0 < before < after  # went on from where it stopped
+
+
 def test_config_values_are_typed_and_names_plain():
     with pytest.raises(ConfigError, match="max_epoch.*did you mean max_epochs"):
         load_config(None, ["data.label_file=x", "trainer.max_epoch=1"])

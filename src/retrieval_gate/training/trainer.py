@@ -75,6 +75,11 @@ class Throughput(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.epochs = list(state_dict.get("epochs", []))
 
+    def on_train_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        # a run resumed from a mid-epoch checkpoint (a step budget, val_check_interval < 1)
+        # enters its epoch without on_train_epoch_start: count from here
+        self.on_train_epoch_start(trainer, module)
+
     def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._start, self._n = time.perf_counter(), 0
 
