@@ -315,9 +315,11 @@ import json, sys
 from retrieval_gate.cli import main
 from retrieval_gate.data.splits import canonical_questions
 test_ids = [q.id for q in canonical_questions() if q.split == "test"][:40]
+every = [q.id for s in ("train", "dev", "test") for q in canonical_questions() if q.split == s][::50]
 files = {"foreign": [{"id": f"nosuch-{i}", "label": i % 2} for i in range(40)],
          "test-only": [{"id": i, "label": n % 2} for n, i in enumerate(test_ids)],
-         "two": [{"id": i, "label": 2} for i in test_ids]}
+         "two": [{"id": i, "label": 2} for i in test_ids],
+         "one-class": [{"id": i, "label": 1} for i in every]}
 for name, rows in files.items():
     path = f"{sys.argv[1]}/{name}.jsonl"
     open(path, "w").write("".join(json.dumps(r) + "\\n" for r in rows))
@@ -341,6 +343,8 @@ def test_train_refuses_labels_that_do_not_fit_their_questions_before_lightning(t
     assert "none of the 40 label ids is a known question id" in done.stderr
     assert "the train split has no labelled questions" in done.stderr
     assert "label=2: a label is 1 (needs retrieval), 0 (does not)" in done.stderr
+    # it trained a constant and reported test AUROC 0.0 (the stacked head refused it)
+    assert "every training question has label 1: a gate needs both kinds" in done.stderr
     assert not (tmp_path / "out").exists()
 
 

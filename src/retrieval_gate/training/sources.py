@@ -6,6 +6,7 @@ all in one split, is refused there rather than after the imports)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,8 @@ def training_questions(data: DataConfig) -> list[Question]:
 
 def check_splits(rows: dict[str, list], path: Path | None) -> None:
     """Every split needs labelled questions: training fits on train, picks its epoch on dev
-    and reports on test."""
+    and reports on test. A gate's train split needs two classes at least: on one it learns a
+    constant and reports an AUROC of 0 (a router's correctness rows may be constant)."""
     for split, part in rows.items():
         if not part:
             raise DataError(
@@ -107,3 +109,10 @@ def check_splits(rows: dict[str, list], path: Path | None) -> None:
                 "(a question file's own `split` column, else the canonical split)",
                 path,
             )
+    classes = {int(row[-1]) for row in rows["train"] if isinstance(row[-1], Integral)}
+    if len(classes) == 1 and len(rows["train"]) > 0:
+        raise DataError(
+            f"every training question has label {classes.pop()}: a gate needs both kinds "
+            "(questions that need retrieval and questions that do not); label more questions",
+            path,
+        )
