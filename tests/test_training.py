@@ -296,6 +296,20 @@ def test_a_run_resumes_from_a_mid_epoch_checkpoint(tmp_path, label_file, body, t
     assert 0 < before < after  # went on from where it stopped
 
 
+def test_auroc_of_a_one_class_split_is_left_out_not_reported_as_zero(caplog):
+    """torchmetrics gives 0.0 on a split of one class; the run's metrics printed it as if
+    measured (a 12-question test split all needing retrieval: "auroc": 0.0)."""
+    from retrieval_gate.training.trainer import _defined_only
+
+    measured = {"auroc": 0.0, "ap": 1.0, "acc": 0.5}
+    assert _defined_only(measured, {"n": 12, "positives": 5}, "test") == measured
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    for positives in (0, 12):
+        assert _defined_only(measured, {"n": 12, "positives": positives}, "test") == {
+            "ap": 1.0, "acc": 0.5}  # fmt: skip
+    assert "the test split's 12 questions are all of one class" in caplog.text
+
+
 def test_config_values_are_typed_and_names_plain():
     with pytest.raises(ConfigError, match="max_epoch.*did you mean max_epochs"):
         load_config(None, ["data.label_file=x", "trainer.max_epoch=1"])

@@ -157,6 +157,17 @@ def check_trainer_here(config: TrainConfig) -> None:
                           "(or a GPU machine)")  # fmt: skip
 
 
+def _defined_only(metrics: dict[str, float], split: dict[str, int], name: str) -> dict[str, float]:
+    """AUROC ranks questions that need retrieval against those that do not: on a split of one
+    class it is undefined (torchmetrics reports 0.0, which reads as a measured worst), so it is
+    left out, with a warning."""
+    if 0 < split["positives"] < split["n"]:
+        return metrics
+    log.warning(f"the {name} split's {split['n']} questions are all of one class: its AUROC is "
+                "undefined and not reported")  # fmt: skip
+    return {k: v for k, v in metrics.items() if k != "auroc"}
+
+
 def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
     out = {}
     for k, v in (results[0] if results else {}).items():
@@ -413,6 +424,11 @@ def _fit(
             dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
         test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
         fit_seconds = time.perf_counter() - started
+        counts = dm.summary()
+        dev, test = (
+            _defined_only(dev, counts["dev"], "dev"),
+            _defined_only(test, counts["test"], "test"),
+        )
         router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
         figures = None if router is None else router_figures(module, dm, router, out_of_fold)
     # Under DDP every rank runs this function; validate/test metrics are already gathered
