@@ -180,9 +180,7 @@ class LabelFile:
 
 def _whole_object(raw: bytes) -> bool:
     try:
-        return isinstance(loads(raw), dict)
-    except RepeatedKeyError:  # whole, and refused as such when read
-        return True
+        return isinstance(json.loads(raw), dict)  # whole; a repeated key is refused when read
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
 

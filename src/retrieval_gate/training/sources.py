@@ -110,7 +110,7 @@ def check_splits(rows: dict[str, list], path: Path | None) -> None:
                 path,
             )
     classes = {int(row[-1]) for row in rows["train"] if isinstance(row[-1], Integral)}
-    if len(classes) == 1 and len(rows["train"]) > 0:
+    if len(classes) == 1:
         raise DataError(
             f"every training question has label {classes.pop()}: a gate needs both kinds "
             "(questions that need retrieval and questions that do not); label more questions",

@@ -444,14 +444,14 @@ def _fit(
         "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
         "parameters": sum(p.numel() for p in module.parameters()),
         "torch_threads": torch.get_num_threads(),
-        "splits": dm.summary(),
+        "splits": counts,
         "world_size": trainer.world_size,
     }
     if figures is not None:
         metrics["router"] = figures
     if trainer.is_global_zero:
         merge_csv_history(run_dir, earlier)
-        labels_json = {**dm.provenance, "counts": dm.summary()}
+        labels_json = {**dm.provenance, "counts": counts}
         save_run(run_dir, config, module, tokenizer, labels_json, metrics,
                  dm.calibration_sample(), router)  # fmt: skip
     trainer.strategy.barrier("run folder written")
