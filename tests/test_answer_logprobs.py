@@ -4,6 +4,7 @@ reads them back and turns them into a two-stage gate's features."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -109,6 +110,24 @@ def test_parse_accepts_zero_and_refuses_above_zero():
         parse_token_logprobs([0.1], "f.csv", 7, "lp")
     with pytest.raises(DataError, match="not a number"):
         parse_token_logprobs([True])
+
+
+def test_an_openai_logprobs_object_saved_as_is_reads_as_its_list():
+    chat = [{"token": "Paris", "logprob": -0.02, "bytes": [80], "top_logprobs": []},
+            {"token": ".", "logprob": 0.0, "top_logprobs": []}]  # fmt: skip
+    assert parse_token_logprobs(chat) == [-0.02, 0.0]
+    assert parse_token_logprobs({"content": chat, "refusal": None}) == [-0.02, 0.0]
+    assert parse_token_logprobs(json.dumps({"content": chat})) == [-0.02, 0.0]  # a CSV cell
+    completions = {"tokens": ["Paris"], "token_logprobs": [-0.3], "top_logprobs": None}
+    assert parse_token_logprobs(completions) == [-0.3]
+    from openai.types.chat.chat_completion import ChoiceLogprobs  # vllm's dependency
+
+    reply = ChoiceLogprobs.model_validate({"content": chat})  # resp.choices[0].logprobs
+    assert parse_token_logprobs(reply) == parse_token_logprobs(reply.content) == [-0.02, 0.0]
+    with pytest.raises(DataError, match="token 1: is 0.5, above 0"):
+        parse_token_logprobs([{"token": "x", "logprob": 0.5}])
+    with pytest.raises(DataError, match="is not a list"):
+        parse_token_logprobs({"tokens": ["Paris"]})
 
 
 def test_features_mean_min_first_length_and_nan_when_missing():

@@ -3,7 +3,8 @@ reads of the LLM's closed-book answer beside the question: the answer's token
 log-probabilities, as vLLM and OpenAI-compatible servers return them.
 
 A question carries them in `Question.extra` (a `token_logprobs` column of a questions file: a
-JSON list of natural-log probabilities, `[-0.1, -2.3, 0.0]`; or `mean_logprob` alone), or the
+JSON list of natural-log probabilities, `[-0.1, -2.3, 0.0]`, or the `logprobs` object of an
+OpenAI-compatible reply; or `mean_logprob` alone), or the
 training run reads them from the label file `label` wrote (labels/logprobs.py). A
 log-probability is a finite number <= 0 (0.0, a token of probability 1, is valid); anything
 else is refused naming the question (or the file, row and column).
@@ -66,8 +67,9 @@ def parse_token_logprobs(
     column: str = TOKEN_LOGPROBS,
 ) -> list[float] | None:
     """A `token_logprobs` cell: a JSON list of numbers <= 0 (a JSON text in a CSV cell), None
-    when empty or null. An empty list is returned as []: the caller refuses it where the row
-    has an answer."""
+    when empty or null. An OpenAI-compatible server's `logprobs` object, or its list of chat
+    token entries, is read as that list. An empty list is returned as []: the caller refuses
+    it where the row has an answer."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, str):
@@ -82,6 +84,7 @@ def parse_token_logprobs(
             ) from None
     if isinstance(value, np.ndarray):  # a Parquet list column
         value = value.tolist()
+    value = _openai_logprobs(value)
     if not isinstance(value, list | tuple):
         raise DataError(
             f"column {column!r}: {value!r} is not a list of log-probabilities "
@@ -90,8 +93,33 @@ def parse_token_logprobs(
             line,
         )
     return [
-        _number(v, f"column {column!r}, token {k + 1}:", path, line) for k, v in enumerate(value)
+        _number(_entry(v), f"column {column!r}, token {k + 1}:", path, line)
+        for k, v in enumerate(value)
     ]
+
+
+def _openai_logprobs(value: Any) -> Any:
+    """An OpenAI-compatible response's whole `logprobs` object, as users often save it: chat's
+    `{"content": [{"token", "logprob", ...}]}` or completions' `{"token_logprobs": [...]}`;
+    also the `openai` client's object itself."""
+    value = _plain(value)
+    if isinstance(value, dict):
+        for key in ("content", TOKEN_LOGPROBS):
+            if isinstance(value.get(key), list):
+                return value[key]
+    return value
+
+
+def _entry(v: Any) -> Any:
+    """A chat token entry (`{"token": "Paris", "logprob": -0.02, ...}`) read as its logprob."""
+    v = _plain(v)
+    return v["logprob"] if isinstance(v, dict) and "logprob" in v else v
+
+
+def _plain(value: Any) -> Any:
+    """A pydantic model (the `openai` client's reply objects) as its dict."""
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else value
 
 
 def parse_mean_logprob(
