@@ -73,6 +73,22 @@ def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     assert [r["id"] for r in read_question_lines(jsonl)] == ["own-7", "own-8"]
 
 
+def test_score_reads_a_json_file_as_objects_not_as_lines_of_text(tmp_path):
+    """`score --input q.json` scored the text `[{"question": "Who wrote Hamlet?"},` itself."""
+    array = tmp_path / "q.json"
+    array.write_text('[{"id": "a", "question": "Who wrote Hamlet?"},\n {"question": ""}]')
+    assert read_question_lines(array) == [
+        {"line": 1, "id": "a", "text": "Who wrote Hamlet?"},
+        {"line": 2, "id": "2", "error": "empty question"},
+    ]
+    lines = tmp_path / "lines.json"
+    lines.write_text('{"id": "b", "question": "Capital of France?"}\n')
+    assert read_question_lines(lines) == [{"line": 1, "id": "b", "text": "Capital of France?"}]
+    (tmp_path / "cut.json").write_text('[{"question": "Who wrote')
+    with pytest.raises(InputError, match=r"cut\.json, line 1: malformed JSON"):
+        read_question_lines(tmp_path / "cut.json")
+
+
 def test_score_output_folder_that_cannot_exist_is_a_message(tmp_path, capsys):
     from retrieval_gate.fileio import write_text
 

@@ -36,9 +36,10 @@ def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
     frame.to_parquet(tmp_path / "q.parquet")
     frame.assign(answers=frame.answers.map(json.dumps)).to_csv(tmp_path / "q.csv", index=False)
     Dataset.from_list(rows).save_to_disk(str(tmp_path / "q_disk"))
+    (tmp_path / "q.json").write_text(json.dumps(rows, indent=2))  # an array of objects
     read = {
         name: read_questions(str(tmp_path / name))
-        for name in ("q.jsonl", "q.csv", "q.parquet", "q_disk")
+        for name in ("q.jsonl", "q.json", "q.csv", "q.parquet", "q_disk")
     }
     ref = [(q.id, q.text, q.answers, q.split) for q in read["q.jsonl"]]
     for name, qs in read.items():
@@ -119,7 +120,17 @@ def test_duplicates(tmp_path, caplog):
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
         ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),
         ("cells.csv", "question,answers\nWho?,a,b\n", "line 2: row has 3 cells"),
-        ("q.tsv", "Who?\n", "unknown question file format '.tsv'"),
+        ("q.tsv", "Who?\n", "unknown file format '.tsv'"),
+        ("item.json", '[{"question": "a?"},\n 3]', "line 2: expected a JSON object as each item"),
+        ("comma.json", '[{"question": "a?"}\n {"question": "b?"}]', "line 2: expected ',' or ']'"),
+        ("cut.json", '[{"question": "a?"},\n{"question": "b', "line 2: malformed JSON"),
+        ("tail.json", '[{"question": "a?"}]\n[]', "line 1: text after the array's closing"),
+        ("twice.json", '[\n{"question": "a?",\n "id": 1, "id": 2}]', "line 2: key 'id' is given"),
+        (
+            "lines.json",
+            '{"question": "a?"}\n{"title": "b?"}\n',
+            "line 2: empty or missing question",
+        ),
         ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
         ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),
@@ -144,7 +155,7 @@ def test_bad_files_name_the_file_and_row(tmp_path, name, content, message):
 
 
 def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
-    with pytest.raises(DataError, match="question file not found"):
+    with pytest.raises(DataError, match="file not found"):
         read_questions(str(tmp_path / "nope.jsonl"))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -32,6 +32,10 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return row
 
 
+# for reading one item of a larger JSON text at a time (`raw_decode`), as strictly as `loads`
+DECODER = json.JSONDecoder(object_pairs_hook=_object)
+
+
 def loads(text: str | bytes) -> Any:
     """`json.loads`, except that a key repeated in one object raises `RepeatedKeyError` (a
     `ValueError`, as `json.JSONDecodeError` is)."""

@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input",
         help=".txt (one question a line, an optional `question` header line), .jsonl "
-        "({id, question}) or .csv (a `question` or `text` column, optional `id`); default: none, "
+        "({id, question}), .json (the same, or an array of them) or .csv (a `question` or `text` "
+        "column, optional `id`); default: none, "
         "give --input or --questions",
     )
     add_question_args(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..strict_rows import RepeatedKeyError, loads
+from ..strict_rows import DECODER, RepeatedKeyError, loads
 from .bad_rows import BadRows
 
 
@@ -47,6 +47,61 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
                 bad.report(DataError("expected a JSON object on this line", path, lineno))
                 continue
             yield lineno, row
+
+
+def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line number, object) for each item of a `.json` file's array of objects, the
+    line being where the item starts; the first bad item raises, naming its line. A file of one
+    object a line is read as JSONL (many tools name those `.json`)."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8", path
+        ) from None
+    pos = _blank(text, 0)
+    if not text.startswith("[", pos):
+        yield from read_jsonl(path, BadRows())
+        return
+    lines = _Lines(text)
+    pos = _blank(text, pos + 1)
+    while not text.startswith("]", pos):
+        try:
+            row, end = DECODER.raw_decode(text, pos)
+        except RepeatedKeyError as e:
+            raise DataError(str(e), path, lines.at(pos)) from None
+        except json.JSONDecodeError as e:
+            raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
+        if not isinstance(row, dict):
+            raise DataError("expected a JSON object as each item of the array", path, lines.at(pos))
+        yield lines.at(pos), row
+        pos = _blank(text, end)
+        if text.startswith(",", pos):
+            pos = _blank(text, pos + 1)
+        elif not text.startswith("]", pos):
+            raise DataError("expected ',' or ']' after an item of the array", path, lines.at(pos))
+    if _blank(text, pos + 1) < len(text):
+        raise DataError("text after the array's closing ']'", path, lines.at(pos))
+
+
+class _Lines:
+    """Line numbers of increasing positions in a text, counted once (one big array is
+    linear, not quadratic, to number)."""
+
+    def __init__(self, text: str):
+        self.text, self.pos, self.line = text, 0, 1
+
+    def at(self, pos: int) -> int:
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return self.line
+
+
+def _blank(text: str, pos: int) -> int:
+    """The position of the first non-whitespace character at or after pos."""
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def require(row: dict[str, Any], key: str, path: Path, line: int | None) -> Any:

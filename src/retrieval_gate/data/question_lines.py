@@ -1,6 +1,7 @@
 """A file of questions to score (`retrieval-gate score --input`), read line by line: `.txt`
-(one question a line, an optional `question` header line), `.jsonl` (`{id, question}`) or
-`.csv` (a `question` or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A
+(one question a line, an optional `question` header line), `.jsonl` (`{id, question}`), `.json`
+(the same, or an array of such objects) or `.csv` (a `question` or `text` column, optional
+`id`); a UTF-8 byte-order mark is skipped. A
 bad line (not UTF-8, a NUL byte, empty, malformed JSON, no question field, not valid Unicode)
 becomes an error record and the rest are still scored; a file that cannot be read at all, or
 is no text (Parquet, gzip, zip), is an InputError."""
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..strict_rows import RepeatedKeyError, first_repeated, loads
+from .jsonl_files import read_json_array
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")
@@ -27,18 +29,22 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     that cannot be read at all is an InputError."""
     if not path.is_file():
         what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
-        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .csv)", path)
+        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv)",
+                         path)  # fmt: skip
     try:
         data = path.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read the input ({e.strerror})", path) from None
     _refuse_binary(data, path)
-    if path.suffix.lower() == ".csv":
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
         return _read_csv(data, path)
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not the first question's
+    if suffix == ".json" and data.lstrip().startswith(b"["):
+        return [_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path)]
     records = []
     for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
-        rec = _parse_line(raw, lineno, path.suffix.lower() == ".jsonl")
+        rec = _parse_line(raw, lineno, suffix in (".jsonl", ".json"))
         if lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS:
             continue  # a header line, not a question
         records.append(rec)
@@ -77,16 +83,24 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
             return {**rec, "error": f"malformed JSON ({e.msg})"}
         if not isinstance(row, dict):
             return {**rec, "error": "expected a JSON object with a 'question' field"}
-        if row.get("id") is not None:  # the line's own id, also on its error record
-            rec["id"] = str(row["id"])
-        line = row.get("question", row.get("text"))
-        if not isinstance(line, str):
-            return {**rec, "error": "no 'question' or 'text' string field"}
-        try:  # JSON may escape a lone surrogate ("\ud800"), which no tokenizer can encode
-            line.encode("utf-8")
-        except UnicodeEncodeError as e:
-            return {**rec, "error": f"not valid Unicode (a lone surrogate at character "
-                                    f"{e.start}); write the question as UTF-8"}  # fmt: skip
+        return _row_record(rec, row)
+    if not line.strip():
+        return {**rec, "error": "empty question"}
+    return {**rec, "text": line}
+
+
+def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The record of one JSON object: its question, or an error naming what is wrong."""
+    if row.get("id") is not None:  # the row's own id, also on its error record
+        rec["id"] = str(row["id"])
+    line = row.get("question", row.get("text"))
+    if not isinstance(line, str):
+        return {**rec, "error": "no 'question' or 'text' string field"}
+    try:  # JSON may escape a lone surrogate ("\ud800"), which no tokenizer can encode
+        line.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return {**rec, "error": f"not valid Unicode (a lone surrogate at character "
+                                f"{e.start}); write the question as UTF-8"}  # fmt: skip
     if not line.strip():
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}

@@ -1,5 +1,5 @@
-"""Your own question file as Questions: JSONL, CSV, Parquet, a `datasets` `save_to_disk` folder
-or a Hugging Face dataset (`hf:NAME[:CONFIG][@SPLIT]`).
+"""Your own question file as Questions: JSONL, JSON (an array of objects), CSV, Parquet, a
+`datasets` `save_to_disk` folder or a Hugging Face dataset (`hf:NAME[:CONFIG][@SPLIT]`).
 
 Columns map to Question fields by name (`id`, `question` or `text`, `answers` or `answer`,
 optional `source`, `split`, `relation`, `entity`, `s_pop`, `o_pop`, `date`); `--field
@@ -28,7 +28,7 @@ from .answer_confidence import (
     parse_token_logprobs,
 )
 from .bad_rows import BadRows
-from .jsonl_files import read_jsonl
+from .jsonl_files import read_json_array, read_jsonl
 from .question_lines import HEADER_WORDS
 from .splits import SPLITS, canonical_questions, group_splits
 
@@ -48,7 +48,7 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "date": ("date",),
 }
 FIELD_ALIASES = {"question": "text", "answer": "answers"}
-FORMATS = (".jsonl", ".csv", ".parquet", ".txt")
+FORMATS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 
 Row = tuple[int, dict[str, Any]]
 
@@ -125,14 +125,14 @@ def read_rows(spec: str) -> Iterator[Row]:
         return
     if not path.is_file():
         raise DataError(
-            "question file not found; pass a .jsonl, .csv, .parquet or .txt file, a save_to_disk "
-            "folder or hf:NAME[:CONFIG][@SPLIT]",
+            f"file not found; pass a {', '.join(FORMATS)} file, a save_to_disk folder or "
+            "hf:NAME[:CONFIG][@SPLIT]",
             spec,
         )
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise DataError(
-            f"unknown question file format {suffix or '(no extension)'!r}; use "
+            f"unknown file format {suffix or '(no extension)'!r}; use "
             f"{', '.join(FORMATS)}, a save_to_disk folder or hf:NAME",
             path,
         )
@@ -140,7 +140,9 @@ def read_rows(spec: str) -> Iterator[Row]:
         yield from _parquet_rows(path)
         return
     _check_utf8(path)
-    yield from {".jsonl": _jsonl_rows, ".csv": _csv_rows, ".txt": _text_rows}[suffix](path)
+    readers = {".jsonl": _jsonl_rows, ".json": read_json_array, ".csv": _csv_rows,
+               ".txt": _text_rows}  # fmt: skip
+    yield from readers[suffix](path)
 
 
 def _check_utf8(path: Path) -> None:
