@@ -350,3 +350,17 @@ def test_transfer_learned_routers_leave_one_dataset_of_the_release_out(tmp_path)
     assert all(c["routed_accuracy"] is not None and c["n"] == 75 for c in cells)
     trained = {p.name for p in runs.iterdir() if (p / "gate.pt").is_file()}
     assert trained == {f"transfer-adaptive-rag-without-{s}" for s in [*sources, "nothing"]}
+
+
+def test_a_one_class_split_plots_without_a_legend_warning(tmp_path):
+    """A test split of one class has no ROC or PR curve; matplotlib warned 'No artists with
+    labels found to put in legend' on the user's terminal, twice per label file."""
+    import warnings
+
+    from retrieval_gate.evaluation.plots import roc_pr
+
+    scores = {"always": np.ones(12), "popularity": np.linspace(0, 1, 12)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert roc_pr(np.zeros(12), scores, "one class", tmp_path / "a.png").is_file()
+        assert roc_pr(np.arange(12) % 2, scores, "two classes", tmp_path / "b.png").is_file()

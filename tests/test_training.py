@@ -304,10 +304,13 @@ def test_auroc_of_a_one_class_split_is_left_out_not_reported_as_zero(caplog):
     measured = {"auroc": 0.0, "ap": 1.0, "acc": 0.5}
     assert _defined_only(measured, {"n": 12, "positives": 5}, "test") == measured
     caplog.set_level("WARNING", logger="retrieval_gate")
-    for positives in (0, 12):
-        assert _defined_only(measured, {"n": 12, "positives": positives}, "test") == {
-            "ap": 1.0, "acc": 0.5}  # fmt: skip
-    assert "the test split's 12 questions are all of one class" in caplog.text
+    assert _defined_only(measured, {"n": 12, "positives": 12}, "test") == {"ap": 1.0, "acc": 0.5}
+    assert (
+        "the test split's 12 questions are all of one class: its AUROC is undefined" in caplog.text
+    )
+    # no question needs retrieval: AP has no positive to rank either (a router printed -0.0)
+    assert _defined_only(measured, {"n": 12, "positives": 0}, "test") == {"acc": 0.5}
+    assert "its AUROC and AP are undefined" in caplog.text
 
 
 def test_config_values_are_typed_and_names_plain():

@@ -15,10 +15,12 @@ from ..figures import plt, save_figure
 def roc_pr(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, path: Path) -> Path:
     """ROC and precision-recall curves of every gate on one figure."""
     fig, (roc, pr) = plt.subplots(1, 2, figsize=(12, 5))
+    drawn = False
     for name, s in scores.items():
         auc, ap = M.auroc(y, s), M.average_precision(y, s)
         if auc is None:
             continue
+        drawn = True
         fpr, tpr, _ = roc_curve(y, s)
         roc.plot(fpr, tpr, label=f"{name} (AUROC {auc:.3f})")
         prec, rec, _ = precision_recall_curve(y, s)
@@ -27,8 +29,11 @@ def roc_pr(y: np.ndarray, scores: Mapping[str, np.ndarray], title: str, path: Pa
     roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC: {title}")
     pr.axhline(float(np.mean(y)), color="k", ls=":", lw=0.8)
     pr.set(xlabel="recall (needs retrieval)", ylabel="precision", title=f"PR: {title}")
-    roc.legend(fontsize=8)
-    pr.legend(fontsize=8)
+    if drawn:  # a split of one class has no curve to name
+        roc.legend(fontsize=8)
+        pr.legend(fontsize=8)
+    else:
+        roc.set_title(f"ROC: {title} (one class: no curve)")
     return save_figure(fig, path)
 
 

@@ -160,12 +160,15 @@ def check_trainer_here(config: TrainConfig) -> None:
 def _defined_only(metrics: dict[str, float], split: dict[str, int], name: str) -> dict[str, float]:
     """AUROC ranks questions that need retrieval against those that do not: on a split of one
     class it is undefined (torchmetrics reports 0.0, which reads as a measured worst), so it is
-    left out, with a warning."""
+    left out, with a warning; so is AP on a split with no question that needs retrieval (it
+    printed -0.0)."""
     if 0 < split["positives"] < split["n"]:
         return metrics
-    log.warning(f"the {name} split's {split['n']} questions are all of one class: its AUROC is "
+    undefined = ("auroc",) if split["positives"] else ("auroc", "ap")
+    what = " and ".join(m.upper() for m in undefined) + (" are" if len(undefined) > 1 else " is")
+    log.warning(f"the {name} split's {split['n']} questions are all of one class: its {what} "
                 "undefined and not reported")  # fmt: skip
-    return {k: v for k, v in metrics.items() if k != "auroc"}
+    return {k: v for k, v in metrics.items() if k not in undefined}
 
 
 def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
