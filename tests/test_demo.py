@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from retrieval_gate.demo import STAGES, first_table, headline, run_demo, write_report
+from retrieval_gate.demo import STAGES, first_table, headline, run_demo, upstream, write_report
 from retrieval_gate.errors import ConfigError
 
 
@@ -24,11 +24,11 @@ def _finished(out, stages=STAGES, seconds=1.5):
     from retrieval_gate.demo import _data_dir
     from retrieval_gate.stage_markers import inputs_key, shared_key
 
-    shared, markers = shared_key(_data_dir()), [out / f"{s.name}.done.json" for s in STAGES]
-    for i, stage in enumerate(stages):
-        inputs = inputs_key(stage.argv(out), shared, markers[:i], out)
+    shared, markers = shared_key(_data_dir()), {s.name: out / f"{s.name}.done.json" for s in STAGES}
+    for stage in stages:
+        inputs = inputs_key(stage.argv(out), shared, [markers[n] for n in upstream(stage)], out)
         done = {"argv": stage.argv(out), "seconds": seconds, "inputs": inputs}
-        markers[i].write_text(json.dumps(done))
+        markers[stage.name].write_text(json.dumps(done))
 
 
 def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
@@ -47,24 +47,43 @@ def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
     assert "tfidf" in headline(tmp_path)
 
 
-def test_a_stage_whose_inputs_changed_runs_again_and_every_later_one(tmp_path, monkeypatch, capsys):
+def _redone(out, name):
+    done = out / f"{name}.done.json"
+    done.write_text(done.read_text().replace('"seconds": 1.5', '"seconds": 9.0'))
+
+
+def test_a_stage_whose_inputs_changed_runs_again_and_every_stage_reading_it(
+    tmp_path, monkeypatch, capsys
+):
     """Markers were reused by name: a demo re-run after an earlier stage was redone (or the
-    code, data or a config changed) reported results built on the old ones."""
+    code, data or a config changed) reported results built on the old ones. Only the stages
+    that read a redone one run again: a redone RAG stage does not retrain the router."""
     import retrieval_gate.demo as demo
 
     ran = []
     monkeypatch.setattr(demo, "run_stage", lambda argv, name, *a, **k: ran.append(name) or 0)
     _finished(tmp_path)
     assert run_demo(tmp_path) == 0 and ran == []
-    third = tmp_path / f"{STAGES[2].name}.done.json"
-    third.write_text(third.read_text().replace('"seconds": 1.5', '"seconds": 9.0'))  # redone
+    _redone(tmp_path, "train")
     assert run_demo(tmp_path) == 0
-    assert ran == [s.name for s in STAGES[3:]]
-    assert "note: stage " + STAGES[3].name + " ran on other inputs" in capsys.readouterr().out
+    assert ran == ["tune", "export", "evaluate", "rag"]
+    assert "note: stage tune ran on other inputs" in capsys.readouterr().out
     ran.clear()
     assert run_demo(tmp_path) == 0 and ran == []  # their new markers match
+    _redone(tmp_path, "rag")  # `demo --stage rag`: nothing reads its results
+    assert run_demo(tmp_path) == 0 and ran == []
+    _redone(tmp_path, "models")
+    assert run_demo(tmp_path) == 0 and ran == [s.name for s in STAGES[2:]]
+    ran.clear()
     (tmp_path / f"{STAGES[-1].name}.done.json").write_text('{"argv": ["lab')  # cut short
     assert run_demo(tmp_path) == 0 and ran == [STAGES[-1].name]
+
+
+def test_a_stage_reads_only_stages_before_it():
+    names = [s.name for s in STAGES]
+    for i, stage in enumerate(STAGES):
+        assert set(stage.reads) <= set(names[:i]), stage.name
+    assert upstream(STAGES[names.index("rag")]) == ["models", "train", "tune", "export"]
 
 
 def test_inputs_are_the_files_a_stage_names_and_those_its_yaml_names(tmp_path):

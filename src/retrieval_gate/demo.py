@@ -53,6 +53,8 @@ class Stage:
     # job is judged; the stages sum to 15 minutes at most. The generator stages (evaluate, rag)
     # get the most: fp32 generation is where such a machine is slowest.
     budget: float
+    # the stages whose results it reads: it runs again when one of them (or theirs) did
+    reads: tuple[str, ...] = ()
     preload: bool = True  # forked from the process that imported torch once (`preload`)
 
 
@@ -165,24 +167,38 @@ def _router_evaluate(out: Path) -> list[str]:
 STAGES = [
     Stage("data", "data summary", lambda out: ["data", "summary"], 15, preload=False),
     Stage("models", "model preparation", lambda out: ["models", "prepare"], 50),
-    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 45),
-    Stage("train", "train the MiniLM gate", _train, 90),
-    Stage("tune", "tune its threshold (Optuna)", _tune, 40),
-    Stage("export", "export ONNX (+int8)", _export, 35),
-    Stage("evaluate", "evaluate against every baseline", _evaluate, 250),
-    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 205),
-    Stage(
-        "router-train",
-        "train the Llama-3.1-8B router (no / one / multi-step retrieval)",
-        _router_train,
-        60,
-    ),  # fmt: skip
-    Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 20),
-    Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 35),
-    Stage(
-        "router-evaluate", "every routing policy on the bundle's test split", _router_evaluate, 25
-    ),  # fmt: skip
-]
+    Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 45,
+          ("models",)),
+    Stage("train", "train the MiniLM gate", _train, 90, ("models",)),
+    # tune saves the threshold into the run, which export carries
+    Stage("tune", "tune its threshold (Optuna)", _tune, 40, ("train",)),
+    Stage("export", "export ONNX (+int8)", _export, 35, ("tune",)),
+    Stage("evaluate", "evaluate against every baseline", _evaluate, 250, ("export",)),
+    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 205, ("export",)),
+    Stage("router-train", "train the Llama-3.1-8B router (no / one / multi-step retrieval)",
+          _router_train, 60, ("models",)),
+    Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 20,
+          ("router-train",)),
+    Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 35,
+          ("router-tune",)),
+    Stage("router-evaluate", "every routing policy on the bundle's test split", _router_evaluate,
+          25, ("router-export",)),
+]  # fmt: skip
+
+
+def upstream(stage: Stage) -> list[str]:
+    """The stages whose results `stage` reads, directly or through another, in demo order."""
+    by_name = {s.name: s for s in STAGES}
+    found: set[str] = set()
+    todo = list(stage.reads)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += by_name[name].reads
+    return [s.name for s in STAGES if s.name in found]
+
+
 SAVING = "### Routing: the saving (test)"  # the router report's table the demo leads with
 
 
@@ -204,19 +220,19 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
 
 def _run_stages(out: Path, only: str | None, force: bool) -> int:
     shared = shared_key(_data_dir())
-    markers = [out / MARKER.format(s.name) for s in STAGES]
-    for i, (stage, done) in enumerate(zip(STAGES, markers, strict=True), start=1):
+    markers = {s.name: out / MARKER.format(s.name) for s in STAGES}
+    for i, stage in enumerate(STAGES, start=1):
         if only is not None and stage.name != only:
             continue
-        argv = stage.argv(out)
-        inputs = inputs_key(argv, shared, markers[: i - 1], out)
+        argv, done = stage.argv(out), markers[stage.name]
+        inputs = inputs_key(argv, shared, [markers[n] for n in upstream(stage)], out)
         marker = read_marker(done) if not force and only is None else None
         if marker is not None and marker.get("inputs") == inputs:
             print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {marker['seconds']:.0f} s)")
             continue
         if marker is not None:
             print(f"note: stage {stage.name} ran on other inputs (code, data, its command or "
-                  "files, or an earlier stage): running it again", flush=True)  # fmt: skip
+                  "files, or a stage it reads): running it again", flush=True)  # fmt: skip
         done.unlink(missing_ok=True)  # a re-run stage is unfinished until it ends again
         print(
             f"== stage {i}/{len(STAGES)}: {stage.title} (budget {stage.budget:.0f} s)\n"

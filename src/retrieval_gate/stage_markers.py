@@ -3,9 +3,10 @@
 `<stage>.done.json` holds the stage's command, seconds, work counters and `inputs`: a sha256
 over the package's code and the data folder (`shared_key`, once per demo run), the command,
 every file it names and every file a YAML config it names points at, and the markers of the
-stages before it. A stage is reused only while its `inputs` match: after an edited config or
-label file, new code or new data it runs again, and so does every later stage (an earlier
-marker changed). A marker that cannot be read is no marker: the stage runs."""
+stages whose results it reads (`demo.upstream`). A stage is reused only while its `inputs`
+match: after an edited config or label file, new code or new data it runs again, and so does
+every stage that reads it (its marker changed). A marker that cannot be read is no marker:
+the stage runs."""
 
 from __future__ import annotations
 

@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         run_dir, out, args.variants, args.parity_limit or None, questions=questions
     )
     print(f"export folder: {out}")
-    print(f"parity on {report['n']} test questions (PyTorch AUROC {report['pytorch']['auroc']}):")
+    auroc = report["pytorch"]["auroc"]
+    auroc = "n/a: one class" if auroc is None else auroc
+    print(f"parity on {report['n']} test questions (PyTorch AUROC {auroc}):")
     for variant, r in report["variants"].items():
         print(f"  {variant:5s} {json.dumps(r)}")
     failed = [v for v, r in report["variants"].items() if r.get("runnable") and not r["passed"]]
