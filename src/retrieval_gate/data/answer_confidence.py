@@ -4,10 +4,10 @@ log-probabilities, as vLLM and OpenAI-compatible servers return them.
 
 A question carries them in `Question.extra` (a `token_logprobs` column of a questions file: a
 JSON list of natural-log probabilities, `[-0.1, -2.3, 0.0]`, or the `logprobs` object of an
-OpenAI-compatible reply; or `mean_logprob` alone), or the
-training run reads them from the label file `label` wrote (labels/logprobs.py). A
-log-probability is a finite number <= 0 (0.0, a token of probability 1, is valid); anything
-else is refused naming the question (or the file, row and column).
+OpenAI-compatible reply; or `mean_logprob` alone), or the training run reads them from the
+label file `label` wrote (labels/logprobs.py). A log-probability is a finite number <= 0 (0.0,
+a token of probability 1, is valid); anything else is refused naming the question (or the
+file, row and column).
 
 `AnswerConfidence` turns them into the gate's inputs: mean, min, first-token log-probability
 and log(1 + answer tokens), standardised with the training split's statistics (stored in the

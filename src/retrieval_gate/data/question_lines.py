@@ -1,10 +1,10 @@
 """A file of questions to score (`retrieval-gate score --input`), read line by line: `.txt`
 (one question a line, an optional `question` header line), `.jsonl` (`{id, question}`), `.json`
 (the same, or an array of such objects) or `.csv` (a `question` or `text` column, optional
-`id`); a UTF-8 byte-order mark is skipped. A
-bad line (not UTF-8, a NUL byte, empty, malformed JSON, no question field, not valid Unicode)
-becomes an error record and the rest are still scored; a file that cannot be read at all, or
-is no text (Parquet, gzip, zip), is an InputError."""
+`id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a NUL byte, empty, malformed
+JSON, no question field, not valid Unicode) becomes an error record and the rest are still
+scored; a file that cannot be read at all, is no text (Parquet, gzip, zip), or is a `.json`
+array with a malformed item, is an InputError."""
 
 from __future__ import annotations
 
