@@ -84,6 +84,9 @@ def test_score_reads_a_json_file_as_objects_not_as_lines_of_text(tmp_path):
     lines = tmp_path / "lines.json"
     lines.write_text('{"id": "b", "question": "Capital of France?"}\n')
     assert read_question_lines(lines) == [{"line": 1, "id": "b", "text": "Capital of France?"}]
+    (tmp_path / "one.json").write_text('{\n  "question": "Who wrote Hamlet?"\n}\n')
+    with pytest.raises(InputError, match=r"one\.json: this \.json file is one JSON object"):
+        read_question_lines(tmp_path / "one.json")  # not four bad lines
     (tmp_path / "cut.json").write_text('[{"question": "Who wrote')
     with pytest.raises(InputError, match=r"cut\.json, line 1: malformed JSON"):
         read_question_lines(tmp_path / "cut.json")

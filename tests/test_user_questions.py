@@ -131,6 +131,8 @@ def test_duplicates(tmp_path, caplog):
             '{"question": "a?"}\n{"title": "b?"}\n',
             "line 2: empty or missing question",
         ),
+        ("one.json", '{\n "question": "a?"\n}\n', "is one JSON object, not rows"),
+        ("wrapped.json", '{"data": [\n{"question": "a?"}]}', "its 'data' holds a list of objects"),
         ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
         ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),

@@ -61,6 +61,7 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         ) from None
     pos = _blank(text, 0)
     if not text.startswith("[", pos):
+        refuse_one_object(text, path)
         yield from read_jsonl(path, BadRows())
         return
     lines = _Lines(text)
@@ -82,6 +83,23 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise DataError("expected ',' or ']' after an item of the array", path, lines.at(pos))
     if _blank(text, pos + 1) < len(text):
         raise DataError("text after the array's closing ']'", path, lines.at(pos))
+
+
+def refuse_one_object(text: str, path: Path) -> None:
+    """A `.json` file that is one object over several lines (`{"data": [...]}`, a pretty-printed
+    row) is not rows; read as JSONL its first line was "malformed JSON"."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        return  # one object a line (JSONL), or broken: the line reader names the line
+    if not isinstance(whole, dict) or "\n" not in text.strip():
+        return
+    lists = [k for k, v in whole.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+    hint = (
+        f"; its {lists[0]!r} holds a list of objects: save that list as the file" if lists else ""
+    )
+    raise DataError("this .json file is one JSON object, not rows: write an array of row objects "
+                    f"([{{...}}, ...]) or one object a line (.jsonl){hint}", path)  # fmt: skip
 
 
 class _Lines:

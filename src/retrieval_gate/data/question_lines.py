@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..strict_rows import RepeatedKeyError, first_repeated, loads
-from .jsonl_files import read_json_array
+from .jsonl_files import read_json_array, refuse_one_object
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")
@@ -42,6 +42,8 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not the first question's
     if suffix == ".json" and data.lstrip().startswith(b"["):
         return [_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path)]
+    if suffix == ".json":
+        refuse_one_object(data.decode("utf-8", "replace"), path)
     records = []
     for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
         rec = _parse_line(raw, lineno, suffix in (".jsonl", ".json"))
