@@ -498,3 +498,28 @@ def test_a_cache_path_that_is_a_file_is_said_plainly(tmp_path, monkeypatch, capl
     caplog.set_level("WARNING", logger="retrieval_gate")
     emb = cached_embeddings(str(tmp_path / "encoder"), ["a", "b"], lambda: np.ones((2, 3)))
     assert emb.shape == (2, 3) and "embeddings not kept in" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RETRIEVAL_GATE_CACHE_MB", "nan", "must be a number of megabytes, 0 or more"),
+        ("RETRIEVAL_GATE_CACHE_MB", "inf", "must be a number of megabytes, 0 or more"),
+        ("RETRIEVAL_GATE_CACHE_MB", "-5", "got '-5'"),
+        ("RETRIEVAL_GATE_CACHE_MB", "abc", "got 'abc'"),
+        ("RETRIEVAL_GATE_NO_CACHE", "maybe", "set 1 (no cache) or 0"),
+    ],
+)
+def test_bad_cache_settings_stop_a_verb_before_it_runs(monkeypatch, capsys, name, value, message):
+    """Read where the store opened, a bad one stopped `label` after its model was prepared
+    (19 s), and NaN or inf was a traceback; an unknown RETRIEVAL_GATE_NO_CACHE kept the cache."""
+    from retrieval_gate import cli
+
+    monkeypatch.setenv(name, value)
+    ran = []
+    monkeypatch.setattr(cli, "_run_counted", lambda args: ran.append(args) or 0)
+    assert cli.main(["cache", "info"]) == 2 and not ran
+    err = capsys.readouterr().err
+    assert f"${name}" in err and message in err and "Traceback" not in err
+    monkeypatch.setenv(name, "0")
+    assert cli.main(["cache", "info"]) == 0 and ran

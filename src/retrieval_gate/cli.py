@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if getattr(args, "no_cache", False):  # generation.cache.NO_CACHE_ENV: for the verbs
             os.environ["RETRIEVAL_GATE_NO_CACHE"] = "1"  # this one starts, too
+        from .generation.cache import check_cache_settings
+
+        check_cache_settings()  # before any model is prepared or engine started
         data_dir = getattr(args, "data_dir", None)  # every verb that reads the bundled datasets
         if data_dir is None:
             return _run_counted(args)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -64,10 +65,22 @@ KEY_VERSION = 1  # bump when what a stored value means changes
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
 
 
+OFF, ON = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")  # $RETRIEVAL_GATE_NO_CACHE
+
+
 def cache_enabled() -> bool:
     """False under `--no-cache` (which sets `RETRIEVAL_GATE_NO_CACHE=1` for the process and the
     verbs it starts)."""
-    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in OFF
+
+
+def check_cache_settings() -> None:
+    """The cache's environment variables, checked when a verb starts: read where the store
+    opens, a bad one stopped a run after its model was prepared."""
+    value = os.environ.get(NO_CACHE_ENV, "").strip().lower()
+    if value not in OFF + ON:
+        raise ConfigError(f"${NO_CACHE_ENV} is {value!r}: set 1 (no cache) or 0, or unset it")
+    max_bytes()
 
 
 _MODE = threading.local()  # this thread's use of the store: None (read and write), or below
@@ -113,7 +126,9 @@ def max_bytes() -> int:
     try:
         mb = float(raw) if raw else DEFAULT_MB
     except ValueError:
-        raise ConfigError(f"${SIZE_ENV} must be a number of megabytes, got {raw!r}") from None
+        mb = math.nan
+    if not 0 <= mb < math.inf:  # NaN too
+        raise ConfigError(f"${SIZE_ENV} must be a number of megabytes, 0 or more, got {raw!r}")
     return int(mb * 1024 * 1024)
 
 
