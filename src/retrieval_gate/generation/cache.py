@@ -65,20 +65,21 @@ KEY_VERSION = 1  # bump when what a stored value means changes
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
 
 
-OFF, ON = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")  # $RETRIEVAL_GATE_NO_CACHE
+# the values of $RETRIEVAL_GATE_NO_CACHE that turn the cache off, and those that leave it on
+CACHE_OFF, CACHE_ON = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def cache_enabled() -> bool:
     """False under `--no-cache` (which sets `RETRIEVAL_GATE_NO_CACHE=1` for the process and the
     verbs it starts)."""
-    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in OFF
+    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in CACHE_OFF
 
 
 def check_cache_settings() -> None:
     """The cache's environment variables, checked when a verb starts: read where the store
     opens, a bad one stopped a run after its model was prepared."""
     value = os.environ.get(NO_CACHE_ENV, "").strip().lower()
-    if value not in OFF + ON:
+    if value not in CACHE_OFF + CACHE_ON:
         raise ConfigError(f"${NO_CACHE_ENV} is {value!r}: set 1 (no cache) or 0, or unset it")
     max_bytes()
 
