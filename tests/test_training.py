@@ -316,6 +316,9 @@ def test_auroc_of_a_one_class_split_is_left_out_not_reported_as_zero(caplog):
 def test_config_values_are_typed_and_names_plain():
     with pytest.raises(ConfigError, match="max_epoch.*did you mean max_epochs"):
         load_config(None, ["data.label_file=x", "trainer.max_epoch=1"])
+    # a feature named twice trained on two copies of it, silently
+    with pytest.raises(ConfigError, match="data.features names 'views' twice"):
+        load_config(None, ["data.label_file=x", "data.features=[views, s_pop, views]"])
     with pytest.raises(ConfigError, match="model.lr='abc': expected a number"):
         load_config(None, ["data.label_file=x", "model.lr=abc"])
     with pytest.raises(ConfigError, match="expected an integer"):

@@ -39,6 +39,7 @@ from ..strategies import (
     load_strategies,
     registry_from_list,
 )
+from ..strict_rows import first_repeated
 from ..yaml_files import load_yaml
 from .tasks import TASKS, Task
 
@@ -230,6 +231,8 @@ class DataConfig(_Checked):
         for key in ("max_length", "batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key}={getattr(self, key)}: expected a positive integer")
+        if repeated := first_repeated(self.features or ()):  # it trained on two copies
+            raise ConfigError(f"data.features names {repeated!r} twice; name each column once")
 
     @property
     def task_spec(self) -> Task:
