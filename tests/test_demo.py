@@ -19,6 +19,19 @@ def test_unknown_stage_is_a_clear_error(tmp_path):
         run_demo(tmp_path, only="nope")
 
 
+@pytest.mark.parametrize("value", ["off", "maybe", "false"])
+def test_a_preload_setting_other_than_0_or_1_stops_the_demo_first(tmp_path, monkeypatch, value):
+    """Only 0 turned forking off: `off` or `false` silently forked every stage."""
+    import retrieval_gate.demo as demo
+
+    ran = []
+    monkeypatch.setattr(demo, "run_stage", lambda argv, name, *a, **k: ran.append(name) or 0)
+    monkeypatch.setenv("RETRIEVAL_GATE_PRELOAD", value)
+    with pytest.raises(ConfigError, match=f"RETRIEVAL_GATE_PRELOAD is '{value}': set 0"):
+        run_demo(tmp_path)
+    assert not ran and not list(tmp_path.iterdir())  # no stage ran, no lock left
+
+
 def _finished(out, stages=STAGES, seconds=1.5):
     """Markers as a finished demo leaves them, each keyed by its present inputs."""
     from retrieval_gate.demo import _data_dir

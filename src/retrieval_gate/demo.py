@@ -213,6 +213,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     names = [s.name for s in STAGES]
     if only is not None and only not in names:
         raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
+    preload.check_setting()
     where = str(out).replace("{", "{{").replace("}", "}}")  # the lock formats in the pid
     with single_writer(out / "demo", busy=DEMO_BUSY.format(out=where)):  # .demo.lock in `out`
         return _run_stages(out, only, force)

@@ -37,6 +37,17 @@ MODULES = (
 )
 
 
+def check_setting() -> None:
+    """`$RETRIEVAL_GATE_PRELOAD` is 0 (fresh interpreters), 1 or unset; checked before the demo
+    starts (`maybe` or `off` read as on)."""
+    value = os.environ.get(PRELOAD_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        from .errors import ConfigError
+
+        raise ConfigError(f"${PRELOAD_ENV} is {value!r}: set 0 (a fresh interpreter per stage) "
+                          "or 1 (forked stages, where safe), or unset it")  # fmt: skip
+
+
 def available() -> bool:
     """True when stages can be forked from this process (importing MODULES on first call):
     the platform allows it and no thread runs now (an import's, or a previous stage's output
