@@ -326,3 +326,22 @@ def test_a_refused_label_file_leaves_no_report_folder(verb, tmp_path, capsys, no
     err = capsys.readouterr().err
     assert code == 2 and "twice.jsonl, line 2: key 'label' is given twice" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["evaluate", "--labels", "L", "--gates", "never", "--no-cost", "--out", ""], "--out"),
+        (["evaluate", "--labels", "L", "--gates", "never", " ", "--no-cost"], "--gates"),
+        (["score", "--model=", "--input", "q.txt"], "--model"),
+        (["train", "--set", "  "], "--set"),
+    ],
+)
+def test_an_empty_argument_is_refused_naming_its_flag(argv, flag, tmp_path, capsys, monkeypatch):
+    """`--out "$DIR"` with DIR unset: an empty path is the working folder, and `evaluate` wrote
+    report.md, results.json, scores/ and its figures there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} is given an empty value" in err, err
+    assert not list(tmp_path.iterdir())

@@ -199,6 +199,9 @@ def test_bad_folders_and_backends(gate_dirs, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="neither an export"):
         RetrievalGate.from_pretrained(tmp_path / "empty")
+    for blank in ("", "  "):  # "" was the working folder: an export there loaded silently
+        with pytest.raises(InputError, match="the gate's path is empty"):
+            RetrievalGate.from_pretrained(blank)
     with pytest.raises(InputError, match="no fp16 model"):
         RetrievalGate.from_pretrained(export_dir, variant="fp16")
 

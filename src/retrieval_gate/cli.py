@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from . import work
-from .errors import EXIT_BUG, RetrievalGateError, missing_package
+from .errors import EXIT_BUG, InputError, RetrievalGateError, missing_package
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
 # verb's module is imported only when used, so `retrieval-gate data summary` never pays for
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), "")
     try:
+        _refuse_blank(argv)
         args = build_parser(argv).parse_args(argv)
         configure_logging(
             logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
@@ -162,6 +163,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception:
         return _bug(verb)
+
+
+def _refuse_blank(argv: list[str]) -> None:
+    """An empty argument (`--out "$DIR"` with DIR unset) is refused naming its flag: as a path
+    it was the working folder, and `evaluate --out ""` wrote its report there."""
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if token.startswith("--") and eq and not value.strip():
+            blank = flag
+        elif not token.strip():
+            blank = next((t.partition("=")[0] for t in reversed(argv[:i]) if t.startswith("-")),
+                         f"argument {i + 1}")  # fmt: skip
+        else:
+            continue
+        raise InputError(f"{blank} is given an empty value (an unset shell variable?): pass a "
+                         "value, or leave it out")  # fmt: skip
 
 
 def _run_counted(args: argparse.Namespace) -> int:

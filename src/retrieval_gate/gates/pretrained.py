@@ -65,6 +65,9 @@ _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
     """A local folder as is; an `owner/name` Hub id through `snapshot_download` (its cache,
     `local_dir`, `revision`, `token`, `local_files_only` pass through `hub_kwargs`)."""
+    if not str(path_or_repo_id).strip():  # Path("") is the working folder: loaded silently
+        raise InputError("the gate's path is empty: give an export folder (`retrieval-gate "
+                         "export`), a run folder (`retrieval-gate train`) or a Hub id")  # fmt: skip
     path = Path(path_or_repo_id).expanduser()
     if path.is_dir():
         return path
