@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from retrieval_gate import work
+from retrieval_gate.cache_settings import NO_CACHE_ENV
 from retrieval_gate.errors import BackendError
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.cache import (
-    NO_CACHE_ENV,
     CachedGenerator,
     GenerationStore,
     cached,

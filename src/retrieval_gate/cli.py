@@ -15,6 +15,7 @@ import sys
 import traceback
 
 from . import work
+from .cache_settings import NO_CACHE_ENV, check_cache_settings
 from .errors import EXIT_BUG, InputError, RetrievalGateError, missing_package
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
@@ -137,10 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(
             logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
         )
-        if getattr(args, "no_cache", False):  # generation.cache.NO_CACHE_ENV: for the verbs
-            os.environ["RETRIEVAL_GATE_NO_CACHE"] = "1"  # this one starts, too
-        from .generation.cache import check_cache_settings
-
+        if getattr(args, "no_cache", False):  # for the verbs this one starts, too
+            os.environ[NO_CACHE_ENV] = "1"
         check_cache_settings()  # before any model is prepared or engine started
         data_dir = getattr(args, "data_dir", None)  # every verb that reads the bundled datasets
         if data_dir is None:

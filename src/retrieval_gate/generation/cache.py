@@ -36,8 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
-import os
 import sqlite3
 import threading
 import time
@@ -51,37 +49,16 @@ from typing import Any
 import numpy as np
 
 from .. import work
+from ..cache_settings import cache_enabled, max_bytes
 from ..errors import ConfigError, InputError
 from ..models import cache_dir
 from .base import Generation, Generator, PartialGenerator
 from .chat import chat_token_ids
 
 CACHE_FILE = "generations.sqlite"
-NO_CACHE_ENV = "RETRIEVAL_GATE_NO_CACHE"
-SIZE_ENV = "RETRIEVAL_GATE_CACHE_MB"
-DEFAULT_MB = 1024
 KEY_VERSION = 1  # bump when what a stored value means changes
 # attributes of a local engine that start a lazy one when asked for
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
-
-
-# the values of $RETRIEVAL_GATE_NO_CACHE that turn the cache off, and those that leave it on
-CACHE_OFF, CACHE_ON = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
-
-
-def cache_enabled() -> bool:
-    """False under `--no-cache` (which sets `RETRIEVAL_GATE_NO_CACHE=1` for the process and the
-    verbs it starts)."""
-    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in CACHE_OFF
-
-
-def check_cache_settings() -> None:
-    """The cache's environment variables, checked when a verb starts: read where the store
-    opens, a bad one stopped a run after its model was prepared."""
-    value = os.environ.get(NO_CACHE_ENV, "").strip().lower()
-    if value not in CACHE_OFF + CACHE_ON:
-        raise ConfigError(f"${NO_CACHE_ENV} is {value!r}: set 1 (no cache) or 0, or unset it")
-    max_bytes()
 
 
 _MODE = threading.local()  # this thread's use of the store: None (read and write), or below
@@ -120,17 +97,6 @@ def _storing() -> bool:
 
 def cache_path() -> Path:
     return cache_dir() / CACHE_FILE
-
-
-def max_bytes() -> int:
-    raw = os.environ.get(SIZE_ENV)
-    try:
-        mb = float(raw) if raw else DEFAULT_MB
-    except ValueError:
-        mb = math.nan
-    if not 0 <= mb < math.inf:  # NaN too
-        raise ConfigError(f"${SIZE_ENV} must be a number of megabytes, 0 or more, got {raw!r}")
-    return int(mb * 1024 * 1024)
 
 
 class GenerationStore:
