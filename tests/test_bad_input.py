@@ -92,6 +92,31 @@ def test_score_reads_a_json_file_as_objects_not_as_lines_of_text(tmp_path):
         read_question_lines(tmp_path / "cut.json")
 
 
+def test_score_reads_tsv_and_ndjson_by_their_cells_never_a_line_as_a_question(tmp_path):
+    """`score --input q.tsv` scored the header `id<TAB>question` and each `q1<TAB>Who ...?`
+    line as questions; `.ndjson` rows and a `.txt` of JSON rows likewise; a ';' CSV said only
+    that its header lacked a question column."""
+    (tmp_path / "q.tsv").write_text("id\tquestion\nq1\tWho wrote Hamlet?\n")
+    assert read_question_lines(tmp_path / "q.tsv") == [
+        {"line": 2, "id": "q1", "text": "Who wrote Hamlet?"}
+    ]
+    (tmp_path / "q.ndjson").write_text('{"id": "q2", "question": "Capital of France?"}\n')
+    assert read_question_lines(tmp_path / "q.ndjson") == [
+        {"line": 1, "id": "q2", "text": "Capital of France?"}
+    ]
+    for name, text, message in [
+        ("rows.txt", '{"question": "Who?"}\n', "JSON object.*name the file .jsonl"),
+        ("cells.txt", "id\tquestion\nq1\tWho?\n", "separated by tabs.*name the file .tsv"),
+        ("cells", "id,question\nq1,Who?\n", "separated by commas.*name the file .csv"),
+        ("semi.csv", "id;question\nq1;Who?\n", "semicolons, not commas; save it with commas"),
+    ]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=f"{name}, line 1: .*{message}"):
+            read_question_lines(tmp_path / name)
+    (tmp_path / "plain.txt").write_text("Who wrote Hamlet, the play?\nquestion: text?\n")
+    assert len(read_question_lines(tmp_path / "plain.txt")) == 2  # prose with commas is fine
+
+
 def test_score_output_folder_that_cannot_exist_is_a_message(tmp_path, capsys):
     from retrieval_gate.fileio import write_text
 
@@ -237,14 +262,14 @@ def test_score_a_line_with_a_nul_byte_is_a_bad_line(tmp_path):
 
 def test_a_corpus_not_in_utf8_is_refused_naming_the_line_and_a_bom_is_read(tmp_path):
     from retrieval_gate.errors import DataError
-    from retrieval_gate.retrieval.corpus import read_corpus_jsonl
+    from retrieval_gate.retrieval.corpus import read_corpus
 
     c = tmp_path / "c.jsonl"
     c.write_bytes(b'{"text": "Hamlet is a play"}\n{"text": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"c.jsonl, line 2: not valid UTF-8"):
-        read_corpus_jsonl(c)
+        read_corpus(c)
     c.write_bytes(b'\xef\xbb\xbf{"id": "d1", "text": "Hamlet is a play"}\n')
-    assert [d.id for d in read_corpus_jsonl(c)] == ["d1"]
+    assert [d.id for d in read_corpus(c)] == ["d1"]
 
 
 def test_score_only_lone_surrogates_is_exit_2(tmp_path, capsys):

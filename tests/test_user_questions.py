@@ -37,9 +37,12 @@ def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
     frame.assign(answers=frame.answers.map(json.dumps)).to_csv(tmp_path / "q.csv", index=False)
     Dataset.from_list(rows).save_to_disk(str(tmp_path / "q_disk"))
     (tmp_path / "q.json").write_text(json.dumps(rows, indent=2))  # an array of objects
+    frame.assign(answers=frame.answers.map(json.dumps)).to_csv(tmp_path / "q.tsv", sep="\t",
+                                                               index=False)  # fmt: skip
+    (tmp_path / "q.ndjson").write_bytes((tmp_path / "q.jsonl").read_bytes())
     read = {
         name: read_questions(str(tmp_path / name))
-        for name in ("q.jsonl", "q.json", "q.csv", "q.parquet", "q_disk")
+        for name in ("q.jsonl", "q.ndjson", "q.json", "q.csv", "q.tsv", "q.parquet", "q_disk")
     }
     ref = [(q.id, q.text, q.answers, q.split) for q in read["q.jsonl"]]
     for name, qs in read.items():
@@ -120,7 +123,29 @@ def test_duplicates(tmp_path, caplog):
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
         ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),
         ("cells.csv", "question,answers\nWho?,a,b\n", "line 2: row has 3 cells"),
-        ("q.tsv", "Who?\n", "unknown file format '.tsv'"),
+        ("q.xml", "<q>Who?</q>\n", "unknown file format '.xml'"),
+        (
+            "semi.csv",
+            "id;question\n1;Who?\n",
+            "line 1: the header is one cell 'id;question'.*"
+            "semicolons, not commas; save it with commas",
+        ),
+        (
+            "tabs.csv",
+            "id\tquestion\n1\tWho?\n",
+            "separates its cells with tabs.*name the file .tsv",
+        ),
+        ("commas.tsv", "id,question\n1,Who?\n", "with commas, not tabs; name the file .csv"),
+        (
+            "rows.txt",
+            '{"question": "Who?"}\n',
+            "line 1: this line is a JSON object.*name the file .jsonl",
+        ),
+        (
+            "header.txt",
+            "id\tquestion\n1\tWho?\n",
+            "line 1: .*separated by tabs.*name the file .tsv",
+        ),
         ("item.json", '[{"question": "a?"},\n 3]', "line 2: expected a JSON object as each item"),
         ("comma.json", '[{"question": "a?"}\n {"question": "b?"}]', "line 2: expected ',' or ']'"),
         ("cut.json", '[{"question": "a?"},\n{"question": "b', "line 2: malformed JSON"),

@@ -31,9 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="export folder, e.g. export/<name>")
     p.add_argument(
         "--input",
-        help=".txt (one question a line, an optional `question` header line), .jsonl "
-        "({id, question}), .json (the same, or an array of them) or .csv (a `question` or `text` "
-        "column, optional `id`); default: none, "
+        help=".txt (one question a line, an optional `question` header line), .jsonl or .ndjson "
+        "({id, question}), .json (the same, or an array of them) or .csv / .tsv (a `question` or "
+        "`text` column, optional `id`); default: none, "
         "give --input or --questions",
     )
     add_question_args(
@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("".join(lines))
     bad = len(records) - len(good)
-    log.info(f"scored {len(good)} questions with {gate.name} on {gate.provider} "
-             f"(threshold {threshold}); {bad} bad lines reported")  # fmt: skip
+    log.info(f"scored {len(good)} question{'s' * (len(good) != 1)} with {gate.name} on "
+             f"{gate.provider} (threshold {threshold}); {bad} bad line{'s' * (bad != 1)} "
+             "reported")  # fmt: skip
     return 0

@@ -1,7 +1,7 @@
 """A file of questions to score (`retrieval-gate score --input`), read line by line: `.txt`
 (one question a line, an optional `question` header line), `.jsonl` (`{id, question}`), `.json`
-(the same, or an array of such objects) or `.csv` (a `question` or `text` column, optional
-`id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a NUL byte, empty, malformed
+(the same, or an array of such objects; `.ndjson` is `.jsonl`) or `.csv` / `.tsv` (a `question`
+or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a NUL byte, empty, malformed
 JSON, no question field, not valid Unicode) becomes an error record and the rest are still
 scored; a file that cannot be read at all, is no text (Parquet, gzip, zip), or is a `.json`
 array with a malformed item, is an InputError."""
@@ -20,6 +20,9 @@ from .jsonl_files import read_json_array, refuse_one_object
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
 QUESTION_COLUMNS = ("question", "text")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")  # one JSON object a line, under either name
+CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}  # a spreadsheet's text exports, by suffix
+SEPARATOR_NAMES = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "'|'"}
 
 
 def read_question_lines(path: Path) -> list[dict[str, Any]]:
@@ -29,7 +32,7 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     that cannot be read at all is an InputError."""
     if not path.is_file():
         what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
-        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv)",
+        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, .tsv)",
                          path)  # fmt: skip
     try:
         data = path.read_bytes()
@@ -37,16 +40,19 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"cannot read the input ({e.strerror})", path) from None
     _refuse_binary(data, path)
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        return _read_csv(data, path)
+    if suffix in CSV_DELIMITERS:
+        return _read_csv(data, path, CSV_DELIMITERS[suffix])
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not the first question's
     if suffix == ".json" and data.lstrip().startswith(b"["):
         return [_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path)]
     if suffix == ".json":
         refuse_one_object(data.decode("utf-8", "replace"), path)
+    is_jsonl = suffix in (*JSONL_SUFFIXES, ".json")
+    if not is_jsonl:
+        refuse_structured_text(data.split(b"\n", 1)[0].decode("utf-8", "replace"), path)
     records = []
     for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
-        rec = _parse_line(raw, lineno, suffix in (".jsonl", ".json"))
+        rec = _parse_line(raw, lineno, is_jsonl)
         if lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS:
             continue  # a header line, not a question
         records.append(rec)
@@ -59,6 +65,38 @@ BINARY = {
     b"\x1f\x8b": "gzip-compressed: decompress it first (gunzip)",
     b"PK\x03\x04": "a zip archive (or .xlsx): unpack it, or save the sheet as .csv",
 }
+
+
+def refuse_structured_text(first_line: str, path: Path) -> None:
+    """A file read as one question a line whose first line is a JSON object or a header of
+    separated cells: each whole line would be scored as a question (ids, tabs and all)."""
+    line = first_line.strip()
+    if line.startswith("{") and line.endswith("}"):
+        raise InputError("this line is a JSON object, and a text file is read one question a "
+                         "line: name the file .jsonl to read its fields", path, 1)  # fmt: skip
+    for sep, name in SEPARATOR_NAMES.items():
+        cells = [c.strip().strip('"').lower() for c in line.split(sep)]
+        if len(cells) > 1 and any(c in QUESTION_COLUMNS for c in cells):
+            raise InputError(f"this is a header of cells separated by {name}, and a text file "
+                             f"is read one question a line: {_fix_for(sep)}", path, 1)  # fmt: skip
+
+
+def refuse_other_separator(header: list[str], path: Path, delimiter: str) -> None:
+    """A header read as one cell that holds another separator: the file's cells are separated
+    by a character other than the one its suffix says (a spreadsheet in a ';' locale)."""
+    if len(header) != 1:
+        return
+    for sep, name in SEPARATOR_NAMES.items():
+        if sep != delimiter and sep in header[0]:
+            raise InputError(f"the header is one cell {header[0]!r}: this file separates its "
+                             f"cells with {name}, not {SEPARATOR_NAMES[delimiter]}; "
+                             f"{_fix_for(sep)}", path, 1)  # fmt: skip
+
+
+def _fix_for(sep: str) -> str:
+    """What to do with a file whose cells `sep` separates: the suffix that reads it, if any."""
+    suffix = next((s for s, d in CSV_DELIMITERS.items() if d == sep), None)
+    return f"name the file {suffix}" if suffix else "save it with commas as .csv (or tabs as .tsv)"
 
 
 def _refuse_binary(data: bytes, path: Path) -> None:
@@ -108,18 +146,20 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return {**rec, "text": line}
 
 
-def _read_csv(data: bytes, path: Path) -> list[dict[str, Any]]:
-    """A CSV with a header naming a `question` (or `text`) column and optionally `id`."""
+def _read_csv(data: bytes, path: Path, delimiter: str) -> list[dict[str, Any]]:
+    """A CSV (or TSV) with a header naming a `question` (or `text`) column and optionally
+    `id`."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise InputError(f"not valid UTF-8 (byte {e.start}); re-encode it as UTF-8", path) from None
     try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
     except csv.Error as e:
         raise InputError(f"not a readable CSV file ({e})", path) from None
     if not rows:
         return []
+    refuse_other_separator(rows[0], path, delimiter)
     header = [h.strip().lower() for h in rows[0]]
     if repeated := first_repeated([h for h in header if h in (*QUESTION_COLUMNS, "id")]):
         raise InputError(f"CSV header names column {repeated!r} twice; rename one", path, 1)

@@ -1,4 +1,5 @@
-"""Your own question file as Questions: JSONL, JSON (an array of objects), CSV, Parquet, a
+"""Your own question file as Questions: JSONL (or .ndjson), JSON (an array of objects), CSV,
+TSV, Parquet, a
 `datasets` `save_to_disk` folder or a Hugging Face dataset (`hf:NAME[:CONFIG][@SPLIT]`).
 
 Columns map to Question fields by name (`id`, `question` or `text`, `answers` or `answer`,
@@ -29,7 +30,13 @@ from .answer_confidence import (
 )
 from .bad_rows import BadRows
 from .jsonl_files import read_json_array, read_jsonl
-from .question_lines import HEADER_WORDS
+from .question_lines import (
+    CSV_DELIMITERS,
+    HEADER_WORDS,
+    JSONL_SUFFIXES,
+    refuse_other_separator,
+    refuse_structured_text,
+)
 from .splits import SPLITS, canonical_questions, group_splits
 
 log = logging.getLogger(__name__)
@@ -48,7 +55,7 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "date": ("date",),
 }
 FIELD_ALIASES = {"question": "text", "answer": "answers"}
-FORMATS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
+FORMATS = (*JSONL_SUFFIXES, ".json", *CSV_DELIMITERS, ".parquet", ".txt")
 
 Row = tuple[int, dict[str, Any]]
 
@@ -114,7 +121,7 @@ def _default_source(spec: str) -> str:
 
 
 def read_rows(spec: str) -> Iterator[Row]:
-    """(row number, row) of a JSONL / CSV / Parquet / text file, a save_to_disk folder or
+    """(row number, row) of a JSONL / JSON / CSV / TSV / Parquet / text file, a save_to_disk folder or
     hf:NAME."""
     if spec.startswith("hf:"):
         yield from _hf_rows(spec)
@@ -140,7 +147,10 @@ def read_rows(spec: str) -> Iterator[Row]:
         yield from _parquet_rows(path)
         return
     _check_utf8(path)
-    readers = {".jsonl": _jsonl_rows, ".json": read_json_array, ".csv": _csv_rows,
+    if suffix in CSV_DELIMITERS:
+        yield from _csv_rows(path, CSV_DELIMITERS[suffix])
+        return
+    readers = {**dict.fromkeys(JSONL_SUFFIXES, _jsonl_rows), ".json": read_json_array,
                ".txt": _text_rows}  # fmt: skip
     yield from readers[suffix](path)
 
@@ -164,6 +174,7 @@ def _text_rows(path: Path) -> Iterator[Row]:
     """One question a line (as `score --input` reads it), an optional `question` header line
     skipped; a blank line inside is refused naming it (blank lines at the end are not)."""
     lines = path.read_text(encoding="utf-8-sig").rstrip().splitlines()
+    refuse_structured_text(lines[0] if lines else "", path)
     for n, line in enumerate(lines, start=1):
         if n == 1 and line.strip().lower() in HEADER_WORDS:
             continue
@@ -172,13 +183,14 @@ def _text_rows(path: Path) -> Iterator[Row]:
         yield n, {"question": line.strip()}
 
 
-def _csv_rows(path: Path) -> Iterator[Row]:
+def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
     with open(path, encoding="utf-8-sig", newline="") as f:
         first = f.readline()
         if first.lstrip().startswith(("{", "[")):
             raise DataError("this looks like JSON, not CSV; name the file .jsonl", path, 1)
         f.seek(0)
-        reader = csv.DictReader(f)
+        reader = csv.DictReader(f, delimiter=delimiter)
+        refuse_other_separator(list(reader.fieldnames or []), path, delimiter)
         # empty header cells (a spreadsheet's trailing columns) name nothing
         if repeated := first_repeated([n for n in reader.fieldnames or [] if n.strip()]):
             raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
