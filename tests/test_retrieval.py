@@ -61,10 +61,39 @@ def test_corpus_jsonl_and_its_errors(tmp_path):
     dup.write_text(
         json.dumps({"id": "a", "text": "x"}) + "\n" + json.dumps({"id": "a", "text": "y"})
     )
-    with pytest.raises(DataError, match="duplicate document id 'a'"):
+    with pytest.raises(DataError, match=r"dup.jsonl, line 2: document id 'a' names two"):
         load_corpus(dup)
     with pytest.raises(DataError, match="--corpus"):
         load_corpus(tmp_path / "missing.jsonl")
+
+
+def test_a_corpus_reads_as_any_row_file_beir_and_pyserini_fields_too(tmp_path, caplog):
+    """A corpus was JSONL only: a CSV or a `.json` array was "line 1: malformed JSON", a BEIR
+    `_id` was dropped, a Pyserini `contents` refused, a repeated passage refused."""
+    import pandas as pd
+
+    frame = pd.DataFrame([{"id": f"d{i}", **d} for i, d in enumerate(DOCS)])
+    frame.to_csv(tmp_path / "c.csv", index=False)
+    frame.to_csv(tmp_path / "c.tsv", sep="\t", index=False)
+    frame.to_parquet(tmp_path / "c.parquet")
+    (tmp_path / "c.json").write_text(frame.to_json(orient="records"))
+    want = [(f"d{i}", d["title"], d["text"]) for i, d in enumerate(DOCS)]
+    for name in ("c.csv", "c.tsv", "c.parquet", "c.json"):
+        assert [(d.id, d.title, d.text) for d in load_corpus(tmp_path / name)] == want, name
+    beir = tmp_path / "beir.jsonl"
+    beir.write_text("".join(json.dumps({"_id": f"b{i}", **d}) + "\n" for i, d in enumerate(DOCS)))
+    assert [d.id for d in load_corpus(beir)] == ["b0", "b1", "b2", "b3"]
+    pyserini = tmp_path / "pyserini.jsonl"
+    pyserini.write_text(json.dumps({"id": "p0", "contents": "Paris is in France."}) + "\n")
+    assert [d.text for d in load_corpus(pyserini)] == ["Paris is in France."]
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(json.dumps(DOCS[0]) + "\n" + json.dumps(DOCS[0]) + "\n")
+    with caplog.at_level("INFO"):
+        assert len(load_corpus(twice)) == 1
+    assert "1 repeated document row(s) kept once" in caplog.text
+    (tmp_path / "c.txt").write_text("Paris is in France.\n")
+    with pytest.raises(DataError, match=r"c.txt: a corpus is rows with a 'text' field"):
+        load_corpus(tmp_path / "c.txt")
 
 
 def test_bm25_ranks_the_lexical_match_first(corpus):

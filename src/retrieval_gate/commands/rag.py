@@ -32,7 +32,9 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         "--retriever", choices=RETRIEVERS, default="bm25", help="default bm25 (as the labels)"
     )
     g.add_argument(
-        "--corpus", help="JSONL corpus for bm25/dense (default: the datasets' documents)"
+        "--corpus",
+        help="corpus for bm25/dense: rows of {id, title, text} in .jsonl, .json, .csv, .tsv or "
+        ".parquet (default: the datasets' documents)",
     )
     g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
     g.add_argument(

@@ -140,8 +140,9 @@ def label_strategies(
         todo = pending(req.questions, out.done_ids())
         if not todo:
             return _summary(out, strategies, {"questions": 0, "seconds": 0.0}, 0)
-        gen = generator if isinstance(generator, Generator) else generator()
+        # the retriever first: a corpus file is read (a bad one refused) before the generator
         ret = retriever if isinstance(retriever, Retriever) else retriever()
+        gen = generator if isinstance(generator, Generator) else generator()
         _check_weights(out, gen)
         fields = {k: v for k, v in settings.items() if k != "policy"}
         meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,

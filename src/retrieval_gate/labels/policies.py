@@ -97,9 +97,10 @@ RETRIEVER = PolicyOption(
 )
 CORPUS = PolicyOption(
     "corpus",
-    "JSONL of {id, title, text} (default: the documents the datasets carry)",
+    "rows of {id, title, text}: .jsonl, .json, .csv, .tsv or .parquet (default: the documents "
+    "the datasets carry)",
     type=Path,
-    check=_existing("file", "pass a JSONL file of {id, title, text}"),
+    check=_existing("file", "pass a file of {id, title, text} rows"),
 )
 K = PolicyOption("k", "documents per question", type=int, default=TOP_K, least=1)
 NEITHER_LABEL = PolicyOption(
@@ -264,6 +265,9 @@ def _generating(labeller: FileLabeller) -> FileLabeller:
 
         if not pending(questions, out.done_ids()):  # all done: reuse the file
             return {"questions": 0, "seconds": 0.0, "questions_per_second": 0.0}
+        if retriever is None and policy_spec(req.policy).needs_retriever:
+            # first: a corpus file is read (and a bad one refused) before the generator loads
+            retriever = _retriever(req.value("retriever"), req.options.get("corpus"))
         return labeller(req, questions, out, generator or _build(req), retriever)
 
     return run

@@ -84,8 +84,8 @@ def check_engine(
 
 
 def open_retriever(kind: str, corpus: str | None = None) -> Retriever:
-    """`contexts`: each question's own documents; `bm25` / `dense`: over `corpus` (a JSONL
-    file), by default every document shipped with the datasets."""
+    """`contexts`: each question's own documents; `bm25` / `dense`: over `corpus` (a file of
+    rows), by default every document shipped with the datasets."""
     from ..retrieval import build_retriever, load_corpus
 
     return build_retriever(kind, None if kind == "contexts" else load_corpus(corpus))

@@ -1,5 +1,5 @@
 """Retrievers: BM25, dense MiniLM, and the questions' own contexts, over a corpus that is
-every document the datasets carry (or the user's `--corpus` JSONL).
+every document the datasets carry (or the user's `--corpus` file).
 
 `build_retriever("bm25" | "dense" | "contexts", documents)` picks one by name."""
 

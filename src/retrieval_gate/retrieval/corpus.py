@@ -3,19 +3,22 @@
 Default corpus: every document the datasets carry (RetrievalQA's `context` lists and the PopQA
 paragraphs), deduplicated by content. A document's id is a hash of its title and text, so it
 stays the same whichever question or file brought it in. Users point `--corpus` at their own
-JSONL: one `{"id", "title"?, "text"}` object a line."""
+rows of `{"id"?, "title"?, "text"}` (a BEIR `_id`, a Pyserini `contents` read the same) in any
+row file the question readers take: JSONL, a `.json` array, CSV, TSV, Parquet."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..data.bad_rows import BadRows
-from ..data.jsonl_files import read_jsonl
+from ..data.user_questions import read_rows
 from ..errors import DataError
 from ..questions import Question
 from .base import Document
+
+log = logging.getLogger(__name__)
 
 
 def document_id(title: str, text: str) -> str:
@@ -42,30 +45,52 @@ def load_corpus(path: str | Path | None = None, questions: Sequence[Question] | 
     """Documents from a JSONL file, or (no path) from the datasets' contexts (`questions`, or
     every dataset when None)."""
     if path is not None:
-        return read_corpus_jsonl(Path(path))
+        return read_corpus(Path(path))
     if questions is None:
         from ..data import load_all
 
         questions = load_all()
     docs = documents_of(questions)
     if not docs:
-        raise DataError("the questions carry no documents; pass --corpus FILE.jsonl")
+        raise DataError(
+            "the questions carry no documents; pass --corpus FILE (rows of {id, title, text})"
+        )
     return docs
 
 
-def read_corpus_jsonl(path: Path) -> list[Document]:
+# Document field -> the columns it is read from, in order: this project's, BEIR's, Pyserini's.
+CORPUS_COLUMNS = {"id": ("id", "_id", "docid"), "text": ("text", "contents")}
+
+
+def read_corpus(path: Path) -> list[Document]:
+    """The documents of a corpus file; a bad row raises, naming the file and row."""
     if not path.is_file():
-        raise DataError("corpus file not found; pass --corpus with a JSONL file", path)
+        raise DataError(
+            "corpus file not found; pass --corpus with a file of {id, title, text} rows", path
+        )
+    if path.suffix.lower() == ".txt":
+        raise DataError("a corpus is rows with a 'text' field (optional 'id', 'title'): pass a "
+                        ".jsonl, .json, .csv, .tsv or .parquet file", path)  # fmt: skip
     docs: dict[str, Document] = {}
-    for lineno, row in read_jsonl(path, BadRows()):  # a bad line raises, naming it
-        text = row.get("text")
+    repeated = 0
+    for lineno, row in read_rows(str(path)):
+        text = _first(row, CORPUS_COLUMNS["text"])
         if not isinstance(text, str) or not text.strip():
-            raise DataError("corpus row needs a non-empty 'text' field", path, lineno)
+            raise DataError("corpus row needs a non-empty 'text' (or 'contents') field", path,
+                            lineno)  # fmt: skip
         title = str(row.get("title") or "")
-        doc_id = str(row.get("id") or document_id(title, text))
-        if doc_id in docs:
-            raise DataError(f"duplicate document id {doc_id!r} in corpus", path, lineno)
-        docs[doc_id] = Document(id=doc_id, title=title, text=text)
+        doc_id = str(_first(row, CORPUS_COLUMNS["id"]) or document_id(title, text))
+        doc = Document(id=doc_id, title=title, text=text)
+        if docs.setdefault(doc_id, doc) != doc:
+            raise DataError(f"document id {doc_id!r} names two different documents; give each "
+                            "its own id", path, lineno)  # fmt: skip
+        repeated += docs[doc_id] is not doc
     if not docs:
         raise DataError("corpus file has no documents", path)
+    if repeated:  # a passage split twice, a file concatenated: the same document, kept once
+        log.info(f"{path}: {repeated} repeated document row(s) kept once")
     return list(docs.values())
+
+
+def _first(row: dict, columns: tuple[str, ...]) -> object:
+    return next((row[c] for c in columns if row.get(c) is not None), None)
