@@ -16,7 +16,7 @@ import pytest
 
 from retrieval_gate import work
 from retrieval_gate.cache_settings import NO_CACHE_ENV
-from retrieval_gate.errors import BackendError
+from retrieval_gate.errors import ConfigError
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.cache import (
     CachedGenerator,
@@ -153,7 +153,7 @@ def test_choice_backend_follows_the_cpu(monkeypatch):
     monkeypatch.setenv(CHOICE_BACKEND_ENV, "vLLM")
     assert choice_backend(cuda=False, dtype="float32") == "vllm"
     monkeypatch.setenv(CHOICE_BACKEND_ENV, "onnx")
-    with pytest.raises(BackendError, match=f"{CHOICE_BACKEND_ENV}='onnx': use vllm or"):
+    with pytest.raises(ConfigError, match=f"{CHOICE_BACKEND_ENV}='onnx': use vllm or"):
         choice_backend(cuda=False, dtype="float32")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import BackendError
+from ..errors import BackendError, ConfigError
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .model_folders import folder_checksum
@@ -67,7 +67,7 @@ def choice_backend(cuda: bool, dtype: str) -> str:
     asked = os.environ.get(CHOICE_BACKEND_ENV, "").strip().lower()
     if asked:
         if asked not in ("vllm", "transformers"):
-            raise BackendError(
+            raise ConfigError(  # a setting the user gave: exit 2, before any engine starts
                 f"{CHOICE_BACKEND_ENV}={asked!r}: use vllm or transformers (or unset it)"
             )
         return asked
