@@ -78,6 +78,8 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
         ("id,score\nm1,0.3\n", "no correctness (correct / is_correct"),
         ("id,correct\nm1,maybe\n", "correctness 'maybe' is not true/false"),
         ("id,correct\nm1,1\nm1,0\n", "a second outcome for question 'm1'"),
+        # an empty cell said "no correctness column" of a file that has one
+        ("id,correct\nm1,1\nm2,\n", "line 3: the row's 'correct' cell is empty (or NaN)"),
     ],
 )
 def test_bad_outcomes_files(tmp_path, capsys, content, message):

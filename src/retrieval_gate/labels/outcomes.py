@@ -164,12 +164,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
                     **lp, "label": int(not recorded)}  # fmt: skip
         prediction = _first(row, PREDICTION)
         if prediction is None:
-            raise DataError(
-                f"outcome row has no correctness ({' / '.join(CORRECT)}) and no prediction "
-                f"({' / '.join(PREDICTION)}) column",
-                path,
-                n,
-            )
+            raise DataError(_no_outcome(row), path, n)
     if not q.answers:
         raise DataError(
             f"question {q.id!r} has no gold answers to judge the prediction against; record "
@@ -235,6 +230,17 @@ def _lm_eval_answer(row: dict, path, n: int) -> str:
 
 def _recorded(ok: bool) -> dict[str, Any]:
     return {"match": ok, "em": ok, "f1": float(ok), "guess": False}
+
+
+def _no_outcome(row: dict) -> str:
+    """Why a row gives no outcome: its columns are missing, or there but empty (a CSV's empty
+    cell, JSON null, a data frame's NaN)."""
+    empty = [c for c in (*CORRECT, *PREDICTION) if c in row]
+    if empty:
+        return (f"the row's {' and '.join(repr(c) for c in empty)} cell is empty (or NaN): "
+                "record whether this answer was right, or leave the row out")  # fmt: skip
+    return (f"outcome row has no correctness ({' / '.join(CORRECT)}) and no prediction "
+            f"({' / '.join(PREDICTION)}) column")  # fmt: skip
 
 
 def _first(row: dict, columns: tuple[str, ...]) -> Any:
