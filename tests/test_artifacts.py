@@ -180,10 +180,20 @@ def test_damaged_metadata_is_refused_never_read_as_another_kind(tmp_path, name, 
 
 def test_folders_of_the_wrong_kind_or_none_are_refused(tmp_path):
     run = _run(tmp_path / "run", {"task": "binary"})
-    with pytest.raises(DataError, match="--onnx: this folder holds a training run, not an export"):
+    # the fix names the command for this folder (it said: "point at the folder that export
+    # (an export) or train (a training run) wrote", a training run being what it refused)
+    with pytest.raises(
+        DataError,
+        match=r"--onnx: this folder holds a training run, not an "
+        r"export: export it first \(`retrieval-gate export --run .*run`\)",
+    ):
         open_artifact(run, "export", "--onnx")
     export = _gate(tmp_path)
-    with pytest.raises(DataError, match="holds an export, not a training run"):
+    with pytest.raises(
+        DataError,
+        match=r"holds an export, not a training run: .*Pass the "
+        r"training run it was exported from.*--gate onnx --onnx .*gate",
+    ):
         open_artifact(export, "run")
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="neither an export"):

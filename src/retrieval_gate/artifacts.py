@@ -242,10 +242,7 @@ def open_artifact(path: str | Path, kind: str | None = None, flag: str | None = 
     manifest = _read_manifest(folder)
     found = _kind_of(folder, manifest)
     if kind is not None and found != kind:
-        held = "a training run" if found == "run" else "an export"
-        raise DataError(f"{_for(flag)}this folder holds {held}, not "
-                        f"{'a training run' if kind == 'run' else 'an export'}; {_point_at()}",
-                        folder)  # fmt: skip
+        raise DataError(f"{_for(flag)}{WRONG_KIND[kind].format(folder=folder)}", folder)
     meta_path = folder / KINDS[found]
     meta = _read_json(meta_path, FIX[found])
     if found == "run" and isinstance(meta, dict) and "side_features" not in meta:
@@ -306,6 +303,17 @@ MAKE = {
     "RUN` (it writes export/<name>; `make demo` writes runs/demo/export/minilm-gate)",
     "run": "no training run here: train one with `retrieval-gate train` (it writes "
     "checkpoints/<name>; `make demo` writes runs/demo/checkpoints/minilm-closed-book)",
+}
+
+
+# what to do with the other kind of folder than the one a caller needs
+WRONG_KIND = {
+    "export": "this folder holds a training run, not an export: export it first "
+    "(`retrieval-gate export --run {folder}`) and pass the folder it writes",
+    "run": "this folder holds an export, not a training run: it has no PyTorch weights. Pass "
+    "the training run it was exported from (`retrieval-gate train` wrote it under "
+    "checkpoints/), or, where the verb reads ONNX gates, this folder as the onnx gate "
+    "(`--gate onnx --onnx {folder}`; evaluate: `--gates onnx --onnx {folder}`)",
 }
 
 
