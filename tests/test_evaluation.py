@@ -348,8 +348,35 @@ def test_transfer_learned_routers_leave_one_dataset_of_the_release_out(tmp_path)
     sources = {"nq", "squad", "trivia", "hotpotqa", "2wikimultihopqa", "musique"}
     assert {c["source"] for c in cells} == sources and len(cells) == 12
     assert all(c["routed_accuracy"] is not None and c["n"] == 75 for c in cells)
-    trained = {p.name for p in runs.iterdir() if (p / "gate.pt").is_file()}
+    trained = {p.name[:-13] for p in runs.iterdir() if (p / "gate.pt").is_file()}
     assert trained == {f"transfer-adaptive-rag-without-{s}" for s in [*sources, "nothing"]}
+
+
+def test_a_transfer_cell_is_keyed_by_its_config_labels_and_questions(tmp_path):
+    """A cell's run was found by its name alone: `transfer --learned` on other labels (here
+    every label flipped) reused the gates trained on the first ones, and reported their
+    AUROC (0.25 where it was 0.75)."""
+    from retrieval_gate.data import canonical_questions
+    from retrieval_gate.evaluation.transfer import cell_key
+    from retrieval_gate.training.config import load_config
+
+    qs = [q for q in canonical_questions() if q.source == "popqa"][:40]
+    files = []
+    for flip in (0, 1):
+        path = tmp_path / f"labels-{flip}.jsonl"
+        path.write_text("".join(json.dumps({"id": q.id, "label": (i + flip) % 2}) + "\n"
+                                for i, q in enumerate(qs)))  # fmt: skip
+        files.append(path)
+
+    def key(label_file, questions=qs, *sets):
+        sets = [f"data.label_file={label_file}", f"run.output_dir={tmp_path}", *sets]
+        return cell_key(load_config("minilm-stacked-closed-book", sets), questions)
+
+    first = key(files[0])
+    assert len(first) == 12 and key(files[0]) == first  # the same inputs: the same cell
+    assert key(files[1]) != first  # other labels
+    assert key(files[0], qs[:-1]) != first  # other training questions
+    assert key(files[0], qs, "trainer.max_epochs=3") != first  # a longer run too
 
 
 def test_a_one_class_split_plots_without_a_legend_warning(tmp_path):

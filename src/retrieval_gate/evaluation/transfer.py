@@ -10,6 +10,7 @@ retrieval rate are still defined there. Decisions use each gate's default thresh
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -221,6 +222,15 @@ def run_transfer(
     return write_transfer_report(cells, out_dir, command)
 
 
+def cell_key(config: Any, questions: Sequence[Question]) -> str:
+    """12 hex digits of what a transfer cell's run depends on: the whole resolved config (its
+    length too), the labels' sha256 and the training questions' ids, texts and splits."""
+    from ..training.trainer import labels_sha256
+
+    parts = [config.to_dict(), labels_sha256(config), [(q.id, q.text, q.split) for q in questions]]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def learned_fitter(
     label_files: dict[str, Path],
     config: str | None,
@@ -229,9 +239,11 @@ def learned_fitter(
     questions: Sequence[Question] | None = None,
 ) -> Fitter:
     """Trains the learned gate (training API) without the held-out source, once per cell: a
-    run folder that already has its weights is reused, so an interrupted matrix resumes. The
-    questions are `questions`, else the ones the labels were split over (a release's own for
-    strategy labels); a router config trains a router (routed figures in its cells)."""
+    run folder that already has its weights is reused, so an interrupted matrix resumes. Its
+    name ends in a key of what the run depends on (the resolved config, the labels' sha256, the
+    training questions), so other labels or settings train their own cell, never reuse this
+    one. The questions are `questions`, else the ones the labels were split over (a release's
+    own for strategy labels); a router config trains a router (routed figures in its cells)."""
 
     @cache
     def labelled(policy: str) -> list[Question]:  # every split: training splits them itself
@@ -243,14 +255,18 @@ def learned_fitter(
         from ..training.config import load_config
         from ..training.trainer import train
 
-        name = f"transfer-{policy}-without-{held_out or 'nothing'}"
+        sets = [
+            *overrides,
+            f"data.label_file={label_files[policy]}",
+            f"run.output_dir={output_dir}",
+        ]
+        pool = questions if questions is not None else labelled(policy)
+        pool = [q for q in pool if q.source != held_out]
+        key = cell_key(load_config(config, sets), pool)
+        name = f"transfer-{policy}-without-{held_out or 'nothing'}-{key}"
         run = output_dir / name
         if not (run / "gate.pt").is_file():
-            sets = [f"data.label_file={label_files[policy]}", f"run.name={name}",
-                    f"run.output_dir={output_dir}"]  # fmt: skip
-            cfg = load_config(config, [*overrides, *sets])
-            pool = questions if questions is not None else labelled(policy)
-            train(cfg, [q for q in pool if q.source != held_out], resume=True)  # resumes a cell
+            train(load_config(config, [*sets, f"run.name={name}"]), pool, resume=True)
         return load_learned(run, name="learned")
 
     return fit
