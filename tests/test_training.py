@@ -313,6 +313,26 @@ def test_auroc_of_a_one_class_split_is_left_out_not_reported_as_zero(caplog):
     assert "its AUROC and AP are undefined" in caplog.text
 
 
+def test_training_silences_only_the_known_third_party_warnings():
+    """Every run printed torch's LeafSpec deprecation (Lightning builds one) and, on a split of
+    one class, torchmetrics' two warnings beside the run's own plain one."""
+    import warnings
+
+    from torch.utils._pytree import LeafSpec
+    from torchmetrics.classification import BinaryAUROC
+
+    from retrieval_gate.training.trainer import without_known_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with without_known_warnings():
+            BinaryAUROC()(torch.tensor([0.2, 0.7]), torch.tensor([0, 0]))
+            LeafSpec()
+            warnings.warn("anything else", UserWarning, stacklevel=1)
+        BinaryAUROC()(torch.tensor([0.2, 0.7]), torch.tensor([0, 0]))  # outside: shown
+    assert str(seen[0].message) == "anything else" and len(seen) > 1
+
+
 def test_config_values_are_typed_and_names_plain():
     with pytest.raises(ConfigError, match="max_epoch.*did you mean max_epochs"):
         load_config(None, ["data.label_file=x", "trainer.max_epoch=1"])

@@ -21,6 +21,7 @@ import os
 import resource
 import shutil
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -383,9 +384,28 @@ def train(
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
     check_trainer_here(config)
     tokenizer, dm, module = prepare(config, questions, labels)
-    with one_trainer(run_dir):  # the data are good: only now touch the folder
+    with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
         check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
         return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
+
+
+# Warnings the user can do nothing about, printed on every run: Lightning 2.6 builds torch's
+# deprecated LeafSpec; torchmetrics warns twice on a split of one class, which `_defined_only`
+# reports once, in words.
+KNOWN_WARNINGS = (
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+    (r"No positive samples", UserWarning),
+    (r"No negative samples", UserWarning),
+)
+
+
+@contextmanager
+def without_known_warnings() -> Iterator[None]:
+    """KNOWN_WARNINGS silenced for the block; every other warning is shown as before."""
+    with warnings.catch_warnings():
+        for message, category in KNOWN_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
 
 
 @contextmanager
