@@ -161,6 +161,9 @@ def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
         cases = [
             ([*base, "--engine", "ray", "--generator-url", url, "--ray-address", "127.0.0.1:1"], 3,
              "cannot reach the Ray cluster at 127.0.0.1:1"),
+            # a port that is no number, or past 65535, was a traceback (urlparse's ValueError)
+            *[([*base, "--engine", "ray", "--generator-url", url, "--ray-address", bad], 2,
+               f"--ray-address {bad!r}: give host:port") for bad in ("host::", "host:99999", "http://host:6379")],
             ([*base, "--engine", "ray", "--generator-url", url, "--actors", "0"], 2, "--actors must be at least 1"),
             ([*base, "--engine", "ray", "--generator-url", url, "--policy", "rrcp"], 2, "--engine ray runs the one-request policies"),
             ([*base, "--engine", "ray", "--generator-url", dead_url(), dead_url()], 3, "no generator endpoint answered"),

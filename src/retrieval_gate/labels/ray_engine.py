@@ -88,13 +88,17 @@ def check_ray_address(address: str | None) -> None:
     if address in (None, "auto", "local"):
         return
     parsed = urlparse(address if "://" in address else f"ray-gcs://{address}")
-    if not parsed.hostname or not parsed.port:
+    try:
+        port = parsed.port  # a port that is no number, or past 65535, raises
+    except ValueError:
+        port = None
+    if not parsed.hostname or not port or parsed.scheme not in ("ray", "ray-gcs"):
         raise ConfigError(
             f"--ray-address {address!r}: give host:port (the head's GCS, e.g. 10.0.0.1:6379), "
             "ray://host:10001, or auto"
         )
     try:
-        socket.create_connection((parsed.hostname, parsed.port), timeout=3).close()
+        socket.create_connection((parsed.hostname, port), timeout=3).close()
     except OSError as e:
         raise BackendError(
             f"cannot reach the Ray cluster at {address} ({e.strerror or e}); start it with "
