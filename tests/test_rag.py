@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -291,6 +292,17 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
 def test_data_parallel_needs_a_vllm_server():
     with pytest.raises(ConfigError, match="--generator-url"):
         open_generator(data_parallel_size=2)
+
+
+def test_a_generator_url_that_does_not_parse_is_refused_by_name():
+    """A port that is no number (`http://host:abc/v1`) or a '[' left open was a traceback once
+    the first request was built; no host (`http://:8000/v1`) was tried as a URL."""
+    from retrieval_gate.rag.backends import check_engine
+
+    for bad in ("http://host:abc/v1", "http://[::1/v1", "http://:8000/v1", "localhost:8000"):
+        with pytest.raises(ConfigError, match=f"--generator-url '{re.escape(bad)}': give"):
+            check_engine(generator_url=bad)
+    check_engine(generator_url="http://[::1]:8000/v1")  # an IPv6 host is fine
 
 
 def test_comparison_saves_each_mode_and_resumes(tmp_path):

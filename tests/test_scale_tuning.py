@@ -82,6 +82,10 @@ def test_storage_flags_are_checked_before_work(tmp_path, monkeypatch):
         open_storage("postgresql://u:secret@127.0.0.1:1/db")
     with pytest.raises(ConfigError, match="unknown database kind"):
         open_storage("nosuchdb://x/y")
+    for bad in ("postgresql://u:secret@h:abc/db", "postgresql://u:secret@[::1/db"):
+        with pytest.raises(ConfigError, match=r"--storage postgresql://u:\*\*\*@.* is not a "
+                           "database URL"):  # fmt: skip
+            open_storage(bad)  # was SQLAlchemy's ValueError: a traceback
     journal = open_storage(f"journal:{tmp_path / 'j' / 'study.log'}")
     assert isinstance(journal, optuna.storages.JournalStorage)
     assert shown("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"

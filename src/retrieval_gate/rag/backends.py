@@ -51,6 +51,16 @@ def open_generator(
     return lazy_generator(model or SMOLLM2, **engine)
 
 
+def _is_http_url(text: str) -> bool:
+    """An http(s) URL with a host and, if any, a port that is a number from 0 to 65535."""
+    try:
+        url = urlparse(text)
+        url.port  # noqa: B018 (a port that is no number, or past 65535, raises)
+    except ValueError:  # also a '[' left open
+        return False
+    return url.scheme in ("http", "https") and bool(url.hostname)
+
+
 def check_engine(
     generator_url: str | None = None,
     model: str | None = None,
@@ -65,8 +75,7 @@ def check_engine(
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
     if generator_url:
-        url = urlparse(generator_url)
-        if url.scheme not in ("http", "https") or not url.netloc:
+        if not _is_http_url(generator_url):
             raise ConfigError(f"--generator-url {generator_url!r}: give the server's http(s) "
                               "URL, e.g. http://localhost:8000/v1")  # fmt: skip
         return

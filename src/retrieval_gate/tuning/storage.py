@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -35,7 +36,9 @@ def storage_url(spec: str | Path) -> str:
     """The storage URL of a `--storage` value: a plain path is a SQLite file (made absolute,
     its folder created), `journal:PATH` and URLs are kept."""
     spec = str(spec)
-    if spec.startswith(JOURNAL) or "://" in spec:
+    if "://" in spec:
+        return _checked_url(spec)
+    if spec.startswith(JOURNAL):
         return spec
     path = Path(spec)
     if path.is_dir():
@@ -45,6 +48,20 @@ def storage_url(spec: str | Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
+def _checked_url(url: str) -> str:
+    """A database URL that parses (a port that is no number, a '[' left open raised deep in
+    SQLAlchemy as the study opened), before anything is contacted."""
+    import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(url)
+    except (ValueError, sqlalchemy.exc.ArgumentError) as e:
+        raise ConfigError(f"--storage {shown(url)} is not a database URL ({e}); e.g. "
+                          "postgresql://user:pass@host:5432/db") from None  # fmt: skip
+    return url
+
+
 def is_sqlite(spec: str | Path) -> bool:
     return storage_url(spec).startswith("sqlite:")
 
@@ -52,8 +69,12 @@ def is_sqlite(spec: str | Path) -> bool:
 def shown(spec: str | Path) -> str:
     """The storage for messages and reports, password hidden."""
     url = str(spec)
-    parts = urlsplit(url) if "://" in url else None
-    if parts is None or not parts.password:
+    try:
+        parts = urlsplit(url) if "://" in url else None
+        password = parts.password if parts else None
+    except ValueError:  # not a URL that parses: hide whatever stands between ':' and '@'
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    if parts is None or not password:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
