@@ -348,6 +348,32 @@ def test_config_values_are_typed_and_names_plain():
     with pytest.raises(DataError, match="plain folder name"):
         load_config(None, ["data.label_file=x", "run.name=../../x"])
     assert load_config(None, ["data.label_file=x", "model.lr=1e-3"]).model.lr == 0.001
+    # were tracebacks once training started (numpy's seed bounds; Lightning's accumulation),
+    # or a silent gradient ascent (a negative clipping norm flips every gradient)
+    for key, value, expected in [
+        ("run.seed", "-1", "from 0 to 4294967295"),
+        ("run.seed", "4294967296", "from 0 to 4294967295"),
+        ("run.num_threads", "0", "1 or more"),
+        ("trainer.accumulate_grad_batches", "0", "1 or more"),
+        ("trainer.gradient_clip_val", "-1", "0 or more"),
+        ("trainer.log_every_n_steps", "0", "1 or more"),
+    ]:
+        with pytest.raises(ConfigError, match=f"{key}=.*expected .*{expected}"):
+            load_config(None, ["data.label_file=x", f"{key}={value}"])
+    assert load_config(None, ["data.label_file=x", "trainer.gradient_clip_val=null"])
+
+
+def test_a_max_length_past_the_backbone_is_refused_before_training():
+    """data.max_length=100000 trained until the first question longer than MiniLM's 512
+    positions: a tensor-size traceback."""
+    from retrieval_gate.training.backbones import check_max_length, load_tokenizer, resolve_backbone
+
+    folder = resolve_backbone("minilm")
+    tokenizer = load_tokenizer(folder)
+    check_max_length(512, "minilm", folder, tokenizer)
+    with pytest.raises(ConfigError, match="data.max_length=513: the backbone 'minilm' reads at "
+                       "most 512 tokens"):  # fmt: skip
+        check_max_length(513, "minilm", folder, tokenizer)
 
 
 LABEL_CHECK = """

@@ -52,6 +52,23 @@ def load_tokenizer(name_or_path: str | Path) -> Any:
     return tok
 
 
+def check_max_length(max_length: int, name: str, folder: str | Path, tokenizer: Any) -> None:
+    """data.max_length within what the backbone reads: its tokenizer's `model_max_length` (when
+    set), else its position embeddings. Past them, the first longer question stopped training
+    with a tensor-size traceback."""
+    limits = [getattr(tokenizer, "model_max_length", None)]
+    try:
+        limits.append(getattr(AutoConfig.from_pretrained(str(folder)), "max_position_embeddings",
+                              None))  # fmt: skip
+    except (OSError, ValueError):  # no config.json: the model's own load says so
+        pass
+    known = [int(n) for n in limits if isinstance(n, int) and 0 < n < 1_000_000]  # 1e30: unset
+    if known and max_length > min(known):
+        most = min(known)
+        raise ConfigError(f"data.max_length={max_length}: the backbone {name!r} reads at most "
+                          f"{most} tokens; set data.max_length to {most} or less")  # fmt: skip
+
+
 def _build_model(kind: str, source: str | PretrainedConfig, pretrained: bool) -> nn.Module:
     cls = T5EncoderModel if kind == "t5-lora" else AutoModel
     if pretrained:

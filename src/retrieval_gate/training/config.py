@@ -150,6 +150,7 @@ AT_LEAST_0: Range = (lambda v: v >= 0, "0 or more")
 AT_LEAST_1: Range = (lambda v: v >= 1, "1 or more")
 FRACTION: Range = (lambda v: 0 <= v <= 1, "a number from 0 to 1")
 DROPOUT: Range = (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1")
+SEED: Range = (lambda v: 0 <= v < 2**32, "a whole number from 0 to 4294967295 (numpy's seeds)")
 
 
 class _Checked:
@@ -190,6 +191,7 @@ def _plain(value: Any) -> Any:
 @dataclass(frozen=True)
 class RunConfig(_Checked):
     _where = "run"
+    _ranges = {"seed": SEED, "num_threads": AT_LEAST_1}
     name: str | None = None  # the run folder's name; default: backbone-model-labels
     seed: int = 0
     output_dir: str = "checkpoints"
@@ -321,7 +323,12 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "deterministic": False,
 }
 TRAINER_TYPES: dict[str, Any] = {"max_epochs": int, "log_every_n_steps": int,
-                                 "gradient_clip_val": float, "deterministic": bool}  # fmt: skip
+                                 "gradient_clip_val": float, "deterministic": bool,
+                                 "accumulate_grad_batches": int}  # fmt: skip
+# Bounds Lightning does not check before the fit (0 batches to accumulate was a traceback once
+# training started; a negative clipping norm flips every gradient's sign, silently).
+TRAINER_RANGES: dict[str, Range] = {"log_every_n_steps": AT_LEAST_1, "gradient_clip_val":
+                                    AT_LEAST_0, "accumulate_grad_batches": AT_LEAST_1}  # fmt: skip
 
 
 def _trainer_keys() -> set[str]:
@@ -353,6 +360,9 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"unknown key {key!r} in section 'trainer'{_close(key, known)}")
         hint = TRAINER_TYPES.get(key)
         out[key] = _check(f"trainer.{key}", value, hint | None) if hint else copy.deepcopy(value)
+        ok, what = TRAINER_RANGES.get(key, (None, ""))
+        if ok is not None and out[key] is not None and not ok(out[key]):
+            raise ConfigError(f"trainer.{key}={out[key]}: expected {what}")
     epochs = out.get("max_epochs")
     if epochs is not None and epochs < 1 and epochs != -1:  # 0 trained nothing, and saved it
         raise ConfigError(f"trainer.max_epochs={epochs}: expected at least 1 (or -1: until "

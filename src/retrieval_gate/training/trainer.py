@@ -39,7 +39,7 @@ from ..fileio import nearest_existing, read_json, write_json, write_text
 from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
-from .backbones import load_tokenizer, resolve_backbone
+from .backbones import check_max_length, load_tokenizer, resolve_backbone
 from .calibrate_router import (
     calibrate_router,
     out_of_fold_metrics,
@@ -353,7 +353,9 @@ def prepare(
     pl.seed_everything(config.run.seed, workers=True)
     if config.run.num_threads:  # on a shared CPU fewer threads than cores can be faster
         torch.set_num_threads(config.run.num_threads)
-    tokenizer = load_tokenizer(resolve_backbone(config.model.name))
+    folder = resolve_backbone(config.model.name)
+    tokenizer = load_tokenizer(folder)
+    check_max_length(config.data.max_length, config.model.name, folder, tokenizer)
     dm = GateDataModule(tokenizer, config.data, config.run.seed, questions, labels)
     module = RetrievalGateModule(config.model, dm.num_classes, dm.class_weights(),
                                  side_features=dm.side_features, task=dm.task)  # fmt: skip
