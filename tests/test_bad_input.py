@@ -502,3 +502,6 @@ def test_transfer_finds_its_default_learned_config_from_any_folder(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     args = build_parser(["transfer"]).parse_args(["transfer", "--labels", "x.jsonl"])
     assert find_config(args.learned_config) == CHECKOUT_CONFIGS / "backbones" / "minilm.yaml"
+    # tune --objective hparams had the same relative default (configs/backbones/minilm-lora.yaml)
+    args = build_parser(["tune"]).parse_args(["tune", "--gate", "learned", "--labels", "x.jsonl"])
+    assert find_config(args.config) == CHECKOUT_CONFIGS / "backbones" / "minilm-lora.yaml"

@@ -83,7 +83,7 @@ def tune_hparams(
     name: str,
     storage: str | Path,
     n_trials: int = 20,
-    config: str | None = "configs/backbones/minilm-lora.yaml",
+    config: str | None = "minilm-lora",  # an example config by name: found from any folder
     overrides: Sequence[str] = (),
     max_epochs: int = 3,
     seed: int = 0,

@@ -59,7 +59,7 @@ class TuneConfig:
     run_dir: Path | None = None  # the labelling run (recorded answers): `run_dir_for(labels)`
     gate_options: GateOptions = field(default_factory=GateOptions)
     save_objective: str | None = None  # threshold saved into the learned run
-    config: str = "configs/backbones/minilm-lora.yaml"  # hparams: the training config
+    config: str = "minilm-lora"  # hparams: the training config (a path, or an example by name)
     overrides: Sequence[str] = ("data.max_train_examples=2000", "data.max_eval_examples=1000")
     max_epochs: int = 3  # hparams: upper bound of the epochs searched
     questions: Sequence[Question] | None = None  # None: the bundled datasets
