@@ -17,8 +17,8 @@ def add_question_args(
     p.add_argument(
         "--questions",
         metavar="SPEC",
-        help=f"your own {what}: a .jsonl (.ndjson), .json, .csv, .tsv, .parquet or .txt file, a `datasets` "
-        f"save_to_disk folder or hf:NAME[:CONFIG][@SPLIT] (default: {default})",
+        help=f"your own {what}: a .jsonl (.ndjson), .json, .csv, .tsv, .parquet or .txt file, "
+        f"a `datasets` save_to_disk folder or hf:NAME[:CONFIG][@SPLIT] (default: {default})",
     )
     p.add_argument(
         "--field",

@@ -89,8 +89,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--calibrate-on) is saved into the learned run's metadata.json (default: none; without "
         "it tuning never changes the run)",
     )
-    p.add_argument("--config", default=d.config, help="hparams: training config: a YAML path or an example config's name (found "
-                   "from any folder)")  # fmt: skip
+    p.add_argument("--config", default=d.config, help="hparams: training config: a YAML path "
+                   "or an example config's name (found from any folder)")  # fmt: skip
     p.add_argument("--set", nargs="*", default=list(d.overrides),
                    help="hparams: training overrides (the CPU budget; drop on a GPU)")  # fmt: skip
     p.add_argument("--max-epochs", type=int, default=d.max_epochs,

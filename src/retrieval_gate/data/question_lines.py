@@ -1,9 +1,9 @@
 """A file of questions to score (`retrieval-gate score --input`), read line by line: `.txt`
 (one question a line, an optional `question` header line), `.jsonl` (`{id, question}`), `.json`
 (the same, or an array of such objects; `.ndjson` is `.jsonl`) or `.csv` / `.tsv` (a `question`
-or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a NUL byte, empty, malformed
-JSON, no question field, not valid Unicode) becomes an error record and the rest are still
-scored; a file that cannot be read at all, is no text (Parquet, gzip, zip), or is a `.json`
+or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a
+NUL byte, empty, malformed JSON, no question field, not valid Unicode) becomes an error record
+and the rest are still scored; a file that cannot be read at all, is no text (Parquet, gzip, zip), or is a `.json`
 array with a malformed item, is an InputError."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     that cannot be read at all is an InputError."""
     if not path.is_file():
         what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
-        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, .tsv)",
-                         path)  # fmt: skip
+        raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, "
+                         ".tsv)", path)  # fmt: skip
     try:
         data = path.read_bytes()
     except OSError as e:

@@ -1,6 +1,6 @@
 """Your own question file as Questions: JSONL (or .ndjson), JSON (an array of objects), CSV,
-TSV, Parquet, a
-`datasets` `save_to_disk` folder or a Hugging Face dataset (`hf:NAME[:CONFIG][@SPLIT]`).
+TSV, Parquet, a `datasets` `save_to_disk` folder or a Hugging Face dataset
+(`hf:NAME[:CONFIG][@SPLIT]`).
 
 Columns map to Question fields by name (`id`, `question` or `text`, `answers` or `answer`,
 optional `source`, `split`, `relation`, `entity`, `s_pop`, `o_pop`, `date`); `--field
@@ -121,8 +121,8 @@ def _default_source(spec: str) -> str:
 
 
 def read_rows(spec: str) -> Iterator[Row]:
-    """(row number, row) of a JSONL / JSON / CSV / TSV / Parquet / text file, a save_to_disk folder or
-    hf:NAME."""
+    """(row number, row) of a JSONL / JSON / CSV / TSV / Parquet / text file, a save_to_disk
+    folder or hf:NAME."""
     if spec.startswith("hf:"):
         yield from _hf_rows(spec)
         return

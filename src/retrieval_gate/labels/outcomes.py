@@ -6,9 +6,10 @@ Two kinds of outcomes file, told apart by their rows:
 - lm-evaluation-harness `--log_samples` output (`samples_<task>_<date>.jsonl`): each row has
   `doc` (the question as the task saw it) and `filtered_resps` (the model's answer); the
   answer is judged here against the gold answers, like a labelling run's.
-- a generic file (JSONL, JSON array, CSV, TSV, Parquet): a question `id` (or its `question` text) and either a
-  correctness column (`correct`: true/false, 1/0, yes/no) or the model's `prediction` (judged
-  here); optionally the same for the answer with retrieval (`rag_correct` / `rag_prediction`).
+- a generic file (JSONL, JSON array, CSV, TSV, Parquet): a question `id` (or its `question`
+  text) and either a correctness column (`correct`: true/false, 1/0, yes/no) or the model's
+  `prediction` (judged here); optionally the same for the answer with retrieval (`rag_correct`
+  / `rag_prediction`).
 
 Either kind may carry the closed-book answer's log-probabilities: `token_logprobs` (a JSON list
 of the answer tokens' natural-log probabilities, as vLLM and OpenAI-compatible servers return
