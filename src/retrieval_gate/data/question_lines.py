@@ -3,8 +3,9 @@
 (the same, or an array of such objects; `.ndjson` is `.jsonl`) or `.csv` / `.tsv` (a `question`
 or `text` column, optional `id`); a UTF-8 byte-order mark is skipped. A bad line (not UTF-8, a
 NUL byte, empty, malformed JSON, no question field, not valid Unicode) becomes an error record
-and the rest are still scored; a file that cannot be read at all, is no text (Parquet, gzip, zip), or is a `.json`
-array with a malformed item, is an InputError."""
+and the rest are still scored; a file that cannot be read at all, is no text (Parquet, gzip,
+zip), is a `.json` array with a malformed item, or is text whose first line is a JSON row or a
+header of cells (a CSV or TSV under another name), is an InputError."""
 
 from __future__ import annotations
 
