@@ -51,6 +51,14 @@ def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
     assert read["q.csv"][3].extra["pop"] == "3"  # CSV cells are text; features parse them
 
 
+def test_split_names_other_tools_write_read_as_ours(tmp_path):
+    """A Hugging Face style `validation` split, or `TRAIN` in capitals, was refused."""
+    rows = [{"question": f"Q{i}?", "split": s}
+            for i, s in enumerate(["TRAIN", " Validation ", "val", "valid", "Test", "dev"])]  # fmt: skip
+    qs = read_questions(str(_jsonl(tmp_path / "s.jsonl", rows)))
+    assert [q.split for q in qs] == ["train", "dev", "dev", "dev", "test", "dev"]
+
+
 def test_a_text_file_is_one_question_a_line_as_score_reads_it(tmp_path):
     """`.txt` (the docs' examples/your-data/new.txt, `tune --calibrate-on`): the same
     questions, ids and splits as the JSONL of the same texts; a header line skipped."""
@@ -158,7 +166,11 @@ def test_duplicates(tmp_path, caplog):
         ),
         ("one.json", '{\n "question": "a?"\n}\n', "is one JSON object, not rows"),
         ("wrapped.json", '{"data": [\n{"question": "a?"}]}', "its 'data' holds a list of objects"),
-        ("badsplit.jsonl", '{"question": "a?", "split": "val"}\n', "split 'val' is not one"),
+        (
+            "badsplit.jsonl",
+            '{"question": "a?", "split": "holdout"}\n',
+            "split 'holdout' is not one",
+        ),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
         ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),
         (

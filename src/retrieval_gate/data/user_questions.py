@@ -295,6 +295,21 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
     return out
 
 
+# The names other tools give the splits (Hugging Face's `validation`), read as the project's.
+SPLIT_NAMES = {**{s: s for s in SPLITS}, "validation": "dev", "valid": "dev", "val": "dev"}
+
+
+def _split(value: Any, spec: str, n: int) -> str | None:
+    """A `split` cell: train, dev or test, in any case; validation / valid / val is dev."""
+    if value is None:
+        return None
+    split = SPLIT_NAMES.get(str(value).strip().lower())
+    if split is None:
+        raise DataError(f"split {value!r} is not one of {', '.join(SPLITS)} (or validation, "
+                        "read as dev)", spec, n)  # fmt: skip
+    return split
+
+
 def _question(
     spec: str, n: int, row: dict[str, Any], columns: dict[str, tuple[str, ...]], source: str
 ) -> Question:
@@ -305,9 +320,7 @@ def _question(
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
     qid = get("id")
-    split = get("split")
-    if split is not None and split not in SPLITS:
-        raise DataError(f"split {split!r} is not one of {', '.join(SPLITS)}", spec, n)
+    split = _split(get("split"), spec, n)
     used = {c for cols in columns.values() for c in cols}
     return Question(
         id=str(qid) if qid not in (None, "") else text_id(text),
