@@ -112,6 +112,25 @@ def test_parse_accepts_zero_and_refuses_above_zero():
         parse_token_logprobs([True])
 
 
+def test_a_list_cell_as_pandas_writes_one_reads_as_the_list(tmp_path):
+    """`DataFrame.to_csv` writes a list column as Python's repr (['a', 'b']) and a numpy array
+    column without commas ([-0.1  -0.25]); both were refused as "not a JSON list"."""
+    import pandas as pd
+
+    from retrieval_gate.data.list_cells import list_cell
+
+    assert parse_token_logprobs("[-0.1  -0.25]") == [-0.1, -0.25]
+    assert parse_token_logprobs("[-1.0e-05\n -3.5e+00]") == [-1e-05, -3.5]  # numpy wraps lines
+    assert parse_token_logprobs("(-0.5, -1.0)") == [-0.5, -1.0]
+    frame = pd.DataFrame({"lp": [np.array([-0.1, -0.25]), [-0.3]], "a": [["O'Brien", "x"], []]})
+    frame.to_csv(tmp_path / "f.csv", index=False)
+    back = pd.read_csv(tmp_path / "f.csv")
+    assert [parse_token_logprobs(c) for c in back.lp] == [[-0.1, -0.25], [-0.3]]
+    assert [list_cell(c) for c in back.a] == [["O'Brien", "x"], []]
+    for bad in ("[-0.1 ... -0.3]", "[__import__('os')]", "[nan]", "{'a': 1}", "[1, 2"):
+        assert list_cell(bad) is None, bad  # numpy's elision, a call, a name: never run or read
+
+
 def test_an_openai_logprobs_object_saved_as_is_reads_as_its_list():
     chat = [{"token": "Paris", "logprob": -0.02, "bytes": [80], "top_logprobs": []},
             {"token": ".", "logprob": 0.0, "top_logprobs": []}]  # fmt: skip

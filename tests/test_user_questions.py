@@ -51,6 +51,17 @@ def test_jsonl_csv_parquet_and_save_to_disk_read_alike(tmp_path):
     assert read["q.csv"][3].extra["pop"] == "3"  # CSV cells are text; features parse them
 
 
+def test_answers_as_pandas_writes_a_list_column_are_the_list(tmp_path):
+    """`DataFrame.to_csv` writes `['William Shakespeare', 'Shakespeare']`: refused as not JSON."""
+    import pandas as pd
+
+    answers = [["William Shakespeare", "Shakespeare"], ["O'Brien"]]
+    pd.DataFrame({"question": ["Who wrote Hamlet?", "Who?"], "answers": answers}).to_csv(
+        tmp_path / "q.csv", index=False
+    )
+    assert [list(q.answers) for q in read_questions(str(tmp_path / "q.csv"))] == answers
+
+
 def test_split_names_other_tools_write_read_as_ours(tmp_path):
     """A Hugging Face style `validation` split, or `TRAIN` in capitals, was refused."""
     rows = [{"question": f"Q{i}?", "split": s}
@@ -172,7 +183,7 @@ def test_duplicates(tmp_path, caplog):
             "split 'holdout' is not one",
         ),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
-        ("badlist.csv", "question,answers\nWho?,['a']\n", "not a JSON list"),
+        ("badlist.csv", "question,answers\nWho?,[a b]\n", "starts with '\\[' but is not a list"),
         (
             "twice.jsonl",
             '{"question": "a?", "split": "dev", "split": "test"}\n',

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..questions import Question
+from .list_cells import list_cell
 
 TOKEN_LOGPROBS = "token_logprobs"
 MEAN_LOGPROB = "mean_logprob"
@@ -74,14 +75,17 @@ def parse_token_logprobs(
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json.loads(value)  # a list, or an OpenAI-compatible `logprobs` object
         except json.JSONDecodeError:
-            raise DataError(
-                f"column {column!r}: {value[:60]!r} is not a JSON list of log-probabilities "
-                "(e.g. [-0.1, -2.3, 0.0])",
-                path,
-                line,
-            ) from None
+            listed = list_cell(value)  # a Python list's or a numpy array's repr
+            if listed is None:
+                raise DataError(
+                    f"column {column!r}: {value[:60]!r} is not a JSON list of log-probabilities "
+                    "(e.g. [-0.1, -2.3, 0.0])",
+                    path,
+                    line,
+                ) from None
+            value = listed
     if isinstance(value, np.ndarray):  # a Parquet list column
         value = value.tolist()
     value = _openai_logprobs(value)

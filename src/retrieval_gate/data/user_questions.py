@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -30,6 +29,7 @@ from .answer_confidence import (
 )
 from .bad_rows import BadRows
 from .jsonl_files import read_json_array, read_jsonl
+from .list_cells import list_cell
 from .question_lines import (
     CSV_DELIMITERS,
     HEADER_WORDS,
@@ -360,18 +360,12 @@ def _answers(value: Any, spec: str, n: int) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        if value.lstrip().startswith("["):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise DataError(
-                    "answers cell starts with '[' but is not a JSON list; write "
-                    '["a", "b"] with double quotes',
-                    spec,
-                    n,
-                ) from None
-        else:
+        if not value.lstrip().startswith("["):
             return (value,)
+        value = list_cell(value)  # JSON, or a Python list's repr (pandas' to_csv)
+        if value is None:
+            raise DataError("answers cell starts with '[' but is not a list; write "
+                            '["a", "b"]', spec, n)  # fmt: skip
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, list | tuple):
