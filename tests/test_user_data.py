@@ -90,6 +90,27 @@ def test_bad_outcomes_files(tmp_path, capsys, content, message):
     assert not (tmp_path / "labels" / "my-llm" / "closed-book.jsonl").exists()
 
 
+def test_an_outcome_by_text_never_goes_to_another_question_that_reads_alike(tmp_path, capsys):
+    """Two questions alike once case, punctuation and articles are set aside: a row naming one
+    by its text went to whichever came last (here m2's outcome was filed under m3)."""
+    qs = write_jsonl(tmp_path / "qs.jsonl", [
+        {"id": "m2", "question": "Who is the president?", "answers": ["x"]},
+        {"id": "m3", "question": "Who is a president?", "answers": ["y"]},
+    ])  # fmt: skip
+    argv = ["label", "--policy", "outcomes", "--questions", str(qs), "--generator", "my-llm",
+            "--labels-dir", str(tmp_path / "labels"), "--outcomes"]  # fmt: skip
+    exact = write_jsonl(tmp_path / "exact.jsonl", [{"question": "Who is the president?",
+                                                    "correct": True}])  # fmt: skip
+    assert main([*argv, str(exact)]) == 0
+    assert LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl").labels() == {"m2": 0}
+    loose = write_jsonl(tmp_path / "loose.jsonl", [{"question": "who is THE president",
+                                                    "correct": True}])  # fmt: skip
+    assert main([*argv, str(loose)]) == 2
+    assert (
+        "line 1: question 'who is THE president' matches two questions" in capsys.readouterr().err
+    )
+
+
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     run = tmp_path / "labels" / "my-llm"
     run.mkdir(parents=True)

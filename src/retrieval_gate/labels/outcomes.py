@@ -124,9 +124,14 @@ def import_outcomes(
 def match_rows(
     path: str | Path, rows: list, questions: Sequence[Question], fmt: str
 ) -> tuple[dict[str, tuple[Question, dict]], int]:
-    """question id -> (question, outcome row), by id first, else by normalised text."""
+    """question id -> (question, outcome row), by id first, else by its text: exactly, else
+    normalised (case, punctuation, articles) where that names one question only."""
     by_id = {q.id: q for q in questions}
-    by_text = {normalize_answer(q.text): q for q in questions}
+    exact = {q.text.strip(): q for q in questions}
+    by_text: dict[str, Question | None] = {}
+    for q in questions:  # two texts that normalise alike name neither (None): not guessed
+        key = normalize_answer(q.text)
+        by_text[key] = q if by_text.get(key, q) is q else None
     matched: dict[str, tuple[Question, dict]] = {}
     unmatched = 0
     for n, row in rows:
@@ -137,7 +142,8 @@ def match_rows(
         if qid is None and not text:
             raise DataError("outcome row has neither an 'id' nor a 'question' column", path, n)
         q = by_id.get(str(qid)) if qid is not None else None
-        q = q or (by_text.get(normalize_answer(text)) if isinstance(text, str) else None)
+        if q is None and isinstance(text, str):
+            q = exact.get(text.strip()) or _by_normalised(by_text, text, path, n)
         if q is None:
             unmatched += 1
             continue
@@ -231,6 +237,14 @@ def _lm_eval_answer(row: dict, path, n: int) -> str:
 
 def _recorded(ok: bool) -> dict[str, Any]:
     return {"match": ok, "em": ok, "f1": float(ok), "guess": False}
+
+
+def _by_normalised(by_text: dict[str, Question | None], text: str, path, n: int) -> Question | None:
+    key = normalize_answer(text)
+    if key in by_text and by_text[key] is None:
+        raise DataError(f"question {text!r} matches two questions once case, punctuation and "
+                        "articles are set aside; give the row its question's 'id'", path, n)  # fmt: skip
+    return by_text.get(key)
 
 
 def _no_outcome(row: dict) -> str:
