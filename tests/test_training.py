@@ -414,6 +414,27 @@ def test_train_refuses_labels_that_do_not_fit_their_questions_before_lightning(t
     assert not (tmp_path / "out").exists()
 
 
+def test_label_ids_the_data_lack_are_said_with_the_fix_for_a_release(caplog):
+    """Strategy labels from another Adaptive-RAG release, half of whose ids were not the
+    bundle's, trained on the other half without a word (1,275 of 2,550 examples)."""
+    from retrieval_gate.questions import Question
+    from retrieval_gate.training.sources import _release_fix, labelled_splits
+
+    qs = [Question(id=f"q{i}", text=f"Q{i}?", answers=(), source="s", split=s)
+          for i, s in enumerate(["train", "dev", "test"])]  # fmt: skip
+    labels = {"q0": 1, "q1": 0, "q2": 1, "other-7": 0}
+    fix = _release_fix({"outcomes_format": "adaptive-rag-release", "outcomes_file": "rel/dev"})
+    assert _release_fix({"outcomes_format": "generic"}) == "" and _release_fix(None) == ""
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    rows = labelled_splits(qs, labels, 0, Path("l.jsonl"), fix)
+    assert sum(len(r) for r in rows.values()) == 3
+    assert "l.jsonl: 1 of 4 label ids are not questions of these data (e.g. 'other-7'), left " \
+           "out; these labels come from the Adaptive-RAG release rel/dev: set " \
+           "$RETRIEVAL_GATE_ADAPTIVE_RAG to that folder" in caplog.text  # fmt: skip
+    with pytest.raises(DataError, match="belongs to other data; these labels come from"):
+        labelled_splits(qs, {"other-7": 0}, 0, Path("l.jsonl"), fix)
+
+
 def test_every_config_key_is_typed_lists_and_mappings_included():
     """Issue 24: `--set data.features=s_pop` (a string where a list is wanted) was read letter
     by letter; data.fields and data.questions were not typed at all."""

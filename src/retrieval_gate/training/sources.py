@@ -5,6 +5,7 @@ all in one split, is refused there rather than after the imports)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -15,6 +16,9 @@ from ..data.splits import canonical_questions, with_splits
 from ..questions import Question
 from .config import DataConfig
 from .tasks import Targets
+
+log = logging.getLogger(__name__)
+_SAID: set[str] = set()
 
 
 def labelled_questions(
@@ -35,23 +39,48 @@ def labelled_questions(
         targets = task.read(data.label_file)
     path = Path(data.label_file) if labels is None else None
     qs = questions if questions is not None else config_questions(data)
-    return targets, labelled_splits(qs, targets.labels, data.split_seed, path), qs
+    fix = _release_fix(targets.provenance.get("meta"))
+    # questions handed in are a subset chosen on purpose (transfer leaves a source out)
+    rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
+    return targets, rows, qs
+
+
+def _release_fix(meta: Any) -> str:
+    """For labels imported from an Adaptive-RAG release: how to train on that release's own
+    questions (the `adaptive-rag` dataset is the bundled release unless told otherwise)."""
+    if not isinstance(meta, dict) or meta.get("outcomes_format") != "adaptive-rag-release":
+        return ""
+    return (f"; these labels come from the Adaptive-RAG release {meta.get('outcomes_file')}: "
+            "set $RETRIEVAL_GATE_ADAPTIVE_RAG to that folder so that the adaptive-rag dataset "
+            "is its questions")  # fmt: skip
 
 
 def labelled_splits(
-    questions: Sequence[Question], labels: dict[str, int], split_seed: int, path: Path | None
+    questions: Sequence[Question],
+    labels: dict[str, int],
+    split_seed: int,
+    path: Path | None,
+    fix: str = "",
+    say_missing: bool = True,
 ) -> dict[str, list[tuple[str, str, int]]]:
     """split -> [(id, text, label)]. Questions that carry their split (a question file's own,
     or the canonical one) keep it; otherwise the split is `assign_splits` over ALL questions,
-    so every label file shares one train/dev/test assignment."""
+    so every label file shares one train/dev/test assignment. Labels of questions the data do
+    not hold are left out, and said (`fix`: what to do about it, where known)."""
     known = {q.id: q for q in questions}
     missing = [i for i in labels if i not in known]
     if len(missing) == len(labels):
         raise DataError(
             f"none of the {len(labels)} label ids is a known question id (e.g. {missing[0]!r}): "
-            "the label file belongs to other data",
+            f"the label file belongs to other data{fix}",
             path,
         )
+    if missing and say_missing:  # a subset of the data labelled, or labels of other questions
+        note = (f"{path or 'labels'}: {len(missing):,} of {len(labels):,} label ids are not "
+                f"questions of these data (e.g. {missing[0]!r}), left out{fix}")  # fmt: skip
+        if note not in _SAID:  # train reads the labels twice: checked early, then loaded
+            _SAID.add(note)
+            log.warning(note)
     if all(q.split for q in questions):
         splits = {q.id: str(q.split) for q in questions}
     else:
