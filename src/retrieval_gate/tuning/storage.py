@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import time
 import warnings
@@ -28,6 +29,7 @@ from ..errors import BackendError, ConfigError, InputError
 
 HEARTBEAT_S = 5  # a running trial's heartbeat period, seconds
 GRACE_PERIODS = 4  # this many periods without a heartbeat: the trial's worker is gone
+CREATE_TRIES = 8  # opening a new database that other processes are creating at the same time
 MAX_RETRY = 2  # a trial cut off by a dead worker is re-run at most this often
 JOURNAL = "journal:"
 
@@ -108,13 +110,7 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            try:
-                return _rdb(url, engine_kwargs, heartbeat)
-            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
-                if not _created_at_once(e):
-                    raise
-                time.sleep(1.0)  # one of them won; the tables exist now
-                return _rdb(url, engine_kwargs, heartbeat)
+            return _created(url, engine_kwargs, heartbeat)
     except sqlalchemy.exc.NoSuchModuleError:
         raise ConfigError(
             f"--storage {shown(url)}: unknown database kind; use a SQLite file path, "
@@ -143,6 +139,22 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
             f"--storage {shown(url)} is not a usable study database ({_first_line(e)}); it is "
             "left as it is: pass a new file name"
         ) from None
+
+
+def _created(url: str, engine_kwargs: dict, heartbeat: int) -> optuna.storages.RDBStorage:
+    """The storage, its tables created by whichever process gets there first: a process that
+    meets another one creating them tries again (each try skips the tables that exist by
+    then; one retry was not enough for eight processes on a loaded machine)."""
+    import sqlalchemy.exc
+
+    for attempt in range(CREATE_TRIES - 1):
+        try:
+            return _rdb(url, engine_kwargs, heartbeat)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
+            if not _created_at_once(e):
+                raise
+            time.sleep(0.25 * (attempt + 1) + random.random() * 0.25)  # apart, not in step
+    return _rdb(url, engine_kwargs, heartbeat)  # the last try: its error goes to the caller
 
 
 def _created_at_once(e: Exception) -> bool:
