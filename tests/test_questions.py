@@ -48,3 +48,20 @@ def test_question_rejects_empty_text_and_round_trips():
         id="x", text="Q?", answers=("a",), source="s", contexts=({"title": "t", "text": "b"},)
     )
     assert Question.from_dict(q.to_dict()) == q
+
+
+def test_a_feature_cell_is_a_finite_number_or_unknown():
+    """An infinite cell (`inf`, `1e400`) passed as a number: the scaling made NaN and training
+    stopped with scikit-learn's 'Input X contains NaN' traceback."""
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.questions import Question, feature_value
+
+    def q(value):
+        return Question(id="q1", text="Q?", answers=(), source="s", extra={"views": value})
+
+    assert feature_value(q("12.5"), "views") == 12.5 and feature_value(q(-5), "views") == -5
+    assert feature_value(q(""), "views") is None and feature_value(q("nan"), "views") is None
+    for bad in ("inf", "1e400", "-Infinity", "abc", [1]):
+        with pytest.raises(InputError, match=r"question 'q1': feature column 'views' .* not a "
+                           "finite number"):  # fmt: skip
+            feature_value(q(bad), "views")

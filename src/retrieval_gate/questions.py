@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -134,12 +135,12 @@ def feature_value(q: Question, name: str) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        from .errors import InputError
-
+        number = math.inf  # refused below, as an infinite one is (the scaling would be NaN)
+    if math.isinf(number):
         raise InputError(
             f"question {q.id!r}: feature column {name!r} (--feature / data.features) holds "
-            f"{value!r}, not a number; fix the cell or leave it empty (= unknown)"
-        ) from None
+            f"{value!r}, not a finite number; fix the cell or leave it empty (= unknown)"
+        )
     return None if number != number else number  # NaN counts as missing
 
 
