@@ -104,7 +104,7 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
 
     test = [q for q in question_set(str(questions)) if q.split == "test"]
     assert len(test) > 50
-    rows = {json.loads(line)["id"]: json.loads(line) for line in open(label_file)}
+    rows = rows_lp = {json.loads(line)["id"]: json.loads(line) for line in open(label_file)}
     scored = tmp_path / "test.jsonl"
     with open(scored, "w") as f:
         for q in test:
@@ -139,6 +139,24 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     both, alone = rows[f"onnx:{export.name}:fp32"], rows[f"onnx:{export.name}:fp32 (question only)"]
     assert both["metrics"]["auroc"] == pytest.approx(gate, abs=1e-6)
     assert both["metrics"]["auroc"] > alone["metrics"]["auroc"] + 0.05
+    # served: /score takes each question's side feature and answer's log-probabilities
+    # (it could carry neither: the answer's confidence was left out, silently)
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.gates.onnx import OnnxGate
+    from retrieval_gate.rag.service import create_app
+
+    body = {"questions": [q.text for q in test[:5]],
+            "features": {"popularity": [None if q.extra["popularity"] in (None, "") else
+                                        float(q.extra["popularity"]) for q in test[:5]]},
+            "token_logprobs": [rows_lp[q.id]["token_logprobs"] for q in test[:5]]}  # fmt: skip
+    with TestClient(create_app(OnnxGate(export), warm_up=True)) as client:
+        served = client.post("/score", json=body)
+        assert served.status_code == 200, served.text
+        bad = client.post("/score", json={**body, "token_logprobs": [[0.5]] * 5})
+    np.testing.assert_allclose([s["probability"] for s in served.json()["scores"]],
+                               [r["score"] for r in out[:5]], atol=1e-5)  # fmt: skip
+    assert bad.status_code == 422 and "less than or equal to 0" in bad.text
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,35 @@ def _dev(chain) -> int:
 
 def _test(chain) -> int:
     return json.loads((chain["run"] / "labels.json").read_text())["counts"]["test"]["n"]
+
+
+def test_serve_takes_each_questions_side_features_in_the_request(chain):
+    """`serve` of a gate trained with `data.features` failed at startup (its warm-up question
+    had no `hits`: a traceback, exit); /score could not carry a feature at all."""
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.rag.service import create_app
+
+    gate = OnnxGate(chain["export"])
+    texts = ["who is the author of grisk ulbrecht?", "what is the capital of france paris?"]
+    with TestClient(create_app(gate, warm_up=True)) as client:  # the warm-up runs here
+        ok = client.post("/score", json={"questions": texts, "features": {"hits": [4, None]}})
+        assert ok.status_code == 200, ok.text
+        sent = [Question(f"h{i}", t, (), "http", extra={"hits": h})
+                for i, (t, h) in enumerate(zip(texts, [4, None], strict=True))]  # fmt: skip
+        got = [s["probability"] for s in ok.json()["scores"]]
+        np.testing.assert_allclose(got, gate.scores(sent), atol=1e-6)  # as score --questions
+        for body, detail in [
+            ({"questions": texts}, "features: Field required"),
+            ({"questions": texts, "features": {"hits": [4]}}, "'hits' has 1 values for 2"),
+            ({"questions": texts, "features": {"hits": [4, "x"]}}, "hits.1: Input should be"),
+            ({"questions": texts, "features": {"hits": [1, 2], "views": [1, 2]}}, "views: Extra"),
+            (
+                {"questions": texts, "features": {"hits": [1, 2]}, "token_logprobs": None},
+                "token_logprobs: Extra inputs",
+            ),  # a gate of the question alone reads no answer
+        ]:
+            bad = client.post("/score", json=body)
+            assert bad.status_code == 422 and detail in bad.json()["detail"], bad.text
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+        assert schema["ScoreRequest"]["required"] == ["questions", "features"]

@@ -200,6 +200,14 @@ def reads_answers(gate: object) -> bool:
     return getattr(getattr(gate, "side_features", None), "confidence", None) is not None
 
 
+def side_columns(gate: object) -> tuple[str, ...]:
+    """The columns of a user's data a gate reads beside the text (`data.features`), which a
+    caller passes per question; () for a gate of the text alone."""
+    side = getattr(gate, "side_features", None)
+    side = getattr(side, "side", side)  # a stacked head's: its user columns, if any
+    return () if side is None or getattr(side, "from_text", True) else tuple(side.names)
+
+
 def is_router(gate: object) -> bool:
     """Whether `gate` also routes between strategies (see `Router`)."""
     return isinstance(gate, Router)

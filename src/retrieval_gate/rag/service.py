@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -40,7 +40,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from ..errors import BackendError, InputError, RetrievalGateError
-from ..gates.base import AsksGenerator, Gate, is_router
+from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from .batcher import Batcher, Busy
@@ -180,9 +180,18 @@ def _not_blank(text: str) -> str:
     return text
 
 
-def _request_model(name: str, limits: Limits, max_budget: float | None = None) -> type[BaseModel]:
+def _request_model(
+    name: str,
+    limits: Limits,
+    max_budget: float | None = None,
+    columns: Sequence[str] = (),
+    answers: bool = False,
+) -> type[BaseModel]:
     """`{"questions": [...]}` with this app's limits in its schema and its validation; with
-    `max_budget` (a router's), an optional `"budget"` from 0 to it."""
+    `max_budget` (a router's), an optional `"budget"` from 0 to it; with `columns` (a gate
+    trained on side features), a required `"features"`: per column one value (or null,
+    unknown) per question; with `answers` (a two-stage gate), an optional `"token_logprobs"`:
+    per question its closed-book answer's token log-probabilities (or null)."""
     text = Annotated[
         str,
         Field(min_length=1, max_length=limits.max_question_chars),
@@ -198,14 +207,28 @@ def _request_model(name: str, limits: Limits, max_budget: float | None = None) -
         ),
     ]
     config = ConfigDict(extra="forbid", strict=True)
-    if max_budget is None:
-        return create_model(name, __config__=config, questions=(questions, ...))
-    budget = Annotated[
-        float | None,
-        Field(ge=0, le=max_budget, allow_inf_nan=False,
-              description="the router's budget: mean cost per question (default: its own)"),
-    ]  # fmt: skip
-    return create_model(name, __config__=config, questions=(questions, ...), budget=(budget, None))
+    fields: dict[str, Any] = {"questions": (questions, ...)}
+    if max_budget is not None:
+        budget = Annotated[
+            float | None,
+            Field(ge=0, le=max_budget, allow_inf_nan=False,
+                  description="the router's budget: mean cost per question (default: its own)"),
+        ]  # fmt: skip
+        fields["budget"] = (budget, None)
+    number = Annotated[float, Field(allow_inf_nan=False)]
+    if columns:
+        column = Annotated[list[number | None], Field(max_length=limits.max_questions)]
+        features = create_model(f"{name}Features", __config__=config,
+                                **{c: (column, ...) for c in columns})  # fmt: skip
+        fields["features"] = (features, Field(description="the gate's side features: per "
+                              "column one value per question, in order (null: unknown)"))  # fmt: skip
+    if answers:
+        logprob = Annotated[float, Field(le=0, ge=-100_000, allow_inf_nan=False)]
+        lists = Annotated[list[list[logprob] | None] | None, Field(
+            max_length=limits.max_questions, description="per question its closed-book "
+            "answer's token log-probabilities, or null (the question-only score)")]  # fmt: skip
+        fields["token_logprobs"] = (lists, None)
+    return create_model(name, __config__=config, **fields)
 
 
 def create_app(
@@ -222,6 +245,7 @@ def create_app(
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
     gate = rag.gate if rag else service
+    columns = side_columns(gate)  # a request gives them per question
     registry = rag.registry if rag else check_router(gate, None, strategies)
     router = is_router(gate)
     strategies_served = list(routed_strategies(gate, registry))
@@ -240,8 +264,10 @@ def create_app(
         answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
                            weight=lambda r: steps.get(r.strategy, 1))  # fmt: skip
 
-    async def route(texts: Sequence[str], budget: float | None) -> tuple[list[_Routed], float]:
-        items = [(q, budget) for q in _as_questions(texts)]
+    async def route(request: Any) -> tuple[list[_Routed], float]:
+        sent = request.model_dump()
+        items = [(q, sent.get("budget")) for q in _as_questions(
+            request.questions, sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
         routed, _ = await _wait(scorer, items, limits.request_timeout)
         traffic.routed([r.strategy for r in routed])
         decided = routed[0].seconds if routed else 0.0
@@ -251,7 +277,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warm_up:  # the engines' first-call cost paid here, and their rate measured
-            routed, _ = await scorer.submit([(q, None) for q in _as_questions([WARM_UP])])
+            unknown = {c: [None] for c in columns}  # a side feature's value unknown
+            warm = _as_questions([WARM_UP], unknown if columns else None)
+            routed, _ = await scorer.submit([(q, None) for q in warm])
             if answerer:
                 await answerer.submit(routed)
         yield
@@ -308,14 +336,15 @@ def create_app(
 
     # a router takes a per-request budget (up to its dearest strategy); a binary gate none
     max_budget = max(traffic.costs.values()) if router else None
-    score_request = _request_model("ScoreRequest", limits, max_budget)
+    score_request = _request_model("ScoreRequest", limits, max_budget, columns,
+                                   reads_answers(gate))  # fmt: skip
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
     async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
         """The gate's probability, retrieve decision and strategy per question (one batched
         call; a router routes at the request's `budget`)."""
         budget = request.model_dump().get("budget")  # only a router's requests have one
-        routed, _ = await route(request.questions, budget)
+        routed, _ = await route(request)
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
@@ -333,14 +362,14 @@ def create_app(
         )
 
     if answerer:
-        answer_request = _request_model("AnswerRequest", limits, max_budget)
+        answer_request = _request_model("AnswerRequest", limits, max_budget, columns)
 
         @app.post("/answer", response_model=AnswerResponse, responses=_ERRORS, dependencies=guarded)
         async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
             """Gate or router -> strategy -> retrieve -> generate for each question; queued
             questions of concurrent requests share one batched generator call (a step)."""
             budget = request.model_dump().get("budget")  # only a router's requests have one
-            routed, decided = await route(request.questions, budget)
+            routed, decided = await route(request)
             done, waited = await _wait(answerer, routed, limits.request_timeout)
             costs = done[0][1]
             answers = [a for a, _ in done]
@@ -458,11 +487,16 @@ def _answers(rag: AdaptiveRAG) -> Callable[[list[_Routed]], list[tuple[Answer, C
     return run
 
 
-def _as_questions(texts: Sequence[str]) -> list[Question]:
-    return [
-        Question(id=f"request-{i}", text=t.strip(), answers=(), source="http")
-        for i, t in enumerate(texts)
-    ]
+def _as_questions(
+    texts: Sequence[str], features: Any = None, token_logprobs: Any = None
+) -> list[Question]:
+    """A request's questions, each with its side features and answer's log-probabilities (a
+    count that does not match the questions is a 422 naming the field, before any batch)."""
+    try:
+        qs = as_questions([t.strip() for t in texts], features, token_logprobs)
+    except InputError as e:
+        raise HTTPException(422, str(e)) from None
+    return [replace(q, id=f"request-{i}", source="http") for i, q in enumerate(qs)]
 
 
 async def _wait(batcher: Batcher, items: list[Question], timeout: float) -> tuple[list, float]:
