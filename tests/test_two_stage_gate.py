@@ -157,6 +157,15 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     np.testing.assert_allclose([s["probability"] for s in served.json()["scores"]],
                                [r["score"] for r in out[:5]], atol=1e-5)  # fmt: skip
     assert bad.status_code == 422 and "less than or equal to 0" in bad.text
+    # a file whose log-probability column is named otherwise: every score question-only, said
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({"question": q.text, "popularity":
+                                           q.extra["popularity"], "logprobs": [-0.1]}) + "\n"
+                               for q in test[:3]))  # fmt: skip
+    capsys.readouterr()
+    assert main(["score", "--model", str(export), "--questions", str(renamed)]) == 0
+    assert "none of the 3 questions has a token_logprobs (or mean_logprob) value: every score " \
+           "is the question-only score" in capsys.readouterr().err  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..artifacts import Artifact, open_artifact
 from ..data.question_lines import read_question_lines
@@ -66,6 +67,25 @@ def check_router_budget(artifact: Artifact, budget: float | None) -> None:
     check_budget(budget, router.costs, "--budget")
 
 
+def _say_answers_read(gate: Any, questions: list) -> None:
+    """A two-stage gate scores a question without its answer's log-probabilities on the text
+    alone: say how many had them (a column named otherwise than token_logprobs gives none)."""
+    from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
+    from ..gates.base import reads_answers
+
+    if not reads_answers(gate):
+        return
+    given = sum(any(q.extra.get(c) is not None for c in (TOKEN_LOGPROBS, MEAN_LOGPROB))
+                for q in questions)  # fmt: skip
+    if given == 0:
+        log.warning(f"none of the {len(questions)} questions has a {TOKEN_LOGPROBS} (or "
+                    f"{MEAN_LOGPROB}) value: every score is the question-only score of this "
+                    f"two-stage gate; name the column {TOKEN_LOGPROBS} to read the answers")  # fmt: skip
+    elif given < len(questions):
+        log.info(f"{given} of {len(questions)} questions came with their answer's "
+                 "log-probabilities; the others got the question-only score")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
     if bool(args.input) == bool(args.questions):
@@ -94,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     items = questions if questions is not None else as_questions([r["text"] for r in good])
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
+        _say_answers_read(gate, questions)
     elif gate.side_features is not None and not gate.side_features.from_text:
         names = ", ".join(gate.side_features.names)
         raise InputError(
