@@ -244,3 +244,19 @@ def test_serve_takes_each_questions_side_features_in_the_request(chain):
             assert bad.status_code == 422 and detail in bad.json()["detail"], bad.text
         schema = client.get("/openapi.json").json()["components"]["schemas"]
         assert schema["ScoreRequest"]["required"] == ["questions", "features"]
+
+
+def test_the_framework_adapters_refuse_a_gate_that_reads_side_features(chain):
+    """A framework hands the adapter the question alone: a gate trained with `hits` failed at
+    the first question ("question '0' has no 'hits' ... pass them in Question.extra")."""
+    from langchain_core.runnables import RunnableLambda
+
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    gate = RetrievalGate.from_pretrained(chain["export"])
+    echo = RunnableLambda(lambda x: x)
+    with pytest.raises(ConfigError, match="also reads the side features hits beside the "
+                       "question, which a framework's input does not carry"):  # fmt: skip
+        GateRouter(gate, retrieve=echo, direct=echo)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..gates.base import Gate, as_questions, is_router
+from ..gates.base import Gate, as_questions, is_router, side_columns
 from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalations
 from ..rag.decisions import check_router, strategy_costs
 from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
@@ -52,7 +52,16 @@ def branches_of(
     """The branches `gate` can send questions down, checked against what the caller wired:
     a router that routes to multi-step needs that branch, one with a strategy of its own
     (`branch_of`) needs that branch among `extra`; a binary gate takes no multi-step branch
-    and no budget (`budget`: a router's operating point)."""
+    and no budget (`budget`: a router's operating point). A gate that also reads columns of
+    the user's data (`data.features`) is refused: a framework hands the adapter the question
+    alone."""
+    if columns := side_columns(gate):
+        raise ConfigError(
+            f"{gate.name!r} also reads the side features {', '.join(columns)} beside the question, "
+            "which a framework's input does not carry: use a gate trained on the question alone, "
+            "or score with RetrievalGate.predict_proba(questions, {column: values}) or `serve` "
+            '(its requests take "features")'
+        )
     mapping = branch_map(gate, budget)
     if not is_router(gate):
         if has_multi_step or extra:
