@@ -351,3 +351,25 @@ def test_registry_builds_gates_and_names_missing_data():
         build_gate("nope")
     with pytest.raises(DataError, match="--learned-run"):
         build_gate("learned", GateContext())
+
+
+def test_features_are_read_by_position_from_a_data_frame_or_its_columns():
+    """A pandas Series indexed by its labels (a sorted or filtered frame) was read at labels
+    0, 1, ...: its values went to other questions (here swapped), silently; a DataFrame was
+    refused with dict()'s own ValueError."""
+    import pandas as pd
+
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.gates.base import as_questions
+
+    frame = pd.DataFrame({"q": ["Capital of Bhutan?", "Who wrote Hamlet?"], "views": [None, 9.0]})
+    frame = frame.iloc[[1, 0]]  # sorted: its index is [1, 0]
+    want = [{"views": 9.0}, {"views": None}]
+    for features in ({"views": frame.views}, frame[["views"]], {"views": [9.0, None]}):
+        got = [{k: (None if v != v else v) for k, v in q.extra.items()}  # NaN: pandas' None
+               for q in as_questions(list(frame.q), features)]  # fmt: skip
+        assert got == want, type(features)
+    with pytest.raises(InputError, match="features: a row is 'a'; give one mapping per question"):
+        as_questions(["a?", "b?"], ["a", "b"])
+    with pytest.raises(InputError, match="feature 'views' has 1 values for 2 questions"):
+        as_questions(["a?", "b?"], {"views": frame.views[:1]})

@@ -104,14 +104,23 @@ def _answers_for(
 def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
     if features is None:
         return [{} for _ in range(n)]
+    if hasattr(features, "columns") and hasattr(features, "iloc"):  # a pandas DataFrame
+        features = {str(c): features[c] for c in features.columns}
     if isinstance(features, Mapping):
-        for name, column in features.items():
+        # by position: a pandas Series indexed by its labels (a filtered frame's 3, 7, ...)
+        # would otherwise be read at labels 0, 1, ... (a KeyError, or other rows' values)
+        columns = {name: list(column) for name, column in features.items()}
+        for name, column in columns.items():
             if len(column) != n:
                 raise InputError(f"feature {name!r} has {len(column)} values for {n} questions")
-        return [{name: column[i] for name, column in features.items()} for i in range(n)]
-    if len(features) != n:
-        raise InputError(f"features has {len(features)} rows for {n} questions")
-    return [dict(row) for row in features]
+        return [{name: column[i] for name, column in columns.items()} for i in range(n)]
+    rows = list(features)
+    if len(rows) != n:
+        raise InputError(f"features has {len(rows)} rows for {n} questions")
+    if bad := next((r for r in rows if not isinstance(r, Mapping)), None):
+        raise InputError(f"features: a row is {bad!r}; give one mapping per question, or a "
+                         "mapping of columns ({name: values})")  # fmt: skip
+    return [dict(row) for row in rows]
 
 
 # ---------------------------------------------------------------- optional capabilities
