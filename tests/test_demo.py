@@ -1,6 +1,7 @@
 """The demo's orchestration: stage reuse, the report and the printed headline."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,30 @@ def test_a_preload_setting_other_than_0_or_1_stops_the_demo_first(tmp_path, monk
     with pytest.raises(ConfigError, match=f"RETRIEVAL_GATE_PRELOAD is '{value}': set 0"):
         run_demo(tmp_path)
     assert not ran and not list(tmp_path.iterdir())  # no stage ran, no lock left
+
+
+def test_what_the_stages_read_is_found_before_the_first_one(tmp_path, monkeypatch):
+    """Run outside the checkout, the demo stopped at train (its fourth stage: the config is a
+    path from the checkout's root); without the Adaptive-RAG release, at the router's stage 9."""
+    import retrieval_gate.demo as demo
+    from retrieval_gate.errors import InputError
+
+    ran = []
+    monkeypatch.setattr(demo, "run_stage", lambda argv, name, *a, **k: ran.append(name) or 0)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"the demo's stages read configs/.* from the "
+                       r"checkout's root: run it there \(`make demo`\)"):  # fmt: skip
+        run_demo(out)
+    monkeypatch.chdir(Path(__file__).parents[1])
+    data = tmp_path / "data"  # the six datasets, no release
+    data.mkdir()
+    for name in ("entityquestions", "freshqa", "popqa", "retrievalqa", "toolqa", "triviaqa"):
+        (data / name).symlink_to(demo._data_dir() / name)
+    monkeypatch.setenv("RETRIEVAL_GATE_DATA", str(data))
+    with pytest.raises(InputError, match="no Adaptive-RAG release folder here"):
+        run_demo(out)
+    assert not ran and not out.exists()  # no stage ran, nothing made
 
 
 def _finished(out, stages=STAGES, seconds=1.5):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import preload, work
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 from .fileio import write_text
 from .labels import LABELS_DIR
 from .labels.lock import single_writer
@@ -214,9 +214,26 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     if only is not None and only not in names:
         raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
     preload.check_setting()
+    check_inputs(out)
     where = str(out).replace("{", "{{").replace("}", "}}")  # the lock formats in the pid
     with single_writer(out / "demo", busy=DEMO_BUSY.format(out=where)):  # .demo.lock in `out`
         return _run_stages(out, only, force)
+
+
+def check_inputs(out: Path) -> None:
+    """What the stages read besides the datasets, found before the first stage: the configs
+    and committed labels they name (paths from the checkout's root) and the Adaptive-RAG
+    release the router's stages read. Missing, the demo stopped at the stage needing them,
+    minutes in (run outside the checkout: at train, its fourth)."""
+    named = {a for s in STAGES for a in s.argv(out) if a.startswith(("configs/", "data/"))}
+    if missing := sorted(p for p in named if not Path(p).exists()):
+        raise InputError(f"the demo's stages read {missing[0]} (and the configs and committed "
+                         "labels beside it) from the checkout's root: run it there (`make demo`), "
+                         f"not from {Path.cwd()}")  # fmt: skip
+    if _data_dir() is not None:  # none at all: the data stage says so first
+        from .data.adaptive_rag import find_release
+
+        find_release()  # the router's stages read it: its absence named now, not at stage 9
 
 
 def _run_stages(out: Path, only: str | None, force: bool) -> int:
