@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
     check_router_budget(artifact, args.budget)
     artifact.model_file(args.variant, "--variant")
-    from ..gates.base import as_questions, is_router
+    from ..gates.base import as_questions, is_router, side_columns
     from ..gates.onnx import open_onnx
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
     if questions is not None:  # with the side features of each question, if the gate has any
         scores = gate.scores(questions)
         _say_answers_read(gate, questions)
-    elif gate.side_features is not None and not gate.side_features.from_text:
-        names = ", ".join(gate.side_features.names)
+    elif columns := side_columns(gate):  # a stacked gate's own text features are not named
+        names = ", ".join(columns)
         raise InputError(
             f"gate {gate.name} also reads the side features {names}, which a line of text "
             f"cannot carry: pass --questions FILE (a .csv, .jsonl or .parquet with a `question` "

@@ -264,10 +264,11 @@ def create_app(
         answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
                            weight=lambda r: steps.get(r.strategy, 1))  # fmt: skip
 
-    async def route(request: Any) -> tuple[list[_Routed], float]:
-        sent = request.model_dump()
+    async def route(sent: dict[str, Any]) -> tuple[list[_Routed], float]:
+        """`sent`: the request as a dict (`model_dump`): its questions, a router's budget, the
+        side features and answer log-probabilities the served gate reads."""
         items = [(q, sent.get("budget")) for q in _as_questions(
-            request.questions, sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
+            sent["questions"], sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
         routed, _ = await _wait(scorer, items, limits.request_timeout)
         traffic.routed([r.strategy for r in routed])
         decided = routed[0].seconds if routed else 0.0
@@ -343,8 +344,9 @@ def create_app(
     async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
         """The gate's probability, retrieve decision and strategy per question (one batched
         call; a router routes at the request's `budget`)."""
-        budget = request.model_dump().get("budget")  # only a router's requests have one
-        routed, _ = await route(request)
+        sent = request.model_dump()
+        budget = sent.get("budget")  # only a router's requests have one
+        routed, _ = await route(sent)
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
@@ -368,8 +370,9 @@ def create_app(
         async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
             """Gate or router -> strategy -> retrieve -> generate for each question; queued
             questions of concurrent requests share one batched generator call (a step)."""
-            budget = request.model_dump().get("budget")  # only a router's requests have one
-            routed, decided = await route(request)
+            sent = request.model_dump()
+            budget = sent.get("budget")  # only a router's requests have one
+            routed, decided = await route(sent)
             done, waited = await _wait(answerer, routed, limits.request_timeout)
             costs = done[0][1]
             answers = [a for a, _ in done]
