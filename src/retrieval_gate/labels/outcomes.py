@@ -45,14 +45,21 @@ from .logprobs import (
     parse_token_logprobs,
     rounded,
 )
+from .outcome_columns import (
+    CORRECT,
+    FIELDS,
+    LOGPROBS,
+    PREDICTION,
+    RAG_CORRECT,
+    RAG_PREDICTION,
+    listed,
+    note_unread,
+    renamed,
+)
 from .policy_loop import provenance
 from .rag_gain import judge_gain
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
-CORRECT = ("correct", "is_correct", "closed_correct")
-PREDICTION = ("prediction", "closed_prediction", "response", "answer_given")
-RAG_CORRECT = ("rag_correct",)
-RAG_PREDICTION = ("rag_prediction",)
 _TRUE = {"true", "1", "yes", "y", "correct", "1.0"}
 _FALSE = {"false", "0", "no", "n", "incorrect", "wrong", "0.0"}
 
@@ -67,12 +74,17 @@ def import_outcomes(
     out_file: Path | None = None,
     rows: list[tuple[int, dict[str, Any]]] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    fields: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
     `rows` already read from it (the strategy importer passes its first two strategies); with
     `out_file`, the closed-book labels go to that one file (refused, before anything is
-    written, when the outcomes also make rag-gain labels)."""
-    rows = rows if rows is not None else list(read_rows(str(path)))
+    written, when the outcomes also make rag-gain labels). `fields`: outcome field -> the
+    file's column it is read from (`--outcome-field`)."""
+    if rows is None:
+        rows = renamed(path, list(read_rows(str(path))), fields or {})
+        if rows and "filtered_resps" not in rows[0][1]:
+            note_unread(path, rows, [c for cols in FIELDS.values() for c in cols])
     if not rows:
         raise DataError("the outcomes file has no rows", path)
     fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
@@ -140,7 +152,13 @@ def match_rows(
             raise DataError("lm-eval sample row has no 'doc' object", path, n)
         qid, text = key.get("id"), key.get("question") or key.get("text")
         if qid is None and not text:
-            raise DataError("outcome row has neither an 'id' nor a 'question' column", path, n)
+            raise DataError(
+                f"outcome row has neither an 'id' nor a 'question' column (its columns: "
+                f"{listed([(n, key)])}); name yours with --outcome-field id=COLUMN or "
+                "--outcome-field question=COLUMN",
+                path,
+                n,
+            )
         q = by_id.get(str(qid)) if qid is not None else None
         if q is None and isinstance(text, str):
             q = exact.get(text.strip()) or _by_normalised(by_text, text, path, n)
@@ -151,9 +169,13 @@ def match_rows(
             raise DataError(f"a second outcome for question {q.id!r}", path, n)
         matched[q.id] = (q, {**row, "_line": n})
     if not matched:
+        first = rows[0][1].get("doc") if fmt == "lm-eval-samples" else rows[0][1]
         raise DataError(
-            f"none of the {len(rows)} outcome rows matches a question by id or text: is this "
-            "the outcomes file of these questions (--questions)?",
+            f"none of the {len(rows)} outcome rows matches a question by id or text (outcome "
+            f"ids read like {first.get('id')!r}, question ids like {questions[0].id if questions else None!r}): is "
+            "this the outcomes file of these questions (--questions)? A question file without "
+            "an 'id' column gets ids made from the text: name its id column with --field "
+            "id=COLUMN",
             path,
         )
     return matched, unmatched
@@ -187,7 +209,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
 
 def _logprobs(row: dict, path, n: int, answer: Any) -> dict[str, Any]:
     """`mean_logprob` (None when not recorded) and, when recorded, `token_logprobs`."""
-    tokens = parse_token_logprobs(row.get(TOKEN_LOGPROBS), path, n)
+    tokens = parse_token_logprobs(_first(row, LOGPROBS), path, n)
     mean = parse_mean_logprob(row.get(MEAN_LOGPROB), path, n)
     if tokens == [] and answer not in (None, ""):
         raise DataError(
@@ -255,7 +277,8 @@ def _no_outcome(row: dict) -> str:
         return (f"the row's {' and '.join(repr(c) for c in empty)} cell is empty (or NaN): "
                 "record whether this answer was right, or leave the row out")  # fmt: skip
     return (f"outcome row has no correctness ({' / '.join(CORRECT)}) and no prediction "
-            f"({' / '.join(PREDICTION)}) column")  # fmt: skip
+            f"({' / '.join(PREDICTION)}) column (its columns: {listed([(0, row)])}); name "
+            "yours with --outcome-field correct=COLUMN or --outcome-field prediction=COLUMN")  # fmt: skip
 
 
 def _first(row: dict, columns: tuple[str, ...]) -> Any:

@@ -82,6 +82,25 @@ STRATEGIES = PolicyOption(
     "FILE.yaml (docs/router.md) to run its strategies",
     nargs="+",
 )
+
+
+def _outcome_fields(value: Any, flag: str) -> None:
+    from .outcome_columns import parse_outcome_fields
+
+    parse_outcome_fields(value)
+
+
+OUTCOME_FIELD = PolicyOption(
+    "outcome_field",
+    "read an outcome field from a column your tool named otherwise, e.g. "
+    "prediction=model_answer id=question_id token_logprobs=answer_logprobs (fields: id, "
+    "question, correct, prediction, rag_correct, rag_prediction, token_logprobs, "
+    "mean_logprob; with --strategies also <name>_correct, _prediction, _cost, "
+    "_token_logprobs)",
+    nargs="+",
+    metavar="FIELD=COLUMN",
+    check=_outcome_fields,
+)
 UNANSWERED = PolicyOption(
     "unanswered",
     "strategy labels: target of questions no strategy answers: prior (default; single-hop "
@@ -322,6 +341,7 @@ def _retriever(name: str, corpus: Path | None) -> Any:
 def _outcomes(req: LabelRequest, path: Path, *_: Any) -> dict[str, Any]:
     from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
+    from .outcome_columns import parse_outcome_fields
     from .outcomes import import_outcomes
 
     if req.options.get("strategies") or is_release(req.options["outcomes"]):
@@ -336,6 +356,7 @@ def _outcomes(req: LabelRequest, path: Path, *_: Any) -> dict[str, Any]:
         req.value("criterion"),
         req.options.get("neither_label"),
         out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
+        fields=parse_outcome_fields(req.options.get("outcome_field")),
     )
 
 
@@ -344,6 +365,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     rag-gain and strategies files in one folder."""
     from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
+    from .outcome_columns import parse_outcome_fields
     from .strategy_labels import import_release, import_strategy_outcomes, parse_strategies
 
     opts = req.options
@@ -357,6 +379,9 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     if is_release(opts["outcomes"]):  # its own questions and strategies
         if req.questions is not None:
             raise InputError("--questions: a release folder carries its own questions; drop it")
+        if opts.get("outcome_field"):
+            raise InputError("--outcome-field maps the columns of an outcomes file; a release "
+                             "folder's files have their own, fixed ones: drop it")  # fmt: skip
         return import_release(opts["outcomes"], req.labels_dir, req.llm,
                               opts.get("unanswered"), opts.get("neither_label"), strategies)  # fmt: skip
     folder = req.labels_dir / generator_dir_name(req.generator)
@@ -365,6 +390,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     return import_strategy_outcomes(
         opts["outcomes"], questions, strategies or [], folder,
         req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
+        fields=parse_outcome_fields(opts.get("outcome_field")),
     )  # fmt: skip
 
 
@@ -409,7 +435,8 @@ for _spec in (
                options=(CRITERION,)),
     PolicySpec("outcomes", "answers you recorded elsewhere (lm-eval logs, a file, an "
                "Adaptive-RAG release), no generation", _outcomes, file="closed-book",
-               options=(CRITERION, OUTCOMES, STRATEGIES, UNANSWERED, NEITHER_LABEL)),
+               options=(CRITERION, OUTCOMES, OUTCOME_FIELD, STRATEGIES, UNANSWERED,
+                        NEITHER_LABEL)),
 ):  # fmt: skip
     register_policy(_spec)
 

@@ -16,6 +16,9 @@ Row schema (one JSON object a line, keyed by question id; `.meta.json` sidecar):
     cost         {strategy: cost} for this question (only when the outcomes carry costs)
     prediction   {strategy: answer} for the strategies whose correctness was judged here from
                  their answer (absent when every correctness was recorded)
+    token_logprobs  {strategy: the answer's token log-probabilities or null} (only when the
+                 outcomes carry them: `<strategy>_token_logprobs` columns, labels/logprobs.py);
+                 the first strategy's also go to closed-book.jsonl, for a two-stage gate
 
 The sidecar records `strategies` (cost order), `unanswered` (treatment and prior map),
 `criterion`, the outcomes file or release folder with its sha256, and counts.
@@ -53,6 +56,15 @@ from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path
+from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
+from .outcome_columns import (
+    ID,
+    LOGPROBS,
+    QUESTION,
+    STRATEGY_SUFFIXES,
+    note_unread,
+    renamed,
+)
 from .outcomes import import_outcomes, match_rows, parse_bool
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
@@ -173,6 +185,7 @@ class Outcome:
     correct: dict[str, bool]
     prediction: dict[str, str] | None = None
     cost: dict[str, float] | None = None
+    logprobs: dict[str, list[float] | None] | None = None
 
 
 def strategy_row(
@@ -201,6 +214,8 @@ def strategy_row(
         row["cost"] = {s: o.cost[s] for s in strategies}
     if o.prediction:
         row["prediction"] = {s: p[:PREDICTION_CHARS] for s, p in o.prediction.items()}
+    if o.logprobs:
+        row[TOKEN_LOGPROBS] = {s: o.logprobs.get(s) for s in strategies}
     return row
 
 
@@ -261,15 +276,20 @@ def import_strategy_outcomes(
     criterion: str = DEFAULT_CRITERION,
     unanswered: str | None = None,
     neither_label: int | None = None,
+    fields: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A generic file with `<strategy>_correct` or `<strategy>_prediction` (and optionally
-    `<strategy>_cost`) columns per strategy -> the three label files in out_dir."""
+    `<strategy>_cost` and `<strategy>_token_logprobs`) columns per strategy -> the three label
+    files in out_dir. `fields`: field -> the file's column it is read from (`--outcome-field`)."""
     strategies = list(strategies)
     treat = parse_unanswered(unanswered, strategies)
-    rows = list(read_rows(str(path)))
+    rows = renamed(path, list(read_rows(str(path))), fields or {})
     if not rows:
         raise DataError("the outcomes file has no rows", path)
     check_columns(path, rows, strategies)
+    note_unread(
+        path, rows, [*ID, *QUESTION, *(s + x for s in strategies for x in STRATEGY_SUFFIXES)]
+    )
     matched, unmatched = match_rows(path, rows, questions, "generic")
     frequent = source_frequent_answers([q for q, _ in matched.values()])
     outcomes = [
@@ -286,6 +306,14 @@ def check_columns(path: str | Path, rows: list, strategies: Sequence[str]) -> No
     """Every strategy has a correctness or prediction column, and every such column is one of
     the strategies (a misspelt or forgotten --strategies name is caught here)."""
     columns = {c for _, row in rows for c in row}
+    whose = [c for c in (*LOGPROBS, MEAN_LOGPROB) if c in columns]
+    if whose:  # one answer's confidence among several answers: whose is it?
+        raise DataError(
+            f"column {whose[0]!r}: in outcomes of several strategies, name the strategy whose "
+            f"answer it is: {strategies[0]}_token_logprobs (e.g. --outcome-field "
+            f"{strategies[0]}_token_logprobs={whose[0]})",
+            path,
+        )
     found = {c.rsplit("_", 1)[0] for c in columns if c.endswith(("_correct", "_prediction"))}
     missing = [s for s in strategies if s not in found]
     extra = sorted(found - set(strategies) - {"rag", "closed", "is"})
@@ -323,7 +351,19 @@ def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
                 )
             recorded = correct(judge(str(prediction), q, frequent), criterion)
         ok[s] = recorded
-    return Outcome(q, ok, judged or None, _costs(row, strategies, path, n))
+    logprobs = {s: _logprobs(row, s, path, n) for s in strategies}
+    return Outcome(q, ok, judged or None, _costs(row, strategies, path, n),
+                   logprobs if any(v is not None for v in logprobs.values()) else None)  # fmt: skip
+
+
+def _logprobs(row: dict, strategy: str, path, n: int) -> list[float] | None:
+    """`<strategy>_token_logprobs`: its answer's log-probabilities (None: not recorded)."""
+    column = f"{strategy}_{TOKEN_LOGPROBS}"
+    tokens = parse_token_logprobs(row.get(column), path, n, column)
+    if tokens == [] and row.get(f"{strategy}_prediction") not in (None, ""):
+        raise DataError(f"column {column!r} is an empty list, but the row has an answer: "
+                        "record its tokens' log-probabilities, or leave the cell empty", path, n)  # fmt: skip
+    return rounded(tokens) or None
 
 
 def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, float] | None:
@@ -362,7 +402,8 @@ def _write_all(
     target = out_dir / STRATEGY_FILE
     _refuse_foreign(target)
     first, second = strategies[0], strategies[1]
-    binary = [(i, {"id": o.question.id, "correct": o.correct[first], "rag_correct": o.correct[second]})
+    binary = [(i, {"id": o.question.id, "correct": o.correct[first], "rag_correct": o.correct[second],
+                   TOKEN_LOGPROBS: (o.logprobs or {}).get(first)})
               for i, o in enumerate(outcomes, start=1)]  # fmt: skip
     questions = [o.question for o in outcomes]
     result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,

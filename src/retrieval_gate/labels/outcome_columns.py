@@ -1,0 +1,92 @@
+"""The columns of an outcomes file: the names each outcome field is read from, and
+`--outcome-field FIELD=COLUMN`, which reads a field from a column the user's own tool named
+otherwise (`prediction=model_answer`, `id=question_id`). Renaming happens once, as the rows are
+read, so every importer (one answer, several strategies) sees the project's names only."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
+from ..errors import DataError, InputError
+
+log = logging.getLogger(__name__)
+
+# field -> the columns tried, first non-empty wins. `logprobs` is the OpenAI-compatible reply's
+# own name for the answer's log-probabilities (its object or content list, saved as is).
+ID = ("id",)
+QUESTION = ("question", "text")
+CORRECT = ("correct", "is_correct", "closed_correct")
+PREDICTION = ("prediction", "closed_prediction", "response", "answer_given")
+RAG_CORRECT = ("rag_correct",)
+RAG_PREDICTION = ("rag_prediction",)
+LOGPROBS = (TOKEN_LOGPROBS, "logprobs")
+FIELDS: dict[str, tuple[str, ...]] = {
+    "id": ID, "question": QUESTION, "correct": CORRECT, "prediction": PREDICTION,
+    "rag_correct": RAG_CORRECT, "rag_prediction": RAG_PREDICTION, TOKEN_LOGPROBS: LOGPROBS,
+    MEAN_LOGPROB: (MEAN_LOGPROB,),
+}  # fmt: skip
+# per strategy of a several-strategy file: <name>_correct, <name>_prediction, ...
+STRATEGY_SUFFIXES = ("_correct", "_prediction", "_cost", f"_{TOKEN_LOGPROBS}")
+
+
+def parse_outcome_fields(items: Iterable[str] | None) -> dict[str, str]:
+    """`["prediction=model_answer", "id=qid"]` -> {"prediction": "model_answer", "id": "qid"}."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        field, sep, column = (s.strip() for s in item.partition("="))
+        known = field in FIELDS or (field.endswith(STRATEGY_SUFFIXES) and "_" in field[1:])
+        if not sep or not column or not known:
+            raise InputError(
+                f"--outcome-field {item!r}: expected FIELD=COLUMN with FIELD one of "
+                f"{', '.join(FIELDS)}, or a strategy's <name>"
+                f"{', <name>'.join(STRATEGY_SUFFIXES)} (e.g. --outcome-field "
+                "prediction=model_answer)"
+            )
+        if field in out and out[field] != column:
+            raise InputError(f"--outcome-field names two columns for {field}: {out[field]} "
+                             f"and {column}; keep one")  # fmt: skip
+        out[field] = column
+    return out
+
+
+def renamed(
+    path: str | Path, rows: list[tuple[int, dict[str, Any]]], fields: dict[str, str]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Rows with each mapped column read under its field's name; a column the file lacks is
+    refused, listing the file's columns. The field's own columns, if the file has them too,
+    are set aside: the mapping says which holds the outcome."""
+    if not fields:
+        return rows
+    seen = columns(rows)
+    for field, column in fields.items():
+        if column not in seen:
+            raise DataError(f"--outcome-field {field}={column}: no column {column!r}; columns: "
+                            f"{', '.join(sorted(seen))}", path)  # fmt: skip
+    aside = {*fields, *fields.values(), *(c for f in fields for c in FIELDS.get(f, ()))}
+
+    def rename(row: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in row.items() if k not in aside}
+        return {**kept, **{f: row.get(c) for f, c in fields.items()}}
+
+    return [(n, rename(row)) for n, row in rows]
+
+
+def columns(rows: Sequence[tuple[int, dict[str, Any]]]) -> set[str]:
+    return {c for _, row in rows for c in row} - {"_line"}  # _line: where a matched row was
+
+
+def listed(rows: Sequence[tuple[int, dict[str, Any]]]) -> str:
+    return ", ".join(sorted(columns(rows))) or "none"
+
+
+def note_unread(path: str | Path, rows: Sequence[tuple[int, dict]], read: Iterable[str]) -> None:
+    """Says which columns no field read: a column named otherwise than the project expects
+    (`model_answer`, `conf`) is otherwise silently not there."""
+    unread = sorted(columns(rows) - set(read))
+    if unread:
+        log.info("%s: columns not read as outcomes: %s (read one as a field with "
+                 "--outcome-field FIELD=COLUMN)", path, ", ".join(unread))  # fmt: skip

@@ -1,0 +1,135 @@
+"""Outcomes files as users' own tools name their columns: `--outcome-field FIELD=COLUMN` reads
+a field from another column (one answer, or several strategies), an OpenAI-style `logprobs`
+column is the answer's log-probabilities, columns no field reads are said, and a file that
+names no id or outcome is refused with its columns and the flag that fixes it. A strategies
+file's answer log-probabilities reach strategies.jsonl and, for the first strategy, the
+closed-book labels a two-stage gate trains on."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from release_layout import write_release
+from retrieval_gate.cli import main
+from retrieval_gate.labels.label_files import LabelFile
+from user_files import QUESTIONS, write_jsonl
+
+
+def _label(tmp_path: Path, outcomes: Path, *extra: str) -> int:
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    return main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(qs), "--generator", "my-llm", "--labels-dir", str(tmp_path / "labels"),
+                 *extra])  # fmt: skip
+
+
+def _rows(tmp_path: Path, name: str = "closed-book.jsonl") -> dict:
+    return LabelFile(tmp_path / "labels" / "my-llm" / name).rows
+
+
+MINE = [  # a harness's own names: none is one the project reads by default
+    {"qid": "m1", "model_answer": "William Shakespeare", "conf": [-0.1, -0.2], "ok": 1},
+    {"qid": "m2", "model_answer": "Lyon", "conf": [-2.0], "ok": 0},
+    {"qid": "m3", "model_answer": "no idea", "conf": None, "ok": 0},
+]
+
+
+def test_outcome_fields_read_a_harness_own_columns(tmp_path, caplog):
+    path = write_jsonl(tmp_path / "mine.jsonl", MINE)
+    caplog.set_level(logging.INFO)
+    code = _label(tmp_path, path, "--outcome-field", "id=qid", "prediction=model_answer",
+                  "token_logprobs=conf")  # fmt: skip
+    assert code == 0
+    rows = _rows(tmp_path)
+    # judged from the mapped answers: m1 right, m2 and m3 wrong
+    assert [rows[i]["label"] for i in ("m1", "m2", "m3")] == [0, 1, 1]
+    assert rows["m1"]["prediction"] == "William Shakespeare"
+    assert rows["m2"]["token_logprobs"] == [-2.0] and "token_logprobs" not in rows["m3"]
+    assert "columns not read as outcomes: ok" in caplog.text  # said, not silently dropped
+
+
+def test_a_mapped_correctness_column_wins_over_the_default_one(tmp_path):
+    path = write_jsonl(tmp_path / "mine.jsonl", [{**r, "correct": 1} for r in MINE])
+    assert _label(tmp_path, path, "--outcome-field", "id=qid", "correct=ok") == 0
+    assert [_rows(tmp_path)[i]["label"] for i in ("m1", "m2", "m3")] == [0, 1, 1]
+
+
+def test_an_openai_logprobs_column_is_the_answers_log_probabilities(tmp_path):
+    rows = [{"id": "m1", "correct": True, "logprobs": {"content": [
+        {"token": "William", "logprob": -0.5}, {"token": " Shakespeare", "logprob": 0.0}]}}]  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows)) == 0
+    assert _rows(tmp_path)["m1"]["token_logprobs"] == [-0.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "flags", "message"),
+    [
+        (MINE, [], "outcome row has neither an 'id' nor a 'question' column (its columns: conf, "
+         "model_answer, ok, qid); name yours with --outcome-field id=COLUMN"),
+        ([{"id": "m1", "model_answer": "x"}], [], "no correctness (correct / is_correct / "
+         "closed_correct) and no prediction (prediction / closed_prediction / response / "
+         "answer_given) column (its columns: id, model_answer); name yours with --outcome-field "
+         "correct=COLUMN or --outcome-field prediction=COLUMN"),
+        (MINE, ["--outcome-field", "id=question_id"],
+         "--outcome-field id=question_id: no column 'question_id'; columns: conf, model_answer, "
+         "ok, qid"),
+        (MINE, ["--outcome-field", "prediction"], "--outcome-field 'prediction': expected "
+         "FIELD=COLUMN"),
+        (MINE, ["--outcome-field", "answer=model_answer"], "FIELD one of id, question, correct"),
+        (MINE, ["--outcome-field", "id=qid", "id=ok"], "two columns for id: qid and ok"),
+        ([{"id": 7, "correct": 1}], [], "outcome ids read like 7, question ids like 'm1'"),
+    ],
+)  # fmt: skip
+def test_columns_that_name_no_outcome_are_refused_with_the_fix(tmp_path, capsys, rows, flags,
+                                                                message):  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows), *flags) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "labels").exists()
+
+
+def _strategies(tmp_path: Path, header: str, *lines: str, flags: tuple[str, ...] = ()) -> int:
+    path = tmp_path / "outcomes.csv"
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return _label(tmp_path, path, "--strategies", "none", "one", *flags)
+
+
+def test_strategy_log_probabilities_reach_both_label_files(tmp_path):
+    code = _strategies(
+        tmp_path,
+        "id,none_correct,one_correct,none_token_logprobs,one_token_logprobs",
+        'm1,1,1,"[-0.1, -0.3]","[-0.05]"',
+        'm2,0,1,"[-2.0]",',
+        "m3,0,0,,",
+    )
+    assert code == 0
+    strategies = _rows(tmp_path, "strategies.jsonl")
+    assert strategies["m1"]["token_logprobs"] == {"none": [-0.1, -0.3], "one": [-0.05]}
+    assert strategies["m2"]["token_logprobs"] == {"none": [-2.0], "one": None}
+    assert "token_logprobs" not in strategies["m3"]
+    closed = _rows(tmp_path)  # the first strategy's answer: what a two-stage gate reads
+    assert closed["m1"]["token_logprobs"] == [-0.1, -0.3] and closed["m1"]["label"] == 0
+    assert closed["m2"]["mean_logprob"] == -2.0 and closed["m3"]["mean_logprob"] is None
+
+
+def test_a_strategies_file_names_whose_answer_its_log_probabilities_are(tmp_path, capsys):
+    header = "id,none_correct,one_correct,token_logprobs"
+    assert _strategies(tmp_path, header, 'm1,1,1,"[-0.1]"') == 2
+    assert ("column 'token_logprobs': in outcomes of several strategies, name the strategy whose "
+            "answer it is: none_token_logprobs (e.g. --outcome-field "
+            "none_token_logprobs=token_logprobs)") in capsys.readouterr().err  # fmt: skip
+    assert not (tmp_path / "labels").exists()
+    fix = ("--outcome-field", "none_token_logprobs=token_logprobs", "none_correct=hit")
+    header = "id,hit,one_correct,token_logprobs"
+    assert _strategies(tmp_path, header, 'm1,1,1,"[-0.1]"', flags=fix) == 0
+    assert _rows(tmp_path)["m1"]["token_logprobs"] == [-0.1]
+
+
+def test_a_release_folder_takes_no_outcome_fields(tmp_path, capsys):
+    root = write_release(tmp_path / "rel")
+    code = main(["label", "--policy", "outcomes", "--outcomes", str(root), "--labels-dir",
+                 str(tmp_path / "labels"), "--outcome-field", "id=qid"])  # fmt: skip
+    assert code == 2
+    assert "a release folder's files have their own, fixed ones" in capsys.readouterr().err
+    assert not (tmp_path / "labels").exists()
