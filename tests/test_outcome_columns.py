@@ -14,6 +14,7 @@ import pytest
 
 from release_layout import write_release
 from retrieval_gate.cli import main
+from retrieval_gate.errors import DataError
 from retrieval_gate.labels.label_files import LabelFile
 from user_files import QUESTIONS, write_jsonl
 
@@ -133,3 +134,22 @@ def test_a_release_folder_takes_no_outcome_fields(tmp_path, capsys):
     assert code == 2
     assert "a release folder's files have their own, fixed ones" in capsys.readouterr().err
     assert not (tmp_path / "labels").exists()
+
+
+def test_a_question_file_reads_answer_log_probabilities_under_other_names(tmp_path):
+    """`score --questions` and training read a question's answer confidence from its extras:
+    an OpenAI-style `logprobs` column, or any column named with --field, lands there; an empty
+    cell stays "no answer" (the key present), so a label file's values never fill it in."""
+    from retrieval_gate.data.user_questions import read_questions
+
+    path = tmp_path / "new.csv"
+    path.write_text(
+        'question,logprobs,conf\nWho wrote Hamlet?,"[-0.5, 0.0]",-1\nWhere is Oslo?,,\n'
+    )
+    hamlet, oslo = read_questions(str(path))
+    assert hamlet.extra["token_logprobs"] == [-0.5, 0.0] and "logprobs" not in hamlet.extra
+    assert "token_logprobs" in oslo.extra and oslo.extra["token_logprobs"] is None
+    hamlet, _ = read_questions(str(path), {"mean_logprob": "conf"})
+    assert hamlet.extra["mean_logprob"] == -1.0 and "conf" not in hamlet.extra
+    with pytest.raises(DataError, match="line 2: column 'token_logprobs': -1 is not a list"):
+        read_questions(str(path), {"token_logprobs": "conf"})  # read, and checked, as the field

@@ -160,12 +160,19 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     # a file whose log-probability column is named otherwise: every score question-only, said
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text("".join(json.dumps({"question": q.text, "popularity":
-                                           q.extra["popularity"], "logprobs": [-0.1]}) + "\n"
+                                           q.extra["popularity"], "conf": [-0.1]}) + "\n"
                                for q in test[:3]))  # fmt: skip
     capsys.readouterr()
     assert main(["score", "--model", str(export), "--questions", str(renamed)]) == 0
+    said = capsys.readouterr()
     assert "none of the 3 questions has a token_logprobs (or mean_logprob) value: every score " \
-           "is the question-only score" in capsys.readouterr().err  # fmt: skip
+           "is the question-only score" in said.err and "--field token_logprobs=COLUMN" in said.err  # fmt: skip
+    alone = [json.loads(line)["score"] for line in said.out.splitlines()]
+    fields = ["--field", "token_logprobs=conf"]
+    assert main(["score", "--model", str(export), "--questions", str(renamed), *fields]) == 0
+    said = capsys.readouterr()
+    assert "none of the 3" not in said.err  # read under the name given: the answer level scores
+    assert not np.allclose(alone, [json.loads(line)["score"] for line in said.out.splitlines()])
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,8 @@ def check_router_budget(artifact: Artifact, budget: float | None) -> None:
 
 def _say_answers_read(gate: Any, questions: list) -> None:
     """A two-stage gate scores a question without its answer's log-probabilities on the text
-    alone: say how many had them (a column named otherwise than token_logprobs gives none)."""
+    alone: say how many had them (a column named otherwise than token_logprobs or logprobs, and
+    not given by --field, gives none)."""
     from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
     from ..gates.base import reads_answers
 
@@ -80,7 +81,8 @@ def _say_answers_read(gate: Any, questions: list) -> None:
     if given == 0:
         log.warning(f"none of the {len(questions)} questions has a {TOKEN_LOGPROBS} (or "
                     f"{MEAN_LOGPROB}) value: every score is the question-only score of this "
-                    f"two-stage gate; name the column {TOKEN_LOGPROBS} to read the answers")  # fmt: skip
+                    f"two-stage gate; to read the answers, name their column with --field "
+                    f"{TOKEN_LOGPROBS}=COLUMN")  # fmt: skip
     elif given < len(questions):
         log.info(f"{given} of {len(questions)} questions came with their answer's "
                  "log-probabilities; the others got the question-only score")  # fmt: skip

@@ -53,7 +53,12 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "s_pop": ("s_pop",),
     "o_pop": ("o_pop",),
     "date": ("date",),
+    # the question's closed-book answer's confidence (a two-stage gate's input), kept in
+    # `extra`; `logprobs` is an OpenAI-compatible reply's own name for it
+    TOKEN_LOGPROBS: (TOKEN_LOGPROBS, "logprobs"),
+    MEAN_LOGPROB: (MEAN_LOGPROB,),
 }
+ANSWER_FIELDS = (TOKEN_LOGPROBS, MEAN_LOGPROB)
 FIELD_ALIASES = {"question": "text", "answer": "answers"}
 FORMATS = (*JSONL_SUFFIXES, ".json", *CSV_DELIMITERS, ".parquet", ".txt")
 
@@ -333,8 +338,19 @@ def _question(
         s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
         o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
         date=_str_or_none(get("date")),
-        extra=_answer_columns({k: v for k, v in row.items() if k not in used}, spec, n),
+        extra=_answer_columns(_extra(row, columns, used), spec, n),
     )
+
+
+def _extra(row: dict[str, Any], columns: dict[str, tuple[str, ...]], used: set[str]) -> dict:
+    """The columns no Question field took, and the answer's confidence under its field's name
+    wherever the row has one of its columns (an empty cell too: "no answer", which a label
+    file's log-probabilities must not fill in)."""
+    extra = {k: v for k, v in row.items() if k not in used}
+    for f in ANSWER_FIELDS:
+        if any(c in row for c in columns[f]):
+            extra[f] = next((row[c] for c in columns[f] if row.get(c) not in (None, "")), None)
+    return extra
 
 
 def _answer_columns(extra: dict[str, Any], spec: str, n: int) -> dict[str, Any]:
