@@ -407,7 +407,7 @@ def test_train_refuses_labels_that_do_not_fit_their_questions_before_lightning(t
                           capture_output=True, text=True, cwd=Path(__file__).parents[1])  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "none of the 40 label ids is a known question id" in done.stderr
-    assert "the train split has no labelled questions" in done.stderr
+    assert "the train split has no labelled questions (labelled: train 0, dev " in done.stderr
     assert "label=2: a label is 1 (needs retrieval), 0 (does not)" in done.stderr
     # it trained a constant and reported test AUROC 0.0 (the stacked head refused it)
     assert "every training question has label 1: a gate needs both kinds" in done.stderr

@@ -133,9 +133,12 @@ def check_splits(rows: dict[str, list], path: Path | None) -> None:
     constant and reports an AUROC of 0 (a router's correctness rows may be constant)."""
     for split, part in rows.items():
         if not part:
+            counts = ", ".join(f"{s} {len(p)}" for s, p in rows.items())
             raise DataError(
-                f"the {split} split has no labelled questions: label questions of every split "
-                "(a question file's own `split` column, else the canonical split)",
+                f"the {split} split has no labelled questions (labelled: {counts}): label "
+                "questions of every split: a question file's own `split` column, else the "
+                "seeded 70/15/15 split of its questions, which needs about 20 questions or more "
+                "for each split to get some",
                 path,
             )
     classes = {int(row[-1]) for row in rows["train"] if isinstance(row[-1], Integral)}
