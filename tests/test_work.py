@@ -27,7 +27,12 @@ def test_add_snapshot_summary():
     assert snap["llm_calls_computed"] == 2 and snap["prefill_tokens_cached"] == 50
     line = work.summary()
     assert "5 LLM calls (3 cached)" in line and "100 computed / 50 cached" in line
-    assert "training 10 examples" in line
+    assert "training 10 examples (0 tokens)" in line
+    work.reset()
+    work.add(questions_scored=1, train_examples=1, train_tokens=1)
+    assert (
+        work.summary() == "work: training 1 example (1 token); 1 question scored by a learned gate"
+    )
     with pytest.raises(AttributeError):
         work.add(no_such_counter=1)
 

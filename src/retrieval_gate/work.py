@@ -70,10 +70,18 @@ def summary(work: dict[str, int] | None = None) -> str:
             f"decode tokens {w['decode_tokens_computed']:,} / {w['decode_tokens_cached']:,}"
         )
     if w["train_examples"]:
-        parts.append(f"training {w['train_examples']:,} examples ({w['train_tokens']:,} tokens)")
+        examples, tokens = (
+            _count(w["train_examples"], "example"),
+            _count(w["train_tokens"], "token"),
+        )
+        parts.append(f"training {examples} ({tokens})")
     if w["questions_scored"]:
-        parts.append(f"{w['questions_scored']:,} questions scored by a learned gate")
+        parts.append(f"{_count(w['questions_scored'], 'question')} scored by a learned gate")
     return "work: " + ("; ".join(parts) if parts else "none counted")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _write_at_exit() -> None:
