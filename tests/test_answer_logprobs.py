@@ -254,3 +254,20 @@ def test_the_generation_cache_passes_logprobs_to_a_prompt_by_prompt_generator(tm
     assert g.token_logprobs == [-0.25, 0.0, -1.0]
     (plain,) = gen.try_generate(["q"], 8)  # not asked: a different cache entry, none given
     assert plain.token_logprobs is None
+
+
+def test_vllm_positions_read_as_the_generated_tokens_log_probabilities():
+    """vLLM returns each position as {token_id: Logprob}: with logprobs=0 the generated token
+    alone (read, as the object or as its JSON), with logprobs=N also N candidates, unmarked
+    (refused with the line that records the generated ones)."""
+    from vllm.logprobs import Logprob
+
+    objects = [{17: Logprob(logprob=-0.25, rank=1, decoded_token="Paris")},
+               {4: Logprob(logprob=0.0, rank=1, decoded_token=".")}]  # fmt: skip
+    assert parse_token_logprobs(objects) == [-0.25, 0.0]
+    saved = json.dumps([{str(t): vars(lp) for t, lp in pos.items()} for pos in objects])
+    assert parse_token_logprobs(saved, "out.jsonl", 4) == [-0.25, 0.0]
+    top2 = [{17: Logprob(-0.25, 1, "Paris"), 9: Logprob(-1.6, 2, "Lyon")}]
+    with pytest.raises(DataError, match=r"line 4: column 'token_logprobs', token 1: holds 2 "
+                       r"candidate tokens' .*zip\(out.token_ids, out.logprobs\)"):  # fmt: skip
+        parse_token_logprobs(top2, "out.jsonl", 4)

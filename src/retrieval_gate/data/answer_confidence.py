@@ -96,10 +96,11 @@ def parse_token_logprobs(
             path,
             line,
         )
-    return [
-        _number(_entry(v), f"column {column!r}, token {k + 1}:", path, line)
-        for k, v in enumerate(value)
-    ]
+    out = []
+    for k, v in enumerate(value):
+        where = f"column {column!r}, token {k + 1}:"
+        out.append(_number(_entry(v, where, path, line), where, path, line))
+    return out
 
 
 def _openai_logprobs(value: Any) -> Any:
@@ -114,10 +115,33 @@ def _openai_logprobs(value: Any) -> Any:
     return value
 
 
-def _entry(v: Any) -> Any:
-    """A chat token entry (`{"token": "Paris", "logprob": -0.02, ...}`) read as its logprob."""
+def _entry(v: Any, where: str, path: str | Path | None, line: int | None) -> Any:
+    """A chat token entry (`{"token": "Paris", "logprob": -0.02, ...}`) read as its logprob;
+    so is a vLLM position (`{token_id: Logprob}`, or its JSON `{"123": {"logprob": ...}}`)
+    holding the sampled token alone, as `SamplingParams(logprobs=0)` returns it."""
     v = _plain(v)
-    return v["logprob"] if isinstance(v, dict) and "logprob" in v else v
+    if isinstance(v, dict) and "logprob" in v:
+        return v["logprob"]
+    candidates = [_logprob_of(c) for c in v.values()] if isinstance(v, dict) else []
+    if not candidates or None in candidates:
+        return v
+    if len(candidates) > 1:  # vLLM's logprobs=N: the top N and the sampled token, unmarked
+        raise DataError(
+            f"{where} holds {len(candidates)} candidate tokens' log-probabilities (vLLM's "
+            "SamplingParams(logprobs=N)), not which one was generated: record the generated "
+            "tokens' only, [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)], or "
+            "generate with logprobs=0",
+            path,
+            line,
+        )
+    return candidates[0]
+
+
+def _logprob_of(candidate: Any) -> Any:
+    """vLLM's `Logprob` object, or its JSON dict: its logprob (None: not such a thing)."""
+    if isinstance(candidate, dict):
+        return candidate.get("logprob")
+    return getattr(candidate, "logprob", None)
 
 
 def _plain(value: Any) -> Any:
