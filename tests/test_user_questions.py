@@ -144,6 +144,11 @@ def test_duplicates(tmp_path, caplog):
         ("cells.csv", "question,answers\nWho?,a,b\n", "line 2: row has 3 cells"),
         ("q.xml", "<q>Who?</q>\n", "unknown file format '.xml'"),
         (
+            "q.jsonl.gz",
+            b"\x1f\x8b\x08\x00",
+            r"decompress it first \(gunzip q.jsonl.gz\) and pass q.jsonl",
+        ),
+        (
             "semi.csv",
             "id;question\n1;Who?\n",
             "line 1: the header is one cell 'id;question'.*"

@@ -61,6 +61,8 @@ DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
 ANSWER_FIELDS = (TOKEN_LOGPROBS, MEAN_LOGPROB)
 FIELD_ALIASES = {"question": "text", "answer": "answers"}
 FORMATS = (*JSONL_SUFFIXES, ".json", *CSV_DELIMITERS, ".parquet", ".txt")
+COMPRESSED = {".gz": "gunzip", ".bz2": "bunzip2", ".xz": "unxz", ".zst": "unzstd",
+              ".zip": "unzip"}  # fmt: skip
 
 Row = tuple[int, dict[str, Any]]
 
@@ -142,6 +144,9 @@ def read_rows(spec: str) -> Iterator[Row]:
             spec,
         )
     suffix = path.suffix.lower()
+    if suffix in COMPRESSED:
+        raise DataError(f"a compressed file: decompress it first ({COMPRESSED[suffix]} "
+                        f"{path.name}) and pass {path.stem}", path)  # fmt: skip
     if suffix not in FORMATS:
         raise DataError(
             f"unknown file format {suffix or '(no extension)'!r}; use "
