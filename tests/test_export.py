@@ -23,6 +23,7 @@ from retrieval_gate.gates.learned import LearnedGate
 from retrieval_gate.gates.onnx import CPU, CUDA, OnnxGate, select_providers
 from retrieval_gate.gates.onnx_format import REQUIRED, VARIANTS
 from retrieval_gate.models import minilm_path
+from retrieval_gate.questions import Question
 from retrieval_gate.training import save_threshold, train
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
@@ -202,6 +203,11 @@ def test_onnx_without_metadata_is_refused(exports, tmp_path):
         OnnxGate(bare)
     with pytest.raises(DataError, match="no fp16 model"):
         OnnxGate(export_dir, "fp16")
+    for damaged in ("garbage", "{}"):  # cut short or emptied: named, never a traceback
+        cut = Path(shutil.copytree(export_dir, tmp_path / f"cut{len(damaged)}"))
+        (cut / "tokenizer.json").write_text(damaged)
+        with pytest.raises(DataError, match="tokenizer.json: not a readable tokenizer file"):
+            OnnxGate(cut).scores([Question(id="q", text="Who?", answers=(), source="s")])
 
 
 def test_provider_selection():

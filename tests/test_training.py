@@ -148,6 +148,11 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
     (corrupt / "gate.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(DataError, match="corrupt or unreadable"):
         load_run(corrupt)
+    for damaged in ("garbage", "{}"):  # a tokenizer cut short or emptied: named, not a KeyError
+        cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"cut{len(damaged)}"))
+        (cut / "tokenizer" / "tokenizer.json").write_text(damaged)
+        with pytest.raises(DataError, match="the run's tokenizer/ is damaged or incomplete"):
+            load_run(cut)
 
     # t5 weights under a roberta config: the architecture does not match the weights
     mismatched = Path(shutil.copytree(trained["roberta-full"], tmp_path / "mismatched"))

@@ -155,7 +155,11 @@ class OnnxGate(EncoderGate):
         path = self.export_dir / "tokenizer.json"
         if not path.is_file():
             raise DataError("export has no tokenizer.json (re-export the checkpoint)", path)
-        tok = Tokenizer.from_file(str(path))
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
+            raise DataError(f"not a readable tokenizer file ({str(e).splitlines()[0]}); "
+                            "re-export the run (`retrieval-gate export --run RUN`)", path) from None  # fmt: skip
         tok.enable_truncation(self.max_length)
         tok.no_padding()  # padding is done per length bucket (EncoderGate.score_texts)
         return tok

@@ -154,7 +154,20 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
             f"gate.pt does not match config.yaml/backbone ({str(e).splitlines()[0]})", run_dir
         ) from None
     module.threshold = float(meta.get("threshold", 0.5))
-    return module.eval(), load_tokenizer(run_dir / "tokenizer"), meta
+    return module.eval(), _run_tokenizer(run_dir), meta
+
+
+def _run_tokenizer(run_dir: Path) -> Any:
+    """The tokenizer the run saved; damaged files are named, not a JSON traceback."""
+    try:
+        return load_tokenizer(run_dir / "tokenizer")
+    except Exception as e:  # noqa: BLE001  (cut short: JSONDecodeError; emptied: KeyError; ...)
+        raise DataError(f"the run's tokenizer/ is damaged or incomplete ({_first_line(e)}"
+                        "); re-train the run (`retrieval-gate train`)", run_dir) from None  # fmt: skip
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
 
 
 def _check_keys(module: RetrievalGateModule, state: dict[str, Any], run_dir: Path) -> None:
