@@ -153,6 +153,12 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
         (cut / "tokenizer" / "tokenizer.json").write_text(damaged)
         with pytest.raises(DataError, match="the run's tokenizer/ is damaged or incomplete"):
             load_run(cut)
+    # config.yaml emptied or overwritten: refused, never read as the default config
+    for damaged, lacking in (("garbage", "run"), ("", "run"), ("run: {}\ndata: {}\n", "model")):
+        cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"config{len(damaged)}"))
+        (cut / "config.yaml").write_text(damaged)
+        with pytest.raises(ConfigError, match=f"no '{lacking}' section.*the file is damaged"):
+            load_run(cut)
 
     # t5 weights under a roberta config: the architecture does not match the weights
     mismatched = Path(shutil.copytree(trained["roberta-full"], tmp_path / "mismatched"))

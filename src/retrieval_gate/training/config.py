@@ -588,9 +588,14 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any] | None]:
     """A run folder's config.yaml and, for runs trained before the side features' scaling
     moved to metadata.json, the `model.side_features` it stored."""
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
+    # train writes the whole config: anything less is a damaged file, not "all defaults"
+    lacking = [k for k in ("run", "data", "model") if not isinstance(raw, dict) or k not in raw]
+    if lacking:
+        raise ConfigError(f"not the whole config a run's training writes (no {lacking[0]!r} "
+                          "section): the file is damaged; re-train the run", path)  # fmt: skip
     model = dict(raw.get("model") or {})
     side = model.pop("side_features", None)
     try:
