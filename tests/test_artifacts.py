@@ -97,6 +97,7 @@ def _gate(t: Path) -> Path:
 
 MANIFEST_CASES = {  # name -> (folder, manifest changes, what the error names)
     "format-unknown": (_gate, {"format": "retrieval-gate-artifact/9"}, "'format'", "upgrade"),
+    "format-missing": (_gate, {"format": ...}, "missing field 'format': the manifest is damaged"),
     "kind-unknown": (_gate, {"kind": "model"}, "'kind'"),
     "kind-contradicts-files": (_gate, {"kind": "run"}, "'kind'", "an export"),
     "task-missing": (_gate, {"task": ...}, "missing field 'task'"),

@@ -83,6 +83,9 @@ class Manifest:
         if not isinstance(d, dict):
             raise DataError("manifest must be a JSON object; re-train or re-export", path)
         field = _Fields(d, path)
+        if "format" not in d:  # every manifest has one: without it the file is damaged
+            raise DataError("missing field 'format': the manifest is damaged; re-train or "
+                            "re-export", path)  # fmt: skip
         fmt = field.choice("format", READABLE_FORMATS, "upgrade retrieval-gate")
         kind = field.choice("kind", tuple(KINDS), "re-train or re-export")
         fix = FIX[kind]
