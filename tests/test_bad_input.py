@@ -505,3 +505,25 @@ def test_transfer_finds_its_default_learned_config_from_any_folder(tmp_path, mon
     # tune --objective hparams had the same relative default (configs/backbones/minilm-lora.yaml)
     args = build_parser(["tune"]).parse_args(["tune", "--gate", "learned", "--labels", "x.jsonl"])
     assert find_config(args.config) == CHECKOUT_CONFIGS / "backbones" / "minilm-lora.yaml"
+
+
+@pytest.mark.parametrize("damaged", ["garbage", "", '{"policy": "clos'])
+def test_train_names_a_damaged_label_provenance_file(tmp_path, capsys, damaged):
+    """A label file's .meta.json cut short or overwritten: named, with the command that remakes
+    it, where `train` stopped with a JSONDecodeError (exit 1, 'a bug')."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    outcomes = write_jsonl(tmp_path / "o.jsonl", [{"id": q["id"], "correct": i % 2}
+                                                  for i, q in enumerate(QUESTIONS)])  # fmt: skip
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(qs), "--generator", "g", "--labels-dir", str(tmp_path / "l")]) == 0  # fmt: skip
+    (tmp_path / "l" / "g" / "closed-book.meta.json").write_text(damaged)
+    capsys.readouterr()
+    code = main(["train", "--config", "minilm-stacked-closed-book", "--set", f"data.questions={qs}",
+                 f"data.label_file={tmp_path / 'l' / 'g' / 'closed-book.jsonl'}",
+                 f"run.output_dir={tmp_path / 'runs'}"])  # fmt: skip
+    assert code == 2
+    assert "closed-book.meta.json: provenance file is not valid JSON (damaged: re-run the " \
+           "`label` command" in capsys.readouterr().err  # fmt: skip
+    assert not (tmp_path / "runs").exists()

@@ -31,6 +31,18 @@ LABELS_ENV = "RETRIEVAL_GATE_LABELS"
 LABELS_DIR = Path(os.environ.get(LABELS_ENV) or Path.cwd() / "data" / "labels")
 
 
+def read_meta(mp: Path) -> dict[str, Any]:
+    """A label file's provenance (its `.meta.json`), refused by name when damaged."""
+    try:
+        meta = json.loads(mp.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DataError("provenance file is not valid JSON (damaged: re-run the `label` "
+                        "command that wrote it)", mp) from None  # fmt: skip
+    if not isinstance(meta, dict):
+        raise DataError("provenance file must hold a JSON object", mp)
+    return meta
+
+
 def meta_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
 
@@ -114,13 +126,7 @@ class LabelFile:
         mp = meta_path(self.path)
         if not mp.exists():
             raise DataError(f"label file has no provenance file {mp.name} beside it", self.path)
-        try:
-            meta = json.loads(mp.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise DataError("provenance file is not valid JSON", mp) from None
-        if not isinstance(meta, dict):
-            raise DataError("provenance file must hold a JSON object", mp)
-        return meta
+        return read_meta(mp)
 
     def require_ours(self) -> None:
         """Writers change only files a label run made: an existing non-empty file without

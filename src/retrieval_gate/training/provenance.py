@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..fileio import sha256_file
-from ..labels.label_files import meta_path
+from ..labels.label_files import meta_path, read_meta
 
 
 def label_provenance(label_file: Path) -> dict[str, Any]:
@@ -18,5 +17,5 @@ def label_provenance(label_file: Path) -> dict[str, Any]:
         "path": str(label_file),
         "sha256": sha256_file(label_file),
         "rows_in_file": lines,
-        "meta": json.loads(mp.read_text()) if mp.is_file() else None,
+        "meta": read_meta(mp) if mp.is_file() else None,
     }
