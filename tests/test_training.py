@@ -350,6 +350,11 @@ def test_config_values_are_typed_and_names_plain():
     # a feature named twice trained on two copies of it, silently
     with pytest.raises(ConfigError, match="data.features names 'views' twice"):
         load_config(None, ["data.label_file=x", "data.features=[views, s_pop, views]"])
+    # a text field, or the answer's confidence: no number to scale; each named with its reader
+    with pytest.raises(ConfigError, match="'question': a field of the question read as text"):
+        load_config(None, ["data.label_file=x", "data.features=[views, question]"])
+    with pytest.raises(ConfigError, match="'token_logprobs': .*--config cascade-closed-book"):
+        load_config(None, ["data.label_file=x", "data.features=[token_logprobs]"])
     with pytest.raises(ConfigError, match="model.lr='abc': expected a number"):
         load_config(None, ["data.label_file=x", "model.lr=abc"])
     with pytest.raises(ConfigError, match="expected an integer"):

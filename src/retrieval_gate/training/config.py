@@ -235,10 +235,23 @@ class DataConfig(_Checked):
                 raise ConfigError(f"data.{key}={getattr(self, key)}: expected a positive integer")
         if repeated := first_repeated(self.features or ()):  # it trained on two copies
             raise ConfigError(f"data.features names {repeated!r} twice; name each column once")
+        for name in self.features or ():
+            if name in NOT_FEATURES:
+                raise ConfigError(f"data.features names {name!r}: {NOT_FEATURES[name]}; "
+                                  "data.features lists numeric columns (e.g. views, s_pop)")  # fmt: skip
 
     @property
     def task_spec(self) -> Task:
         return TASKS[self.task]
+
+
+_TEXT = "a field of the question read as text (the gate reads the question already)"
+_ANSWER = ("the answer's confidence, which a two-stage gate reads (--config cascade-closed-book, "
+           "model.answer_confidence: true)")  # fmt: skip
+# names a user may list as side features that are no number a question has
+NOT_FEATURES = {**dict.fromkeys(("id", "question", "text", "answers", "answer", "source", "split",
+                                 "relation", "entity", "date"), _TEXT),
+                **dict.fromkeys(("token_logprobs", "logprobs", "mean_logprob"), _ANSWER)}  # fmt: skip
 
 
 @dataclass(frozen=True)
