@@ -320,3 +320,25 @@ def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path
                     dict(multi_step=MultiStepConfig(max_steps=3)), dict(generator="other-llm")):  # fmt: skip
         with pytest.raises(DataError, match="resuming would mix rows"):
             label_strategies(request(**changed), no_engine, ContextRetriever())
+
+
+def test_a_release_of_several_llms_names_the_flag_and_reads_the_llm_as_users_spell_it(
+    tmp_path, capsys
+):
+    root = write_release(tmp_path / "rel", llm="flan_t5_xl")
+    write_release(root, llm="gpt3")
+    assert _label("--outcomes", str(root), "--labels-dir", str(tmp_path / "labels")) == 2
+    assert "2 LLMs here (flan_t5_xl, gpt3); name one with --generator NAME" in (
+        capsys.readouterr().err
+    )
+    flags = ("--outcomes", str(root), "--labels-dir", str(tmp_path / "labels"))
+    assert _label(*flags, "--generator", "Flan-T5-XL") == 0  # the folders' flan_t5_xl
+    assert (tmp_path / "labels" / "flan_t5_xl" / "strategies.jsonl").is_file()
+    assert _label(*flags, "--generator", "flan-t5") == 2
+    assert "no LLM 'flan-t5' here; available: flan_t5_xl, gpt3" in capsys.readouterr().err
+    (root / "predictions" / "test_500").mkdir()
+    (root / "predictions" / "dev_500").rename(root / "predictions" / "dev_100")
+    assert _label(*flags, "--generator", "gpt3") == 2
+    assert "2 splits here (dev_100, test_500); name one by passing its folder, " in (
+        capsys.readouterr().err
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,7 @@ def find_release(
             "Adaptive-RAG release layout",
             folder,
         )
-    name = _pick("LLM", llm, sorted(found), folder)
+    name = _pick("LLM", _spelt_as_here(llm, found), sorted(found), folder, "with --generator NAME")
     folders = found[name]
     for (dataset, strategy), paths in sorted(folders.items()):
         if len(paths) > 1:
@@ -351,17 +352,27 @@ def _split_folder(root: Path, split: str | None) -> Path:
     splits = sorted(p.name for p in base.iterdir() if p.is_dir())
     if split is None and DEFAULT_SPLIT in splits:
         split = DEFAULT_SPLIT
-    return base / _pick("split", split, splits, base)
+    return base / _pick("split", split, splits, base, f"by passing its folder, {base}/<split>")
 
 
-def _pick(what: str, wanted: str | None, available: list[str], folder: Path) -> str:
+def _pick(what: str, wanted: str | None, available: list[str], folder: Path, how: str) -> str:
     if wanted is not None and wanted not in available:
         raise DataError(
             f"no {what} {wanted!r} here; available: {', '.join(available) or 'none'}", folder
         )
     if wanted is None and len(available) != 1:
         raise DataError(
-            f"{len(available)} {what}s here ({', '.join(available) or 'none'}); name one",
+            f"{len(available)} {what}s here ({', '.join(available) or 'none'}); name one {how}",
             folder,
         )
     return wanted or available[0]
+
+
+def _spelt_as_here(llm: str | None, found: Mapping[str, Any]) -> str | None:
+    """`flan-t5-xl` or `Flan_T5_XL` names the release's `flan_t5_xl` (folder names spell an LLM
+    in lower case with underscores), where exactly one LLM reads so."""
+    if llm is None or llm in found:
+        return llm
+    key = re.sub(r"[^a-z0-9]+", "_", llm.lower())
+    same = [name for name in found if re.sub(r"[^a-z0-9]+", "_", name.lower()) == key]
+    return same[0] if len(same) == 1 else llm
