@@ -212,7 +212,9 @@ def test_config_extends_overrides_and_typos(tmp_path):
     cfg = load_config(mine, ["data.label_file=x"])
     assert cfg.trainer["max_epochs"] == 3 and cfg.early_stopping.monitor == "val/auroc"
     for parent, message in (("nosuchconfig", "no config file of that name"),
-                            ("[3]", "name a config file")):  # fmt: skip
+                            ("[3]", "name a config file"),
+                            ("gone.yaml", r"gone.yaml: config file not found \(named by `extends:` "
+                             r"in .*mine.yaml\)")):  # fmt: skip
         mine.write_text(f"extends: {parent}\n")
         with pytest.raises(ConfigError, match=message):
             load_config(mine, ["data.label_file=x"])

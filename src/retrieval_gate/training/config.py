@@ -491,7 +491,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if path in seen:
         raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
-        raise ConfigError("config file not found", path)
+        named = f" (named by `extends:` in {seen[-1]})" if seen else ""
+        raise ConfigError(f"config file not found{named}", path)
     try:
         raw = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
