@@ -53,12 +53,27 @@ def write_owned(path: str | Path, data: str | bytes, flag: str = "--out") -> Pat
     with _locked(target.parent):  # two writers in one folder: neither loses the other's record
         refuse_foreign([path], flag)
         write_bytes(path, raw)
-        files = _ledger(target.parent) | {target.name: hashlib.sha256(raw).hexdigest()}
-        kept = {name: digest for name, digest in files.items() if (target.parent / name).exists()}
-        write_bytes(
-            target.parent / LEDGER, (json.dumps(kept, indent=1, sort_keys=True) + "\n").encode()
-        )
+        _record(target, hashlib.sha256(raw).hexdigest())
     return Path(path)
+
+
+def adopt_owned(source: Path, path: str | Path, flag: str = "--out") -> Path:
+    """Moves a finished file of ours (`source`, in the same folder) to `path`, under the same
+    rule as `write_owned`, without reading it into memory: a long output written as it went."""
+    target = regular_target(path)
+    with _locked(target.parent):
+        refuse_foreign([path], flag)
+        os.replace(source, target)
+        _record(target, sha256_file(target))
+    return Path(path)
+
+
+def _record(target: Path, digest: str) -> None:
+    """The ledger of `target`'s folder with its checksum (entries of removed files dropped)."""
+    files = _ledger(target.parent) | {target.name: digest}
+    kept = {name: d for name, d in files.items() if (target.parent / name).exists()}
+    raw = (json.dumps(kept, indent=1, sort_keys=True) + "\n").encode()
+    write_bytes(target.parent / LEDGER, raw)
 
 
 def _owned(target: Path) -> bool:

@@ -13,18 +13,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from ..artifacts import Artifact, open_artifact
 from ..data.question_lines import read_question_lines
 from ..errors import InputError
-from ..fileio import not_an_input
+from ..fileio import not_an_input, sha256_file
 from ..gates.onnx_format import VARIANTS
-from ..outputs import write_owned
 from ..pricing import check_budget
+from ..resumable_output import ResumableOutput
 from .gate_args import check_threshold
 from .plan import check_output_file
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
+CHUNK = 2048  # questions scored, then written, at a time: a stopped run keeps what it wrote
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "questions to score instead of --input (their columns feed a gate's side features)",
         "none, give --input or --questions",
     )
-    p.add_argument("--output", help="JSONL output (default: stdout); never one of the inputs")
+    p.add_argument("--output", help="JSONL output (default: stdout); never one of the inputs; "
+                   "written as it goes (as <output>.partial until complete)")  # fmt: skip
+    p.add_argument("--resume", action="store_true",
+                   help="continue an --output a stopped run left part-written (the same "
+                   "model, input and options)")  # fmt: skip
     p.add_argument("--variant", default="fp32", choices=tuple(VARIANTS),
                    help="ONNX file of the export")  # fmt: skip
     p.add_argument("--provider", choices=("cpu", "cuda"),
@@ -96,52 +103,98 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         not_an_input(args.output, inputs)
         check_output_file(Path(args.output), "--output")
+    elif args.resume:
+        raise InputError("--resume continues an --output file; pass the same --output")
     questions = questions_from(args)
     if questions is not None:
         records = [{"id": q.id, "text": q.text} for q in questions]
     else:
         records = read_question_lines(Path(args.input))
-    good = [r for r in records if "text" in r]
+    good = sum("text" in r for r in records)
     if not good:
         first = next((f"line {r['line']}: {r['error']}" for r in records), "the file is empty")
         raise InputError(f"no line could be scored ({first})", args.input)
     artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
     check_router_budget(artifact, args.budget)
     artifact.model_file(args.variant, "--variant")
-    from ..gates.base import as_questions, is_router, side_columns
     from ..gates.onnx import open_onnx
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
-    items = questions if questions is not None else as_questions([r["text"] for r in good])
-    if questions is not None:  # with the side features of each question, if the gate has any
-        scores = gate.scores(questions)
+    if questions is None:
+        _refuse_side_features(gate, args.input)
+    else:
         _say_answers_read(gate, questions)
-    elif columns := side_columns(gate):  # a stacked gate's own text features are not named
+    out = _output(args, gate, threshold)
+    with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
+              disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
+        for i in range(out.done, len(records), CHUNK):
+            part = questions[i : i + CHUNK] if questions is not None else None
+            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget))
+            bar.update(len(records[i : i + CHUNK]))
+    out.finish()
+    bad = len(records) - good
+    log.info(f"scored {good} question{'s' * (good != 1)} with {gate.name} on "
+             f"{gate.provider} (threshold {threshold}); {bad} bad line{'s' * (bad != 1)} "
+             "reported")  # fmt: skip
+    return 0
+
+
+def _refuse_side_features(gate: Any, path: str) -> None:
+    """Bare lines of text cannot carry a gate's side features (a stacked gate's own text
+    features are not named)."""
+    from ..gates.base import side_columns
+
+    if columns := side_columns(gate):
         names = ", ".join(columns)
         raise InputError(
             f"gate {gate.name} also reads the side features {names}, which a line of text "
             f"cannot carry: pass --questions FILE (a .csv, .jsonl or .parquet with a `question` "
             f"column and {names}) instead of --input",
-            args.input,
+            path,
         )
-    else:
-        scores = gate.score_texts([r["text"] for r in good])
-    routes = gate.route(items, args.budget) if is_router(gate) else None  # type: ignore[attr-defined]
+
+
+def _scored(
+    gate: Any, records: list[dict], questions: list | None, threshold: float, budget: float | None
+) -> str:
+    """The JSON lines of `records` (bad lines as they are), scored in one batch; `questions`:
+    theirs, with their side features, when read from --questions."""
+    from ..gates.base import as_questions, is_router
+
+    good = [r for r in records if "text" in r]
+    texts = [r["text"] for r in good]
+    items = questions if questions is not None else as_questions(texts)
+    scores = gate.scores(items) if questions is not None else gate.score_texts(texts)
+    routes = gate.route(items, budget) if is_router(gate) else None
     for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
         if routes is not None:  # a router: the strategy too
             rec["strategy"] = routes[i]
-    lines = []
-    for rec in records:
-        rec.pop("text", None)
-        lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
-    if args.output:
-        write_owned(args.output, "".join(lines), "--output")  # temp file + rename
-    else:
-        sys.stdout.write("".join(lines))
-    bad = len(records) - len(good)
-    log.info(f"scored {len(good)} question{'s' * (len(good) != 1)} with {gate.name} on "
-             f"{gate.provider} (threshold {threshold}); {bad} bad line{'s' * (bad != 1)} "
-             "reported")  # fmt: skip
-    return 0
+    return "".join(json.dumps({k: v for k, v in rec.items() if k != "text"},
+                              ensure_ascii=False) + "\n" for rec in records)  # fmt: skip
+
+
+class _Stdout:
+    """Lines to standard output as they are scored (nothing to resume)."""
+
+    done = 0
+
+    def write(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def finish(self) -> None:
+        pass
+
+
+def _output(args: argparse.Namespace, gate: Any, threshold: float) -> Any:
+    """Where the lines go: --output written as they are made (resumable), else stdout. A
+    partial --output continues only for the same model, input and options."""
+    if not args.output:
+        return _Stdout()
+    source = Path(args.input or args.questions)
+    identity = {"model": gate.checksum, "variant": args.variant,
+                "input": sha256_file(source) if source.is_file() else str(source),
+                "field": sorted(args.field or []), "threshold": threshold, "budget": args.budget}  # fmt: skip
+    return ResumableOutput(args.output, identity, args.resume, "--output")

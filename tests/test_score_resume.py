@@ -1,0 +1,71 @@
+"""`score --output` writes as it scores: a run stopped part-way leaves its lines in
+`<output>.partial`, and `--resume` continues after them, only for the same model, input and
+options, and ends with the output a run that never stopped writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import retrieval_gate.commands.score as score_verb
+from retrieval_gate.cli import main
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(score_verb, "CHUNK", 3)  # 11 lines: four chunks
+
+
+def _input(tmp_path):
+    path = tmp_path / "q.txt"
+    path.write_text("".join(f"Who wrote book number {i}?\n" for i in range(10)) + "\n")
+    return path
+
+
+def _score(export, path, out, *extra: str) -> int:
+    return main(["score", "--model", str(export), "--input", str(path), "--output", str(out),
+                 *extra])  # fmt: skip
+
+
+def test_a_stopped_score_resumes_to_the_output_of_one_run(
+    tiny_onnx_export, tmp_path, monkeypatch, capsys, small_chunks
+):
+    path = _input(tmp_path)
+    whole = tmp_path / "whole.jsonl"
+    assert _score(tiny_onnx_export, path, whole) == 0
+    assert not (tmp_path / "whole.jsonl.partial").exists()
+    out = tmp_path / "out.jsonl"
+    scored = score_verb._scored
+    calls = []
+
+    def stops_on_the_third_chunk(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return scored(*args)
+
+    monkeypatch.setattr(score_verb, "_scored", stops_on_the_third_chunk)
+    assert _score(tiny_onnx_export, path, out) != 0
+    partial = tmp_path / "out.jsonl.partial"
+    assert not out.exists() and len(partial.read_text().splitlines()) == 6  # two chunks kept
+    with partial.open("a") as f:
+        f.write('{"line": 7, "id": "7", "sc')  # the stop came while a line was written
+    monkeypatch.setattr(score_verb, "_scored", scored)
+    capsys.readouterr()
+    assert _score(tiny_onnx_export, path, out) == 2  # not silently started over
+    assert "stopped after 6 lines and left them here: pass --resume" in capsys.readouterr().err
+    assert _score(tiny_onnx_export, path, out, "--threshold", "0.3", "--resume") == 2
+    assert "made with another threshold than this run's" in capsys.readouterr().err
+    assert _score(tiny_onnx_export, path, out, "--resume") == 0
+    assert out.read_text() == whole.read_text()  # the line cut short written again, whole
+    assert not partial.exists() and not (tmp_path / "out.jsonl.partial.json").exists()
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["line"] == 11 and "error" in last  # the empty line, reported in its place
+    assert _score(tiny_onnx_export, path, out) == 0  # its own finished file: replaced
+
+
+def test_resume_needs_an_output(tiny_onnx_export, tmp_path, capsys):
+    code = main(["score", "--model", str(tiny_onnx_export), "--input", str(_input(tmp_path)),
+                 "--resume"])  # fmt: skip
+    assert code == 2 and "--resume continues an --output file" in capsys.readouterr().err
