@@ -77,7 +77,10 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
         ("id,correct\nx9,1\n", "none of the 1 outcome rows matches a question"),
         ("id,score\nm1,0.3\n", "no correctness (correct / is_correct"),
         ("id,correct\nm1,maybe\n", "correctness 'maybe' is not true/false"),
-        ("id,correct\nm1,1\nm1,0\n", "a second outcome for question 'm1'"),
+        (
+            "id,correct\nm1,1\nm1,0\n",
+            "a second outcome for question 'm1' (first on line 2): keep one row per question",
+        ),
         # an empty cell said "no correctness column" of a file that has one
         ("id,correct\nm1,1\nm2,\n", "line 3: the row's 'correct' cell is empty (or NaN)"),
     ],

@@ -166,7 +166,14 @@ def match_rows(
             unmatched += 1
             continue
         if q.id in matched:
-            raise DataError(f"a second outcome for question {q.id!r}", path, n)
+            raise DataError(
+                f"a second outcome for question {q.id!r} (first on line "
+                f"{matched[q.id][1]['_line']}): keep one row per question (of several "
+                "samples, e.g. the greedy answer), or decide once per question (e.g. right in "
+                "most samples) and record that as its 'correct' value",
+                path,
+                n,
+            )
         matched[q.id] = (q, {**row, "_line": n})
     if not matched:
         first = rows[0][1].get("doc") if fmt == "lm-eval-samples" else rows[0][1]
