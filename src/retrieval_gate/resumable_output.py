@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .fileio import make_parent, write_bytes
+from .fileio import make_parent, regular_target, write_bytes
 from .outputs import adopt_owned
 
 
 class ResumableOutput:
     def __init__(self, path: str | Path, identity: dict[str, Any], resume: bool, flag: str):
         self.path, self.flag = Path(path), flag
-        self.partial = self.path.with_name(self.path.name + ".partial")
-        self.sidecar = self.path.with_name(self.path.name + ".partial.json")
+        beside = regular_target(path)  # a link's target: the rename at the end stays in its folder
+        self.partial = beside.with_name(beside.name + ".partial")
+        self.sidecar = beside.with_name(beside.name + ".partial.json")
         if self.partial.exists() and not resume:
             lines = self.partial.read_bytes().count(b"\n")
             raise InputError(
