@@ -177,9 +177,10 @@ def match_rows(
         matched[q.id] = (q, {**row, "_line": n})
     if not matched:
         first = rows[0][1].get("doc") if fmt == "lm-eval-samples" else rows[0][1]
+        theirs = questions[0].id if questions else None
         raise DataError(
             f"none of the {len(rows)} outcome rows matches a question by id or text (outcome "
-            f"ids read like {first.get('id')!r}, question ids like {questions[0].id if questions else None!r}): is "
+            f"ids read like {first.get('id')!r}, question ids like {theirs!r}): is "
             "this the outcomes file of these questions (--questions)? A question file without "
             "an 'id' column gets ids made from the text: name its id column with --field "
             "id=COLUMN",
