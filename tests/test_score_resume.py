@@ -65,6 +65,17 @@ def test_a_stopped_score_resumes_to_the_output_of_one_run(
     assert _score(tiny_onnx_export, path, out) == 0  # its own finished file: replaced
 
 
+def test_a_stretch_of_bad_lines_is_written_in_its_place(tiny_onnx_export, tmp_path, small_chunks):
+    path = tmp_path / "q.txt"
+    path.write_text("Who wrote Hamlet?\n\n\n\n\nWhere is Oslo?\n")  # a chunk of bad lines only
+    out = tmp_path / "out.jsonl"
+    assert _score(tiny_onnx_export, path, out) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [("score" in r, "error" in r) for r in rows] == [(True, False)] + [(False, True)] * 4 + [
+        (True, False)
+    ]
+
+
 def test_resume_needs_an_output(tiny_onnx_export, tmp_path, capsys):
     code = main(["score", "--model", str(tiny_onnx_export), "--input", str(_input(tmp_path)),
                  "--resume"])  # fmt: skip

@@ -165,8 +165,11 @@ def _scored(
     good = [r for r in records if "text" in r]
     texts = [r["text"] for r in good]
     items = questions if questions is not None else as_questions(texts)
-    scores = gate.scores(items) if questions is not None else gate.score_texts(texts)
-    routes = gate.route(items, budget) if is_router(gate) else None
+    if not good:  # a stretch of bad lines only: nothing to score
+        scores, routes = [], None
+    else:
+        scores = gate.scores(items) if questions is not None else gate.score_texts(texts)
+        routes = gate.route(items, budget) if is_router(gate) else None
     for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
         if routes is not None:  # a router: the strategy too
