@@ -220,3 +220,31 @@ def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="could not load Hugging Face dataset 'no-such/set'"):
         read_questions("hf:no-such/set@test")
+
+
+def test_cells_of_other_tools_shapes_read_as_their_answers_or_are_refused(tmp_path):
+    """Hugging Face's answer objects (SQuAD's {"text": [...]}, TriviaQA's {"value", "aliases"})
+    are their answers, and a data frame's NaN count is unknown; an object no shape names, a
+    question that is no text or an infinite count is refused by line, where the object's repr
+    was a gold answer no prediction contains and infinity was 'a bug'."""
+    import pandas as pd
+
+    rows = [{"question": "Capital of France?", "answers": {"text": ["Paris"], "answer_start": [0]}},
+            {"question": "Who wrote Emma?", "answers": {"value": "Jane Austen",
+                                                        "aliases": ["Austen", "Jane Austen"]}}]  # fmt: skip
+    paris, emma = read_questions(str(_jsonl(tmp_path / "hf.jsonl", rows)))
+    assert paris.answers == ("Paris",) and emma.answers == ("Jane Austen", "Austen")
+    frame = pd.DataFrame({"question": ["A?", "B?"], "s_pop": [12.0, float("nan")]})
+    frame.to_parquet(tmp_path / "q.parquet")
+    assert [q.s_pop for q in read_questions(str(tmp_path / "q.parquet"))] == [12, None]
+    for row, message in (
+        (
+            {"question": "a?", "answers": {"x": 1}},
+            r"line 1: answers cell holds \{'x': 1\}, not text",
+        ),
+        ({"question": "a?", "answers": [["a"]]}, r"answers cell holds \['a'\], not text"),
+        ({"question": 5}, r"line 1: the question \(question\) is 5, not text"),
+        ({"question": "a?", "s_pop": float("inf")}, "'s_pop' must be a finite number, got inf"),
+    ):
+        with pytest.raises(DataError, match=message):
+            read_questions(str(_jsonl(tmp_path / "bad.jsonl", [row])))

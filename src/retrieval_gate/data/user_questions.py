@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import logging
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -327,6 +328,9 @@ def _question(
         return next((row[c] for c in columns[field] if row.get(c) not in (None, "")), None)
 
     text = get("text")
+    if text is not None and not isinstance(text, str):
+        raise DataError(f"the question ({' or '.join(columns['text'])}) is {text!r}, not text",
+                        spec, n)  # fmt: skip
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
     qid = get("id")
@@ -387,11 +391,29 @@ def _answers(value: Any, spec: str, n: int) -> tuple[str, ...]:
         if value is None:
             raise DataError("answers cell starts with '[' but is not a list; write "
                             '["a", "b"]', spec, n)  # fmt: skip
+    if isinstance(value, dict):  # the Hugging Face shapes: SQuAD's {"text": [...]}, TriviaQA's
+        value = _answer_texts(value)  # {"value": ..., "aliases": [...]}
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, list | tuple):
-        return (str(value),)
+        value = [value]
+    nested = next((a for a in value if isinstance(a, dict | list | tuple)), None)
+    if nested is not None:  # read as its repr it would be an "answer" no prediction contains
+        raise DataError(f"answers cell holds {nested!r}, not text: write the gold answers as a "
+                        'string or a list of strings, ["a", "b"]', spec, n)  # fmt: skip
     return tuple(str(a) for a in value if a is not None and str(a).strip())
+
+
+def _answer_texts(value: dict[str, Any]) -> Any:
+    """The answers of a SQuAD-style `{"text": [...], "answer_start": [...]}` or a TriviaQA-style
+    `{"value": ..., "aliases": [...]}` cell; any other object is returned as it is (refused)."""
+    if "text" in value:
+        return value["text"]
+    if "aliases" in value or "value" in value:
+        aliases = value.get("aliases")
+        aliases = aliases.tolist() if hasattr(aliases, "tolist") else aliases or []
+        return list(dict.fromkeys([value.get("value"), *aliases]))
+    return value
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -399,12 +421,18 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
+    """A count cell (s_pop, o_pop); empty, null or NaN (a data frame's missing value): None."""
     if value is None or value == "":
         return None
     try:
-        return int(float(value))
+        number = float(value)
     except (TypeError, ValueError):
         raise DataError(f"column {column!r} must be a number, got {value!r}", spec, n) from None
+    if math.isnan(number):
+        return None
+    if math.isinf(number):
+        raise DataError(f"column {column!r} must be a finite number, got {value!r}", spec, n)
+    return int(number)
 
 
 def _drop_duplicates(spec: str, questions: Sequence[Question]) -> list[Question]:
