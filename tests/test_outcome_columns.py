@@ -153,3 +153,19 @@ def test_a_question_file_reads_answer_log_probabilities_under_other_names(tmp_pa
     assert hamlet.extra["mean_logprob"] == -1.0 and "conf" not in hamlet.extra
     with pytest.raises(DataError, match="line 2: column 'token_logprobs': -1 is not a list"):
         read_questions(str(path), {"token_logprobs": "conf"})  # read, and checked, as the field
+
+
+def test_a_prediction_cell_is_one_answers_text(tmp_path, capsys):
+    """A chat message or a list of one answer, saved as is, is that answer; several answers in
+    one cell are refused, where their repr was judged and any of them right made the row right."""
+    rows = [{"id": "m1", "prediction": {"role": "assistant", "content": "William Shakespeare"}},
+            {"id": "m2", "prediction": ["Lyon"]}, {"id": "m3", "prediction": 1999}]  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows)) == 0
+    got = _rows(tmp_path)
+    assert got["m1"]["prediction"] == "William Shakespeare" and got["m1"]["label"] == 0
+    assert got["m2"]["prediction"] == "Lyon" and got["m3"]["prediction"] == "1999"
+    several = [{"id": "m2", "prediction": ["Lyon", "Paris"]}]
+    (tmp_path / "b").mkdir()
+    assert _label(tmp_path / "b", write_jsonl(tmp_path / "several.jsonl", several)) == 2
+    assert ("line 1: column 'prediction' holds \"['Lyon', 'Paris']\", not one answer's text"
+            in capsys.readouterr().err)  # fmt: skip

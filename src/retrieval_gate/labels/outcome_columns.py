@@ -90,3 +90,25 @@ def note_unread(path: str | Path, rows: Sequence[tuple[int, dict]], read: Iterab
     if unread:
         log.info("%s: columns not read as outcomes: %s (read one as a field with "
                  "--outcome-field FIELD=COLUMN)", path, ", ".join(unread))  # fmt: skip
+
+
+def answer_text(value: Any, column: str, path: str | Path, n: int) -> str:
+    """A prediction cell as the answer's text: a string or number; a list of one answer, or a
+    chat message / completion choice (`{"content": ...}`, `{"text": ...}`), saved as is. Several
+    answers in one cell are refused: judged as their repr, any of them right made the row
+    right."""
+    while True:
+        if isinstance(value, list | tuple) and len(value) == 1:
+            value = value[0]
+        elif isinstance(value, dict) and ("content" in value or "text" in value):
+            value = value.get("content", value.get("text"))
+        else:
+            break
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    raise DataError(
+        f"column {column!r} holds {str(value)[:80]!r}, not one answer's text: record one answer "
+        "a row (of several samples, e.g. the greedy one)",
+        path,
+        n,
+    )

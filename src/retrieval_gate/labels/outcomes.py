@@ -52,6 +52,7 @@ from .outcome_columns import (
     PREDICTION,
     RAG_CORRECT,
     RAG_PREDICTION,
+    answer_text,
     listed,
     note_unread,
     renamed,
@@ -209,7 +210,9 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
             path,
             n,
         )
-    prediction = str(prediction)
+    prediction = (
+        prediction if fmt == "lm-eval-samples" else answer_text(prediction, "prediction", path, n)
+    )
     judged = {"id": q.id, "prediction": prediction[:PREDICTION_CHARS],
               **judge(prediction, q, frequent), **_logprobs(row, path, n, prediction)}  # fmt: skip
     return {**judged, "label": int(not correct(judged, criterion))}
@@ -244,8 +247,9 @@ def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict |
         rag = {"rag_prediction": None, "rag_match": m["match"], "rag_em": m["em"],
                "rag_f1": m["f1"]}  # fmt: skip
     else:
-        judged = judge(str(prediction), q, frequent)
-        rag = {"rag_prediction": str(prediction)[:PREDICTION_CHARS], "rag_match": judged["match"],
+        prediction = answer_text(prediction, "rag_prediction", path, n)
+        judged = judge(prediction, q, frequent)
+        rag = {"rag_prediction": prediction[:PREDICTION_CHARS], "rag_match": judged["match"],
                "rag_em": judged["em"], "rag_f1": judged["f1"]}  # fmt: skip
     base = {"id": q.id, **rag, "doc_ids": [], "closed": measures(closed)}
     return judge_gain(base, closed, criterion, neither_label)

@@ -62,6 +62,7 @@ from .outcome_columns import (
     LOGPROBS,
     QUESTION,
     STRATEGY_SUFFIXES,
+    answer_text,
     note_unread,
     renamed,
 )
@@ -341,7 +342,7 @@ def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
         if recorded is None and prediction in (None, ""):
             raise DataError(f"no {s}_correct and no {s}_prediction value for {q.id!r}", path, n)
         if recorded is None:
-            judged[s] = str(prediction)
+            judged[s] = prediction = answer_text(prediction, f"{s}_prediction", path, n)
             if not q.answers:
                 raise DataError(
                     f"question {q.id!r} has no gold answers to judge {s}_prediction against; "
@@ -349,7 +350,7 @@ def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
                     path,
                     n,
                 )
-            recorded = correct(judge(str(prediction), q, frequent), criterion)
+            recorded = correct(judge(prediction, q, frequent), criterion)
         ok[s] = recorded
     logprobs = {s: _logprobs(row, s, path, n) for s in strategies}
     return Outcome(q, ok, judged or None, _costs(row, strategies, path, n),
