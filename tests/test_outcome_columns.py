@@ -81,6 +81,8 @@ def test_an_openai_logprobs_column_is_the_answers_log_probabilities(tmp_path):
         (MINE, ["--outcome-field", "answer=model_answer"], "FIELD one of id, question, correct"),
         (MINE, ["--outcome-field", "id=qid", "id=ok"], "two columns for id: qid and ok"),
         ([{"id": 7, "correct": 1}], [], "outcome ids read like 7, question ids like 'm1'"),
+        ([{"doc": {"query": "Who?"}, "filtered_resps": ["x"]}], [], "lm-eval sample's 'doc' has "
+         "neither an 'id' nor a 'question' key (its keys: query): run the task over a question"),
     ],
 )  # fmt: skip
 def test_columns_that_name_no_outcome_are_refused_with_the_fix(tmp_path, capsys, rows, flags,

@@ -153,13 +153,7 @@ def match_rows(
             raise DataError("lm-eval sample row has no 'doc' object", path, n)
         qid, text = key.get("id"), key.get("question") or key.get("text")
         if qid is None and not text:
-            raise DataError(
-                f"outcome row has neither an 'id' nor a 'question' column (its columns: "
-                f"{listed([(n, key)])}); name yours with --outcome-field id=COLUMN or "
-                "--outcome-field question=COLUMN",
-                path,
-                n,
-            )
+            raise DataError(_no_question(fmt, key), path, n)
         q = by_id.get(str(qid)) if qid is not None else None
         if q is None and isinstance(text, str):
             q = exact.get(text.strip()) or _by_normalised(by_text, text, path, n)
@@ -279,6 +273,18 @@ def _by_normalised(by_text: dict[str, Question | None], text: str, path, n: int)
         raise DataError(f"question {text!r} matches two questions once case, punctuation and "
                         "articles are set aside; give the row its question's 'id'", path, n)  # fmt: skip
     return by_text.get(key)
+
+
+def _no_question(fmt: str, key: dict) -> str:
+    """Why a row names no question, and the fix: a flag for a generic file's columns, the
+    task's documents for an lm-eval sample (its `doc` is what the task read)."""
+    if fmt == "lm-eval-samples":
+        return (f"lm-eval sample's 'doc' has neither an 'id' nor a 'question' key (its keys: "
+                f"{listed([(0, key)])}): run the task over a question file with an id or "
+                "question field, as examples/lm-eval/closed_book_qa.yaml does")  # fmt: skip
+    return (f"outcome row has neither an 'id' nor a 'question' column (its columns: "
+            f"{listed([(0, key)])}); name yours with --outcome-field id=COLUMN or "
+            "--outcome-field question=COLUMN")  # fmt: skip
 
 
 def _no_outcome(row: dict) -> str:
