@@ -80,3 +80,9 @@ def test_resume_needs_an_output(tiny_onnx_export, tmp_path, capsys):
     code = main(["score", "--model", str(tiny_onnx_export), "--input", str(_input(tmp_path)),
                  "--resume"])  # fmt: skip
     assert code == 2 and "--resume continues an --output file" in capsys.readouterr().err
+
+
+def test_output_dash_is_standard_output(tiny_onnx_export, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _score(tiny_onnx_export, _input(tmp_path), "-") == 0
+    assert len(capsys.readouterr().out.splitlines()) == 11 and not (tmp_path / "-").exists()

@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "questions to score instead of --input (their columns feed a gate's side features)",
         "none, give --input or --questions",
     )
-    p.add_argument("--output", help="JSONL output (default: stdout); never one of the inputs; "
+    p.add_argument("--output", help="JSONL output (default, or -: stdout); never one of the "
+                   "inputs; "
                    "written as it goes (as <output>.partial until complete)")  # fmt: skip
     p.add_argument("--resume", action="store_true",
                    help="continue an --output a stopped run left part-written (the same "
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.questions):
         raise InputError("pass exactly one of --input FILE and --questions SPEC")
     inputs = [args.input or args.questions]
+    if args.output == "-":  # the usual name for standard output, not a file called "-"
+        args.output = None
     if args.output:
         not_an_input(args.output, inputs)
         check_output_file(Path(args.output), "--output")
