@@ -86,3 +86,8 @@ def test_output_dash_is_standard_output(tiny_onnx_export, tmp_path, capsys, monk
     monkeypatch.chdir(tmp_path)
     assert _score(tiny_onnx_export, _input(tmp_path), "-") == 0
     assert len(capsys.readouterr().out.splitlines()) == 11 and not (tmp_path / "-").exists()
+
+
+def test_input_dash_says_to_save_the_questions_to_a_file(tiny_onnx_export, capsys):
+    assert main(["score", "--model", str(tiny_onnx_export), "--input", "-"]) == 2
+    assert "standard input is not read: save the questions to a file" in capsys.readouterr().err

@@ -31,6 +31,9 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     malformed JSON, no question field, a lone surrogate) become error records; the rest are
     still scored. A file
     that cannot be read at all is an InputError."""
+    if str(path) == "-":  # a stream cannot be checked whole before the model loads, nor resumed
+        raise InputError("standard input is not read: save the questions to a file (.txt, one "
+                         "a line; .jsonl; .csv) and pass that", path)  # fmt: skip
     if not path.is_file():
         what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
         raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, "
