@@ -46,6 +46,7 @@ def test_the_sweep_gives_the_rows_of_routing_at_every_candidate_price():
 
 def test_the_sweep_of_many_questions_is_linear():
     P = np.random.default_rng(1).random((100_000, 3))
-    curve = sweep(P, [0, 1, 3.35])  # about 2 s and 200 MB; the former O(n^2) sweep: hours, and out of memory
+    # about 2 s and 200 MB; the former O(n^2) sweep: hours, and out of memory
+    curve = sweep(P, [0, 1, 3.35])
     assert curve.n == 100_000 and len(curve.price) > 50_000
     assert curve.mean_cost[0] > curve.mean_cost[-1] == 0.0  # the top price: all to the cheapest
