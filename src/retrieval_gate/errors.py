@@ -111,3 +111,10 @@ def missing_package(error: ModuleNotFoundError) -> BackendError | None:
         f"this needs the optional package {top!r}: pip install 'retrieval-gate[{extra}]' "
         "(or scripts/setup.sh for everything)"
     )
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message for an error that names it (a library's own
+    may run to pages), or its type when the message is empty."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

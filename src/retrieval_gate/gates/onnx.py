@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from ..artifacts import TASK_OF, Artifact, open_artifact
 from ..data.gate_features import features_from_dict
-from ..errors import BackendError, DataError, InputError
+from ..errors import BackendError, DataError, InputError, first_line
 from ..fileio import sha256_file
 from ..pricing import Calibration
 from .base import Questions
@@ -158,7 +158,7 @@ class OnnxGate(EncoderGate):
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
-            raise DataError(f"not a readable tokenizer file ({str(e).splitlines()[0]}); "
+            raise DataError(f"not a readable tokenizer file ({first_line(e)}); "
                             "re-export the run (`retrieval-gate export --run RUN`)", path) from None  # fmt: skip
         tok.enable_truncation(self.max_length)
         tok.no_padding()  # padding is done per length bucket (EncoderGate.score_texts)
@@ -176,7 +176,7 @@ class OnnxGate(EncoderGate):
         try:
             return ort.InferenceSession(str(path), options, providers=providers)
         except Exception as e:  # noqa: BLE001  (ORT raises its own types for damaged files)
-            raise DataError(f"not a loadable ONNX file ({str(e).splitlines()[0]})", path) from None
+            raise DataError(f"not a loadable ONNX file ({first_line(e)})", path) from None
 
     @property
     def device(self) -> str:

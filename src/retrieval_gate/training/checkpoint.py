@@ -29,7 +29,7 @@ import yaml
 from .. import __version__
 from ..artifacts import run_manifest
 from ..data.gate_features import GateFeatures, features_from_dict
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
 from ..pricing import Calibration
 from ..run_folder import RunFolder
@@ -151,7 +151,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         _check_keys(module, state, run_dir)
     except RuntimeError as e:
         raise DataError(
-            f"gate.pt does not match config.yaml/backbone ({str(e).splitlines()[0]})", run_dir
+            f"gate.pt does not match config.yaml/backbone ({first_line(e)})", run_dir
         ) from None
     module.threshold = float(meta.get("threshold", 0.5))
     return module.eval(), _run_tokenizer(run_dir), meta
@@ -162,12 +162,8 @@ def _run_tokenizer(run_dir: Path) -> Any:
     try:
         return load_tokenizer(run_dir / "tokenizer")
     except Exception as e:  # noqa: BLE001  (cut short: JSONDecodeError; emptied: KeyError; ...)
-        raise DataError(f"the run's tokenizer/ is damaged or incomplete ({_first_line(e)}"
+        raise DataError(f"the run's tokenizer/ is damaged or incomplete ({first_line(e)}"
                         "); re-train the run (`retrieval-gate train`)", run_dir) from None  # fmt: skip
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
 
 
 def _check_keys(module: RetrievalGateModule, state: dict[str, Any], run_dir: Path) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 
-from ..errors import BackendError, ConfigError, InputError
+from ..errors import BackendError, ConfigError, InputError, first_line
 
 HEARTBEAT_S = 5  # a running trial's heartbeat period, seconds
 GRACE_PERIODS = 4  # this many periods without a heartbeat: the trial's worker is gone
@@ -206,8 +206,8 @@ def _check_journal(path: Path) -> None:
 
 
 def _first_line(error: Exception) -> str:
-    text = str(getattr(error, "orig", None) or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """SQLAlchemy's wrapper says what the driver said in `orig`."""
+    return first_line(getattr(error, "orig", None) or error)
 
 
 def check_storage(spec: str | Path, workers: int, reach: bool = True) -> None:
