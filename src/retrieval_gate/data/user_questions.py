@@ -336,6 +336,10 @@ def _question(
     qid = get("id")
     split = _split(get("split"), spec, n)
     used = {c for cols in columns.values() for c in cols}
+    rest = {k: v for k, v in row.items() if k not in used}  # the columns no field took
+    # the answer's confidence under its field's name wherever the row has one of its columns
+    # (an empty cell too: "no answer", which a label file's log-probabilities must not fill in)
+    answer = {f: get(f) for f in ANSWER_FIELDS if any(c in row for c in columns[f])}
     return Question(
         id=str(qid) if qid not in (None, "") else text_id(text),
         text=text.strip(),
@@ -347,19 +351,11 @@ def _question(
         s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
         o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
         date=_str_or_none(get("date")),
-        extra=_answer_columns(_extra(row, columns, used), spec, n),
+        # the columns no Question field took, and the answer's confidence under its field's
+        # name wherever the row has one of its columns (an empty cell too: "no answer", which
+        # a label file's log-probabilities must not fill in)
+        extra=_answer_columns({**rest, **answer}, spec, n),
     )
-
-
-def _extra(row: dict[str, Any], columns: dict[str, tuple[str, ...]], used: set[str]) -> dict:
-    """The columns no Question field took, and the answer's confidence under its field's name
-    wherever the row has one of its columns (an empty cell too: "no answer", which a label
-    file's log-probabilities must not fill in)."""
-    extra = {k: v for k, v in row.items() if k not in used}
-    for f in ANSWER_FIELDS:
-        if any(c in row for c in columns[f]):
-            extra[f] = next((row[c] for c in columns[f] if row.get(c) not in (None, "")), None)
-    return extra
 
 
 def _answer_columns(extra: dict[str, Any], spec: str, n: int) -> dict[str, Any]:
