@@ -139,6 +139,22 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     both, alone = rows[f"onnx:{export.name}:fp32"], rows[f"onnx:{export.name}:fp32 (question only)"]
     assert both["metrics"]["auroc"] == pytest.approx(gate, abs=1e-6)
     assert both["metrics"]["auroc"] > alone["metrics"]["auroc"] + 0.05
+    # a questions file that carries the answers' column too: the question-only row is still
+    # the question alone (it read the column, and showed the two-stage score twice)
+    carried = tmp_path / "carried.jsonl"
+    with open(carried, "w") as f:
+        for q in question_set(str(questions)):
+            f.write(json.dumps({"id": q.id, "question": q.text, "split": q.split,
+                                "popularity": q.extra["popularity"],
+                                "token_logprobs": rows_lp[q.id]["token_logprobs"]}) + "\n")  # fmt: skip
+    assert main(["evaluate", "--labels", str(label_file), "--questions", str(carried),
+                 "--gates", "onnx", "--onnx", str(export), "--no-cost", "--out",
+                 str(tmp_path / "eval-carried")]) == 0  # fmt: skip
+    again = {g["name"]: g["metrics"]["auroc"] for g in json.loads(
+        (tmp_path / "eval-carried" / "results.json").read_text())["policies"][
+        "my-llm/closed-book"]["gates"]}  # fmt: skip
+    assert again[alone["name"]] == pytest.approx(alone["metrics"]["auroc"], abs=1e-6)
+    assert again[both["name"]] == pytest.approx(gate, abs=1e-6)
     # served: /score takes each question's side feature and answer's log-probabilities
     # (it could carry neither: the answer's confidence was left out, silently)
     from fastapi.testclient import TestClient

@@ -34,6 +34,7 @@ from ..labels.evalset import (
     label_file_names,
     load_splits,
     with_recorded_answers,
+    without_answers,
 )
 from ..labels.label_files import LabelFile
 from ..labels.labelling_run import LabellingRun
@@ -106,6 +107,9 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
+    # the questions alone, though a questions file may carry its answers' log-probabilities:
+    # what the label-free scores and a two-stage gate's question-only row are computed on
+    bare = {k: without_answers(t) for k, t in tests.items()}
     records = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR).records()
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     costs: dict[str, float] = {}
@@ -130,14 +134,14 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 continue
             scores = (
                 _label_free_scores(
-                    spec, gate, policy, tests, cfg.out_dir / "scores", cfg.gate_options
+                    spec, gate, policy, bare, cfg.out_dir / "scores", cfg.gate_options
                 )
                 if spec.label_free
                 else None
             )
             answered = _with_answers(gate, tests[policy], files[policy])
             if answered is not None:  # a two-stage gate: its question-only score beside it
-                alone = evaluate_gate(gate, tests[policy], cfg.n_resamples, scores, calls)
+                alone = evaluate_gate(gate, bare[policy], cfg.n_resamples, scores, calls)
                 alone.name = f"{gate.name} (question only)"
                 results.append(alone)
                 scores = None  # the stored label-free scores are the question-only ones
@@ -194,7 +198,10 @@ def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
     one, else the options it reads."""
     used = {k: str(getattr(options, k)) for k in spec.options if getattr(options, k) is not None}
-    return f"{spec.name}-{content_id(gate_checksum(gate) or json.dumps(used))}"
+    # a two-stage gate's are its question-only scores (a file of before that fix mixed in the
+    # answers' log-probabilities a questions file carried): their own name
+    alone = "-question-only" if reads_answers(gate) else ""
+    return f"{spec.name}{alone}-{content_id(gate_checksum(gate) or json.dumps(used))}"
 
 
 def _label_free_scores(

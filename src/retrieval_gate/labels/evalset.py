@@ -15,7 +15,7 @@ from ..errors import DataError
 from ..questions import Question
 from .label_files import meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
-from .logprobs import with_answer_logprobs
+from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
 from .strategy_labels import (
     RELEASE_LABELS,
     StrategyLabels,
@@ -212,3 +212,12 @@ def with_recorded_answers(s: EvalSet, label_file: str | Path) -> EvalSet:
     recorded them, in `Question.extra` (what a two-stage gate reads beside the question)."""
     qs = with_answer_logprobs({q.id: q for q in s.questions}, label_file)
     return replace(s, questions=tuple(qs[q.id] for q in s.questions))
+
+
+def without_answers(s: EvalSet) -> EvalSet:
+    """`s` with no answer's log-probabilities in `Question.extra`: what a two-stage gate
+    scores from the question alone (a questions file may carry the answers' own column)."""
+    qs = tuple(replace(q, extra={k: v for k, v in q.extra.items()
+                                 if k not in (TOKEN_LOGPROBS, MEAN_LOGPROB)})
+               for q in s.questions)  # fmt: skip
+    return replace(s, questions=qs)
