@@ -93,6 +93,27 @@ def test_bad_outcomes_files(tmp_path, capsys, content, message):
     assert not (tmp_path / "labels" / "my-llm" / "closed-book.jsonl").exists()
 
 
+def test_two_outcomes_for_one_id_less_question_name_the_id_columns(tmp_path, capsys):
+    """Two outcome rows of one text, the questions without ids (PopQA has two "What genre is
+    In Deep?"): the refusal said only "keep one row per question", though they may be two
+    questions that only ids keep apart; a question with an id gets no such hint."""
+    qs = write_jsonl(tmp_path / "qs.jsonl", [{"question": "What genre is In Deep?"}])
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("question,correct\nWhat genre is In Deep?,1\nWhat genre is In Deep?,0\n")
+    args = ["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--generator", "x",
+            "--labels-dir", str(tmp_path / "labels"), "--questions"]  # fmt: skip
+    assert main([*args, str(qs)]) == 2
+    err = capsys.readouterr().err
+    assert "a second outcome for question 'q-" in err and "(first on line 2)" in err
+    assert "give both files an id column: --field id=COLUMN and --outcome-field id=COLUMN" in err
+    with_id = write_jsonl(
+        tmp_path / "id.jsonl", [{"id": "g1", "question": "What genre is In Deep?"}]
+    )
+    assert main([*args, str(with_id)]) == 2
+    err = capsys.readouterr().err
+    assert "a second outcome for question 'g1'" in err and "id column" not in err
+
+
 def test_an_outcome_by_text_never_goes_to_another_question_that_reads_alike(tmp_path, capsys):
     """Two questions alike once case, punctuation and articles are set aside: a row naming one
     by its text went to whichever came last (here m2's outcome was filed under m3)."""

@@ -127,6 +127,18 @@ def test_duplicates(tmp_path, caplog):
     same = _jsonl(tmp_path / "d.jsonl", [{"question": "Same?"}, {"question": "Same?"}])
     assert len(read_questions(str(same))) == 1
     assert "1 repeated question row(s)" in caplog.text
+    # one text, other answers (PopQA's two people of one name): said with the lines, not
+    # counted as a repeat, and the fix named where the ids came from the text
+    caplog.clear()
+    other = _jsonl(tmp_path / "o.jsonl", [{"question": "Who is Jo?", "answers": ["a"]},
+                                          {"question": "Who is Jo?", "answers": ["b"]}])  # fmt: skip
+    assert [q.answers for q in read_questions(str(other))] == [("a",)]
+    assert (
+        "1 row(s) repeat an earlier row's question with other answers (e.g. line 2 repeats line 1"
+        in caplog.text
+        and "give each row an id (--field id=COLUMN)" in caplog.text
+    )
+    assert "repeated question row(s) kept once" not in caplog.text
     clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
     with pytest.raises(DataError, match="id '1' names two different questions"):
         read_questions(str(clash))

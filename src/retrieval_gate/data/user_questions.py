@@ -106,8 +106,8 @@ def read_questions(
         raise DataError("the question file has no rows; write one question a row", spec)
     columns = _columns(spec, rows, fields or {})
     default_source = _default_source(spec)
-    questions = [_question(spec, n, row, columns, default_source) for n, row in rows]
-    return spec_splits(_drop_duplicates(spec, questions), seed)
+    numbered = [(n, _question(spec, n, row, columns, default_source)) for n, row in rows]
+    return spec_splits(_drop_duplicates(spec, numbered), seed)
 
 
 def spec_splits(questions: Sequence[Question], seed: int = 0) -> list[Question]:
@@ -431,22 +431,34 @@ def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
     return int(number)
 
 
-def _drop_duplicates(spec: str, questions: Sequence[Question]) -> list[Question]:
+def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> list[Question]:
     """Repeated rows (same id, same text) are kept once and reported on stderr; one id with
-    two different texts is an error (label files are keyed by id)."""
-    first: dict[str, Question] = {}
-    repeats = 0
-    for q in questions:
+    two different texts is an error (label files are keyed by id). A repeat with other gold
+    answers is warned about with its lines: without an id column it is most likely another
+    question that shares the text (PopQA's two "John Smith"s), which only an id keeps apart."""
+    first: dict[str, tuple[int, Question]] = {}
+    repeats, differing = 0, []
+    for n, q in numbered:
         if q.id not in first:
-            first[q.id] = q
-        elif first[q.id].text == q.text:
-            repeats += 1
-        else:
+            first[q.id] = (n, q)
+            continue
+        m, kept = first[q.id]
+        if kept.text != q.text:
             raise DataError(
-                f"id {q.id!r} names two different questions ({first[q.id].text!r} and "
+                f"id {q.id!r} names two different questions ({kept.text!r} and "
                 f"{q.text!r}); ids must be unique",
                 spec,
             )
-    if repeats:
-        log.info(f"{spec}: {repeats} repeated question row(s) kept once")
-    return list(first.values())
+        repeats += 1
+        if kept.answers != q.answers:
+            differing.append((m, n, q))
+    if differing:
+        m, n, q = differing[0]
+        fix = ("if they are different questions, give each row an id (--field id=COLUMN)"
+               if q.id == text_id(q.text) else "make the ids unique or the answers agree")  # fmt: skip
+        log.warning(f"{spec}: {len(differing)} row(s) repeat an earlier row's question with "
+                    f"other answers (e.g. line {n} repeats line {m}, {q.text[:60]!r}); the first "
+                    f"row of each is kept; {fix}")  # fmt: skip
+    if repeats > len(differing):
+        log.info(f"{spec}: {repeats - len(differing)} repeated question row(s) kept once")
+    return [q for _, q in first.values()]

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.user_questions import read_rows
+from ..data.user_questions import read_rows, text_id
 from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
@@ -161,14 +161,7 @@ def match_rows(
             unmatched += 1
             continue
         if q.id in matched:
-            raise DataError(
-                f"a second outcome for question {q.id!r} (first on line "
-                f"{matched[q.id][1]['_line']}): keep one row per question (of several "
-                "samples, e.g. the greedy answer), or decide once per question (e.g. right in "
-                "most samples) and record that as its 'correct' value",
-                path,
-                n,
-            )
+            raise DataError(_second_outcome(q, matched[q.id][1]["_line"]), path, n)
         matched[q.id] = (q, {**row, "_line": n})
     if not matched:
         first = rows[0][1].get("doc") if fmt == "lm-eval-samples" else rows[0][1]
@@ -265,6 +258,16 @@ def _lm_eval_answer(row: dict, path, n: int) -> str:
 
 def _recorded(ok: bool) -> dict[str, Any]:
     return {"match": ok, "em": ok, "f1": float(ok), "guess": False}
+
+
+def _second_outcome(q: Question, first_line: int) -> str:
+    """Why two outcome rows for one question are refused, and the ways out."""
+    text = (" If they are different questions that share the text (the question file has no "
+            "id for it), give both files an id column: --field id=COLUMN and --outcome-field "
+            "id=COLUMN." if q.id == text_id(q.text) else "")  # fmt: skip
+    return (f"a second outcome for question {q.id!r} (first on line {first_line}): keep one "
+            "row per question (of several samples, e.g. the greedy answer), or decide once per "
+            f"question (e.g. right in most samples) and record that as its 'correct' value.{text}")  # fmt: skip
 
 
 def _by_normalised(by_text: dict[str, Question | None], text: str, path, n: int) -> Question | None:
