@@ -197,8 +197,12 @@ def test_folders_of_the_wrong_kind_or_none_are_refused(tmp_path):
     ):
         open_artifact(export, "run")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="neither an export"):
+    with pytest.raises(DataError, match="neither an export") as e:
         open_artifact(tmp_path / "empty")
+    assert "it holds" not in str(e.value)
+    # `export --out-dir` is the exports' parent: pointed at, it names the export inside
+    with pytest.raises(DataError, match=r"neither an export.*; it holds .*/f, .*/run$"):
+        open_artifact(export.parent)
     with pytest.raises(DataError, match="no such folder"):
         open_artifact(tmp_path / "missing")
     with pytest.raises(DataError, match="a file, not a folder"):

@@ -297,7 +297,21 @@ def _kind_of(folder: Path, manifest: Manifest | None) -> str:
     if export:
         return "export"
     raise DataError(f"neither an export (model*.onnx, {EXPORT_METADATA}) nor a training run "
-                    f"({RunFolder.WEIGHTS}, {RunFolder.METADATA}); {_point_at()}", folder)  # fmt: skip
+                    f"({RunFolder.WEIGHTS}, {RunFolder.METADATA}); {_point_at()}"
+                    f"{_held_inside(folder)}", folder)  # fmt: skip
+
+
+def _held_inside(folder: Path) -> str:
+    """The exports or runs one level down, named: `export --out-dir` is their parent folder,
+    and a user easily points at it."""
+    if not folder.is_dir():
+        return ""
+    inside = sorted(str(c) for c in folder.iterdir() if c.is_dir() and (
+        (c / MANIFEST).is_file() or (c / EXPORT_METADATA).is_file()
+        or (c / RunFolder.METADATA).is_file()))  # fmt: skip
+    return (
+        f"; it holds {', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}" if inside else ""
+    )
 
 
 # how to make the folder a caller needs, for one that is not there
