@@ -149,6 +149,9 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
          "line 2: mid_correct '2' is not true/false, 1/0 or yes/no"),
         ("id,cheap_correct,mid_correct,cheap_cost,mid_cost\na,1,0,0,-1\n",
          ["--strategies", "cheap", "mid"], "mid_cost -1.0 is negative"),
+        ("id,cheap_correct,mid_correct,mid_cost\na,1,0,2\n", ["--strategies", "cheap", "mid"],
+         "some strategy costs but not cheap_cost: give every strategy its cost in this row (0 "
+         "for a free one)"),
         ("id,cheap_correct,mid_correct\na,1,\n", ["--strategies", "cheap", "mid"],
          "no mid_correct and no mid_prediction value for 'a'"),
         ("id,cheap_correct\na,1\n", ["--strategies", "cheap"], "name two or more distinct"),

@@ -373,7 +373,9 @@ def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, floa
         return None
     if len(given) != len(strategies):
         lacking = ", ".join(f"{s}_cost" for s in strategies if s not in given)
-        raise DataError(f"row has some strategy costs but not {lacking}", path, n)
+        raise DataError(f"row has some strategy costs but not {lacking}: give every strategy "
+                        "its cost in this row (0 for a free one), or none for the strategies' "
+                        "own costs", path, n)  # fmt: skip
     out = {}
     for s in strategies:
         try:
