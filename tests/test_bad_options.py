@@ -249,6 +249,7 @@ CASES = {
     "score-output-is-a-folder": C(f"{SCORE} --output {{t}}/dir", "--output", "dir"),
     "score-output-is-a-file-of-yours": C(f"{SCORE} --output {{t}}/file.txt", "file.txt", "did not write it", "--output"),
     "score-budget-above-dearest": C(f"{SCORE} --budget 99", "--budget", "3.35"),
+    "score-threshold-with-a-router": C(f"{SCORE} --threshold 0.3", "--threshold goes with a binary gate", "--budget"),
     "score-budget-no-costs": C("score --model {t}/router_nocosts --input {t}/q.jsonl --budget 1", "router_nocosts", "costs"),
     "score-questions-bad-row": C("score --model {t}/router --questions {t}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     "score-budget-truncated": C("score --model {t}/export_truncated --input {t}/q.jsonl --budget 1", "export_truncated"),

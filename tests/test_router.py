@@ -273,6 +273,16 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path, monkeypatc
                      "--output", str(tmp_path / "scores.jsonl")]) == 0  # fmt: skip
         rows = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
         assert [r["strategy"] for r in rows] == onnx_router.route(texts)
+        # `retrieve` is the strategy's, as serve's /score says it: it was P(first strategy
+        # wrong) >= 0.5, which contradicted a strategy routed at the budget
+        assert [r["retrieve"] for r in rows] == [
+            s != "no_retrieval" for s in onnx_router.route(texts)
+        ]
+        assert main(["score", "--model", str(export), "--input", str(_lines(tmp_path, texts)),
+                     "--budget", "0", "--output", str(tmp_path / "none.jsonl")]) == 0  # fmt: skip
+        rows = [json.loads(line) for line in (tmp_path / "none.jsonl").read_text().splitlines()]
+        assert {r["strategy"] for r in rows} == {"no_retrieval"}
+        assert any(r["score"] >= 0.5 for r in rows) and not any(r["retrieve"] for r in rows)
 
 
 def _check_calibration_questions(run: Path, meta: dict, fitted_on_dev: bool) -> None:

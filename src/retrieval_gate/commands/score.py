@@ -57,18 +57,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="force an execution provider (default: CUDA when onnxruntime-gpu sees a "
                    "GPU, else CPU)")  # fmt: skip
     p.add_argument("--threshold", type=float,
-                   help="override the exported threshold, 0..1 (default: the export's)")  # fmt: skip
+                   help="a binary gate's threshold, 0..1 (default: the export's; a router's "
+                   "operating point is --budget)")  # fmt: skip
     p.add_argument("--budget", type=float,
                    help="a router's budget: mean cost per question (default: the exported "
                    "default operating point); each record then names its strategy")  # fmt: skip
     p.set_defaults(run=run)
 
 
-def check_router_budget(artifact: Artifact, budget: float | None) -> None:
-    """--budget goes with a router export, within its costs (read before the model loads)."""
+def check_operating_point(
+    artifact: Artifact, budget: float | None, threshold: float | None
+) -> None:
+    """--budget goes with a router export, within its costs, and --threshold with a binary
+    gate's: a router's strategy, and so whether it retrieves, comes from its budget (read
+    before the model loads)."""
+    router = artifact.router
+    if router is not None and threshold is not None:
+        raise InputError("--threshold goes with a binary gate export (this one is a router: "
+                         "its operating point is --budget, a mean cost per question)",
+                         artifact.folder)  # fmt: skip
     if budget is None:
         return
-    router = artifact.router
     if router is None:
         raise InputError("--budget goes with a router export (this one is a binary gate: "
                          "its operating point is --threshold)", artifact.folder)  # fmt: skip
@@ -118,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         first = next((f"line {r['line']}: {r['error']}" for r in records), "the file is empty")
         raise InputError(f"no line could be scored ({first})", args.input)
     artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
-    check_router_budget(artifact, args.budget)
+    check_operating_point(artifact, args.budget, args.threshold)
     artifact.model_file(args.variant, "--variant")
     from ..gates.onnx import open_onnx
 
@@ -137,9 +146,10 @@ def run(args: argparse.Namespace) -> int:
             bar.update(len(records[i : i + CHUNK]))
     out.finish()
     bad = len(records) - good
+    point = f"threshold {threshold}" if artifact.router is None else (
+        f"budget {args.budget:g}" if args.budget is not None else "its default budget")  # fmt: skip
     log.info(f"scored {good} question{'s' * (good != 1)} with {gate.name} on "
-             f"{gate.provider} (threshold {threshold}); {bad} bad line{'s' * (bad != 1)} "
-             "reported")  # fmt: skip
+             f"{gate.provider} ({point}); {bad} bad line{'s' * (bad != 1)} reported")  # fmt: skip
     return 0
 
 
@@ -164,6 +174,7 @@ def _scored(
     """The JSON lines of `records` (bad lines as they are), scored in one batch; `questions`:
     theirs, with their side features, when read from --questions."""
     from ..gates.base import as_questions, is_router
+    from ..rag.decisions import loop_registry
 
     good = [r for r in records if "text" in r]
     texts = [r["text"] for r in good]
@@ -173,10 +184,11 @@ def _scored(
     else:
         scores = gate.scores(items) if questions is not None else gate.score_texts(texts)
         routes = gate.route(items, budget) if is_router(gate) else None
+    specs = loop_registry(gate) if routes is not None else None
     for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
-        if routes is not None:  # a router: the strategy too
-            rec["strategy"] = routes[i]
+        if routes is not None and specs is not None:  # a router: its strategy says whether
+            rec.update(strategy=routes[i], retrieve=specs[routes[i]].retrieves)  # it retrieves
     return "".join(json.dumps({k: v for k, v in rec.items() if k != "text"},
                               ensure_ascii=False) + "\n" for rec in records)  # fmt: skip
 
