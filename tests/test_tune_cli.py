@@ -45,10 +45,19 @@ def test_tune_without_recorded_answers_names_the_flag(tmp_path, monkeypatch, cap
             Path("labels/my-llm", name).read_bytes()
         )
     capsys.readouterr()
-    assert main(["tune", "--gate", "tfidf", "--questions", questions, "--labels", "elsewhere/mine.jsonl",
-                 "--objective", "adaptive-accuracy"]) == 0  # fmt: skip
+    argv = ["tune", "--gate", "tfidf", "--questions", questions, "--labels", "elsewhere/mine.jsonl",
+            "--objective", "adaptive-accuracy"]  # fmt: skip
+    # nothing else asked: refused before the gate scores dev (it wrote a report that tuned
+    # nothing and exited 0), with where the answers come from
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "pass --run-dir" in err and "no answer with retrieval" in err and "nothing tuned" in err
+    assert not Path("reports/tune/tune-tfidf-mine.json").exists()
+    # beside an objective that needs labels only: skipped with the reason, the other tuned
+    assert main([*argv, "macro-f1"]) == 0
     result = json.loads(Path("reports/tune/tune-tfidf-mine.json").read_text())
     assert "pass --run-dir" in " ".join(result["skipped"].values())
+    assert any(k.startswith("macro-f1") for k in result["thresholds"])
 
 
 def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys):
@@ -62,3 +71,30 @@ def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys):
     assert main(argv) == 2
     assert str(folder) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("objectives", "save", "refused"),
+    [(["adaptive-accuracy", "pareto"], None, True), (["macro-f1", "min-retrieval"], None, False),
+     (["macro-f1", "min-retrieval"], "min-retrieval", True),
+     (["macro-f1", "min-retrieval"], "macro-f1", False)],
+)  # fmt: skip
+def test_objectives_without_recorded_answers_are_refused_before_the_gate(objectives, save, refused):
+    """Dev questions with no answer with retrieval: every objective asked needs one, or the
+    threshold to save does -> refused before the gate is built; else the others run."""
+    import numpy as np
+
+    from retrieval_gate.errors import MissingInputError
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.questions import Question
+    from retrieval_gate.tuning.tune import TuneConfig, _refuse_untunable
+
+    qs = tuple(Question(id=f"q{i}", text=f"q{i}?", answers=("x",), source="s") for i in range(4))
+    y = np.array([0.0, 1, 0, 1])
+    dev = EvalSet(qs, y, 1 - y, np.full(4, np.nan))  # closed-book answers, none with retrieval
+    cfg = TuneConfig(gate="learned", labels=Path("l.jsonl"), save_objective=save)
+    if not refused:
+        _refuse_untunable(cfg, dev, objectives)
+        return
+    with pytest.raises(MissingInputError, match="no answer with retrieval.*nothing tuned"):
+        _refuse_untunable(cfg, dev, objectives)

@@ -27,18 +27,30 @@ class DevData:
     def require_answers(self) -> DevData:
         """Adaptive accuracy is measured on the questions with both recorded answers (the
         metric skips the others); retrieval rate stays over every dev question."""
-        if not np.any(~np.isnan(self.closed) & ~np.isnan(self.rag)):
+        closed, rag = ~np.isnan(self.closed), ~np.isnan(self.rag)
+        if not np.any(closed & rag):
             raise MissingInputError(
-                "adaptive-accuracy objectives need the labelling run's answers "
-                "(closed-book.jsonl match / rag-gain.jsonl rag_correct) for dev questions; none "
-                "of them has both in the labelling run read: pass --run-dir FOLDER, the folder "
-                "`label` wrote those files into (<labels-dir>/<generator>)"
+                "adaptive-accuracy objectives need the labelling run's answers without and "
+                "with retrieval for dev questions; the labelling run read has "
+                f"{_missing_answers(closed, rag)}: pass --run-dir FOLDER, the folder `label` "
+                "wrote them into (<labels-dir>/<generator>), or tune macro-f1, which needs the "
+                "labels only"
             )
         return self
 
     def always_accuracy(self) -> float:
         known = ~np.isnan(self.closed) & ~np.isnan(self.rag)
         return float(np.mean(self.rag[known]))
+
+
+def _missing_answers(closed: np.ndarray, rag: np.ndarray) -> str:
+    """Which recorded answers the dev questions lack, and where they come from."""
+    if not rag.any():
+        return ("no answer with retrieval (rag-gain.jsonl: an outcomes file's rag_correct or "
+                "rag_prediction column, or `label --policy rag-gain`)")  # fmt: skip
+    if not closed.any():
+        return "no closed-book answer (closed-book.jsonl's match)"
+    return "no dev question with both"
 
 
 def figures(dev: DevData, t: float) -> dict[str, float | None]:

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts import open_artifact
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, MissingInputError
 from ..fileio import content_id, sha256_file
 from ..gates.base import reads_answers
 from ..gates.registry import GateOptions, check_options
-from ..labels.evalset import Splits, load_splits, policy_name, with_recorded_answers
+from ..labels.evalset import EvalSet, Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
 from ..outputs import write_owned
 from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_budget, llm_calls_for
@@ -239,6 +239,7 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     from .tuned_report import dev_test_rows, tuned_markdown
 
     policy = policy_name(cfg.labels)
+    _refuse_untunable(cfg, sp.dev, objectives)  # before the gate is built and scores dev
     records = LabellingRun(cfg.run_dir).records()
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
     identity = tuning_identity(cfg.labels, cfg.run_dir, gate)  # content, not names
@@ -256,6 +257,21 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     if cfg.save_objective in THRESHOLDS:  # only when asked: tuning alone never changes a run
         _save_threshold(cfg, result)
     return _write(cfg, f"tune-{cfg.gate}-{policy}", result, md)
+
+
+def _refuse_untunable(cfg: TuneConfig, dev: EvalSet, objectives: list[str]) -> None:
+    """Objectives that need recorded answers, where dev has none, when nothing else was asked
+    or the threshold to save is theirs: refused now, not after the gate has scored dev (the
+    others are skipped with the reason in the report)."""
+    from .objectives import DevData, objective
+
+    needing = [o for o in objectives if o == "pareto" or objective(o, cfg.target).needs_answers]
+    if not needing or (len(needing) < len(objectives) and cfg.save_objective not in needing):
+        return
+    try:
+        DevData(dev.y, dev.y, dev.closed_correct, dev.rag_correct).require_answers()
+    except MissingInputError as e:
+        raise MissingInputError(f"--objective {' '.join(needing)}: {e}; nothing tuned") from None
 
 
 def _save_threshold(cfg: TuneConfig, result: dict[str, Any]) -> None:
