@@ -374,3 +374,25 @@ def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_pat
         assert os.listdir(target.parent) == ["g"]  # the killed run's staging folder is gone
     assert (old / "notes.txt").read_text() == "mine"  # the user's file is carried over
     assert not (old / VARIANTS["int8"]).exists()  # no variant left from an earlier export
+
+
+def test_a_variant_that_cannot_run_is_reported_even_with_an_empty_message(
+    exports, tmp_path, monkeypatch
+):
+    """ORT's error for a variant that cannot run here is reported by its first line, or its
+    type when the message is empty (that was an IndexError that stopped the export)."""
+    import retrieval_gate.export.parity as parity
+
+    run_dir, export_dir, _ = exports["roberta"]
+    copy = shutil.copytree(export_dir, tmp_path / "export")  # parity.json is written beside it
+    real = parity.open_onnx
+
+    def failing(folder, variant, *args, **kwargs):
+        if variant == "int8":
+            raise RuntimeError("")
+        return real(folder, variant, *args, **kwargs)
+
+    monkeypatch.setattr(parity, "open_onnx", failing)
+    report = parity.check_parity(run_dir, copy, TEXTS[:8])
+    assert report["variants"]["int8"] == {"runnable": False, "error": "RuntimeError"}
+    assert report["variants"]["fp32"]["max_abs_diff"] <= 1e-4

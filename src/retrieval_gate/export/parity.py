@@ -16,7 +16,7 @@ from sklearn.metrics import roc_auc_score
 
 from ..data.splits import assign_splits, with_splits
 from ..data.user_questions import question_set
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..fileio import write_json
 from ..gates.base import is_router
 from ..gates.learned import load_learned
@@ -126,7 +126,7 @@ def check_parity(
             gate = open_onnx(export_dir, variant)
             scores = gate.score_texts(list(texts), features)
         except Exception as e:  # noqa: BLE001  (ORT: missing kernels for this provider)
-            report["variants"][variant] = {"runnable": False, "error": str(e).splitlines()[0]}
+            report["variants"][variant] = {"runnable": False, "error": first_line(e)}
             continue
         report["variants"][variant] = _compare(variant, ref, scores, reference.threshold, labels,
                                                ref_auroc, gate.provider)  # fmt: skip

@@ -23,7 +23,7 @@ import numpy as np
 from huggingface_hub import ModelCard, ModelHubMixin
 
 from ..artifacts import open_artifact
-from ..errors import BackendError, InputError
+from ..errors import BackendError, InputError, first_line
 from ..questions import Question
 from ..run_folder import RunFolder
 from ..strategies import StrategyRegistry, specs_of
@@ -92,7 +92,7 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
         return Path(snapshot_download(repo_id=name, **hub_kwargs))
     except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
         raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
-                         f"be downloaded ({str(e).splitlines()[0]})", name) from None  # fmt: skip
+                         f"be downloaded ({first_line(e)})", name) from None  # fmt: skip
     except HfHubHTTPError as e:
         raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
 

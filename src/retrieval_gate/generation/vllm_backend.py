@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import BackendError, ConfigError
+from ..errors import BackendError, ConfigError, first_line
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .model_folders import folder_checksum
@@ -137,8 +137,7 @@ class VLLMGenerator:
             with _llvmlite_hidden():
                 self.llm = LLM(model=model, seed=0, **settings)
         except Exception as e:  # vLLM raises many types when an engine cannot start
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise BackendError(f"the vLLM engine did not start for {model}: {first}") from e
+            raise BackendError(f"the vLLM engine did not start for {model}: {first_line(e)}") from e
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = int(self.llm.model_config.max_model_len)
 
