@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from retrieval_gate.cli import main
+from retrieval_gate.errors import DataError
 from retrieval_gate.labels.label_files import LabelFile
 from user_files import QUESTIONS, write_jsonl
 
@@ -230,3 +231,24 @@ def test_outcomes_without_a_generator_name_say_where_they_went(tmp_path, capsys)
     assert (folder / "closed-book.jsonl").is_file()
     assert main([*argv, "--generator", "my-llm"]) == 0
     assert "no --generator" not in capsys.readouterr().err
+
+
+def test_a_label_file_named_in_another_case_is_pointed_at(tmp_path, capsys):
+    """`label --generator My-LLM` writes labels/my-llm: the path as typed was "not found; run
+    `retrieval-gate label` first", just after running it."""
+    from retrieval_gate.labels.label_files import not_found
+    from retrieval_gate.training.tasks import StrategyTask
+
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("id,correct\nm1,1\nm2,0\n")
+    assert _label(tmp_path, outcomes) == 0
+    typed = tmp_path / "labels" / "My-LLM" / "closed-book.jsonl"
+    assert main(["evaluate", "--labels", str(typed), "--gates", "always"]) == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {tmp_path / 'labels' / 'my-llm' / 'closed-book.jsonl'}?" in err
+    assert "run `retrieval-gate label`" in not_found(tmp_path / "labels" / "other" / "x.jsonl")
+    assert "run `retrieval-gate label`" in not_found(tmp_path / "labels" / "my-llm")  # a folder
+    with pytest.raises(DataError, match="strategy label file not found; .*--strategies"):
+        StrategyTask("correct", ("a", "b")).check_source(
+            str(tmp_path / "labels" / "my-llm" / "strategies.jsonl")
+        )

@@ -191,13 +191,28 @@ def _whole_object(raw: bytes) -> bool:
         return False
 
 
+def not_found(path: Path, fix: str = "run `retrieval-gate label` first or pass a path") -> str:
+    """What to say of a label file that is not there: the file that differs in case only,
+    where there is one (`label` writes its generator's folder in lower case: --generator
+    MyLLM -> labels/myllm), else `fix`."""
+    here, parts = Path(path.anchor or "."), path.parts[1:] if path.anchor else path.parts
+    for part in parts:  # each level's one entry named alike, whatever the case
+        alike = (
+            [c for c in here.iterdir() if c.name.lower() == part.lower()] if here.is_dir() else []
+        )
+        if len(alike) != 1:
+            return fix
+        here = alike[0]
+    if not here.is_file() or here == path:
+        return fix
+    return f"did you mean {here}? (`label` writes the generator's folder in lower case)"
+
+
 def read_labels(path: str | Path) -> dict[str, int]:
     """id -> label of a label file; a clear error when it is missing or empty."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(
-            "label file not found; run `retrieval-gate label` first or pass a path", path
-        )
+        raise DataError(f"label file not found; {not_found(path)}", path)
     labels = LabelFile(path).labels()
     if not labels:
         raise DataError("label file has no labelled rows", path)

@@ -55,7 +55,7 @@ from ..fileio import sha256_file
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path
+from .label_files import LabelFile, meta_path, not_found
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
 from .outcome_columns import (
     ID,
@@ -472,12 +472,16 @@ class StrategyLabels:
         return np.array([[r[s] for s in self.strategies] if r else list(default) for r in rows])
 
 
+# how to make a strategy label file, for a path that names none
+MAKE_THEM = ("run `retrieval-gate label --policy outcomes ... --strategies ...` or pass a "
+             "release folder")  # fmt: skip
+
+
 def read_strategy_labels(path: str | Path) -> StrategyLabels:
     """The rows and strategies of a strategies.jsonl file, each row checked against them."""
     path = Path(path)
     if not path.is_file():
-        raise DataError("strategy label file not found; run `retrieval-gate label --policy "
-                        "outcomes ... --strategies ...` or pass a release folder", path)  # fmt: skip
+        raise DataError(f"strategy label file not found; {not_found(path, MAKE_THEM)}", path)
     lf = LabelFile(path)
     strategies = tuple(lf.meta.get("strategies") or ())
     if len(strategies) < 2:
