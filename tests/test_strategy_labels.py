@@ -345,3 +345,42 @@ def test_a_release_of_several_llms_names_the_flag_and_reads_the_llm_as_users_spe
     assert "2 splits here (dev_100, test_500); name one by passing its folder, " in (
         capsys.readouterr().err
     )
+
+
+def test_a_router_reads_the_questions_of_the_release_its_labels_come_from(tmp_path, monkeypatch):
+    """Labels of another release (another LLM's, another split's: other question ids), as its
+    folder or imported from it: training read the bundled release's questions and stopped with
+    "none of the label ids is a known question id: set $RETRIEVAL_GATE_ADAPTIVE_RAG"."""
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.training.config import DataConfig
+    from retrieval_gate.training.sources import config_questions, labelled_questions
+
+    monkeypatch.delenv("RETRIEVAL_GATE_ADAPTIVE_RAG", raising=False)
+    root = write_release(tmp_path / "rel", split="test", llm="qwen_2_5_72b")
+    assert _label("--outcomes", str(root), "--labels-dir", str(tmp_path / "labels")) == 0
+    label_file = tmp_path / "labels" / "qwen_2_5_72b" / "strategies.jsonl"
+    ids = set(read_strategy_labels(label_file).rows)
+    for source in (label_file, root):
+        data = DataConfig(label_file=str(source), task="strategies", datasets=("adaptive-rag",))
+        questions = config_questions(data)
+        assert {q.id for q in questions} == ids and all(q.split for q in questions)
+        _, rows, _ = labelled_questions(data)
+        assert sum(len(r) for r in rows.values()) == len(ids)
+        # evaluate and tune split them alike
+        evalsets = load_splits(source)
+        assert {q.id: q.split for q in questions} == {
+            q.id: s for s in ("train", "dev", "test") for q in getattr(evalsets, s).questions
+        }
+    # $RETRIEVAL_GATE_ADAPTIVE_RAG is the user's own choice: kept (the bundle has none of these)
+    monkeypatch.setenv(
+        "RETRIEVAL_GATE_ADAPTIVE_RAG", str(resolve_data_dir() / "adaptive-rag-llama8b")
+    )
+    data = DataConfig(label_file=str(label_file), task="strategies", datasets=("adaptive-rag",))
+    with pytest.raises(DataError, match="none of the .* label ids is a known question id"):
+        labelled_questions(data)
+    # the release changed since the import: its rows may be other questions now
+    monkeypatch.delenv("RETRIEVAL_GATE_ADAPTIVE_RAG")
+    gold = next(root.glob("predictions/test/nor_qa_*_nq____*/ground_truth__*.json"))
+    gold.write_text(gold.read_text().replace("Shakespeare", "Marlowe"))
+    with pytest.raises(DataError, match="changed since these labels were imported"):
+        config_questions(data)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data import canonical_questions
+from ..data.adaptive_rag import ReleaseSplit
 from ..errors import DataError
 from ..questions import Question
 from .label_files import meta_path, read_labels
@@ -20,6 +21,7 @@ from .strategy_labels import (
     RELEASE_LABELS,
     StrategyLabels,
     is_strategy_source,
+    labels_release,
     load_strategy_labels,
 )
 
@@ -148,8 +150,10 @@ def load_splits(
         labels = {i: int(r["label"]) for i, r in strategy_labels.rows.items()}
         outcomes = Outcomes.empty()  # the labels carry the outcomes themselves
         meta = strategy_labels.meta
-        if questions is None and meta.get("outcomes_format") == "adaptive-rag-release":
-            questions = release_question_set(meta["outcomes_file"])  # the release's questions
+        if questions is None and (release := labels_release(label_path)) is not None:
+            questions = release_question_set(release)  # the release's own questions
+        elif questions is None and meta.get("outcomes_format") == "adaptive-rag-release":
+            questions = release_question_set(meta["outcomes_file"])  # names the missing folder
     else:
         labels = read_labels(label_path)
         outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
@@ -163,13 +167,17 @@ def load_splits(
     return split_evalsets(qs, labels, outcomes, strategy_labels)
 
 
-def release_question_set(source: str | Path, seed: int = 0) -> tuple[Question, ...]:
-    """A release's questions with the split a router trains on: `assign_splits` over them
-    (grouped by normalised text, stratified by dataset), as training does."""
+def release_question_set(source: str | Path | ReleaseSplit, seed: int = 0) -> tuple[Question, ...]:
+    """A release's questions (a folder, `adaptive-rag`, or one LLM's split found already) with
+    the split a router trains on: `assign_splits` over them (grouped by normalised text,
+    stratified by dataset), as training does."""
     from ..data.adaptive_rag import release_questions
     from ..data.splits import assign_splits, with_splits
 
-    qs = release_questions(None if str(source) == RELEASE_LABELS else source)
+    if isinstance(source, ReleaseSplit):
+        qs = release_questions(source.path, source.split, source.llm)
+    else:
+        qs = release_questions(None if str(source) == RELEASE_LABELS else source)
     return tuple(with_splits(qs, assign_splits(qs, seed=seed)))
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, load_release
+from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, ReleaseSplit, load_release
 from ..data.user_questions import read_rows
 from ..errors import DataError, InputError
 from ..fileio import sha256_file
@@ -517,6 +517,34 @@ def relearned(
 # `data.label_file` / `--labels` value that names the Adaptive-RAG release at its default place
 # ($RETRIEVAL_GATE_ADAPTIVE_RAG, else the bundle in the data folder): no `label` run needed.
 RELEASE_LABELS = "adaptive-rag"
+
+
+def labels_release(source: str | Path) -> ReleaseSplit | None:
+    """The Adaptive-RAG release strategy labels are about, whose questions they need: the
+    release folder given as labels, or the one a label file imported (its sidecar names it).
+    None for `adaptive-rag` (the release at its default place), other labels, or an import
+    whose folder is no longer there. A release changed since the import is refused: its rows
+    may no longer be these questions."""
+    from ..data.adaptive_rag import find_release, is_release
+
+    path = Path(source)
+    if str(source) == RELEASE_LABELS:
+        return None
+    if path.is_dir():
+        return find_release(path) if is_release(path) else None
+    if not (path.is_file() and meta_path(path).is_file()):
+        return None
+    meta = LabelFile(path).meta
+    folder = meta.get("outcomes_file")
+    if meta.get("outcomes_format") != "adaptive-rag-release" or not Path(str(folder)).is_dir():
+        return None
+    release = find_release(folder, meta.get("release_split"), meta.get("generator"))
+    if release.checksum() != meta.get("outcomes_sha256"):
+        raise DataError(f"the release {folder} changed since these labels were imported from "
+                        "it (its checksum differs from the sidecar's outcomes_sha256): import "
+                        "it again with `retrieval-gate label --policy outcomes --outcomes "
+                        f"{folder}`", path)  # fmt: skip
+    return release
 
 
 def is_strategy_source(path: str | Path) -> bool:

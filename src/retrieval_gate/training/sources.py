@@ -6,6 +6,7 @@ all in one split, is refused there rather than after the imports)."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -101,6 +102,8 @@ def config_questions(data: DataConfig) -> Sequence[Question]:
         from ..data.user_questions import question_set
 
         return question_set(data.questions, data.fields)
+    if (release := _labels_release(data)) is not None:
+        return release
     every = _bundle_with_splits(data.split_seed)
     if not data.datasets:
         return every
@@ -109,6 +112,21 @@ def config_questions(data: DataConfig) -> Sequence[Question]:
     if all(q.id in known for q in wanted):
         return [known[q.id] for q in wanted]
     return wanted  # datasets outside the bundle's split: split among themselves
+
+
+def _labels_release(data: DataConfig) -> Sequence[Question] | None:
+    """A router on the `adaptive-rag` dataset whose labels come from another release (the
+    folder as data.label_file, or a label file imported from one): that release's questions,
+    split as evaluate and tune split them. None where $RETRIEVAL_GATE_ADAPTIVE_RAG names the
+    release (the user's own choice) or the labels name none."""
+    from ..data.adaptive_rag import DATASET_NAME, ENV_VAR
+    from ..labels.evalset import release_question_set
+    from ..labels.strategy_labels import labels_release
+
+    if list(data.datasets) != [DATASET_NAME] or os.environ.get(ENV_VAR) or not data.label_file:
+        return None
+    release = labels_release(data.label_file)
+    return None if release is None else release_question_set(release, data.split_seed)
 
 
 def _bundle_with_splits(seed: int) -> Sequence[Question]:
