@@ -96,6 +96,7 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
                  f"data.questions={questions}", f"data.label_file={label_file}",
                  "data.features=[popularity]", f"run.output_dir={tmp_path / 'runs'}"]) == 0  # fmt: skip
     run = tmp_path / "runs" / "cascade-closed-book"
+    assert "frozen body: train: 100%" in capsys.readouterr().err  # minutes on 70,000: a bar
     assert main(["export", "--run", str(run), "--out-dir", str(tmp_path / "export"),
                  "--variants", "fp32", "--questions", str(questions)]) == 0  # fmt: skip
     export = tmp_path / "export" / "cascade-closed-book"

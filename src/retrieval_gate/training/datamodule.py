@@ -12,6 +12,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, WeightedRandomSampler
+from tqdm import tqdm
 
 from ..data.features import SideFeatures
 from ..data.gate_features import GateFeatures
@@ -168,11 +169,19 @@ class GateDataModule(pl.LightningDataModule):
         order = np.argsort([len(i) for i in ids["input_ids"]], kind="stable")
         return self._loader([rows[i] for i in order]), np.argsort(order, kind="stable")
 
-    def in_row_order(self, split: str, fn: Callable[[dict[str, Any]], np.ndarray]) -> np.ndarray:
+    def in_row_order(
+        self, split: str, fn: Callable[[dict[str, Any]], np.ndarray], desc: str | None = None
+    ) -> np.ndarray:
         """`fn` of each batch of `split` read in length order (`by_length`), concatenated in
-        the split's row order."""
+        the split's row order; with `desc`, a progress bar in questions (minutes on a CPU for
+        tens of thousands)."""
         batches, back = self.by_length(split)
-        return np.concatenate([fn(batch) for batch in batches])[back]
+        out = []
+        with tqdm(total=len(back), desc=desc, unit="q", disable=desc is None) as bar:
+            for batch in batches:
+                out.append(fn(batch))
+                bar.update(len(out[-1]))
+        return np.concatenate(out)[back]
 
     # validation and test metrics do not depend on the rows' order: read in length order
     def val_dataloader(self) -> DataLoader:

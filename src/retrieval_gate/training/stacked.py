@@ -164,7 +164,9 @@ def embed(module: nn.Module, dm: GateDataModule, split: str) -> np.ndarray:
     length order: `GateDataModule.in_row_order`)."""
     module.eval()
     return dm.in_row_order(
-        split, lambda b: module.body(b["input_ids"], b["attention_mask"]).float().numpy()
+        split,
+        lambda b: module.body(b["input_ids"], b["attention_mask"]).float().numpy(),
+        f"frozen body: {split}",
     )
 
 
