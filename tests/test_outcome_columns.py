@@ -171,3 +171,20 @@ def test_a_prediction_cell_is_one_answers_text(tmp_path, capsys):
     assert _label(tmp_path / "b", write_jsonl(tmp_path / "several.jsonl", several)) == 2
     assert ("line 1: column 'prediction' holds \"['Lyon', 'Paris']\", not one answer's text"
             in capsys.readouterr().err)  # fmt: skip
+
+
+def test_a_list_saved_into_a_csv_cell_is_read_as_that_list(tmp_path, capsys):
+    """pandas writes a list column into a CSV as its repr, `['Lyon', 'Paris']`: that text was
+    judged, and any one of the answers right made the row right; one answer's list is it."""
+    (tmp_path / "one").mkdir()
+    one = tmp_path / "one.csv"
+    one.write_text('id,prediction\nm1,"[\'William Shakespeare\']"\nm2,"[""Lyon""]"\n'
+                   "m3,[citation needed]\n")  # fmt: skip
+    assert _label(tmp_path / "one", one) == 0
+    got = _rows(tmp_path / "one")
+    assert got["m1"]["prediction"] == "William Shakespeare" and got["m1"]["label"] == 0
+    assert got["m2"]["prediction"] == "Lyon" and got["m3"]["prediction"] == "[citation needed]"
+    several = tmp_path / "several.csv"
+    several.write_text("id,prediction\nm2,\"['Lyon', 'Paris']\"\n")
+    assert _label(tmp_path, several) == 2
+    assert "line 2: column 'prediction' holds \"['Lyon', 'Paris']\"" in capsys.readouterr().err

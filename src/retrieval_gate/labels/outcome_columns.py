@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
+from ..data.list_cells import list_cell
 from ..errors import DataError, InputError
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,11 @@ def answer_text(value: Any, column: str, path: str | Path, n: int) -> str:
     """A prediction cell as the answer's text: a string or number; a list of one answer, or a
     chat message / completion choice (`{"content": ...}`, `{"text": ...}`), saved as is. Several
     answers in one cell are refused: judged as their repr, any of them right made the row
-    right."""
+    right. A list saved into a text cell (a CSV's: JSON, or pandas' repr `['a', 'b']`) is read
+    as that list."""
+    text = value.strip() if isinstance(value, str) else ""
+    if text.startswith("[") and text.endswith("]") and (listed := list_cell(text)) is not None:
+        value = listed
     while True:
         if isinstance(value, list | tuple) and len(value) == 1:
             value = value[0]
