@@ -252,3 +252,27 @@ def test_a_label_file_named_in_another_case_is_pointed_at(tmp_path, capsys):
         StrategyTask("correct", ("a", "b")).check_source(
             str(tmp_path / "labels" / "my-llm" / "strategies.jsonl")
         )
+
+
+def test_labels_of_a_file_whose_id_column_is_named_otherwise_name_that_column(tmp_path, capsys):
+    """Labels made with --field id=qid, then evaluated (or trained) without it: the questions
+    get ids made from their text, and the error said only "no label id is a question id"."""
+    rows = [{"qid": f"m{i}", "question": f"Who wrote book {i}?", "answers": ["x"]}
+            for i in range(40)]  # fmt: skip
+    qs = write_jsonl(tmp_path / "qs.jsonl", rows)
+    outcomes = write_jsonl(
+        tmp_path / "o.jsonl", [{"id": f"m{i}", "correct": i % 2} for i in range(40)]
+    )
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(qs), "--field", "id=qid", "--generator", "x", "--labels-dir",
+                 str(tmp_path / "labels")]) == 0  # fmt: skip
+    labels = str(tmp_path / "labels" / "x" / "closed-book.jsonl")
+    capsys.readouterr()
+    assert main(["evaluate", "--labels", labels, "--questions", str(qs), "--gates", "always",
+                 "--no-cost", "--out", str(tmp_path / "rep")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "label ids read like 'm0', question ids like 'q-" in err
+    assert "the labels' ids are in column 'qid': pass --field id=qid" in err
+    assert main(["train", "--config", "minilm-stacked-closed-book", "--set",
+                 f"data.questions={qs}", f"data.label_file={labels}"]) == 2  # fmt: skip
+    assert 'pass --set "data.fields={id: qid}"' in capsys.readouterr().err

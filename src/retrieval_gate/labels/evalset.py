@@ -4,9 +4,10 @@ run's recorded answers (closed-book and with-retrieval correctness) for adaptive
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -161,10 +162,28 @@ def load_splits(
     if not any(q.id in labels for q in qs):
         raise DataError(
             "no label id is a question id of the questions given"
-            + ("" if questions is not None else " (the bundled datasets): pass --questions SPEC"),
+            + (
+                ids_hint(qs, labels)
+                if questions is not None
+                else " (the bundled datasets): pass --questions SPEC"
+            ),  # fmt: skip
             label_path,
         )
     return split_evalsets(qs, labels, outcomes, strategy_labels)
+
+
+def ids_hint(
+    questions: Sequence[Question], labels: Mapping[str, Any], flag: str = "--field id={}"
+) -> str:
+    """Both sides' ids, and the question file's column that holds the label ids, if one does
+    (a file whose id column is named otherwise gets ids made from the text), with the `flag`
+    that names it."""
+    said = (f" (label ids read like {next(iter(labels))!r}, question ids like "
+            f"{questions[0].id!r})" if labels and questions else "")  # fmt: skip
+    for column in dict.fromkeys(k for q in questions[:50] for k in q.extra):
+        if sum(str(q.extra.get(column)) in labels for q in questions[:50]) >= 1:
+            return f"{said}: the labels' ids are in column {column!r}: pass {flag.format(column)}"
+    return f"{said}: is this the questions file the labels were made from?"
 
 
 def release_question_set(source: str | Path | ReleaseSplit, seed: int = 0) -> tuple[Question, ...]:

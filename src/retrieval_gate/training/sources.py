@@ -41,6 +41,10 @@ def labelled_questions(
     path = Path(data.label_file) if labels is None else None
     qs = questions if questions is not None else config_questions(data)
     fix = _release_fix(targets.provenance.get("meta"))
+    if data.questions and questions is None and not any(q.id in targets.labels for q in qs):
+        from ..labels.evalset import ids_hint
+
+        fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')  # named otherwise
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
     return targets, rows, qs
