@@ -171,6 +171,15 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
         served = client.post("/score", json=body)
         assert served.status_code == 200, served.text
         bad = client.post("/score", json={**body, "token_logprobs": [[0.5]] * 5})
+        # as an OpenAI-compatible reply has them: its `logprobs`, or the list of token entries
+        chat = [{"content": [{"token": "t", "logprob": v, "top_logprobs": []} for v in lps]}
+                if k % 2 else [{"token": "t", "logprob": v} for v in lps]
+                for k, lps in enumerate(body["token_logprobs"])]  # fmt: skip
+        openai = client.post("/score", json={**body, "token_logprobs": chat})
+        odd = client.post("/score", json={**body, "token_logprobs": [[{"token": "t"}]] * 5})
+    assert openai.status_code == 200, openai.text
+    assert openai.json()["scores"] == served.json()["scores"]
+    assert odd.status_code == 422 and "token 1" in odd.text
     np.testing.assert_allclose([s["probability"] for s in served.json()["scores"]],
                                [r["score"] for r in out[:5]], atol=1e-5)  # fmt: skip
     assert bad.status_code == 422 and "less than or equal to 0" in bad.text

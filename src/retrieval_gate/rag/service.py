@@ -39,7 +39,8 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from ..errors import BackendError, InputError, RetrievalGateError
+from ..data.answer_confidence import parse_token_logprobs
+from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
@@ -180,6 +181,21 @@ def _not_blank(text: str) -> str:
     return text
 
 
+def _as_logprob_list(value: Any) -> Any:
+    """One answer's log-probabilities as the OpenAI-compatible reply has them (`logprobs`,
+    `{"content": [{"token", "logprob"}, ...]}`, or its list of token entries) read as the list
+    of numbers, as files read them; a list of numbers (or anything else) is left to the
+    schema."""
+    if not isinstance(value, dict) and not (
+        isinstance(value, list) and any(isinstance(v, dict) for v in value)
+    ):
+        return value
+    try:
+        return parse_token_logprobs(value)
+    except DataError as e:
+        raise ValueError(e.args[0] if e.args else str(e)) from None
+
+
 def _request_model(
     name: str,
     limits: Limits,
@@ -224,9 +240,11 @@ def _request_model(
                               "column one value per question, in order (null: unknown)"))  # fmt: skip
     if answers:
         logprob = Annotated[float, Field(le=0, ge=-100_000, allow_inf_nan=False)]
-        lists = Annotated[list[list[logprob] | None] | None, Field(
+        one = Annotated[list[logprob] | None, BeforeValidator(_as_logprob_list)]
+        lists = Annotated[list[one] | None, Field(
             max_length=limits.max_questions, description="per question its closed-book "
-            "answer's token log-probabilities, or null (the question-only score)")]  # fmt: skip
+            "answer's token log-probabilities (a list of numbers, or the OpenAI-compatible "
+            "reply's `logprobs` as it comes), or null (the question-only score)")]  # fmt: skip
         fields["token_logprobs"] = (lists, None)
     return create_model(name, __config__=config, **fields)
 
