@@ -371,6 +371,9 @@ def test_a_router_reads_the_questions_of_the_release_its_labels_come_from(tmp_pa
         assert {q.id: q.split for q in questions} == {
             q.id: s for s in ("train", "dev", "test") for q in getattr(evalsets, s).questions
         }
+    # a gate on every bundled dataset (data.datasets unset) reads them as before
+    bundled = config_questions(DataConfig(label_file=str(label_file)))
+    assert len(bundled) > len(ids) and not {q.id for q in bundled} & ids
     # $RETRIEVAL_GATE_ADAPTIVE_RAG is the user's own choice: kept (the bundle has none of these)
     monkeypatch.setenv(
         "RETRIEVAL_GATE_ADAPTIVE_RAG", str(resolve_data_dir() / "adaptive-rag-llama8b")

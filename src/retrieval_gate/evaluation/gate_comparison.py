@@ -198,8 +198,8 @@ def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
     one, else the options it reads."""
     used = {k: str(getattr(options, k)) for k in spec.options if getattr(options, k) is not None}
-    # a two-stage gate's are its question-only scores (a file of before that fix mixed in the
-    # answers' log-probabilities a questions file carried): their own name
+    # a two-stage gate's are its question-only scores, under a name of their own: older files
+    # held scores that had read the answers' log-probabilities a questions file carried
     alone = "-question-only" if reads_answers(gate) else ""
     return f"{spec.name}{alone}-{content_id(gate_checksum(gate) or json.dumps(used))}"
 

@@ -181,7 +181,7 @@ def ids_hint(
     said = (f" (label ids read like {next(iter(labels))!r}, question ids like "
             f"{questions[0].id!r})" if labels and questions else "")  # fmt: skip
     for column in dict.fromkeys(k for q in questions[:50] for k in q.extra):
-        if sum(str(q.extra.get(column)) in labels for q in questions[:50]) >= 1:
+        if any(str(q.extra.get(column)) in labels for q in questions[:50]):
             return f"{said}: the labels' ids are in column {column!r}: pass {flag.format(column)}"
     return f"{said}: is this the questions file the labels were made from?"
 

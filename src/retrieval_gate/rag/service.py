@@ -193,7 +193,7 @@ def _as_logprob_list(value: Any) -> Any:
     try:
         return parse_token_logprobs(value)
     except DataError as e:
-        raise ValueError(e.args[0] if e.args else str(e)) from None
+        raise InputError(e.args[0] if e.args else str(e)) from None  # pydantic: a 422
 
 
 def _request_model(

@@ -127,7 +127,11 @@ def _labels_release(data: DataConfig) -> Sequence[Question] | None:
     from ..labels.evalset import release_question_set
     from ..labels.strategy_labels import labels_release
 
-    if list(data.datasets) != [DATASET_NAME] or os.environ.get(ENV_VAR) or not data.label_file:
+    if (
+        list(data.datasets or ()) != [DATASET_NAME]
+        or os.environ.get(ENV_VAR)
+        or not data.label_file
+    ):
         return None
     release = labels_release(data.label_file)
     return None if release is None else release_question_set(release, data.split_seed)
