@@ -113,6 +113,12 @@ class GateOptions:
         metadata={"help": "numeric signal the popularity gates threshold (default s_pop; any "
                   "numeric column of --questions: low value -> retrieve)", "metavar": "COLUMN"},
     )  # fmt: skip
+    recorded: str | None = field(
+        default=None,
+        metadata={"help": "file of decisions made elsewhere (a peer's, your system's) that the "
+                  "recorded gate reads: an id and a score (0..1) or a retrieve (true/false) per "
+                  "question (default: none; that gate needs it)", "metavar": "FILE"},
+    )  # fmt: skip
     probe_model: str | None = field(
         default=None,
         metadata={"help": "model folder whose hidden states the probe reads: the serving "
@@ -248,6 +254,17 @@ def _check_probe(opts: GateOptions) -> None:
     check_probe_options(opts.probe_model, opts.probe_layers)
 
 
+def _recorded(ctx: GateContext, opts: GateOptions) -> Gate:
+    from .recorded import RecordedGate
+
+    return RecordedGate(_required(opts, "recorded", "recorded"))
+
+
+def _check_recorded(opts: GateOptions) -> None:
+    """The file is read (and a bad row named) before any other gate is built."""
+    _recorded(GateContext(), opts)
+
+
 def _router_tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
     from .strategy_routers import tfidf_router
 
@@ -294,6 +311,9 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"run"}), label_free=True, options=("learned_run",)),
         GateSpec("onnx", _onnx, "an exported gate or router, scored with ONNX Runtime",
                  frozenset({"export"}), label_free=True, options=("onnx", "variant")),
+        GateSpec("recorded", _recorded, "decisions made elsewhere (a published peer's, your "
+                 "system's), read by question id from --recorded FILE", label_free=True,
+                 options=("recorded",), check=_check_recorded),
     )
 }  # fmt: skip
 
