@@ -185,6 +185,7 @@ CASES = {
     "rag-budget-above-dearest": C("rag --modes never router --router {t}/router --budget 99", "--budget", "3.35"),
     "rag-budget-negative": C("rag --modes never router --router {t}/router --budget -1", "--budget"),
     # ---------------------------------------------------------------- serve
+    "serve-recorded-gate": C("serve --mode gate --gate recorded --recorded {t}/q.jsonl", "--gate recorded", "by question id"),
     "serve-port-zero": C(f"serve {GATE} --port 0", "--port"),
     "serve-port-absurd": C(f"serve {GATE} --port 70000", "--port"),
     "serve-max-batch-zero": C(f"serve {GATE} --max-batch 0", "--max-batch"),

@@ -10,7 +10,7 @@ import socket
 from dataclasses import fields
 
 from ..errors import ConfigError
-from ..gates.registry import gate_names
+from ..gates.registry import gate_names, gate_spec
 from ..rag.cascade import CASCADE
 from ..rag.limits import Limits
 from .question_args import add_data_dir
@@ -129,6 +129,10 @@ def _gate_mode(args: argparse.Namespace) -> str:
     if args.router is None and args.budget is not None:
         raise ConfigError("--budget goes with --router (a binary gate's operating point is "
                           "its threshold)")  # fmt: skip
+    if args.gate is not None and not gate_spec(args.gate).serves:
+        raise ConfigError(f"--gate {args.gate} looks its decisions up by question id, and the "
+                          "questions a server is sent have none: serve a trained gate (--gate "
+                          "onnx --onnx DIR) or a router (--router DIR)")  # fmt: skip
     if getattr(args, "answer_gate", None) is not None:
         return CASCADE  # the router with the two-stage gate reading its closed-book answers
     return "router" if args.router is not None else args.gate or "onnx"

@@ -166,6 +166,8 @@ class GateSpec:
     options: tuple[str, ...] = ()
     # checks its options before any gate is built or weights load (raises InputError)
     check: Callable[[GateOptions], None] | None = None
+    # False: it looks scores up by question id, which questions sent to `serve` never have
+    serves: bool = True
 
 
 def _always(ctx: GateContext, opts: GateOptions) -> Gate:
@@ -313,7 +315,7 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"export"}), label_free=True, options=("onnx", "variant")),
         GateSpec("recorded", _recorded, "decisions made elsewhere (a published peer's, your "
                  "system's), read by question id from --recorded FILE", label_free=True,
-                 options=("recorded",), check=_check_recorded),
+                 options=("recorded",), check=_check_recorded, serves=False),
     )
 }  # fmt: skip
 
