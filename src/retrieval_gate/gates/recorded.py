@@ -71,9 +71,13 @@ def _score(row: dict[str, Any], path: Path, n: int) -> float:
     """The row's `score` (0..1), else its `retrieve` decision as 1.0 / 0.0."""
     if row.get(SCORE) not in (None, ""):
         try:
+            if isinstance(row[SCORE], bool):  # a decision in the score column
+                raise TypeError
             score = float(row[SCORE])
         except (TypeError, ValueError):
-            raise DataError(f"score {row[SCORE]!r} is not a number", path, n) from None
+            raise DataError(
+                f"score {row[SCORE]!r} is not a number (a decision goes in '{RETRIEVE}')", path, n
+            ) from None
         if not (math.isfinite(score) and 0 <= score <= 1):
             raise DataError(f"score {score:g} is not a probability from 0 to 1 (P(needs "
                             "retrieval)); record a decision as 'retrieve' instead", path, n)  # fmt: skip
