@@ -68,22 +68,29 @@ def _read(path: Path) -> dict[str, float]:
 
 
 def _score(row: dict[str, Any], path: Path, n: int) -> float:
-    """The row's `score` (0..1), else its `retrieve` decision as 1.0 / 0.0."""
-    if row.get(SCORE) not in (None, ""):
-        try:
-            if isinstance(row[SCORE], bool):  # a decision in the score column
-                raise TypeError
-            score = float(row[SCORE])
-        except (TypeError, ValueError):
-            raise DataError(
-                f"score {row[SCORE]!r} is not a number (a decision goes in '{RETRIEVE}')", path, n
-            ) from None
-        if not (math.isfinite(score) and 0 <= score <= 1):
-            raise DataError(f"score {score:g} is not a probability from 0 to 1 (P(needs "
-                            "retrieval)); record a decision as 'retrieve' instead", path, n)  # fmt: skip
-        return score
-    decided = parse_bool(row.get(RETRIEVE), path, n, RETRIEVE)
-    if decided is None:
-        raise DataError(f"the row has neither a '{SCORE}' (P(needs retrieval)) nor a "
-                        f"'{RETRIEVE}' (true/false) value", path, n)  # fmt: skip
-    return 1.0 if decided else 0.0
+    """The row's `score` (0..1), else (empty, null or NaN) its `retrieve` decision as 1.0 or
+    0.0."""
+    value = row.get(SCORE)
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        decided = parse_bool(row.get(RETRIEVE), path, n, RETRIEVE)
+        if decided is None:
+            raise DataError(f"the row has neither a '{SCORE}' (P(needs retrieval)) nor a "
+                            f"'{RETRIEVE}' (true/false) value", path, n)  # fmt: skip
+        return 1.0 if decided else 0.0
+    score = _number(value)
+    if score is None:  # a true/false too: a decision in the score column
+        raise DataError(f"score {value!r} is not a number (a decision goes in "
+                        f"'{RETRIEVE}')", path, n)  # fmt: skip
+    if not (math.isfinite(score) and 0 <= score <= 1):
+        raise DataError(f"score {score:g} is not a probability from 0 to 1 (P(needs "
+                        "retrieval)); record a decision as 'retrieve' instead", path, n)  # fmt: skip
+    return score
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
