@@ -149,7 +149,19 @@ def test_duplicates(tmp_path, caplog):
     [
         ("none.jsonl", '{"title": "x"}\n', "no question column"),
         ("empty.csv", "", "has no rows"),
-        ("latin1.csv", "question\nCaf\xe9?\n".encode("latin-1"), "line 2: not valid UTF-8"),
+        (
+            "latin1.csv",
+            "question\nCaf\xe9?\n".encode("latin-1"),
+            r"line 2: not valid UTF-8 .*iconv -f CP1252 -t UTF-8 .*latin1.csv > .*latin1.utf8.csv",
+        ),
+        # Excel's "Unicode Text": the encoding named, not only "byte 0"
+        (
+            "u16.csv",
+            "question\nWho?\n".encode("utf-16"),
+            r"line 1: not valid UTF-8 \(byte 0\): the file is UTF-16 .*iconv -f UTF-16 -t UTF-8",
+        ),
+        ("u16.jsonl", '{"question": "Who?"}\n'.encode("utf-16"), "the file is UTF-16"),
+        ("u16.json", '[{"question": "Who?"}]'.encode("utf-16"), "the file is UTF-16"),
         ("mixed.jsonl", '{"question": "a?"}\nquestion,answers\n', "line 2: malformed JSON"),
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
         ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),

@@ -25,6 +25,19 @@ from typing import Any
 from .errors import DataError, InputError
 
 
+def not_utf8(data: bytes, start: int, path: str | Path | None = None) -> str:
+    """Why `data` (a file, or one of its lines) is not UTF-8 and the command that fixes it: a
+    UTF-16 file (Excel's "Unicode Text") shows its byte-order mark or NUL bytes; most others
+    are Windows-1252 (Latin-1) text."""
+    src = Path(path) if path is not None else Path("FILE")
+    fixed = src.with_name(f"{src.stem}.utf8{src.suffix}") if path is not None else "NEW"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:64]:
+        return (f"not valid UTF-8 (byte {start}): the file is UTF-16 (Excel's \"Unicode Text\" "
+                f"saves so); re-encode it as UTF-8: iconv -f UTF-16 -t UTF-8 {src} > {fixed}")  # fmt: skip
+    return (f"not valid UTF-8 (byte {start}); re-encode the file as UTF-8 (from Windows-1252 or "
+            f"Latin-1: iconv -f CP1252 -t UTF-8 {src} > {fixed})")  # fmt: skip
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Writes `text` to `path` atomically; a missing or read-only folder is an InputError."""
     return write_bytes(path, text.encode("utf-8"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..fileio import not_utf8
 from ..strict_rows import DECODER, RepeatedKeyError, loads
 from .bad_rows import BadRows
 
@@ -23,13 +24,7 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                bad.report(
-                    DataError(
-                        f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8",
-                        path,
-                        lineno,
-                    )
-                )
+                bad.report(DataError(not_utf8(raw, e.start, path), path, lineno))
                 continue
             if lineno == 1:  # a byte-order mark (Windows editors write one) is not the row's
                 line = line.removeprefix("\ufeff")
@@ -53,12 +48,11 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each item of a `.json` file's array of objects, the
     line being where the item starts; the first bad item raises, naming its line. A file of one
     object a line is read as JSONL (many tools name those `.json`)."""
+    data = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(
-            f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8", path
-        ) from None
+        raise DataError(not_utf8(data, e.start, path), path) from None
     pos = _blank(text, 0)
     if not text.startswith("[", pos):
         refuse_one_object(text, path)

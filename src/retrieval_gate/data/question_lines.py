@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..fileio import not_utf8
 from ..strict_rows import RepeatedKeyError, first_repeated, loads
 from .jsonl_files import read_json_array, refuse_one_object
 
@@ -117,7 +118,7 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
     try:
         line = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
-        return {**rec, "error": f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8"}
+        return {**rec, "error": not_utf8(raw, e.start)}
     if is_jsonl and line.strip():
         try:
             row = loads(line)
@@ -156,7 +157,7 @@ def _read_csv(data: bytes, path: Path, delimiter: str) -> list[dict[str, Any]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"not valid UTF-8 (byte {e.start}); re-encode it as UTF-8", path) from None
+        raise InputError(not_utf8(data, e.start, path), path) from None
     try:
         rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
     except csv.Error as e:

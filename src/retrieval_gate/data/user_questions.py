@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..fileio import not_utf8
 from ..questions import Question
 from ..strict_rows import first_repeated
 from .answer_confidence import (
@@ -172,9 +173,7 @@ def _check_utf8(path: Path) -> None:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise DataError(
-            f"not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8", path, line
-        ) from None
+        raise DataError(not_utf8(data, e.start, path), path, line) from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[Row]:
