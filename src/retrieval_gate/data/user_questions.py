@@ -350,9 +350,6 @@ def _question(
         s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
         o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
         date=_str_or_none(get("date")),
-        # the columns no Question field took, and the answer's confidence under its field's
-        # name wherever the row has one of its columns (an empty cell too: "no answer", which
-        # a label file's log-probabilities must not fill in)
         extra=_answer_columns({**rest, **answer}, spec, n),
     )
 

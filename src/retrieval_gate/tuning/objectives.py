@@ -27,20 +27,27 @@ class DevData:
     def require_answers(self) -> DevData:
         """Adaptive accuracy is measured on the questions with both recorded answers (the
         metric skips the others); retrieval rate stays over every dev question."""
-        closed, rag = ~np.isnan(self.closed), ~np.isnan(self.rag)
-        if not np.any(closed & rag):
-            raise MissingInputError(
-                "adaptive-accuracy objectives need the labelling run's answers without and "
-                "with retrieval for dev questions; the labelling run read has "
-                f"{_missing_answers(closed, rag)}: pass --run-dir FOLDER, the folder `label` "
-                "wrote them into (<labels-dir>/<generator>), or tune macro-f1, which needs the "
-                "labels only"
-            )
+        require_answers(self.closed, self.rag)
         return self
 
     def always_accuracy(self) -> float:
         known = ~np.isnan(self.closed) & ~np.isnan(self.rag)
         return float(np.mean(self.rag[known]))
+
+
+def require_answers(closed: np.ndarray, rag: np.ndarray) -> None:
+    """Recorded correctness without (`closed`) and with (`rag`) retrieval, NaN where unknown:
+    some dev question must have both, or adaptive-accuracy objectives cannot be tuned (checked
+    before any gate is built too: `tune`)."""
+    closed, rag = ~np.isnan(closed), ~np.isnan(rag)
+    if not np.any(closed & rag):
+        raise MissingInputError(
+            "adaptive-accuracy objectives need the labelling run's answers without and "
+            "with retrieval for dev questions; the labelling run read has "
+            f"{_missing_answers(closed, rag)}: pass --run-dir FOLDER, the folder `label` "
+            "wrote them into (<labels-dir>/<generator>), or tune macro-f1, which needs the "
+            "labels only"
+        )
 
 
 def _missing_answers(closed: np.ndarray, rag: np.ndarray) -> str:

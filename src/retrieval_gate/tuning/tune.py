@@ -263,13 +263,13 @@ def _refuse_untunable(cfg: TuneConfig, dev: EvalSet, objectives: list[str]) -> N
     """Objectives that need recorded answers, where dev has none, when nothing else was asked
     or the threshold to save is theirs: refused now, not after the gate has scored dev (the
     others are skipped with the reason in the report)."""
-    from .objectives import DevData, objective
+    from .objectives import objective, require_answers
 
     needing = [o for o in objectives if o == "pareto" or objective(o, cfg.target).needs_answers]
     if not needing or (len(needing) < len(objectives) and cfg.save_objective not in needing):
         return
     try:
-        DevData(dev.y, dev.y, dev.closed_correct, dev.rag_correct).require_answers()
+        require_answers(dev.closed_correct, dev.rag_correct)
     except MissingInputError as e:
         raise MissingInputError(f"--objective {' '.join(needing)}: {e}; nothing tuned") from None
 
