@@ -622,3 +622,28 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
     with pytest.raises(ConfigError, match=r"trainer.max_epochs=0: expected at least 1"):
         cfg.override("trainer.max_epochs=0")
     assert not (tmp_path / "out").exists()
+
+
+def test_labels_of_other_bundled_datasets_name_them_and_unknown_ids_the_questions_flag(tmp_path):
+    """A router config reads data.datasets [adaptive-rag]; labels imported for PopQA and
+    RetrievalQA questions were refused as "other data" with no way out named."""
+    from retrieval_gate.data.splits import canonical_questions
+    from retrieval_gate.training.sources import labelled_questions
+
+    every = canonical_questions()
+    ids = [next(q.id for q in every if q.source == s) for s in ("popqa", "retrievalqa")]
+    bundled, unknown = tmp_path / "bundled.jsonl", tmp_path / "unknown.jsonl"
+    bundled.write_text(
+        "".join(json.dumps({"id": i, "label": k % 2}) + "\n" for k, i in enumerate(ids))
+    )
+    unknown.write_text(
+        "".join(json.dumps({"id": f"mine-{k}", "label": k % 2}) + "\n" for k in range(2))
+    )
+    cfg = load_config("minilm-closed-book").override("data.datasets=[triviaqa]")
+    with pytest.raises(DataError, match=r"reads data.datasets \['triviaqa'\], but these are "
+                       r"questions of popqa, retrievalqa: --set \"data.datasets=\[popqa, retrievalqa\]\""):  # fmt: skip
+        labelled_questions(dataclasses.replace(cfg.data, label_file=str(bundled)))
+    with pytest.raises(
+        DataError, match=r"train on your own questions with --set data.questions=FILE"
+    ):
+        labelled_questions(dataclasses.replace(cfg.data, label_file=str(unknown)))

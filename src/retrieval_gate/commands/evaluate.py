@@ -55,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="strategy labels: the accuracy-vs-cost figure's x, mean retrievals (the "
                    "strategies' cost) or LLM calls per question, or both panels (default: "
                    "retrievals)")  # fmt: skip
+    p.add_argument("--answer-gate", type=Path, metavar="DIR",
+                   help="strategy labels: a two-stage gate export (train --config "
+                   "cascade-closed-book) that reads the recorded closed-book answers; the "
+                   "routing report adds each policy followed by it (the cascade); default: "
+                   "none")  # fmt: skip
     add_question_args(p)
     add_data_dir(p)
     add_gate_options(p)
@@ -108,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         questions=questions_from(args),
         strategies=args.strategies,
         cost_axis=args.cost_axis,
+        answer_gate=args.answer_gate,
     )
     path = run_evaluation(cfg)
     print(f"report: {path}")

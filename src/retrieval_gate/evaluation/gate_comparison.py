@@ -18,6 +18,7 @@ from ..errors import ConfigError, DataError, MissingInputError
 from ..fileio import content_id, write_text
 from ..gates.base import Gate, gate_checksum, reads_answers
 from ..gates.popularity import mallen_protocol
+from ..gates.pretrained import RetrievalGate
 from ..gates.registry import (
     GATES,
     GateContext,
@@ -41,8 +42,10 @@ from ..labels.labelling_run import LabellingRun
 from ..outputs import write_owned
 from ..pricing import answer_read_calls, binary_llm_calls
 from ..questions import Question
+from ..rag.cascade import check_answer_gate_folder
 from ..strategies import StrategyRegistry
 from . import plots
+from .answer_gate import answer_gate_scores, check_answer_labels
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .gate_tables import comparison_table, per_source_table
 from .routing_policies import check_axis, registry_costs, routing_markdown, routing_report
@@ -70,6 +73,7 @@ class EvaluationConfig:
     questions: Sequence[Question] | None = None  # None: the bundled datasets, canonical split
     strategies: StrategyRegistry | None = None  # --strategies: prices routing tables' strategies
     cost_axis: str = "retrievals"  # the accuracy-vs-cost figure's x: retrievals, llm_calls, both
+    answer_gate: Path | None = None  # --answer-gate: a two-stage gate export, for the cascade
 
 
 def sample_test(test: EvalSet, limit: int | None) -> EvalSet:
@@ -104,6 +108,9 @@ def source_counts(test: EvalSet) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvaluationConfig) -> Path:
     check_axis(cfg.cost_axis)  # before any label file is read or gate built
+    if cfg.answer_gate is not None:
+        check_answer_labels(cfg.label_files)
+        check_answer_gate_folder(cfg.answer_gate)
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
@@ -120,6 +127,9 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         "skipped": skipped,
     }
     gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
+    answer_gate = (
+        None if cfg.answer_gate is None else RetrievalGate.from_pretrained(cfg.answer_gate)
+    )
     cfg.out_dir.mkdir(parents=True, exist_ok=True)  # once the inputs read: no empty folder
     for policy, sp in splits.items():
         ctx = GateContext(sp.train, sp.dev, records, generator)
@@ -164,9 +174,11 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
             priced = registry_costs(cfg.strategies, tests[policy].strategies)  # --strategies
+            answer = None if answer_gate is None else answer_gate_scores(
+                answer_gate, tests[policy], files[policy])  # fmt: skip
             report["policies"][policy]["routing"] = routing_report(
                 tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples,
-                priced, cfg.strategies, cfg.cost_axis)  # fmt: skip
+                priced, cfg.strategies, cfg.cost_axis, answer)  # fmt: skip
         report["policies"][policy]["label_file"] = _provenance(files[policy])
         report["policies"][policy]["llm_calls_without_with_retrieval"] = calls
     if any(g.startswith("popularity") for g in cfg.gates):

@@ -39,6 +39,15 @@ from ..pricing import (
 )
 from ..strategies import COST_AXES, StrategyRegistry
 from ..tables import markdown_table
+from .answer_gate import (
+    ALONE,
+    FIRST,
+    THEN_ANSWER_GATE,
+    AnswerGate,
+    answer_gate_alone,
+    answer_gate_caption,
+    next_strategy,
+)
 from .bootstrap import bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -52,6 +61,20 @@ AXIS_LABEL = {"retrievals": "mean cost per question (test; the strategies' cost,
 class Policy:
     name: str
     choice: np.ndarray  # index of each test question's strategy
+    escalated: np.ndarray | None = None  # a cascade's: answered first without retrieval too
+
+    def then(self, answer: AnswerGate | None, costs: Sequence[float], budget: float | None,
+             ) -> list[Policy]:  # fmt: skip
+        """This policy, and with an answer gate, the cascade starting from it."""
+        if answer is None:
+            return [self]
+        return [self, self.cascade(answer, costs, budget,
+                                   self.name.replace(" @ ", f" {THEN_ANSWER_GATE} @ ", 1))]  # fmt: skip
+
+    def cascade(self, answer: AnswerGate, costs: Sequence[float], budget: float | None,
+                name: str) -> Policy:  # fmt: skip
+        escalated = answer.escalated(self.choice, costs, budget)
+        return Policy(name, np.where(escalated, next_strategy(costs), self.choice), escalated)
 
 
 def fixed_policies(test: EvalSet, dev: EvalSet) -> list[Policy]:
@@ -98,21 +121,26 @@ def matching_price(cal: Calibration, dev: EvalSet) -> tuple[float, float, bool] 
     return float(cal.dev.price[i]), float(cal.dev.mean_cost[i]), reached
 
 
-def gate_policies(gates: Mapping[str, Gate], test: EvalSet, dev: EvalSet) -> list[Policy]:
+def gate_policies(
+    gates: Mapping[str, Gate], test: EvalSet, dev: EvalSet, answer: AnswerGate | None = None
+) -> list[Policy]:
     """Routers at the budgets, at their default and where they match the best single
-    strategy's dev accuracy; binary gates between the first two."""
+    strategy's dev accuracy; binary gates between the first two. With `answer`, each policy
+    but the matching point is followed by its cascade (evaluation/answer_gate.py)."""
     out = []
     for name, gate in gates.items():
         if not is_router(gate):
             decide = np.asarray(gate.scores(test.questions)) >= gate.threshold
-            out.append(Policy(f"{name} @ threshold {gate.threshold:.3g}", decide.astype(int)))
+            policy = Policy(f"{name} @ threshold {gate.threshold:.3g}", decide.astype(int))
+            out += policy.then(answer, default_costs(test.strategies), None)
             continue
         P = gate.strategy_proba(test.questions)  # type: ignore[attr-defined]
         cal = gate.calibration  # type: ignore[attr-defined]
         for budget in [*(b for b in BUDGETS if b <= max(cal.costs)), None]:
             label = f"budget {budget:g}" if budget is not None else (
                 f"default (budget {cal.default_budget:g})")  # fmt: skip
-            out.append(Policy(f"{name} @ {label}", route_indices(P, cal.price(budget), cal.costs)))
+            policy = Policy(f"{name} @ {label}", route_indices(P, cal.price(budget), cal.costs))
+            out += policy.then(answer, cal.costs, budget)
         match = matching_price(cal, dev)
         if match is not None:
             price, cost, reached = match
@@ -128,11 +156,16 @@ def _stats(policy: Policy, test: EvalSet, paid: np.ndarray, rows: np.ndarray, re
            calls: np.ndarray | None = None) -> dict:  # fmt: skip
     """Accuracy, mean cost and (with `calls`, each strategy's) mean LLM calls, with CIs."""
     ok, cost = outcome(policy.choice[rows], test.correct[rows], paid[rows])
+    twice = np.zeros(len(rows), bool) if policy.escalated is None else policy.escalated[rows]
+    cost = cost + np.where(twice, paid[rows, FIRST], 0.0)  # the closed-book answer, paid too
     shares = np.bincount(policy.choice[rows], minlength=len(test.strategies)) / len(rows)
     out = {"n": int(len(rows)), **_mean_ci("accuracy", ok, reps), **_mean_ci("mean_cost", cost, reps),
            "mean_llm_calls": None, "mean_llm_calls_ci95": None}  # fmt: skip
     if calls is not None:
-        out |= _mean_ci("mean_llm_calls", calls[policy.choice[rows]], reps)
+        llm = calls[policy.choice[rows]] + np.where(twice, calls[FIRST], 0.0)
+        out |= _mean_ci("mean_llm_calls", llm, reps)
+    if policy.escalated is not None:
+        out["escalated"] = float(twice.mean())
     return out | {"shares": dict(zip(test.strategies, shares.tolist(), strict=True))}
 
 
@@ -151,16 +184,21 @@ def routing_report(
     costs: Sequence[float] | None = None,
     registry: StrategyRegistry | None = None,
     axis: str = "retrievals",
+    answer: AnswerGate | None = None,
 ) -> dict[str, Any]:
     """Every policy on `test`: overall and per source, with CIs; AUROC of "the no-retrieval
     answer is wrong" per gate; the accuracy-vs-cost figure (x: `axis`, one of AXES).
     `registry` (--strategies) declares the strategies' LLM calls (default: a router's own
-    specs, else the built-ins')."""
+    specs, else the built-ins'). `answer` (--answer-gate): each gate's policies are followed
+    by their cascade, and the answer gate's AUROC on the recorded answers is listed."""
     costs = tuple(costs) if costs is not None else _costs(gates, test.strategies)
     paid = test.costs_paid(costs)
     per_strategy = _llm_calls(gates, test.strategies, registry)
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
-    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev)
+    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer)
+    if answer is not None:  # the answer gate alone: every question answered closed-book first
+        first = Policy("", np.full(len(test), FIRST))
+        policies.append(first.cascade(answer, costs, None, answer_gate_alone(answer)))
     everything = np.arange(len(test))
     sources = sorted(set(test.sources.tolist()))
     rows = []
@@ -170,18 +208,24 @@ def routing_report(
                                        n_resamples, calls) for s in sources}  # fmt: skip
         rows.append(row)
     y = 1 - test.correct[:, 0]
-    auroc = {}
-    for name, gate in gates.items():
-        s = np.asarray(gate.scores(test.questions), float)
-        auroc[name] = {"auroc": M.auroc(y, s),
-                       "ci95": bootstrap_ci(lambda i, s=s: M.auroc(y[i], s[i]), len(y), n_resamples),
-                       "per_source": {src: M.auroc(y[test.sources == src], s[test.sources == src])
-                                      for src in sources}}  # fmt: skip
+    scored = {name: np.asarray(gate.scores(test.questions), float) for name, gate in gates.items()}
+    if answer is not None:
+        scored[f"{answer.name} (answer gate, on the recorded answers)"] = answer.scores
+    auroc = {name: _auroc(y, s, test.sources, n_resamples) for name, s in scored.items()}
     figure = accuracy_cost_figure(test, gates, rows, paid, out_dir / f"{stem}-accuracy-cost.png",
                                   calls, axis)  # fmt: skip
     return {"strategies": list(test.strategies), "costs": list(costs), "llm_calls": per_strategy,
             "n_test": len(test), "policies": rows, "auroc_no_retrieval_wrong": auroc,
-            "figure": figure.name, "figure_axis": axis}  # fmt: skip
+            "figure": figure.name, "figure_axis": axis,
+            "answer_gate": None if answer is None else answer.summary()}  # fmt: skip
+
+
+def _auroc(y: np.ndarray, s: np.ndarray, sources: np.ndarray, reps: int) -> dict[str, Any]:
+    """AUROC of `s` for `y`, with its CI and per source."""
+    return {"auroc": M.auroc(y, s),
+            "ci95": bootstrap_ci(lambda i: M.auroc(y[i], s[i]), len(y), reps),
+            "per_source": {src: M.auroc(y[sources == src], s[sources == src])
+                           for src in sorted(set(sources.tolist()))}}  # fmt: skip
 
 
 def registry_costs(
@@ -248,7 +292,8 @@ def accuracy_cost_figure(
             ax.plot([p[x] for p in pts], [p[2] for p in pts], "-", lw=1.2, label=f"{name} (test)")
         key = "mean_cost" if which == "retrievals" else "mean_llm_calls"
         for row in rows:
-            if " @ budget" in row["policy"] or " @ default" in row["policy"]:
+            on_line = " @ budget" in row["policy"] or " @ default" in row["policy"]
+            if on_line and THEN_ANSWER_GATE not in row["policy"]:
                 continue  # on the router's line
             o = row["overall"]
             ax.plot(o[key], o["accuracy"], "o", ms=5, label=row["policy"][:48])
@@ -287,10 +332,13 @@ def _cell(stats: dict, key: str, digits: int) -> str:
 
 
 def routing_markdown(report: dict[str, Any]) -> str:
+    cascade = report.get("answer_gate")
     header = ["policy", "accuracy [95% CI]", "mean cost [95% CI]", "LLM calls/q [95% CI]",
-              *(f"% {s}" for s in report["strategies"])]  # fmt: skip
+              *(f"% {s}" for s in report["strategies"]),
+              *(["% escalated"] if cascade else [])]  # fmt: skip
     body = [[r["policy"], *_cells(r["overall"]),
-             *(f"{100 * v:.0f}" for v in r["overall"]["shares"].values())]
+             *(f"{100 * v:.0f}" for v in r["overall"]["shares"].values()),
+             *([_escalated_cell(r["overall"])] if cascade else [])]
             for r in report["policies"]]  # fmt: skip
     sources = list(report["policies"][0]["per_source"]) if report["policies"] else []
     per = [[r["policy"], *(_per_source_cell(r["per_source"][s]) for s in sources)]
@@ -306,6 +354,7 @@ def routing_markdown(report: dict[str, Any]) -> str:
         "dev (or, for a router fitted on train and dev, on their out-of-fold predictions); 95% "
         "CIs: percentile bootstrap.", "",
         markdown_table(header, body), "",
+        *([answer_gate_caption(report), ""] if cascade else []),
         "Per source (accuracy / mean cost / LLM calls per question):", "",
         markdown_table(["policy", *sources], per), "",
         "AUROC of \"the no-retrieval answer is wrong\" (the gates' score, 1 - P(correct | no "
@@ -313,6 +362,11 @@ def routing_markdown(report: dict[str, Any]) -> str:
         markdown_table(["gate", "AUROC", "95% CI", *sources], auroc), "",
         f"![accuracy vs cost]({report['figure']})",
     ])  # fmt: skip
+
+
+def _escalated_cell(stats: dict) -> str:
+    share = stats.get("escalated")
+    return "" if share is None else f"{100 * share:.0f}"
 
 
 def _cells(stats: dict) -> list[str]:
@@ -345,9 +399,10 @@ def saving_table(report: dict[str, Any]) -> str:
     calibration questions, and the oracle: accuracy, mean cost (retrievals per question) and
     LLM calls per question, with 95% CIs."""
     keep = ("never", "always ", "per-source prior", "oracle", " @ budget 1", f" @ {MATCH}",
-            f" @ {BEST_DEV}")  # fmt: skip
+            f" @ {BEST_DEV}", ALONE)  # fmt: skip
     rows = [r for r in report["policies"] if any(k in r["policy"] for k in keep)]
     rows.sort(key=lambda r: r["policy"].startswith("oracle"))  # the oracle last: a bound
-    body = [[r["policy"], *_cells(r["overall"])] for r in rows if " @ threshold" not in r["policy"]]
+    body = [[r["policy"], *_cells(r["overall"])] for r in rows
+            if " @ threshold" not in r["policy"] or ALONE in r["policy"]]  # fmt: skip
     return markdown_table(["policy", "accuracy [95% CI]", "mean cost [95% CI]",
                            "LLM calls/q [95% CI]"], body)  # fmt: skip

@@ -17,11 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from ..artifacts import open_artifact
+from ..errors import BackendError, ConfigError, DataError
 from ..gates.base import Gate, Questions, is_router, reads_answers
 from ..generation.base import Generator
 from ..strategies import StrategyRegistry
@@ -73,6 +75,16 @@ def check_answer_gate(gate: Gate, where: str = "--answer-gate") -> None:
             "binary gate or router scores the question alone): pass a two-stage gate export, "
             "trained with --config cascade-closed-book (model.answer_confidence)"
         )
+
+
+def check_answer_gate_folder(folder: str | Path, flag: str = "--answer-gate") -> None:
+    """`folder` is a two-stage gate's export or run (read before it loads, or any engine)."""
+    if not Path(folder).is_dir():
+        raise DataError(f"no such folder: {flag} takes a two-stage gate's export folder", folder)
+    if "answer_logprobs" not in open_artifact(folder, flag=flag).signals:
+        raise ConfigError(f"{flag} {folder}: this gate does not read the answer's "
+                          "log-probabilities: export one trained with --config "
+                          "cascade-closed-book")  # fmt: skip
 
 
 def check_logprobs(generator: Generator, where: str) -> None:

@@ -32,7 +32,7 @@ from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, Label
 from ..pricing import Calibration, check_budget
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
-from .cascade import CASCADE, Cascade
+from .cascade import CASCADE, Cascade, check_answer_gate_folder
 from .decisions import (
     FixedStrategy,
     check_budget_sign,
@@ -131,15 +131,8 @@ def _check_answer_gate_flag(modes: Sequence[str], options: ModeOptions) -> None:
     if (CASCADE in modes) != (options.answer_gate is not None):
         raise ConfigError("the cascade mode and --answer-gate DIR (a two-stage gate export, "
                           "`train --config cascade-closed-book`) go together")  # fmt: skip
-    folder = options.answer_gate
-    if isinstance(folder, str | Path):
-        if not Path(folder).is_dir():
-            raise DataError("no such folder: --answer-gate takes a two-stage gate's export "
-                            "folder", folder)  # fmt: skip
-        if "answer_logprobs" not in open_artifact(folder, flag="--answer-gate").signals:
-            raise ConfigError(f"--answer-gate {folder}: this gate does not read the answer's "
-                              "log-probabilities: export one trained with --config "
-                              "cascade-closed-book")  # fmt: skip
+    if isinstance(options.answer_gate, str | Path):
+        check_answer_gate_folder(options.answer_gate)
 
 
 def _check_declared_budget(folder: Path, declared: Calibration | None, budget: float | None) -> None:  # fmt: skip

@@ -45,9 +45,24 @@ def labelled_questions(
         from ..labels.evalset import ids_hint
 
         fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')  # named otherwise
+    elif questions is None and not any(q.id in targets.labels for q in qs):
+        fix += _questions_fix(data, targets.labels)
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
     return targets, rows, qs
+
+
+def _questions_fix(data: DataConfig, labels: Mapping[str, Any]) -> str:
+    """Labels of none of the config's bundled questions (`data.datasets`): the bundled
+    datasets that hold them, else the flag for the user's own questions file."""
+    named = f"data.datasets {list(data.datasets)}" if data.datasets else "the bundled datasets"
+    holding = sorted({q.source for q in canonical_questions() if q.id in labels})
+    if holding:
+        return (f"; the config reads {named}, but these are questions of {', '.join(holding)}: "
+                f"--set \"data.datasets=[{', '.join(holding)}]\"")  # fmt: skip
+    return (f"; the config reads {named}: train on your own questions with --set "
+            "data.questions=FILE (the questions file the labels were made from; "
+            "data.fields={id: COLUMN} where its id column is named otherwise)")  # fmt: skip
 
 
 def _release_fix(meta: Any) -> str:

@@ -1,0 +1,123 @@
+"""The cascade on recorded outcomes (`evaluate --answer-gate DIR`): every routing policy of a
+router or binary gate, then a two-stage gate reading the closed-book answers it kept.
+
+As in `rag`'s cascade mode (rag/cascade.py), the questions a policy answers with the first
+strategy (no retrieval) have their closed-book answer read by the answer gate; at or above its
+threshold a question is escalated to the next strategy by cost, and pays for both answers (its
+cost and LLM calls are the first strategy's plus the next one's). At a budget, escalations
+count in it: at most as many as the budget left after the policy's own choices pays for, the
+highest scores first. Here the answers are the label file's recorded ones, so the cascade is
+scored on every test question, with CIs, beside the policy it starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.adaptive_rag import STRATEGIES
+from ..errors import ConfigError, DataError
+from ..gates.base import Gate
+from ..labels.evalset import EvalSet, with_recorded_answers
+from ..labels.label_files import LabelFile
+from ..labels.logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, answer_logprobs
+from ..labels.strategy_labels import is_strategy_source
+from ..rag.cascade import check_answer_gate, escalations
+
+ANSWER_KEYS = {TOKEN_LOGPROBS, MEAN_LOGPROB}
+FIRST = 0  # a label file's first strategy is the one without retrieval, the cascade's start
+THEN_ANSWER_GATE = "+ answer gate"  # a cascade's policy name: "<gate> + answer gate @ ..."
+ALONE = "answer gate alone"  # the cascade from "never": every question answered closed-book
+
+
+@dataclass(frozen=True)
+class AnswerGate:
+    """A two-stage gate's scores of the test questions' recorded closed-book answers."""
+
+    name: str
+    scores: np.ndarray  # P(needs retrieval) per test question, read from its answer
+    threshold: float
+    without_answer: int  # test questions with no recorded answer: their question-only score
+
+    def escalated(
+        self, choice: np.ndarray, costs: Sequence[float], budget: float | None
+    ) -> np.ndarray:
+        """Which questions the cascade escalates from `choice` (the policy's strategy index
+        per question) at `budget` (mean cost per question in `costs`' unit; None: no cap)."""
+        up = next_strategy(costs)
+        kept = np.flatnonzero(choice == FIRST)
+        slack = None if budget is None else budget * len(choice) - float(
+            np.asarray(costs, float)[choice].sum())  # fmt: skip
+        picks = escalations(self.scores[kept], self.threshold, slack, float(costs[up]))
+        out = np.zeros(len(choice), bool)
+        out[kept[picks]] = True
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "threshold": self.threshold,
+                "without_answer": self.without_answer, "n": int(len(self.scores))}  # fmt: skip
+
+
+def answer_gate_alone(gate: AnswerGate) -> str:
+    """The name of the policy that answers every question closed-book first."""
+    return f"{ALONE} (every question closed-book first) @ threshold {gate.threshold:.3g}"
+
+
+def answer_gate_caption(report: Mapping[str, Any]) -> str:
+    """What the routing table's cascade rows are (`report`: a routing report)."""
+    gate = report["answer_gate"]
+    up = report["strategies"][next_strategy(report["costs"])]
+    missing = (f" {gate['without_answer']} of the {gate['n']} test questions have no recorded "
+               "answer: their question-only score decides." if gate["without_answer"] else "")  # fmt: skip
+    return (f"`{THEN_ANSWER_GATE}` rows: the policy, then the two-stage gate `{gate['name']}` "
+            f"(threshold {gate['threshold']:.3g}) reads the recorded closed-book answers of the "
+            f"questions the policy answers with {report['strategies'][FIRST]} and escalates "
+            f"those at or above its threshold to {up}, which pays for both answers (cost and "
+            f"LLM calls); at a budget, the escalations count in it. `{ALONE}`: every question "
+            f"answered with {report['strategies'][FIRST]} first.{missing}")  # fmt: skip
+
+
+def next_strategy(costs: Sequence[float]) -> int:
+    """The strategy escalated questions run: the cheapest after the first (ties: the first
+    listed), as the live cascade picks it."""
+    rest = [i for i in range(len(costs)) if i != FIRST]
+    return min(rest, key=lambda i: (costs[i], i))
+
+
+def check_answer_labels(label_files: Sequence[Path]) -> None:
+    """`--answer-gate` reads each label file's recorded closed-book answers: every label file
+    must be strategy labels that recorded the first strategy's token log-probabilities
+    (checked before any gate is built)."""
+    for path in label_files:
+        if not is_strategy_source(path):
+            raise ConfigError(
+                f"--answer-gate: --labels {path} holds no strategy labels; the cascade is "
+                "scored in the routing report of strategy labels (`label --policy outcomes` "
+                "writes strategies.jsonl), where each question's closed-book answer is recorded"
+            )
+        if not (Path(path).is_file() and answer_logprobs(path)):  # a release records none
+            raise DataError(
+                "--answer-gate: no question's closed-book answer has recorded log-probabilities "
+                "here, and the answer gate reads them; import your outcomes with a "
+                f"`{_first_strategy(path)}_token_logprobs` column (`label --policy outcomes`, "
+                "docs/label.md)",
+                path,
+            )
+
+
+def _first_strategy(path: Path) -> str:
+    """The strategy the cascade starts with: the label file's first."""
+    named = LabelFile(path).meta.get("strategies") if Path(path).is_file() else None
+    return str(named[0]) if named else STRATEGIES[FIRST]
+
+
+def answer_gate_scores(gate: Gate, test: EvalSet, label_file: Path) -> AnswerGate:
+    """`gate` (a two-stage gate) on the test questions with their recorded answers."""
+    check_answer_gate(gate)
+    answered = with_recorded_answers(test, label_file)
+    missing = sum(1 for q in answered.questions if not ANSWER_KEYS & q.extra.keys())
+    scores = np.asarray(gate.scores(answered.questions), float)
+    return AnswerGate(gate.name, scores, float(gate.threshold), missing)
