@@ -101,3 +101,68 @@ def test_a_question_without_a_recorded_decision_is_refused(labelled, tmp_path):
     with pytest.raises(DataError, match=r"2 of 3 questions have no recorded decision \(e.g. id "
                        r"'my-001'; the file's ids read like 'my-000'\)"):  # fmt: skip
         RecordedGate(few).scores([q for q in question_set(QUESTIONS)][:3])
+
+
+def test_recorded_strategies_are_a_routing_policy_and_their_binary_view_retrieves(tmp_path):
+    """A peer router's decisions (`strategy` per question) are scored as they are in the
+    routing report, beside the fixed policies and the cascade."""
+    from retrieval_gate.evaluation.answer_gate import AnswerGate
+    from retrieval_gate.evaluation.routing_policies import routing_markdown, routing_report
+    from test_answer_gate_routing import COSTS, _set
+
+    test, dev = _set("test"), _set("dev")  # closed-book right for q0..q2, one retrieval always
+    peer = tmp_path / "peer.csv"
+    routes = ["no_retrieval", "one_retrieval", "no_retrieval", "no_retrieval", "multi_step",
+              "one_retrieval"]  # fmt: skip
+    peer.write_text("id,strategy\n" + "".join(f"{q.id},{s}\n" for q, s in
+                                              zip((*test.questions, *dev.questions), routes * 2, strict=True)))  # fmt: skip
+    gate = RecordedGate(peer, first_strategy="no_retrieval")
+    assert gate.scores(test.questions).tolist() == [0, 1, 0, 0, 1, 1]
+    answer = AnswerGate("two-stage", np.array([0.1, 0.1, 0.1, 0.9, 0.1, 0.1]), 0.5, 0)
+    report = routing_report(test, dev, {"recorded:peer": gate}, tmp_path, "t", 50, COSTS,
+                            answer=answer)  # fmt: skip
+    rows = {r["policy"]: r["overall"] for r in report["policies"]}
+    mine = rows["recorded:peer @ its recorded strategies"]
+    # q3 kept closed-book and wrong: 5 of 6; costs 0 + 1 + 0 + 0 + 3 + 1
+    assert (mine["accuracy"], mine["mean_cost"]) == pytest.approx((5 / 6, 5 / 6))
+    assert mine["shares"] == pytest.approx({"no_retrieval": 0.5, "one_retrieval": 2 / 6,
+                                            "multi_step": 1 / 6})  # fmt: skip
+    cascade = rows["recorded:peer + answer gate @ its recorded strategies"]
+    assert (cascade["accuracy"], cascade["escalated"]) == pytest.approx((1.0, 1 / 6))
+    assert "recorded:peer @ its recorded strategies" in routing_markdown(report).split(
+        "### Routing: accuracy")[0]  # in the saving table  # fmt: skip
+    # the built-in names say which retrieve without labels; another name needs them
+    assert RecordedGate(peer).scores(test.questions).tolist() == [0, 1, 0, 0, 1, 1]
+    other = tmp_path / "other.csv"
+    other.write_text("id,strategy\ntest0,web_search\n")
+    with pytest.raises(DataError, match="'web_search' .*not a built-in one.*'retrieve'"):
+        RecordedGate(other).scores(test.questions[:1])
+    assert RecordedGate(other, first_strategy="web_search").scores(test.questions[:1]) == [0.0]
+    with pytest.raises(DataError, match=r"'web_search' is not one of the labels' \(no_retrieval, "
+                       r"one_retrieval, multi_step\)"):  # fmt: skip
+        RecordedGate(other).strategy_choice(test.questions[:1], test.strategies)
+    scored = tmp_path / "scored.csv"  # scores for all, strategies for one: not a router's file
+    scored.write_text("id,score,strategy\ntest0,0.2,no_retrieval\ntest1,0.7,\n")
+    with pytest.raises(DataError, match=r"1 of 2 questions have no recorded strategy"):
+        RecordedGate(scored).strategy_choice(test.questions[:2], test.strategies)
+
+
+def test_recorded_strategies_through_the_cli(tmp_path):
+    from test_answer_gate_routing import _strategy_labels
+
+    labels = _strategy_labels(tmp_path / "l", True) / "strategies.jsonl"
+    peer = tmp_path / "peer.jsonl"  # the 30 questions q0..q29: closed-book right for odd ones
+    peer.write_text("".join(json.dumps({"id": f"q{i}", "strategy": "no_retrieval" if i % 2
+                                        else "one_retrieval"}) + "\n" for i in range(30)))  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["evaluate", "--labels", str(labels), "--questions", str(tmp_path / "l" / "outcomes.jsonl"),
+                 "--gates", "recorded", "--recorded", str(peer), "--no-cost", "--resamples", "50",
+                 "--out", str(out)]) == 0  # fmt: skip
+    report = json.loads((out / "results.json").read_text())["policies"]["mine/strategies"]
+    rows = {r["policy"]: r["overall"] for r in report["routing"]["policies"]}
+    peer_row = rows["recorded @ its recorded strategies"]
+    assert peer_row["accuracy"] == 1.0 and peer_row["mean_cost"] == pytest.approx(
+        rows["oracle (cheapest strategy that answers)"]["mean_cost"]
+    )  # the oracle's routes
+    gate = {g["name"]: g for g in report["gates"]}["recorded:peer"]
+    assert gate["metrics"]["auroc"] == 1.0  # its binary view: retrieves where one is needed

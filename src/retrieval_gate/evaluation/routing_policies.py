@@ -97,6 +97,7 @@ def fixed_policies(test: EvalSet, dev: EvalSet) -> list[Policy]:
 # train+dev), or, where no routing there matches the best single strategy, its best
 MATCH = "matches the best single strategy on"
 BEST_DEV = "best accuracy on"
+RECORDED = "its recorded strategies"  # a recorded router's policy (`--gates recorded`)
 
 
 def matching_price(cal: Calibration, dev: EvalSet) -> tuple[float, float, bool] | None:
@@ -125,10 +126,16 @@ def gate_policies(
     gates: Mapping[str, Gate], test: EvalSet, dev: EvalSet, answer: AnswerGate | None = None
 ) -> list[Policy]:
     """Routers at the budgets, at their default and where they match the best single
-    strategy's dev accuracy; binary gates between the first two. With `answer`, each policy
+    strategy's dev accuracy; binary gates between the first two; recorded strategies as
+    they are. With `answer`, each policy
     but the matching point is followed by its cascade (evaluation/answer_gate.py)."""
     out = []
     for name, gate in gates.items():
+        if getattr(gate, "routes", None):  # a recorded router's decisions (gates/recorded.py)
+            choice = gate.strategy_choice(test.questions, test.strategies)  # type: ignore[attr-defined]
+            policy = Policy(f"{name} @ {RECORDED}", choice)
+            out += policy.then(answer, default_costs(test.strategies), None)
+            continue
         if not is_router(gate):
             decide = np.asarray(gate.scores(test.questions)) >= gate.threshold
             policy = Policy(f"{name} @ threshold {gate.threshold:.3g}", decide.astype(int))
@@ -399,7 +406,7 @@ def saving_table(report: dict[str, Any]) -> str:
     calibration questions, and the oracle: accuracy, mean cost (retrievals per question) and
     LLM calls per question, with 95% CIs."""
     keep = ("never", "always ", "per-source prior", "oracle", " @ budget 1", f" @ {MATCH}",
-            f" @ {BEST_DEV}", ALONE)  # fmt: skip
+            f" @ {BEST_DEV}", ALONE, f" @ {RECORDED}")  # fmt: skip
     rows = [r for r in report["policies"] if any(k in r["policy"] for k in keep)]
     rows.sort(key=lambda r: r["policy"].startswith("oracle"))  # the oracle last: a bound
     body = [[r["policy"], *_cells(r["overall"])] for r in rows

@@ -116,8 +116,8 @@ class GateOptions:
     recorded: str | None = field(
         default=None,
         metadata={"help": "file of decisions made elsewhere (a peer's, your system's) that the "
-                  "recorded gate reads: an id and a score (0..1) or a retrieve (true/false) per "
-                  "question (default: none; that gate needs it)", "metavar": "FILE"},
+                  "recorded gate reads: an id and a score (0..1), a retrieve (true/false) or a "
+                  "strategy per question (default: none; that gate needs it)", "metavar": "FILE"},
     )  # fmt: skip
     probe_model: str | None = field(
         default=None,
@@ -259,7 +259,10 @@ def _check_probe(opts: GateOptions) -> None:
 def _recorded(ctx: GateContext, opts: GateOptions) -> Gate:
     from .recorded import RecordedGate
 
-    return RecordedGate(_required(opts, "recorded", "recorded"))
+    # rows that record a strategy only retrieve unless it is the labels' first strategy
+    named = ctx.train.strategies if ctx.train is not None else ()
+    return RecordedGate(_required(opts, "recorded", "recorded"),
+                        first_strategy=named[0] if named else None)  # fmt: skip
 
 
 def _check_recorded(opts: GateOptions) -> None:
