@@ -205,3 +205,14 @@ def test_a_cascade_on_recorded_answers_through_the_cli(tmp_path):
     assert never["accuracy"] < 0.6
     text = (report / "report.md").read_text()
     assert "router-tfidf + answer gate @ default" in text and "% escalated" in text
+
+
+def test_the_answer_gate_alone_is_a_line_from_never_to_every_question_escalated():
+    test = _set("test")
+    answer = AnswerGate("two-stage", np.array([0.6, 0.1, 0.2, 0.8, 0.9, 0.3]), 0.5, 0)
+    paid = test.costs_paid(COSTS)
+    line = answer.threshold_line(test.correct, paid, np.array([1.0, 1.0, 3.0]))
+    assert line[0] == pytest.approx((0.0, 1.0, 0.5))  # nothing escalated: never
+    assert line[-1] == pytest.approx((1.0, 2.0, 1.0))  # all: one retrieval after each answer
+    # escalating q3, q4 and q0 (at or above 0.6): all right but q5's closed-book answer
+    assert any(p == pytest.approx((0.5, 1.5, 5 / 6)) for p in line)

@@ -56,6 +56,23 @@ class AnswerGate:
         out[kept[picks]] = True
         return out
 
+    def threshold_line(
+        self, correct: np.ndarray, paid: np.ndarray, calls: np.ndarray | None
+    ) -> list[tuple[float, float, float]]:
+        """(mean cost, mean LLM calls, accuracy) of the answer gate alone (every question
+        closed-book first, no cap) at thresholds from escalating none to escalating all."""
+        up = next_strategy(paid.mean(axis=0))
+        out = []
+        seen = np.unique(self.scores)[::-1]  # at most 40 of them, the highest and lowest kept
+        picked = seen[np.unique(np.linspace(0, len(seen) - 1, 40).round().astype(int))]
+        for t in [np.inf, *picked]:
+            twice = self.scores >= t
+            ok = np.where(twice, correct[:, up], correct[:, FIRST])
+            cost = paid[:, FIRST] + np.where(twice, paid[:, up], 0.0)
+            llm = (calls[FIRST] + twice * calls[up]).mean() if calls is not None else np.nan
+            out.append((float(cost.mean()), float(llm), float(ok.mean())))
+        return out
+
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold,
                 "without_answer": self.without_answer, "n": int(len(self.scores))}  # fmt: skip

@@ -220,7 +220,7 @@ def routing_report(
         scored[f"{answer.name} (answer gate, on the recorded answers)"] = answer.scores
     auroc = {name: _auroc(y, s, test.sources, n_resamples) for name, s in scored.items()}
     figure = accuracy_cost_figure(test, gates, rows, paid, out_dir / f"{stem}-accuracy-cost.png",
-                                  calls, axis)  # fmt: skip
+                                  calls, axis, answer)  # fmt: skip
     return {"strategies": list(test.strategies), "costs": list(costs), "llm_calls": per_strategy,
             "n_test": len(test), "policies": rows, "auroc_no_retrieval_wrong": auroc,
             "figure": figure.name, "figure_axis": axis,
@@ -281,16 +281,20 @@ def accuracy_cost_figure(
     path: Path,
     calls: np.ndarray | None = None,
     axis: str = "retrievals",
+    answer: AnswerGate | None = None,
 ) -> Path:
     """Test accuracy vs mean cost (`axis` retrievals, the default), vs mean LLM calls
     (`llm_calls`; `calls`: each strategy's), or both side by side: each router over its dev
     curve's prices, each fixed policy and operating point as a point. Without `calls` the
-    LLM-calls panel is left out."""
+    LLM-calls panel is left out. With `answer`, the answer gate alone over its thresholds is a
+    line too."""
     shown = ["retrievals", "llm_calls"] if check_axis(axis) == "both" else [axis]
     if calls is None and axis != "retrievals":  # no spec declares them: the cost alone
         log.warning(f"--cost-axis {axis}: the strategies declare no LLM calls; plotting cost")
         shown = ["retrievals"]
     lines = _router_lines(test, gates, paid, calls)
+    if answer is not None:
+        lines[f"{ALONE}, over its thresholds"] = answer.threshold_line(test.correct, paid, calls)
     fig, axes = panels(len(shown))
     for ax, which in zip(axes, shown, strict=True):
         x = 0 if which == "retrievals" else 1
