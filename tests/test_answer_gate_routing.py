@@ -216,3 +216,26 @@ def test_the_answer_gate_alone_is_a_line_from_never_to_every_question_escalated(
     assert line[-1] == pytest.approx((1.0, 2.0, 1.0))  # all: one retrieval after each answer
     # escalating q3, q4 and q0 (at or above 0.6): all right but q5's closed-book answer
     assert any(p == pytest.approx((0.5, 1.5, 5 / 6)) for p in line)
+
+
+def test_at_a_budget_the_answer_gate_alone_takes_the_threshold_most_accurate_on_dev(tmp_path):
+    test, dev = _set("test"), _set("dev")  # closed-book right for q0..q2, one retrieval always
+    paid, right = dev.costs_paid(COSTS), dev.correct
+    answer = AnswerGate("two-stage", np.array([0.6, 0.1, 0.2, 0.8, 0.9, 0.3]), 0.5, 0,
+                        dev_scores=np.array([0.1, 0.2, 0.3, 0.9, 0.8, 0.7]))  # fmt: skip
+    assert answer.threshold_for(0.5, paid, right) == 0.7  # the three wrong ones: all right
+    assert answer.threshold_for(1.0, paid, right) == 0.7  # more costs more, gets no more
+    assert answer.threshold_for(0.4, paid, right) == 0.8  # two of them
+    assert answer.threshold_for(0.0, paid, right) == np.inf  # none
+    tied = AnswerGate(
+        "t", answer.scores, 0.5, 0, dev_scores=np.array([0.1, 0.2, 0.3, 0.9, 0.9, 0.7])
+    )
+    assert tied.threshold_for(1 / 6, paid, right) == np.inf  # the tied two go together or not
+    assert AnswerGate("t", answer.scores, 0.5, 0).threshold_for(1.0, paid, right) is None
+    report = routing_report(test, dev, {}, tmp_path, "t", 20, COSTS, answer=answer)
+    rows = {r["policy"]: r["overall"] for r in report["policies"]}
+    # on test, 0.7 escalates q3 and q4 (q0's 0.6 stays): q5 is kept and wrong
+    at_half = rows["answer gate alone @ budget 0.5 (threshold 0.7, set on dev)"]
+    assert (at_half["accuracy"], at_half["mean_cost"]) == pytest.approx((5 / 6, 2 / 6))
+    assert "answer gate alone @ budget 1 (threshold 0.7, set on dev)" in rows
+    assert not any(n.startswith("answer gate alone @ budget 2") for n in rows)  # beyond 0 + 1

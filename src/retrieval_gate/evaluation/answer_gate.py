@@ -41,6 +41,7 @@ class AnswerGate:
     scores: np.ndarray  # P(needs retrieval) per test question, read from its answer
     threshold: float
     without_answer: int  # test questions with no recorded answer: their question-only score
+    dev_scores: np.ndarray | None = None  # the same on the dev questions: thresholds for budgets
 
     def escalated(
         self, choice: np.ndarray, costs: Sequence[float], budget: float | None
@@ -72,6 +73,30 @@ class AnswerGate:
             llm = (calls[FIRST] + twice * calls[up]).mean() if calls is not None else np.nan
             out.append((float(cost.mean()), float(llm), float(ok.mean())))
         return out
+
+    def threshold_for(
+        self, budget: float, dev_paid: np.ndarray, dev_correct: np.ndarray
+    ) -> float | None:
+        """The threshold at which the answer gate alone is most accurate on dev while spending
+        at most `budget` a question there (`dev_paid`, `dev_correct`: each dev question's cost
+        and correctness per strategy; the cheaper of equals); None where even escalating none
+        costs more, or there are no dev scores."""
+        if self.dev_scores is None or not len(self.dev_scores):
+            return None
+        n, up = len(self.dev_scores), next_strategy(dev_paid.mean(axis=0))
+        order = np.argsort(-self.dev_scores, kind="stable")
+        ranked = self.dev_scores[order]
+        # escalating the k surest-wrong answers: what dev spends and how many it gets right
+        spent = dev_paid[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(dev_paid[order, up])])
+        gain = dev_correct[order, up] - dev_correct[order, FIRST]
+        right = dev_correct[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(gain)])
+        # ties escalate together: k may stop only between two different scores
+        ends = [0, *(k for k in range(1, n + 1) if k == n or ranked[k] != ranked[k - 1])]
+        fits = [k for k in ends if spent[k] <= budget * n + 1e-9]
+        if not fits:
+            return None
+        k = max(fits, key=lambda k: (right[k], -k))
+        return np.inf if k == 0 else float(ranked[k - 1])
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold,
@@ -131,10 +156,11 @@ def _first_strategy(path: Path) -> str:
     return str(named[0]) if named else STRATEGIES[FIRST]
 
 
-def answer_gate_scores(gate: Gate, test: EvalSet, label_file: Path) -> AnswerGate:
-    """`gate` (a two-stage gate) on the test questions with their recorded answers."""
+def answer_gate_scores(gate: Gate, test: EvalSet, dev: EvalSet, label_file: Path) -> AnswerGate:
+    """`gate` (a two-stage gate) on the test and dev questions with their recorded answers."""
     check_answer_gate(gate)
     answered = with_recorded_answers(test, label_file)
     missing = sum(1 for q in answered.questions if not ANSWER_KEYS & q.extra.keys())
     scores = np.asarray(gate.scores(answered.questions), float)
-    return AnswerGate(gate.name, scores, float(gate.threshold), missing)
+    on_dev = np.asarray(gate.scores(with_recorded_answers(dev, label_file).questions), float)
+    return AnswerGate(gate.name, scores, float(gate.threshold), missing, on_dev)

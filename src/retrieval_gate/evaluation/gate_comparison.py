@@ -175,7 +175,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
             priced = registry_costs(cfg.strategies, tests[policy].strategies)  # --strategies
             answer = None if answer_gate is None else answer_gate_scores(
-                answer_gate, tests[policy], files[policy])  # fmt: skip
+                answer_gate, tests[policy], sp.dev, files[policy])  # fmt: skip
             report["policies"][policy]["routing"] = routing_report(
                 tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples,
                 priced, cfg.strategies, cfg.cost_axis, answer)  # fmt: skip

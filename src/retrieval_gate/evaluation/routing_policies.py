@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,23 @@ def gate_policies(
     return out
 
 
+def alone_policies(
+    answer: AnswerGate, test: EvalSet, dev: EvalSet, costs: Sequence[float]
+) -> list[Policy]:
+    """The answer gate alone at its own threshold, and at each budget it can spend at the
+    threshold most accurate on dev within it (no cap on test: the threshold is the operating
+    point, as a gate's is)."""
+    first = Policy("", np.full(len(test), FIRST))
+    out = [first.cascade(answer, costs, None, answer_gate_alone(answer))]
+    for budget in BUDGETS:
+        t = answer.threshold_for(budget, dev.costs_paid(costs), dev.correct)
+        if t is not None and budget <= costs[FIRST] + costs[next_strategy(costs)]:
+            named = replace(answer, threshold=t)
+            out.append(first.cascade(named, costs, None, f"{ALONE} @ budget {budget:g} "
+                                     f"(threshold {t:.3g}, set on dev)"))  # fmt: skip
+    return out
+
+
 def _stats(policy: Policy, test: EvalSet, paid: np.ndarray, rows: np.ndarray, reps: int,
            calls: np.ndarray | None = None) -> dict:  # fmt: skip
     """Accuracy, mean cost and (with `calls`, each strategy's) mean LLM calls, with CIs."""
@@ -204,8 +221,7 @@ def routing_report(
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
     policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer)
     if answer is not None:  # the answer gate alone: every question answered closed-book first
-        first = Policy("", np.full(len(test), FIRST))
-        policies.append(first.cascade(answer, costs, None, answer_gate_alone(answer)))
+        policies += alone_policies(answer, test, dev, costs)
     everything = np.arange(len(test))
     sources = sorted(set(test.sources.tolist()))
     rows = []
