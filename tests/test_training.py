@@ -647,3 +647,19 @@ def test_labels_of_other_bundled_datasets_name_them_and_unknown_ids_the_question
         DataError, match=r"train on your own questions with --set data.questions=FILE"
     ):
         labelled_questions(dataclasses.replace(cfg.data, label_file=str(unknown)))
+
+
+def test_a_config_trained_on_other_labels_says_how_to_name_the_run(caplog):
+    """The shipped router config on another LLM's labels made `router-adaptive-rag-llama8b`,
+    and an export and model card of that name, without a word."""
+    from retrieval_gate.commands.train import name_note
+
+    caplog.set_level("INFO", logger="retrieval_gate")
+    name_note(["data.label_file=labels/big/strategies.jsonl"], "router-adaptive-rag-llama8b")
+    assert "named 'router-adaptive-rag-llama8b' after the config" in caplog.text
+    assert "--set run.name=NAME" in caplog.text
+    caplog.clear()
+    name_note(["data.label_file=x.jsonl", "run.name=big-router"], "big-router")
+    name_note(["trainer.max_epochs=1"], "minilm-closed-book")
+    name_note(None, "minilm-closed-book")
+    assert "after the config" not in caplog.text

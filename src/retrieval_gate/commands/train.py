@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from .question_args import add_data_dir
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     check_labels(config)  # before Lightning, transformers and the model code load
+    name_note(args.overrides, config.run.name)
     from ..training.launch import launcher_trainer
     from ..training.trainer import train
 
@@ -56,6 +61,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"run folder: {run.path}")
     print("test:", json.dumps({k: round(v, 4) for k, v in run.metrics["test"].items()}))
     return 0
+
+
+def name_note(overrides: Sequence[str] | None, name: str) -> None:
+    """A config trained on other labels keeps the config's run name, which the export and its
+    model card carry (`router-adaptive-rag-llama8b` for another LLM's router): say so."""
+    keys = {item.split("=", 1)[0].strip() for item in overrides or ()}
+    if "data.label_file" in keys and "run.name" not in keys:
+        log.info(f"the run is named {name!r} after the config, and its export and model card "
+                 "will be: name it after your labels with --set run.name=NAME")  # fmt: skip
 
 
 def check_labels(config: Any) -> None:
