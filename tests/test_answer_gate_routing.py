@@ -134,6 +134,18 @@ def test_the_answer_gate_flag_is_refused_where_it_cannot_apply(tmp_path, capsys)
         "no_retrieval_token_logprobs",
     )
     from retrieval_gate.errors import ConfigError, DataError
+
+    # score --answer-gate: answers come from a --questions column; the folder is checked first
+    lines = tmp_path / "q.txt"
+    lines.write_text("Who wrote Hamlet?\n")
+    for args, said in (
+        (["--input", str(lines)], "which a line of --input cannot carry: pass --questions FILE"),
+        (["--questions", str(tmp_path / "a" / "outcomes.jsonl")], "no such folder"),
+    ):  # fmt: skip
+        capsys.readouterr()
+        code = main(["score", "--model", str(tmp_path / "no-model"), *args, "--answer-gate",
+                     str(tmp_path / "nowhere")])  # fmt: skip
+        assert code == 2 and said in capsys.readouterr().err
     from retrieval_gate.evaluation.answer_gate import check_answer_labels
 
     with pytest.raises(ConfigError, match="closed-book.jsonl holds no strategy labels"):
@@ -166,7 +178,7 @@ def _user_outcomes(root: Path, n: int = 480, seed: int = 0) -> tuple[Path, Path]
 
 
 @pytest.mark.slow  # a stacked training run on MiniLM and an ONNX export, through the CLI
-def test_a_cascade_on_recorded_answers_through_the_cli(tmp_path):
+def test_a_cascade_on_recorded_answers_through_the_cli(tmp_path, capsys, minilm_gate_dirs):
     questions, outcomes = _user_outcomes(tmp_path)
     labels = tmp_path / "labels"
     assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
@@ -205,6 +217,36 @@ def test_a_cascade_on_recorded_answers_through_the_cli(tmp_path):
     assert never["accuracy"] < 0.6
     text = (report / "report.md").read_text()
     assert "router-tfidf + answer gate @ default" in text and "% escalated" in text
+    # `score --answer-gate`: the same cascade on answers already made, question by question;
+    # the first gate here is another export (a binary MiniLM gate)
+    two_stage = tmp_path / "export" / "cascade-closed-book"
+    outcomes_by_id = {json.loads(line)["id"]: json.loads(line) for line in open(outcomes)}
+    answered = tmp_path / "answered.jsonl"
+    with open(answered, "w") as f:
+        for line in open(questions):
+            q = json.loads(line)
+            q["token_logprobs"] = outcomes_by_id[q["id"]]["no_retrieval_token_logprobs"]
+            f.write(json.dumps(q) + "\n")
+    capsys.readouterr()
+    first = ["score", "--model", str(minilm_gate_dirs[1]), "--questions", str(answered)]
+    assert main(first) == 0  # its threshold: the median score, so that it keeps half
+    median = float(
+        np.median([json.loads(line)["score"] for line in capsys.readouterr().out.splitlines()])
+    )
+    assert main([*first, "--threshold", f"{median:.6f}", "--answer-gate", str(two_stage)]) == 0
+    cascade_rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["score", "--model", str(two_stage), "--questions", str(answered)]) == 0
+    alone = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    threshold = json.loads((two_stage / "gate_metadata.json").read_text())["threshold"]
+    kept = [r for r in cascade_rows if "answer_score" in r]
+    assert kept and len(kept) < len(cascade_rows)  # the first gate retrieved for some
+    for r in cascade_rows:
+        if "answer_score" not in r:
+            assert r["retrieve"] and not r["escalated"]
+            continue
+        assert r["answer_score"] == pytest.approx(alone[r["id"]]["score"], abs=1e-5)
+        assert r["escalated"] == (r["answer_score"] >= threshold) == r["retrieve"]
+    assert any(r["escalated"] for r in kept) and not all(r["escalated"] for r in kept)
 
 
 def test_the_answer_gate_alone_is_a_line_from_never_to_every_question_escalated():

@@ -79,6 +79,11 @@ def test_a_router_cascade_escalates_within_the_budget_slack():
     assert loop.run(qs, budget=0.0).costs.escalations == 0
     picked = escalations(np.array([0.9, 0.2, 0.7, 0.95]), 0.5, 2.0, 1.0)
     assert picked == [0, 3]  # the two surest-wrong, in input order
+    # a priced closed-book answer: the slack already paid for it, and an escalation adds the
+    # whole next strategy's price (not the difference): 6 x 0.9 - 6 x 0.5 = 2.4 pays for two
+    priced = LengthRouter(costs={"no_retrieval": 0.5, "one_retrieval": 1.0, "multi_step": 3.0})
+    loop = AdaptiveRAG(Cascade(priced, AnswerConfidenceGate()), ContextRetriever(), SureOnEven())
+    assert loop.run(qs, budget=0.9).costs.escalations == 2
 
 
 def test_a_gate_that_reads_no_answer_or_a_generator_without_logprobs_is_refused():

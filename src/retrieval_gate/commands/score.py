@@ -62,6 +62,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=float,
                    help="a router's budget: mean cost per question (default: the exported "
                    "default operating point); each record then names its strategy")  # fmt: skip
+    p.add_argument("--answer-gate", metavar="DIR",
+                   help="the cascade, on answers already made: a two-stage gate export that "
+                   "reads the closed-book answers' token_logprobs (a --questions column) of the "
+                   "questions --model keeps without retrieval, and escalates the unsure ones "
+                   "as rag's cascade does (records gain escalated, answer_score); default: "
+                   "none")  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.questions):
         raise InputError("pass exactly one of --input FILE and --questions SPEC")
     inputs = [args.input or args.questions]
+    _check_answer_gate(args)
     if args.output == "-":  # the usual name for standard output, not a file called "-"
         args.output = None
     if args.output:
@@ -133,16 +140,19 @@ def run(args: argparse.Namespace) -> int:
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
+    answer = (
+        None if args.answer_gate is None else open_onnx(args.answer_gate, provider=args.provider)
+    )
     if questions is None:
         _refuse_side_features(gate, args.input)
     else:
-        _say_answers_read(gate, questions)
-    out = _output(args, gate, threshold)
+        _say_answers_read(answer or gate, questions)
+    out = _output(args, gate, threshold, answer)
     with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
               disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
         for i in range(out.done, len(records), CHUNK):
             part = questions[i : i + CHUNK] if questions is not None else None
-            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget))
+            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget, answer))
             bar.update(len(records[i : i + CHUNK]))
     out.finish()
     bad = len(records) - good
@@ -151,6 +161,21 @@ def run(args: argparse.Namespace) -> int:
     log.info(f"scored {good} question{'s' * (good != 1)} with {gate.name} on "
              f"{gate.provider} ({point}); {bad} bad line{'s' * (bad != 1)} reported")  # fmt: skip
     return 0
+
+
+def _check_answer_gate(args: argparse.Namespace) -> None:
+    """--answer-gate reads each question's answer from a --questions column, and names a
+    two-stage gate's export (both checked before any model loads)."""
+    if args.answer_gate is None:
+        return
+    if args.questions is None:
+        raise InputError("--answer-gate reads each question's closed-book answer's "
+                         "token_logprobs, which a line of --input cannot carry: pass "
+                         "--questions FILE with that column")  # fmt: skip
+    from ..rag.cascade import check_answer_gate_folder
+
+    check_answer_gate_folder(args.answer_gate)
+    open_artifact(args.answer_gate, "export", "--answer-gate").model_file("fp32", "--answer-gate")
 
 
 def _refuse_side_features(gate: Any, path: str) -> None:
@@ -169,10 +194,16 @@ def _refuse_side_features(gate: Any, path: str) -> None:
 
 
 def _scored(
-    gate: Any, records: list[dict], questions: list | None, threshold: float, budget: float | None
+    gate: Any,
+    records: list[dict],
+    questions: list | None,
+    threshold: float,
+    budget: float | None,
+    answer: Any = None,
 ) -> str:
     """The JSON lines of `records` (bad lines as they are), scored in one batch; `questions`:
-    theirs, with their side features, when read from --questions."""
+    theirs, with their side features, when read from --questions; `answer`: the cascade's
+    answer gate (--answer-gate)."""
     from ..gates.base import as_questions, is_router
     from ..rag.decisions import loop_registry
 
@@ -189,8 +220,35 @@ def _scored(
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
         if routes is not None and specs is not None:  # a router: its strategy says whether
             rec.update(strategy=routes[i], retrieve=specs[routes[i]].retrieves)  # it retrieves
+    if answer is not None and good:
+        _escalate(gate, answer, list(items), good, budget)
     return "".join(json.dumps({k: v for k, v in rec.items() if k != "text"},
                               ensure_ascii=False) + "\n" for rec in records)  # fmt: skip
+
+
+def _escalate(gate: Any, answer: Any, items: list, good: list[dict], budget: float | None) -> None:
+    """The cascade on the records of one batch: the questions `gate` keeps closed-book have
+    their answers read by `answer`, and those it escalates (within the budget's slack, as
+    rag's cascade picks them) take the next strategy."""
+    from ..rag.cascade import Cascade, escalate, escalation_strategy
+    from ..rag.decisions import loop_registry
+
+    cascade, registry = Cascade(gate, answer), loop_registry(gate)
+    closed, up = escalation_strategy(cascade, registry)
+    first = [r.get("strategy") or (up if r["retrieve"] else closed) for r in good]
+    kept = [i for i, s in enumerate(first) if s == closed]
+    for rec in good:
+        rec["escalated"] = False
+    if not kept:
+        return
+    picks, scores = escalate(cascade, [items[i] for i in kept], first, budget, registry)
+    for j, i in enumerate(kept):
+        good[i]["answer_score"] = round(float(scores[j]), 6)
+    for j in picks:
+        rec = good[kept[j]]
+        rec.update(escalated=True, retrieve=registry[up].retrieves)
+        if "strategy" in rec:
+            rec["strategy"] = up
 
 
 class _Stdout:
@@ -206,7 +264,7 @@ class _Stdout:
         pass
 
 
-def _output(args: argparse.Namespace, gate: Any, threshold: float) -> Any:
+def _output(args: argparse.Namespace, gate: Any, threshold: float, answer: Any = None) -> Any:
     """Where the lines go: --output written as they are made (resumable), else stdout. A
     partial --output continues only for the same model, input and options."""
     if not args.output:
@@ -215,4 +273,6 @@ def _output(args: argparse.Namespace, gate: Any, threshold: float) -> Any:
     identity = {"model": gate.checksum, "variant": args.variant,
                 "input": sha256_file(source) if source.is_file() else str(source),
                 "field": sorted(args.field or []), "threshold": threshold, "budget": args.budget}  # fmt: skip
+    if answer is not None:  # only then: a partial file of a run without it resumes as before
+        identity["answer_gate"] = answer.checksum
     return ResumableOutput(args.output, identity, args.resume, "--output")

@@ -121,6 +121,25 @@ def escalations(
     return sorted(picked)
 
 
+def escalate(
+    gate: Cascade,
+    read: Questions,
+    strategies: Sequence[str],
+    budget: float | None,
+    registry: StrategyRegistry,
+) -> tuple[list[int], np.ndarray]:
+    """(which of `read` to escalate, the answer gate's scores of them): `read` are the
+    questions `gate.first` kept closed-book, with their answers' log-probabilities;
+    `strategies`: every question's first choice, whose spend the budget's slack counts."""
+    _, up = escalation_strategy(gate, registry)
+    scores = np.asarray(gate.answer_gate.scores(read), dtype=float)
+    slack = budget_slack(gate, strategies, budget, registry)
+    # the slack already paid for the closed-book answer: an escalation adds the next one's
+    picks = escalations(scores, gate.answer_gate.threshold, slack,
+                        strategy_costs(gate.first, registry)[up])  # fmt: skip
+    return picks, scores
+
+
 def budget_slack(
     gate: Cascade, strategies: Sequence[str], budget: float | None, registry: StrategyRegistry
 ) -> float | None:

@@ -40,7 +40,7 @@ from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 from ..strategies import BUILTIN, DEFAULT_RETRIEVER, StrategyRegistry, StrategySpec
-from .cascade import Cascade, budget_slack, escalation_strategy, escalations
+from .cascade import Cascade, escalate, escalation_strategy
 from .costs import Costs, Meter, StrategyCosts
 from .decisions import (
     Budget,
@@ -48,7 +48,6 @@ from .decisions import (
     check_router,
     decide,
     routed_strategies,
-    strategy_costs,
 )
 from .fit import FittedPrompt, fit_prompts
 from .multistep import MultiStepConfig, Reasoning, apply_step, continue_steps, step_prompts
@@ -259,11 +258,7 @@ class AdaptiveRAG:
         # an empty answer has no tokens to read: its question-only score decides
         read = as_questions([questions[i] for i in kept],
                             token_logprobs=[done[i].token_logprobs or None for i in kept])  # fmt: skip
-        scores = np.asarray(cascade.answer_gate.scores(read), dtype=float)
-        prices = strategy_costs(cascade.first, self.registry)
-        slack = budget_slack(cascade, strategies, budget, self.registry)
-        picks = escalations(scores, cascade.answer_gate.threshold, slack,
-                            prices[up] - prices[closed])  # fmt: skip
+        picks, _ = escalate(cascade, read, strategies, budget, self.registry)
         meter.costs.gate_seconds += time.perf_counter() - start
         again = [kept[j] for j in picks]
         second = self._answers([questions[i] for i in again], [up] * len(again), meter)
