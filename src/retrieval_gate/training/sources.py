@@ -45,7 +45,7 @@ def labelled_questions(
         from ..labels.evalset import ids_hint
 
         fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')  # named otherwise
-    elif questions is None and not any(q.id in targets.labels for q in qs):
+    elif not fix and questions is None and not any(q.id in targets.labels for q in qs):
         fix += _questions_fix(data, targets.labels)
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
