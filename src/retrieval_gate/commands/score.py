@@ -140,9 +140,13 @@ def run(args: argparse.Namespace) -> int:
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
-    answer = (
-        None if args.answer_gate is None else open_onnx(args.answer_gate, provider=args.provider)
-    )
+    answer = None
+    if args.answer_gate is not None:
+        from ..rag.cascade import Cascade, escalation_strategy
+        from ..rag.decisions import loop_registry
+
+        answer = open_onnx(args.answer_gate, provider=args.provider)
+        escalation_strategy(Cascade(gate, answer), loop_registry(gate))  # before any output
     if questions is None:
         _refuse_side_features(gate, args.input)
     else:
