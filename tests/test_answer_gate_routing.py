@@ -1,7 +1,9 @@
-"""The cascade in evaluate's routing report (`evaluate --answer-gate DIR`): each policy of a
-router or binary gate followed by a two-stage gate reading the recorded closed-book answers;
-escalations pay for both answers and count in a budget; the flag is refused, naming it, where
-it cannot apply, before any gate is built."""
+"""The cascade on recorded answers. In evaluate's routing report (`evaluate --answer-gate
+DIR`): each policy of a router or binary gate followed by a two-stage gate reading the recorded
+closed-book answers (escalations pay for both answers and count in a budget), and the answer
+gate alone at its threshold, at budgets (its threshold set on dev) and as a line. Question by
+question: `score --answer-gate DIR`. The flag is refused, naming it, where it cannot apply,
+before any gate is built."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 import pytest
 
 from retrieval_gate.cli import main
-from retrieval_gate.evaluation.answer_gate import AnswerGate, next_strategy
+from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.evaluation.answer_gate import AnswerGate, check_answer_labels, next_strategy
 from retrieval_gate.evaluation.routing_policies import routing_markdown, routing_report
 from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.pricing import Calibration
@@ -133,8 +136,6 @@ def test_the_answer_gate_flag_is_refused_where_it_cannot_apply(tmp_path, capsys)
         "--answer-gate",
         "no_retrieval_token_logprobs",
     )
-    from retrieval_gate.errors import ConfigError, DataError
-
     # score --answer-gate: answers come from a --questions column; the folder is checked first
     lines = tmp_path / "q.txt"
     lines.write_text("Who wrote Hamlet?\n")
@@ -146,7 +147,6 @@ def test_the_answer_gate_flag_is_refused_where_it_cannot_apply(tmp_path, capsys)
         code = main(["score", "--model", str(tmp_path / "no-model"), *args, "--answer-gate",
                      str(tmp_path / "nowhere")])  # fmt: skip
         assert code == 2 and said in capsys.readouterr().err
-    from retrieval_gate.evaluation.answer_gate import check_answer_labels
 
     with pytest.raises(ConfigError, match="closed-book.jsonl holds no strategy labels"):
         check_answer_labels([with_lp / "closed-book.jsonl"])
