@@ -663,3 +663,27 @@ def test_a_config_trained_on_other_labels_says_how_to_name_the_run(caplog):
     name_note(["trainer.max_epochs=1"], "minilm-closed-book")
     name_note(None, "minilm-closed-book")
     assert "after the config" not in caplog.text
+
+
+def test_labels_of_your_questions_name_the_file_they_were_made_from(tmp_path):
+    """Outcomes imported with --questions (and --field): a config that reads other questions
+    is refused with the flags that read those, copied from the labels' sidecar."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.training.sources import labelled_questions
+
+    questions, outcomes = tmp_path / "q.jsonl", tmp_path / "o.jsonl"
+    questions.write_text("".join(json.dumps({"qid": f"x{i}", "question": f"who is {i}?"}) + "\n"
+                                 for i in range(30)))  # fmt: skip
+    outcomes.write_text("".join(json.dumps({"id": f"x{i}", "no_retrieval_correct": i % 2,
+                                            "one_retrieval_correct": 1}) + "\n" for i in range(30)))  # fmt: skip
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(questions), "--field", "id=qid", "--strategies", "no_retrieval",
+                 "one_retrieval", "--generator", "g", "--labels-dir", str(tmp_path / "l")]) == 0  # fmt: skip
+    flags = f'--set data.questions={questions.resolve()} "data.fields={{id: qid}}"'
+    for name, config in (("strategies", "router-adaptive-rag-llama8b"),
+                         ("closed-book", "cascade-closed-book")):  # fmt: skip
+        data = load_config(config).data
+        label_file = str(tmp_path / "l" / "g" / f"{name}.jsonl")
+        with pytest.raises(DataError) as e:
+            labelled_questions(dataclasses.replace(data, label_file=label_file))
+        assert f"made from the questions of {questions.resolve()}: {flags}" in str(e.value)

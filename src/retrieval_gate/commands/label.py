@@ -11,7 +11,13 @@ from ..errors import DataError, InputError
 from ..models import SMOLLM2
 from .label_engine import add_engine_args, ray_engine, ray_options
 from .policy_args import add_policy_options, given_options
-from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
+from .question_args import (
+    add_data_dir,
+    add_dataset_arg,
+    add_question_args,
+    questions_from,
+    questions_source,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -169,6 +175,8 @@ def _label(args: argparse.Namespace, req: Any) -> int:
         raise DataError("pass --questions or --dataset, not both")
     generator = ray_engine(args, questions) if args.engine == "ray" else _remote(args, questions)
     req.questions = questions
+    if questions is not None:
+        req.questions_source = questions_source(args.questions, args.field)
     if generator is not None:  # the server's model id names the label folder
         req.generator = generator.name
     print(json.dumps(label(req, generator=generator), indent=2))

@@ -5,6 +5,8 @@ shape everywhere) and `--data-dir DIR` (the folder of the bundled datasets)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 from ..questions import Question
 
@@ -27,6 +29,16 @@ def add_question_args(
         help="read a field from another column, e.g. --field question=title (repeatable; "
         "default: the column named like the field)",
     )
+
+
+def questions_source(spec: str, fields: list[str] | None) -> dict[str, Any]:
+    """What a label file records of the questions it labels: the --questions spec (a file's
+    absolute path) and the --field mappings, as `data.questions` and `data.fields` take them."""
+    path = Path(spec)
+    source: dict[str, Any] = {"questions": str(path.resolve()) if path.exists() else spec}
+    if fields:
+        source["fields"] = dict(item.split("=", 1) for item in fields if "=" in item)
+    return source
 
 
 def add_data_dir(p: argparse.ArgumentParser) -> None:

@@ -357,6 +357,7 @@ def _outcomes(req: LabelRequest, path: Path, *_: Any) -> dict[str, Any]:
         req.options.get("neither_label"),
         out_file=req.out,  # --out FILE: that very file (closed-book outcomes only)
         fields=parse_outcome_fields(req.options.get("outcome_field")),
+        extra_meta=_source_meta(req),
     )
 
 
@@ -390,8 +391,14 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     return import_strategy_outcomes(
         opts["outcomes"], questions, strategies or [], folder,
         req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
-        fields=parse_outcome_fields(opts.get("outcome_field")),
+        fields=parse_outcome_fields(opts.get("outcome_field")), extra_meta=_source_meta(req),
     )  # fmt: skip
+
+
+def _source_meta(req: LabelRequest) -> dict[str, Any]:
+    """The sidecar's `questions_source`: the questions file the labels are about (training
+    on them names it when the config reads other questions)."""
+    return {"questions_source": req.questions_source} if req.questions_source else {}
 
 
 def _unnamed_llm(req: LabelRequest, folder: Path) -> None:

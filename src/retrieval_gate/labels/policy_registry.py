@@ -40,6 +40,9 @@ class LabelRequest:
     labels_dir: Path = LABELS_DIR
     options: dict[str, Any] = field(default_factory=dict)
     questions: Sequence[Question] | None = None  # your own questions (None: the bundled ones)
+    # where they came from (--questions, --field): what a label file of them names, so that
+    # training on it can say which questions to read
+    questions_source: dict[str, Any] | None = None
     llm: str | None = None  # --generator as given (a release folder picks its LLM by it)
 
     def value(self, name: str) -> Any:

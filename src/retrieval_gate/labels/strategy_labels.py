@@ -278,10 +278,12 @@ def import_strategy_outcomes(
     unanswered: str | None = None,
     neither_label: int | None = None,
     fields: dict[str, str] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A generic file with `<strategy>_correct` or `<strategy>_prediction` (and optionally
     `<strategy>_cost` and `<strategy>_token_logprobs`) columns per strategy -> the three label
-    files in out_dir. `fields`: field -> the file's column it is read from (`--outcome-field`)."""
+    files in out_dir. `fields`: field -> the file's column it is read from (`--outcome-field`);
+    `extra_meta`: more for the sidecars (where the questions came from)."""
     strategies = list(strategies)
     treat = parse_unanswered(unanswered, strategies)
     rows = renamed(path, list(read_rows(str(path))), fields or {})
@@ -298,7 +300,7 @@ def import_strategy_outcomes(
     ]
     meta = {"outcomes_file": str(path), "outcomes_format": "generic-strategies",
             "outcomes_sha256": sha256_file(Path(path)) if Path(path).is_file() else None,
-            "criterion": criterion}  # fmt: skip
+            "criterion": criterion, **(extra_meta or {})}  # fmt: skip
     return _write_all(outcomes, strategies, treat, out_dir, generator, meta, neither_label,
                       unmatched)  # fmt: skip
 

@@ -46,16 +46,25 @@ def labelled_questions(
 
         fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')  # named otherwise
     elif not fix and questions is None and not any(q.id in targets.labels for q in qs):
-        fix += _questions_fix(data, targets.labels)
+        fix += _questions_fix(data, targets.labels, targets.provenance.get("meta"))
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
     return targets, rows, qs
 
 
-def _questions_fix(data: DataConfig, labels: Mapping[str, Any]) -> str:
-    """Labels of none of the config's bundled questions (`data.datasets`): the bundled
-    datasets that hold them, else the flag for the user's own questions file."""
+def _questions_fix(data: DataConfig, labels: Mapping[str, Any], meta: Any = None) -> str:
+    """Labels of none of the config's bundled questions (`data.datasets`): the questions file
+    they were made from (their sidecar's `questions_source`), else the bundled datasets that
+    hold them, else the flag for the user's own questions file."""
     named = f"data.datasets {list(data.datasets)}" if data.datasets else "the bundled datasets"
+    source = meta.get("questions_source") if isinstance(meta, dict) else None
+    if isinstance(source, dict) and source.get("questions"):
+        fields = source.get("fields") or {}
+        mapped = ", ".join(f"{k}: {v}" for k, v in fields.items())
+        flags = f"data.questions={source['questions']}" + (
+            f' "data.fields={{{mapped}}}"' if mapped else "")  # fmt: skip
+        return (f"; the config reads {named}, and these labels were made from the questions of "
+                f"{source['questions']}: --set {flags}")  # fmt: skip
     holding = sorted({q.source for q in canonical_questions() if q.id in labels})
     if holding:
         return (f"; the config reads {named}, but these are questions of {', '.join(holding)}: "
