@@ -140,23 +140,23 @@ def run(args: argparse.Namespace) -> int:
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
-    answer = None
+    cascade = None
     if args.answer_gate is not None:
         from ..rag.cascade import Cascade, escalation_strategy
         from ..rag.decisions import loop_registry
 
-        answer = open_onnx(args.answer_gate, provider=args.provider)
-        escalation_strategy(Cascade(gate, answer), loop_registry(gate))  # before any output
+        cascade = Cascade(gate, open_onnx(args.answer_gate, provider=args.provider))
+        escalation_strategy(cascade, loop_registry(gate))  # before any output
     if questions is None:
         _refuse_side_features(gate, args.input)
     else:
-        _say_answers_read(answer or gate, questions)
-    out = _output(args, gate, threshold, answer)
+        _say_answers_read(cascade.answer_gate if cascade else gate, questions)
+    out = _output(args, gate, threshold, cascade)
     with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
               disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
         for i in range(out.done, len(records), CHUNK):
             part = questions[i : i + CHUNK] if questions is not None else None
-            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget, answer))
+            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget, cascade))
             bar.update(len(records[i : i + CHUNK]))
     out.finish()
     bad = len(records) - good
@@ -203,11 +203,11 @@ def _scored(
     questions: list | None,
     threshold: float,
     budget: float | None,
-    answer: Any = None,
+    cascade: Any = None,
 ) -> str:
     """The JSON lines of `records` (bad lines as they are), scored in one batch; `questions`:
-    theirs, with their side features, when read from --questions; `answer`: the cascade's
-    answer gate (--answer-gate)."""
+    theirs, with their side features, when read from --questions; `cascade`: `gate` with the
+    answer gate of --answer-gate."""
     from ..gates.base import as_questions, is_router
     from ..rag.decisions import loop_registry
 
@@ -224,20 +224,20 @@ def _scored(
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
         if routes is not None and specs is not None:  # a router: its strategy says whether
             rec.update(strategy=routes[i], retrieve=specs[routes[i]].retrieves)  # it retrieves
-    if answer is not None and good:
-        _escalate(gate, answer, list(items), good, budget)
+    if cascade is not None and good:
+        _escalate(cascade, list(items), good, budget)
     return "".join(json.dumps({k: v for k, v in rec.items() if k != "text"},
                               ensure_ascii=False) + "\n" for rec in records)  # fmt: skip
 
 
-def _escalate(gate: Any, answer: Any, items: list, good: list[dict], budget: float | None) -> None:
-    """The cascade on the records of one batch: the questions `gate` keeps closed-book have
-    their answers read by `answer`, and those it escalates (within the budget's slack, as
-    rag's cascade picks them) take the next strategy."""
-    from ..rag.cascade import Cascade, escalate, escalation_strategy
+def _escalate(cascade: Any, items: list, good: list[dict], budget: float | None) -> None:
+    """The cascade on the records of one batch: the questions its first gate keeps
+    closed-book have their answers read by its answer gate, and those it escalates (within the
+    budget's slack, as rag's cascade picks them) take the next strategy."""
+    from ..rag.cascade import escalate, escalation_strategy
     from ..rag.decisions import loop_registry
 
-    cascade, registry = Cascade(gate, answer), loop_registry(gate)
+    registry = loop_registry(cascade.first)
     closed, up = escalation_strategy(cascade, registry)
     first = [r.get("strategy") or (up if r["retrieve"] else closed) for r in good]
     kept = [i for i, s in enumerate(first) if s == closed]
@@ -268,7 +268,7 @@ class _Stdout:
         pass
 
 
-def _output(args: argparse.Namespace, gate: Any, threshold: float, answer: Any = None) -> Any:
+def _output(args: argparse.Namespace, gate: Any, threshold: float, cascade: Any = None) -> Any:
     """Where the lines go: --output written as they are made (resumable), else stdout. A
     partial --output continues only for the same model, input and options."""
     if not args.output:
@@ -277,6 +277,6 @@ def _output(args: argparse.Namespace, gate: Any, threshold: float, answer: Any =
     identity = {"model": gate.checksum, "variant": args.variant,
                 "input": sha256_file(source) if source.is_file() else str(source),
                 "field": sorted(args.field or []), "threshold": threshold, "budget": args.budget}  # fmt: skip
-    if answer is not None:  # only then: a partial file of a run without it resumes as before
-        identity["answer_gate"] = answer.checksum
+    if cascade is not None:  # only then: a partial file of a run without it resumes as before
+        identity["answer_gate"] = cascade.answer_gate.checksum
     return ResumableOutput(args.output, identity, args.resume, "--output")

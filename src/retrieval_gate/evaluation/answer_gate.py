@@ -61,17 +61,15 @@ class AnswerGate:
         self, correct: np.ndarray, paid: np.ndarray, calls: np.ndarray | None
     ) -> list[tuple[float, float, float]]:
         """(mean cost, mean LLM calls, accuracy) of the answer gate alone (every question
-        closed-book first, no cap) at thresholds from escalating none to escalating all."""
-        up = next_strategy(paid.mean(axis=0))
+        closed-book first, no cap) at thresholds from escalating none to escalating all: at
+        most 41 points of its curve, the first and the last kept."""
+        n, up = len(self.scores), next_strategy(paid.mean(axis=0))
+        _, escalated, spent, right = alone_curve(self.scores, correct, paid, up)
+        kept = np.unique(np.linspace(1, len(escalated) - 1, 40).round().astype(int))
         out = []
-        seen = np.unique(self.scores)[::-1]  # at most 40 of them, the highest and lowest kept
-        picked = seen[np.unique(np.linspace(0, len(seen) - 1, 40).round().astype(int))]
-        for t in [np.inf, *picked]:
-            twice = self.scores >= t
-            ok = np.where(twice, correct[:, up], correct[:, FIRST])
-            cost = paid[:, FIRST] + np.where(twice, paid[:, up], 0.0)
-            llm = (calls[FIRST] + twice * calls[up]).mean() if calls is not None else np.nan
-            out.append((float(cost.mean()), float(llm), float(ok.mean())))
+        for i in [0, *kept]:
+            llm = (calls[FIRST] * n + escalated[i] * calls[up]) / n if calls is not None else np.nan
+            out.append((float(spent[i] / n), float(llm), float(right[i] / n)))
         return out
 
     def threshold_for(
@@ -84,23 +82,34 @@ class AnswerGate:
         if self.dev_scores is None or not len(self.dev_scores):
             return None
         n, up = len(self.dev_scores), next_strategy(dev_paid.mean(axis=0))
-        order = np.argsort(-self.dev_scores, kind="stable")
-        ranked = self.dev_scores[order]
-        # escalating the k surest-wrong answers: what dev spends and how many it gets right
-        spent = dev_paid[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(dev_paid[order, up])])
-        gain = dev_correct[order, up] - dev_correct[order, FIRST]
-        right = dev_correct[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(gain)])
-        # ties escalate together: k may stop only between two different scores
-        ends = [0, *(k for k in range(1, n + 1) if k == n or ranked[k] != ranked[k - 1])]
-        fits = [k for k in ends if spent[k] <= budget * n + 1e-9]
-        if not fits:
+        thresholds, _, spent, right = alone_curve(self.dev_scores, dev_correct, dev_paid, up)
+        fits = np.flatnonzero(spent <= budget * n + 1e-9)
+        if not len(fits):
             return None
-        k = max(fits, key=lambda k: (right[k], -k))
-        return np.inf if k == 0 else float(ranked[k - 1])
+        return float(thresholds[max(fits, key=lambda i: (right[i], -i))])
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold,
                 "without_answer": self.without_answer, "n": int(len(self.scores))}  # fmt: skip
+
+
+def alone_curve(
+    scores: np.ndarray, correct: np.ndarray, paid: np.ndarray, up: int
+) -> tuple[np.ndarray, ...]:
+    """The answer gate alone at each of its thresholds, from none escalated (threshold inf)
+    to all: (threshold, questions escalated, total cost, questions right), one entry per
+    distinct score (ties escalate together); `correct`, `paid`: per question and strategy."""
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    # escalating the k highest scores (the surest-wrong answers) first
+    spent = paid[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(paid[order, up])])
+    gain = correct[order, up] - correct[order, FIRST]
+    right = correct[:, FIRST].sum() + np.concatenate([[0.0], np.cumsum(gain)])
+    # k may stop only between two different scores
+    last = np.flatnonzero(np.append(ranked[1:] != ranked[:-1], True)) if len(ranked) else []
+    ends = np.concatenate([[0], np.asarray(last, int) + 1])
+    thresholds = np.concatenate([[np.inf], ranked[ends[1:] - 1]])
+    return thresholds, ends, spent[ends], right[ends]
 
 
 def answer_gate_alone(gate: AnswerGate) -> str:

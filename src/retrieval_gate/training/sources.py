@@ -40,13 +40,15 @@ def labelled_questions(
         targets = task.read(data.label_file)
     path = Path(data.label_file) if labels is None else None
     qs = questions if questions is not None else config_questions(data)
-    fix = _release_fix(targets.provenance.get("meta"))
-    if data.questions and questions is None and not any(q.id in targets.labels for q in qs):
-        from ..labels.evalset import ids_hint
+    meta = targets.provenance.get("meta")
+    fix = _release_fix(meta)
+    if questions is None and not any(q.id in targets.labels for q in qs):  # other questions
+        if data.questions:  # the user's file, its id column named otherwise?
+            from ..labels.evalset import ids_hint
 
-        fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')  # named otherwise
-    elif not fix and questions is None and not any(q.id in targets.labels for q in qs):
-        fix += _questions_fix(data, targets.labels, targets.provenance.get("meta"))
+            fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')
+        elif not fix:
+            fix += _questions_fix(data, targets.labels, meta)
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
     return targets, rows, qs
