@@ -687,3 +687,44 @@ def test_labels_of_your_questions_name_the_file_they_were_made_from(tmp_path):
         with pytest.raises(DataError) as e:
             labelled_questions(dataclasses.replace(data, label_file=label_file))
         assert f"made from the questions of {questions.resolve()}: {flags}" in str(e.value)
+
+
+class _Answers:
+    """A generator that answers every prompt "Paris" (labelling without an engine)."""
+
+    name, checksum = "g", "0" * 64
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        from retrieval_gate.generation.base import Generation
+
+        return [Generation("Paris", 10, 1, [-0.5] if logprobs else None) for _ in prompts]
+
+
+def test_generated_labels_of_your_questions_name_the_file_they_were_made_from(tmp_path):
+    """`label --policy closed-book` / `strategies` with --questions record them as the imports
+    do: a config that reads other questions is refused with the flags that read these."""
+    import retrieval_gate.labelling  # noqa: F401  (registers --policy strategies)
+    from retrieval_gate.commands.question_args import questions_source
+    from retrieval_gate.labels.policies import label
+    from retrieval_gate.labels.policy_registry import LabelRequest
+    from retrieval_gate.questions import Question
+    from retrieval_gate.retrieval import BM25Retriever, Document
+    from retrieval_gate.training.sources import labelled_questions
+
+    path = tmp_path / "q.jsonl"
+    qs = [Question(id=f"x{i}", text=f"who is {i}?", answers=("Paris",) if i % 2 else ("Rome",),
+                   source="mine") for i in range(30)]  # fmt: skip
+    source = questions_source(str(path), ["id=qid"])
+    flags = f'--set data.questions={path} "data.fields={{id: qid}}"'
+    docs = [Document(id="d0", title="Paris", text="Paris is the capital of France.")]
+    for policy, name, config in (("closed-book", "closed-book", "cascade-closed-book"),
+                                 ("strategies", "strategies", "router-adaptive-rag-llama8b")):  # fmt: skip
+        req = LabelRequest(policy, generator="g", labels_dir=tmp_path / "l", questions=qs,
+                           questions_source=source, options={"strategies": ["no_retrieval",
+                           "one_retrieval"], "k": 1} if policy == "strategies" else {})  # fmt: skip
+        label(req, generator=_Answers(), retriever=BM25Retriever(docs))
+        data = load_config(config).data
+        label_file = str(tmp_path / "l" / "g" / f"{name}.jsonl")
+        with pytest.raises(DataError) as e:
+            labelled_questions(dataclasses.replace(data, label_file=label_file))
+        assert f"made from the questions of {path}: {flags}" in str(e.value)

@@ -76,6 +76,12 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
     ("content", "message"),
     [
         ("id,correct\nx9,1\n", "none of the 1 outcome rows matches a question"),
+        # rows with their questions' text and no --questions: the file can be its own questions
+        (
+            "question,correct\nWho is x9?,1\n",
+            "their questions' text: if they are your own "
+            "questions, pass this file as the questions too (--questions ",
+        ),
         ("id,score\nm1,0.3\n", "no correctness (correct / is_correct"),
         ("id,correct\nm1,maybe\n", "correctness 'maybe' is not true/false"),
         (

@@ -81,6 +81,8 @@ class StrategyLabelling:
     unanswered: str | None = None
     chunk_size: int = 64
     registry: StrategyRegistry = BUILTIN  # --strategies FILE.yaml
+    # the --questions file and --field mappings, recorded for `train` to name
+    questions_source: dict[str, Any] | None = None
 
     def check(self) -> tuple[list[str], Unanswered]:
         """The strategies (cost order) and unanswered treatment; every flag checked, and
@@ -113,6 +115,7 @@ class StrategyLabelling:
             "criterion": self.criterion, "unanswered": treat.describe(),
             **({} if self.registry.is_builtin else
                {"strategy_specs": self.registry.to_list(strategies)}),
+            **({"questions_source": self.questions_source} if self.questions_source else {}),
         }  # fmt: skip
 
 

@@ -45,6 +45,7 @@ def labelling(req: LabelRequest, out: Path | None = None) -> StrategyLabelling:
         [], out or Path(), req.generator, req.value("retriever"), opts.get("corpus"),
         req.value("k"), names, multi_step=multi, criterion=req.value("criterion"),
         unanswered=opts.get("unanswered"), chunk_size=req.value("chunk_size"), registry=registry,
+        questions_source=req.questions_source,
     )  # fmt: skip
 
 

@@ -73,8 +73,12 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
 class LabelFile:
     """A label file on disk: read what is there, append new rows, record provenance."""
 
-    def __init__(self, path: str | Path, replacing: bool = False):
+    def __init__(
+        self, path: str | Path, replacing: bool = False, extra_meta: dict[str, Any] | None = None
+    ):
         self.path = Path(path)
+        # recorded in every provenance write (the questions file a run labels: `train` names it)
+        self.extra_meta = extra_meta or {}
         # True when every row is rewritten (relabelling, rebuilt policies): the provenance may
         # then change, as no row of the old settings survives.
         self.replacing = replacing
@@ -143,6 +147,7 @@ class LabelFile:
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.require_ours()
+        meta = {**meta, **self.extra_meta}
         if meta_path(self.path).exists() and not self.replacing:
             check_resume(self.path, self.meta, meta)
         write_json(meta_path(self.path), meta)

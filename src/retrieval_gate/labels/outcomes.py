@@ -171,7 +171,7 @@ def match_rows(
             f"ids read like {first.get('id')!r}, question ids like {theirs!r}): is "
             "this the outcomes file of these questions (--questions)? A question file without "
             "an 'id' column gets ids made from the text: name its id column with --field "
-            "id=COLUMN",
+            f"id=COLUMN{_own_questions_hint(first, path) if fmt == 'generic' else ''}",
             path,
         )
     return matched, unmatched
@@ -276,6 +276,14 @@ def _by_normalised(by_text: dict[str, Question | None], text: str, path, n: int)
         raise DataError(f"question {text!r} matches two questions once case, punctuation and "
                         "articles are set aside; give the row its question's 'id'", path, n)  # fmt: skip
     return by_text.get(key)
+
+
+def _own_questions_hint(row: dict, path) -> str:
+    """Rows that carry their question's text can be their own questions file."""
+    if not isinstance(row.get("question") or row.get("text"), str):
+        return ""
+    return (f". The rows carry their questions' text: if they are your own questions, pass "
+            f"this file as the questions too (--questions {path})")  # fmt: skip
 
 
 def _no_question(fmt: str, key: dict) -> str:

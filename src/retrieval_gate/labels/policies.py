@@ -202,7 +202,8 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
         # read again under the lock: another run may have appended meanwhile).
         LabelFile(path, replacing=rebuilt).require_ours()
         with single_writer(path):  # one run (local or Ray) writes a label file at a time
-            out = LabelFile(path, replacing=rebuilt)  # rebuilt: no old row survives to mix
+            # rebuilt: no old row survives to mix
+            out = LabelFile(path, replacing=rebuilt, extra_meta=_source_meta(req))
             out.require_ours()  # before any engine starts: a user's file or other settings
             _check_resume(req, out, rebuilt)
             stats = labeller(req, _questions(req), out, generator, retriever)
