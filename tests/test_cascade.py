@@ -119,3 +119,49 @@ def test_a_served_cascade_reports_its_escalations():
     assert [a["llm_calls"] for a in answers] == [1, 2] * 2
     assert "retrieval_gate_escalations_total 2.0" in metrics
     assert health["escalations"] == 2 and health["llm_calls"]["total"] == 6
+
+
+def test_a_gate_mode_cascade_reads_the_answers_score_requests_send():
+    """`serve --mode gate --router R --answer-gate A` served the router alone (then was
+    refused): now /score reads each kept question's token_logprobs, as `score --answer-gate`
+    reads its column, and escalates the unsure ones within the request's budget."""
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.rag.backends import open_gate
+    from retrieval_gate.rag.modes import ModeOptions
+    from retrieval_gate.rag.service import create_app
+
+    gate = open_gate(
+        "cascade", ModeOptions(router=LengthRouter(), answer_gate=AnswerConfidenceGate())
+    )
+    assert isinstance(gate, Cascade)
+    texts = ["Capital of France?", "Capital of Peru?", "Who wrote the novel Hamlet, and when?",
+             "Capital of Chad?", "Capital of Mali?"]  # fmt: skip
+    sent = [[0.0, -0.01], [-3.0, -2.0], [-3.0], None, [-2.5]]
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", json={"questions": texts, "token_logprobs": sent})
+        assert r.status_code == 200, r.text
+        items = r.json()["scores"]
+        # at 0.4 a question the router keeps all closed-book, and the slack (2 retrievals)
+        # pays for two of the three unsure answers: the surest-wrong first (ties: in order)
+        capped = client.post("/score", json={"questions": texts, "token_logprobs": sent,
+                                             "budget": 2.0 / len(texts)}).json()["scores"]  # fmt: skip
+        unread = client.post("/score", json={"questions": texts}).json()["scores"]
+        health = client.get("/health").json()
+    assert [i["strategy"] for i in items] == ["no_retrieval", "one_retrieval", "one_retrieval",
+                                              "no_retrieval", "one_retrieval"]  # fmt: skip
+    assert [i["escalated"] for i in items] == [False, True, None, None, True]
+    assert items[0]["answer_score"] < 0.5 <= items[1]["answer_score"]
+    assert items[2]["answer_score"] is None  # the router retrieves: no answer read
+    assert [i["escalated"] for i in capped] == [False, True, True, None, False]
+    assert [i["strategy"] for i in unread] == ["no_retrieval", "no_retrieval", "one_retrieval",
+                                               "no_retrieval", "no_retrieval"]  # fmt: skip
+    assert health["mode"] == "gate" and health["metrics"]["escalations"] == 4
+
+
+def test_a_gate_mode_cascade_with_nothing_to_escalate_to_is_refused_at_start():
+    from retrieval_gate.rag.service import create_app
+
+    alone = Cascade(LengthRouter(strategies=("no_retrieval",)), AnswerConfidenceGate())
+    with pytest.raises(ConfigError, match="a dearer one to escalate to"):
+        create_app(alone)

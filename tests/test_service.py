@@ -384,15 +384,6 @@ def test_serve_flags_checked_before_any_engine(tiny_onnx_export, capsys, flags, 
     assert message in capsys.readouterr().err
 
 
-def test_the_cascade_without_a_generator_is_refused(tmp_path, capsys):
-    """`serve --mode gate --answer-gate DIR` served the router alone: no engine makes the
-    closed-book answers the answer gate reads, and nothing said the flag went unused."""
-    argv = ["serve", "--mode", "gate", "--router", str(tmp_path), "--answer-gate", str(tmp_path)]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "--mode gate starts none: serve --mode answer" in err and "score --answer-gate" in err
-
-
 # ------------------------------------------------------------------ the real vLLM engine
 
 

@@ -122,7 +122,8 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the cascade mode's two-stage gate export (`train --config cascade-closed-book`): "
         "it reads the closed-book answers of the questions --router keeps closed-book and "
-        "escalates the unsure ones (default: none; required by the cascade mode)",
+        "escalates the unsure ones; `serve --mode gate`: the answers' token_logprobs /score "
+        "requests send (default: none; required by the cascade mode)",
     )
     g.add_argument(
         "--router-variant",

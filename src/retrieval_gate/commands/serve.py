@@ -134,12 +134,9 @@ def _gate_mode(args: argparse.Namespace) -> str:
                           "questions a server is sent have none: serve a trained gate (--gate "
                           "onnx --onnx DIR) or a router (--router DIR)")  # fmt: skip
     if getattr(args, "answer_gate", None) is not None:
-        if args.mode == "gate":  # no engine: no closed-book answer to read, the flag unused
-            raise ConfigError("--answer-gate reads the closed-book answers the generator makes, "
-                              "and --mode gate starts none: serve --mode answer for the "
-                              "cascade, or decide on answers you already have with `score "
-                              "--answer-gate DIR --questions FILE` (a token_logprobs column)")  # fmt: skip
-        return CASCADE  # the router with the two-stage gate reading its closed-book answers
+        # the router with the two-stage gate reading its closed-book answers: the ones the
+        # engine makes (--mode answer), or the ones /score requests send (--mode gate)
+        return CASCADE
     return "router" if args.router is not None else args.gate or "onnx"
 
 

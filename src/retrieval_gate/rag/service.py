@@ -39,12 +39,13 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from ..data.answer_confidence import parse_token_logprobs
+from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
 from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from .batcher import Batcher, Busy
+from .cascade import Cascade, answer_gate_of, escalate, escalation_strategy
 from .decisions import (
     Decision,
     check_router,
@@ -71,6 +72,16 @@ class ScoreItem(BaseModel):
         description="the strategy retrieves (a binary gate: probability >= threshold)"
     )
     strategy: str = Field(description="no_retrieval | one_retrieval | multi_step")
+    escalated: bool | None = Field(
+        None,
+        description="a cascade's (`--mode gate --answer-gate`): its answer gate read the "
+        "question's token_logprobs and sent it on to the next strategy (null: no answer read)",
+    )
+    answer_score: float | None = Field(
+        None,
+        description="a cascade's answer gate's P(needs retrieval), read from the "
+        "question's token_logprobs (null: not read: the router retrieves, or none were sent)",
+    )
 
 
 class ScoreResponse(BaseModel):
@@ -266,6 +277,8 @@ def create_app(
     columns = side_columns(gate)  # a request gives them per question
     registry = rag.registry if rag else check_router(gate, None, strategies)
     router = is_router(gate)
+    if rag is None and answer_gate_of(gate) is not None:  # a cascade with nothing above: now
+        escalation_strategy(gate, registry)  # type: ignore[arg-type]
     strategies_served = list(routed_strategies(gate, registry))
     prices = strategy_costs(gate, registry)
     traffic = Traffic(prices, cost_unit(prices), registry)
@@ -291,6 +304,7 @@ def create_app(
         traffic.routed([r.strategy for r in routed])
         decided = routed[0].seconds if routed else 0.0
         metrics.routed_questions([r.strategy for r in routed], decided)
+        metrics.escalations.inc(sum(r.escalated is True for r in routed))  # gate-mode cascade
         return routed, decided
 
     @asynccontextmanager
@@ -355,8 +369,8 @@ def create_app(
 
     # a router takes a per-request budget (up to its dearest strategy); a binary gate none
     max_budget = max(traffic.costs.values()) if router else None
-    score_request = _request_model("ScoreRequest", limits, max_budget, columns,
-                                   reads_answers(gate))  # fmt: skip
+    reads = reads_answers(gate) or (rag is None and answer_gate_of(gate) is not None)
+    score_request = _request_model("ScoreRequest", limits, max_budget, columns, reads)
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
     async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
@@ -376,6 +390,8 @@ def create_app(
                     probability=r.probability,
                     retrieve=registry[r.strategy].retrieves,
                     strategy=r.strategy,
+                    escalated=r.escalated,
+                    answer_score=r.answer_score,
                 )
                 for t, r in zip(request.questions, routed, strict=True)
             ],  # fmt: skip
@@ -425,6 +441,8 @@ class _Routed:
     strategy: str
     probability: float
     seconds: float = 0.0  # the decision call's time
+    escalated: bool | None = None  # a gate-mode cascade's, where it read the answer
+    answer_score: float | None = None
 
 
 def _decisions(
@@ -433,16 +451,49 @@ def _decisions(
     """(question, budget) items -> each routed, in one gate call (one `route` call per
     distinct budget)."""
 
+    # gate mode: a cascade reads the answers the request sent (answer mode makes its own)
+    cascade = gate if rag is None and answer_gate_of(gate) is not None else None
+
     def run(items: list[tuple[Question, float | None]]) -> list[_Routed]:
         questions = [q for q, _ in items]
         start = time.perf_counter()
         budgets = [b for _, b in items]
         d = rag.decide(questions, budgets) if rag else decide(gate, questions, budgets, strategies)
+        routed = [_Routed(q, s, p) for q, s, p in
+                  zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
+        if cascade is not None:
+            routed = _escalated(cascade, routed, budgets, strategies)
         seconds = time.perf_counter() - start
-        return [_Routed(q, s, p, seconds) for q, s, p in
-                zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
+        return [replace(r, seconds=seconds) for r in routed]
 
     return run
+
+
+def _escalated(
+    cascade: Cascade, routed: list[_Routed], budgets: list[float | None], registry: StrategyRegistry
+) -> list[_Routed]:
+    """A gate-mode cascade's decisions: of the questions its router keeps closed-book, those
+    sent with their answer's token_logprobs are read by its answer gate, and the ones it
+    escalates take the next strategy: within each budget's slack over the questions decided
+    together (a request's, and those of concurrent requests at the same budget batched with
+    it), as `score --answer-gate` picks them per batch. A kept question sent without them
+    stays kept, unread."""
+    closed, up = escalation_strategy(cascade, registry)
+    out = list(routed)
+    for b in dict.fromkeys(budgets):
+        group = [i for i, x in enumerate(budgets) if x == b]
+        kept = [i for i in group if routed[i].strategy == closed
+                and routed[i].question.extra.get(TOKEN_LOGPROBS) is not None]  # fmt: skip
+        if not kept:
+            continue
+        picks, scores = escalate(cascade, [routed[i].question for i in kept],
+                                 [routed[i].strategy for i in group], b, registry)  # fmt: skip
+        picked = set(picks)
+        for j, i in enumerate(kept):
+            up_here = j in picked
+            out[i] = replace(routed[i], strategy=up if up_here else closed, escalated=up_here,
+                             answer_score=float(scores[j]))  # fmt: skip
+    return out
 
 
 GATE_MODE_ANSWER = (
