@@ -509,6 +509,22 @@ def test_router_answers_with_strategies_costs_and_budget():
         assert traffic["answered"]["llm_calls_per_question"] == pytest.approx(4 / 3)
 
 
+def test_a_router_served_alone_routes_at_the_servers_budget():
+    """`serve --mode gate --router R --budget B` ignored B: a request without a budget was
+    routed at the router's own default. Now B is the requests' default, as in --mode answer."""
+    from routers import LengthRouter
+
+    router = LengthRouter(short=3, long=6)
+    with TestClient(create_app(router, budget=0.0)) as client:
+        default = client.post("/score", json={"questions": ROUTED}).json()
+        own = client.post("/score", json={"questions": ROUTED, "budget": 3.35}).json()
+        health = client.get("/health").json()
+    assert [s["strategy"] for s in default["scores"]] == ["no_retrieval"] * 3
+    assert default["budget"] == 0.0 and own["budget"] == 3.35 and health["budget"] == 0.0
+    assert [s["strategy"] for s in own["scores"]] == ["no_retrieval", "one_retrieval",
+                                                      "multi_step"]  # fmt: skip
+
+
 def test_router_with_its_own_costs_prices_traffic_and_budgets_in_its_unit():
     """A router that states `costs` (issue 25's routers do): /health's mean cost and a
     request's budget range are in its unit, not the default retrievals."""

@@ -171,5 +171,6 @@ def run(args: argparse.Namespace) -> int:
             multi_step=multi_step,
             **engine,
         )
-    serve(service, args.host, args.port, checked, args.api_key, options.strategies)
+    serve(service, args.host, args.port, checked, args.api_key, options.strategies,
+          options.budget if args.mode == "gate" else None)  # fmt: skip
     return 0

@@ -88,7 +88,10 @@ class ScoreResponse(BaseModel):
     gate: str
     threshold: float
     strategies: list[str] = Field(description="what this gate or router picks from, cheapest first")
-    budget: float | None = Field(description="the request's budget (None: the router's default)")
+    budget: float | None = Field(
+        description="the budget the request was decided at: its own, "
+        "else the server's --budget (None: the router's default)"
+    )
     scores: list[ScoreItem]
 
 
@@ -115,7 +118,10 @@ class AnswerItem(BaseModel):
 class AnswerResponse(BaseModel):
     gate: str
     threshold: float
-    budget: float | None = Field(description="the request's budget (None: the router's default)")
+    budget: float | None = Field(
+        description="the budget the request was decided at: its own, "
+        "else the server's --budget (None: the router's default)"
+    )
     answers: list[AnswerItem]
     costs: dict[str, Any] = Field(
         description="measured costs of the engine call (its batch), overall and `by_strategy`"
@@ -266,16 +272,19 @@ def create_app(
     api_key: str | None = None,
     warm_up: bool = False,
     strategies: StrategyRegistry = BUILTIN,
+    budget: float | None = None,
 ) -> FastAPI:
     """The app for a gate alone (`/score`) or a RAG loop (`/score` and `/answer`). With
     `warm_up`, one question goes through the gate (and the engine) at startup. `strategies`:
-    the registry a gate alone is served with (a RAG loop has its own)."""
+    the registry a gate alone is served with (a RAG loop has its own); `budget`: a router's
+    budget for the requests that send none (`serve --budget`; a RAG loop has its own)."""
     limits = limits or Limits()
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
+    default_budget = rag.budget if rag else budget
     gate = rag.gate if rag else service
     columns = side_columns(gate)  # a request gives them per question
-    registry = rag.registry if rag else check_router(gate, None, strategies)
+    registry = rag.registry if rag else check_router(gate, default_budget, strategies)
     router = is_router(gate)
     if rag is None and answer_gate_of(gate) is not None:  # a cascade with nothing above: now
         escalation_strategy(gate, registry)  # type: ignore[arg-type]
@@ -298,7 +307,8 @@ def create_app(
     async def route(sent: dict[str, Any]) -> tuple[list[_Routed], float]:
         """`sent`: the request as a dict (`model_dump`): its questions, a router's budget, the
         side features and answer log-probabilities the served gate reads."""
-        items = [(q, sent.get("budget")) for q in _as_questions(
+        budget = _budget_of(sent, default_budget)
+        items = [(q, budget) for q in _as_questions(
             sent["questions"], sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
         routed, _ = await _wait(scorer, items, limits.request_timeout)
         traffic.routed([r.strategy for r in routed])
@@ -347,6 +357,7 @@ def create_app(
             "gate": gate.name,
             "threshold": float(gate.threshold),
             "router": router,
+            "budget": default_budget if router else None,  # the requests' default
             "strategies": strategies_served,
             "strategy_specs": registry.to_list(strategies_served),
             "retriever": rag.retriever.name if rag else None,
@@ -377,13 +388,12 @@ def create_app(
         """The gate's probability, retrieve decision and strategy per question (one batched
         call; a router routes at the request's `budget`)."""
         sent = request.model_dump()
-        budget = sent.get("budget")  # only a router's requests have one
         routed, _ = await route(sent)
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
             strategies=strategies_served,
-            budget=budget,
+            budget=_budget_of(sent, default_budget),
             scores=[
                 ScoreItem(
                     question=t,
@@ -405,7 +415,6 @@ def create_app(
             """Gate or router -> strategy -> retrieve -> generate for each question; queued
             questions of concurrent requests share one batched generator call (a step)."""
             sent = request.model_dump()
-            budget = sent.get("budget")  # only a router's requests have one
             routed, decided = await route(sent)
             done, waited = await _wait(answerer, routed, limits.request_timeout)
             costs = done[0][1]
@@ -417,7 +426,7 @@ def create_app(
             return AnswerResponse(
                 gate=gate.name,
                 threshold=float(gate.threshold),
-                budget=budget,
+                budget=_budget_of(sent, default_budget),
                 answers=[_item(a) for a in answers],
                 costs=costs.to_dict(),
                 decision_seconds=decided,
@@ -431,6 +440,13 @@ def create_app(
             return JSONResponse(status_code=404, content={"detail": GATE_MODE_ANSWER})
 
     return app
+
+
+def _budget_of(sent: dict[str, Any], default: float | None) -> float | None:
+    """The budget a request is decided at: its own (only a router's requests have one), else
+    the server's."""
+    own = sent.get("budget")
+    return default if own is None else own
 
 
 @dataclass(frozen=True)
@@ -615,11 +631,14 @@ def serve(
     limits: Limits | None = None,
     api_key: str | None = None,
     strategies: StrategyRegistry = BUILTIN,
+    budget: float | None = None,
 ) -> None:
     """Serves until interrupted (uvicorn, one process: the engine is in-process; scale
     generation out with a remote vLLM server instead of more workers). `strategies`: the
-    registry a gate alone is served with (`--strategies FILE.yaml`)."""
+    registry a gate alone is served with (`--strategies FILE.yaml`); `budget`: its router's
+    default budget (`--budget`; a RAG loop has its own)."""
     import uvicorn
 
-    app = create_app(service, limits, api_key, warm_up=True, strategies=strategies)
+    app = create_app(service, limits, api_key, warm_up=True, strategies=strategies,
+                     budget=budget)  # fmt: skip
     uvicorn.run(app, host=host, port=port, workers=1)
