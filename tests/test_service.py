@@ -376,6 +376,14 @@ def test_schemathesis_answer(rag):
         (["--port", "70000"], "--port must be 1-65535"),
         (["--gate", "prompt-vanilla"], "gate-only serving does not start"),
         (["--variant", "fp16"], "no fp16 model in this export"),
+        # the generator's and retriever's flags were accepted unused in gate mode
+        (
+            ["--corpus", "/no/such.jsonl"],
+            "--corpus sets the generator or retriever, and --mode gate starts neither",
+        ),
+        (["--generator-url", "http://localhost:1/v1"], "--generator-url sets the generator"),
+        (["--max-steps", "2"], "--max-steps sets the generator"),
+        (["-k", "3"], "-k sets the generator"),
     ],
 )
 def test_serve_flags_checked_before_any_engine(tiny_onnx_export, capsys, flags, message):

@@ -140,6 +140,19 @@ def _gate_mode(args: argparse.Namespace) -> str:
     return "router" if args.router is not None else args.gate or "onnx"
 
 
+def _no_engine_flags(args: argparse.Namespace) -> None:
+    """`--mode gate` starts no generator nor retriever: their flags, given, would be unused."""
+    engine = argparse.ArgumentParser(add_help=False)
+    add_generator_args(engine)  # the flags and their defaults, as `serve` declares them
+    given = [a for a in engine._actions
+             if getattr(args, a.dest, a.default) != a.default]  # fmt: skip
+    if given:
+        flag = given[0].option_strings[-1]
+        raise ConfigError(f"{flag} sets the generator or retriever, and --mode gate starts "
+                          "neither (POST /score decides only): drop it, or serve --mode "
+                          "answer")  # fmt: skip
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -154,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
     # every flag and path before any engine starts (the gate's in open_gate / open_rag)
     checked = limits(args)
     check_bind(args.host, args.port, args.api_key)
+    if args.mode == "gate":
+        _no_engine_flags(args)
     gate = _gate_mode(args)
     options = mode_options(args, [gate])
     engine = generator_kwargs(args)
