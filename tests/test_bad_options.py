@@ -154,6 +154,13 @@ CASES = {
     "label-strategies-questions-bad-row": C(f"{STRAT} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- rag
     "rag-limit-negative": C("rag --modes never --limit -1", "--limit"),
+    # a gate flag no gate of the run reads went unused, even a missing folder
+    "rag-gate-flag-unused": C("rag --modes never --onnx {t}/missing-export", "--onnx is read by the onnx gate", "never"),
+    "rag-labels-unused": C("rag --modes never always --labels {t}/missing.jsonl", "--labels fits the gates", "never always"),
+    "rag-oracle-labels-unused": C("rag --modes never --oracle-labels {t}/missing.jsonl", "--oracle-labels goes with the oracle mode"),
+    "evaluate-gate-flag-unused": C(f"{EVAL} --learned-run {{t}}/missing-run", "--learned-run is read by the learned gate"),
+    "tune-gate-flag-unused": C(f"{TUNE} --variant int8", "--variant is read by the onnx gate", "popularity"),
+    "serve-gate-flag-unused": C("serve --mode gate --router {t}/router --variant int8", "--variant is read by the onnx gate", "router"),
     "rag-progress-file-of-yours": C("rag --modes never --out {t}/mine/r.md", "r.modes.jsonl", "not its progress file"),
     "rag-unknown-mode": C("rag --modes never bogus", "bogus", "--modes"),
     "rag-mode-twice": C("rag --modes never always never", "--modes", "more than once"),

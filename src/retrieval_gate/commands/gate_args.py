@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from dataclasses import fields
 
 from ..errors import InputError
@@ -47,9 +48,18 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(option_flag(f.name), default=f.default, help=help_, **extra)
 
 
-def gate_options(args: argparse.Namespace) -> GateOptions:
-    """The parsed gate flags as typed options."""
-    return GateOptions(**{f.name: vars(args)[f.name] for f in fields(GateOptions)})
+def gate_options(args: argparse.Namespace, names: Sequence[str]) -> GateOptions:
+    """The parsed gate flags as typed options; a flag that none of `names` (the run's gates
+    or modes) reads is refused, naming the gates that read it (it would go unused)."""
+    options = GateOptions(**{f.name: vars(args)[f.name] for f in fields(GateOptions)})
+    read = {o for n in names if n in GATES for o in GATES[n].options}
+    for f in fields(GateOptions):
+        if getattr(options, f.name) != f.default and f.name not in read:
+            users = [s.name for s in GATES.values() if f.name in s.options]
+            raise InputError(f"{option_flag(f.name)} is read by the {' / '.join(users)} gate, "
+                             f"and this run has none ({' '.join(names)}): drop it, or add "
+                             "the gate")  # fmt: skip
+    return options
 
 
 def check_threshold(value: float | None, flag: str = "--threshold") -> float | None:

@@ -10,9 +10,10 @@ from pathlib import Path
 from ..data import dataset_names, format_table
 from ..errors import ConfigError
 from ..gates.onnx_format import VARIANTS
+from ..gates.registry import needing
 from ..outputs import write_owned
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
-from ..rag.modes import DEFAULT_MODES, ModeOptions, known_modes, parse_thresholds
+from ..rag.modes import DEFAULT_MODES, ORACLE, ModeOptions, known_modes, parse_thresholds
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
@@ -205,10 +206,11 @@ def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
         if mode not in modes:
             raise ConfigError(f"--threshold {mode}={value}: {mode!r} is not a mode of this run "
                               f"({', '.join(modes)})")  # fmt: skip
-    opts = ModeOptions(**vars(gate_options(args)), thresholds=thresholds, router=args.router,
+    opts = ModeOptions(**vars(gate_options(args, modes)), thresholds=thresholds, router=args.router,
                        budget=args.budget, router_variant=args.router_variant,
                        answer_gate=getattr(args, "answer_gate", None),
                        strategies=args.strategies or BUILTIN, retriever=args.retriever)  # fmt: skip
+    _labels_read(args, modes)
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:
@@ -217,6 +219,19 @@ def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
     if opts.questions is not None and args.labels:  # your labels' folder holds your outcomes
         opts.run_dir = args.labels.parent
     return opts
+
+
+def _labels_read(args: argparse.Namespace, modes: Sequence[str]) -> None:
+    """--labels and --oracle-labels go with the modes that read them (given to others, they
+    went unused: even a missing file passed)."""
+    questions = getattr(args, "questions", None)  # with them, --labels' folder is the run's
+    if args.labels and not needing("labels", modes) and not questions:
+        raise ConfigError(f"--labels fits the gates that learn from labels (popularity, "
+                          f"tfidf, prompt-ta-are, ...), and this run has none ({' '.join(modes)})"
+                          ": drop it, or add the gate")  # fmt: skip
+    if args.oracle_labels and ORACLE not in modes:
+        raise ConfigError(f"--oracle-labels goes with the {ORACLE} mode, which this run does "
+                          f"not have ({' '.join(modes)}): drop it, or add the mode")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -119,7 +119,8 @@ def check_plan(args: argparse.Namespace) -> None:
     from ..tuning.tune import WRITES
 
     check_output_dir(args.out, "--out", WRITES)
-    check_gate_folders([args.gate], gate_options(args))  # a router's costs, before --budget
+    # a router's costs, before --budget
+    check_gate_folders([args.gate], gate_options(args, [args.gate]))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = TuneConfig(gate=args.gate, labels=args.labels, objectives=args.objective,
                      target=args.target, seed=args.seed, storage=args.storage,
                      workers=args.workers, out=args.out, run_dir=args.run_dir,
-                     gate_options=gate_options(args), save_objective=args.save_objective,
+                     gate_options=gate_options(args, [args.gate]), save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      budget=args.budget, calibrate_on=args.calibrate_on,
                      budget_llm_calls=args.budget_llm_calls, strategies=args.strategies,
