@@ -8,15 +8,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..strategies import StrategyRegistry
+from ..errors import ConfigError
+from ..strategies import COST_AXES, StrategyRegistry
 from .plan import Distinct
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
+COST_QUESTIONS = 30  # questions timed per gate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
-    from ..strategies import COST_AXES
     from .gate_args import add_gate_options
     from .question_args import add_data_dir, add_question_args
 
@@ -48,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--generator", help="generator model (default: the labelling generator)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
-    p.add_argument("--cost-questions", type=int, default=30, help="questions timed per gate")
+    p.add_argument("--cost-questions", type=int, default=COST_QUESTIONS,
+                   help="questions timed per gate")  # fmt: skip
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (default: all)")
     p.add_argument("--cost-axis", choices=(*COST_AXES, "both"), default=COST_AXES[0],
@@ -84,6 +86,25 @@ def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegist
             registry.check(named, f"--labels {path} (its strategies) against --strategies")
 
 
+def _flags_used(args: argparse.Namespace) -> None:
+    """Flags that this run would leave unused are refused (a missing --generator folder
+    passed unseen beside gates that never ask it)."""
+    from ..evaluation.gate_comparison import asks_generator
+    from ..gates.registry import needing
+    from ..labels.strategy_labels import is_strategy_source
+
+    if args.generator and not asks_generator(args.gates):
+        raise ConfigError(f"--generator is asked by the {' / '.join(needing('generator'))} "
+                          f"gates, and this run has none ({' '.join(args.gates)}): drop it, or "
+                          "add the gate")  # fmt: skip
+    if args.no_cost and args.cost_questions != COST_QUESTIONS:
+        raise ConfigError("--cost-questions sets how many questions are timed, and --no-cost "
+                          "times none: drop one of them")  # fmt: skip
+    if args.cost_axis != COST_AXES[0] and not any(is_strategy_source(p) for p in args.labels):
+        raise ConfigError(f"--cost-axis {args.cost_axis} draws the routing figure of strategy "
+                          "labels, and these --labels are binary: drop it")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.gate_comparison import WRITES, EvaluationConfig, run_evaluation
     from ..labels.labelling_run import run_dir_for
@@ -98,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
     check_gate_folders(args.gates, gate_options(args, args.gates))
     check_label_strategies(args.labels, args.strategies)  # before any gate is scored
+    _flags_used(args)
     cfg = EvaluationConfig(
         gates=args.gates,
         label_files=args.labels,
