@@ -129,6 +129,7 @@ SCORE = "score --model {t}/router --input {t}/q.jsonl"
 # fmt: off
 CASES = {
     # ---------------------------------------------------------------- label
+    "label-backend-unused": C("label --policy popularity --backend vllm --out {t}/p.jsonl", "--backend picks the in-process generator", "popularity"),
     "label-questions-missing": C(f"{LABEL} --questions {{t}}/missing.jsonl", "missing.jsonl"),
     "label-questions-bad-row": C(f"{LABEL} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     "label-questions-empty": C(f"{LABEL} --questions {{t}}/empty.jsonl", "empty.jsonl"),

@@ -168,6 +168,9 @@ def validate_request(req: LabelRequest) -> None:
     if req.eq_sample < 0:
         raise InputError(f"--eq-sample must be 0 or more, got {req.eq_sample}")
     spec = policy_spec(req.policy)
+    if req.backend != "auto" and not spec.needs_generator:
+        raise InputError(f"--backend picks the in-process generator, and --policy {req.policy} "
+                         "runs none: drop it")  # fmt: skip
     check_options(spec, {k: v for k, v in req.options.items() if v is not None and v is not False})
     if spec.check is not None:
         spec.check(req)
