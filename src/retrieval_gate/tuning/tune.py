@@ -92,6 +92,7 @@ class TuneConfig:
         if set(self.objectives) - set(OWN_STUDIES):
             check_options([self.gate], self.gate_options)
         self._check_router()
+        self._check_used()
         if self.save_objective:
             if self.gate != "learned":
                 raise ConfigError(
@@ -103,6 +104,27 @@ class TuneConfig:
             if self.save_objective not in tuned:
                 raise ConfigError(f"--save-objective {self.save_objective!r} must be one of the "
                                   f"threshold objectives tuned here: {', '.join(tuned)}")  # fmt: skip
+
+    def _check_used(self) -> None:
+        """A flag set away from its default that none of the objectives reads is refused (it
+        went unused: --budget beside macro-f1 changed nothing)."""
+        defaults = TuneConfig(gate="", labels=Path())
+        readers = {"target": ("min-retrieval", "pareto", "min-cost", "min-llm-calls"),
+                   "budget": ("budget-accuracy",), "config": ("hparams",),
+                   "overrides": ("hparams",), "max_epochs": ("hparams",)}  # fmt: skip
+        flags = {"overrides": "--set", "max_epochs": "--max-epochs"}
+
+        def plain(value: Any) -> Any:  # the CLI's lists and the defaults' tuples alike
+            return list(value) if isinstance(value, list | tuple) else value
+
+        for name, objectives in readers.items():
+            if plain(getattr(self, name)) == plain(getattr(defaults, name)) or set(objectives) & set(
+                self.objectives) or (name == "budget" and self.calibrate_on):  # fmt: skip
+                continue
+            flag = flags.get(name, f"--{name}")
+            raise ConfigError(f"{flag} is read by --objective {' / '.join(objectives)}, and "
+                              f"this run tunes {' '.join(self.objectives)}: drop it, or add "
+                              "the objective")  # fmt: skip
 
     def _check_router(self) -> None:
         """--budget and --budget-llm-calls against the router's own costs and LLM calls (from
