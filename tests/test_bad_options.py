@@ -166,6 +166,7 @@ CASES = {
     "tune-budget-unused": C(f"{TUNE} --objective macro-f1 --budget 0.5", "--budget is read by --objective budget-accuracy", "macro-f1"),
     "tune-set-unused": C(f"{TUNE} --objective macro-f1 --set model.lr=0.1", "--set is read by --objective hparams"),
     "tune-target-unused": C(f"{TUNE} --objective adaptive-accuracy --target 0.5", "--target is read by"),
+    "tune-workers-unused": C(f"{TUNE} --objective macro-f1 --workers 2", "--workers is read by --objective pareto"),
     "tune-gate-flag-unused": C(f"{TUNE} --variant int8", "--variant is read by the onnx gate", "popularity"),
     "serve-gate-flag-unused": C("serve --mode gate --router {t}/router --variant int8", "--variant is read by the onnx gate", "router"),
     "rag-progress-file-of-yours": C("rag --modes never --out {t}/mine/r.md", "r.modes.jsonl", "not its progress file"),

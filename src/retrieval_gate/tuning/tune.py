@@ -111,7 +111,8 @@ class TuneConfig:
         defaults = TuneConfig(gate="", labels=Path())
         readers = {"target": ("min-retrieval", "pareto", "min-cost", "min-llm-calls"),
                    "budget": ("budget-accuracy",), "config": ("hparams",),
-                   "overrides": ("hparams",), "max_epochs": ("hparams",)}  # fmt: skip
+                   "overrides": ("hparams",), "max_epochs": ("hparams",),
+                   "workers": SAMPLED}  # fmt: skip
         flags = {"overrides": "--set", "max_epochs": "--max-epochs"}
 
         def plain(value: Any) -> Any:  # the CLI's lists and the defaults' tuples alike
