@@ -7,7 +7,13 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..errors import ConfigError
 from .plan import Distinct
+
+# --learned's flags (the CPU budget by default): given without --learned, they are refused
+LEARNED_DEFAULTS = {"learned_config": "minilm", "learned_out": Path("checkpoints/transfer"),
+                    "learned_set": ["data.max_train_examples=2000", "data.max_eval_examples=1000",
+                                    "trainer.max_epochs=1"]}  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,24 +42,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(
         "--learned-config",
-        default="minilm",
+        default=LEARNED_DEFAULTS["learned_config"],
         help="training config: a YAML path or an example config's name (minilm = "
         "configs/backbones/minilm.yaml, found from any folder)",
     )
     p.add_argument(
         "--learned-set",
         nargs="*",
-        default=[
-            "data.max_train_examples=2000",
-            "data.max_eval_examples=1000",
-            "trainer.max_epochs=1",
-        ],
+        default=list(LEARNED_DEFAULTS["learned_set"]),
         help="training overrides (CPU budget by default; drop them on a GPU)",
     )
     p.add_argument(
         "--learned-out",
         type=Path,
-        default=Path("checkpoints/transfer"),
+        default=LEARNED_DEFAULTS["learned_out"],
         help="folder of the per-cell training runs",
     )
     p.add_argument(
@@ -88,6 +90,18 @@ def check_plan(args: argparse.Namespace) -> None:
 
         check_output_dir(args.learned_out, "--learned-out")
         load_config(args.learned_config, args.learned_set)  # a bad file or override: now
+    else:
+        _learned_flags_unused(args)
+
+
+def _learned_flags_unused(args: argparse.Namespace) -> None:
+    """--learned-config / --learned-set / --learned-out without --learned: refused, not left
+    unused (a missing config passed unseen)."""
+    for name, default in LEARNED_DEFAULTS.items():
+        if getattr(args, name) != default:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} sets the learned gate's training, which runs with "
+                              "--learned only: add --learned, or drop it")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
