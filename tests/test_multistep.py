@@ -278,6 +278,8 @@ def test_router_mode_flags_are_checked(tmp_path):
     [
         (["rag", "--modes", "router"], "needs --router DIR"),
         (["rag", "--modes", "never", "--budget", "1"], "go with the router mode"),
+        # it was left unused
+        (["rag", "--modes", "never", "--router-variant", "int8"], "--router-variant go with"),
         (["serve", "--gate", "onnx", "--router", "x"], "not both"),
         (["serve", "--budget", "1"], "--budget goes with --router"),
         (

@@ -111,9 +111,10 @@ def _check_router_flags(modes: Sequence[str], options: ModeOptions) -> None:
     routing = [m for m in FIRST_GATE if m in modes]
     if routing and options.router is None:
         raise ConfigError(f"the {routing[0]} mode needs --router DIR (a router or gate export)")
-    if not routing and (options.router is not None or options.budget is not None):
-        raise ConfigError("--router and --budget go with the router mode or the cascade mode "
-                          "(--modes ... router)")  # fmt: skip
+    if not routing and (options.router is not None or options.budget is not None
+                        or options.router_variant != ModeOptions.router_variant):  # fmt: skip
+        raise ConfigError("--router, --budget and --router-variant go with the router mode or "
+                          "the cascade mode (--modes ... router)")  # fmt: skip
     _check_answer_gate_flag(modes, options)
     check_budget_sign(options.budget)  # before the router loads
     if isinstance(options.router, str | Path):
