@@ -227,7 +227,9 @@ def _request_model(
     per question its closed-book answer's token log-probabilities (or null)."""
     text = Annotated[
         str,
-        Field(min_length=1, max_length=limits.max_question_chars),
+        # a character that is not whitespace (as str.strip sees it): the schema says what
+        # _not_blank checks, so a client (or a fuzzer) reads the rule off /openapi.json
+        Field(min_length=1, max_length=limits.max_question_chars, pattern=r"\S"),
         BeforeValidator(_valid_unicode),
         AfterValidator(_not_blank),
     ]
@@ -257,7 +259,8 @@ def _request_model(
                               "column one value per question, in order (null: unknown)"))  # fmt: skip
     if answers:
         logprob = Annotated[float, Field(le=0, ge=-100_000, allow_inf_nan=False)]
-        one = Annotated[list[logprob] | None, BeforeValidator(_as_logprob_list)]
+        tokens = Annotated[list[logprob], Field(min_length=1)]  # an answer has a token
+        one = Annotated[tokens | None, BeforeValidator(_as_logprob_list)]
         lists = Annotated[list[one] | None, Field(
             max_length=limits.max_questions, description="per question its closed-book "
             "answer's token log-probabilities (a list of numbers, or the OpenAI-compatible "
@@ -621,6 +624,8 @@ def _item(a: Answer) -> AnswerItem:
 
 def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    if error.get("type") == "string_pattern_mismatch":  # the one pattern: a question's \S
+        return f"{where}: is empty or only whitespace"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
 
 
