@@ -119,8 +119,11 @@ class TuneConfig:
             return list(value) if isinstance(value, list | tuple) else value
 
         for name, objectives in readers.items():
-            if plain(getattr(self, name)) == plain(getattr(defaults, name)) or set(objectives) & set(
-                self.objectives) or (name == "budget" and self.calibrate_on):  # fmt: skip
+            unset = plain(getattr(self, name)) == plain(getattr(defaults, name))
+            read = set(objectives) & set(self.objectives) or (
+                name == "budget" and self.calibrate_on
+            )
+            if unset or read:
                 continue
             flag = flags.get(name, f"--{name}")
             raise ConfigError(f"{flag} is read by --objective {' / '.join(objectives)}, and "
