@@ -124,6 +124,9 @@ def test_variant_is_served(tiny_onnx_export):
         ({"questions": ["a?"], "k": 3}, "k: Extra inputs"),
         ('{"questions": ["a\\ud800b"]}', "questions.0: is not valid Unicode (a lone surrogate"),
         ("{not json", "JSON decode error"),
+        # a key twice: json kept the last list and answered it alone
+        ('{"questions": ["a?"], "questions": ["b?"]}', "body: key 'questions' is given twice"),
+        ('{"questions": ["\\u001e"]}', "questions.0: is empty or only whitespace"),
     ],
 )
 def test_bad_requests_get_422_with_reason(gate, body, reason):

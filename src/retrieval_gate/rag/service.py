@@ -36,6 +36,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
@@ -44,6 +45,7 @@ from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
+from ..strict_rows import RepeatedKeyError, loads
 from .batcher import Batcher, Busy
 from .cascade import Cascade, answer_gate_of, escalate, escalation_strategy
 from .decisions import (
@@ -151,6 +153,27 @@ _ERRORS = {
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int):
         super().__init__(413, f"request body over {limit} bytes (--max-body-bytes)")
+
+
+class StrictJSON(APIRoute):
+    """A route whose JSON body may not name a key twice (422, naming it): Python's json keeps
+    the last one silently, so `{"questions": [...], "questions": [...]}` was answered for the
+    second list alone, as the files' readers refuse it (strict_rows)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def run(request: Request) -> Response:
+            body = await request.body()  # kept: the handler reads it again from the request
+            try:
+                loads(body) if body else None
+            except RepeatedKeyError as e:
+                return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
+            except (ValueError, RecursionError):
+                pass  # not JSON (or nested past the parser): FastAPI's own 400 says so
+            return await handler(request)
+
+        return run
 
 
 class BodyLimit:
@@ -341,6 +364,7 @@ def create_app(
         docs_url=None,  # FastAPI's /docs and /redoc load their assets from a CDN: see _docs
         redoc_url=None,
     )
+    app.router.route_class = StrictJSON  # the routes below: a key twice is refused
     _docs(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(Timing, metrics=metrics)  # outermost: times and counts 413s too
