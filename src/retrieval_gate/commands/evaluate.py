@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out", WRITES)
     check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
-    check_gate_folders(args.gates, gate_options(args, args.gates))
+    options = gate_options(args, args.gates)
+    check_gate_folders(args.gates, options)
     check_label_strategies(args.labels, args.strategies)  # before any gate is scored
     _flags_used(args)
     cfg = EvaluationConfig(
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         label_files=args.labels,
         out_dir=args.out,
         run_dir=run_dir_for(args.labels[0], args.run_dir),
-        gate_options=gate_options(args, args.gates),
+        gate_options=options,
         generator_options={"name_or_path": args.generator} if args.generator else {},
         n_resamples=args.resamples,
         cost_questions=args.cost_questions,

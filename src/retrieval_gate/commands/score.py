@@ -234,25 +234,21 @@ def _escalate(cascade: Any, items: list, good: list[dict], budget: float | None)
     """The cascade on the records of one batch: the questions its first gate keeps
     closed-book have their answers read by its answer gate, and those it escalates (within the
     budget's slack, as rag's cascade picks them) take the next strategy."""
-    from ..rag.cascade import escalate, escalation_strategy
+    from ..rag.cascade import escalate_kept, escalation_strategy
     from ..rag.decisions import loop_registry
 
     registry = loop_registry(cascade.first)
     closed, up = escalation_strategy(cascade, registry)
     first = [r.get("strategy") or (up if r["retrieve"] else closed) for r in good]
-    kept = [i for i, s in enumerate(first) if s == closed]
-    for rec in good:
-        rec["escalated"] = False
-    if not kept:
-        return
-    picks, scores = escalate(cascade, [items[i] for i in kept], first, budget, registry)
-    for j, i in enumerate(kept):
-        good[i]["answer_score"] = round(float(scores[j]), 6)
-    for j in picks:
-        rec = good[kept[j]]
-        rec.update(escalated=True, retrieve=registry[up].retrieves)
-        if "strategy" in rec:
-            rec["strategy"] = up
+    picked, scores = escalate_kept(cascade, items, first, budget, registry)
+    for i, rec in enumerate(good):
+        rec["escalated"] = i in picked
+        if i in scores:
+            rec["answer_score"] = round(scores[i], 6)
+        if i in picked:
+            rec["retrieve"] = registry[up].retrieves
+            if "strategy" in rec:
+                rec["strategy"] = up
 
 
 class _Stdout:

@@ -26,6 +26,7 @@ from ..artifacts import open_artifact
 from ..errors import BackendError, ConfigError, DataError
 from ..gates.base import Gate, Questions, is_router, reads_answers
 from ..generation.base import Generator
+from ..questions import Question
 from ..strategies import StrategyRegistry
 from .decisions import routed_strategies, strategy_costs
 
@@ -138,6 +139,26 @@ def escalate(
     picks = escalations(scores, gate.answer_gate.threshold, slack,
                         strategy_costs(gate.first, registry)[up])  # fmt: skip
     return picks, scores
+
+
+def escalate_kept(
+    gate: Cascade,
+    questions: Sequence[Question],
+    strategies: Sequence[str],
+    budget: float | None,
+    registry: StrategyRegistry,
+    readable: Sequence[bool] | None = None,
+) -> tuple[set[int], dict[int, float]]:
+    """`escalate` over a batch: of `questions`, those `gate.first` sent to its closed-book
+    strategy (`strategies`: every question's first choice) and `readable` (default: all)
+    have their answers read; (the indices escalated, index -> the answer gate's score)."""
+    closed, _ = escalation_strategy(gate, registry)
+    kept = [i for i, s in enumerate(strategies)
+            if s == closed and (readable is None or readable[i])]  # fmt: skip
+    if not kept:
+        return set(), {}
+    picks, scores = escalate(gate, [questions[i] for i in kept], strategies, budget, registry)
+    return {kept[j] for j in picks}, {i: float(scores[j]) for j, i in enumerate(kept)}
 
 
 def budget_slack(

@@ -48,7 +48,7 @@ from ..questions import Question
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from ..strict_rows import RepeatedKeyError, loads
 from .batcher import Batcher, Busy
-from .cascade import Cascade, answer_gate_of, escalate, escalation_strategy
+from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
     Decision,
     check_router,
@@ -319,8 +319,10 @@ def create_app(
     columns = side_columns(gate)  # a request gives them per question
     registry = rag.registry if rag else check_router(gate, default_budget, strategies)
     router = is_router(gate)
-    if rag is None and answer_gate_of(gate) is not None:  # a cascade with nothing above: now
-        escalation_strategy(gate, registry)  # type: ignore[arg-type]
+    # gate mode: a cascade reads the answers the requests send (answer mode makes its own)
+    cascade = gate if rag is None and answer_gate_of(gate) is not None else None
+    if cascade is not None:  # a cascade with nothing to escalate to: refused now
+        escalation_strategy(cascade, registry)  # type: ignore[arg-type]
     strategies_served = list(routed_strategies(gate, registry))
     prices = strategy_costs(gate, registry)
     traffic = Traffic(prices, cost_unit(prices), registry)
@@ -330,7 +332,8 @@ def create_app(
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
     shared = engine if isinstance(gate, AsksGenerator) else None
-    scorer = Batcher(_locked(_decisions(gate, rag, registry), shared), *sizes, name="gate")
+    scorer = Batcher(_locked(_decisions(gate, rag, registry, cascade), shared), *sizes,
+                     name="gate")  # fmt: skip
     answerer = None
     if rag:
         steps = {s.name: rag.steps_config(s).max_steps if s.multi_step else 1 for s in registry}
@@ -414,7 +417,7 @@ def create_app(
 
     # a router takes a per-request budget (up to its dearest strategy); a binary gate none
     max_budget = max(traffic.costs.values()) if router else None
-    reads = reads_answers(gate) or (rag is None and answer_gate_of(gate) is not None)
+    reads = reads_answers(gate) or cascade is not None
     score_request = _request_model("ScoreRequest", limits, max_budget, columns, reads)
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
@@ -496,13 +499,13 @@ class _Routed:
 
 
 def _decisions(
-    gate: Gate, rag: AdaptiveRAG | None, strategies: StrategyRegistry = BUILTIN
+    gate: Gate,
+    rag: AdaptiveRAG | None,
+    strategies: StrategyRegistry = BUILTIN,
+    cascade: Cascade | None = None,
 ) -> Callable[[list[tuple[Question, float | None]]], list[_Routed]]:
     """(question, budget) items -> each routed, in one gate call (one `route` call per
-    distinct budget)."""
-
-    # gate mode: a cascade reads the answers the request sent (answer mode makes its own)
-    cascade = gate if rag is None and answer_gate_of(gate) is not None else None
+    distinct budget); `cascade` (gate mode's): then escalated where the answers sent say so."""
 
     def run(items: list[tuple[Question, float | None]]) -> list[_Routed]:
         questions = [q for q, _ in items]
@@ -532,17 +535,14 @@ def _escalated(
     out = list(routed)
     for b in dict.fromkeys(budgets):
         group = [i for i, x in enumerate(budgets) if x == b]
-        kept = [i for i in group if routed[i].strategy == closed
-                and routed[i].question.extra.get(TOKEN_LOGPROBS) is not None]  # fmt: skip
-        if not kept:
-            continue
-        picks, scores = escalate(cascade, [routed[i].question for i in kept],
-                                 [routed[i].strategy for i in group], b, registry)  # fmt: skip
-        picked = set(picks)
-        for j, i in enumerate(kept):
+        part = [routed[i] for i in group]
+        sent = [r.question.extra.get(TOKEN_LOGPROBS) is not None for r in part]
+        picked, scores = escalate_kept(cascade, [r.question for r in part],
+                                       [r.strategy for r in part], b, registry, sent)  # fmt: skip
+        for j, score in scores.items():
             up_here = j in picked
-            out[i] = replace(routed[i], strategy=up if up_here else closed, escalated=up_here,
-                             answer_score=float(scores[j]))  # fmt: skip
+            out[group[j]] = replace(part[j], strategy=up if up_here else closed,
+                                    escalated=up_here, answer_score=score)  # fmt: skip
     return out
 
 
