@@ -148,6 +148,13 @@ CASES = {
     "label-ray-actors-zero": C(f"{LABEL} --engine ray --actors 0", "--actors"),
     "label-ray-in-flight-zero": C(f"{LABEL} --engine ray --in-flight 0", "--in-flight"),
     "label-ray-batch-zero": C(f"{LABEL} --engine ray --ray-batch-size 0", "--ray-batch-size"),
+    # the --engine ray flags, --eq-sample/--seed and the question picks went unused
+    "label-ray-flag-local": C(f"{LABEL} --actors 0", "--actors goes with --engine ray"),
+    "label-ray-backend-local": C(f"{LABEL} --ray-backend vllm", "--ray-backend goes with --engine ray"),
+    "label-eq-sample-no-eq": C(f"{LABEL} --dataset popqa --eq-sample 5", "--eq-sample sets the EntityQuestions sample", "--dataset popqa"),
+    "label-seed-own-questions": C(f"{LABEL} --questions {{t}}/q.jsonl --seed 3", "--seed sets the EntityQuestions sample", "--questions"),
+    "label-outcomes-limit": C("label --policy outcomes --questions {t}/q.jsonl --labels-dir {t}/lab --outcomes {t}/q.jsonl --limit 5", "--limit picks the questions", "every row"),
+    "label-outcomes-dataset": C("label --policy outcomes --labels-dir {t}/lab --outcomes {t}/q.jsonl --dataset triviaqa", "--dataset picks the questions"),
     "label-strategies-duplicate": C(f"{STRAT} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
     "label-strategies-unknown-name": C(f"{STRAT} --strategies no_retrieval bogus", "bogus"),
     "label-strategies-max-steps-zero": C(f"{STRAT} --max-steps 0", "--max-steps"),

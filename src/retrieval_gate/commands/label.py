@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import DataError, InputError
 from ..models import SMOLLM2
-from .label_engine import add_engine_args, ray_engine, ray_options
+from .label_engine import add_engine_args, check_ray_flags, ray_engine, ray_options
 from .policy_args import add_policy_options, given_options
 from .question_args import (
     add_data_dir,
@@ -18,6 +18,8 @@ from .question_args import (
     questions_from,
     questions_source,
 )
+
+EQ = "entityquestions"  # the one dataset --eq-sample and --seed sample
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,8 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"),
                    help="in-process generator: auto = vLLM when installed")  # fmt: skip
-    p.add_argument("--eq-sample", type=int, default=EQ_SAMPLE, help="EntityQuestions sample")
-    p.add_argument("--seed", type=int, default=0, help="seed of the EntityQuestions sample")
+    p.add_argument("--eq-sample", type=int, help=f"EntityQuestions questions sampled by "
+                   f"relation, 0 = all (default {EQ_SAMPLE})")  # fmt: skip
+    p.add_argument("--seed", type=int, help="seed of the EntityQuestions sample (default 0)")
     p.add_argument(
         "--out",
         type=Path,
@@ -98,6 +101,7 @@ def check_plan(args: argparse.Namespace) -> Any:
     req = _request(args) if args.policy else None
     for url in args.generator_url or []:
         check_engine(generator_url=url)
+    check_ray_flags(args)
     if args.engine == "ray":
         ray_options(args)
     if args.labels_dir:
@@ -114,9 +118,10 @@ def _request(args: argparse.Namespace) -> Any:
     from ..labels.policy_registry import POLICIES, policy_spec, request
 
     spec = policy_spec(args.policy)
+    _check_selection(args, spec)
     shared = {"datasets": args.datasets, "limit": args.limit, "generator": args.generator,
-              "backend": args.backend, "eq_sample": args.eq_sample, "seed": args.seed,
-              "out": args.out, "llm": args.llm}  # fmt: skip
+              "backend": args.backend, "out": args.out, "llm": args.llm}  # fmt: skip
+    shared.update({k: v for k in ("eq_sample", "seed") if (v := getattr(args, k)) is not None})
     if args.labels_dir:
         shared["labels_dir"] = args.labels_dir
     req = request(args.policy, given_options(args), **shared)
@@ -126,6 +131,27 @@ def _request(args: argparse.Namespace) -> Any:
                          f"it works on {names}, not --policy {spec.name}")  # fmt: skip
     validate_request(req)
     return req
+
+
+def _check_selection(args: argparse.Namespace, spec: Any) -> None:
+    """The flags that pick the questions to label, refused where this run reads none of them
+    (a policy that labels every row of its input; an EntityQuestions sample of no
+    EntityQuestions)."""
+    picks = {"--dataset": args.datasets, "--limit": args.limit,
+             "--eq-sample": args.eq_sample, "--seed": args.seed}  # fmt: skip
+    given = [flag for flag, value in picks.items() if value is not None]
+    if given and not spec.selects:
+        raise InputError(f"{given[0]} picks the questions to label, and --policy {spec.name} "
+                         "labels every row of its input (--outcomes): drop it; to label fewer, "
+                         "cut the file")  # fmt: skip
+    sampled = args.questions is None and (not args.datasets or EQ in args.datasets)
+    eq_given = [flag for flag in ("--eq-sample", "--seed") if picks[flag] is not None]
+    if eq_given and not sampled:
+        mine = (
+            "--questions" if args.questions is not None else f"--dataset {' '.join(args.datasets)}"
+        )
+        raise InputError(f"{eq_given[0]} sets the EntityQuestions sample, and {mine} labels "
+                         f"no EntityQuestions: drop it")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

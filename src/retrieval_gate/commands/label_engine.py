@@ -7,6 +7,8 @@ import argparse
 import os
 from typing import Any
 
+from ..errors import ConfigError
+
 # Each HTTP actor asks Ray for 0.01 CPU (labels/ray_engine.py: it waits on the network), so a
 # local Ray places at most this many per CPU; more would wait for resources for ever.
 ACTORS_PER_CPU = 100
@@ -32,19 +34,35 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ray-backend",
         choices=("openai", "vllm"),
-        default="openai",
-        help="openai: actors send requests to --generator-url endpoints; vllm: vLLM engines "
-        "as Ray actors on the cluster's GPUs (ray.data.llm), model from --generator",
+        help="openai (default): actors send requests to --generator-url endpoints; vllm: vLLM "
+        "engines as Ray actors on the cluster's GPUs (ray.data.llm), model from --generator",
     )
-    g.add_argument("--actors", type=int, default=4, help="Ray actors (vllm: engine replicas)")
-    g.add_argument("--in-flight", type=int, default=8, help="requests in flight per actor")
+    g.add_argument("--actors", type=int, help="Ray actors (vllm: engine replicas; default 4)")
+    g.add_argument("--in-flight", type=int, help="requests in flight per actor (default 8)")
     g.add_argument("--ray-batch-size", type=int, help="rows per Ray batch (default 2 x in-flight)")
+
+
+# each --engine ray flag, its attribute and its default (None: the flag is not given)
+RAY_FLAGS = {"--ray-address": ("ray_address", None), "--ray-backend": ("ray_backend", "openai"),
+             "--actors": ("actors", 4), "--in-flight": ("in_flight", 8),
+             "--ray-batch-size": ("ray_batch_size", None)}  # fmt: skip
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """The --engine ray flags refused without it (a local run would ignore them), their
+    defaults filled in with it."""
+    given = [flag for flag, (attr, _) in RAY_FLAGS.items() if getattr(args, attr) is not None]
+    if given and args.engine != "ray":
+        raise ConfigError(f"{given[0]} goes with --engine ray, and this run labels with "
+                          "--engine local: drop it, or add --engine ray")  # fmt: skip
+    for attr, default in RAY_FLAGS.values():
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
 
 
 def ray_options(args: argparse.Namespace) -> Any:
     """The `--engine ray` flags as `RayOptions`, checked: what Ray covers, the values, and as
     the actors' bound what a local Ray can place here (before Ray starts or a server is asked)."""
-    from ..errors import ConfigError
     from ..labelling import POLICIES
     from ..labels.ray_engine import RayOptions
 

@@ -445,7 +445,7 @@ for _spec in (
                _one_file(_retrievalqa_style), needs_generator=True, rebuilt=True,
                options=(CRITERION,)),
     PolicySpec("outcomes", "answers you recorded elsewhere (lm-eval logs, a file, an "
-               "Adaptive-RAG release), no generation", _outcomes, file="closed-book",
+               "Adaptive-RAG release), no generation", _outcomes, file="closed-book", selects=False,
                options=(CRITERION, OUTCOMES, OUTCOME_FIELD, STRATEGIES, UNANSWERED,
                         NEITHER_LABEL)),
 ):  # fmt: skip

@@ -119,6 +119,9 @@ class PolicySpec:
     per_generator: bool = True  # <labels-dir>/<generator>/<file>.jsonl, else <labels-dir>/
     ray: bool = False  # --engine ray can spread it (one request per question)
     relabel: bool = False  # --relabel recomputes its labels from stored measures
+    # it labels questions it picks (--dataset, --limit, --eq-sample, --seed); False: every
+    # row of its input (outcomes imports its whole file)
+    selects: bool = True
     options: tuple[PolicyOption, ...] = ()
     # checks a request (its options together) before questions are read or engines start
     check: Callable[[LabelRequest], None] | None = None
