@@ -394,3 +394,16 @@ def test_rag_samples_nest_and_match_evaluates_order():
     ids = ["b", "a", "c", "d"]
     order = sample_order(ids)
     assert sorted(order) == [0, 1, 2, 3] and sample_order(ids[:3]) == [k for k in order if k < 3]
+
+
+def test_no_question_left_says_what_the_questions_hold():
+    from retrieval_gate.errors import DataError
+    from retrieval_gate.questions import Question
+
+    mine = [Question(id=f"m{i}", text=f"Who is {i}?", answers=("x",), source="mine",
+                     split="train" if i else "test") for i in range(3)]  # fmt: skip
+    with pytest.raises(DataError) as e:
+        select_questions(["popqa"], "test", pool=mine)
+    said = str(e.value)
+    assert "--dataset popqa --split test in your --questions" in said
+    assert "sources: mine 3; splits: test 1, train 2; 0 with their own documents" in said

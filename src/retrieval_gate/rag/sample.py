@@ -3,6 +3,7 @@ questions that carry their own documents, and a seeded sample."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 
 from ..data import canonical_questions
@@ -30,20 +31,43 @@ def select_questions(
     from (default: the bundled datasets on the canonical split)."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (--split); choose one of {', '.join(SPLITS)}")
+    every = pool if pool is not None else canonical_questions()
     qs = [
         q
-        for q in (pool if pool is not None else canonical_questions())
+        for q in every
         if (not datasets or q.source in datasets)
         and (split == "all" or q.split == split)
         and (q.contexts or not with_contexts)
         and (among is None or q.id in among)
     ]
     if not qs:
-        raise DataError(
-            f"no questions for datasets={list(datasets or [])} split={split!r}"
-            + (" with their own documents (--with-contexts)" if with_contexts else "")
-            + (" among the oracle's labelled questions" if among is not None else "")
-        )
+        raise DataError(_none_left(every, datasets, split, with_contexts, among, pool is not None))
     if limit is not None and limit < len(qs):
         qs = [qs[i] for i in sample_order([q.id for q in qs], seed)[:limit]]
     return sorted(qs, key=lambda q: q.id)
+
+
+def _none_left(
+    every: Sequence[Question],
+    datasets: Sequence[str] | None,
+    split: str,
+    with_contexts: bool,
+    among: Collection[str] | None,
+    own: bool,
+) -> str:
+    """Why no question is left, with what the questions do hold (sources, splits), so the
+    flag to change is plain."""
+    asked = (f"--dataset {' '.join(datasets)} " if datasets else "") + f"--split {split}"
+    asked += " --with-contexts" if with_contexts else ""
+    asked += " among the oracle's labelled questions" if among is not None else ""
+    where = "your --questions" if own else "the bundled datasets"
+    sources = Counter(q.source for q in every)
+    splits = Counter(q.split for q in every)
+    with_docs = sum(bool(q.contexts) for q in every)
+    return (
+        f"no questions for {asked} in {where}; they hold {len(every)} questions, sources: "
+        + ", ".join(f"{s} {n}" for s, n in sorted(sources.items()))
+        + "; splits: "
+        + ", ".join(f"{s} {n}" for s, n in sorted(splits.items()))
+        + f"; {with_docs} with their own documents"
+    )
