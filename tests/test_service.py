@@ -140,6 +140,22 @@ def test_bad_requests_get_422_with_reason(gate, body, reason):
         assert client.post("/score", json={"questions": ["still serving?"]}).status_code == 200
 
 
+@pytest.mark.parametrize("sent_as", ["application/x-www-form-urlencoded", "text/plain"])
+def test_a_body_not_sent_as_json_is_refused_with_the_header_to_send(gate, sent_as):
+    # curl -d without -H sends a form: FastAPI read it as no body and said "Input should be a
+    # valid dictionary"
+    with TestClient(create_app(gate)) as client:
+        body = '{"questions": ["Who wrote Hamlet?"]}'
+        r = client.post("/score", content=body, headers={"content-type": sent_as})
+        assert r.status_code == 415
+        assert f"sent as Content-Type {sent_as!r}" in r.json()["detail"]
+        assert "application/json" in r.json()["detail"]
+        for ok in ("application/json; charset=utf-8", "application/vnd.api+json"):
+            assert (
+                client.post("/score", content=body, headers={"content-type": ok}).status_code == 200
+            )
+
+
 def test_body_limit_refuses_before_reading(gate):
     with TestClient(create_app(gate, Limits(max_body_bytes=1000))) as client:
         r = client.post("/score", content=b"x" * 1001, headers={"content-type": "application/json"})

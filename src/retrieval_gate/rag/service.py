@@ -166,6 +166,9 @@ class StrictJSON(APIRoute):
 
         async def run(request: Request) -> Response:
             body = await request.body()  # kept: the handler reads it again from the request
+            sent_as = request.headers.get("content-type")
+            if body and sent_as is not None and not _is_json(sent_as):
+                return JSONResponse(status_code=415, content={"detail": _NOT_JSON % sent_as})
             try:
                 loads(body) if body else None
             except RepeatedKeyError as e:
@@ -175,6 +178,18 @@ class StrictJSON(APIRoute):
             return await handler(request)
 
         return run
+
+
+# FastAPI reads a body sent as another type (curl -d: a form) as no JSON at all, and said only
+# "Input should be a valid dictionary"; it is refused on purpose (a browser may send a form to
+# a local server from any page), so say why and the fix.
+_NOT_JSON = ("body: sent as Content-Type %r; send it as JSON with the header Content-Type: "
+             "application/json (curl: -H 'content-type: application/json')")  # fmt: skip
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 class BodyLimit:
