@@ -672,6 +672,10 @@ def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: NOT_BLANK
         return f"{where}: is empty or only whitespace"
+    if error.get("type") == "missing" and where == "body":  # no body at all
+        return 'body: empty; send a JSON object such as {"questions": ["..."]}'
+    if error.get("type") == "json_invalid":  # loc is ("body", character offset)
+        return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
 
 
