@@ -4,6 +4,7 @@ metadata parsed with clear errors. Each case gives exit code 2 and a message, no
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -184,6 +185,26 @@ def test_evaluate_refuses_label_values_outside_the_classes(tmp_path, capsys):
                           "--out", str(tmp_path / "out")], capsys)  # fmt: skip
         assert code == 2 and "label" in err and "line 1" in err, (value, err)
         assert labels.read_text() == content  # the label file is untouched
+
+
+def test_a_pipe_or_folder_given_as_a_file_is_named_so(tmp_path, capsys):
+    # a FIFO read as a file would wait for a writer for ever; it was "file not found"
+    fifo = tmp_path / "labels.jsonl"
+    os.mkfifo(fifo)
+    runs = {
+        "evaluate": (["evaluate", "--labels", str(fifo), "--gates", "always", "--no-cost",
+                      "--out", str(tmp_path / "ev")], "label file is a device, pipe or socket"),
+        "train": (["train", "--config", "minilm-closed-book", "--set",
+                   f"data.label_file={fifo}", f"run.output_dir={tmp_path}"],
+                  "label file is a device, pipe or socket"),
+        "score": (["score", "--model", str(tmp_path), "--questions", str(fifo)],
+                  "is a device, pipe or socket, not a file"),
+        "folder": (["evaluate", "--labels", str(tmp_path), "--gates", "always", "--no-cost",
+                    "--out", str(tmp_path / "ev")], "label file is a folder, not a regular file"),
+    }  # fmt: skip
+    for name, (argv, says) in runs.items():
+        code, err = _run(argv, capsys)
+        assert code == 2 and says in err, (name, err)
 
 
 # ------------------------------------------------------------------ the probe's last five

@@ -140,8 +140,9 @@ def read_rows(spec: str) -> Iterator[Row]:
         yield from _disk_rows(path)
         return
     if not path.is_file():
+        what = "is a device, pipe or socket, not a file" if path.exists() else "file not found"
         raise DataError(
-            f"file not found; pass a {', '.join(FORMATS)} file, a save_to_disk folder or "
+            f"{what}; pass a {', '.join(FORMATS)} file, a save_to_disk folder or "
             "hf:NAME[:CONFIG][@SPLIT]",
             spec,
         )

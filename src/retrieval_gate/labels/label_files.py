@@ -196,6 +196,15 @@ def _whole_object(raw: bytes) -> bool:
         return False
 
 
+def missing(path: Path, what: str = "label file", fix: str | None = None) -> str:
+    """Why `what` at `path` cannot be read: not there (with `not_found`'s hint), or there but
+    a folder, device or pipe (reading /dev/zero or a FIFO would never end)."""
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "a device, pipe or socket"
+        return f"{what} is {kind}, not a regular file: pass the file's path"
+    return f"{what} not found; {not_found(path) if fix is None else not_found(path, fix)}"
+
+
 def not_found(path: Path, fix: str = "run `retrieval-gate label` first or pass a path") -> str:
     """What to say of a label file that is not there: the file that differs in case only,
     where there is one (`label` writes its generator's folder in lower case: --generator
@@ -217,7 +226,7 @@ def read_labels(path: str | Path) -> dict[str, int]:
     """id -> label of a label file; a clear error when it is missing or empty."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"label file not found; {not_found(path)}", path)
+        raise DataError(missing(path), path)
     labels = LabelFile(path).labels()
     if not labels:
         raise DataError("label file has no labelled rows", path)

@@ -55,7 +55,7 @@ from ..fileio import sha256_file
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path, not_found
+from .label_files import LabelFile, meta_path, missing
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
 from .outcome_columns import (
     ID,
@@ -483,7 +483,7 @@ def read_strategy_labels(path: str | Path) -> StrategyLabels:
     """The rows and strategies of a strategies.jsonl file, each row checked against them."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"strategy label file not found; {not_found(path, MAKE_THEM)}", path)
+        raise DataError(missing(path, "strategy label file", MAKE_THEM), path)
     lf = LabelFile(path)
     strategies = tuple(lf.meta.get("strategies") or ())
     if len(strategies) < 2:

@@ -30,7 +30,7 @@ from torch import nn
 
 from ..errors import DataError
 from ..labels import LabelFile
-from ..labels.label_files import not_found
+from ..labels.label_files import missing
 from ..labels.strategy_labels import (
     MAKE_THEM,
     RELEASE_LABELS,
@@ -147,7 +147,7 @@ class ClassTask(Task):
 
     def check_source(self, label_file: str) -> None:
         if not Path(label_file).is_file():
-            raise DataError(f"label file not found; {not_found(Path(label_file))}", label_file)
+            raise DataError(missing(Path(label_file)), label_file)
 
     def read(self, label_file: str) -> Targets:
         """id -> class index; a clear error for rows that do not fit the task."""
@@ -204,8 +204,8 @@ class StrategyTask(Task):
 
     def check_source(self, label_file: str) -> None:
         path = Path(label_file)
-        if label_file != RELEASE_LABELS and not path.exists():
-            raise DataError(f"strategy label file not found; {not_found(path, MAKE_THEM)}", path)
+        if label_file != RELEASE_LABELS and not (path.is_file() or path.is_dir()):  # a release
+            raise DataError(missing(path, "strategy label file", MAKE_THEM), path)
         if not is_strategy_source(label_file):
             raise DataError(
                 "data.task=strategies needs strategy labels in data.label_file: a "
