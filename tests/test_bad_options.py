@@ -281,6 +281,7 @@ CASES = {
     "transfer-second-labels-missing": C(
         f"transfer --labels {LABELS} {{t}}/missing.jsonl --out {{t}}/tr", "--labels", "missing.jsonl",
         forbid=("retrieval_gate.evaluation.transfer.transfer_cells",)),
+    "transfer-feature-unused": C(f"transfer --labels {LABELS} --gates tfidf --feature views --out {{t}}/tr", "--feature is read by the popularity", "(tfidf)"),
     "transfer-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "transfer-out-holds-a-file-of-yours": C(f"transfer --labels {LABELS} --out {{t}}/mine", "transfer.md", "did not write it"),
     "transfer-learned-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/file.txt", "--learned-out", "file.txt"),

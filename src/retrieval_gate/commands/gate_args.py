@@ -50,8 +50,10 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 
 def gate_options(args: argparse.Namespace, names: Sequence[str]) -> GateOptions:
     """The parsed gate flags as typed options; a flag that none of `names` (the run's gates
-    or modes) reads is refused, naming the gates that read it (it would go unused)."""
-    options = GateOptions(**{f.name: vars(args)[f.name] for f in fields(GateOptions)})
+    or modes) reads is refused, naming the gates that read it (it would go unused). A verb
+    may offer some of the flags only (transfer: --feature); the others keep their defaults."""
+    given = vars(args)
+    options = GateOptions(**{f.name: given.get(f.name, f.default) for f in fields(GateOptions)})
     read = {o for n in names if n in GATES for o in GATES[n].options}
     for f in fields(GateOptions):
         if getattr(options, f.name) != f.default and f.name not in read:

@@ -35,9 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--feature",
         metavar="COLUMN",
-        default="s_pop",
-        help="numeric signal the popularity gates threshold (any numeric column of --questions: "
-        "low value -> retrieve)",
+        help="numeric signal the popularity gates threshold (default s_pop; any numeric column "
+        "of --questions: low value -> retrieve)",
     )
     p.add_argument("--learned", action="store_true", help="also train the learned gate per cell")
     p.add_argument(
@@ -106,12 +105,13 @@ def _learned_flags_unused(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.transfer import learned_fitter, run_transfer
-    from ..gates.registry import GateOptions
     from ..labels.evalset import policy_name
     from ..labels.labelling_run import run_dir_for
+    from .gate_args import gate_options
     from .question_args import questions_from
 
     check_plan(args)
+    options = gate_options(args, args.gates)  # --feature without a gate that reads it: refused
     questions = questions_from(args)
     extra = {}
     if args.learned:
@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
     run_dir = run_dir_for(args.labels[0], args.run_dir)
-    options = GateOptions(feature=args.feature)
     path = run_transfer(
         args.labels, args.gates, args.out, run_dir, extra, command, questions, options
     )
