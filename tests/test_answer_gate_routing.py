@@ -230,9 +230,11 @@ def test_a_cascade_on_recorded_answers_through_the_cli(tmp_path, capsys, minilm_
     capsys.readouterr()
     first = ["score", "--model", str(minilm_gate_dirs[1]), "--questions", str(answered)]
     assert main(first) == 0  # its threshold: the median score, so that it keeps half
-    median = float(
-        np.median([json.loads(line)["score"] for line in capsys.readouterr().out.splitlines()])
-    )
+    said = capsys.readouterr()
+    median = float(np.median([json.loads(line)["score"] for line in said.out.splitlines()]))
+    # the answers' log-probabilities, given to a gate that reads the text alone: said
+    assert "came with their answer's token_logprobs, which this gate does not read" in said.err
+    assert "--answer-gate DIR" in said.err
     assert main([*first, "--threshold", f"{median:.6f}", "--answer-gate", str(two_stage)]) == 0
     cascade_rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert main(["score", "--model", str(two_stage), "--questions", str(answered)]) == 0

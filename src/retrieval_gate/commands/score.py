@@ -93,14 +93,19 @@ def check_operating_point(
 def _say_answers_read(gate: Any, questions: list) -> None:
     """A two-stage gate scores a question without its answer's log-probabilities on the text
     alone: say how many had them (a column named otherwise than token_logprobs or logprobs, and
-    not given by --field, gives none)."""
+    not given by --field, gives none). A gate that reads no answers, given some: say so."""
     from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
     from ..gates.base import reads_answers
 
-    if not reads_answers(gate):
-        return
     given = sum(any(q.extra.get(c) is not None for c in (TOKEN_LOGPROBS, MEAN_LOGPROB))
                 for q in questions)  # fmt: skip
+    if not reads_answers(gate):
+        if given:  # the user's LLM's confidence, given to a gate that reads the text alone
+            log.warning(f"{given} of {len(questions)} questions came with their answer's "
+                        f"{TOKEN_LOGPROBS}, which this gate does not read (it scores the "
+                        "question alone): --answer-gate DIR puts a two-stage gate (`train "
+                        "--config cascade-closed-book`) behind it to read them")  # fmt: skip
+        return
     if given == 0:
         log.warning(f"none of the {len(questions)} questions has a {TOKEN_LOGPROBS} (or "
                     f"{MEAN_LOGPROB}) value: every score is the question-only score of this "
