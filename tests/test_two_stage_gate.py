@@ -233,3 +233,24 @@ def test_features_training_never_saw_read_as_missing_when_scoring():
     full = conf.matrix([_q(2, token_logprobs=[-0.1, -0.3])])
     mean_only = conf.matrix([_q(3, mean_logprob=-0.2)])
     np.testing.assert_array_equal(full, mean_only)
+
+
+def test_a_text_gate_trained_on_labels_with_answer_logprobs_names_the_config_that_reads_them(
+    tmp_path, caplog
+):
+    from retrieval_gate.training.trainer import _say_answers_unread
+
+    labels = tmp_path / "closed-book.jsonl"
+    labels.write_text('{"id": "a", "label": 1, "token_logprobs": [-0.5, -2.0]}\n'
+                      '{"id": "b", "label": 0}\n')  # fmt: skip
+    said = "1 questions of"
+    for config, says in (("minilm-closed-book", True), ("cascade-closed-book", False)):
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            _say_answers_unread(load_config(config, [f"data.label_file={labels}"]))
+        assert (said in caplog.text and "--config cascade-closed-book" in caplog.text) == says
+    labels.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}\n')  # none recorded
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        _say_answers_unread(load_config("minilm-closed-book", [f"data.label_file={labels}"]))
+    assert said not in caplog.text

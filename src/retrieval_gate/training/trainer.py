@@ -386,9 +386,29 @@ def train(
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
     check_trainer_here(config)
     tokenizer, dm, module = prepare(config, questions, labels)
+    _say_answers_unread(config)
     with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
         check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
         return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
+
+
+def _say_answers_unread(config: TrainConfig) -> None:
+    """A binary gate that reads the question alone, trained on labels that recorded the
+    closed-book answers' log-probabilities (the user's LLM's own confidence): say which
+    config reads them too."""
+    from ..labels.logprobs import answer_logprobs
+    from ..labels.strategy_labels import is_strategy_source
+
+    path = config.data.label_file
+    binary = config.data.task == "binary"
+    if config.model.answer_confidence or not binary or not path or is_strategy_source(path):
+        return
+    carried = len(answer_logprobs(path))
+    if carried:
+        log.info(f"{carried} questions of {path} carry their closed-book answer's "
+                 "log-probabilities, which this config does not read: `--config "
+                 "cascade-closed-book` trains a two-stage gate that reads them beside the "
+                 "question (docs/train.md)")  # fmt: skip
 
 
 # Warnings the user can do nothing about, printed on every run: Lightning 2.6 builds torch's
