@@ -235,9 +235,7 @@ def test_features_training_never_saw_read_as_missing_when_scoring():
     np.testing.assert_array_equal(full, mean_only)
 
 
-def test_a_text_gate_trained_on_labels_with_answer_logprobs_names_the_config_that_reads_them(
-    tmp_path, caplog
-):
+def test_a_question_only_gate_or_router_on_answer_logprobs_names_what_reads_them(tmp_path, caplog):
     from retrieval_gate.training.trainer import _say_answers_unread
 
     labels = tmp_path / "closed-book.jsonl"
@@ -249,6 +247,20 @@ def test_a_text_gate_trained_on_labels_with_answer_logprobs_names_the_config_tha
         with caplog.at_level("INFO"):
             _say_answers_unread(load_config(config, [f"data.label_file={labels}"]))
         assert (said in caplog.text and "--config cascade-closed-book" in caplog.text) == says
+    # a router's strategy labels: the two-stage gate behind it, by --answer-gate
+    strategies = tmp_path / "strategies.jsonl"
+    row = {"id": "a", "label": 0, "correct": {"no_retrieval": True, "one_retrieval": True},
+           "cheapest": "no_retrieval", "target": "no_retrieval", "target_from": "cheapest",
+           "token_logprobs": {"no_retrieval": [-0.1], "one_retrieval": None}}  # fmt: skip
+    strategies.write_text(json.dumps(row) + "\n")
+    (tmp_path / "strategies.meta.json").write_text(
+        json.dumps({"strategies": ["no_retrieval", "one_retrieval"]})
+    )
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        _say_answers_unread(load_config("router-adaptive-rag-llama8b",
+                                        [f"data.label_file={strategies}"]))  # fmt: skip
+    assert "1 questions of" in caplog.text and "`--answer-gate`" in caplog.text
     labels.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 0}\n')  # none recorded
     caplog.clear()
     with caplog.at_level("INFO"):

@@ -393,22 +393,28 @@ def train(
 
 
 def _say_answers_unread(config: TrainConfig) -> None:
-    """A binary gate that reads the question alone, trained on labels that recorded the
-    closed-book answers' log-probabilities (the user's LLM's own confidence): say which
-    config reads them too."""
+    """A gate or router that reads the question alone, trained on labels that recorded the
+    closed-book answers' log-probabilities (the user's LLM's own confidence): say what reads
+    them (a two-stage gate; behind a router, its --answer-gate)."""
     from ..labels.logprobs import answer_logprobs
     from ..labels.strategy_labels import is_strategy_source
 
     path = config.data.label_file
-    binary = config.data.task == "binary"
-    if config.model.answer_confidence or not binary or not path or is_strategy_source(path):
+    question_only = (
+        config.data.task in ("binary", "strategies") and not config.model.answer_confidence
+    )
+    readable = question_only and path and Path(path).is_file()  # a release records none
+    carried = len(answer_logprobs(path)) if readable else 0
+    if not carried:
         return
-    carried = len(answer_logprobs(path))
-    if carried:
-        log.info(f"{carried} questions of {path} carry their closed-book answer's "
-                 "log-probabilities, which this config does not read: `--config "
-                 "cascade-closed-book` trains a two-stage gate that reads them beside the "
-                 "question (docs/train.md)")  # fmt: skip
+    router = is_strategy_source(path)
+    reads = ("a two-stage gate trained on the closed-book.jsonl beside it (`--config "
+             "cascade-closed-book`) reads them behind this router: `--answer-gate` of evaluate, "
+             "score, rag and serve (docs/router.md)" if router else "`--config "
+             "cascade-closed-book` trains a two-stage gate that reads them beside the question "
+             "(docs/train.md)")  # fmt: skip
+    log.info(f"{carried} questions of {path} carry their closed-book answer's log-probabilities, "
+             f"which this config does not read: {reads}")  # fmt: skip
 
 
 # Warnings the user can do nothing about, printed on every run: Lightning 2.6 builds torch's
