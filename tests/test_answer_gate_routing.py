@@ -283,3 +283,19 @@ def test_at_a_budget_the_answer_gate_alone_takes_the_threshold_most_accurate_on_
     assert (at_half["accuracy"], at_half["mean_cost"]) == pytest.approx((5 / 6, 2 / 6))
     assert "answer gate alone @ budget 1 (threshold 0.7, set on dev)" in rows
     assert not any(n.startswith("answer gate alone @ budget 2") for n in rows)  # beyond 0 + 1
+
+
+def test_evaluate_without_answer_gate_says_the_recorded_answers_can_be_read(tmp_path, caplog):
+    from retrieval_gate.commands.evaluate import _say_cascade
+
+    labels = tmp_path / "strategies.jsonl"
+    (tmp_path / "strategies.meta.json").write_text(json.dumps({"strategies": list(NAMES[:2])}))
+    for logprobs, says in (([-0.2, -1.0], True), (None, False)):
+        row = {"id": "a", "label": 0, "correct": {"no_retrieval": True, "one_retrieval": True},
+               "cheapest": "no_retrieval", "target": "no_retrieval", "target_from": "cheapest",
+               "token_logprobs": {"no_retrieval": logprobs, "one_retrieval": None}}  # fmt: skip
+        labels.write_text(json.dumps(row) + "\n")
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            _say_cascade([labels])
+        assert ("--answer-gate DIR" in caplog.text) == says

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,8 @@ from .plan import Distinct
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 COST_QUESTIONS = 30  # questions timed per gate
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,6 +108,20 @@ def _flags_used(args: argparse.Namespace) -> None:
                           "labels, and these --labels are binary: drop it")  # fmt: skip
 
 
+def _say_cascade(label_files: Sequence[Path]) -> None:
+    """Strategy labels that recorded the closed-book answers' log-probabilities, evaluated
+    without --answer-gate: say that the cascade reading them can be scored too."""
+    from ..labels.logprobs import answer_logprobs
+    from ..labels.strategy_labels import is_strategy_source
+
+    for path in label_files:
+        if Path(path).is_file() and is_strategy_source(path) and answer_logprobs(path):
+            log.info(f"{path} recorded the closed-book answers' log-probabilities: "
+                     "--answer-gate DIR (a two-stage gate, `train --config cascade-closed-book` "
+                     "on the closed-book.jsonl beside it) also scores the cascade that reads "
+                     "them (docs/router.md)")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.gate_comparison import WRITES, EvaluationConfig, run_evaluation
     from ..labels.labelling_run import run_dir_for
@@ -121,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     check_gate_folders(args.gates, options)
     check_label_strategies(args.labels, args.strategies)  # before any gate is scored
     _flags_used(args)
+    if args.answer_gate is None:
+        _say_cascade(args.labels)
     cfg = EvaluationConfig(
         gates=args.gates,
         label_files=args.labels,
