@@ -121,7 +121,9 @@ def _request(args: argparse.Namespace) -> Any:
     _check_selection(args, spec)
     shared = {"datasets": args.datasets, "limit": args.limit, "generator": args.generator,
               "backend": args.backend, "out": args.out, "llm": args.llm}  # fmt: skip
-    shared.update({k: v for k in ("eq_sample", "seed") if (v := getattr(args, k)) is not None})
+    for name in ("eq_sample", "seed"):  # not given: the request's defaults
+        if getattr(args, name) is not None:
+            shared[name] = getattr(args, name)
     if args.labels_dir:
         shared["labels_dir"] = args.labels_dir
     req = request(args.policy, given_options(args), **shared)

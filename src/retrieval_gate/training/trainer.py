@@ -397,7 +397,6 @@ def _say_answers_unread(config: TrainConfig) -> None:
     closed-book answers' log-probabilities (the user's LLM's own confidence): say what reads
     them (a two-stage gate; behind a router, its --answer-gate)."""
     from ..labels.logprobs import answer_logprobs
-    from ..labels.strategy_labels import is_strategy_source
 
     path = config.data.label_file
     question_only = (
@@ -407,7 +406,7 @@ def _say_answers_unread(config: TrainConfig) -> None:
     carried = len(answer_logprobs(path)) if readable else 0
     if not carried:
         return
-    router = is_strategy_source(path)
+    router = config.data.task == "strategies"
     reads = ("a two-stage gate trained on the closed-book.jsonl beside it (`--config "
              "cascade-closed-book`) reads them behind this router: `--answer-gate` of evaluate, "
              "score, rag and serve (docs/router.md)" if router else "`--config "
