@@ -27,6 +27,8 @@ def test_tune_infers_the_run_dir_and_writes_only_its_reports(tmp_path, monkeypat
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "--trials is not used" in err and "exact" in err
+    assert main([*argv, "--seed", "3"]) == 0  # the seed of no sampler: said too
+    assert "--trials, --seed are not used" in capsys.readouterr().err
     assert "studies" not in out and "wrote reports/tune/tune-tfidf-closed-book.md" in out
     assert not Path("reports/tune/studies.db").exists()  # no study: no database file
     result = json.loads(Path("reports/tune/tune-tfidf-closed-book.json").read_text())

@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"trials of the sampled studies: pareto, relations, hparams (default: {d.trials}); "
         "the 1-D threshold objectives are exact and need none",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="sampler seed")
+    p.add_argument("--seed", type=int, help=f"sampler seed (default {d.seed})")
     p.add_argument(
         "--storage",
         help="Optuna storage of the sampled studies: a SQLite file (one process), "
@@ -131,19 +131,22 @@ def run(args: argparse.Namespace) -> int:
 
     check_plan(args)
     sampled = set(args.objective) & set(SAMPLED)
-    if args.trials is not None and not sampled:
-        log.info("--trials is not used: the 1-D threshold objectives try every distinct dev "
-                 "score (exact), they need no trials")  # fmt: skip
-    trials = {} if args.trials is None else {"trials": args.trials}
+    study_flags = {"--trials": args.trials, "--seed": args.seed, "--storage": args.storage}
+    unused = [flag for flag, value in study_flags.items() if value is not None]
+    if unused and not sampled:
+        log.info(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used: the 1-D "
+                 "threshold objectives try every distinct dev score (exact), they need no "
+                 "sampled study")  # fmt: skip
+    sampling = {k: v for k, v in (("trials", args.trials), ("seed", args.seed)) if v is not None}
     cfg = TuneConfig(gate=args.gate, labels=args.labels, objectives=args.objective,
-                     target=args.target, seed=args.seed, storage=args.storage,
+                     target=args.target, storage=args.storage,
                      workers=args.workers, out=args.out, run_dir=args.run_dir,
                      gate_options=gate_options(args, [args.gate]),
                      save_objective=args.save_objective,
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      budget=args.budget, calibrate_on=args.calibrate_on,
                      budget_llm_calls=args.budget_llm_calls, strategies=args.strategies,
-                     command="retrieval-gate " + shlex.join(sys.argv[1:]), **trials)  # fmt: skip
+                     command="retrieval-gate " + shlex.join(sys.argv[1:]), **sampling)  # fmt: skip
     cfg.check()  # every flag, before the questions are read
     cfg.questions = questions_from(args)
     for report in run_tuning(cfg):
