@@ -5,6 +5,7 @@ options, and ends with the output a run that never stopped writes."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -91,3 +92,20 @@ def test_output_dash_is_standard_output(tiny_onnx_export, tmp_path, capsys, monk
 def test_input_dash_says_to_save_the_questions_to_a_file(tiny_onnx_export, capsys):
     assert main(["score", "--model", str(tiny_onnx_export), "--input", "-"]) == 2
     assert "standard input is not read: save the questions to a file" in capsys.readouterr().err
+
+
+def test_a_second_run_on_an_output_being_written_is_refused_not_told_to_resume(
+    tiny_onnx_export, tmp_path, capsys
+):
+    from retrieval_gate.resumable_output import ResumableOutput
+
+    path, out = _input(tmp_path), tmp_path / "out.jsonl"
+    writing = ResumableOutput(out, {"model": "the first run"}, False, "--output")
+    for extra in ([], ["--resume"]):  # it was "stopped after 0 lines ... pass --resume"
+        assert _score(tiny_onnx_export, path, out, *extra) == 2
+        said = capsys.readouterr().err
+        assert f"another run (pid {os.getpid()}) is writing --output {out} now" in said
+    assert (tmp_path / "out.jsonl.partial").read_text() == ""  # its lines left alone
+    writing.release()  # the first run stopped: the usual advice, then a resume of its lines
+    assert _score(tiny_onnx_export, path, out) == 2
+    assert "stopped after 0 lines" in capsys.readouterr().err

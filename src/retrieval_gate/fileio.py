@@ -2,8 +2,8 @@
 temporary file or folder beside the target renamed over it: a crash never leaves half a file or
 half a folder, a reader never sees one), with the modes the user's umask implies (like a plain
 `open()`/`mkdir`, not the 0600/0700 of `mkstemp`/`mkdtemp`), JSON read with errors naming the
-line, file checksums, and the rules for output names and paths (plain names; an output is never
-an input).
+line, file checksums, the rules for output names and paths (plain names; an output is never
+an input), and the one-writer lock of a file being written.
 
 JSONL data rows are read by `data.jsonl_files.read_jsonl`, which reports bad lines per row."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -256,3 +257,32 @@ def sha256_file(path: Path) -> str:
 def content_id(*parts: str | None) -> str:
     """A short hash of what a cached result depends on (file, weight and model checksums)."""
     return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]
+
+
+def lock_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.lock")
+
+
+def take_writer_lock(target: Path, busy: str) -> int:
+    """The one-writer lock of `target`: an advisory `flock` on the hidden `.<name>.lock` beside
+    it, taken at once or refused (an InputError: `busy`, with the holder's pid for `{pid}`).
+    Returns its descriptor: closing it releases the lock, as the end of the process does, however
+    it ends (kill -9 included), so a stale lock never blocks a resume. The lock file stays:
+    removing it would let two runs lock two different files of the same name."""
+    path = lock_path(target)
+    make_parent(target)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise InputError(
+            f"cannot write in its folder ({e.strerror}); choose another output", target
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise InputError(busy.replace("{pid}", holder), target) from None  # a path may hold braces
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

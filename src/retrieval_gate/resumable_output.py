@@ -6,7 +6,9 @@ becomes `<file>` through the folder's ledger (`outputs.adopt_owned`: never over 
 retrieval-gate did not write). A run stopped part-way leaves both; the same command with
 `--resume` keeps the complete lines and continues after them, and only when the recorded
 identity is the present one: a partial file of another model, input or option is refused, as
-is one left by a stopped run when `--resume` is not given."""
+is one left by a stopped run when `--resume` is not given. One run writes an output at a time
+(`fileio.take_writer_lock`, held until `finish` or `release`): a second one, with or without
+`--resume`, is refused while the first is writing, instead of being told the first stopped."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .fileio import make_parent, regular_target, write_bytes
+from .fileio import make_parent, regular_target, take_writer_lock, write_bytes
 from .outputs import adopt_owned
+
+BUSY = ("another run (pid {pid}) is writing {flag} {path} now: wait for it to finish, or pass "
+        "another {flag}")  # fmt: skip
 
 
 class ResumableOutput:
@@ -26,10 +31,21 @@ class ResumableOutput:
         beside = regular_target(path)  # a link's target: the rename at the end stays in its folder
         self.partial = beside.with_name(beside.name + ".partial")
         self.sidecar = beside.with_name(beside.name + ".partial.json")
+        busy = BUSY.replace("{flag}", flag).replace("{path}", str(self.path))
+        self._lock: int | None = take_writer_lock(beside, busy)  # before the partial file is read
+        try:
+            self._open(identity, resume)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, identity: dict[str, Any], resume: bool) -> None:
+        """The partial file: refused (left by a stopped run, without --resume), continued, or
+        started with the sidecar recording what its lines depend on."""
         if self.partial.exists() and not resume:
             lines = self.partial.read_bytes().count(b"\n")
             raise InputError(
-                f"a run writing {flag} {self.path} stopped after {lines} lines and left them "
+                f"a run writing {self.flag} {self.path} stopped after {lines} lines and left them "
                 f"here: pass --resume to continue it, or remove {self.partial.name} and "
                 f"{self.sidecar.name} to start over",
                 self.partial,
@@ -76,4 +92,11 @@ class ResumableOutput:
         """Every line written: the partial file becomes the output."""
         adopt_owned(self.partial, self.path, self.flag)
         self.sidecar.unlink(missing_ok=True)
+        self.release()
         return self.path
+
+    def release(self) -> None:
+        """Lets another run write the output (a stopped run's lines stay, to resume)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None

@@ -157,13 +157,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         _say_answers_read(cascade.answer_gate if cascade else gate, questions)
     out = _output(args, gate, threshold, cascade)
-    with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
-              disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
-        for i in range(out.done, len(records), CHUNK):
-            part = questions[i : i + CHUNK] if questions is not None else None
-            out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget, cascade))
-            bar.update(len(records[i : i + CHUNK]))
-    out.finish()
+    try:
+        with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
+                  disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
+            for i in range(out.done, len(records), CHUNK):
+                part = questions[i : i + CHUNK] if questions is not None else None
+                out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget,
+                                  cascade))  # fmt: skip
+                bar.update(len(records[i : i + CHUNK]))
+        out.finish()
+    finally:
+        out.release()  # stopped part-way: the lines stay for --resume, the output free to take
     bad = len(records) - good
     point = f"threshold {threshold}" if artifact.router is None else (
         f"budget {args.budget:g}" if args.budget is not None else "its default budget")  # fmt: skip
@@ -266,6 +270,9 @@ class _Stdout:
         sys.stdout.flush()
 
     def finish(self) -> None:
+        pass
+
+    def release(self) -> None:
         pass
 
 
