@@ -407,3 +407,20 @@ def test_no_question_left_says_what_the_questions_hold():
     said = str(e.value)
     assert "--dataset popqa --split test in your --questions" in said
     assert "sources: mine 3; splits: test 1, train 2; 0 with their own documents" in said
+
+
+def test_a_second_rag_run_on_the_same_out_is_refused_while_the_first_writes(
+    tmp_path, capsys, monkeypatch
+):
+    from retrieval_gate.cli import main
+    from retrieval_gate.fileio import one_writer
+
+    out, ran = tmp_path / "rag", []
+    monkeypatch.setattr("retrieval_gate.commands.rag._compare", lambda *a: ran.append(a) or 0)
+    argv = ["rag", "--modes", "never", "--limit", "2", "--out", str(out),
+            "--generator-url", "http://127.0.0.1:9/v1"]  # fmt: skip
+    with one_writer(out.with_suffix(".modes.jsonl"), "x"):  # the first run writes
+        assert main(argv) == 2
+        said = capsys.readouterr().err
+    assert f"another rag run (pid {os.getpid()}) is writing --out {out} now" in said and not ran
+    assert main(argv) == 0 and len(ran) == 1  # the first one done: the run goes on

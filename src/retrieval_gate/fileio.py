@@ -259,6 +259,16 @@ def content_id(*parts: str | None) -> str:
     return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def one_writer(target: Path, busy: str) -> Iterator[None]:
+    """Holds `target`'s writer lock (`take_writer_lock`) for the block, or refuses at once."""
+    fd = take_writer_lock(target, busy)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
 def lock_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.lock")
 

@@ -6,6 +6,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..data import dataset_names, format_table
 from ..errors import ConfigError
@@ -234,28 +235,47 @@ def _labels_read(args: argparse.Namespace, modes: Sequence[str]) -> None:
                           f"not have ({' '.join(modes)}): drop it, or add the mode")  # fmt: skip
 
 
+BUSY = ("another rag run (pid {pid}) is writing --out {out} now: wait for it to finish, or pass "
+        "another --out")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..rag.experiment import Pipeline, Sample, check_progress_file, run_comparison
+    from ..fileio import one_writer
+    from ..rag.experiment import Pipeline, check_progress_file
 
     if args.limit < 0:
         raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
     if args.out:  # before the run, not after it
         for path in (args.out.with_suffix(".md"), args.out.with_suffix(".json")):
             check_output_file(path, "--out")
-        progress = args.out.with_suffix(".modes.jsonl")  # appended to: its rows say it is ours
-        check_output_file(progress, "--out", replaces_only_its_own=False)
-        check_progress_file(progress)
+        check_output_file(_progress(args), "--out", replaces_only_its_own=False)
     engine = generator_kwargs(args)
     pipeline = Pipeline(args.retriever, args.corpus, args.k, args.max_new_tokens,
                         multi_step_config(args))  # fmt: skip
     options = mode_options(args, args.modes)
+    if not args.out:
+        return _compare(args, engine, pipeline, options)
+    # every flag checked: one run appends to the progress file at a time (two would interleave)
+    with one_writer(_progress(args), BUSY.replace("{out}", str(args.out))):
+        check_progress_file(_progress(args))
+        return _compare(args, engine, pipeline, options)
+
+
+def _progress(args: argparse.Namespace) -> Path:
+    """Each mode's result as it finishes, appended: its rows say it is ours."""
+    return args.out.with_suffix(".modes.jsonl")
+
+
+def _compare(args: argparse.Namespace, engine: dict, pipeline: Any, options: ModeOptions) -> int:
+    from ..rag.experiment import Sample, run_comparison
+
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
         pipeline,
         mode_options=options,
         engine=engine,
-        progress_file=args.out.with_suffix(".modes.jsonl") if args.out else None,
+        progress_file=_progress(args) if args.out else None,
     )
     print(format_table(report["table"]))
     print(report["note"])

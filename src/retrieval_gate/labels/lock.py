@@ -5,12 +5,11 @@ held for the run."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..fileio import lock_path, take_writer_lock
+from ..fileio import lock_path, one_writer
 
 __all__ = ["BUSY", "lock_path", "single_writer"]
 
@@ -24,8 +23,5 @@ BUSY = (
 def single_writer(label_file: Path, busy: str = BUSY) -> Iterator[None]:
     """Holds the writer lock of `label_file` (or of a run folder: `busy` says who holds it),
     or refuses at once if another process holds it."""
-    fd = take_writer_lock(Path(label_file), busy)
-    try:
+    with one_writer(Path(label_file), busy):
         yield
-    finally:
-        os.close(fd)  # closing releases the flock
