@@ -93,3 +93,22 @@ def test_tune_reruns_into_its_report_folder_and_keeps_its_studies_there(tmp_path
     assert _tune(out) == 2  # an edited report is the user's: refused when the command starts
     assert report.read_text().endswith("my remarks\n")
     assert (out / "notes.md").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("verb", ["evaluate", "transfer"])
+def test_a_second_run_on_a_report_folder_being_written_is_refused(tmp_path, capsys, verb):
+    # their files are written whole one by one: two runs at once left one run's report beside
+    # the other's figures
+    import os
+
+    from retrieval_gate.fileio import one_writer
+
+    out = tmp_path / "reports"
+    argv = [verb, "--labels", LABELS, "--gates", "tfidf", "--out", str(out),
+            *(["--no-cost", "--limit", "50"] if verb == "evaluate" else [])]  # fmt: skip
+    with one_writer(out, "x"):  # the first run writes
+        assert main(argv) == 2
+    said = capsys.readouterr().err
+    assert f"another {verb} run (pid {os.getpid()}) is writing --out {out} now" in said
+    assert not out.exists()  # nothing of the second run's
+    assert main(argv) == 0  # the first one done: the folder is free again

@@ -17,6 +17,9 @@ DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 COST_QUESTIONS = 30  # questions timed per gate
 
 log = logging.getLogger(__name__)
+# two runs writing one report folder would leave one's report beside the other's figures
+BUSY = ("another evaluate run (pid {pid}) is writing --out {out} now: wait for it to finish, or "
+        "pass another --out")  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -124,6 +127,7 @@ def _say_cascade(label_files: Sequence[Path]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.gate_comparison import WRITES, EvaluationConfig, run_evaluation
+    from ..fileio import one_writer
     from ..labels.labelling_run import run_dir_for
     from ..rag.gate_folders import check_gate_folders
     from .gate_args import gate_options
@@ -157,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         cost_axis=args.cost_axis,
         answer_gate=args.answer_gate,
     )
-    path = run_evaluation(cfg)
+    with one_writer(args.out, BUSY.replace("{out}", str(args.out))):  # a report of one run
+        path = run_evaluation(cfg)
     print(f"report: {path}")
     return 0
