@@ -106,6 +106,6 @@ def test_a_second_run_on_an_output_being_written_is_refused_not_told_to_resume(
         said = capsys.readouterr().err
         assert f"another run (pid {os.getpid()}) is writing --output {out} now" in said
     assert (tmp_path / "out.jsonl.partial").read_text() == ""  # its lines left alone
-    writing.release()  # the first run stopped: the usual advice, then a resume of its lines
+    writing.release()  # the first run stopped: the usual advice to resume its lines
     assert _score(tiny_onnx_export, path, out) == 2
     assert "stopped after 0 lines" in capsys.readouterr().err
