@@ -387,3 +387,23 @@ def test_a_router_reads_the_questions_of_the_release_its_labels_come_from(tmp_pa
     gold.write_text(gold.read_text().replace("Shakespeare", "Marlowe"))
     with pytest.raises(DataError, match="changed since these labels were imported"):
         config_questions(data)
+
+
+def test_an_import_into_a_folder_another_import_writes_is_refused_and_writes_nothing(
+    tmp_path, capsys
+):
+    # each writes its three files whole one by one: two at once could leave one import's
+    # closed-book.jsonl beside the other's strategies.jsonl
+    import os
+
+    from retrieval_gate.labels.outcomes import import_lock
+
+    content = "id,cheap_correct,dear_correct\na,1,1\nb,0,1\nc,0,0\n"
+    folder = tmp_path / "labels" / "my-llm"
+    with import_lock(folder):  # the other import writes
+        assert _generic(tmp_path, content, "--strategies", "cheap", "dear") == 2
+    said = capsys.readouterr().err
+    assert f"another outcomes import (pid {os.getpid()}) is writing these labels now" in said
+    assert not folder.exists()  # nothing of this one's
+    assert _generic(tmp_path, content, "--strategies", "cheap", "dear") == 0  # free again
+    assert {p.name for p in folder.iterdir()} >= {"closed-book.jsonl", "strategies.jsonl"}

@@ -27,6 +27,7 @@ would give (match = em = correct, f1 = 1/0, guess = false), so every criterion r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path
 from .labelling_run import CLOSED_BOOK, RAG_GAIN
+from .lock import single_writer
 from .logprobs import (
     MEAN_LOGPROB,
     TOKEN_LOGPROBS,
@@ -76,12 +78,14 @@ def import_outcomes(
     rows: list[tuple[int, dict[str, Any]]] | None = None,
     extra_meta: dict[str, Any] | None = None,
     fields: dict[str, str] | None = None,
+    locked: bool = False,
 ) -> dict[str, Any]:
     """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
     `rows` already read from it (the strategy importer passes its first two strategies); with
     `out_file`, the closed-book labels go to that one file (refused, before anything is
     written, when the outcomes also make rag-gain labels). `fields`: outcome field -> the
-    file's column it is read from (`--outcome-field`)."""
+    file's column it is read from (`--outcome-field`). `locked`: the caller holds the folder's
+    `import_lock` (it writes a third file)."""
     if rows is None:
         rows = renamed(path, list(read_rows(str(path))), fields or {})
         if rows and "filtered_resps" not in rows[0][1]:
@@ -118,11 +122,13 @@ def import_outcomes(
         unmatched_rows=unmatched,
     )
     meta.update(extra_meta or {})
-    written = {"closed-book": _write(closed_file, closed, meta)}
-    if rag:
-        rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag), "neither_label": neither_label,
-                    "closed_book_file": CLOSED_BOOK}  # fmt: skip
-        written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta)
+    # every row checked: now the files, one import into the folder at a time
+    with nullcontext() if locked else import_lock(out_file or out_dir):
+        written = {"closed-book": _write(closed_file, closed, meta)}
+        if rag:
+            rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag),
+                        "neither_label": neither_label, "closed_book_file": CLOSED_BOOK}  # fmt: skip
+            written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta)
     return {
         "format": fmt,
         "outcome_rows": len(rows),
@@ -322,6 +328,15 @@ def parse_bool(value: Any, path, n: int, column: str = "correctness") -> bool | 
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise DataError(f"{column} {value!r} is not true/false, 1/0 or yes/no", path, n)
+
+
+def import_lock(target: Path) -> AbstractContextManager[None]:
+    """One import into a labels folder (or one --out file) at a time, held while it writes:
+    two at once, each writing its files whole one by one, could leave one import's
+    closed-book.jsonl beside the other's rag-gain.jsonl or strategies.jsonl."""
+    busy = ("another outcomes import (pid {pid}) is writing these labels now; wait for it to "
+            "finish, or pass another --labels-dir")  # fmt: skip
+    return single_writer(target, busy)
 
 
 def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:

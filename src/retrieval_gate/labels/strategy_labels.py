@@ -66,7 +66,7 @@ from .outcome_columns import (
     note_unread,
     renamed,
 )
-from .outcomes import import_outcomes, match_rows, parse_bool
+from .outcomes import import_lock, import_outcomes, match_rows, parse_bool
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
 
@@ -411,9 +411,6 @@ def _write_all(
                    TOKEN_LOGPROBS: (o.logprobs or {}).get(first)})
               for i, o in enumerate(outcomes, start=1)]  # fmt: skip
     questions = [o.question for o in outcomes]
-    result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
-                             neither_label=neither_label, rows=binary,
-                             extra_meta={**meta, "strategies_file": STRATEGY_FILE})  # fmt: skip
     counts = Counter(r["target_from"] for r in rows)
     cheapest = Counter(r["cheapest"] or "none" for r in rows)
     full_meta = provenance(
@@ -423,9 +420,13 @@ def _write_all(
         unmatched_rows=unmatched, cheapest_counts=dict(cheapest), target_from_counts=dict(counts),
         closed_book_file="closed-book.jsonl", **meta,
     )  # fmt: skip
-    out = LabelFile(target, replacing=True)
-    out.write_meta(full_meta)
-    out.rewrite(rows)
+    with import_lock(out_dir):  # the three files of one import together
+        result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
+                                 neither_label=neither_label, rows=binary, locked=True,
+                                 extra_meta={**meta, "strategies_file": STRATEGY_FILE})  # fmt: skip
+        out = LabelFile(target, replacing=True)
+        out.write_meta(full_meta)
+        out.rewrite(rows)
     return {**result, "format": meta["outcomes_format"], "strategies_file": str(target),
             "strategies": list(strategies),
             "cheapest": dict(cheapest), "targets": dict(counts)}  # fmt: skip
