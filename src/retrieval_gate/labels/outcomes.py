@@ -122,8 +122,9 @@ def import_outcomes(
         unmatched_rows=unmatched,
     )
     meta.update(extra_meta or {})
-    # every row checked: now the files, one import into the folder at a time
-    with nullcontext() if locked else import_lock(out_file or out_dir):
+    # every row checked: now the files, one import into the folder at a time (--out's one
+    # file is replaced whole: nothing to mix)
+    with nullcontext() if locked or out_file is not None else import_lock(out_dir):
         written = {"closed-book": _write(closed_file, closed, meta)}
         if rag:
             rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag),
@@ -331,7 +332,7 @@ def parse_bool(value: Any, path, n: int, column: str = "correctness") -> bool | 
 
 
 def import_lock(target: Path) -> AbstractContextManager[None]:
-    """One import into a labels folder (or one --out file) at a time, held while it writes:
+    """One import into a labels folder at a time, held while it writes its files:
     two at once, each writing its files whole one by one, could leave one import's
     closed-book.jsonl beside the other's rag-gain.jsonl or strategies.jsonl."""
     busy = ("another outcomes import (pid {pid}) is writing these labels now; wait for it to "
