@@ -19,8 +19,6 @@ from .question_args import (
     questions_source,
 )
 
-EQ = "entityquestions"  # the one dataset --eq-sample and --seed sample
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..data import dataset_names
@@ -146,6 +144,8 @@ def _check_selection(args: argparse.Namespace, spec: Any) -> None:
         raise InputError(f"{given[0]} picks the questions to label, and --policy {spec.name} "
                          "labels every row of its input (--outcomes): drop it; to label fewer, "
                          "cut the file")  # fmt: skip
+    from ..labels.selection import EQ
+
     sampled = args.questions is None and (not args.datasets or EQ in args.datasets)
     eq_given = [flag for flag in ("--eq-sample", "--seed") if picks[flag] is not None]
     if eq_given and not sampled:

@@ -12,6 +12,10 @@ from ..errors import ConfigError
 # Each HTTP actor asks Ray for 0.01 CPU (labels/ray_engine.py: it waits on the network), so a
 # local Ray places at most this many per CPU; more would wait for resources for ever.
 ACTORS_PER_CPU = 100
+# each --engine ray flag, its attribute and its default (None: the flag is not given)
+RAY_FLAGS = {"--ray-address": ("ray_address", None), "--ray-backend": ("ray_backend", "openai"),
+             "--actors": ("actors", 4), "--in-flight": ("in_flight", 8),
+             "--ray-batch-size": ("ray_batch_size", None)}  # fmt: skip
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -34,18 +38,19 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ray-backend",
         choices=("openai", "vllm"),
-        help="openai (default): actors send requests to --generator-url endpoints; vllm: vLLM "
-        "engines as Ray actors on the cluster's GPUs (ray.data.llm), model from --generator",
+        help="openai: actors send requests to --generator-url endpoints; vllm: vLLM engines "
+        "as Ray actors on the cluster's GPUs (ray.data.llm), model from --generator (default "
+        f"{_default('--ray-backend')})",
     )
-    g.add_argument("--actors", type=int, help="Ray actors (vllm: engine replicas; default 4)")
-    g.add_argument("--in-flight", type=int, help="requests in flight per actor (default 8)")
+    g.add_argument("--actors", type=int, help="Ray actors (vllm: engine replicas; default "
+                   f"{_default('--actors')})")  # fmt: skip
+    g.add_argument("--in-flight", type=int, help="requests in flight per actor (default "
+                   f"{_default('--in-flight')})")  # fmt: skip
     g.add_argument("--ray-batch-size", type=int, help="rows per Ray batch (default 2 x in-flight)")
 
 
-# each --engine ray flag, its attribute and its default (None: the flag is not given)
-RAY_FLAGS = {"--ray-address": ("ray_address", None), "--ray-backend": ("ray_backend", "openai"),
-             "--actors": ("actors", 4), "--in-flight": ("in_flight", 8),
-             "--ray-batch-size": ("ray_batch_size", None)}  # fmt: skip
+def _default(flag: str) -> object:
+    return RAY_FLAGS[flag][1]
 
 
 def check_ray_flags(args: argparse.Namespace) -> None:

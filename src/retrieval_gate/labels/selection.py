@@ -13,6 +13,7 @@ from ..questions import Question
 
 FULL_SOURCES = ("popqa", "triviaqa", "freshqa", "toolqa", "retrievalqa")
 EQ_SAMPLE = 6000
+EQ = "entityquestions"  # the one dataset sampled (EQ_SAMPLE questions by relation)
 
 
 def sample_by_relation(questions: Sequence[Question], n: int, seed: int = 0) -> list[Question]:
@@ -42,9 +43,9 @@ def labelling_questions(
 ) -> list[Question]:
     """The questions of `datasets` (default: the full label set), EntityQuestions sampled."""
     out: list[Question] = []
-    for name in datasets or (*FULL_SOURCES, "entityquestions"):
+    for name in datasets or (*FULL_SOURCES, EQ):
         qs = load_dataset(name)
-        if name == "entityquestions" and eq_sample and eq_sample < len(qs):
+        if name == EQ and eq_sample and eq_sample < len(qs):
             qs = sample_by_relation(qs, eq_sample, seed)
         out.extend(qs)
     return out
