@@ -77,6 +77,7 @@ def test_any_split_any_llm_any_folder_level(tmp_path, monkeypatch):
 def test_several_splits_or_llms_must_be_named(tmp_path):
     root = write_release(tmp_path / "rel", split="test")
     write_release(root, split="train_1000")
+    (root / "predictions" / "notes").mkdir()  # a folder beside the splits is no split
     with pytest.raises(DataError, match="2 splits here .*test, train_1000.*name one"):
         find_release(root)
     assert find_release(root, split="train_1000").split == "train_1000"
@@ -128,7 +129,10 @@ def test_correctness_other_than_the_tag_or_0_1(tmp_path):
 
 def test_not_a_release_folder(tmp_path):
     (tmp_path / "empty" / "predictions" / "dev_500").mkdir(parents=True)
-    with pytest.raises(DataError, match=re.escape("no <nor|oner|ircot>_qa_<llm>_<dataset>____*")):
-        load_release(tmp_path / "empty")
+    (tmp_path / "other" / "cache").mkdir(parents=True)  # folders, none of them a split
+    for where in ("empty", "empty/predictions", "empty/predictions/dev_500", "other"):
+        with pytest.raises(DataError, match="no Adaptive-RAG release here: expected " + re.escape(
+                "[predictions/]<split>/<nor|oner|ircot>_qa_<llm>_<dataset>____*")):  # fmt: skip
+            load_release(tmp_path / where)
     with pytest.raises(DataError, match="no Adaptive-RAG release folder here"):
         load_release(tmp_path / "nowhere")

@@ -339,7 +339,7 @@ def test_a_release_of_several_llms_names_the_flag_and_reads_the_llm_as_users_spe
     assert (tmp_path / "labels" / "flan_t5_xl" / "strategies.jsonl").is_file()
     assert _label(*flags, "--generator", "flan-t5") == 2
     assert "no LLM 'flan-t5' here; available: flan_t5_xl, gpt3" in capsys.readouterr().err
-    (root / "predictions" / "test_500").mkdir()
+    write_release(root, split="test_500", llm="gpt3")
     (root / "predictions" / "dev_500").rename(root / "predictions" / "dev_100")
     assert _label(*flags, "--generator", "gpt3") == 2
     assert "2 splits here (dev_100, test_500); name one by passing its folder, " in (

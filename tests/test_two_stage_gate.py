@@ -247,6 +247,10 @@ def test_a_question_only_gate_or_router_on_answer_logprobs_names_what_reads_them
         with caplog.at_level("INFO"):
             _say_answers_unread(load_config(config, [f"data.label_file={labels}"]))
         assert (said in caplog.text and "--config cascade-closed-book" in caplog.text) == says
+    caplog.clear()  # said once a file: `transfer --learned` trains a gate per cell
+    with caplog.at_level("INFO"):
+        _say_answers_unread(load_config("minilm-closed-book", [f"data.label_file={labels}"]))
+    assert said not in caplog.text
     # a router's strategy labels: the two-stage gate behind it, by --answer-gate
     strategies = tmp_path / "strategies.jsonl"
     row = {"id": "a", "label": 0, "correct": {"no_retrieval": True, "one_retrieval": True},

@@ -349,10 +349,22 @@ def _split_folder(root: Path, split: str | None) -> Path:
             raise DataError(f"this is the split folder {root.name!r}, not {split!r}", root)
         return root
     base = root / "predictions" if (root / "predictions").is_dir() else root
-    splits = sorted(p.name for p in base.iterdir() if p.is_dir())
+    splits = sorted(p.name for p in base.iterdir() if p.is_dir() and _holds_strategy_folders(p))
+    if not splits and (split is None or not (base / split).is_dir()):  # any folder is no split
+        raise DataError("no Adaptive-RAG release here: expected [predictions/]<split>/"
+                        "<nor|oner|ircot>_qa_<llm>_<dataset>____* folders; pass the release's "
+                        "root, its predictions/ or one split folder", root)  # fmt: skip
     if split is None and DEFAULT_SPLIT in splits:
         split = DEFAULT_SPLIT
     return base / _pick("split", split, splits, base, f"by passing its folder, {base}/<split>")
+
+
+def _holds_strategy_folders(folder: Path) -> bool:
+    """A split folder of the release: it holds <strategy>_qa_<llm>_<dataset>____* folders."""
+    try:
+        return any(_FOLDER.match(p.name) and p.is_dir() for p in folder.iterdir())
+    except OSError:  # unreadable: not a split this run can read
+        return False
 
 
 def _pick(what: str, wanted: str | None, available: list[str], folder: Path, how: str) -> str:

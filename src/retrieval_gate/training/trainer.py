@@ -403,7 +403,11 @@ def _say_answers_unread(config: TrainConfig) -> None:
         config.data.task in ("binary", "strategies") and not config.model.answer_confidence
     )
     readable = question_only and path and Path(path).is_file()  # a release records none
-    carried = len(answer_logprobs(path)) if readable else 0
+    said = readable and _file_key(Path(path), config.data.task)
+    if not said or said in _SAID:  # `transfer --learned` trains one gate a cell: say it once
+        return
+    _SAID.add(said)
+    carried = len(answer_logprobs(path))
     if not carried:
         return
     router = config.data.task == "strategies"
@@ -414,6 +418,15 @@ def _say_answers_unread(config: TrainConfig) -> None:
              "(docs/train.md)")  # fmt: skip
     log.info(f"{carried} questions of {path} carry their closed-book answer's log-probabilities, "
              f"which this config does not read: {reads}")  # fmt: skip
+
+
+_SAID: set[tuple[str, int, int, str]] = set()  # label files whose note this process gave
+
+
+def _file_key(path: Path, task: str) -> tuple[str, int, int, str]:
+    """A label file as it is now (an edited file is another), and the task read from it."""
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size, task
 
 
 # Warnings the user can do nothing about, printed on every run: Lightning 2.6 builds torch's
