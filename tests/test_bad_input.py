@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import closing
 
 import numpy as np
 import onnx
@@ -408,6 +409,25 @@ def test_tune_refuses_a_storage_file_of_another_kind_and_leaves_it(tmp_path, cap
                      capsys)  # fmt: skip
     assert code == 2 and message in err, err
     assert path.read_bytes() == content
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_tune_leaves_a_sqlite_database_of_another_program_as_it_is(tmp_path, capsys, as_url):
+    """Optuna added its tables to it, beside the user's own."""
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE customers (name TEXT)")
+        db.commit()
+    before = path.read_bytes()
+    storage = f"sqlite:///{path}" if as_url else str(path)
+    labels = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+    code, err = _run(["tune", "--gate", "tfidf", "--labels", labels, "--objective", "pareto",
+                      "--trials", "2", "--storage", storage, "--out", str(tmp_path / "out")],
+                     capsys)  # fmt: skip
+    assert code == 2 and "is a SQLite database of something else (tables customers)" in err, err
+    assert path.read_bytes() == before and not (tmp_path / "out").exists()
 
 
 def test_a_dataset_file_that_is_a_folder_is_named(tmp_path, capsys):

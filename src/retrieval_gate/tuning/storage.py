@@ -20,6 +20,7 @@ import random
 import re
 import time
 import warnings
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -104,6 +105,8 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
         return _journal(Path(url.removeprefix(JOURNAL)))
     import sqlalchemy.exc
 
+    if url.startswith("sqlite:///"):
+        _check_sqlite(Path(url.removeprefix("sqlite:///").split("?")[0]).resolve(), url)
     engine_kwargs: dict = {"pool_pre_ping": True}  # a dropped connection is re-opened
     if url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
@@ -203,6 +206,31 @@ def _check_journal(path: Path) -> None:
         raise InputError("--storage journal: this file is not an Optuna journal (its first line "
                          "is no operation record); it is left as it is: pass a new file name",
                          path)  # fmt: skip
+
+
+# Tables every Optuna RDB database holds (optuna/storages/_rdb/models.py).
+OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
+
+
+def _check_sqlite(path: Path, url: str) -> None:
+    """An existing SQLite file that holds another program's tables and none of Optuna's is
+    refused before Optuna would add its own to it; its contents are only read."""
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return  # a new (or empty) file: Optuna's to create
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.DatabaseError as e:  # not SQLite at all
+        raise InputError(f"--storage {shown(url)} is not a usable study database ({e}); it is "
+                         "left as it is: pass a new file name") from None  # fmt: skip
+    tables = sorted(name for (name,) in rows)
+    if tables and not OPTUNA_TABLES <= set(tables):
+        listed = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise InputError(f"--storage {shown(url)} is a SQLite database of something else (tables "
+                         f"{listed}), not Optuna's studies; it is left as it is: pass a new file "
+                         "name") from None  # fmt: skip
 
 
 def _first_line(error: Exception) -> str:
