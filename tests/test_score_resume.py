@@ -109,3 +109,46 @@ def test_a_second_run_on_an_output_being_written_is_refused_not_told_to_resume(
     writing.release()  # the first run stopped: the usual advice to resume its lines
     assert _score(tiny_onnx_export, path, out) == 2
     assert "stopped after 0 lines" in capsys.readouterr().err
+
+
+def test_an_input_rewritten_while_it_is_scored_is_said(
+    tiny_onnx_export, tmp_path, monkeypatch, capsys, small_chunks
+):
+    """The input is read as a stream, twice (checked whole, then scored): a file that changes
+    between is not scored as if it were one."""
+    path = _input(tmp_path)
+    scored = score_verb._scored
+
+    def rewrites_the_input(*args):
+        with path.open("a") as f:
+            f.write("Who wrote one more book?\n")
+        return scored(*args)
+
+    monkeypatch.setattr(score_verb, "_scored", rewrites_the_input)
+    out = tmp_path / "out.jsonl"
+    assert _score(tiny_onnx_export, path, out) == 2
+    assert "the input changed while it was scored" in capsys.readouterr().err
+    assert not out.exists()  # the lines written stay in out.jsonl.partial, never the output
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl", ".csv"])
+def test_an_input_is_read_in_the_memory_of_a_line(tmp_path, suffix):
+    """A file of millions of questions to score must not be held whole: 100,000 lines read
+    through the reader allocate what a few of them do (read into a list they took 45 MB)."""
+    import tracemalloc
+
+    from retrieval_gate.data.question_lines import iter_question_lines
+
+    row = {".txt": "Who wrote book number {}?\n", ".csv": "{},Who wrote book number {}?\n",
+           ".jsonl": '{{"id": "{}", "question": "Who wrote book number {}?"}}\n'}[suffix]  # fmt: skip
+    path = tmp_path / f"q{suffix}"
+    with path.open("w") as f:
+        f.write("id,question\n" if suffix == ".csv" else "")
+        f.writelines(row.format(i, i) for i in range(100_000))
+    tracemalloc.start()
+    try:
+        n = sum(1 for rec in iter_question_lines(path) if "text" in rec)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert n == 100_000 and peak < 2_000_000, peak

@@ -7,16 +7,19 @@ scorable line is an error (exit 2), bad lines otherwise become error records."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
+import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from ..artifacts import Artifact, open_artifact
-from ..data.question_lines import read_question_lines
+from ..data.question_lines import iter_question_lines
 from ..errors import InputError
 from ..fileio import not_an_input, sha256_file
 from ..gates.onnx_format import VARIANTS
@@ -130,14 +133,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.resume:
         raise InputError("--resume continues an --output file; pass the same --output")
     questions = questions_from(args)
-    if questions is not None:
-        records = [{"id": q.id, "text": q.text} for q in questions]
-    else:
-        records = read_question_lines(Path(args.input))
-    good = sum("text" in r for r in records)
+    lines = _lines(args, questions)
+    stamp = _stamp(args.input)
+    total, good, first = _tally(lines())  # the whole input read once before the model loads
     if not good:
-        first = next((f"line {r['line']}: {r['error']}" for r in records), "the file is empty")
-        raise InputError(f"no line could be scored ({first})", args.input)
+        raise InputError(f"no line could be scored ({first or 'the file is empty'})", args.input)
     artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
     check_operating_point(artifact, args.budget, args.threshold)
     artifact.model_file(args.variant, "--variant")
@@ -158,22 +158,60 @@ def run(args: argparse.Namespace) -> int:
         _say_answers_read(cascade.answer_gate if cascade else gate, questions)
     out = _output(args, gate, threshold, cascade)
     try:
-        with tqdm(total=len(records), initial=out.done, desc="score", unit="q",
-                  disable=len(records) - out.done <= CHUNK) as bar:  # fmt: skip
-            for i in range(out.done, len(records), CHUNK):
-                part = questions[i : i + CHUNK] if questions is not None else None
-                out.write(_scored(gate, records[i : i + CHUNK], part, threshold, args.budget,
-                                  cascade))  # fmt: skip
-                bar.update(len(records[i : i + CHUNK]))
+        with tqdm(total=total, initial=out.done, desc="score", unit="q",
+                  disable=total - out.done <= CHUNK) as bar:  # fmt: skip
+            i = out.done
+            for records in _chunks(itertools.islice(lines(), out.done, None), CHUNK):
+                part = questions[i : i + len(records)] if questions is not None else None
+                out.write(_scored(gate, records, part, threshold, args.budget, cascade))
+                i += len(records)
+                bar.update(len(records))
+        if _stamp(args.input) != stamp:
+            raise InputError("the input changed while it was scored, so the lines written may "
+                             "come from two versions of it: score it again", args.input)  # fmt: skip
         out.finish()
     finally:
         out.release()  # stopped part-way: the lines stay for --resume, the output free to take
-    bad = len(records) - good
+    bad = total - good
     point = f"threshold {threshold}" if artifact.router is None else (
         f"budget {args.budget:g}" if args.budget is not None else "its default budget")  # fmt: skip
     log.info(f"scored {good} question{'s' * (good != 1)} with {gate.name} on "
              f"{gate.provider} ({point}); {bad} bad line{'s' * (bad != 1)} reported")  # fmt: skip
     return 0
+
+
+def _lines(args: argparse.Namespace, questions: list | None) -> Callable[[], Iterator[dict]]:
+    """A fresh pass over the input's records each call: an --input file is streamed (millions
+    of questions take the memory of a chunk), --questions were loaded whole."""
+    if questions is not None:
+        return lambda: ({"id": q.id, "text": q.text} for q in questions)
+    return lambda: iter_question_lines(Path(args.input))
+
+
+def _tally(records: Iterable[dict]) -> tuple[int, int, str | None]:
+    """(records, scorable ones, the first bad line's error)."""
+    total = good = 0
+    first = None
+    for r in records:
+        total += 1
+        good += "text" in r
+        if first is None and "error" in r:
+            first = f"line {r['line']}: {r['error']}"
+    return total, good, first
+
+
+def _chunks(records: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    while chunk := list(itertools.islice(records, size)):
+        yield chunk
+
+
+def _stamp(path: str | None) -> tuple[int, int] | None:
+    """An --input file's size and modification time: a file rewritten during the run is said."""
+    try:
+        st = os.stat(path) if path and path != "-" else None
+    except OSError:  # no such file: the reader says so
+        return None
+    return (st.st_size, st.st_mtime_ns) if st else None
 
 
 def _check_answer_gate(args: argparse.Namespace) -> None:

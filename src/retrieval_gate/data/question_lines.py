@@ -12,8 +12,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import InputError
 from ..fileio import not_utf8
@@ -24,14 +25,21 @@ HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this 
 QUESTION_COLUMNS = ("question", "text")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")  # one JSON object a line, under either name
 CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}  # a spreadsheet's text exports, by suffix
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors write first
 SEPARATOR_NAMES = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "'|'"}
 
 
 def read_question_lines(path: Path) -> list[dict[str, Any]]:
     """One record a line: {line, id, text} or {line, id, error}. Bad lines (not UTF-8, empty,
     malformed JSON, no question field, a lone surrogate) become error records; the rest are
-    still scored. A file
-    that cannot be read at all is an InputError."""
+    still scored. A file that cannot be read at all is an InputError."""
+    return list(iter_question_lines(path))
+
+
+def iter_question_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """`read_question_lines`, one record at a time: a text, JSONL or CSV file is read as a
+    stream, so a file of millions of questions takes the memory of a line (a `.json` file is
+    read whole: it may be one array). Errors of the whole file are raised on the way."""
     if str(path) == "-":  # a stream cannot be checked whole before the model loads, nor resumed
         raise InputError("standard input is not read: save the questions to a file (.txt, one "
                          "a line; .jsonl; .csv) and pass that", path)  # fmt: skip
@@ -39,29 +47,46 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
         what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
         raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, "
                          ".tsv)", path)  # fmt: skip
+    suffix = path.suffix.lower()
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            _refuse_binary(f.read(4), path)
+            f.seek(0)
+            if suffix == ".json":
+                yield from _read_json(f.read(), path)
+            elif suffix in CSV_DELIMITERS:
+                yield from _read_csv(f, path, CSV_DELIMITERS[suffix])
+            else:
+                yield from _read_lines(f, path, suffix in JSONL_SUFFIXES)
     except OSError as e:
         raise InputError(f"cannot read the input ({e.strerror})", path) from None
-    _refuse_binary(data, path)
-    suffix = path.suffix.lower()
-    if suffix in CSV_DELIMITERS:
-        return _read_csv(data, path, CSV_DELIMITERS[suffix])
-    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not the first question's
-    if suffix == ".json" and data.lstrip().startswith(b"["):
-        return [_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path)]
-    if suffix == ".json":
-        refuse_one_object(data.decode("utf-8", "replace"), path)
-    is_jsonl = suffix in (*JSONL_SUFFIXES, ".json")
-    if not is_jsonl:
-        refuse_structured_text(data.split(b"\n", 1)[0].decode("utf-8", "replace"), path)
-    records = []
-    for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
-        rec = _parse_line(raw, lineno, is_jsonl)
-        if lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS:
-            continue  # a header line, not a question
-        records.append(rec)
-    return records
+
+
+def _read_json(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
+    """A `.json` file: an array of row objects, else one object a line."""
+    text = data.removeprefix(BOM)
+    if text.lstrip().startswith(b"["):
+        yield from (_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path))
+        return
+    refuse_one_object(text.decode("utf-8", "replace"), path)
+    yield from _read_lines(io.BytesIO(data), path, True)  # which drops the byte-order mark
+
+
+def _read_lines(f: BinaryIO, path: Path, is_jsonl: bool) -> Iterator[dict[str, Any]]:
+    """One record a line (a question, or a JSON object when `is_jsonl`); a header line
+    ("question") is skipped."""
+    lineno = 0
+    for chunk in f:  # up to each b"\n"; splitlines() below also ends lines at a lone b"\r"
+        if lineno == 0:
+            chunk = chunk.removeprefix(BOM)  # a byte-order mark is not the first question's
+            if not is_jsonl:
+                refuse_structured_text(chunk.split(b"\n", 1)[0].decode("utf-8", "replace"), path)
+        for raw in chunk.splitlines(keepends=True):
+            lineno += 1
+            rec = _parse_line(raw, lineno, is_jsonl)
+            if lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS:
+                continue  # a header line, not a question
+            yield rec
 
 
 # Files that are not lines of text, by their first bytes: the fix for each.
@@ -151,36 +176,41 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return {**rec, "text": line}
 
 
-def _read_csv(data: bytes, path: Path, delimiter: str) -> list[dict[str, Any]]:
+def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
     """A CSV (or TSV) with a header naming a `question` (or `text`) column and optionally
-    `id`."""
+    `id`, read a row at a time."""
+    text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(not_utf8(data, e.start, path), path) from None
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+        yield from _csv_records(csv.reader(text, delimiter=delimiter), path, delimiter)
+    except UnicodeDecodeError:  # said with its place in the whole file, read again for it
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise InputError(not_utf8(data, e.start, path), path) from None
+        raise
     except csv.Error as e:
         raise InputError(f"not a readable CSV file ({e})", path) from None
-    if not rows:
-        return []
-    refuse_other_separator(rows[0], path, delimiter)
-    header = [h.strip().lower() for h in rows[0]]
+    finally:
+        text.detach()  # the caller closes the file
+
+
+def _csv_records(rows: Iterator[list[str]], path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
+    first = next(rows, None)
+    if first is None:
+        return
+    refuse_other_separator(first, path, delimiter)
+    header = [h.strip().lower() for h in first]
     if repeated := first_repeated([h for h in header if h in (*QUESTION_COLUMNS, "id")]):
         raise InputError(f"CSV header names column {repeated!r} twice; rename one", path, 1)
     col = next((header.index(c) for c in QUESTION_COLUMNS if c in header), None)
     if col is None:
-        raise InputError(
-            f"CSV header {rows[0]!r} has no 'question' or 'text' column; add one", path, 1
-        )
+        raise InputError(f"CSV header {first!r} has no 'question' or 'text' column; add one",
+                         path, 1)  # fmt: skip
     id_col = header.index("id") if "id" in header else None
-    records = []
-    for lineno, row in enumerate(rows[1:], start=2):
+    for lineno, row in enumerate(rows, start=2):
         rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
         if id_col is not None and id_col < len(row) and row[id_col].strip():
             rec["id"] = row[id_col]
         question = row[col] if col < len(row) else ""
-        records.append(
-            {**rec, "text": question} if question.strip() else {**rec, "error": "empty question"}
-        )
-    return records
+        yield {**rec, "text": question} if question.strip() else {**rec, "error": "empty question"}
