@@ -68,6 +68,23 @@ def test_counters_are_written_at_exit_where_asked(tmp_path):
     assert json.loads(out.read_text())["decode_tokens_computed"] == 9
 
 
+def test_counters_never_overwrite_another_file_and_a_failure_is_said(tmp_path, monkeypatch,
+                                                                      capsys):  # fmt: skip
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes\n")
+    monkeypatch.setenv(work.WORK_FILE_ENV, str(mine))
+    work._write_at_exit()
+    assert mine.read_text() == "my notes\n" and "holds another file" in capsys.readouterr().err
+    monkeypatch.setenv(work.WORK_FILE_ENV, str(tmp_path / "missing" / "work.json"))
+    work._write_at_exit()
+    assert "could not be written" in capsys.readouterr().err
+    ours = tmp_path / "work.json"  # a re-run's counters replace its own earlier ones
+    ours.write_text(json.dumps(work.snapshot()))
+    monkeypatch.setenv(work.WORK_FILE_ENV, str(ours))
+    work._write_at_exit()
+    assert json.loads(ours.read_text()) == work.snapshot() and not capsys.readouterr().err
+
+
 @pytest.mark.slow  # subprocesses that import torch
 def test_the_avx2_site_reports_no_avx512_and_imports_nothing_itself():
     """scripts/avx2_site (the README's AVX2 approximation) patches torch.cpu when torch is

@@ -86,11 +86,28 @@ def _count(n: int, noun: str) -> str:
 
 def _write_at_exit() -> None:
     path = os.environ.get(WORK_FILE_ENV)
-    if path:
-        try:
-            Path(path).write_text(json.dumps(snapshot()) + "\n")
-        except OSError:  # the counters are a report, never a reason to fail a finished verb
-            pass
+    if not path:
+        return
+    try:  # the counters are a report, never a reason to fail a finished verb: said, not raised
+        if not _ours(Path(path)):
+            print(f"note: ${WORK_FILE_ENV}={path} holds another file: the work counters are not "
+                  "written over it", file=sys.stderr)  # fmt: skip
+            return
+        Path(path).write_text(json.dumps(snapshot()) + "\n")
+    except OSError as e:
+        print(f"note: the work counters could not be written to ${WORK_FILE_ENV}={path} "
+              f"({e.strerror})", file=sys.stderr)  # fmt: skip
+
+
+def _ours(path: Path) -> bool:
+    """No file there yet, or one of work counters this module wrote."""
+    if not path.exists():
+        return True
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(old, dict) and set(old) <= {f.name for f in fields(Work)}
 
 
 atexit.register(_write_at_exit)
