@@ -136,3 +136,12 @@ def test_not_a_release_folder(tmp_path):
             load_release(tmp_path / where)
     with pytest.raises(DataError, match="no Adaptive-RAG release folder here"):
         load_release(tmp_path / "nowhere")
+
+
+def test_a_missing_release_folder_from_the_environment_is_said_to_come_from_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing"))
+    with pytest.raises(DataError, match=r"no Adaptive-RAG release folder here \(from "
+                       r"\$RETRIEVAL_GATE_ADAPTIVE_RAG\)"):  # fmt: skip
+        load_dataset("adaptive-rag")

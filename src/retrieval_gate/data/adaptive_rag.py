@@ -200,8 +200,8 @@ def load_adaptive_rag(data_dir: Path, bad: BadRows) -> list[Question]:
     """`--dataset adaptive-rag`: the questions of the release ($RETRIEVAL_GATE_ADAPTIVE_RAG or
     the bundle). Not one of the default datasets: `load_all()` and the canonical split of the
     other datasets stay as they were."""
-    root = os.environ.get(ENV_VAR) or data_dir / BUNDLE_FOLDER
-    return release_questions(root)
+    env = os.environ.get(ENV_VAR)  # release_root reads it itself, to say where a folder came from
+    return release_questions(None if env else data_dir / BUNDLE_FOLDER)
 
 
 # ---------------------------------------------------------------- reading one dataset
