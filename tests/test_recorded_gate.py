@@ -141,6 +141,13 @@ def test_recorded_strategies_are_a_routing_policy_and_their_binary_view_retrieve
     with pytest.raises(DataError, match=r"'web_search' is not one of the labels' \(no_retrieval, "
                        r"one_retrieval, multi_step\)"):  # fmt: skip
         RecordedGate(other).strategy_choice(test.questions[:1], test.strategies)
+    letters = tmp_path / "letters.csv"  # Adaptive-RAG's classifier: A, B, C
+    letters.write_text("id,strategy\ntest0,A\n")
+    for call in (lambda g: g.scores(test.questions[:1]),
+                 lambda g: g.strategy_choice(test.questions[:1], test.strategies)):  # fmt: skip
+        with pytest.raises(DataError, match="classifier writes A, B, C: rename them A -> "
+                           "no_retrieval, B -> one_retrieval, C -> multi_step"):  # fmt: skip
+            call(RecordedGate(letters))
     scored = tmp_path / "scored.csv"  # scores for all, strategies for one: not a router's file
     scored.write_text("id,score,strategy\ntest0,0.2,no_retrieval\ntest1,0.7,\n")
     with pytest.raises(DataError, match=r"1 of 2 questions have no recorded strategy"):

@@ -61,7 +61,8 @@ class RecordedGate:
         if unknown:
             raise DataError(f"recorded strategy {unknown[0]!r} is not one of the labels' "
                             f"({', '.join(strategies)}): record each question's strategy by "
-                            "the name the strategy labels give it", self.path)  # fmt: skip
+                            f"the name the strategy labels give it{_letters_hint(unknown)}",
+                            self.path)  # fmt: skip
         return np.array([list(strategies).index(self.routes[q.id]) for q in qs])
 
     def _covers(self, qs: Sequence[Question], table: dict[str, Any], what: str) -> None:
@@ -84,8 +85,20 @@ class RecordedGate:
             raise DataError(f"recorded strategy {strategy!r} (question {qid!r}) is not a "
                             "built-in one, so whether it retrieves is not known here: evaluate "
                             "on the strategy labels that name it, or give the row a "
-                            f"'{RETRIEVE}' (true/false)", self.path)  # fmt: skip
+                            f"'{RETRIEVE}' (true/false){_letters_hint([strategy])}",
+                            self.path)  # fmt: skip
         return float(BUILTIN[strategy].retrieves)
+
+
+# Adaptive-RAG's classifier names its classes by letter (its paper, section 3.3).
+LETTERS = {"A": "no_retrieval", "B": "one_retrieval", "C": "multi_step"}
+
+
+def _letters_hint(unknown: Sequence[str]) -> str:
+    if not set(unknown) <= set(LETTERS):
+        return ""
+    mapping = ", ".join(f"{k} -> {v}" for k, v in LETTERS.items())
+    return f" (Adaptive-RAG's classifier writes A, B, C: rename them {mapping})"
 
 
 def _read(path: Path) -> dict[str, tuple[float | None, str | None]]:
