@@ -142,6 +142,9 @@ strategies:
          "strategies[0]: unknown key 'colour'"),
         ("strategies: []\n", "strategies: a non-empty list"),
         ("strategies:\n  - {cost: 1}\n", "strategies[0]: missing name:"),
+        ("strategies:\n  - {name: 'a,b', cost: 1}\n", "strategies[0]: name 'a,b' is not a plain"),
+        ("strategies:\n  - {name: 'top k=3', cost: 1}\n", "name 'top k=3' is not a plain name"),
+        ("strategies:\n  - {name: '-x', cost: 1}\n", "name '-x' is not a plain name"),
         ("strategies:\n  - {name: a}\n", "strategies[0] (a): missing cost:"),
         ("strategies:\n  - {name: a, cost: 2}\n  - {name: b, cost: 1}\n",
          "list strategies in cost order"),
@@ -417,3 +420,13 @@ def test_the_issue_command_labels_retrievalqa_without_a_prior_flag(tmp_path, cap
         assert row["source"] == "retrievalqa"
         assert row["target_from"] in ("cheapest", "learned") and row["target"] in BUILTIN.names
     assert any(r["target_from"] == "learned" for r in labels.rows.values())
+
+
+def test_rag_refuses_a_strategy_named_as_one_of_its_modes(tmp_path, capsys):
+    """A strategy called `never` (a gate) or `router` took that mode's place unseen."""
+    path = write(tmp_path, "strategies:\n  - {name: no_retrieval}\n"
+                           "  - {name: router, cost: 1, retriever: bm25}\n")  # fmt: skip
+    assert main(["rag", "--modes", "never", "--strategies", str(path), "--limit", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "strategy 'router' of --strategies has the name of a rag mode" in err, err
+    assert str(path) in err

@@ -38,6 +38,7 @@ on their one generator and refuse a spec that names another one before any engin
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -246,6 +247,10 @@ BUILTIN = StrategyRegistry()
 # ---------------------------------------------------------------- YAML / export form
 
 
+# A strategy's name: one word a command line, a column and an ONNX output name can carry.
+NAME = re.compile(r"\w[\w.-]*")
+
+
 def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> StrategySpec:
     """One mapping of a `strategies:` list (`where`: e.g. `strategies[2]`), checked; a
     built-in's name alone is the built-in."""
@@ -259,6 +264,11 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{where}: missing name: (a strategy's name, e.g. bm25_top3)", path)
     name = name.strip()
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"{where}: name {name!r} is not a plain name: use letters, digits, "
+                          "'_', '-' and '.', starting with a letter, digit or '_' (it is "
+                          "written in --modes a,b, --threshold NAME=VALUE and column names "
+                          "NAME_correct)", path)  # fmt: skip
     where = f"{where} ({name})"
     if set(item) == {"name"} and name in BUILTIN_BY_NAME:
         return BUILTIN_BY_NAME[name]

@@ -26,7 +26,7 @@ from ..errors import DataError
 from ..fileio import content_id
 from ..labels.outcomes import parse_bool
 from ..questions import Question
-from ..strategies import BUILTIN
+from ..strategies import BUILTIN, MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
 from .base import Questions, as_questions
 
 SCORE, RETRIEVE, STRATEGY = "score", "retrieve", "strategy"
@@ -91,7 +91,7 @@ class RecordedGate:
 
 
 # Adaptive-RAG's classifier names its classes by letter (its paper, section 3.3).
-LETTERS = {"A": "no_retrieval", "B": "one_retrieval", "C": "multi_step"}
+LETTERS = {"A": NO_RETRIEVAL, "B": ONE_RETRIEVAL, "C": MULTI_STEP}
 
 
 def _letters_hint(unknown: Sequence[str]) -> str:
