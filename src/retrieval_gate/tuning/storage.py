@@ -213,7 +213,7 @@ OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
 
 
 def _check_sqlite(path: Path, url: str) -> None:
-    """An existing SQLite file that holds another program's tables and none of Optuna's is
+    """An existing SQLite file that holds tables, none of them Optuna's, is another program's:
     refused before Optuna would add its own to it; its contents are only read."""
     import sqlite3
 
@@ -222,11 +222,13 @@ def _check_sqlite(path: Path, url: str) -> None:
     try:
         with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
             rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.OperationalError:  # busy: another process creating it, which Optuna retries
+        return
     except sqlite3.DatabaseError as e:  # not SQLite at all
         raise InputError(f"--storage {shown(url)} is not a usable study database ({e}); it is "
                          "left as it is: pass a new file name") from None  # fmt: skip
     tables = sorted(name for (name,) in rows)
-    if tables and not OPTUNA_TABLES <= set(tables):
+    if tables and not OPTUNA_TABLES & set(tables):  # some: another process is creating them
         listed = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise InputError(f"--storage {shown(url)} is a SQLite database of something else (tables "
                          f"{listed}), not Optuna's studies; it is left as it is: pass a new file "
