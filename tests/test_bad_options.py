@@ -233,6 +233,7 @@ CASES = {
     "evaluate-labels-bad-row": C("evaluate --gates always --labels {t}/labels_bad.jsonl --out {t}/ev", "labels_bad.jsonl", "line 2"),
     "evaluate-limit-negative": C(f"{EVAL} --limit -1", "--limit"),
     "evaluate-resamples-zero": C(f"{EVAL} --resamples 0", "--resamples"),
+    "evaluate-resamples-a-billion": C(f"{EVAL} --resamples 1000000000", "--resamples", "at most 100000"),
     "evaluate-out-is-a-file": C(f"evaluate --gates always --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "evaluate-run-dir-missing": C(f"{EVAL} --run-dir {{t}}/missing-run", "missing-run"),
     "evaluate-out-holds-a-file-of-yours": C(

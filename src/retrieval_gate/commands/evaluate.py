@@ -9,12 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..strategies import COST_AXES, StrategyRegistry
 from .plan import Distinct
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
 COST_QUESTIONS = 30  # questions timed per gate
+MAX_RESAMPLES = 100_000  # bootstrap resamples: more only costs time
 
 log = logging.getLogger(__name__)
 # two runs writing one report folder would leave one's report beside the other's figures
@@ -54,7 +55,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--labels file when it holds one, else the bundled SmolLM2 run)",
     )
     p.add_argument("--generator", help="generator model (default: the labelling generator)")
-    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help=f"bootstrap resamples, 1 to {MAX_RESAMPLES:,}",
+    )
     p.add_argument("--cost-questions", type=int, default=COST_QUESTIONS,
                    help="questions timed per gate")  # fmt: skip
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
@@ -135,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
     from .question_args import questions_from
 
     check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 0})
+    if args.resamples > MAX_RESAMPLES:  # a loop per resample, per gate and metric: hours
+        raise InputError(f"--resamples {args.resamples}: past {MAX_RESAMPLES:,} a 95% CI moves "
+                         "by less than the report rounds it to, and each resample is a pass "
+                         f"over every gate; pass at most {MAX_RESAMPLES}")  # fmt: skip
     check_output_dir(args.out, "--out", WRITES)
     check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
