@@ -424,3 +424,51 @@ def test_a_second_rag_run_on_the_same_out_is_refused_while_the_first_writes(
         said = capsys.readouterr().err
     assert f"another rag run (pid {os.getpid()}) is writing --out {out} now" in said and not ran
     assert main(argv) == 0 and len(ran) == 1  # the first one done: the run goes on
+
+
+class _Windowed(CountingTestGenerator):
+    """The counting generator with a context window: a prompt's words are its tokens."""
+
+    context_window = 40
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        return [len(p.split()) for p in prompts]
+
+
+def test_questions_a_mode_could_not_answer_are_said_not_only_scored_as_misses(caplog):
+    """`rag --max-new-tokens 4090` on a 4,096-token window failed every question alone: the
+    table showed match 0.0 and nothing else."""
+    with caplog.at_level("WARNING"):
+        report = run_comparison(["never", "always"], Sample(["retrievalqa"], limit=2, seed=2),
+                                Pipeline("contexts", k=1, max_new_tokens=38),
+                                generator=_Windowed())  # fmt: skip
+    note = report["note"]
+    assert "Scored as misses, questions without an answer: never: 2 of 2 questions" in note
+    assert "always: 2 of 2 questions got no answer (the question does not fit" in note
+    assert "questions without an answer, scored as misses" in caplog.text
+    with pytest.raises(ConfigError, match=r"--max-new-tokens 40 leaves no room for a prompt in "
+                       r"counting-test-generator's context window of 40 tokens"):  # fmt: skip
+        run_comparison(
+            ["never"],
+            Sample(["retrievalqa"], limit=2, seed=2),
+            Pipeline("contexts", k=1, max_new_tokens=40),
+            generator=_Windowed(),
+        )
+
+
+@pytest.mark.slow  # reads the model's config and tokenizer, builds the BM25 index
+def test_max_new_tokens_past_the_window_is_refused_before_the_engine(monkeypatch, capsys):
+    """The window is the model's (config.json; vLLM's max_model_len on a CPU), read without
+    starting the engine; rag and serve each refused nothing and ran a table of misses."""
+    from retrieval_gate import generation
+    from retrieval_gate.cli import main
+
+    def started(*args, **kwargs):
+        raise AssertionError("engine started")
+
+    monkeypatch.setattr(generation, "build_generator", started)
+    for argv in (["rag", "--modes", "never", "--limit", "2"], ["serve", "--gate", "always"]):
+        assert main([*argv, "--max-new-tokens", "100000"]) == 2
+        err = capsys.readouterr().err
+        assert "--max-new-tokens 100000 leaves no room for a prompt" in err, err
+        assert "engine started" not in err

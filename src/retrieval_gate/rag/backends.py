@@ -17,6 +17,7 @@ from ..generation.base import Generator
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .cascade import CASCADE, check_logprobs
+from .fit import check_room
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
 from .modes import ModeOptions, build_gates_then_engine, build_mode_gates, check_modes
 from .multistep import MultiStepConfig
@@ -134,6 +135,7 @@ def open_rag(
 
     def started() -> Generator:
         generator = open_generator(**generator_options)
+        check_room(generator, max_new_tokens)
         engine = getattr(generator, "engine", None)
         if callable(engine):  # a service starts its engine now, not on its first request's miss
             engine()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import platform
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from ..questions import Question
 from ..retrieval.base import Retriever
 from .backends import check_answers_readable, open_generator, open_retriever
 from .cascade import CASCADE
+from .fit import check_room
 from .mode_comparison import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,
@@ -34,6 +36,8 @@ from .modes import (
 )
 from .multistep import MultiStepConfig
 from .sample import select_questions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ def run_comparison(
     gates, generator = build_gates_then_engine(
         modes, lambda: running or open_generator(**(engine or {})), mode_options
     )  # a damaged gate file or an unmet budget: before the engine
+    check_room(generator, pipeline.max_new_tokens)  # the engine starts on the first miss
     if CASCADE in modes:  # the cascade reads answers' log-probabilities: asked once, up front
         check_answers_readable(generator, engine or {})
     setup_seconds = time.perf_counter() - started
@@ -91,7 +96,7 @@ def run_comparison(
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options.budget)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds) + _speed_note(results)  # fmt: skip
+                 generator.name, setup_seconds) + _speed_note(results) + _failed_note(results)  # fmt: skip
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
                 "budget": mode_options.budget,
                 "datasets": list(sample.datasets or []), "retriever": ret.name,
@@ -181,6 +186,21 @@ def _speed_note(results: Sequence[ModeResult]) -> str:
     multi, one = by[MULTI_STEP_MODE].tokens_per_second, by["always"].tokens_per_second
     return (f" Prompt + generated tokens per second: multi-step {multi:.0f}, one retrieval "
             f"(always) {one:.0f}: {multi / one:.2f}x.")  # fmt: skip
+
+
+def _failed_note(results: Sequence[ModeResult]) -> str:
+    """Questions a mode answered with an error (a prompt that no longer fits the window, a
+    failed generation): scored as misses, so the table alone would not tell them apart."""
+    notes = []
+    for r in results:
+        failed = [a for a in r.run.answers if a.error is not None]
+        if failed:
+            notes.append(f"{r.mode}: {len(failed)} of {len(r.run.answers)} questions got no "
+                         f"answer ({failed[0].error})")  # fmt: skip
+    if notes:
+        log.warning("questions without an answer, scored as misses: %s", "; ".join(notes))
+    return (" Scored as misses, questions without an answer: " + "; ".join(notes) + "."
+            if notes else "")  # fmt: skip
 
 
 def _multi_note(pipeline: Pipeline) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from ..generation.base import Generator, WindowedGenerator
 from ..generation.prompts import closed_book_prompt, document_texts, with_context_prompt
 from ..retrieval.base import Hit
@@ -24,6 +25,16 @@ class FittedPrompt:
     prompt: str | None
     hits: list[Hit] = field(default_factory=list)
     error: str | None = None
+
+
+def check_room(generator: Generator, max_new_tokens: int) -> None:
+    """Room for a prompt beside `max_new_tokens` in the generator's context window (known
+    before its engine starts): without it every question would fail alone, a run of misses."""
+    window = getattr(generator, "context_window", None)
+    if window and max_new_tokens >= window:
+        raise ConfigError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in "
+                          f"{generator.name}'s context window of {window} tokens: pass fewer "
+                          "(a short answer needs a few dozen)")  # fmt: skip
 
 
 def build_prompt(question: str, hits: Sequence[Hit] | None, doc_words: int) -> str:
