@@ -472,3 +472,29 @@ def test_max_new_tokens_past_the_window_is_refused_before_the_engine(monkeypatch
         err = capsys.readouterr().err
         assert "--max-new-tokens 100000 leaves no room for a prompt" in err, err
         assert "engine started" not in err
+
+
+def test_a_prompt_of_thousands_of_documents_is_fitted_in_a_few_measurements():
+    """`rag -k 1000000000000` put every document of the corpus in the prompt, then measured
+    it once per document dropped (44 s for one question); the fit is the same, found by
+    bisection."""
+    from retrieval_gate.rag.fit import build_prompt, fit_prompts, most
+    from retrieval_gate.retrieval.base import Document, Hit
+
+    for limit in range(0, 12):  # most(): the largest n with ok(n), as a scan from the top finds
+        for lo, hi in ((1, 10), (0, 5), (1, 0)):
+            scan = next((n for n in range(hi, lo - 1, -1) if n <= limit), lo - 1)
+            assert most(lo, hi, lambda n, m=limit: n <= m) == scan
+    gen = _Windowed()
+    gen.context_window = 400
+    measured = []
+    count = gen.prompt_lengths
+    gen.prompt_lengths = lambda prompts: measured.append(len(prompts)) or count(prompts)
+    hits = [Hit(Document(f"d{i}", "", f"document {i} says a few words here"), 1.0)
+            for i in range(5000)]  # fmt: skip
+    fitted = fit_prompts(gen, ["What is item 3?"], [hits], 100, 24)[0]
+    n = len(fitted.hits)
+    assert fitted.error is None and 1 < n < 100 and fitted.hits == hits[:n]
+    assert count([fitted.prompt])[0] <= 400 - 24  # it fits, and one more document would not
+    assert count([build_prompt("What is item 3?", hits[: n + 1], 100)])[0] > 400 - 24
+    assert len(measured) < 20

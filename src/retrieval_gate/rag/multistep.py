@@ -32,6 +32,7 @@ from ..generation.prompts import multi_step_prompt
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
 from .costs import Meter
+from .fit import most
 
 DEFAULT_MAX_STEPS = 4
 MAX_STEPS_LIMIT = 10
@@ -197,11 +198,13 @@ def step_prompts(
 
 def _shrink(s: Reasoning, generator: WindowedGenerator, build: Any, budget: int,
             tokens: int) -> StepPrompt:  # fmt: skip
-    for drop in range(1, len(s.hits) + 1):  # the oldest documents first
-        kept = s.hits[drop:]
-        prompt = build(s, kept)
-        if generator.prompt_lengths([prompt])[0] <= budget:
-            return StepPrompt(prompt, kept)
+    def fits(kept: int) -> bool:  # the newest `kept` documents: the oldest go first
+        return generator.prompt_lengths([build(s, s.hits[len(s.hits) - kept :])])[0] <= budget
+
+    kept = most(0, len(s.hits) - 1, fits)
+    if kept >= 0:
+        hits = s.hits[len(s.hits) - kept :]
+        return StepPrompt(build(s, hits), hits)
     window = generator.context_window
     return StepPrompt(None, [], error=(
         f"multi-step: the question and its reasoning do not fit the generator's context "
