@@ -96,7 +96,8 @@ def run_comparison(
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options.budget)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds) + _speed_note(results) + _failed_note(results)  # fmt: skip
+                 generator.name, setup_seconds)  # fmt: skip
+    note += _speed_note(results) + _failed_note(results)
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
                 "budget": mode_options.budget,
                 "datasets": list(sample.datasets or []), "retriever": ret.name,

@@ -85,7 +85,8 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     taken = [n for n in options.strategies.names if n in {*GATES, *ROUTING, *ORACLES}]
     if taken:  # the strategy's fixed mode and the other one would share a name
         raise ConfigError(f"strategy {taken[0]!r} of --strategies has the name of a rag mode "
-                          f"(a gate, router or oracle): rename it in {options.strategies.source}")  # fmt: skip
+                          "(a gate, router or oracle): rename it in "
+                          f"{options.strategies.source}")  # fmt: skip
     known = known_modes(options.strategies)
     unknown = [m for m in modes if m not in known]
     if unknown:
