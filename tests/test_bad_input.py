@@ -568,3 +568,24 @@ def test_train_names_a_damaged_label_provenance_file(tmp_path, capsys, damaged):
     assert "closed-book.meta.json: provenance file is not valid JSON (damaged: re-run the " \
            "`label` command" in capsys.readouterr().err  # fmt: skip
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow  # reads the generator's tokenizer and config (no engine)
+def test_label_refuses_a_question_too_long_for_the_window_before_the_engine(tmp_path, capsys,
+                                                                            monkeypatch):  # fmt: skip
+    """A 5,000-word question failed vLLM's whole batch after the engine had started: a
+    traceback, "internal error (a bug)", and a lock file left in a new labels folder."""
+    from retrieval_gate import generation
+
+    def started(*args, **kwargs):
+        raise AssertionError("engine started")
+
+    monkeypatch.setattr(generation, "build_generator", started)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"id": "a", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}\n'
+                         f'{{"id": "b", "question": "{"why " * 5000}?", "answers": ["x"]}}\n')  # fmt: skip
+    code, err = _run(["label", "--policy", "closed-book", "--questions", str(questions),
+                      "--labels-dir", str(tmp_path / "labels")], capsys)  # fmt: skip
+    assert code == 2 and "1 of 2 questions do not fit smollm2-135m-instruct's context" in err, err
+    assert "question 'b' makes a 5" in err and "engine started" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]

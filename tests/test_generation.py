@@ -85,6 +85,16 @@ def test_vllm_generates_all_prompts_in_one_call(vllm_generator):
     assert out[0].prompt_tokens == len(ids)
 
 
+def test_a_prompt_over_the_window_is_a_clear_error_and_the_engine_goes_on(vllm_generator):
+    """vLLM's VLLMValidationError was a traceback ("internal error (a bug)") in `label`; the
+    callers fit prompts first, this is what is left when one does not."""
+    from retrieval_gate.errors import DataError
+
+    with pytest.raises(DataError, match="the generator refused a prompt: .*maximum context"):
+        vllm_generator.generate(["why " * 5000], 4)
+    assert vllm_generator.generate(["Who wrote Hamlet?"], 4)[0].completion_tokens > 0
+
+
 def test_chat_template_is_applied(vllm_generator):
     ids = chat_token_ids(vllm_generator.tokenizer, ["hello"])[0]
     text = vllm_generator.tokenizer.decode(ids)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import BackendError, ConfigError, first_line
+from ..errors import BackendError, ConfigError, DataError, first_line
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .model_folders import folder_checksum
@@ -146,9 +146,16 @@ class VLLMGenerator:
         return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
     def _run(self, token_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
+        try:
+            from vllm.exceptions import VLLMValidationError as refused
+        except ImportError:  # an older vLLM: its error stays as it is
+            refused = ()  # type: ignore[assignment]
         prompts = [{"prompt_token_ids": ids} for ids in token_ids]
         with _eager_sampler(self.cuda):
-            return self.llm.generate(prompts, params, use_tqdm=progress)
+            try:
+                return self.llm.generate(prompts, params, use_tqdm=progress)
+            except refused as e:  # a prompt over the window: the caller fits prompts first
+                raise DataError(f"the generator refused a prompt: {first_line(e)}") from None
 
     def generate(
         self,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError
+from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
 from ..questions import Question
 from .label_files import LABELS_DIR, LabelFile, check_resume, meta_path
@@ -200,16 +201,24 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
     its lock, resumed (or rebuilt whole) over the requested questions."""
 
     def run(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
+        from .policy_loop import pending
+
         rebuilt = policy_spec(req.policy).rebuilt
         # A folder or a user's file is refused before the lock file is made beside it (and
         # read again under the lock: another run may have appended meanwhile).
-        LabelFile(path, replacing=rebuilt).require_ours()
+        before = LabelFile(path, replacing=rebuilt)
+        before.require_ours()
+        questions = _questions(req)
+        todo = questions if rebuilt else pending(questions, before.done_ids())
+        if policy_spec(req.policy).needs_generator and todo:
+            generator = generator or _build(req)  # its tokenizer and window: no engine yet
+            check_questions_fit(generator, todo)
         with single_writer(path):  # one run (local or Ray) writes a label file at a time
             # rebuilt: no old row survives to mix
             out = LabelFile(path, replacing=rebuilt, extra_meta=_source_meta(req))
             out.require_ours()  # before any engine starts: a user's file or other settings
             _check_resume(req, out, rebuilt)
-            stats = labeller(req, _questions(req), out, generator, retriever)
+            stats = labeller(req, questions, out, generator, retriever)
             return {"path": str(path), "rows": len(out.rows), **stats}
 
     return run
@@ -294,6 +303,25 @@ def _generating(labeller: FileLabeller) -> FileLabeller:
         return labeller(req, questions, out, generator or _build(req), retriever)
 
     return run
+
+
+def check_questions_fit(generator: Any, questions: Sequence[Question]) -> None:
+    """Every question's closed-book prompt (the least any policy sends) fits the generator's
+    context window with room for its answer: one that does not failed the engine's whole
+    batch (a traceback, after the engine had started)."""
+    from .closed_book import MAX_NEW_TOKENS
+
+    window = getattr(generator, "context_window", None)
+    if not window or not callable(getattr(generator, "prompt_lengths", None)):
+        return  # a server fits (or refuses) each prompt itself
+    lengths = generator.prompt_lengths([closed_book_prompt(q.text) for q in questions])
+    over = [(q, n) for q, n in zip(questions, lengths, strict=True) if n > window - MAX_NEW_TOKENS]
+    if over:
+        q, n = over[0]
+        raise DataError(f"{len(over)} of {len(questions)} questions do not fit {generator.name}'s "
+                        f"context window of {window} tokens with {MAX_NEW_TOKENS} for the "
+                        f"answer: question {q.id!r} makes a {n}-token prompt; shorten those "
+                        "questions or leave them out")  # fmt: skip
 
 
 def _closed_book(req: LabelRequest, questions: list, out: LabelFile, gen: Any, _: Any) -> dict:
