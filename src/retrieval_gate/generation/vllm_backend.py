@@ -155,7 +155,14 @@ class VLLMGenerator:
             try:
                 return self.llm.generate(prompts, params, use_tqdm=progress)
             except refused as e:  # a prompt over the window: the caller fits prompts first
-                raise DataError(f"the generator refused a prompt: {first_line(e)}") from None
+                raise DataError(f"the generator refused a prompt: {first_line(e)}"
+                                f"{self._longest(token_ids)}") from None  # fmt: skip
+
+    def _longest(self, token_ids: list[list[int]]) -> str:
+        """Where the longest prompt's text is, to find its question: its last words."""
+        ids = max(token_ids, key=len)
+        words = self.tokenizer.decode(ids[-80:], skip_special_tokens=True).split()
+        return f"; the longest ({len(ids)} tokens) ends '... {' '.join(words[-12:])[-100:]}'"
 
     def generate(
         self,
