@@ -728,3 +728,23 @@ def test_generated_labels_of_your_questions_name_the_file_they_were_made_from(tm
         with pytest.raises(DataError) as e:
             labelled_questions(dataclasses.replace(data, label_file=label_file))
         assert f"made from the questions of {path}: {flags}" in str(e.value)
+
+
+def test_a_run_finds_its_label_file_from_another_folder(tmp_path, monkeypatch):
+    """A run trained on `data/labels/...` (relative, as the configs name them) could not be
+    exported from another folder: the label file was "not found" and export has no flag for
+    it. The run records where the path resolved too."""
+    from retrieval_gate.training.provenance import label_provenance, label_source
+
+    labels = tmp_path / "data" / "closed-book.jsonl"
+    labels.parent.mkdir()
+    labels.write_text('{"id": "a", "label": 1}\n')
+    monkeypatch.chdir(tmp_path)
+    provenance = label_provenance(Path("data/closed-book.jsonl"))
+    assert provenance["path"] == "data/closed-book.jsonl"
+    assert provenance["resolved"] == str(labels.resolve())
+    assert label_source(provenance) == "data/closed-book.jsonl"  # found as given
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert label_source(provenance) == str(labels.resolve())
+    assert label_source({"path": "adaptive-rag"}) == "adaptive-rag"  # a dataset name, kept

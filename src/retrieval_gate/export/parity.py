@@ -28,6 +28,7 @@ from ..questions import Question
 from ..training.checkpoint import read_run_json, run_side_features
 from ..training.config import read_run_config
 from ..training.datamodule import CALIBRATION_QUESTIONS, needs_retrieval
+from ..training.provenance import label_source
 from ..training.sources import training_questions
 from ..training.tasks import TASKS
 
@@ -54,8 +55,9 @@ def parity_set(
     meta = read_run_json(run_dir / "metadata.json")
     config, old_side = read_run_config(run_dir / "config.yaml")
     task = TASKS[meta["task"]]
-    if provenance.get("path"):
-        labels = task.read(provenance["path"]).labels
+    source = label_source(provenance) if provenance.get("path") else None
+    if source:
+        labels = task.read(source).labels
     else:  # labels given to train() in memory travel in labels.json
         labels = task.from_memory(provenance.get("labels") or {}).labels
     if questions is None and config.data.task_spec.routes and not config.data.questions:
@@ -74,9 +76,9 @@ def parity_set(
             provenance.get("path") or run_dir,
         )
     side = run_side_features(meta, old_side)
-    if getattr(side, "confidence", None) is not None and provenance.get("path"):
+    if getattr(side, "confidence", None) is not None and source:
         # a two-stage gate: its questions with their answers, so both levels are compared
-        kept = with_answer_logprobs({q.id: q for q in rows}, Path(provenance["path"]))
+        kept = with_answer_logprobs({q.id: q for q in rows}, Path(source))
         rows = list(kept.values())
     features = side.matrix(rows, strict=False) if side else None
     return [q.text for q in rows], [int(needs_retrieval(labels[q.id])) for q in rows], features

@@ -39,7 +39,7 @@ from ..labels.strategy_labels import (
     strategy_labels_sha256,
 )
 from ..strategies import BUILTIN, NO_RETRIEVAL
-from .provenance import label_provenance
+from .provenance import label_provenance, resolved
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,8 @@ class StrategyTask(Task):
                   for i, r in lab.rows.items()}  # fmt: skip
         costs = {i: tuple(float(r["cost"][s]) for s in lab.strategies)
                  for i, r in lab.rows.items() if r.get("cost")}  # fmt: skip
-        provenance = {"path": str(label_file), "sha256": strategy_labels_sha256(lab),
+        provenance = {"path": str(label_file), **resolved(label_file),
+                      "sha256": strategy_labels_sha256(lab),
                       "rows_in_file": len(lab.rows), "meta": lab.meta}  # fmt: skip
         return self._checked(Targets(labels, lab.strategies, costs, provenance), label_file)
 
