@@ -165,3 +165,50 @@ def test_an_option_outside_its_bounds_is_refused_whichever_bounds_it_has(bounds,
     with pytest.raises(InputError, match=message):
         PolicyOption("x", "h", **bounds).validate(value)
     PolicyOption("x", "h", **bounds).validate(1.0 if "least" in bounds else 0.5)
+
+
+class _WordsGenerator:
+    """A windowed stand-in: a prompt's words are its tokens; answers "Paris"."""
+
+    name, checksum, context_window = "words", "none", 240
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def prompt_lengths(self, prompts):
+        return [len(p.split()) for p in prompts]
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        from retrieval_gate.generation.base import Generation
+
+        self.prompts += prompts
+        return [Generation("Paris", len(p.split()), 1) for p in prompts]
+
+    def choice_probs(self, prompts, choices):
+        raise AssertionError("not asked")
+
+
+def test_rag_gain_drops_the_documents_a_prompt_has_no_room_for():
+    """rag-gain sent every question with its k documents: one that fitted alone but not with
+    them failed vLLM's whole batch. Its prompt now drops the lowest-ranked documents first,
+    as the RAG loop does, and `doc_ids` names those it kept."""
+    from retrieval_gate.labels.rag_gain import rag_gain_rows
+    from retrieval_gate.questions import Question
+    from retrieval_gate.retrieval.base import Document, Hit
+
+    class Retriever:
+        name = "fixed"
+
+        def retrieve(self, questions, k=5):
+            return [[Hit(Document(f"d{i}", "", "Paris " + "word " * 30), 1.0) for i in range(k)]
+                    for _ in questions]  # fmt: skip
+
+    gen = _WordsGenerator()
+    short = Question(id="s", text="Capital of France?", answers=("Paris",), source="t")
+    long = Question(
+        id="l", text="Capital of France? " + "why " * 40, answers=("Paris",), source="t"
+    )
+    rows = {r["id"]: r for r in rag_gain_rows(gen, Retriever(), [short, long], {}, {}, k=5)}
+    assert all(n <= 240 - 24 for n in gen.prompt_lengths(gen.prompts))
+    assert 1 <= len(rows["l"]["doc_ids"]) < len(rows["s"]["doc_ids"]) <= 5
+    assert rows["l"]["doc_ids"] == [f"d{i}" for i in range(len(rows["l"]["doc_ids"]))]

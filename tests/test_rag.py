@@ -478,7 +478,7 @@ def test_a_prompt_of_thousands_of_documents_is_fitted_in_a_few_measurements():
     """`rag -k 1000000000000` put every document of the corpus in the prompt, then measured
     it once per document dropped (44 s for one question); the fit is the same, found by
     bisection."""
-    from retrieval_gate.rag.fit import build_prompt, fit_prompts, most
+    from retrieval_gate.generation.fit import build_prompt, fit_prompts, most
     from retrieval_gate.retrieval.base import Document, Hit
 
     for limit in range(0, 12):  # most(): the largest n with ok(n), as a scan from the top finds

@@ -24,11 +24,11 @@ from schemathesis import GenerationMode
 from retrieval_gate.cli import main
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation import build_generator
+from retrieval_gate.generation.fit import fit_prompts
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG
 from retrieval_gate.rag.backends import open_gate
 from retrieval_gate.rag.batcher import Batcher, Busy
-from retrieval_gate.rag.fit import fit_prompts
 from retrieval_gate.rag.limits import Limits
 from retrieval_gate.rag.modes import ModeOptions
 from retrieval_gate.rag.multistep import MultiStepConfig

@@ -8,15 +8,18 @@ Label: 1 when retrieval helps; 0 when the closed-book answer is already right ("
 (`neither_label` may set it to 0 or 1 instead).
 
 Rows: id, label, closed_correct, rag_correct, effect, rag_prediction, rag match/em/f1,
-doc_ids (the retrieved documents, for RRCP and audits)."""
+doc_ids (the documents in the prompt, for RRCP and audits: the retrieved ones, less those
+a prompt past the context window drops)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import DataError
 from ..generation.base import Generator
-from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID, document_texts, with_context_prompt
+from ..generation.fit import fit_prompts
+from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .closed_book import MAX_NEW_TOKENS, PREDICTION_CHARS, closed_book_rows, decoding
@@ -54,11 +57,14 @@ def rag_gain_rows(
     missing = [q for q in questions if q.id not in closed]
     if missing:
         closed = {**closed, **{r["id"]: r for r in closed_book_rows(generator, missing, frequent)}}
-    hits = retriever.retrieve(questions, k)
-    prompts = [
-        with_context_prompt(q.text, document_texts(h)) for q, h in zip(questions, hits, strict=True)
-    ]
-    gens = generator.generate(prompts, MAX_NEW_TOKENS)
+    # documents past the context window are dropped, lowest-ranked first, as the RAG loop does
+    fitted = fit_prompts(generator, [q.text for q in questions],
+                         retriever.retrieve(questions, k), DOC_WORDS, MAX_NEW_TOKENS)  # fmt: skip
+    unfit = next(((q, f) for q, f in zip(questions, fitted, strict=True) if f.prompt is None), None)
+    if unfit:
+        raise DataError(f"question {unfit[0].id!r}: {unfit[1].error}")
+    gens = generator.generate([f.prompt for f in fitted], MAX_NEW_TOKENS)
+    hits = [f.hits for f in fitted]
     rows = []
     for q, g, h in zip(questions, gens, hits, strict=True):
         judged = judge(g.text, q, frequent)

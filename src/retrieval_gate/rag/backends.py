@@ -14,10 +14,10 @@ from ..errors import ConfigError
 from ..gates.base import Gate
 from ..gates.registry import needing
 from ..generation.base import Generator
+from ..generation.fit import check_room
 from ..models import SMOLLM2
 from ..retrieval.base import Retriever
 from .cascade import CASCADE, check_logprobs
-from .fit import check_room
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG
 from .modes import ModeOptions, build_gates_then_engine, build_mode_gates, check_modes
 from .multistep import MultiStepConfig

@@ -19,12 +19,12 @@ from ..errors import InputError
 from ..fileio import content_id
 from ..gates.base import Gate, gate_checksum, is_router
 from ..generation.base import Generator
+from ..generation.fit import check_room
 from ..labels.label_files import LabelFile
 from ..questions import Question
 from ..retrieval.base import Retriever
 from .backends import check_answers_readable, open_generator, open_retriever
 from .cascade import CASCADE
-from .fit import check_room
 from .mode_comparison import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import BackendError, ConfigError
 from ..gates.base import Gate, as_questions
 from ..generation.base import Generation, Generator
+from ..generation.fit import FittedPrompt, fit_prompts
 from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
@@ -49,7 +50,6 @@ from .decisions import (
     decide,
     routed_strategies,
 )
-from .fit import FittedPrompt, fit_prompts
 from .multistep import MultiStepConfig, Reasoning, apply_step, continue_steps, step_prompts
 
 DEFAULT_K = 5  # RetrievalQA's top-5 documents

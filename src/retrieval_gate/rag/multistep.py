@@ -28,11 +28,11 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..generation.base import Generation, Generator, WindowedGenerator
+from ..generation.fit import most
 from ..generation.prompts import multi_step_prompt
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
 from .costs import Meter
-from .fit import most
 
 DEFAULT_MAX_STEPS = 4
 MAX_STEPS_LIMIT = 10

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..generation.base import Generator, WindowedGenerator
-from ..generation.prompts import closed_book_prompt, document_texts, with_context_prompt
 from ..retrieval.base import Hit
+from .base import Generator, WindowedGenerator
+from .prompts import closed_book_prompt, document_texts, with_context_prompt
 
 
 @dataclass
