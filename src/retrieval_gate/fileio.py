@@ -259,6 +259,14 @@ def content_id(*parts: str | None) -> str:
     return hashlib.sha256("|".join(p or "-" for p in parts).encode()).hexdigest()[:16]
 
 
+def writer_busy(who: str, flag: str, path: str | Path) -> str:
+    """What a second writer of an output is told; `take_writer_lock` fills in `{pid}`."""
+    return (
+        f"another {who} (pid {{pid}}) is writing {flag} {path} now: wait for it to finish, "
+        f"or pass another {flag}"
+    )
+
+
 @contextlib.contextmanager
 def one_writer(target: Path, busy: str) -> Iterator[None]:
     """Holds `target`'s writer lock (`take_writer_lock`) for the block, or refuses at once."""

@@ -18,11 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .fileio import make_parent, regular_target, take_writer_lock, write_bytes
+from .fileio import make_parent, regular_target, take_writer_lock, write_bytes, writer_busy
 from .outputs import adopt_owned
-
-BUSY = ("another run (pid {pid}) is writing {flag} {path} now: wait for it to finish, or pass "
-        "another {flag}")  # fmt: skip
 
 
 class ResumableOutput:
@@ -31,7 +28,7 @@ class ResumableOutput:
         beside = regular_target(path)  # a link's target: the rename at the end stays in its folder
         self.partial = beside.with_name(beside.name + ".partial")
         self.sidecar = beside.with_name(beside.name + ".partial.json")
-        busy = BUSY.replace("{flag}", flag).replace("{path}", str(self.path))
+        busy = writer_busy("run", flag, self.path)
         self._lock: int | None = take_writer_lock(beside, busy)  # before the partial file is read
         try:
             self._open(identity, resume)

@@ -18,9 +18,6 @@ COST_QUESTIONS = 30  # questions timed per gate
 MAX_RESAMPLES = 100_000  # bootstrap resamples: more only costs time
 
 log = logging.getLogger(__name__)
-# two runs writing one report folder would leave one's report beside the other's figures
-BUSY = ("another evaluate run (pid {pid}) is writing --out {out} now: wait for it to finish, or "
-        "pass another --out")  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -133,7 +130,7 @@ def _say_cascade(label_files: Sequence[Path]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.gate_comparison import WRITES, EvaluationConfig, run_evaluation
-    from ..fileio import one_writer
+    from ..fileio import one_writer, writer_busy
     from ..labels.labelling_run import run_dir_for
     from ..rag.gate_folders import check_gate_folders
     from .gate_args import gate_options
@@ -171,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         cost_axis=args.cost_axis,
         answer_gate=args.answer_gate,
     )
-    with one_writer(args.out, BUSY.replace("{out}", str(args.out))):  # a report of one run
+    # two runs writing one report folder would leave one's report beside the other's figures
+    with one_writer(args.out, writer_busy("evaluate run", "--out", args.out)):
         path = run_evaluation(cfg)
     print(f"report: {path}")
     return 0

@@ -235,12 +235,8 @@ def _labels_read(args: argparse.Namespace, modes: Sequence[str]) -> None:
                           f"not have ({' '.join(modes)}): drop it, or add the mode")  # fmt: skip
 
 
-BUSY = ("another rag run (pid {pid}) is writing --out {out} now: wait for it to finish, or pass "
-        "another --out")  # fmt: skip
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..fileio import one_writer
+    from ..fileio import one_writer, writer_busy
     from ..rag.experiment import Pipeline, check_progress_file
 
     if args.limit < 0:
@@ -256,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         return _compare(args, engine, pipeline, options)
     # every flag checked: one run appends to the progress file at a time (two would interleave)
-    with one_writer(_progress(args), BUSY.replace("{out}", str(args.out))):
+    with one_writer(_progress(args), writer_busy("rag run", "--out", args.out)):
         check_progress_file(_progress(args))
         return _compare(args, engine, pipeline, options)
 

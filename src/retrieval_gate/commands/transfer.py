@@ -14,8 +14,6 @@ from .plan import Distinct
 LEARNED_DEFAULTS = {"learned_config": "minilm", "learned_out": Path("checkpoints/transfer"),
                     "learned_set": ["data.max_train_examples=2000", "data.max_eval_examples=1000",
                                     "trainer.max_epochs=1"]}  # fmt: skip
-BUSY = ("another transfer run (pid {pid}) is writing --out {out} now: wait for it to finish, or "
-        "pass another --out")  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -107,7 +105,7 @@ def _learned_flags_unused(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.transfer import learned_fitter, run_transfer
-    from ..fileio import one_writer
+    from ..fileio import one_writer, writer_busy
     from ..labels.evalset import policy_name
     from ..labels.labelling_run import run_dir_for
     from .gate_args import gate_options
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
     run_dir = run_dir_for(args.labels[0], args.run_dir)
-    busy = BUSY.replace("{out}", str(args.out))
+    busy = writer_busy("transfer run", "--out", args.out)
     with one_writer(args.out, busy):  # one run's matrix in a report folder at a time
         path = run_transfer(
             args.labels, args.gates, args.out, run_dir, extra, command, questions, options
