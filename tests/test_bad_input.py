@@ -518,6 +518,10 @@ def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
     assert code == 2 and "no gate could be evaluated" in err and "--learned-run" in err, err
 
 
+LABELS = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+TUNE = ["tune", "--gate", "tfidf", "--labels", LABELS]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -525,13 +529,19 @@ def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
         (["rag", "--modes", "never", "--threshold", "never=nan"], "must be a number in [0, 1]"),
         (["rag", "--modes", "never", "--threshold", "never=1.5"], "must be a number in [0, 1]"),
         (["export", "--run", "nosuch", "--parity-limit", "-5"], "--parity-limit must be 0"),
+        # numpy's legacy seeding under Optuna's samplers raised: "internal error (a bug)"
+        ([*TUNE, "--seed", "-5"], "--seed -5: expected a whole number from 0 to 4294967295"),
+        ([*TUNE, "--seed", str(2**32)], "expected a whole number from 0 to 4294967295"),
+        # ran 10^20 trials (a progress bar of a million hours)
+        ([*TUNE, "--trials", str(10**20)], "--trials must be from 1 to 100,000"),
     ],
 )
 def test_numbers_out_of_range_exit_2_before_any_work(argv, message, tmp_path, capsys):
     """The probe's last tracebacks and an engine started for a NaN threshold: one line, exit 2."""
-    code, err = _run([*argv, *(["--out-dir", str(tmp_path)] if argv[0] == "export" else [])],
-                     capsys)  # fmt: skip
+    out = {"export": ["--out-dir", str(tmp_path)], "tune": ["--out", str(tmp_path / "t")]}
+    code, err = _run([*argv, *out.get(argv[0], [])], capsys)
     assert code == 2 and message in err, err
+    assert not (tmp_path / "t").exists()
 
 
 def test_transfer_finds_its_default_learned_config_from_any_folder(tmp_path, monkeypatch):

@@ -375,6 +375,12 @@ def test_config_values_are_typed_and_names_plain():
         ("trainer.accumulate_grad_batches", "0", "1 or more"),
         ("trainer.gradient_clip_val", "-1", "0 or more"),
         ("trainer.log_every_n_steps", "0", "1 or more"),
+        # past 64 bits: islice's and torch's OverflowError once training started
+        ("data.batch_size", str(10**20), "an integer of at most 19 digits"),
+        ("trainer.accumulate_grad_batches", str(10**20), "an integer of at most 19 digits"),
+        # torch's float overflow mid-fit; past 1 AdamW diverges at once
+        ("model.head_lr", "1e300", "a number above 0 and at most 1"),
+        ("model.lr", "2", "a number above 0 and at most 1"),
     ]:
         with pytest.raises(ConfigError, match=f"{key}=.*expected .*{expected}"):
             load_config(None, ["data.label_file=x", f"{key}={value}"])
@@ -392,6 +398,20 @@ def test_a_max_length_past_the_backbone_is_refused_before_training():
     with pytest.raises(ConfigError, match="data.max_length=513: the backbone 'minilm' reads at "
                        "most 512 tokens"):  # fmt: skip
         check_max_length(513, "minilm", folder, tokenizer)
+
+
+def test_a_lora_rank_past_the_layers_width_is_refused_before_peft():
+    """model.lora.r=100000 on MiniLM (384 wide) filled 24 GB before the first step."""
+    from transformers import BertConfig, BertModel
+
+    from retrieval_gate.training.backbones import _wrap_lora
+    from retrieval_gate.training.config import LoraConfig
+
+    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, vocab_size=50))  # fmt: skip
+    with pytest.raises(ConfigError, match="model.lora.r=33: the backbone's layers are 32 wide"):
+        _wrap_lora(model, LoraConfig(r=33, target_modules=("query",)), "encoder")
+    assert _wrap_lora(model, LoraConfig(r=32, target_modules=("query",)), "encoder") is not None
 
 
 LABEL_CHECK = """
@@ -748,3 +768,22 @@ def test_a_run_finds_its_label_file_from_another_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert label_source(provenance) == str(labels.resolve())
     assert label_source({"path": "adaptive-rag"}) == "adaptive-rag"  # a dataset name, kept
+
+
+def test_a_diverged_loss_stops_training_with_the_learning_rates(
+    workdir, label_file, train_gate, monkeypatch
+):
+    """model.lr=1e30 trained on NaN weights, saved the gate and exited 0. The loss is made
+    NaN here (a learning rate that reliably diverges in three steps is model-specific)."""
+    from torch import nn
+
+    from retrieval_gate.errors import TrainingDiverged
+
+    cfg = tiny_config(label_file, workdir / "ck", "encoder", _model_name(workdir, "roberta"),
+                      pooling="cls")  # fmt: skip
+    cfg = cfg.override("run.name=diverges")
+    monkeypatch.setattr(nn.CrossEntropyLoss, "forward", lambda self, x, y: x.sum() * float("nan"))
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step 0: the loss is nan; "
+                       r"lower model.lr \(0.001\) or model.head_lr \(0.001\)"):  # fmt: skip
+        train_gate(cfg, questions=QUESTIONS)
+    assert not (workdir / "ck" / "diverges" / "gate.pt").exists()

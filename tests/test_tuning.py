@@ -185,6 +185,14 @@ def test_hparam_study_trains_with_lightning_and_prunes(tmp_path):
     )
     study.optimize(lambda t: hparams.fit_trial(cfg, t, qs), n_trials=1)
     assert study.trials[0].state == optuna.trial.TrialState.PRUNED
+    # a trial whose loss turns NaN is pruned, and the study goes on (it stopped the run)
+    from torch import nn
+
+    study = optuna.create_study(direction="maximize")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nn.CrossEntropyLoss, "forward", lambda self, x, y: x.sum() * float("nan"))
+        study.optimize(lambda t: hparams.fit_trial(cfg, t, qs), n_trials=2)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.PRUNED] * 2
 
 
 # ------------------------------------------------------------------ identity, not names

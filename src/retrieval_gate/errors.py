@@ -50,6 +50,10 @@ class ConfigError(InputError):
     """A configuration key, value or combination of options is invalid."""
 
 
+class TrainingDiverged(InputError):
+    """The training loss became NaN or infinite (a learning rate too high for the data)."""
+
+
 class LeakageError(InputError):
     """Questions of the test split appear in the data a gate was trained or tuned on."""
 

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..gates.registry import gate_names
     from ..tuning.studies import STUDIES_FILE
-    from ..tuning.tune import OBJECTIVES, TuneConfig
+    from ..tuning.tune import MAX_TRIALS, OBJECTIVES, TuneConfig
     from .gate_args import add_gate_options
     from .question_args import add_data_dir, add_question_args
 
@@ -58,10 +58,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trials",
         type=int,
-        help=f"trials of the sampled studies: pareto, relations, hparams (default: {d.trials}); "
+        help=f"trials of the sampled studies: pareto, relations, hparams, 1 to {MAX_TRIALS:,} "
+        f"(default: {d.trials}); "
         "the 1-D threshold objectives are exact and need none",
     )
-    p.add_argument("--seed", type=int, help=f"sampler seed (default {d.seed})")
+    p.add_argument("--seed", type=int, help=f"sampler seed, 0 to 4294967295 (default {d.seed})")
     p.add_argument(
         "--storage",
         help="Optuna storage of the sampled studies: a SQLite file (one process), "

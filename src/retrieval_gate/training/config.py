@@ -104,6 +104,8 @@ def _scalar(where: str, value: Any, hint: type) -> Any:
         if not ok or not math.isfinite(number):
             kind = "a number" if hint is float else "an integer"
             raise ConfigError(f"{where}={value!r}: expected {kind}")
+        if hint is int and abs(number) >= 2**63:  # torch and islice overflowed mid-training
+            raise ConfigError(f"{where}={value!r}: expected an integer of at most 19 digits")
         return float(number) if hint is float else number
     # str, the only other type a field has
     if isinstance(value, os.PathLike):
@@ -150,6 +152,8 @@ AT_LEAST_0: Range = (lambda v: v >= 0, "0 or more")
 AT_LEAST_1: Range = (lambda v: v >= 1, "1 or more")
 FRACTION: Range = (lambda v: 0 <= v <= 1, "a number from 0 to 1")
 DROPOUT: Range = (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1")
+# AdamW's step size: past 1 it diverges at once, and past float32 torch overflowed mid-fit
+LR: Range = (lambda v: 0 < v <= 1, "a number above 0 and at most 1 (1e-5 to 1e-3 is usual)")
 SEED: Range = (lambda v: 0 <= v < 2**32, "a whole number from 0 to 4294967295 (numpy's seeds)")
 
 
@@ -267,7 +271,7 @@ class LoraConfig(_Checked):
 @dataclass(frozen=True)
 class ModelConfig(_Checked):
     _where = "model"
-    _ranges = {"lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": AT_LEAST_0,
+    _ranges = {"lr": LR, "head_lr": LR, "weight_decay": AT_LEAST_0,
                "dropout": DROPOUT, "warmup_ratio": FRACTION}  # fmt: skip
     backbone: Literal["encoder", "t5-lora", "decoder-lora"] = "encoder"
     name: str = "minilm"  # a bundled name, a Hub id or a local folder

@@ -24,7 +24,7 @@ from transformers import PretrainedConfig, get_linear_schedule_with_warmup
 
 from .. import metrics as M
 from ..data.gate_features import GateFeatures
-from ..errors import InputError
+from ..errors import InputError, TrainingDiverged
 from .backbones import Backbone
 from .config import ModelConfig
 from .heads import HEADS
@@ -180,7 +180,15 @@ class RetrievalGateModule(pl.LightningModule):
         return loss
 
     def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
-        return self._step(batch, "train")
+        loss = self._step(batch, "train")
+        if not torch.isfinite(loss):  # it trained on and saved a gate of NaN weights, exit 0
+            cfg = self.config
+            raise TrainingDiverged(
+                f"training diverged at step {self.global_step}: the loss is {loss.item()}; "
+                f"lower model.lr ({cfg.lr:g}) or model.head_lr ({cfg.head_lr:g}) and train "
+                "again (--overwrite replaces this run)"
+            )
+        return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
         self._step(batch, "val")

@@ -13,6 +13,7 @@ the unified `lightning.pytorch` namespace, while this project's Trainer is `pyto
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +22,12 @@ from typing import Any
 import optuna
 import pytorch_lightning as pl
 
+from ..errors import TrainingDiverged
 from ..training.config import TrainConfig
 from .studies import open_study
 from .workers import optimize_until, run_workers
+
+log = logging.getLogger(__name__)
 
 
 class LightningPruning(pl.Callback):
@@ -74,7 +78,11 @@ def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | No
         enable_checkpointing=False,
         callbacks=[LightningPruning(trial)],
     )
-    trainer.fit(module, datamodule=dm)
+    try:
+        trainer.fit(module, datamodule=dm)
+    except TrainingDiverged as e:  # that trial's settings, not the study: the next one goes on
+        log.warning("trial %d pruned: %s", trial.number, e)
+        raise optuna.TrialPruned(str(e)) from e
     return float(trainer.callback_metrics["val/auroc"])
 
 

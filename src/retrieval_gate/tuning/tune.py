@@ -40,6 +40,7 @@ TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questi
 # studies Optuna samples (trials, a storage); the other threshold objectives (and the router's
 # price sweep) are exact
 SAMPLED = ("pareto", *OWN_STUDIES)
+MAX_TRIALS = 100_000  # trials of one run (a tf-idf trial takes ~0.05 s, a training one minutes)
 WRITES = ("tune-*.json", "tune-*.md", "pareto-*.png")  # checked when the command starts
 
 
@@ -80,8 +81,10 @@ class TuneConfig:
         unknown = [o for o in self.objectives if o not in OBJECTIVES]
         if unknown:
             raise ConfigError(f"unknown objective {unknown[0]!r}; use {', '.join(OBJECTIVES)}")
-        if self.trials < 1:
-            raise InputError(f"--trials must be at least 1, got {self.trials}")
+        if not 1 <= self.trials <= MAX_TRIALS:  # past it a study runs for days
+            raise InputError(f"--trials must be from 1 to {MAX_TRIALS:,}, got {self.trials}")
+        if not 0 <= self.seed < 2**32:  # Optuna's samplers seed numpy's legacy generator
+            raise InputError(f"--seed {self.seed}: expected a whole number from 0 to 4294967295")
         # A --storage the user named is reached before any work. The default file in --out is
         # made by the first study, once the labels have been read (a bad label file leaves no
         # folder and no database); exact sweeps alone leave it unmade.
