@@ -212,3 +212,13 @@ def test_rag_gain_drops_the_documents_a_prompt_has_no_room_for():
     assert all(n <= 240 - 24 for n in gen.prompt_lengths(gen.prompts))
     assert 1 <= len(rows["l"]["doc_ids"]) < len(rows["s"]["doc_ids"]) <= 5
     assert rows["l"]["doc_ids"] == [f"d{i}" for i in range(len(rows["l"]["doc_ids"]))]
+    # `label --k 1000000000000` asked for the whole corpus: no more than the window holds
+    asked = []
+
+    class Counting(Retriever):
+        def retrieve(self, questions, k=5):
+            asked.append(k)
+            return super().retrieve(questions, min(k, 300))
+
+    rag_gain_rows(gen, Counting(), [short], {}, {}, k=10**12)
+    assert asked == [240]

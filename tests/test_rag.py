@@ -498,3 +498,17 @@ def test_a_prompt_of_thousands_of_documents_is_fitted_in_a_few_measurements():
     assert count([fitted.prompt])[0] <= 400 - 24  # it fits, and one more document would not
     assert count([build_prompt("What is item 3?", hits[: n + 1], 100)])[0] > 400 - 24
     assert len(measured) < 20
+
+
+def test_no_more_documents_are_retrieved_than_the_window_could_hold(monkeypatch):
+    """`rag -k 1000000000000` asked the retriever for the whole corpus per question (and each
+    multi-step step for half of it); a document takes at least one token of the window."""
+    from retrieval_gate.rag.costs import Meter
+
+    asked = []
+    retrieve = Meter.retrieve
+    monkeypatch.setattr(Meter, "retrieve", lambda self, r, q, s, k: asked.append(k)
+                        or retrieve(self, r, q, s, k))  # fmt: skip
+    run_comparison(["always", "multi-step"], Sample(["retrievalqa"], limit=2, seed=2),
+                   Pipeline("contexts", k=10**12, max_new_tokens=4), generator=_Windowed())  # fmt: skip
+    assert asked and max(asked) == _Windowed.context_window, asked

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..generation.base import Generator
-from ..generation.fit import fit_prompts
+from ..generation.fit import fit_prompts, most_documents
 from ..generation.prompts import DOC_WORDS, WITH_CONTEXT_ID
 from ..questions import Question
 from ..retrieval.base import Retriever
@@ -59,7 +59,8 @@ def rag_gain_rows(
         closed = {**closed, **{r["id"]: r for r in closed_book_rows(generator, missing, frequent)}}
     # documents past the context window are dropped, lowest-ranked first, as the RAG loop does
     fitted = fit_prompts(generator, [q.text for q in questions],
-                         retriever.retrieve(questions, k), DOC_WORDS, MAX_NEW_TOKENS)  # fmt: skip
+                         retriever.retrieve(questions, most_documents(generator, k)), DOC_WORDS,
+                         MAX_NEW_TOKENS)  # fmt: skip
     unfit = next(((q, f) for q, f in zip(questions, fitted, strict=True) if f.prompt is None), None)
     if unfit:
         raise DataError(f"question {unfit[0].id!r}: {unfit[1].error}")

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import BackendError, ConfigError
 from ..gates.base import Gate, as_questions
 from ..generation.base import Generation, Generator
-from ..generation.fit import FittedPrompt, fit_prompts
+from ..generation.fit import FittedPrompt, fit_prompts, most_documents
 from ..generation.prompts import DOC_WORDS
 from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
@@ -308,8 +308,8 @@ class AdaptiveRAG:
         hits: dict[int, list[Hit]] = {}
         for r, idx in groups.values():
             ks = [specs[i].documents(self.k) for i in idx]
-            found = meter.retrieve(r, [questions[i] for i in idx],
-                                   [specs[i].name for i in idx], max(ks))  # fmt: skip
+            found = meter.retrieve(r, [questions[i] for i in idx], [specs[i].name for i in idx],
+                                   most_documents(self.generator, max(ks)))  # fmt: skip
             for i, h, k in zip(idx, found, ks, strict=True):
                 hits[i] = list(h)[:k]
         return hits

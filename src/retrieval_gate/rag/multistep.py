@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..generation.base import Generation, Generator, WindowedGenerator
-from ..generation.fit import most
+from ..generation.fit import most, most_documents
 from ..generation.prompts import multi_step_prompt
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
@@ -242,7 +242,8 @@ def continue_steps(
         queries = [s.next_query() for s in todo]
         step_ks = [s.config.step_k or 1 for s in todo]
         # one call at the largest step_k; a strategy with a smaller one keeps its top hits
-        hits = meter.retrieve(retriever, queries, [s.strategy for s in todo], max(step_ks))
+        depth = most_documents(generator, max(step_ks))
+        hits = meter.retrieve(retriever, queries, [s.strategy for s in todo], depth)
         for s, q, h, k in zip(todo, queries, hits, step_ks, strict=True):
             s.add(q.text, h[:k])
         run_step(todo, generator, meter, max_new_tokens, doc_words)
