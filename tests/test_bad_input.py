@@ -57,11 +57,12 @@ def test_score_with_no_scorable_line_is_an_error(tmp_path, capsys):
 
 def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     csv_file = tmp_path / "q.csv"
-    csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\n')
+    csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\nx3,\u200b \x07\n')
     rows = read_question_lines(csv_file)
     assert rows == [
         {"line": 2, "id": "x1", "text": "Who wrote Hamlet, the play?"},
         {"line": 3, "id": "x2", "error": "empty question"},
+        {"line": 4, "id": "x3", "error": "empty question"},  # no visible character: was scored
     ]
     txt = tmp_path / "q.txt"
     txt.write_text("question\nWho wrote Hamlet?\n")
@@ -71,8 +72,10 @@ def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     with pytest.raises(InputError, match="no 'question' or 'text' column"):
         read_question_lines(bad_header)
     jsonl = tmp_path / "q.jsonl"
-    jsonl.write_text('{"id": "own-7", "question": ""}\n{"id": "own-8", "q": "x"}\n')
-    assert [r["id"] for r in read_question_lines(jsonl)] == ["own-7", "own-8"]
+    jsonl.write_text('{"id": "own-7", "question": ""}\n{"id": "own-8", "q": "x"}\n'
+                     '{"id": "own-9", "question": "\\u0000\\u00ad"}\n')  # fmt: skip
+    assert [r["id"] for r in read_question_lines(jsonl)] == ["own-7", "own-8", "own-9"]
+    assert read_question_lines(jsonl)[2]["error"] == "empty question"
 
 
 def test_score_reads_a_json_file_as_objects_not_as_lines_of_text(tmp_path):

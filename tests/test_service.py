@@ -128,6 +128,9 @@ def test_variant_is_served(tiny_onnx_export):
         # a key twice: json kept the last list and answered it alone
         ('{"questions": ["a?"], "questions": ["b?"]}', "body: key 'questions' is given twice"),
         ('{"questions": ["\\u001e"]}', "questions.0: is empty or only whitespace"),
+        # only control characters or zero-width marks: no text for the tokenizer, yet scored
+        ('{"questions": [" \\u0000 "]}', "questions.0: is empty or only whitespace or control"),
+        ('{"questions": ["\\u200b\\u200d\\u2060"]}', "questions.0: is empty or only"),
     ],
 )
 def test_bad_requests_get_422_with_reason(gate, body, reason):

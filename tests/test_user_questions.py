@@ -205,6 +205,13 @@ def test_duplicates(tmp_path, caplog):
             "line 2: empty or missing question",
         ),
         ("one.json", '{\n "question": "a?"\n}\n', "is one JSON object, not rows"),
+        # only a control character or zero-width marks: no text, yet read as a question
+        (
+            "nul.jsonl",
+            '{"question": "a?"}\n{"question": " \\u0000 "}\n',
+            "line 2: empty or missing question",
+        ),  # fmt: skip
+        ("zw.txt", "a?\n\u200b\u2060\nb?\n", "line 2: empty line"),
         ("wrapped.json", '{"data": [\n{"question": "a?"}]}', "its 'data' holds a list of objects"),
         (
             "badsplit.jsonl",

@@ -21,6 +21,19 @@ _IDK = re.compile(
 )
 
 
+# A visible character: not whitespace (what str.isspace calls so, and U+FEFF), not a control
+# character, not a zero-width or direction mark. A question of only those ("\x00", U+200B)
+# has no text for a tokenizer, yet was scored. Listed one by one so that the pattern means the
+# same to Python's re, pydantic's Rust regex and a client's ECMA regex (the HTTP schema's).
+VISIBLE = (r"[^\x00-\x20\x7f-\xa0\xad\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2064"
+           r"\u3000\ufeff]")  # fmt: skip
+
+
+def has_text(text: str) -> bool:
+    """Whether `text` has a visible character (`VISIBLE`): a question, not a blank."""
+    return re.search(VISIBLE, text) is not None
+
+
 def is_idk(prediction: str) -> bool:
     """The model declined ("I don't know", "I'm sorry", an empty answer)."""
     return not prediction.strip() or bool(_IDK.search(prediction))
@@ -54,7 +67,7 @@ class Question:
     def __post_init__(self) -> None:
         if not self.id:
             raise InputError("Question needs a non-empty id")
-        if not self.text or not self.text.strip():
+        if not isinstance(self.text, str) or not has_text(self.text):
             raise InputError(f"Question {self.id!r} has an empty question text")
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from ..errors import InputError
 from ..fileio import not_utf8
+from ..questions import has_text
 from ..strict_rows import RepeatedKeyError, first_repeated, loads
 from .jsonl_files import read_json_array, refuse_one_object
 
@@ -154,7 +155,7 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
         if not isinstance(row, dict):
             return {**rec, "error": "expected a JSON object with a 'question' field"}
         return _row_record(rec, row)
-    if not line.strip():
+    if not has_text(line):
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}
 
@@ -171,7 +172,7 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     except UnicodeEncodeError as e:
         return {**rec, "error": f"not valid Unicode (a lone surrogate at character "
                                 f"{e.start}); write the question as UTF-8"}  # fmt: skip
-    if not line.strip():
+    if not has_text(line):
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}
 
@@ -213,4 +214,5 @@ def _csv_records(rows: Iterator[list[str]], path: Path, delimiter: str) -> Itera
         if id_col is not None and id_col < len(row) and row[id_col].strip():
             rec["id"] = row[id_col]
         question = row[col] if col < len(row) else ""
-        yield {**rec, "text": question} if question.strip() else {**rec, "error": "empty question"}
+        ok = has_text(question)
+        yield {**rec, "text": question} if ok else {**rec, "error": "empty question"}

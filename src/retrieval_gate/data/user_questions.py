@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..fileio import not_utf8
-from ..questions import Question
+from ..questions import Question, has_text
 from ..strict_rows import first_repeated
 from .answer_confidence import (
     MEAN_LOGPROB,
@@ -189,7 +189,7 @@ def _text_rows(path: Path) -> Iterator[Row]:
     for n, line in enumerate(lines, start=1):
         if n == 1 and line.strip().lower() in HEADER_WORDS:
             continue
-        if not line.strip():
+        if not has_text(line):
             raise DataError("empty line: write one question a line", path, n)
         yield n, {"question": line.strip()}
 
@@ -331,7 +331,7 @@ def _question(
     if text is not None and not isinstance(text, str):
         raise DataError(f"the question ({' or '.join(columns['text'])}) is {text!r}, not text",
                         spec, n)  # fmt: skip
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not has_text(text):
         raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
     qid = get("id")
     split = _split(get("split"), spec, n)

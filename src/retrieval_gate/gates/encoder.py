@@ -15,6 +15,7 @@ import numpy as np
 from .. import work
 from ..data.gate_features import GateFeatures
 from ..errors import InputError
+from ..questions import has_text
 from .base import Questions, as_questions
 
 
@@ -22,8 +23,9 @@ def check_texts(texts: Sequence[str]) -> None:
     """Every text scorable: non-empty, and valid Unicode (JSON may carry an escaped lone
     surrogate, which no tokenizer can encode)."""
     for i, text in enumerate(texts):
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"question {i} is empty: cannot score an empty question text")
+        if not isinstance(text, str) or not has_text(text):
+            raise InputError(f"question {i} is empty (or only whitespace or control "
+                             "characters): cannot score an empty question text")  # fmt: skip
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:

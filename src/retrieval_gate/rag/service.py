@@ -25,7 +25,6 @@ Built to degrade, not stall:
 
 import asyncio
 import logging
-import re
 import secrets
 import threading
 import time
@@ -44,7 +43,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
 from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
-from ..questions import Question
+from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from ..strict_rows import RepeatedKeyError, loads
 from .batcher import Batcher, Busy
@@ -231,16 +230,9 @@ def _valid_unicode(value: Any) -> Any:
     return value
 
 
-# A character that is not whitespace: what str.isspace calls whitespace, and U+FEFF, listed
-# one by one so that the schema's pattern means the same to Python's re, pydantic's Rust
-# regex and a client's (or schemathesis's) ECMA regex, whose `\s` differ on U+001C-1F/85/FEFF.
-NOT_BLANK = (r"[^\x09-\x0d\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f"
-             r"\u205f\u3000\ufeff]")  # fmt: skip
-
-
 def _not_blank(text: str) -> str:
-    if not re.search(NOT_BLANK, text):
-        raise InputError("is empty or only whitespace")
+    if not has_text(text):
+        raise InputError("is empty or only whitespace or control characters")
     return text
 
 
@@ -274,7 +266,7 @@ def _request_model(
     text = Annotated[
         str,
         # the schema says what _not_blank checks: a client (or a fuzzer) reads it there
-        Field(min_length=1, max_length=limits.max_question_chars, pattern=NOT_BLANK),
+        Field(min_length=1, max_length=limits.max_question_chars, pattern=VISIBLE),
         BeforeValidator(_valid_unicode),
         AfterValidator(_not_blank),
     ]
@@ -283,7 +275,7 @@ def _request_model(
         Field(
             min_length=1,
             max_length=limits.max_questions,
-            description="questions with some non-blank text, valid Unicode (UTF-8)",
+            description="questions with some visible text, valid Unicode (UTF-8)",
         ),
     ]
     config = ConfigDict(extra="forbid", strict=True)
@@ -670,8 +662,8 @@ def _item(a: Answer) -> AnswerItem:
 
 def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
-    if error.get("type") == "string_pattern_mismatch":  # the one pattern: NOT_BLANK
-        return f"{where}: is empty or only whitespace"
+    if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
+        return f"{where}: is empty or only whitespace or control characters"
     if error.get("type") == "missing" and where == "body":  # no body at all
         return 'body: empty; send a JSON object such as {"questions": ["..."]}'
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
