@@ -96,6 +96,8 @@ def test_score_gate_only_matches_the_gate(gate):
         assert body["gate"] == gate.name and body["threshold"] == gate.threshold
         health = client.get("/health").json()
         assert (health["mode"], health["generator"]) == ("gate", None)
+        head = client.head("/health")  # monitors probe with HEAD: it was a 405
+        assert head.status_code == 200 and not head.content
         assert client.post("/answer", json={"questions": texts}).status_code == 404
     paths = create_app(gate).openapi()["paths"]
     assert set(paths) == {"/health", "/score"}

@@ -393,7 +393,8 @@ def create_app(
         reasons = [_reason(e) for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
-    @app.get("/health")
+    # HEAD too: uptime monitors and load balancers often probe with it (it was a 405)
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
