@@ -172,11 +172,22 @@ class StrictJSON(APIRoute):
                 loads(body) if body else None
             except RepeatedKeyError as e:
                 return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
-            except (ValueError, RecursionError):
-                pass  # not JSON (or nested past the parser): FastAPI's own 400 says so
+            except (UnicodeDecodeError, RecursionError) as e:  # FastAPI's 400 said only "There
+                # was an error parsing the body"
+                return JSONResponse(status_code=400, content={"detail": _unreadable(e)})
+            except ValueError:
+                pass  # not JSON: FastAPI's own 422 names the character
             return await handler(request)
 
         return run
+
+
+def _unreadable(error: UnicodeDecodeError | RecursionError) -> str:
+    """Why a body could not be read as JSON at all (an error parsing the body)."""
+    if isinstance(error, UnicodeDecodeError):
+        return f"body: not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x}); " \
+            "send the JSON as UTF-8"  # fmt: skip
+    return 'body: JSON nested too deep to read; send an object such as {"questions": ["..."]}'
 
 
 # FastAPI reads a body sent as another type (curl -d: a form) as no JSON at all, and said only
