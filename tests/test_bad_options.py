@@ -148,6 +148,9 @@ CASES = {
     "label-ray-actors-zero": C(f"{LABEL} --engine ray --actors 0", "--actors"),
     "label-ray-in-flight-zero": C(f"{LABEL} --engine ray --in-flight 0", "--in-flight"),
     "label-ray-batch-zero": C(f"{LABEL} --engine ray --ray-batch-size 0", "--ray-batch-size"),
+    # a thread per request in flight, a batch's rows in memory: 10^20 of either reached Ray
+    "label-ray-in-flight-absurd": C(f"{LABEL} --engine ray --in-flight {10**20}", "--in-flight", "at most 1,024"),
+    "label-ray-batch-absurd": C(f"{LABEL} --engine ray --ray-batch-size {10**20}", "--ray-batch-size", "at most 100,000"),
     # the --engine ray flags, --eq-sample/--seed and the question picks went unused
     "label-ray-flag-local": C(f"{LABEL} --actors 0", "--actors goes with --engine ray"),
     "label-ray-backend-local": C(f"{LABEL} --ray-backend vllm", "--ray-backend goes with --engine ray"),

@@ -44,6 +44,10 @@ from .label_files import LabelFile
 log = logging.getLogger(__name__)
 
 BACKENDS = ("openai", "vllm")
+# An actor holds a thread per request in flight and a batch of rows in memory: past these a
+# server's own queue (vLLM batches a few hundred sequences) or the actor's memory gives out.
+MAX_IN_FLIGHT = 1024
+MAX_BATCH_ROWS = 100_000
 RequestKey = tuple[str, int, bool]  # prompt, max_tokens, logprobs
 
 
@@ -71,6 +75,12 @@ class RayOptions:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--ray-batch-size must be at least 1, got {self.batch_size}")
+        for flag, value, most in (("--in-flight", self.in_flight, MAX_IN_FLIGHT),
+                                  ("--ray-batch-size", self.batch_size, MAX_BATCH_ROWS)):  # fmt: skip
+            if value is not None and value > most:  # a thread each, or rows held in memory
+                raise ConfigError(f"{flag} {value}: an actor holds a thread per request in "
+                                  f"flight and its batch's rows in memory; pass at most {most:,} "
+                                  "(more actors spread the load)")  # fmt: skip
         if self.backend == "openai" and not self.urls:
             raise ConfigError(
                 "--engine ray needs --generator-url URL [URL ...] (or --ray-backend vllm)"
