@@ -270,6 +270,10 @@ def test_size_bound_evicts_least_recently_used(tmp_path):
 def test_cache_verb_info_and_clear(tmp_path, monkeypatch, capsys):
     from retrieval_gate.cli import main
 
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "new"))
+    assert main(["cache", "info"]) == 0  # no cache yet: said, and none made by looking
+    assert json.loads(capsys.readouterr().out)["exists"] is False
+    assert not (tmp_path / "new").exists()
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
     s = GenerationStore()
     CachedGenerator(FakeGenerator(), store=s).generate(["a", "b"], 8)

@@ -210,6 +210,7 @@ class GenerationStore:
             "limit_mb": round(self.limit / 2**20, 3),
             "hits": hits,
             "enabled": cache_enabled(),
+            "exists": True,
         }
 
     def clear(self) -> int:
@@ -231,6 +232,10 @@ def store_action(action: str) -> dict[str, Any]:
     file that is not one (damaged, or someone else's): `info` names it and the fix, `clear`
     renames it beside itself (never deleted: it may not be ours) and starts an empty one."""
     path = cache_path()
+    if action == "info" and not path.exists():  # said, not made: `info` only looks
+        return {"path": str(path), "entries": 0, "stored_bytes": 0, "stored_mb": 0.0,
+                "file_mb": 0.0, "limit_mb": round(max_bytes() / 2**20, 3), "hits": 0,
+                "enabled": cache_enabled(), "exists": False}  # fmt: skip
     try:
         return _on_store(GenerationStore(path), action)
     except (sqlite3.Error, OSError) as e:
