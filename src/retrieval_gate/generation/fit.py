@@ -40,7 +40,7 @@ def check_room(generator: Generator, max_new_tokens: int) -> None:
 def most_documents(generator: Generator, k: int) -> int:
     """The documents worth retrieving for one prompt: at most `k`, and no more than the
     window has tokens (each document takes at least one), which fitting would drop anyway.
-    `rag -k 1000000000000` retrieved the whole corpus per question: 3.8 GB for one."""
+    `rag -k 1000000000000` asked the retriever for the whole corpus per question."""
     window = getattr(generator, "context_window", None)
     return min(k, window) if window else k
 

@@ -83,7 +83,7 @@ def _wrap_lora(model: nn.Module, lora: LoraConfig | None, kind: str) -> nn.Modul
         return model
     config = getattr(model, "config", None)
     width = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
-    if isinstance(width, int) and lora.r > width:  # r=100000 filled 24 GB before one step
+    if isinstance(width, int) and lora.r > width:  # r=100000 was killed for memory before one step
         raise ConfigError(f"model.lora.r={lora.r}: the backbone's layers are {width} wide and a "
                           f"rank above that adds only memory; set model.lora.r to {width} or "
                           "less (8 to 64 is usual)")  # fmt: skip
