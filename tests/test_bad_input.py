@@ -602,3 +602,25 @@ def test_label_refuses_a_question_too_long_for_the_window_before_the_engine(tmp_
     assert code == 2 and "1 of 2 questions do not fit smollm2-135m-instruct's context" in err, err
     assert "question 'b' makes a 5" in err and "engine started" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]
+
+
+def test_a_full_or_read_only_disk_is_said_with_the_path_not_called_a_bug(monkeypatch, capsys):
+    """A system error of the user's disk escaped as a traceback and "internal error (a bug)"."""
+    import errno
+
+    from retrieval_gate import cli
+    from retrieval_gate.errors import os_error
+
+    said = os_error(OSError(errno.ENOSPC, "No space left on device", "/data/out.jsonl"))
+    assert str(said) == "/data/out.jsonl: no space left on the device: free some, or write " \
+        "elsewhere"  # fmt: skip
+    assert os_error(OSError(errno.ENOENT, "No such file", "/x")) is None  # that one is a bug
+
+    def full(args):
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/report.md")
+
+    monkeypatch.setattr(cli, "_run_counted", full)
+    assert cli.main(["cache", "info"]) == 2
+    err = capsys.readouterr().err
+    assert "/mnt/ro/report.md: the file system is read-only: write elsewhere" in err
+    assert "internal error" not in err

@@ -301,6 +301,13 @@ CASES = {
     "export-out-dir-is-a-file": C("export --run {t}/run_empty --out-dir {t}/file.txt", "--out-dir", "file.txt"),
     "export-parity-limit-negative": C("export --run {t}/run_empty --out-dir {t}/ex --parity-limit -1", "--parity-limit"),
     "export-questions-missing": C("export --run {t}/run_empty --out-dir {t}/ex --questions {t}/missing.jsonl", "missing.jsonl"),
+    # ------------------------------------------------- a name past the file system's 255 bytes
+    # (an OSError from the first look at the path: a traceback, "internal error (a bug)")
+    "score-out-name-too-long": C(f"{SCORE} --out {{t}}/{'a' * 300}.jsonl", "a name in this path is too long", "aaa.jsonl (", " characters)"),
+    "evaluate-out-name-too-long": C(f"evaluate --gates always --labels {LABELS} --no-cost --out {{t}}/{'a' * 300}", "a name in this path is too long"),
+    "export-out-name-too-long": C(f"export --run {{t}}/run_empty --out-dir {{t}}/{'a' * 300}", "a name in this path is too long"),
+    "label-out-name-too-long": C(f"label --policy closed-book {URL} --out {{t}}/{'a' * 300}.jsonl", "a name in this path is too long"),
+    "rag-out-name-too-long": C(f"rag --modes never --limit 1 --out {{t}}/{'a' * 300}.json", "a name in this path is too long"),
 }
 # fmt: on
 

@@ -16,7 +16,7 @@ import traceback
 
 from . import work
 from .cache_settings import NO_CACHE_ENV, check_cache_settings
-from .errors import EXIT_BUG, InputError, RetrievalGateError, missing_package
+from .errors import EXIT_BUG, InputError, RetrievalGateError, missing_package, os_error
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
 # verb's module is imported only when used, so `retrieval-gate data summary` never pays for
@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"retrieval-gate {verb}: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a name too long, a full or read-only disk: the user's, not a bug
+        said = os_error(e)
+        if said is None:
+            return _bug(verb)
+        print(f"retrieval-gate {verb}: error: {said}", file=sys.stderr)
+        return said.exit_code
     except Exception:
         return _bug(verb)
 

@@ -13,6 +13,7 @@ Anything else that escapes a command is a bug: exit code 1, with a traceback.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -115,6 +116,28 @@ def missing_package(error: ModuleNotFoundError) -> BackendError | None:
         f"this needs the optional package {top!r}: pip install 'retrieval-gate[{extra}]' "
         "(or scripts/setup.sh for everything)"
     )
+
+
+# What the system says of a path or a device, not of this program: said with the path and
+# the fix, where they were a traceback and "internal error (a bug)"
+_OS_ERRORS = {
+    errno.ENAMETOOLONG: "a name in this path is too long for the file system (most allow 255 "
+    "bytes a name): pass a shorter one",
+    errno.ENOSPC: "no space left on the device: free some, or write elsewhere",
+    errno.EDQUOT: "over the disk quota: free some, or write elsewhere",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+}
+
+
+def os_error(error: OSError) -> InputError | None:
+    """A clear InputError naming the path for a system error of the user's paths or disk
+    (`_OS_ERRORS`); None for any other (then it is a bug)."""
+    said = _OS_ERRORS.get(error.errno)  # type: ignore[arg-type]
+    if said is None:
+        return None
+    name = str(error.filename or "")
+    shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+    return InputError(f"{shown}: {said}" if shown else said)
 
 
 def first_line(error: BaseException) -> str:
