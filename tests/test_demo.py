@@ -20,6 +20,17 @@ def test_unknown_stage_is_a_clear_error(tmp_path):
         run_demo(tmp_path, only="nope")
 
 
+def test_the_stage_flag_lists_every_stage(capsys):
+    """`demo --help` listed the stages by hand, without router-tune."""
+    from retrieval_gate.cli import build_parser
+    from retrieval_gate.demo import STAGES
+
+    with pytest.raises(SystemExit):
+        build_parser(["demo"]).parse_args(["demo", "--help"])
+    shown = " ".join(capsys.readouterr().out.split()).replace("- ", "-")
+    assert ", ".join(s.name for s in STAGES) in shown, shown
+
+
 @pytest.mark.parametrize("value", ["off", "maybe", "false"])
 def test_a_preload_setting_other_than_0_or_1_stops_the_demo_first(tmp_path, monkeypatch, value):
     """Only 0 turned forking off: `off` or `false` silently forked every stage."""
