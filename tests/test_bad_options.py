@@ -213,6 +213,8 @@ CASES = {
     "serve-recorded-gate": C("serve --mode gate --gate recorded --recorded {t}/q.jsonl", "--gate recorded", "by question id"),
     "serve-port-zero": C(f"serve {GATE} --port 0", "--port"),
     "serve-port-absurd": C(f"serve {GATE} --port 70000", "--port"),
+    "serve-host-a-url": C(f"serve {GATE} --host http://127.0.0.1", "not an address here", "a host name or address alone"),
+    "serve-host-bracketed": C(f"serve {GATE} --host [::1]", "without brackets: --host ::1"),
     "serve-max-batch-zero": C(f"serve {GATE} --max-batch 0", "--max-batch"),
     "serve-timeout-nan": C(f"serve {GATE} --request-timeout nan", "--request-timeout"),
     "serve-tensor-parallel-absurd": C(f"serve {GATE} --tensor-parallel-size 999", "--tensor-parallel-size"),

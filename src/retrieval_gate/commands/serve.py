@@ -111,7 +111,12 @@ def _check_listen(host: str, port: int) -> None:
     try:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
-        raise ConfigError(f"--host {host}: not an address here ({e.strerror})") from None
+        hint = ""
+        if "://" in host or "/" in host:  # a URL where a host goes
+            hint = "; pass a host name or address alone, e.g. --host 127.0.0.1 --port 8000"
+        elif host.startswith("["):  # an IPv6 address as URLs bracket it
+            hint = f"; pass an IPv6 address without brackets: --host {host.strip('[]')}"
+        raise ConfigError(f"--host {host}: not an address here ({e.strerror}){hint}") from None
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's own socket
         try:
