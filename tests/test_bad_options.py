@@ -213,6 +213,9 @@ CASES = {
     "serve-recorded-gate": C("serve --mode gate --gate recorded --recorded {t}/q.jsonl", "--gate recorded", "by question id"),
     "serve-port-zero": C(f"serve {GATE} --port 0", "--port"),
     "serve-port-absurd": C(f"serve {GATE} --port 70000", "--port"),
+    # a route pasted from a curl example: asked .../chat/completions/models, "no endpoint answered"
+    "rag-generator-url-a-route": C("rag --modes never --limit 1 --generator-url http://127.0.0.1:9/v1/chat/completions", "give the server's base URL, http://127.0.0.1:9/v1 (the client adds /chat/completions itself)"),
+    "label-generator-url-a-route": C("label --policy closed-book --generator-url http://127.0.0.1:9/v1/completions/ --labels-dir {t}/lab", "base URL, http://127.0.0.1:9/v1 (the client adds /completions"),
     "serve-host-a-url": C(f"serve {GATE} --host http://127.0.0.1", "not an address here", "a host name or address alone"),
     "serve-host-bracketed": C(f"serve {GATE} --host [::1]", "without brackets: --host ::1"),
     "serve-max-batch-zero": C(f"serve {GATE} --max-batch 0", "--max-batch"),

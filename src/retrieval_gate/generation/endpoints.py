@@ -36,6 +36,21 @@ class ChatResult:
     attempts: int = 0
 
 
+# A route of the OpenAI API, which the client adds to the base URL itself
+ROUTES = ("/chat/completions", "/completions", "/models", "/embeddings")
+
+
+def check_base_url(url: str) -> None:
+    """A server's base URL, not one of its routes: `http://h:8000/v1/chat/completions`,
+    pasted from a curl example, was asked for `.../chat/completions/models` and said only
+    that no endpoint answered."""
+    route = next((r for r in ROUTES if url.rstrip("/").endswith(r)), None)
+    if route is not None:
+        base = url.rstrip("/")[: -len(route)]
+        raise ConfigError(f"--generator-url {url}: give the server's base URL, {base} (the "
+                          f"client adds {route} itself)")  # fmt: skip
+
+
 def normalise_urls(urls: list[str]) -> list[str]:
     """The endpoints as given, without trailing slashes or repeats (order kept)."""
     out: list[str] = []
@@ -46,6 +61,7 @@ def normalise_urls(urls: list[str]) -> list[str]:
                 f"--generator-url {url!r} is not an http(s) URL; give the server's base URL "
                 "ending in /v1, e.g. http://host:8000/v1"
             )
+        check_base_url(url)
         if url not in out:
             out.append(url)
     if not out:

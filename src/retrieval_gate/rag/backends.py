@@ -79,6 +79,9 @@ def check_engine(
         if not _is_http_url(generator_url):
             raise ConfigError(f"--generator-url {generator_url!r}: give the server's http(s) "
                               "URL, e.g. http://localhost:8000/v1")  # fmt: skip
+        from ..generation.endpoints import check_base_url  # httpx: only with a server
+
+        check_base_url(generator_url)
         return
     if data_parallel_size > 1:
         raise ConfigError(
