@@ -401,7 +401,7 @@ def test_a_max_length_past_the_backbone_is_refused_before_training():
 
 
 def test_a_lora_rank_past_the_layers_width_is_refused_before_peft():
-    """model.lora.r=100000 on MiniLM (384 wide) filled 24 GB before the first step."""
+    """model.lora.r=100000 on MiniLM (384 wide) was killed for memory before the first step."""
     from transformers import BertConfig, BertModel
 
     from retrieval_gate.training.backbones import _wrap_lora
