@@ -624,3 +624,17 @@ def test_a_full_or_read_only_disk_is_said_with_the_path_not_called_a_bug(monkeyp
     err = capsys.readouterr().err
     assert "/mnt/ro/report.md: the file system is read-only: write elsewhere" in err
     assert "internal error" not in err
+
+
+def test_output_piped_into_head_stops_quietly(tmp_path):
+    """`retrieval-gate score ... | head -2`: the closed pipe was a traceback and "internal error
+    (a bug)"; now a quiet stop with the shell's SIGPIPE status (141), as Unix tools do."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "retrieval_gate.cli", "data", "summary"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    p.stdout.close()  # the reader is gone before the first line is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "internal error" not in err and "Broken" not in err, err

@@ -6,11 +6,13 @@ the verb's own usage and a "did you mean") come from here through argparse's par
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import traceback
 
@@ -129,7 +131,7 @@ def build_parser(argv: list[str], abbrev: bool = True) -> argparse.ArgumentParse
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one verb. Exit codes: 0 ok, 2 bad input or configuration, 3 engine/backend failure,
-    1 a bug (the only case that prints a traceback)."""
+    1 a bug (the only case that prints a traceback), 141 the output's reader went away."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), "")
     try:
@@ -160,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"retrieval-gate {verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head` closed the output: stop quietly, as Unix tools do
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
     except OSError as e:  # a name too long, a full or read-only disk: the user's, not a bug
         said = os_error(e)
         if said is None:
@@ -168,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         return said.exit_code
     except Exception:
         return _bug(verb)
+
+
+def _quiet_stdout() -> None:
+    """Points stdout at /dev/null, so the interpreter's last flush of the closed pipe does not
+    print a second BrokenPipeError on the way out."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _refuse_blank(argv: list[str]) -> None:
