@@ -241,9 +241,13 @@ def _valid_unicode(value: Any) -> Any:
     return value
 
 
+# said by _not_blank and, for the schema pattern's refusal, by _reason
+BLANK = "is empty or only whitespace or control characters"
+
+
 def _not_blank(text: str) -> str:
     if not has_text(text):
-        raise InputError("is empty or only whitespace or control characters")
+        raise InputError(BLANK)
     return text
 
 
@@ -678,7 +682,7 @@ def _item(a: Answer) -> AnswerItem:
 def _reason(error: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
-        return f"{where}: is empty or only whitespace or control characters"
+        return f"{where}: {BLANK}"
     if error.get("type") == "missing" and where == "body":  # no body at all
         return 'body: empty; send a JSON object such as {"questions": ["..."]}'
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
