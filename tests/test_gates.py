@@ -229,10 +229,10 @@ def test_ta_are_pool_embeddings_are_kept_by_encoder_and_texts(tmp_path, monkeypa
     more = NamedEncoder()
     DemoPool([*pool, q(6, "Where is the river?")], more.encode)
     assert other.calls == more.calls == 1
-    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 3
     unnamed = DemoPool(pool, VocabEmbed())  # a plain function: nothing kept
     assert np.allclose(unnamed.vectors, a.vectors)
-    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 3
     folder = tmp_path / "encoder"  # a local model folder: its weights are part of the key
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"weights one")
@@ -242,7 +242,7 @@ def test_ta_are_pool_embeddings_are_kept_by_encoder_and_texts(tmp_path, monkeypa
     (folder / "model.safetensors").write_bytes(b"other weights, same path")
     DemoPool(pool, encoders[2].encode)
     assert [e.calls for e in encoders] == [1, 0, 1]
-    for kept in (tmp_path / "embeddings").glob("*.npy"):
+    for kept in (tmp_path / "embeddings").glob("*.npz"):
         kept.write_bytes(b"not an array")  # damaged: computed again, never read as vectors
     again = NamedEncoder()
     assert np.array_equal(DemoPool(pool, again.encode).vectors, a.vectors) and again.calls == 1

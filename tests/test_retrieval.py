@@ -113,7 +113,7 @@ def test_dense_ranks_by_meaning_and_caches(corpus, encoder, tmp_path, monkeypatc
     assert hits[0].document.title == "Football"
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True) and -1 <= scores[-1] <= scores[0] <= 1
-    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 1
+    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 1
     np.testing.assert_allclose(DenseRetriever(corpus, encoder).matrix, r.matrix)
 
 
@@ -135,3 +135,26 @@ def test_build_retriever_by_name(corpus):
     assert build_retriever("contexts").name == "contexts"
     with pytest.raises(ValueError, match="unknown retriever"):
         build_retriever("splade", corpus)
+
+
+def test_kept_embeddings_with_a_flipped_bit_are_computed_again(tmp_path, monkeypatch):
+    """Kept embeddings were a bare .npy: a bit flipped in its numbers (a bad disk, a shared
+    cache written over) was read as embeddings. Now the file's CRC is checked and they are
+    computed again."""
+    from retrieval_gate.retrieval.dense import cached_embeddings
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    calls = []
+
+    def encode():
+        calls.append(1)
+        return np.full((2, 4), 0.5, dtype=np.float32)
+
+    first = cached_embeddings("enc", ["a", "b"], encode)
+    (kept,) = (tmp_path / "embeddings").iterdir()
+    data = bytearray(kept.read_bytes())
+    data[data.index(b"\x93NUMPY") + 130] ^= 0x40  # a byte of the numbers, past the header
+    kept.write_bytes(bytes(data))
+    again = cached_embeddings("enc", ["a", "b"], encode)
+    assert len(calls) == 2 and np.array_equal(again, first)
+    assert np.array_equal(cached_embeddings("enc", ["a", "b"], encode), first) and len(calls) == 2

@@ -242,3 +242,25 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     # the identity the Pareto/relations studies are named by differs too
     ids = {tuning_identity(labels, tmp_path, LearnedGate(r)) for r in runs}
     assert len(ids) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "flipped"])
+def test_a_damaged_dev_score_cache_is_scored_again(tmp_path, damage):
+    """The dev-score cache of a tuning run, damaged: tune stopped with BadZipFile or a pickle
+    ValueError as 'internal error (a bug)'; a bit flipped in the scores was not caught by
+    anything. Now the zip's CRC is checked and the gate scores dev again."""
+    from retrieval_gate.tuning.threshold_studies import dev_scores
+
+    dev, cache = _evalset("dev"), tmp_path / "g.dev-scores.npz"
+    first = dev_scores(RecordingGate(), dev, cache, "id")
+    data = bytearray(cache.read_bytes())
+    start = data.index(b"\x93NUMPY", data.index(b"scores.npy")) + 128  # the scores' numbers
+    data = {"truncated": data[: len(data) // 2], "garbage": bytearray(b"\x80\x04not npz"),
+            "flipped": data[:start] + bytes([data[start] ^ 0x40]) + data[start + 1 :]}[damage]  # fmt: skip
+    cache.write_bytes(bytes(data))
+    gate = RecordingGate()
+    np.testing.assert_array_equal(dev_scores(gate, dev, cache, "id"), first)
+    assert len(gate.seen) == len(dev.ids)  # scored again, and kept whole again
+    again = RecordingGate()
+    dev_scores(again, dev, cache, "id")
+    assert again.seen == []

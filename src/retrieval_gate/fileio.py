@@ -14,6 +14,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -244,6 +245,33 @@ def read_json(path: Path, missing: str = "missing file") -> Any:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
+
+
+def write_arrays(path: str | Path, **arrays: Any) -> Path:
+    """Named numpy arrays as one `.npz`, atomically; zip's CRC-32 per array lets
+    `read_arrays` tell a damaged file from data."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return write_bytes(path, buf.getvalue())
+
+
+def read_arrays(path: str | Path) -> dict[str, Any] | None:
+    """The arrays `write_arrays` wrote, every one read and CRC-checked; None when the file is
+    missing, truncated, garbled or not an `.npz` (a cache computes it again, never reads a
+    damaged file as numbers)."""
+    import zipfile
+
+    import numpy as np
+
+    if not Path(path).is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
+        return None
 
 
 def sha256_file(path: Path) -> str:

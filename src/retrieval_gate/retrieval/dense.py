@@ -4,7 +4,6 @@ product. The encoder also exposes token embeddings (RRCP's token relevance uses 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import write_bytes
+from ..fileio import read_arrays, write_arrays
 from ..models import MINILM, cache_dir, resolve_model
 from ..questions import Question
 from .base import Document, Hit
@@ -123,24 +122,15 @@ def cached_embeddings(
     stamp = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in weights]
     identity = "\n".join([model, *stamp, "", *texts])
     key = hashlib.sha1(identity.encode()).hexdigest()[:16]
-    path = cache_dir() / "embeddings" / f"{key}.npy"
+    path = cache_dir() / "embeddings" / f"{key}.npz"
     if path.is_file():
-        try:
-            kept = np.load(path)
-            if kept.ndim == 2 and len(kept) == len(texts):
-                return kept
-        except (OSError, ValueError, EOFError):
-            pass
+        kept = (read_arrays(path) or {}).get("embeddings")
+        if kept is not None and kept.ndim == 2 and len(kept) == len(texts):
+            return kept
         log.warning("kept embeddings %s are damaged: computed again", path)
     emb = encode()
     try:
-        _save(path, emb)
+        write_arrays(path, embeddings=emb)  # atomic: a crash never leaves half a file
     except (OSError, InputError) as e:  # a cache not writable costs the next run's encoding
         log.warning("embeddings not kept in %s (%s): computed again next time", path.parent, e)
     return emb
-
-
-def _save(path: Path, emb: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, emb)
-    write_bytes(path, buf.getvalue())  # atomic: a crash never leaves a half-written cache

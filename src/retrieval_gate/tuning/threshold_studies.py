@@ -4,7 +4,6 @@ chosen thresholds to test afterwards, through `tuning.tuned_report`)."""
 
 from __future__ import annotations
 
-import io
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingInputError
-from ..fileio import content_id, sha256_file, write_bytes
+from ..fileio import content_id, read_arrays, sha256_file, write_arrays
 from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
@@ -35,16 +34,14 @@ def dev_scores(
     """The gate's dev scores, cached (prompt gates cost minutes of LLM time) and reused only
     for the same question ids and the same `identity` (see `tuning_identity`)."""
     require_no_test(dev)
-    if cache is not None and cache.is_file():
-        with np.load(cache, allow_pickle=False) as stored:
-            same = "identity" in stored and str(stored["identity"]) == identity
-            if same and list(stored["ids"]) == dev.ids:
-                return stored["scores"]
+    stored = read_arrays(cache) if cache is not None else None  # damaged: scored again
+    if stored is not None and {"identity", "ids", "scores"} <= stored.keys():
+        same = str(stored["identity"]) == identity and list(stored["ids"]) == dev.ids
+        if same and stored["scores"].shape == (len(dev.ids),):
+            return stored["scores"]
     scores = np.asarray(gate.scores(dev.questions), float)
     if cache is not None:
-        buf = io.BytesIO()
-        np.savez(buf, ids=np.array(dev.ids), scores=scores, identity=np.array(identity))
-        write_bytes(cache, buf.getvalue())
+        write_arrays(cache, ids=np.array(dev.ids), scores=scores, identity=np.array(identity))
     return scores
 
 
