@@ -15,6 +15,7 @@ import pytest
 from retrieval_gate.artifacts import FORMAT, MANIFEST, Manifest, open_artifact
 from retrieval_gate.cli import main
 from retrieval_gate.errors import DataError
+from retrieval_gate.fileio import sha256_file
 from test_bad_options import no_engine  # noqa: F401  (the fixture: every engine fails the test)
 from user_files import placeholder_weights
 
@@ -305,7 +306,10 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
         assert manifest == {"format": FORMAT, "kind": kind, "task": "gate",
                             "signals": ["question"], "strategies": [], "calibration": None,
                             "variants": variants,
-                            "package_version": manifest["package_version"]}  # fmt: skip
+                            "package_version": manifest["package_version"],
+                            "checksums": manifest["checksums"]}  # fmt: skip
+        weights = ["gate.pt"] if kind == "run" else ["model.onnx", "model.int8.onnx"]
+        assert manifest["checksums"] == {n: sha256_file(folder / n) for n in weights}
         assert open_artifact(folder).source.name == MANIFEST
         gate = RetrievalGate.from_pretrained(folder, device="cpu")
         assert (
@@ -317,3 +321,55 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
     (copy / "model.int8.onnx").unlink()  # listed in the manifest, gone from the folder
     with pytest.raises(DataError, match="'variants' lists int8"):
         RetrievalGate.from_pretrained(copy)
+
+
+def _flip_a_byte(path: Path) -> None:
+    """One bit flipped in the middle of a weights file: in its numbers, not its structure."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_weights_changed_after_writing_are_refused(minilm_gate_dirs, tmp_path, capsys):
+    """A bit flipped in gate.pt or model.onnx (a disk, a copy) loaded and scored with the
+    changed weights, and so did another export's model file copied in: nothing read the file's
+    own integrity. The manifest now records each weights file's sha256 as it is written, and
+    loading refuses a file that differs, naming it, before torch or ONNX Runtime reads it."""
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.gates.learned import LearnedGate
+
+    run_dir, export_dir = minilm_gate_dirs
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    _flip_a_byte(run / "gate.pt")
+    with pytest.raises(DataError, match="damaged or replaced: its sha256") as e:
+        LearnedGate(run)
+    assert str(run / "gate.pt") in str(e.value) and "re-train it" in str(e.value)
+    export = Path(shutil.copytree(export_dir, tmp_path / "export"))
+    RetrievalGate.from_pretrained(export)  # whole: loads
+    _flip_a_byte(export / "model.onnx")
+    with pytest.raises(DataError, match="damaged or replaced") as e:
+        RetrievalGate.from_pretrained(export)
+    assert "model.onnx" in str(e.value) and "re-export it" in str(e.value)
+    (tmp_path / "q.txt").write_text("Who wrote Hamlet?\n")
+    argv = ["score", "--model", str(export), "--input", str(tmp_path / "q.txt")]
+    assert main(argv) == 2 and "damaged or replaced" in capsys.readouterr().err
+    shutil.copy(export / "model.int8.onnx", export / "model.onnx")  # another model's file
+    with pytest.raises(DataError, match="model.onnx: damaged or replaced"):
+        RetrievalGate.from_pretrained(export, variant="fp32")
+    RetrievalGate.from_pretrained(export, variant="int8")  # the untouched variant still loads
+    manifest = json.loads((export / MANIFEST).read_text())
+    del manifest["checksums"]["model.onnx"]  # the way out the message names, for a file
+    (export / MANIFEST).write_text(json.dumps(manifest))  # changed on purpose
+    RetrievalGate.from_pretrained(export, variant="fp32")
+
+
+def test_checksums_in_a_manifest_are_checked_for_shape(tmp_path):
+    """A manifest's checksums must be weights file names to sha256 hex digests."""
+    base = {"format": FORMAT, "kind": "run", "task": "gate", "signals": ["question"],
+            "strategies": [], "calibration": None, "variants": [], "package_version": "x"}  # fmt: skip
+    assert Manifest.from_dict(base, tmp_path / MANIFEST).checksums == {}  # older manifests
+    good = {"gate.pt": "a" * 64}
+    assert Manifest.from_dict({**base, "checksums": good}, tmp_path / MANIFEST).checksums == good
+    for bad in ({"gate.pt": "a" * 63}, {"other.bin": "a" * 64}, ["a" * 64], {"gate.pt": "G" * 64}):
+        with pytest.raises(DataError, match="'checksums'"):
+            Manifest.from_dict({**base, "checksums": bad}, tmp_path / MANIFEST)

@@ -26,6 +26,7 @@ from retrieval_gate.models import minilm_path
 from retrieval_gate.questions import Question
 from retrieval_gate.training import save_threshold, train
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+from user_files import forget_checksums
 
 QUESTIONS, LABELS = synthetic_questions(120, seed=1)
 TEXTS = [q.text for q in QUESTIONS]
@@ -190,7 +191,7 @@ def test_tuned_threshold_travels_into_the_export(exports):
 
 def test_onnx_without_metadata_is_refused(exports, tmp_path):
     _, export_dir, _ = exports["roberta"]
-    bare = Path(shutil.copytree(export_dir, tmp_path / "bare"))
+    bare = forget_checksums(shutil.copytree(export_dir, tmp_path / "bare"))  # edited below
     model = onnx.load(str(bare / "model.onnx"))
     kept = [p for p in model.metadata_props if p.key not in ("threshold", "classes")]
     del model.metadata_props[:]

@@ -30,6 +30,7 @@ from retrieval_gate.training import (
 )
 from retrieval_gate.training.tasks import TASKS
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+from user_files import forget_checksums
 
 QUESTIONS, LABELS = synthetic_questions()
 TEXTS = [q.text for q in QUESTIONS]
@@ -146,8 +147,10 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
 
     corrupt = Path(shutil.copytree(trained["roberta-full"], tmp_path / "corrupt"))
     (corrupt / "gate.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="gate.pt: damaged or replaced"):
+        load_run(corrupt)  # not the file its manifest recorded
     with pytest.raises(DataError, match="corrupt or unreadable"):
-        load_run(corrupt)
+        load_run(forget_checksums(corrupt))  # a run written before checksums
     for damaged in ("garbage", "{}"):  # a tokenizer cut short or emptied: named, not a KeyError
         cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"cut{len(damaged)}"))
         (cut / "tokenizer" / "tokenizer.json").write_text(damaged)
@@ -164,7 +167,7 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
     mismatched = Path(shutil.copytree(trained["roberta-full"], tmp_path / "mismatched"))
     shutil.copy(trained["t5-lora"] / "gate.pt", mismatched / "gate.pt")
     with pytest.raises(DataError, match="does not match"):
-        load_run(mismatched)
+        load_run(forget_checksums(mismatched))
 
     missing = Path(shutil.copytree(trained["roberta-full"], tmp_path / "missing"))
     (missing / "metadata.json").unlink()

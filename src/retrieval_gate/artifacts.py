@@ -12,6 +12,11 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       where it has them (null for a gate)
     variants          an export's ONNX variants (fp32 | opt | int8 | fp16; [] for a run)
     package_version   the retrieval-gate version that wrote it
+    checksums         {weights file name: sha256} of gate.pt (a run) or each model*.onnx (an
+                      export), taken as they were written; loading checks the file against it,
+                      so a bit flipped by a disk or a copy, or a model file copied in from
+                      another export, is refused rather than scored with ({} in folders
+                      written before checksums: nothing to check)
 
 A folder written before manifests (no manifest.json) is read from its metadata.json (a run)
 or gate_metadata.json (an export), by the same rules. Nothing is guessed: damaged JSON, a
@@ -26,12 +31,13 @@ from __future__ import annotations
 import json
 import zipfile
 from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .errors import DataError, InputError
-from .fileio import write_json
+from .fileio import sha256_file, write_json
 from .pricing import Calibration
 from .run_folder import RunFolder
 
@@ -52,6 +58,7 @@ VARIANTS = {
     "int8": "model.int8.onnx",  # static int8 (QDQ, calibrated at export) of fp32, for CPUs
     "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
 }
+WEIGHTS_FILES = (RunFolder.WEIGHTS, *VARIANTS.values())  # the files `checksums` covers
 FIX = {"run": "re-train it (`retrieval-gate train`)",
        "export": "re-export it (`retrieval-gate export --run RUN`)"}  # fmt: skip
 
@@ -66,6 +73,7 @@ class Manifest:
     variants: tuple[str, ...] = ()
     package_version: str = __version__
     format: str = FORMAT
+    checksums: dict[str, str] = dataclass_field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -98,6 +106,7 @@ class Manifest:
             variants=field.names("variants", tuple(VARIANTS), fix),
             package_version=field.string("package_version", fix),
             format=fmt,
+            checksums=field.checksums("checksums", fix),
         )
 
     @classmethod
@@ -153,6 +162,17 @@ class _Fields:
         if (allowed and not set(value) <= set(allowed)) or len(set(value)) < len(value):
             raise self._bad(key, want + ", each once", fix)
         return tuple(value)
+
+    def checksums(self, key: str, fix: str) -> dict[str, str]:
+        """Optional (manifests written before checksums have none): weights file names to
+        sha256 hex digests."""
+        value = self.d.get(key, {})
+        want = f"an object of weights file names ({', '.join(WEIGHTS_FILES)}) to sha256 digests"
+        if not (isinstance(value, dict) and all(
+                k in WEIGHTS_FILES and isinstance(v, str) and len(v) == 64
+                and set(v) <= set("0123456789abcdef") for k, v in value.items())):  # fmt: skip
+            raise self._bad(key, want, fix)
+        return value
 
     def calibration(self, key: str, fix: str) -> dict[str, Any] | None:
         value = self._get(key, "a router calibration or null", fix)
@@ -223,6 +243,11 @@ class Artifact:
         cal = self.manifest.calibration
         return None if cal is None else Calibration.from_dict(cal)
 
+    def verified_sha256(self, name: str) -> str:
+        """The sha256 of weights file `name` in the folder, which must be the one the manifest
+        recorded when the file was written (a folder without a record is not checked)."""
+        return verified_sha256(self.folder, name, self.manifest.checksums, self.kind)
+
     def model_file(self, variant: str, flag: str | None = None) -> Path:
         """An export's ONNX file of `variant`, which must be there."""
         if variant not in VARIANTS:
@@ -271,6 +296,28 @@ def _check_weights(path: Path) -> None:
             pass
     except (zipfile.BadZipFile, OSError) as e:
         raise DataError(f"gate.pt is corrupt or incomplete ({e}); {FIX['run']}", path) from e
+
+
+def verified_sha256(folder: Path, name: str, checksums: dict[str, str], kind: str) -> str:
+    """`folder/name`'s sha256, refused when it is not the one `checksums` recorded."""
+    path = Path(folder) / name
+    got, want = sha256_file(path), checksums.get(name)
+    if want is not None and got != want:
+        raise DataError(f"damaged or replaced: its sha256 is {got[:16]}..., not the "
+                        f"{want[:16]}... {MANIFEST} recorded when it was written (a bit "
+                        f"flipped by a disk or a copy, or the file of another folder); "
+                        f"{FIX[kind]} (a file you changed on purpose: delete its entry from "
+                        f"the 'checksums' of {MANIFEST})", path)  # fmt: skip
+    return got
+
+
+def recorded_checksums(folder: Path) -> dict[str, str]:
+    """The checksums the folder's manifest holds ({} without a readable one)."""
+    try:
+        manifest = _read_manifest(Path(folder))
+    except DataError:
+        return {}
+    return dict(manifest.checksums) if manifest is not None else {}
 
 
 def _read_manifest(folder: Path) -> Manifest | None:
@@ -385,14 +432,21 @@ def _agree(manifest: Manifest, derived: Manifest, folder: Path, meta_path: Path)
         raise DataError(f"field 'variants' must be empty for a training run; {fix}", path)
 
 
-def run_manifest(meta: dict[str, Any], run_dir: Path) -> Manifest:
-    """The manifest of a run, from the metadata.json training (or tuning) just wrote."""
-    return Manifest.from_metadata(meta, "run", Path(run_dir) / RunFolder.METADATA)
+def run_manifest(
+    meta: dict[str, Any], run_dir: Path, checksums: dict[str, str] | None = None
+) -> Manifest:
+    """The manifest of a run, from the metadata.json training (or tuning) just wrote, with
+    `checksums` of the weights being written (None: the ones the run's manifest holds)."""
+    derived = Manifest.from_metadata(meta, "run", Path(run_dir) / RunFolder.METADATA)
+    kept = recorded_checksums(run_dir) if checksums is None else checksums
+    return replace(derived, checksums=kept)
 
 
-def export_manifest(meta: dict[str, Any], out_dir: Path, variants: tuple[str, ...]) -> Manifest:
-    """The manifest of an export of a run with metadata `meta`, holding `variants`."""
+def export_manifest(
+    meta: dict[str, Any], out_dir: Path, variants: tuple[str, ...], checksums: dict[str, str]
+) -> Manifest:
+    """The manifest of an export of a run with metadata `meta`, holding `variants`, whose
+    model files have `checksums`."""
     path = Path(out_dir) / EXPORT_METADATA
-    return replace(
-        Manifest.from_metadata(meta, "export", path, variants), package_version=__version__
-    )
+    derived = Manifest.from_metadata(meta, "export", path, variants)
+    return replace(derived, package_version=__version__, checksums=checksums)

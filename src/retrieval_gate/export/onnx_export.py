@@ -33,7 +33,7 @@ from torch import nn
 from .. import __version__
 from ..artifacts import EXPORT_METADATA, MANIFEST, export_manifest
 from ..errors import DataError
-from ..fileio import staged_folder, write_json
+from ..fileio import sha256_file, staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
 from ..training.checkpoint import load_run, read_run_json
 from .parity import calibration_set
@@ -340,7 +340,8 @@ def write_export(
     written = tuple(v for v, path in paths.items() if path.is_file())
     for variant in written:
         set_metadata(paths[variant], {**props, "variant": variant})
-    export_manifest(meta, out_dir, written).write(out_dir)  # what `open_artifact` reads
+    sums = {paths[v].name: sha256_file(paths[v]) for v in written}  # loading checks them
+    export_manifest(meta, out_dir, written, sums).write(out_dir)  # what `open_artifact` reads
 
 
 def export_gate(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from tokenizers import Tokenizer
 from ..artifacts import TASK_OF, Artifact, open_artifact
 from ..data.gate_features import features_from_dict
 from ..errors import BackendError, DataError, InputError, first_line
-from ..fileio import sha256_file
 from ..pricing import Calibration
 from .base import Questions
 from .encoder import EncoderGate
@@ -127,6 +125,8 @@ class OnnxGate(EncoderGate):
             raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
         artifact = open_artifact(self.export_dir, "export")  # a missing folder: how to make one
         self.path = path = artifact.model_file(variant)
+        # checked before ONNX Runtime reads it; cached scores are keyed by it, not the name
+        self.checksum = artifact.verified_sha256(path.name)
         self.session = self._session(path, provider, threads)
         self.metadata = check_metadata(dict(self.session.get_modelmeta().custom_metadata_map), path)
         outputs = [o.name for o in self.session.get_outputs()]
@@ -145,11 +145,6 @@ class OnnxGate(EncoderGate):
         self.side_features = features_from_dict(
             json.loads(self.metadata.get("side_features", "null"))
         )
-
-    @cached_property
-    def checksum(self) -> str:
-        """The model file's sha256: cached scores are keyed by it, not by the folder name."""
-        return sha256_file(self.path)
 
     def _tokenizer(self) -> Tokenizer:
         path = self.export_dir / "tokenizer.json"

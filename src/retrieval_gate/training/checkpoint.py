@@ -27,10 +27,10 @@ import torch
 import yaml
 
 from .. import __version__
-from ..artifacts import run_manifest
+from ..artifacts import recorded_checksums, run_manifest, verified_sha256
 from ..data.gate_features import GateFeatures, features_from_dict
 from ..errors import DataError, first_line
-from ..fileio import atomic_path, read_json, staged_folder, write_json, write_text
+from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_json, write_text
 from ..pricing import Calibration
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
@@ -86,11 +86,12 @@ def save_run(
     meta.setdefault("threshold", config.model.threshold)
     meta.setdefault("objective", "default 0.5 (not tuned)")
     write_json(meta_file, meta)
-    run_manifest(meta, run_dir).write(run_dir)  # before gate.pt, which says the run is whole
     if metrics is not None:
         write_json(run_dir / "metrics.json", metrics)
-    with atomic_path(run_dir / "gate.pt") as tmp:  # last: its presence says the run is whole
+    with atomic_path(run_dir / RunFolder.WEIGHTS) as tmp:  # last: it says the run is whole
         torch.save(module.state_dict(), tmp)
+        sums = {RunFolder.WEIGHTS: sha256_file(tmp)}  # loading checks the weights against it
+        run_manifest(meta, run_dir, sums).write(run_dir)  # before gate.pt appears
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
@@ -141,6 +142,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         side_features=run_side_features(meta, side),
         task=TASKS[meta["task"]],
     )
+    verified_sha256(run_dir, RunFolder.WEIGHTS, recorded_checksums(run_dir), "run")
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated/garbled files
