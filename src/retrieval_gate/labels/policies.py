@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError
+from ..generation.base import WindowedGenerator
 from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
 from ..questions import Question
@@ -311,9 +312,9 @@ def check_questions_fit(generator: Any, questions: Sequence[Question]) -> None:
     batch (a traceback, after the engine had started)."""
     from .closed_book import MAX_NEW_TOKENS
 
-    window = getattr(generator, "context_window", None)
-    if not window or not callable(getattr(generator, "prompt_lengths", None)):
+    if not isinstance(generator, WindowedGenerator) or not generator.context_window:
         return  # a server fits (or refuses) each prompt itself
+    window = generator.context_window
     lengths = generator.prompt_lengths([closed_book_prompt(q.text) for q in questions])
     over = [(q, n) for q, n in zip(questions, lengths, strict=True) if n > window - MAX_NEW_TOKENS]
     if over:
