@@ -269,3 +269,22 @@ def test_the_conversion_parses_the_gguf_once():
             gguf.MODEL_ARCH.LLAMA, 30
         )
     assert gguf.GGUFReader is reader
+
+
+@pytest.mark.slow  # converts the GGUF (about 15 s)
+def test_a_prepared_model_folder_is_readable_by_others(tmp_path):
+    """The prepared SmolLM2 folder was 0700 with its weights 0600 (mkdtemp's folder, the
+    weights as written): in a cache shared by a team ($RETRIEVAL_GATE_CACHE), or read by a
+    worker running as another user, nobody else could load the model. It now has the modes
+    the umask implies, as `cp` would make them."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        folder = prepare_smollm2(tmp_path / "smollm2")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.iterdir()]}
+    assert modes.pop("smollm2") == 0o755
+    assert set(modes.values()) == {0o644} and "model.safetensors" in modes, modes

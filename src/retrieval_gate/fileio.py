@@ -67,6 +67,16 @@ def folder_mode() -> int:
     return 0o777 & ~umask()
 
 
+def umask_modes(folder: Path) -> Path:
+    """`folder` and everything in it given the modes the umask implies, as `cp` would: a
+    folder made by mkdtemp (0700), or files a library wrote 0600, are then readable by the
+    others sharing a cache or a model folder."""
+    for path in [folder, *Path(folder).rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(folder_mode() if path.is_dir() else file_mode())
+    return folder
+
+
 def make_parent(path: Path) -> None:
     """Creates the folder `path` goes into, or says in one line why it cannot."""
     try:

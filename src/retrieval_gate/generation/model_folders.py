@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
-from ..fileio import sha256_file
+from ..fileio import sha256_file, umask_modes
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 
 MARKER = "prepared.json"
@@ -71,6 +71,7 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
             "dtype": "bfloat16",
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        umask_modes(tmp)  # mkdtemp's 0700 and the weights' 0600 kept other users out
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
