@@ -3,6 +3,7 @@ backend on the same prompts, model preparation and the chat template."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +289,27 @@ def test_a_prepared_model_folder_is_readable_by_others(tmp_path):
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.iterdir()]}
     assert modes.pop("smollm2") == 0o755
     assert set(modes.values()) == {0o644} and "model.safetensors" in modes, modes
+
+
+def test_a_damaged_prepared_model_is_converted_again(tmp_path, monkeypatch, caplog):
+    """A prepared folder whose weights were cut short (a full disk, a copy that stopped) was
+    trusted on its marker alone: vLLM then failed at start ('incomplete metadata') with no
+    word of the fix, and a garbled marker stopped every verb with a JSONDecodeError. The
+    weights are now checked against the marker's checksum (once per process) and a damaged
+    folder, this cache's own, is converted again."""
+    from retrieval_gate.generation import model_folders
+
+    folder = tmp_path / "smollm2"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights" * 1000)
+    (folder / MARKER).write_text(json.dumps({"weights_sha256": folder_checksum(folder)}))
+    converted = []
+    monkeypatch.setattr(model_folders, "_convert", lambda t, force: converted.append(force) or t)
+    assert prepare_smollm2(folder) == folder and converted == []  # intact: nothing done
+    for damage in (lambda: (folder / "model.safetensors").write_bytes(b"weights" * 500),
+                   lambda: (folder / MARKER).write_text('{"weights_sha2')):  # fmt: skip
+        damage()
+        assert prepare_smollm2(folder) == folder
+        assert converted[-1] is True and "is damaged" in caplog.text
+    assert len(converted) == 2
+    assert len(folder_checksum(folder)) == 64  # a garbled marker: computed, not a traceback

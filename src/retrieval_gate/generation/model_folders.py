@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from ..errors import InputError
 from ..fileio import sha256_file, umask_modes
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 
+log = logging.getLogger(__name__)
 MARKER = "prepared.json"
 
 
@@ -28,21 +30,62 @@ def smollm2_dir() -> Path:
 
 def folder_checksum(folder: Path) -> str:
     """sha256 over a model folder's weight files (recorded once in the marker when present)."""
-    marker = folder / MARKER
-    if marker.is_file():
-        return json.loads(marker.read_text())["weights_sha256"]
+    recorded = _recorded(folder)
+    return recorded if recorded is not None else weights_checksum(folder)
+
+
+def weights_checksum(folder: Path) -> str:
+    """sha256 over the sha256 of each weight file of the folder."""
     h = hashlib.sha256()
-    for path in sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin")):
+    for path in _weights(folder):
         h.update(sha256_file(path).encode())
     return h.hexdigest()
 
 
+def _weights(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+
+
+def _recorded(folder: Path) -> str | None:
+    """The weights checksum the folder's marker recorded (None: no marker, or a damaged one)."""
+    try:
+        value = json.loads((folder / MARKER).read_text())["weights_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
     """Convert the bundled SmolLM2-135M-Instruct GGUF to a safetensors folder (skipped when
-    the marker says it is already there) and return the folder."""
+    the marker says it is already there, and its weights are the ones it recorded) and return
+    the folder. A damaged one (weights cut short or changed, the marker garbled) is converted
+    again: it is this cache's own, made from the bundled GGUF."""
     target = Path(target) if target else smollm2_dir()
     if (target / MARKER).is_file() and not force:
-        return target
+        if _intact(target, _state(target)):
+            return target
+        log.warning("the prepared model in %s is damaged (its weights are not the ones %s "
+                    "recorded): converting it again", target, MARKER)  # fmt: skip
+        force = True
+    return _convert(target, force)
+
+
+def _state(folder: Path) -> tuple:
+    """What the weights' hash depends on, cheaply: the files' names, sizes and times."""
+    files = [*_weights(folder), folder / MARKER]
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file())
+
+
+@lru_cache(maxsize=4)
+def _intact(folder: Path, state: tuple) -> bool:
+    """The weights hashed once per process and file state (about 0.2 s for SmolLM2's 269 MB),
+    not once per stage of a demo."""
+    recorded = _recorded(folder)
+    return recorded is not None and bool(_weights(folder)) and weights_checksum(folder) == recorded
+
+
+def _convert(target: Path, force: bool) -> Path:
+    """The conversion, into a folder of its own, then published at `target`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,7 +110,7 @@ def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
         marker = {
             "source": str(gguf),
             "gguf_sha256": sha256_file(gguf),
-            "weights_sha256": folder_checksum(tmp),
+            "weights_sha256": weights_checksum(tmp),
             "dtype": "bfloat16",
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
