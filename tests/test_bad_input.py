@@ -512,6 +512,49 @@ def test_label_generator_folder_that_does_not_exist_is_refused_at_once(tmp_path,
     assert not out.parent.exists()
 
 
+def _model_folder(folder, damage: str):
+    """A small model folder (a config and one safetensors file), damaged as asked."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    config = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1}
+    (folder / "config.json").write_text({"no-config": "", "garbage-config": "garbage{",
+                                         "list-config": "[1]", "unknown-type": '{"model_type": "nosuch"}'}.get(damage, json.dumps(config)))  # fmt: skip
+    if damage == "no-config":
+        (folder / "config.json").unlink()
+    if damage != "no-weights":
+        save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+    weights = folder / "model.safetensors"
+    if damage == "cut-weights":
+        weights.write_bytes(weights.read_bytes()[:5000])
+    if damage == "garbage-weights":
+        weights.write_bytes(b"\xff" * 5000)
+    return folder
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("no-config", "not a model folder (no config.json)"),
+    ("garbage-config", "config.json is not readable JSON"),
+    ("list-config", "config.json is not a JSON object"),
+    ("no-weights", "no weight files (*.safetensors"),
+    ("cut-weights", "model.safetensors: cut short or damaged: 5,000 bytes where its header"),
+    ("garbage-weights", "model.safetensors: not a readable safetensors file"),
+    ("unknown-type", "not a model transformers knows"),
+])  # fmt: skip
+def test_a_damaged_generator_folder_is_refused_before_the_engine(tmp_path, capsys, no_engine,
+                                                                  damage, said):  # fmt: skip
+    """--generator FOLDER without config.json, with a garbled one, or with its weights cut
+    short: 'internal error (a bug)' with transformers' traceback, or vLLM failing seconds into
+    its start; now one line naming the file, before any engine."""
+    folder = _model_folder(tmp_path / "model", damage)
+    code, err = _run(["label", "--policy", "closed-book", "--generator", str(folder), "--limit",
+                      "2", "--labels-dir", str(tmp_path / "labels")], capsys)  # fmt: skip
+    assert code == 2 and said in err and str(folder) in err, err
+
+
 def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
     """`evaluate --gates learned` without --learned-run: every gate skipped, so exit 2 naming
     the missing flag (it drew an empty report and crashed: ZeroDivisionError)."""

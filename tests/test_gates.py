@@ -193,8 +193,13 @@ def test_llm_gates_are_keyed_by_what_their_scores_depend_on():
     assert gen_a.calls == []  # keys never run the generator
 
 
+_EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"  # a header of no tensors
+
+
 def test_lazy_generator_knows_its_checksum_without_starting_the_engine(tmp_path):
     (tmp_path / "prepared.json").write_text('{"weights_sha256": "abc"}')
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')  # a model folder's files
+    (tmp_path / "model.safetensors").write_bytes(_EMPTY_SAFETENSORS)
     lazy = LazyGenerator(name_or_path=str(tmp_path))
     assert lazy.checksum == "abc" and lazy._generator is None
     assert LazyGenerator(name_or_path="org/some-model").checksum == "org/some-model"

@@ -177,13 +177,51 @@ def resolve_generator_model(name_or_path: str) -> str:
     return name_or_path
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")  # what vLLM and transformers load
+MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header
+CAN_LOAD = f"pass a folder vLLM (or transformers) can load, a Hub name, or {SMOLLM2}"
+
+
 def check_model_folder(name_or_path: str) -> None:
-    """A generator named by a path must be a folder (checked before any engine starts); a Hub
+    """A generator named by a path must be a model folder, checked in milliseconds before any
+    engine starts: a config.json that is a JSON object, weight files, and every safetensors
+    file as long as its header says (one cut short failed vLLM's start, seconds in). A Hub
     name is never absolute or dotted."""
     path = Path(name_or_path).expanduser()
     if (name_or_path.startswith(("/", ".", "~")) or path.exists()) and not path.is_dir():
-        raise InputError(
-            "no model folder here: pass a folder vLLM (or transformers) can load, a Hub name, "
-            f"or {SMOLLM2}",
-            name_or_path,
-        )
+        raise InputError(f"no model folder here: {CAN_LOAD}", name_or_path)
+    if not path.is_dir():
+        return  # a Hub name
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"not a model folder (no config.json): {CAN_LOAD}", path) from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"config.json is not readable JSON ({e}): {CAN_LOAD}", path) from None
+    if not isinstance(config, dict):
+        raise InputError(f"config.json is not a JSON object: {CAN_LOAD}", path)
+    weights = [f for pattern in WEIGHT_FILES for f in sorted(path.glob(pattern))]
+    if not weights:
+        raise InputError(f"no weight files ({', '.join(WEIGHT_FILES)}) in the model folder: "
+                         f"{CAN_LOAD}", path)  # fmt: skip
+    for f in weights:
+        if f.suffix == ".safetensors":
+            check_safetensors(f)
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file is an 8-byte header length, a JSON header and the tensors' bytes,
+    whose extent the header gives: a file of another length is cut short or damaged."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = f.read(length) if 0 < length <= min(size - 8, MAX_HEADER) else b""
+    try:
+        ends = [v["data_offsets"][1] for k, v in json.loads(header).items() if k != "__metadata__"]
+        expected = 8 + length + max(ends, default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        raise InputError(f"not a readable safetensors file ({e}): the model folder is damaged; "
+                         "copy or download it again", path) from None  # fmt: skip
+    if expected != size:
+        raise InputError(f"cut short or damaged: {size:,} bytes where its header describes "
+                         f"{expected:,}; copy or download the model again", path)  # fmt: skip
