@@ -555,6 +555,31 @@ def test_a_damaged_generator_folder_is_refused_before_the_engine(tmp_path, capsy
     assert code == 2 and said in err and str(folder) in err, err
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("no-config", "not a model folder (no config.json): set model.name to a folder"),
+    ("garbage-config", "config.json is not readable JSON"),
+    ("cut-weights", "model.safetensors: cut short or damaged"),
+    ("no-tokenizer", "its tokenizer reads every word as unknown"),
+])  # fmt: skip
+def test_train_on_a_damaged_backbone_folder_says_which_file(tmp_path, capsys, damage, said):
+    """model.name=FOLDER damaged: 'internal error (a bug)' with transformers' or safetensors'
+    traceback; and a folder without tokenizer files trained a gate on a tokenizer that reads
+    every word as unknown (AUROC 0.507, exit 0). Now each is refused naming the file."""
+    from retrieval_gate.models import minilm_path
+
+    folder = tmp_path / "backbone"
+    if damage == "no-tokenizer":
+        folder.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            (folder / name).write_bytes((minilm_path() / name).read_bytes())
+    else:
+        _model_folder(folder, damage)
+    code, err = _run(["train", "--config", "minilm-closed-book", "--set", f"model.name={folder}",
+                      f"run.output_dir={tmp_path / 'ck'}", "run.name=g"], capsys)  # fmt: skip
+    assert code == 2 and said in err and str(folder) in err, err
+    assert not (tmp_path / "ck" / "g" / "gate.pt").exists()
+
+
 def test_evaluate_with_no_gate_it_can_build_says_why(tmp_path, capsys):
     """`evaluate --gates learned` without --learned-run: every gate skipped, so exit 2 naming
     the missing flag (it drew an empty report and crashed: ZeroDivisionError)."""

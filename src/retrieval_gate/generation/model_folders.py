@@ -182,28 +182,28 @@ MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON heade
 CAN_LOAD = f"pass a folder vLLM (or transformers) can load, a Hub name, or {SMOLLM2}"
 
 
-def check_model_folder(name_or_path: str) -> None:
+def check_model_folder(name_or_path: str, fix: str = CAN_LOAD) -> None:
     """A generator named by a path must be a model folder, checked in milliseconds before any
     engine starts: a config.json that is a JSON object, weight files, and every safetensors
     file as long as its header says (one cut short failed vLLM's start, seconds in). A Hub
-    name is never absolute or dotted."""
+    name is never absolute or dotted. `fix`: what to pass instead, in the caller's terms."""
     path = Path(name_or_path).expanduser()
     if (name_or_path.startswith(("/", ".", "~")) or path.exists()) and not path.is_dir():
-        raise InputError(f"no model folder here: {CAN_LOAD}", name_or_path)
+        raise InputError(f"no model folder here: {fix}", name_or_path)
     if not path.is_dir():
         return  # a Hub name
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"not a model folder (no config.json): {CAN_LOAD}", path) from None
+        raise InputError(f"not a model folder (no config.json): {fix}", path) from None
     except (OSError, ValueError) as e:
-        raise InputError(f"config.json is not readable JSON ({e}): {CAN_LOAD}", path) from None
+        raise InputError(f"config.json is not readable JSON ({e}): {fix}", path) from None
     if not isinstance(config, dict):
-        raise InputError(f"config.json is not a JSON object: {CAN_LOAD}", path)
+        raise InputError(f"config.json is not a JSON object: {fix}", path)
     weights = [f for pattern in WEIGHT_FILES for f in sorted(path.glob(pattern))]
     if not weights:
         raise InputError(f"no weight files ({', '.join(WEIGHT_FILES)}) in the model folder: "
-                         f"{CAN_LOAD}", path)  # fmt: skip
+                         f"{fix}", path)  # fmt: skip
     for f in weights:
         if f.suffix == ".safetensors":
             check_safetensors(f)

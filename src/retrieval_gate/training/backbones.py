@@ -21,11 +21,13 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, T5EncoderModel
 
-from ..errors import ConfigError, DataError
-from ..models import SMOLLM2, resolve_model
+from ..errors import ConfigError, DataError, InputError
+from ..models import MINILM, SMOLLM2, resolve_model
 from .config import LoraConfig, ModelConfig
 
 KINDS = ("encoder", "t5-lora", "decoder-lora")
+BACKBONE_FIX = (f"set model.name to a folder transformers can load, a Hub name, {MINILM} or "
+                f"{SMOLLM2}")  # fmt: skip
 DEFAULT_POOLING = {"encoder": "mean", "t5-lora": "mean", "decoder-lora": "last"}
 
 
@@ -41,11 +43,24 @@ def resolve_backbone(name: str) -> str:
                 "(`retrieval-gate models prepare`); pass a converted folder instead"
             ) from e
         return str(prepare_smollm2())
-    return resolve_model(name)
+    folder = resolve_model(name)
+    from ..generation.model_folders import check_model_folder
+
+    check_model_folder(folder, BACKBONE_FIX)  # a damaged folder: named before anything loads
+    return folder
 
 
 def load_tokenizer(name_or_path: str | Path) -> Any:
+    """The folder's tokenizer, which must know words: from a folder without tokenizer files
+    transformers builds an empty one that reads every word as unknown, and a gate trained on
+    it learned nothing (AUROC 0.5) without a word said."""
     tok = AutoTokenizer.from_pretrained(str(name_or_path))
+    ids = tok("Who wrote Hamlet? a e 1", add_special_tokens=False)["input_ids"]
+    if not ids or all(i == tok.unk_token_id for i in ids):
+        raise InputError(f"its tokenizer reads every word as unknown ({len(tok)} tokens known): "
+                         "the folder lacks its tokenizer files (tokenizer.json, or vocab.txt / "
+                         "a sentencepiece model); copy them in beside config.json",
+                         name_or_path)  # fmt: skip
     tok.padding_side = "right"  # last-token pooling and the ONNX graph assume right padding
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
