@@ -520,9 +520,18 @@ def _model_folder(folder, damage: str):
     from safetensors.torch import save_file
 
     folder.mkdir()
-    config = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1}
+    config = {
+        "model_type": "llama",
+        "vocab_size": 8,
+        "hidden_size": 4,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "num_key_value_heads": 1,
+        "intermediate_size": 8,
+    }
     (folder / "config.json").write_text({"no-config": "", "garbage-config": "garbage{",
-                                         "list-config": "[1]", "unknown-type": '{"model_type": "nosuch"}'}.get(damage, json.dumps(config)))  # fmt: skip
+                                         "list-config": "[1]", "unknown-type": '{"model_type": "nosuch"}',
+                                         "invalid-config": '{"model_type": "llama", "hidden_size": 4}'}.get(damage, json.dumps(config)))  # fmt: skip
     if damage == "no-config":
         (folder / "config.json").unlink()
     if damage != "no-weights":
@@ -543,12 +552,14 @@ def _model_folder(folder, damage: str):
     ("cut-weights", "model.safetensors: cut short or damaged: 5,000 bytes where its header"),
     ("garbage-weights", "model.safetensors: not a readable safetensors file"),
     ("unknown-type", "not a model transformers knows"),
+    ("invalid-config", "not a model transformers knows (Class validation error"),
+    ("no-tokenizer", "the folder lacks its tokenizer files (tokenizer.json"),
 ])  # fmt: skip
 def test_a_damaged_generator_folder_is_refused_before_the_engine(tmp_path, capsys, no_engine,
                                                                   damage, said):  # fmt: skip
-    """--generator FOLDER without config.json, with a garbled one, or with its weights cut
-    short: 'internal error (a bug)' with transformers' traceback, or vLLM failing seconds into
-    its start; now one line naming the file, before any engine."""
+    """--generator FOLDER without config.json, with a garbled one, without tokenizer files, or
+    with its weights cut short: 'internal error (a bug)' with transformers' traceback, or vLLM
+    failing seconds into its start; now one line naming the file, before any engine."""
     folder = _model_folder(tmp_path / "model", damage)
     code, err = _run(["label", "--policy", "closed-book", "--generator", str(folder), "--limit",
                       "2", "--labels-dir", str(tmp_path / "labels")], capsys)  # fmt: skip
@@ -559,6 +570,7 @@ def test_a_damaged_generator_folder_is_refused_before_the_engine(tmp_path, capsy
     ("no-config", "not a model folder (no config.json): set model.name to a folder"),
     ("garbage-config", "config.json is not readable JSON"),
     ("cut-weights", "model.safetensors: cut short or damaged"),
+    ("invalid-config", "not a model transformers knows (Class validation error"),
     ("no-tokenizer", "its tokenizer reads every word as unknown"),
 ])  # fmt: skip
 def test_train_on_a_damaged_backbone_folder_says_which_file(tmp_path, capsys, damage, said):

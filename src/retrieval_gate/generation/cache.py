@@ -50,7 +50,7 @@ import numpy as np
 
 from .. import work
 from ..cache_settings import cache_enabled, max_bytes
-from ..errors import ConfigError, InputError, first_line
+from ..errors import ConfigError, InputError
 from ..models import cache_dir
 from .base import Generation, Generator, PartialGenerator
 from .chat import chat_token_ids
@@ -666,10 +666,13 @@ def lazy_generator(
     chat-template token ids) and context window are known without starting the engine."""
     import importlib.util
 
-    from transformers import AutoConfig, AutoTokenizer
-
     from ..models import SMOLLM2
-    from .model_folders import CAN_LOAD, folder_checksum, resolve_generator_model
+    from .model_folders import (
+        folder_checksum,
+        load_tokenizer_checked,
+        read_config,
+        resolve_generator_model,
+    )
 
     name_or_path = name_or_path or SMOLLM2
     model = resolve_generator_model(name_or_path)
@@ -678,11 +681,7 @@ def lazy_generator(
         backend = "vllm" if importlib.util.find_spec("vllm") else "transformers"
     if backend not in ("vllm", "transformers"):
         raise ConfigError(f"unknown generator backend {backend!r}; choose vllm or transformers")
-    try:
-        config = AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as e:  # no model_type, an unknown one, a Hub name not found
-        raise InputError(f"not a model transformers knows ({first_line(e)}); {CAN_LOAD}",
-                         model) from None  # fmt: skip
+    config = read_config(model)
     window = int(getattr(config, "max_position_embeddings", 0) or 0) or None
     choice = backend
     if backend == "vllm":
@@ -735,7 +734,7 @@ def lazy_generator(
         store=default_store() if store == "default" else store,  # type: ignore[arg-type]
         factory=factory,
         identity=identity,
-        tokenizer=AutoTokenizer.from_pretrained(model),
+        tokenizer=load_tokenizer_checked(model),
         name=Path(model).name if folder else name_or_path,
         checksum=identity["checksum"],
         context_window=window,

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, first_line
 from ..fileio import sha256_file, umask_modes
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 
@@ -207,6 +208,44 @@ def check_model_folder(name_or_path: str, fix: str = CAN_LOAD) -> None:
     for f in weights:
         if f.suffix == ".safetensors":
             check_safetensors(f)
+
+
+def read_config(model: str, fix: str = CAN_LOAD) -> Any:
+    """The model's transformers config; one transformers cannot read (no model_type, an
+    unknown one, values that contradict each other, a Hub name it cannot reach) is named."""
+    from huggingface_hub import errors as hub_errors
+    from transformers import AutoConfig
+
+    invalid = getattr(hub_errors, "StrictDataclassError", ValueError)  # a config's own checks
+    try:
+        return AutoConfig.from_pretrained(model)
+    except (OSError, ValueError, invalid) as e:
+        raise InputError(f"not a model transformers knows ({first_line(e)}); {fix}",
+                         model) from None  # fmt: skip
+
+
+NO_TOKENIZER = (
+    "the folder lacks its tokenizer files (tokenizer.json, or vocab.txt / a "
+    "sentencepiece model); copy them in beside config.json"
+)
+
+
+def load_tokenizer_checked(folder: str | Path) -> Any:
+    """A model's tokenizer, which must load and know words: from a folder without tokenizer
+    files transformers builds an empty one that reads every word as unknown (a gate trained
+    on it learned nothing, AUROC 0.5, without a word said) or fails with a traceback."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError) as e:
+        raise InputError(f"no tokenizer could be read ({first_line(e)}): {NO_TOKENIZER}",
+                         folder) from None  # fmt: skip
+    ids = tok("Who wrote Hamlet? a e 1", add_special_tokens=False)["input_ids"]
+    if not ids or all(i == tok.unk_token_id for i in ids):
+        raise InputError(f"its tokenizer reads every word as unknown ({len(tok)} tokens known): "
+                         f"{NO_TOKENIZER}", folder)  # fmt: skip
+    return tok
 
 
 def check_safetensors(path: Path) -> None:

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, T5EncoderModel
+from transformers import AutoConfig, AutoModel, PretrainedConfig, T5EncoderModel
 
-from ..errors import ConfigError, DataError, InputError
+from ..errors import ConfigError, DataError
 from ..models import MINILM, SMOLLM2, resolve_model
 from .config import LoraConfig, ModelConfig
 
@@ -44,23 +44,18 @@ def resolve_backbone(name: str) -> str:
             ) from e
         return str(prepare_smollm2())
     folder = resolve_model(name)
-    from ..generation.model_folders import check_model_folder
+    from ..generation.model_folders import check_model_folder, read_config
 
     check_model_folder(folder, BACKBONE_FIX)  # a damaged folder: named before anything loads
+    read_config(folder, BACKBONE_FIX)
     return folder
 
 
 def load_tokenizer(name_or_path: str | Path) -> Any:
-    """The folder's tokenizer, which must know words: from a folder without tokenizer files
-    transformers builds an empty one that reads every word as unknown, and a gate trained on
-    it learned nothing (AUROC 0.5) without a word said."""
-    tok = AutoTokenizer.from_pretrained(str(name_or_path))
-    ids = tok("Who wrote Hamlet? a e 1", add_special_tokens=False)["input_ids"]
-    if not ids or all(i == tok.unk_token_id for i in ids):
-        raise InputError(f"its tokenizer reads every word as unknown ({len(tok)} tokens known): "
-                         "the folder lacks its tokenizer files (tokenizer.json, or vocab.txt / "
-                         "a sentencepiece model); copy them in beside config.json",
-                         name_or_path)  # fmt: skip
+    """The backbone's tokenizer (one that knows words), padding on the right."""
+    from ..generation.model_folders import load_tokenizer_checked
+
+    tok = load_tokenizer_checked(name_or_path)
     tok.padding_side = "right"  # last-token pooling and the ONNX graph assume right padding
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
