@@ -790,3 +790,21 @@ def test_a_diverged_loss_stops_training_with_the_learning_rates(
                        r"lower model.lr \(0.001\) or model.head_lr \(0.001\)"):  # fmt: skip
         train_gate(cfg, questions=QUESTIONS)
     assert not (workdir / "ck" / "diverges" / "gate.pt").exists()
+
+
+@pytest.mark.parametrize("damage", [b"epoch,loss\n\xff\xfe0,1\n", b"epoch,loss\n0,\xe2\x82"])
+def test_a_damaged_metrics_log_is_set_aside_on_resume(tmp_path, caplog, damage):
+    """`train --resume` carries logs/metrics.csv over the restart: one with bytes that are not
+    UTF-8 (garbled, or cut inside a character) stopped the resume as 'internal error (a bug)'
+    (UnicodeDecodeError). The log is now set aside as metrics.csv.damaged, with a note, and
+    the run goes on."""
+    from retrieval_gate.training.trainer import keep_csv_history, merge_csv_history
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_bytes(damage)
+    earlier = keep_csv_history(tmp_path)
+    assert (logs / "metrics.csv.damaged").read_bytes() == damage and "is damaged" in caplog.text
+    (logs / "metrics.csv").write_text("epoch,loss\n1,0.5\n")  # the resumed run's own log
+    merge_csv_history(tmp_path, earlier)
+    assert (logs / "metrics.csv").read_text().splitlines() == ["epoch,loss", "1,0.5"]

@@ -34,7 +34,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 
 from .. import work
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 from ..fileio import nearest_existing, read_json, write_json, write_text
 from ..labels.lock import single_writer
 from ..questions import Question
@@ -287,7 +287,18 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
+    """A metrics log's rows. A damaged one (not UTF-8, not CSV) is set aside as `*.damaged`
+    with a note: a log of earlier epochs is not worth stopping a resume for."""
+    if not path.is_file():
+        return []
+    try:
+        return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as e:
+        aside = path.with_name(path.name + ".damaged")
+        path.replace(aside)
+        log.warning("%s is damaged (%s); set aside as %s: those epochs' log is lost, the "
+                    "training resumes", path, first_line(e), aside.name)  # fmt: skip
+        return []
 
 
 def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
