@@ -527,3 +527,49 @@ def test_bad_cache_settings_stop_a_verb_before_it_runs(monkeypatch, capsys, name
     assert f"${name}" in err and message in err and "Traceback" not in err
     monkeypatch.setenv(name, "0")
     assert cli.main(["cache", "info"]) == 0 and ran
+
+
+def test_a_damaged_entry_is_computed_again(tmp_path, caplog):
+    """SQLite checks its pages' structure, not the bytes of a stored answer: a character
+    changed inside one (a bit flipped on disk, the length kept) was replayed as the answer, and
+    a value that is no longer JSON stopped the verb with a JSONDecodeError traceback. Each
+    entry now carries the CRC-32 of its text: a damaged one is computed again and stored whole;
+    entries of a cache made before CRCs (NULL) are read as before."""
+    import sqlite3
+
+    path = tmp_path / "g.sqlite"
+    gen = CachedGenerator(FakeGenerator(), store=GenerationStore(path))
+    first = gen.generate(["Who wrote Hamlet?", "Capital of France?"], 8)
+    with sqlite3.connect(path) as db:
+        (key, text), (other, _) = db.execute("SELECT key, value FROM entries ORDER BY key")
+        flipped = text.replace('"text":"', '"text":"X', 1)[: len(text)]  # same length
+        db.execute("UPDATE entries SET value = ? WHERE key = ?", (flipped, key))
+        db.execute("UPDATE entries SET value = '{\"te', crc = NULL WHERE key = ?", (other,))
+    fake = FakeGenerator()
+    again = CachedGenerator(fake, store=GenerationStore(path)).generate(
+        ["Who wrote Hamlet?", "Capital of France?"], 8
+    )
+    assert [g.text for g in again] == [g.text for g in first] and len(fake.calls[0]) == 2
+    assert "2 entries of the generation cache" in caplog.text and "are damaged" in caplog.text
+    fake = FakeGenerator()  # stored whole again: both served from the cache
+    CachedGenerator(fake, store=GenerationStore(path)).generate(["Who wrote Hamlet?"], 8)
+    assert fake.calls == []
+    with sqlite3.connect(path) as db:  # a cache made before CRCs: its entries are read
+        db.execute("UPDATE entries SET crc = NULL")
+    fake = FakeGenerator()
+    CachedGenerator(fake, store=GenerationStore(path)).generate(["Capital of France?"], 8)
+    assert fake.calls == []
+
+
+def test_a_cache_made_before_crcs_is_read_and_gains_the_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:  # the schema before entries carried their CRC
+        db.execute("CREATE TABLE entries (key TEXT PRIMARY KEY, value TEXT NOT NULL, bytes "
+                   "INTEGER NOT NULL, created REAL NOT NULL, used REAL NOT NULL, hits INTEGER "
+                   "NOT NULL DEFAULT 0)")  # fmt: skip
+        db.execute("INSERT INTO entries VALUES ('k', '{\"a\":1}', 7, 0, 0, 0)")
+    assert GenerationStore(path).get_many(["k"]) == {"k": {"a": 1}}
+    GenerationStore(path).put_many({"n": {"b": 2}})
+    assert GenerationStore(path).get_many(["k", "n"]) == {"k": {"a": 1}, "n": {"b": 2}}

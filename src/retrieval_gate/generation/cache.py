@@ -39,6 +39,7 @@ import logging
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -100,8 +101,9 @@ def cache_path() -> Path:
 
 
 class GenerationStore:
-    """Key -> JSON value in SQLite (WAL, busy timeout), least recently used entries evicted past
-    `limit_bytes`. Thread-safe (one connection behind a lock); process-safe through SQLite."""
+    """Key -> JSON value (with its CRC-32, checked on reading) in SQLite (WAL, busy timeout),
+    least recently used entries evicted past `limit_bytes`. Thread-safe (one connection behind
+    a lock); process-safe through SQLite."""
 
     def __init__(self, path: Path | str | None = None, limit_bytes: int | None = None):
         self.path = Path(path) if path is not None else cache_path()
@@ -125,6 +127,13 @@ class GenerationStore:
                 "hits INTEGER NOT NULL DEFAULT 0)"
             )
             self._db.execute("CREATE INDEX IF NOT EXISTS entries_used ON entries (used)")
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}
+            if "crc" not in columns:  # a cache made before entries carried their CRC
+                try:
+                    self._db.execute("ALTER TABLE entries ADD COLUMN crc INTEGER")
+                except sqlite3.OperationalError as e:  # another process added it first
+                    if "duplicate column" not in str(e):
+                        raise
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The stored values of those keys that are stored (their use time and hit count
@@ -145,9 +154,9 @@ class GenerationStore:
                 part = keys[i : i + 500]
                 marks = ",".join("?" * len(part))
                 rows = self._db.execute(
-                    f"SELECT key, value FROM entries WHERE key IN ({marks})", part
+                    f"SELECT key, value, crc FROM entries WHERE key IN ({marks})", part
                 ).fetchall()
-                found.update((k, json.loads(v)) for k, v in rows)
+                found.update(_intact_rows(rows, self.path))
             if found:
                 now = time.time()
                 self._db.executemany(
@@ -162,17 +171,17 @@ class GenerationStore:
         rows = []
         for key, value in items.items():
             text = json.dumps(value, separators=(",", ":"))
-            rows.append((key, text, len(text), now, now))
+            rows.append((key, text, len(text), now, now, zlib.crc32(text.encode())))
         try:
             self._put(rows)
         except sqlite3.Error as e:
             _warn(f"the generation cache {self.path} could not be written ({e})")
 
-    def _put(self, rows: list[tuple[str, str, int, float, float]]) -> None:
+    def _put(self, rows: list[tuple[str, str, int, float, float, int]]) -> None:
         with self._lock, self._db:
             self._db.executemany(
-                "INSERT OR REPLACE INTO entries (key, value, bytes, created, used) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO entries (key, value, bytes, created, used, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
             self._written += sum(r[2] for r in rows)
@@ -261,6 +270,24 @@ def _on_store(store: GenerationStore, action: str) -> dict[str, Any]:
         return store.info()
     finally:
         store.close()
+
+
+def _intact_rows(rows: list[tuple[str, str, int | None]], path: Path) -> dict[str, Any]:
+    """The rows whose value is the text their CRC was taken of, parsed: a damaged one (a bit
+    flipped inside a stored answer, which SQLite does not check) is left out, so computed
+    again and stored whole. Rows stored before entries carried a CRC are read as before."""
+    found, damaged = {}, 0
+    for key, text, crc in rows:
+        if crc is not None and zlib.crc32(text.encode()) != crc:
+            damaged += 1
+            continue
+        try:
+            found[key] = json.loads(text)
+        except ValueError:
+            damaged += 1
+    if damaged:
+        _warn(f"{damaged} entries of the generation cache {path} are damaged: computed again")
+    return found
 
 
 def _retry_locked(step: Callable[[], None], seconds: float = 60.0) -> None:
