@@ -17,7 +17,7 @@ from retrieval_gate.cli import main
 from retrieval_gate.errors import DataError
 from retrieval_gate.fileio import sha256_file
 from test_bad_options import no_engine  # noqa: F401  (the fixture: every engine fails the test)
-from user_files import placeholder_weights
+from user_files import forget_checksums, placeholder_weights
 
 STRATEGIES = ["no_retrieval", "one_retrieval", "multi_step"]
 CURVE = {"price": [0.0], "mean_cost": [1.0], "shares": [[0.2, 0.6, 0.2]]}
@@ -308,7 +308,8 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
                             "variants": variants,
                             "package_version": manifest["package_version"],
                             "checksums": manifest["checksums"]}  # fmt: skip
-        weights = ["gate.pt"] if kind == "run" else ["model.onnx", "model.int8.onnx"]
+        weights = ["gate.pt"] if kind == "run" else ["model.onnx", "model.int8.onnx",
+                                                      "tokenizer.json"]  # fmt: skip
         assert manifest["checksums"] == {n: sha256_file(folder / n) for n in weights}
         assert open_artifact(folder).source.name == MANIFEST
         gate = RetrievalGate.from_pretrained(folder, device="cpu")
@@ -332,8 +333,8 @@ def _flip_a_byte(path: Path) -> None:
 
 def test_weights_changed_after_writing_are_refused(minilm_gate_dirs, tmp_path, capsys):
     """A bit flipped in gate.pt or model.onnx (a disk, a copy) loaded and scored with the
-    changed weights, and so did another export's model file copied in: nothing read the file's
-    own integrity. The manifest now records each weights file's sha256 as it is written, and
+    changed weights, and so did another export's model file or tokenizer copied in: nothing
+    read the file's own integrity. The manifest now records each weights file's sha256 as it is written, and
     loading refuses a file that differs, naming it, before torch or ONNX Runtime reads it."""
     from retrieval_gate import RetrievalGate
     from retrieval_gate.gates.learned import LearnedGate
@@ -357,9 +358,18 @@ def test_weights_changed_after_writing_are_refused(minilm_gate_dirs, tmp_path, c
     with pytest.raises(DataError, match="model.onnx: damaged or replaced"):
         RetrievalGate.from_pretrained(export, variant="fp32")
     RetrievalGate.from_pretrained(export, variant="int8")  # the untouched variant still loads
+    tokens = json.loads((export / "tokenizer.json").read_text())
+    tokens["model"]["vocab"]["hamlet"] = 7  # another word list: every score would shift
+    (export / "tokenizer.json").write_text(json.dumps(tokens))
+    with pytest.raises(DataError, match="tokenizer.json: damaged or replaced"):
+        RetrievalGate.from_pretrained(export, variant="int8")
+    forget_checksums(export)
+    RetrievalGate.from_pretrained(export, variant="int8")
+    export = Path(shutil.copytree(export_dir, tmp_path / "export2"))
+    shutil.copy(export / "model.int8.onnx", export / "model.onnx")  # changed on purpose
     manifest = json.loads((export / MANIFEST).read_text())
-    del manifest["checksums"]["model.onnx"]  # the way out the message names, for a file
-    (export / MANIFEST).write_text(json.dumps(manifest))  # changed on purpose
+    del manifest["checksums"]["model.onnx"]  # the way out the message names
+    (export / MANIFEST).write_text(json.dumps(manifest))
     RetrievalGate.from_pretrained(export, variant="fp32")
 
 

@@ -12,11 +12,11 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       where it has them (null for a gate)
     variants          an export's ONNX variants (fp32 | opt | int8 | fp16; [] for a run)
     package_version   the retrieval-gate version that wrote it
-    checksums         {weights file name: sha256} of gate.pt (a run) or each model*.onnx (an
-                      export), taken as they were written; loading checks the file against it,
-                      so a bit flipped by a disk or a copy, or a model file copied in from
-                      another export, is refused rather than scored with ({} in folders
-                      written before checksums: nothing to check)
+    checksums         {file name: sha256} of gate.pt (a run), or each model*.onnx and the
+                      tokenizer.json (an export), taken as they were written; loading checks
+                      the file against it, so a bit flipped by a disk or a copy, or a file
+                      copied in from another export, is refused rather than scored with ({} in
+                      folders written before checksums: nothing to check)
 
 A folder written before manifests (no manifest.json) is read from its metadata.json (a run)
 or gate_metadata.json (an export), by the same rules. Nothing is guessed: damaged JSON, a
@@ -58,7 +58,8 @@ VARIANTS = {
     "int8": "model.int8.onnx",  # static int8 (QDQ, calibrated at export) of fp32, for CPUs
     "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
 }
-WEIGHTS_FILES = (RunFolder.WEIGHTS, *VARIANTS.values())  # the files `checksums` covers
+EXPORT_TOKENIZER = "tokenizer.json"  # what an export's ONNX gate tokenizes with
+CHECKED_FILES = (RunFolder.WEIGHTS, *VARIANTS.values(), EXPORT_TOKENIZER)  # in `checksums`
 FIX = {"run": "re-train it (`retrieval-gate train`)",
        "export": "re-export it (`retrieval-gate export --run RUN`)"}  # fmt: skip
 
@@ -164,12 +165,12 @@ class _Fields:
         return tuple(value)
 
     def checksums(self, key: str, fix: str) -> dict[str, str]:
-        """Optional (manifests written before checksums have none): weights file names to
-        sha256 hex digests."""
+        """Optional (manifests written before checksums have none): the checked files' names
+        to sha256 hex digests."""
         value = self.d.get(key, {})
-        want = f"an object of weights file names ({', '.join(WEIGHTS_FILES)}) to sha256 digests"
+        want = f"an object of file names ({', '.join(CHECKED_FILES)}) to sha256 digests"
         if not (isinstance(value, dict) and all(
-                k in WEIGHTS_FILES and isinstance(v, str) and len(v) == 64
+                k in CHECKED_FILES and isinstance(v, str) and len(v) == 64
                 and set(v) <= set("0123456789abcdef") for k, v in value.items())):  # fmt: skip
             raise self._bad(key, want, fix)
         return value
@@ -244,7 +245,7 @@ class Artifact:
         return None if cal is None else Calibration.from_dict(cal)
 
     def verified_sha256(self, name: str) -> str:
-        """The sha256 of weights file `name` in the folder, which must be the one the manifest
+        """The sha256 of the checked file `name` in the folder, which must be the one the manifest
         recorded when the file was written (a folder without a record is not checked)."""
         return verified_sha256(self.folder, name, self.manifest.checksums, self.kind)
 

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..artifacts import EXPORT_METADATA, MANIFEST, export_manifest
+from ..artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, MANIFEST, export_manifest
 from ..errors import DataError
 from ..fileio import sha256_file, staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
@@ -340,7 +340,8 @@ def write_export(
     written = tuple(v for v, path in paths.items() if path.is_file())
     for variant in written:
         set_metadata(paths[variant], {**props, "variant": variant})
-    sums = {paths[v].name: sha256_file(paths[v]) for v in written}  # loading checks them
+    checked = [paths[v] for v in written] + [out_dir / EXPORT_TOKENIZER]
+    sums = {path.name: sha256_file(path) for path in checked}  # loading checks them
     export_manifest(meta, out_dir, written, sums).write(out_dir)  # what `open_artifact` reads
 
 

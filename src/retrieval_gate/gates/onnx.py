@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..artifacts import TASK_OF, Artifact, open_artifact
+from ..artifacts import EXPORT_TOKENIZER, TASK_OF, Artifact, open_artifact
 from ..data.gate_features import features_from_dict
 from ..errors import BackendError, DataError, InputError, first_line
 from ..pricing import Calibration
@@ -138,7 +138,7 @@ class OnnxGate(EncoderGate):
         self.pad_id = values["pad_token_id"]
         self.batch_size = batch_size
         self.name = name or f"onnx:{self.export_dir.name}:{variant}"
-        self.tokenizer = self._tokenizer()
+        self.tokenizer = self._tokenizer(artifact)
         self.provider = self.session.get_providers()[0]
         # Side features (names + scaling) when the gate was trained with them; older exports
         # have no such key and take text only.
@@ -146,10 +146,11 @@ class OnnxGate(EncoderGate):
             json.loads(self.metadata.get("side_features", "null"))
         )
 
-    def _tokenizer(self) -> Tokenizer:
-        path = self.export_dir / "tokenizer.json"
+    def _tokenizer(self, artifact: Artifact) -> Tokenizer:
+        path = self.export_dir / EXPORT_TOKENIZER
         if not path.is_file():
             raise DataError("export has no tokenizer.json (re-export the checkpoint)", path)
+        artifact.verified_sha256(EXPORT_TOKENIZER)  # another model's tokenizer: refused
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
