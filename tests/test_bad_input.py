@@ -529,9 +529,14 @@ def _model_folder(folder, damage: str):
         "num_key_value_heads": 1,
         "intermediate_size": 8,
     }
-    (folder / "config.json").write_text({"no-config": "", "garbage-config": "garbage{",
-                                         "list-config": "[1]", "unknown-type": '{"model_type": "nosuch"}',
-                                         "invalid-config": '{"model_type": "llama", "hidden_size": 4}'}.get(damage, json.dumps(config)))  # fmt: skip
+    texts = {
+        "no-config": "",
+        "garbage-config": "garbage{",
+        "list-config": "[1]",
+        "unknown-type": '{"model_type": "nosuch"}',
+        "invalid-config": '{"model_type": "llama", "hidden_size": 4}',  # 4 is not 32 heads' multiple
+    }
+    (folder / "config.json").write_text(texts.get(damage, json.dumps(config)))
     if damage == "no-config":
         (folder / "config.json").unlink()
     if damage != "no-weights":
