@@ -334,8 +334,9 @@ def _flip_a_byte(path: Path) -> None:
 def test_weights_changed_after_writing_are_refused(minilm_gate_dirs, tmp_path, capsys):
     """A bit flipped in gate.pt or model.onnx (a disk, a copy) loaded and scored with the
     changed weights, and so did another export's model file or tokenizer copied in: nothing
-    read the file's own integrity. The manifest now records each weights file's sha256 as it is written, and
-    loading refuses a file that differs, naming it, before torch or ONNX Runtime reads it."""
+    read the file's own integrity. The manifest now records each such file's sha256 as it is
+    written, and loading refuses a file that differs, naming it, before torch or ONNX Runtime
+    reads it."""
     from retrieval_gate import RetrievalGate
     from retrieval_gate.gates.learned import LearnedGate
 

@@ -534,7 +534,7 @@ def _model_folder(folder, damage: str):
         "garbage-config": "garbage{",
         "list-config": "[1]",
         "unknown-type": '{"model_type": "nosuch"}',
-        "invalid-config": '{"model_type": "llama", "hidden_size": 4}',  # 4 is not 32 heads' multiple
+        "invalid-config": '{"model_type": "llama", "hidden_size": 4}',  # not a multiple of 32
     }
     (folder / "config.json").write_text(texts.get(damage, json.dumps(config)))
     if damage == "no-config":

@@ -255,8 +255,9 @@ def test_a_damaged_dev_score_cache_is_scored_again(tmp_path, damage):
     first = dev_scores(RecordingGate(), dev, cache, "id")
     data = bytearray(cache.read_bytes())
     start = data.index(b"\x93NUMPY", data.index(b"scores.npy")) + 128  # the scores' numbers
+    flipped = data[:start] + bytes([data[start] ^ 0x40]) + data[start + 1 :]
     data = {"truncated": data[: len(data) // 2], "garbage": bytearray(b"\x80\x04not npz"),
-            "flipped": data[:start] + bytes([data[start] ^ 0x40]) + data[start + 1 :]}[damage]  # fmt: skip
+            "flipped": flipped}[damage]  # fmt: skip
     cache.write_bytes(bytes(data))
     gate = RecordingGate()
     np.testing.assert_array_equal(dev_scores(gate, dev, cache, "id"), first)
