@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,7 @@ import numpy as np
 import torch
 
 from ..artifacts import open_artifact
-from ..fileio import sha256_file
 from ..pricing import Calibration
-from ..run_folder import RunFolder
 from ..training.checkpoint import load_run
 from .base import Questions
 from .encoder import EncoderGate
@@ -49,11 +46,11 @@ class LearnedGate(EncoderGate):
         self.name = name or f"learned:{self.run_dir.name}"
         self.side_features = self.module.side_features
 
-    @cached_property
+    @property
     def checksum(self) -> str:
         """The weights' identity: tuning keys its studies and caches by it, not by the folder
-        name. Hashed on first use, so loading a gate to score pays nothing for it."""
-        return sha256_file(RunFolder(self.run_dir).weights)
+        name. The sha256 `load_run` took of gate.pt to check it against the run's manifest."""
+        return str(self.module.weights_sha256)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)

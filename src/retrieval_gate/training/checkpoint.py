@@ -142,7 +142,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         side_features=run_side_features(meta, side),
         task=TASKS[meta["task"]],
     )
-    verified_sha256(run_dir, RunFolder.WEIGHTS, recorded_checksums(run_dir), "run")
+    sha = verified_sha256(run_dir, RunFolder.WEIGHTS, recorded_checksums(run_dir), "run")
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated/garbled files
@@ -156,6 +156,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
             f"gate.pt does not match config.yaml/backbone ({first_line(e)})", run_dir
         ) from None
     module.threshold = float(meta.get("threshold", 0.5))
+    module.weights_sha256 = sha  # hashed to check it: the gate's checksum, not hashed again
     return module.eval(), _run_tokenizer(run_dir), meta
 
 

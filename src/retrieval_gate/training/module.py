@@ -87,6 +87,7 @@ class RetrievalGateModule(pl.LightningModule):
         self.config = model_cfg
         self.num_classes = num_classes
         self.threshold = model_cfg.threshold
+        self.weights_sha256: str | None = None  # load_run: the gate.pt it was loaded from
         self.backbone = Backbone(model_cfg, hf_config)
         self.set_head(side_features)
         self.task = task
