@@ -2,7 +2,7 @@
 
 from ..errors import DataError
 from .bad_rows import BadRows
-from .dataset_registry import dataset_names, load_all, load_dataset
+from .catalog import dataset_names, load_all, load_dataset
 from .loaders import load_entityquestions_train, load_hub, popqa_relation
 from .paths import resolve_data_dir
 from .splits import assign_splits, canonical_questions, with_splits

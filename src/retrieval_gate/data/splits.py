@@ -82,7 +82,7 @@ def with_splits(questions: Sequence[Question], splits: Mapping[str, str]) -> lis
 def canonical_questions() -> tuple[Question, ...]:
     """Every question with its canonical split (`assign_splits(load_all(), seed=0)`), the one
     train/dev/test assignment every table uses; loaded once per process."""
-    from .dataset_registry import load_all
+    from .catalog import load_all
 
     questions = load_all()
     return tuple(with_splits(questions, assign_splits(questions, seed=0)))
