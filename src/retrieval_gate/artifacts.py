@@ -194,7 +194,7 @@ def signals_of(side: Any, path: Path, fix: str) -> tuple[str, ...]:
     if isinstance(side, str):  # an export's ONNX metadata keeps it as JSON text
         try:
             side = json.loads(side)
-        except ValueError:
+        except (ValueError, RecursionError):
             side = []  # not an object: refused below
     if side is None:
         return ("question",)
@@ -409,7 +409,7 @@ def _read_json(path: Path, fix: str) -> Any:
         raise DataError(f"missing file; {fix}", path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # truncated, not JSON, not UTF-8
+    except (OSError, ValueError, RecursionError) as e:  # truncated, not JSON or UTF-8, too deep
         raise DataError(f"unreadable JSON ({e}); {fix}", path) from None
 
 

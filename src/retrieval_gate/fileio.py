@@ -255,6 +255,8 @@ def read_json(path: Path, missing: str = "missing file") -> Any:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
+    except RecursionError:
+        raise DataError("malformed JSON (nested too deeply to read)", path) from None
 
 
 def write_arrays(path: str | Path, **arrays: Any) -> Path:

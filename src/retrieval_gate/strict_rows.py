@@ -5,9 +5,19 @@ retrieval", and a CSV header `question,label,label` used its third column."""
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Sequence
 from typing import Any
+
+# Python's csv refuses a cell past 128 KiB ("field larger than field limit"), and a user's
+# CSV may hold a document or a long answer list in one; the limit is the process's.
+CSV_CELL_LIMIT = 2**30
+
+
+def allow_long_cells() -> None:
+    """Lifts the csv module's cell limit to `CSV_CELL_LIMIT` (1 GiB: still a bound)."""
+    csv.field_size_limit(CSV_CELL_LIMIT)
 
 
 class RepeatedKeyError(ValueError):
@@ -32,11 +42,29 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return row
 
 
+class TooDeepError(json.JSONDecodeError):
+    """JSON nested deeper than Python's parser recurses (`[[[[...` a few thousand levels): its
+    `RecursionError` is not a `ValueError`, so every reader's "malformed JSON" missed it and a
+    row file, an HTTP body or a CSV cell of brackets ended in an internal error."""
+
+    def __init__(self, doc: str, pos: int):
+        super().__init__("nested too deeply to read: more than about 1,000 levels", doc, pos)
+
+
+class _Decoder(json.JSONDecoder):
+    def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+        try:
+            return super().raw_decode(s, idx)
+        except RecursionError:
+            raise TooDeepError(s, idx) from None
+
+
 # for reading one item of a larger JSON text at a time (`raw_decode`), as strictly as `loads`
-DECODER = json.JSONDecoder(object_pairs_hook=_object)
+DECODER = _Decoder(object_pairs_hook=_object)
 
 
 def loads(text: str | bytes) -> Any:
-    """`json.loads`, except that a key repeated in one object raises `RepeatedKeyError` (a
-    `ValueError`, as `json.JSONDecodeError` is)."""
-    return json.loads(text, object_pairs_hook=_object)
+    """`json.loads`, except that a key repeated in one object raises `RepeatedKeyError` and
+    JSON nested too deeply raises `TooDeepError` (both `ValueError`s, as `json.JSONDecodeError`
+    is)."""
+    return json.loads(text, cls=_Decoder, object_pairs_hook=_object)

@@ -37,5 +37,9 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def load_yaml(text: str) -> Any:
-    """The parsed document, as `yaml.safe_load` gives it; a repeated key is a `yaml.YAMLError`."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
+    """The parsed document, as `yaml.safe_load` gives it; a repeated key, or nesting deeper than
+    PyYAML's recursive composer goes (`[[[[...`), is a `yaml.YAMLError`."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read: more than about 1,000 levels") from None

@@ -17,7 +17,6 @@ question without them (`has_answer` 0) gets the question-only score of the same 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..questions import Question
+from ..strict_rows import loads
 from .list_cells import list_cell
 
 TOKEN_LOGPROBS = "token_logprobs"
@@ -75,8 +75,8 @@ def parse_token_logprobs(
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value)  # a list, or an OpenAI-compatible `logprobs` object
-        except json.JSONDecodeError:
+            value = loads(value)  # a list, or an OpenAI-compatible `logprobs` object
+        except ValueError:  # not JSON, nested too deeply, a key twice
             listed = list_cell(value)  # a Python list's or a numpy array's repr
             if listed is None:
                 raise DataError(

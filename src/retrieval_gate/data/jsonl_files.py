@@ -83,7 +83,7 @@ def refuse_one_object(text: str, path: Path) -> None:
     """A `.json` file that is one object over several lines (`{"data": [...]}`, a pretty-printed
     row) is not rows; read as JSONL its first line was "malformed JSON"."""
     try:
-        whole = json.loads(text)
+        whole = loads(text)
     except ValueError:
         return  # one object a line (JSONL), or broken: the line reader names the line
     if not isinstance(whole, dict) or "\n" not in text.strip():

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import DataError
 from ..fileio import read_json
 from ..questions import Question
+from ..strict_rows import loads
 from .bad_rows import BadRows
 from .dataset_registry import register
 from .jsonl_files import read_jsonl, require, require_file
@@ -418,8 +419,8 @@ def _json_list(value: Any, name: str, path: Path | str, line: int | None) -> lis
     if isinstance(value, list):
         return [str(v) for v in value]
     try:
-        parsed = json.loads(value)
-    except (TypeError, json.JSONDecodeError) as e:
+        parsed = loads(value)
+    except (TypeError, ValueError) as e:
         raise DataError(f"field {name!r} is not a JSON list of answers", path, line) from e
     return [str(v) for v in _as_list(parsed)]
 
@@ -429,8 +430,8 @@ def _paragraphs(value: Any, path: Path | str, line: int | None) -> list[dict[str
         return []
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
+            value = loads(value)
+        except ValueError as e:
             raise DataError("field 'paragraphs' is not a JSON list", path, line) from e
     return list(value)
 

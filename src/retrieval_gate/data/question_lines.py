@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from ..errors import InputError
 from ..fileio import not_utf8
 from ..questions import has_text
-from ..strict_rows import RepeatedKeyError, first_repeated, loads
+from ..strict_rows import RepeatedKeyError, allow_long_cells, first_repeated, loads
 from .jsonl_files import read_json_array, refuse_one_object
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
@@ -181,6 +181,7 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
     """A CSV (or TSV) with a header naming a `question` (or `text`) column and optionally
     `id`, read a row at a time."""
     text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
+    allow_long_cells()
     try:
         yield from _csv_records(csv.reader(text, delimiter=delimiter), path, delimiter)
     except UnicodeDecodeError:  # said with its place in the whole file, read again for it

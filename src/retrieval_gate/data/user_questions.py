@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import DataError
 from ..fileio import not_utf8
 from ..questions import Question, has_text
-from ..strict_rows import first_repeated
+from ..strict_rows import allow_long_cells, first_repeated
 from .answer_confidence import (
     MEAN_LOGPROB,
     TOKEN_LOGPROBS,
@@ -200,20 +200,31 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
         if first.lstrip().startswith(("{", "[")):
             raise DataError("this looks like JSON, not CSV; name the file .jsonl", path, 1)
         f.seek(0)
+        allow_long_cells()
         reader = csv.DictReader(f, delimiter=delimiter)
-        refuse_other_separator(list(reader.fieldnames or []), path, delimiter)
-        # empty header cells (a spreadsheet's trailing columns) name nothing
-        if repeated := first_repeated([n for n in reader.fieldnames or [] if n.strip()]):
-            raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
-        for row in reader:
-            if None in row:
-                raise DataError(
-                    f"row has {len(reader.fieldnames or []) + len(row[None])} cells but the "
-                    f"header has {len(reader.fieldnames or [])}; quote cells that hold commas",
-                    path,
-                    reader.line_num,
-                )
-            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
+        try:
+            yield from _csv_dicts(reader, path, delimiter)
+        except csv.Error as e:  # a cell past the limit; DictReader's own count lags a line
+            raise DataError(
+                f"not a readable CSV file ({e})", path, reader.reader.line_num
+            ) from None
+
+
+def _csv_dicts(reader: csv.DictReader[str], path: Path, delimiter: str) -> Iterator[Row]:
+    """The rows of a CSV file after its header, each with its line number."""
+    refuse_other_separator(list(reader.fieldnames or []), path, delimiter)
+    # empty header cells (a spreadsheet's trailing columns) name nothing
+    if repeated := first_repeated([n for n in reader.fieldnames or [] if n.strip()]):
+        raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
+    for row in reader:
+        if None in row:
+            raise DataError(
+                f"row has {len(reader.fieldnames or []) + len(row[None])} cells but the "
+                f"header has {len(reader.fieldnames or [])}; quote cells that hold commas",
+                path,
+                reader.line_num,
+            )
+        yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:

@@ -98,7 +98,7 @@ def parse_metadata(meta: dict[str, str], path: Path) -> dict[str, Any]:
         raise bad("max_length", "a positive integer")
     try:
         classes = json.loads(meta["classes"])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise bad("classes", "a JSON list") from None
     if not (
         isinstance(classes, list) and len(classes) >= 2 and all(isinstance(c, str) for c in classes)
@@ -203,7 +203,7 @@ class OnnxRouter(RoutingMixin, OnnxGate):
                             "(re-export the router run)", self.path)  # fmt: skip
         try:
             self.calibration = Calibration.from_dict(json.loads(self.metadata["router"]))
-        except (json.JSONDecodeError, InputError) as e:
+        except (json.JSONDecodeError, RecursionError, InputError) as e:
             raise DataError(
                 f"ONNX metadata router is unreadable ({e}); re-export", self.path
             ) from None

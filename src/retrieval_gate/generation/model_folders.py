@@ -197,7 +197,7 @@ def check_model_folder(name_or_path: str, fix: str = CAN_LOAD) -> None:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"not a model folder (no config.json): {fix}", path) from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise InputError(f"config.json is not readable JSON ({e}): {fix}", path) from None
     if not isinstance(config, dict):
         raise InputError(f"config.json is not a JSON object: {fix}", path)
@@ -258,7 +258,7 @@ def check_safetensors(path: Path) -> None:
     try:
         ends = [v["data_offsets"][1] for k, v in json.loads(header).items() if k != "__metadata__"]
         expected = 8 + length + max(ends, default=0)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
         raise InputError(f"not a readable safetensors file ({e}): the model folder is damaged; "
                          "copy or download it again", path) from None  # fmt: skip
     if expected != size:

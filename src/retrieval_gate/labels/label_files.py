@@ -34,8 +34,8 @@ LABELS_DIR = Path(os.environ.get(LABELS_ENV) or Path.cwd() / "data" / "labels")
 def read_meta(mp: Path) -> dict[str, Any]:
     """A label file's provenance (its `.meta.json`), refused by name when damaged."""
     try:
-        meta = json.loads(mp.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        meta = loads(mp.read_text(encoding="utf-8"))
+    except ValueError:  # not JSON or UTF-8, nested too deeply, a key twice
         raise DataError("provenance file is not valid JSON (damaged: re-run the `label` "
                         "command that wrote it)", mp) from None  # fmt: skip
     if not isinstance(meta, dict):
@@ -192,7 +192,7 @@ class LabelFile:
 def _whole_object(raw: bytes) -> bool:
     try:
         return isinstance(json.loads(raw), dict)  # whole; a repeated key is refused when read
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON or UTF-8, nested too deeply
         return False
 
 

@@ -544,7 +544,8 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
         try:
             node[leaf] = load_yaml(value)
         except yaml.YAMLError as e:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+            shown = item if len(item) <= 200 else f"{item[:100]}... ({len(item):,} characters)"
+            raise ConfigError(f"--set {shown!r}: the value is not valid YAML ({e})") from None
     return config
 
 
