@@ -127,6 +127,17 @@ def test_correctness_other_than_the_tag_or_0_1(tmp_path):
         load_release(root)
 
 
+@pytest.mark.parametrize("kind", ["chains", "json"])
+def test_a_release_file_not_utf8_is_refused_naming_it(tmp_path, kind):
+    root = write_release(tmp_path / "rel")
+    pattern = "prediction__*_chains.txt" if kind == "chains" else "ground_truth__*.json"
+    path = next(folder_of(root, "nor", "nq").glob(pattern))
+    data = path.read_bytes()
+    path.write_bytes(data[:5] + b"\xe9" + data[5:])  # Latin-1 text: was an internal error
+    with pytest.raises(DataError, match=re.escape(f"{path}: not valid UTF-8 (byte 5)")):
+        load_release(root)
+
+
 def test_not_a_release_folder(tmp_path):
     (tmp_path / "empty" / "predictions" / "dev_500").mkdir(parents=True)
     (tmp_path / "other" / "cache").mkdir(parents=True)  # folders, none of them a split

@@ -13,6 +13,7 @@ from retrieval_gate.data import (
     dataset_names,
     load_all,
     load_dataset,
+    load_entityquestions_train,
     load_hub,
     popqa_relation,
     resolve_data_dir,
@@ -166,6 +167,29 @@ def test_malformed_json_line_names_file_and_line(tmp_path):
     bad = BadRows(skip=True)
     assert len(load_dataset("triviaqa", tmp_path, bad=bad)) == 1
     assert bad.total == 1
+
+
+def test_a_json_dataset_file_not_utf8_is_refused_naming_it(tmp_path):
+    row = {"question": "Who?", "answers": ["x"], "obj": "x", "relation": "P106"}
+    data = json.dumps([row]).encode()
+    path = tmp_path / "entityquestions" / "test" / "P106.test.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data[:10] + b"\xff" + data[10:])  # was an internal error
+    with pytest.raises(DataError, match=r"P106.test.json: not valid UTF-8 \(byte 10\)"):
+        load_dataset("entityquestions", tmp_path)
+    path.write_bytes(b"\xef\xbb\xbf" + data)  # a byte-order mark is not the file's
+    assert len(load_dataset("entityquestions", tmp_path)) == 1
+
+
+def test_a_damaged_entityquestions_train_archive_is_refused_not_read_as_other_rows(tmp_path):
+    real = (resolve_data_dir() / "entityquestions" / "train.tar.gz").read_bytes()
+    path = tmp_path / "entityquestions" / "train.tar.gz"
+    path.parent.mkdir(parents=True)
+    # a flipped byte early in the deflate stream: tarfile never reads gzip's CRC at the end
+    for damaged in (real[:1000] + bytes([real[1000] ^ 0xFF]) + real[1001:], real[: len(real) // 2]):
+        path.write_bytes(damaged)
+        with pytest.raises(DataError, match="train.tar.gz: not a readable .tar.gz.*download"):
+            load_entityquestions_train(tmp_path)
 
 
 def test_rows_without_question_or_answers(tmp_path):

@@ -250,9 +250,11 @@ def read_json(path: Path, missing: str = "missing file") -> Any:
     line and column."""
     if not Path(path).is_file():
         raise DataError(missing, path)
+    data = Path(path).read_bytes()
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(data.decode("utf-8-sig"))  # a Windows editor's byte-order mark
+    except UnicodeDecodeError as e:
+        raise DataError(not_utf8(data, e.start, path), path) from None
     except json.JSONDecodeError as e:
         raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
     except RecursionError:

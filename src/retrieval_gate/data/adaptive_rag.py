@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import read_json, sha256_file
+from ..fileio import not_utf8, read_json, sha256_file
 from ..questions import Question
 from ..strategies import MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
 from .bad_rows import BadRows
@@ -278,7 +278,11 @@ def _correct(value: Any, strategy: str, path: Path, qid: str) -> bool:
 def _read_chains(path: Path) -> dict[str, str]:
     """id -> question text from the no-retrieval chains file: blocks of `<id>`, the question,
     `Q: <question>`, the model's lines, separated by blank lines."""
-    lines = path.read_text(encoding="utf-8").split("\n")
+    data = path.read_bytes()
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise DataError(not_utf8(data, e.start, path), path) from None
     out: dict[str, str] = {}
     i = 0
     while i < len(lines):

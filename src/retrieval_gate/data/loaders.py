@@ -4,9 +4,12 @@ loader (`load_hub`), so the official releases and ../shared go through the same 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 import re
 import tarfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -296,12 +299,20 @@ def load_entityquestions_train(data_dir: Path, bad: BadRows | None = None) -> li
     """The 176,560 training questions from train.tar.gz (read in place, not extracted)."""
     path = require_file(data_dir / "entityquestions" / "train.tar.gz", "entityquestions")
     out: list[Question] = []
-    with tarfile.open(path) as tar:
-        for member in sorted(tar.getmembers(), key=lambda m: m.name):
-            if member.isfile() and member.name.endswith(".train.json"):
-                rows = json.load(tar.extractfile(member))  # type: ignore[arg-type]
-                relation = Path(member.name).name.split(".")[0]
-                out += _eq_rows(path, rows, relation, "train", bad or BadRows())
+    try:
+        # decompressed whole first: gzip checks its CRC-32 at the stream's end, which tarfile
+        # never reads, so a flipped byte was read as other questions
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(path.read_bytes()))) as tar:
+            for member in sorted(tar.getmembers(), key=lambda m: m.name):
+                if member.isfile() and member.name.endswith(".train.json"):
+                    rows = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                    relation = Path(member.name).name.split(".")[0]
+                    out += _eq_rows(path, rows, relation, "train", bad or BadRows())
+    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, RecursionError) as e:
+        if isinstance(e, DataError):  # a bad row, named by _eq_rows
+            raise
+        raise DataError(f"not a readable .tar.gz of EntityQuestions' *.train.json files ({e}); "
+                        "download train.tar.gz again", path) from None  # fmt: skip
     return out
 
 
