@@ -17,10 +17,12 @@ from retrieval_gate.data.answer_confidence import parse_token_logprobs
 from retrieval_gate.data.list_cells import list_cell
 from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.data.user_questions import read_questions
-from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.errors import ConfigError, DataError, InputError
 from retrieval_gate.fileio import read_json
+from retrieval_gate.generation.model_folders import check_model_folder
 from retrieval_gate.labels.label_files import read_labels
 from retrieval_gate.strict_rows import DECODER, TooDeepError, loads
+from retrieval_gate.training.backbones import saved_config
 from retrieval_gate.training.config import apply_overrides, load_config
 from retrieval_gate.yaml_files import load_yaml
 
@@ -104,3 +106,11 @@ def test_the_cli_says_which_file_not_internal_error(tmp_path, capsys):
     assert main(["data", "summary", "--questions", str(path)]) == 2
     err = capsys.readouterr().err
     assert "q.jsonl, line 2: malformed JSON (nested too deeply" in err and "internal" not in err
+
+
+def test_a_model_config_nested_too_deeply_is_named(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "bert", "x": ' + DEEP + "}")
+    with pytest.raises(DataError, match="backbone config unreadable"):
+        saved_config(tmp_path)  # a run's backbone/ folder
+    with pytest.raises(InputError, match="config.json is not readable JSON"):
+        check_model_folder(str(tmp_path), "pass a model folder")  # --generator, model.name

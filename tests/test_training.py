@@ -28,6 +28,7 @@ from retrieval_gate.training import (
     save_threshold,
     train,
 )
+from retrieval_gate.training.checkpoint import read_run_json
 from retrieval_gate.training.tasks import TASKS
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 from user_files import forget_checksums
@@ -808,3 +809,15 @@ def test_a_damaged_metrics_log_is_set_aside_on_resume(tmp_path, caplog, damage):
     (logs / "metrics.csv").write_text("epoch,loss\n1,0.5\n")  # the resumed run's own log
     merge_csv_history(tmp_path, earlier)
     assert (logs / "metrics.csv").read_text().splitlines() == ["epoch,loss", "1,0.5"]
+
+
+@pytest.mark.parametrize("damage", [b"[1, 2]", b'"text"', b"\xff{}", b"[" * 50_000])
+def test_a_run_json_file_that_is_no_object_is_named_as_damaged(tmp_path, damage):
+    """A run's metadata.json, labels.json, metrics.json or run.json holding a list, a string,
+    bytes that are not UTF-8 or brackets nested too deep: `train --resume` and `export` read
+    `.get` of it and stopped with an internal error (AttributeError, UnicodeDecodeError,
+    RecursionError)."""
+    path = tmp_path / "run.json"
+    path.write_bytes(damage)
+    with pytest.raises(DataError, match=r"run.json: .*(damaged|not valid UTF-8|nested too deep)"):
+        read_run_json(path)

@@ -9,6 +9,7 @@ import yaml
 from retrieval_gate.errors import ConfigError
 from retrieval_gate.strategies import load_strategies
 from retrieval_gate.training import load_config
+from retrieval_gate.training.config import read_run_config
 from retrieval_gate.yaml_files import load_yaml
 
 
@@ -33,3 +34,20 @@ def test_configs_overrides_and_strategies_files_refuse_a_repeated_key(tmp_path):
     strategies.write_text("strategies:\n  - name: no_retrieval\n    cost: 0\n    cost: 1\n")
     with pytest.raises(ConfigError, match=r"s.yaml: strategies file is not valid YAML: key 'cost'"):
         load_strategies(strategies)
+
+
+@pytest.mark.parametrize("damage", [b"model: {name: caf\xe9}\n", b"a: " + b"[" * 50_000])
+def test_a_yaml_file_not_utf8_or_nested_too_deep_is_a_config_error(tmp_path, damage):
+    """Both were internal errors: UnicodeDecodeError and RecursionError are not YAMLErrors."""
+    why = r"not UTF-8 text \(byte 17\)" if b"\xe9" in damage else "nested too deeply"
+    config, strategies, run = tmp_path / "c.yaml", tmp_path / "s.yaml", tmp_path / "config.yaml"
+    for path in (config, strategies, run):
+        path.write_bytes(damage)
+    with pytest.raises(ConfigError, match=f"c.yaml: config is not valid YAML: {why}"):
+        load_config(config)
+    with pytest.raises(ConfigError, match=f"s.yaml: strategies file is not valid YAML: {why}"):
+        load_strategies(strategies)
+    with pytest.raises(
+        ConfigError, match=f"config.yaml: config is not valid YAML: {why}.*re-train"
+    ):
+        read_run_config(run)  # a run's own config.yaml, damaged

@@ -397,8 +397,10 @@ def _config_side_features(run_dir: Path) -> Any:
     the run names the problem)."""
     import yaml
 
+    from .yaml_files import read_yaml
+
     try:
-        config = yaml.safe_load((run_dir / RunFolder.CONFIG).read_text(encoding="utf-8"))
+        config = read_yaml(run_dir / RunFolder.CONFIG)
         return config["model"].get("side_features")
     except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from .fileio import sha256_file
-from .yaml_files import load_yaml
+from .yaml_files import read_yaml
 
 MARKER = "{}.done.json"
 
@@ -76,8 +76,8 @@ def named_files(argv: Sequence[str]) -> list[Path]:
 
 def _yaml_strings(path: Path) -> Iterator[str]:
     try:
-        stack = [load_yaml(path.read_text(encoding="utf-8"))]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        stack = [read_yaml(path)]
+    except (OSError, yaml.YAMLError):
         return  # the stage itself says what is wrong with it
     while stack:
         value = stack.pop()

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .yaml_files import load_yaml
+from .yaml_files import read_yaml
 
 NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
 DEFAULT_RETRIEVER = "default"  # the verb's own --retriever
@@ -373,7 +373,7 @@ def load_strategies(path: str | Path) -> StrategyRegistry:
         raise ConfigError("strategies file not found (a YAML file with a top-level "
                           "strategies: list)", path)  # fmt: skip
     try:
-        raw = load_yaml(path.read_text())
+        raw = read_yaml(path)
     except yaml.YAMLError as e:
         raise ConfigError(f"strategies file is not valid YAML: {e}", path) from None
     if not isinstance(raw, Mapping) or "strategies" not in raw:

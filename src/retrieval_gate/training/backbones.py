@@ -167,5 +167,5 @@ class Backbone(nn.Module):
 def saved_config(path: Path) -> PretrainedConfig:
     try:
         return AutoConfig.from_pretrained(str(path))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
         raise DataError(f"backbone config unreadable ({e})", path) from None

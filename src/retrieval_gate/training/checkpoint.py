@@ -44,8 +44,12 @@ ROUTER_SCORE = ("P(needs retrieval) = 1 - P(correct | no_retrieval); strategy_pr
 
 
 def read_run_json(path: Path) -> dict[str, Any]:
-    """One JSON file of a run folder."""
-    return read_json(path, missing="missing file; is this a training run folder?")
+    """One JSON file of a run folder: an object (anything else is a damaged file)."""
+    value = read_json(path, missing="missing file; is this a training run folder?")
+    if not isinstance(value, dict):
+        raise DataError(f"holds a JSON {type(value).__name__}, not the object training writes: "
+                        "the file is damaged; re-train the run", path)  # fmt: skip
+    return value
 
 
 def save_run(

@@ -40,7 +40,7 @@ from ..strategies import (
     registry_from_list,
 )
 from ..strict_rows import first_repeated
-from ..yaml_files import load_yaml
+from ..yaml_files import load_yaml, read_yaml
 from .tasks import TASKS, Task
 
 
@@ -498,7 +498,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         named = f" (named by `extends:` in {seen[-1]})" if seen else ""
         raise ConfigError(f"config file not found{named}", path)
     try:
-        raw = load_yaml(path.read_text()) or {}
+        raw = read_yaml(path) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
@@ -607,9 +607,9 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any] | None]:
     """A run folder's config.yaml and, for runs trained before the side features' scaling
     moved to metadata.json, the `model.side_features` it stored."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = read_yaml(path)
     except yaml.YAMLError as e:
-        raise ConfigError(f"config is not valid YAML: {e}", path) from None
+        raise ConfigError(f"config is not valid YAML: {e}; re-train the run", path) from None
     # train writes the whole config: anything less is a damaged file, not "all defaults"
     lacking = [k for k in ("run", "data", "model") if not isinstance(raw, dict) or k not in raw]
     if lacking:

@@ -35,7 +35,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 
 from .. import work
 from ..errors import ConfigError, first_line
-from ..fileio import nearest_existing, read_json, write_json, write_text
+from ..fileio import nearest_existing, write_json, write_text
 from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -45,7 +45,7 @@ from .calibrate_router import (
     out_of_fold_metrics,
     router_figures,
 )
-from .checkpoint import save_run
+from .checkpoint import read_run_json, save_run
 from .config import TrainConfig
 from .datamodule import GateDataModule
 from .heads import HEADS
@@ -244,7 +244,7 @@ def check_run_dir(
             "continue it (same config), --overwrite to replace it, or another run.name"
         )
     run_json = run_dir / "run.json"
-    old = read_json(run_json).get("config_sha256") if run_json.is_file() else None
+    old = read_run_json(run_json).get("config_sha256") if run_json.is_file() else None
     if old != digest:
         raise ConfigError(
             f"run folder {run_dir} was trained with another config or label file "
@@ -529,4 +529,4 @@ def _fit(
         save_run(run_dir, config, module, tokenizer, labels_json, metrics,
                  dm.calibration_sample(), router)  # fmt: skip
     trainer.strategy.barrier("run folder written")
-    return TrainedRun(run_dir, config, metrics, read_json(run_dir / "metadata.json"))
+    return TrainedRun(run_dir, config, metrics, read_run_json(run_dir / "metadata.json"))
