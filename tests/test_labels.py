@@ -14,7 +14,7 @@ from retrieval_gate.data import load_dataset
 from retrieval_gate.errors import DataError
 from retrieval_gate.labels.closed_book import closed_book_rows, label_closed_book
 from retrieval_gate.labels.label_figures import report
-from retrieval_gate.labels.label_files import LabelFile
+from retrieval_gate.labels.label_files import LabelFile, read_meta
 from retrieval_gate.labels.policies import LabelRequest, label, label_path, relabel
 from retrieval_gate.labels.policy_loop import run_chunked
 from retrieval_gate.labels.rag_gain import effect, gain_label
@@ -363,3 +363,21 @@ def test_label_out_in_an_unwritable_folder_is_a_message(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "file" / "pop.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "nothing can be written under it" in err and "--out" in err and "Traceback" not in err
+
+
+def test_a_provenance_file_an_editor_saved_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "cb.meta.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"policy": "closed-book"}).encode())
+    assert read_meta(path) == {"policy": "closed-book"}  # was "not valid JSON (damaged)"
+    path.write_bytes(b"\xef\xbb\xbf[]")
+    with pytest.raises(DataError, match="provenance file must hold a JSON object"):
+        read_meta(path)
+
+
+def test_rows_ending_in_a_lone_carriage_return_are_named_not_taken_as_half_written(tmp_path):
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(b'{"id": "a", "label": 1}\r{"id": "b", "label": 0}\r')
+    with pytest.raises(DataError, match="cr.jsonl: rows end in a lone carriage return"):
+        LabelFile(path)  # was "line 1 is half-written", then "no labelled rows"
+    path.write_bytes(b'{"id": "a", "label": 1}\r\n{"id": "b", "label": 0}\r\n')  # Windows: fine
+    assert LabelFile(path).labels() == {"a": 1, "b": 0}

@@ -34,7 +34,7 @@ LABELS_DIR = Path(os.environ.get(LABELS_ENV) or Path.cwd() / "data" / "labels")
 def read_meta(mp: Path) -> dict[str, Any]:
     """A label file's provenance (its `.meta.json`), refused by name when damaged."""
     try:
-        meta = loads(mp.read_text(encoding="utf-8"))
+        meta = loads(mp.read_text(encoding="utf-8-sig"))  # a byte-order mark: an editor's
     except ValueError:  # not JSON or UTF-8, nested too deeply, a key twice
         raise DataError("provenance file is not valid JSON (damaged: re-run the `label` "
                         "command that wrote it)", mp) from None  # fmt: skip
@@ -94,6 +94,9 @@ class LabelFile:
                 lines = f.readlines()
         except OSError as e:
             raise DataError(f"cannot read the label file ({e.strerror})", self.path) from None
+        if len(lines) == 1 and b"\r" in lines[0].rstrip(b"\r\n"):  # read as one half-written row
+            raise DataError("rows end in a lone carriage return (old Mac line endings), not a "
+                            "newline: convert them (tr '\\r' '\\n' < FILE > NEW)", self.path)  # fmt: skip
         offset = 0
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
