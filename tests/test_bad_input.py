@@ -723,3 +723,25 @@ def test_output_piped_into_head_stops_quietly(tmp_path):
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "internal error" not in err and "Broken" not in err, err
+
+
+def test_a_closed_standard_output_is_said_not_an_internal_error():
+    """`retrieval-gate ... >&-`: Python sets sys.stdout to None, and the first result printed
+    was an AttributeError, 'internal error (a bug)'. Printing verbs now stop with exit 2 and
+    the fix; with stderr closed too (`2>&-`) they stop with exit 2 and nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    def run(*args: str, close: tuple[int, ...]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "retrieval_gate.cli", *args],
+                              stderr=None if 2 in close else subprocess.PIPE,
+                              preexec_fn=lambda: [os.close(fd) for fd in close],
+                              timeout=120)  # fmt: skip
+
+    questions = "examples/your-data/questions.csv"
+    r = run("data", "summary", "--questions", questions, close=(1,))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "internal error" not in err, err
+    assert "standard output is closed (>&-): redirect it to a file" in err
+    assert run("data", "summary", "--questions", questions, close=(1, 2)).returncode == 2

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     1 a bug (the only case that prints a traceback), 141 the output's reader went away."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), "")
+    _closed_streams()
     try:
         _refuse_blank(argv)
         args = build_parser(argv).parse_args(argv)
@@ -173,6 +174,26 @@ def main(argv: list[str] | None = None) -> int:
         return said.exit_code
     except Exception:
         return _bug(verb)
+
+
+class _ClosedStdout:
+    """Stands for a standard output the shell closed (`>&-`: Python sets `sys.stdout` to
+    None, and the first result printed was an AttributeError, an internal error): a verb that
+    prints results is refused, one that writes them to --output runs."""
+
+    def write(self, text: str) -> int:
+        raise InputError("standard output is closed (>&-): redirect it to a file, or pass "
+                         "--output FILE where the verb takes one")  # fmt: skip
+
+    def flush(self) -> None:
+        pass
+
+
+def _closed_streams() -> None:
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+    if sys.stderr is None:  # notes and errors go nowhere, as the shell asked
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (for the process's life)
 
 
 def _quiet_stdout() -> None:
