@@ -399,6 +399,7 @@ def test_train_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, ca
 @pytest.mark.parametrize("kind, content, message", [
     ("sqlite", b"not a database", "is not a usable study database (file is not a database)"),
     ("journal", b"garbage{\n", "is not an Optuna journal"),
+    ("journal", b"[" * 50_000 + b"\n", "is not an Optuna journal"),  # was a RecursionError
 ])  # fmt: skip
 def test_tune_refuses_a_storage_file_of_another_kind_and_leaves_it(tmp_path, capsys, kind,
                                                                   content, message):  # fmt: skip
@@ -431,6 +432,29 @@ def test_tune_leaves_a_sqlite_database_of_another_program_as_it_is(tmp_path, cap
                      capsys)  # fmt: skip
     assert code == 2 and "is a SQLite database of something else (tables customers)" in err, err
     assert path.read_bytes() == before and not (tmp_path / "out").exists()
+
+
+def test_tune_refuses_a_study_database_with_a_damaged_page(tmp_path, capsys):
+    """Its tables read, but Optuna's first commit failed on the damaged page: a traceback."""
+    import sqlite3
+
+    path = tmp_path / "studies.db"
+    with closing(sqlite3.connect(path)) as db:
+        for table in ("studies", "version_info"):
+            db.execute(f"CREATE TABLE {table} (x TEXT)")
+        db.execute("CREATE TABLE trials (x TEXT)")
+        db.execute("CREATE INDEX by_x ON trials (x)")
+        db.executemany("INSERT INTO trials VALUES (?)", [(f"trial {i:05d}",) for i in range(3000)])
+        db.commit()
+    data = bytearray(path.read_bytes())
+    data[4096 * 3 : 4096 * 3 + 16] = b"\xff" * 16  # a page's header: what a bad sector leaves
+    path.write_bytes(bytes(data))
+    labels = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+    code, err = _run(["tune", "--gate", "tfidf", "--labels", labels, "--objective", "pareto",
+                      "--trials", "2", "--storage", str(path), "--out", str(tmp_path / "out")],
+                     capsys)  # fmt: skip
+    assert code == 2 and "is not a usable study database" in err and "left as it is" in err, err
+    assert path.read_bytes() == bytes(data)
 
 
 def test_a_dataset_file_that_is_a_folder_is_named(tmp_path, capsys):

@@ -14,7 +14,6 @@ no heartbeats in Optuna 5.0, so a killed worker's trial stays RUNNING there (doc
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import optuna
 
 from ..errors import BackendError, ConfigError, InputError, first_line
+from ..strict_rows import loads
 
 HEARTBEAT_S = 5  # a running trial's heartbeat period, seconds
 GRACE_PERIODS = 4  # this many periods without a heartbeat: the trial's worker is gone
@@ -199,8 +199,8 @@ def _check_journal(path: Path) -> None:
     with open(path, "rb") as f:
         first = f.readline()
     try:
-        record = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = loads(first)
+    except ValueError:  # not JSON or UTF-8, nested too deep
         record = None
     if not (isinstance(record, dict) and "op_code" in record):
         raise InputError("--storage journal: this file is not an Optuna journal (its first line "
@@ -222,6 +222,10 @@ def _check_sqlite(path: Path, url: str) -> None:
     try:
         with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
             rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            # its pages and indexes whole (a damaged page failed Optuna's commit, a traceback)
+            damage = [why for (why,) in db.execute("PRAGMA quick_check").fetchall() if why != "ok"]
+        if damage:
+            raise sqlite3.DatabaseError(f"damaged: {damage[0]}")
     except sqlite3.OperationalError:  # busy: another process creating it, which Optuna retries
         return
     except sqlite3.DatabaseError as e:  # not SQLite at all
