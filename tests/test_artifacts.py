@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_gate.artifacts import FORMAT, MANIFEST, Manifest, open_artifact
+from retrieval_gate.artifacts import FORMAT, MANIFEST, Manifest, is_checked, open_artifact
 from retrieval_gate.cli import main
 from retrieval_gate.errors import DataError
 from retrieval_gate.fileio import sha256_file
@@ -308,8 +308,10 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
                             "variants": variants,
                             "package_version": manifest["package_version"],
                             "checksums": manifest["checksums"]}  # fmt: skip
-        weights = ["gate.pt"] if kind == "run" else ["model.onnx", "model.int8.onnx",
-                                                      "tokenizer.json"]  # fmt: skip
+        tokenizer = [f"tokenizer/{f.name}" for f in (folder / "tokenizer").glob("*")]
+        weights = (["gate.pt", *tokenizer] if kind == "run"
+                   else ["model.onnx", "model.int8.onnx", "tokenizer.json"])  # fmt: skip
+        assert kind == "export" or "tokenizer/tokenizer.json" in tokenizer
         assert manifest["checksums"] == {n: sha256_file(folder / n) for n in weights}
         assert open_artifact(folder).source.name == MANIFEST
         gate = RetrievalGate.from_pretrained(folder, device="cpu")
@@ -384,3 +386,12 @@ def test_checksums_in_a_manifest_are_checked_for_shape(tmp_path):
     for bad in ({"gate.pt": "a" * 63}, {"other.bin": "a" * 64}, ["a" * 64], {"gate.pt": "G" * 64}):
         with pytest.raises(DataError, match="'checksums'"):
             Manifest.from_dict({**base, "checksums": bad}, tmp_path / MANIFEST)
+
+
+def test_checksums_name_checked_files_and_a_runs_tokenizer_files_only():
+    for name in ("gate.pt", "model.int8.onnx", "tokenizer.json", "tokenizer/vocab.txt",
+                 "tokenizer/tokenizer_config.json"):  # fmt: skip
+        assert is_checked(name), name
+    for name in ("metrics.json", "tokenizer/", "tokenizer/..", "tokenizer/../gate.pt",
+                 "tokenizer/a/b", "/etc/passwd", 3, None):  # fmt: skip
+        assert not is_checked(name), name

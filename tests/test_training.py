@@ -155,8 +155,24 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
     for damaged in ("garbage", "{}"):  # a tokenizer cut short or emptied: named, not a KeyError
         cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"cut{len(damaged)}"))
         (cut / "tokenizer" / "tokenizer.json").write_text(damaged)
-        with pytest.raises(DataError, match="the run's tokenizer/ is damaged or incomplete"):
+        with pytest.raises(DataError, match="tokenizer/tokenizer.json: damaged or replaced"):
             load_run(cut)
+        with pytest.raises(DataError, match="the run's tokenizer/ is damaged or incomplete"):
+            load_run(forget_checksums(cut))  # a run written before its tokenizer had checksums
+    # one vocabulary entry changed: still a tokenizer that loads, and tokenizes otherwise
+    flipped = Path(shutil.copytree(trained["roberta-full"], tmp_path / "flipped"))
+    vocab_file = flipped / "tokenizer" / "tokenizer.json"
+    tok = json.loads(vocab_file.read_text())
+    vocab = tok["model"]["vocab"]
+    word = next(w for w in vocab if w.isalpha() and len(w) > 3 and w.swapcase() not in vocab)
+    vocab[word.swapcase()] = vocab.pop(word)
+    vocab_file.write_text(json.dumps(tok))
+    with pytest.raises(DataError, match="tokenizer/tokenizer.json: damaged or replaced"):
+        load_run(flipped)
+    lacking = Path(shutil.copytree(trained["roberta-full"], tmp_path / "lacking"))
+    (lacking / "tokenizer" / "tokenizer_config.json").unlink()
+    with pytest.raises(DataError, match="tokenizer/ lacks tokenizer_config.json, which its"):
+        load_run(lacking)
     # config.yaml emptied or overwritten: refused, never read as the default config
     for damaged, lacking in (("garbage", "run"), ("", "run"), ("run: {}\ndata: {}\n", "model")):
         cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"config{len(damaged)}"))

@@ -12,11 +12,12 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       where it has them (null for a gate)
     variants          an export's ONNX variants (fp32 | opt | int8 | fp16; [] for a run)
     package_version   the retrieval-gate version that wrote it
-    checksums         {file name: sha256} of gate.pt (a run), or each model*.onnx and the
-                      tokenizer.json (an export), taken as they were written; loading checks
-                      the file against it, so a bit flipped by a disk or a copy, or a file
-                      copied in from another export, is refused rather than scored with ({} in
-                      folders written before checksums: nothing to check)
+    checksums         {file name: sha256} of gate.pt and each tokenizer/ file (a run), or
+                      each model*.onnx and the tokenizer.json (an export), taken as they were
+                      written; loading checks the file against it, so a bit flipped by a disk
+                      or a copy, or a file copied in from another folder, is refused rather
+                      than scored with (a folder written before checksums has none, or only
+                      some: nothing to check for the rest)
 
 A folder written before manifests (no manifest.json) is read from its metadata.json (a run)
 or gate_metadata.json (an export), by the same rules. Nothing is guessed: damaged JSON, a
@@ -60,6 +61,7 @@ VARIANTS = {
 }
 EXPORT_TOKENIZER = "tokenizer.json"  # what an export's ONNX gate tokenizes with
 CHECKED_FILES = (RunFolder.WEIGHTS, *VARIANTS.values(), EXPORT_TOKENIZER)  # in `checksums`
+RUN_TOKENIZER = f"{RunFolder.TOKENIZER}/"  # and a run's tokenizer files: "tokenizer/<file>"
 FIX = {"run": "re-train it (`retrieval-gate train`)",
        "export": "re-export it (`retrieval-gate export --run RUN`)"}  # fmt: skip
 
@@ -168,9 +170,12 @@ class _Fields:
         """Optional (manifests written before checksums have none): the checked files' names
         to sha256 hex digests."""
         value = self.d.get(key, {})
-        want = f"an object of file names ({', '.join(CHECKED_FILES)}) to sha256 digests"
+        want = (
+            f"an object of file names ({', '.join(CHECKED_FILES)}, {RUN_TOKENIZER}<file>) "
+            "to sha256 digests"
+        )
         if not (isinstance(value, dict) and all(
-                k in CHECKED_FILES and isinstance(v, str) and len(v) == 64
+                is_checked(k) and isinstance(v, str) and len(v) == 64
                 and set(v) <= set("0123456789abcdef") for k, v in value.items())):  # fmt: skip
             raise self._bad(key, want, fix)
         return value
@@ -297,6 +302,16 @@ def _check_weights(path: Path) -> None:
             pass
     except (zipfile.BadZipFile, OSError) as e:
         raise DataError(f"gate.pt is corrupt or incomplete ({e}); {FIX['run']}", path) from e
+
+
+def is_checked(name: Any) -> bool:
+    """A file name `checksums` may hold: a checked file, or one file of a run's tokenizer/."""
+    if not isinstance(name, str):
+        return False
+    rest = name.removeprefix(RUN_TOKENIZER)
+    return name in CHECKED_FILES or (
+        rest != name and rest not in ("", ".", "..") and "/" not in rest
+    )
 
 
 def verified_sha256(folder: Path, name: str, checksums: dict[str, str], kind: str) -> str:

@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from .. import __version__
-from ..artifacts import recorded_checksums, run_manifest, verified_sha256
+from ..artifacts import FIX, RUN_TOKENIZER, recorded_checksums, run_manifest, verified_sha256
 from ..data.gate_features import GateFeatures, features_from_dict
 from ..errors import DataError, first_line
 from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_json, write_text
@@ -94,8 +94,17 @@ def save_run(
         write_json(run_dir / "metrics.json", metrics)
     with atomic_path(run_dir / RunFolder.WEIGHTS) as tmp:  # last: it says the run is whole
         torch.save(module.state_dict(), tmp)
-        sums = {RunFolder.WEIGHTS: sha256_file(tmp)}  # loading checks the weights against it
+        # loading checks the weights and the tokenizer's files against these
+        sums = {RunFolder.WEIGHTS: sha256_file(tmp), **_tokenizer_sums(run_dir)}
         run_manifest(meta, run_dir, sums).write(run_dir)  # before gate.pt appears
+
+
+def _tokenizer_sums(run_dir: Path) -> dict[str, str]:
+    """sha256 of each file of the run's tokenizer/: a flipped byte inside a vocabulary entry
+    still parses, and the gate would tokenize questions otherwise than it was trained to."""
+    folder = run_dir / RunFolder.TOKENIZER
+    return {f"{RUN_TOKENIZER}{p.name}": sha256_file(p) for p in sorted(folder.iterdir())
+            if p.is_file()}  # fmt: skip
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
@@ -146,7 +155,8 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         side_features=run_side_features(meta, side),
         task=TASKS[meta["task"]],
     )
-    sha = verified_sha256(run_dir, RunFolder.WEIGHTS, recorded_checksums(run_dir), "run")
+    recorded = recorded_checksums(run_dir)
+    sha = verified_sha256(run_dir, RunFolder.WEIGHTS, recorded, "run")
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated/garbled files
@@ -161,11 +171,17 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         ) from None
     module.threshold = float(meta.get("threshold", 0.5))
     module.weights_sha256 = sha  # hashed to check it: the gate's checksum, not hashed again
-    return module.eval(), _run_tokenizer(run_dir), meta
+    return module.eval(), _run_tokenizer(run_dir, recorded), meta
 
 
-def _run_tokenizer(run_dir: Path) -> Any:
-    """The tokenizer the run saved; damaged files are named, not a JSON traceback."""
+def _run_tokenizer(run_dir: Path, recorded: dict[str, str]) -> Any:
+    """The tokenizer the run saved, its files checked against the manifest's checksums;
+    damaged files are named, not a JSON traceback."""
+    for name in (n for n in recorded if n.startswith(RUN_TOKENIZER)):
+        if not (run_dir / name).is_file():
+            raise DataError(f"the run's tokenizer/ lacks {name.removeprefix(RUN_TOKENIZER)}, "
+                            f"which its manifest records; {FIX['run']}", run_dir)  # fmt: skip
+        verified_sha256(run_dir, name, recorded, "run")
     try:
         return load_tokenizer(run_dir / "tokenizer")
     except Exception as e:  # noqa: BLE001  (cut short: JSONDecodeError; emptied: KeyError; ...)
