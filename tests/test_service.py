@@ -165,6 +165,23 @@ def test_a_body_not_sent_as_json_is_refused_with_the_header_to_send(gate, sent_a
             )
 
 
+def test_a_compressed_body_is_refused_with_the_fix(gate):
+    """A gzip body with its Content-Encoding header was read as text: 400 "not UTF-8"."""
+    import gzip
+
+    body = b'{"questions": ["Who wrote Hamlet?"]}'
+    with TestClient(create_app(gate)) as client:
+        for encoding, content in (("gzip", gzip.compress(body)), ("br", body)):
+            r = client.post("/score", content=content, headers={
+                "content-type": "application/json", "content-encoding": encoding})  # fmt: skip
+            assert r.status_code == 415, r.text
+            assert f"Content-Encoding {encoding!r}" in r.json()["detail"]
+            assert "send the JSON uncompressed" in r.json()["detail"]
+        r = client.post("/score", content=body, headers={
+            "content-type": "application/json", "content-encoding": "identity"})  # fmt: skip
+        assert r.status_code == 200
+
+
 def test_body_limit_refuses_before_reading(gate):
     with TestClient(create_app(gate, Limits(max_body_bytes=1000))) as client:
         r = client.post("/score", content=b"x" * 1001, headers={"content-type": "application/json"})

@@ -168,6 +168,9 @@ class StrictJSON(APIRoute):
             sent_as = request.headers.get("content-type")
             if body and sent_as is not None and not _is_json(sent_as):
                 return JSONResponse(status_code=415, content={"detail": _NOT_JSON % sent_as})
+            encoding = request.headers.get("content-encoding", "identity").strip().lower()
+            if body and encoding != "identity":  # gzip bytes were read as text: "not UTF-8"
+                return JSONResponse(status_code=415, content={"detail": _ENCODED % encoding})
             try:
                 loads(body) if body else None
             except RepeatedKeyError as e:
@@ -195,6 +198,10 @@ def _unreadable(error: UnicodeDecodeError | TooDeepError) -> str:
 # a local server from any page), so say why and the fix.
 _NOT_JSON = ("body: sent as Content-Type %r; send it as JSON with the header Content-Type: "
              "application/json (curl: -H 'content-type: application/json')")  # fmt: skip
+
+
+_ENCODED = ("body: sent with Content-Encoding %r, which this server does not decode; send the "
+            "JSON uncompressed (no Content-Encoding header)")  # fmt: skip
 
 
 def _is_json(content_type: str) -> bool:
