@@ -202,3 +202,45 @@ def test_vllm_engine_processor_builds_and_needs_gpus(tmp_path, local_ray):
     assert result["token_logprobs"] == [-0.5, -1.5] and result["error"] == ""
     with pytest.raises(BackendError, match="has none; on CPUs label through `vllm serve`"):
         _start_ray(RayOptions(backend="vllm", model=str(folder)))
+
+
+@pytest.mark.parametrize("body", [
+    b"<html>Sign in to the proxy</html>",  # a proxy's login page, sent with 200
+    b'{"error": {"message": "model overloaded"}}',  # an error object sent with 200
+    b'{"choices": []}',
+    b'{"choices": [{"message": {"content": "x"}, "logprobs": {"content": [{"logprob": "?"}]}}]}',
+    b"[" * 50_000,
+])  # fmt: skip
+def test_a_200_reply_that_is_no_chat_completion_is_a_backend_error(body):
+    """Each was a JSONDecodeError, KeyError or IndexError traceback: `label --generator-url`,
+    `rag --generator-url` and the Ray engine stopped with 'internal error (a bug)'."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation.endpoints import EndpointPool
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        result = EndpointPool([url], "m").chat("Who wrote Hamlet?", 8, logprobs=True)
+        assert result.error and "answered 200" in result.error and result.attempts == 1
+        remote = RemoteGenerator(url, model="m")
+        with pytest.raises(BackendError, match=r"answered 200 (with a body|without a chat)"):
+            remote.generate(["Who wrote Hamlet?"], logprobs=True)
+        (failed,) = remote.try_generate(["Who wrote Hamlet?"], logprobs=True)
+        assert isinstance(failed, BackendError)
+    finally:
+        httpd.shutdown()

@@ -157,7 +157,7 @@ class EndpointPool:
                     continue
             else:
                 if r.status_code == 200:
-                    return _result(r.json(), logprobs, url, attempt)
+                    return _result(r, logprobs, url, attempt)
                 problem = f"{url} answered {r.status_code}: {r.text[:200]}"
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
@@ -187,6 +187,29 @@ def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[
     }
 
 
+def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
+    """A 200 reply's JSON object; a body that is none (a proxy's login page, an HTML error) is
+    a BackendError naming the server, not a JSONDecodeError traceback."""
+    try:
+        out = r.json()
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError too), nested too deep
+        out = None
+    if not isinstance(out, dict):
+        raise BackendError(f"{url} answered 200 with a body that is not a JSON object (a proxy's "
+                           f"page?): {r.text[:200]!r}")  # fmt: skip
+    return out
+
+
+def reply_chat(out: dict[str, Any], logprobs: bool, url: str) -> Generation:
+    """`parse_chat`, a reply without a chat completion in it (an error object sent with 200, no
+    choices, a logprob that is no number) said as a BackendError naming the server."""
+    try:
+        return parse_chat(out, logprobs)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise BackendError(f"{url} answered 200 without a chat completion in it "
+                           f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
+
+
 def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
     """The answer, token counts and (when asked) token log-probabilities of a response."""
     choice = out["choices"][0]
@@ -202,7 +225,10 @@ def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
     )
 
 
-def _result(out: dict[str, Any], logprobs: bool, url: str, attempts: int) -> ChatResult:
-    g = parse_chat(out, logprobs)
+def _result(r: httpx.Response, logprobs: bool, url: str, attempts: int) -> ChatResult:
+    try:
+        g = reply_chat(reply_json(r, url), logprobs, url)
+    except BackendError as e:  # the same body again would not parse either: no retry
+        return ChatResult(error=str(e), url=url, attempts=attempts)
     return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs,
                       url=url, attempts=attempts)  # fmt: skip

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import BackendError
 from .base import Generation
-from .endpoints import chat_body, parse_chat
+from .endpoints import chat_body, reply_chat, reply_json
 
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
@@ -59,7 +59,7 @@ class RemoteGenerator:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
             else:
                 if r.status_code == 200:
-                    return r.json()
+                    return reply_json(r, self.base_url)
                 problem = f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
                 if r.status_code < 500 and r.status_code != 429:
                     raise BackendError(problem)
@@ -88,7 +88,7 @@ class RemoteGenerator:
     ) -> list[Generation]:
         def one(prompt: str) -> Generation:
             body = chat_body(self.name, prompt, max_new_tokens, logprobs)
-            return parse_chat(self._post("/chat/completions", body), logprobs)
+            return reply_chat(self._post("/chat/completions", body), logprobs, self.base_url)
 
         return self._map(one, list(prompts))
 
@@ -101,7 +101,7 @@ class RemoteGenerator:
         def one(prompt: str) -> Generation | BackendError:
             try:
                 body = chat_body(self.name, prompt, max_new_tokens, logprobs)
-                return parse_chat(self._post("/chat/completions", body), logprobs)
+                return reply_chat(self._post("/chat/completions", body), logprobs, self.base_url)
             except BackendError as e:
                 return e
 
@@ -144,7 +144,11 @@ class RemoteGenerator:
                 "a vLLM OpenAI-compatible server"
             )
         # One entry per prompt token (the first is null); each holds the actual token's logprob.
-        return [_actual_logprob(e) for e in entries[1:]]
+        try:
+            return [_actual_logprob(e) for e in entries[1:]]
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise BackendError(f"the server at {self.base_url} returned prompt_logprobs of "
+                               f"another shape ({type(e).__name__}: {e})") from None  # fmt: skip
 
     def close(self) -> None:
         self._client.close()
