@@ -76,7 +76,7 @@ def served_model(url: str, timeout: float = 5.0) -> str | None:
         r = httpx.get(f"{url}/models", timeout=timeout)
         r.raise_for_status()
         return str(r.json()["data"][0]["id"])
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError, RecursionError):
         return None
 
 

@@ -72,7 +72,7 @@ class RemoteGenerator:
             r = self._client.get(f"{self.base_url}/models")
             r.raise_for_status()
             return str(r.json()["data"][0]["id"])
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError, RecursionError) as e:
             raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"

@@ -95,8 +95,9 @@ class LabelFile:
         except OSError as e:
             raise DataError(f"cannot read the label file ({e.strerror})", self.path) from None
         if len(lines) == 1 and b"\r" in lines[0].rstrip(b"\r\n"):  # read as one half-written row
-            raise DataError("rows end in a lone carriage return (old Mac line endings), not a "
-                            "newline: convert them (tr '\\r' '\\n' < FILE > NEW)", self.path)  # fmt: skip
+            raise DataError("rows end in a lone carriage return (old Mac line endings), not "
+                            "a newline: convert them (tr '\\r' '\\n' < FILE > NEW)",
+                            self.path)  # fmt: skip
         offset = 0
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
