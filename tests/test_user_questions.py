@@ -279,3 +279,18 @@ def test_cells_of_other_tools_shapes_read_as_their_answers_or_are_refused(tmp_pa
     ):
         with pytest.raises(DataError, match=message):
             read_questions(str(_jsonl(tmp_path / "bad.jsonl", [row])))
+
+
+def test_rows_ended_by_a_lone_carriage_return_read_as_rows(tmp_path):
+    """Excel for Mac's "CSV (Macintosh)" ends rows with CR alone: the CSV reader took them, the
+    JSONL reader read the whole file as one line ('malformed JSON (Extra data)')."""
+    rows = ['{"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}',
+            '{"question": "What is two?", "answers": ["2"]}']  # fmt: skip
+    csv = "question,answers\rWho wrote Hamlet?,Shakespeare\rWhat is two?,2\r"
+    for name, text in (("q.jsonl", "\r".join(rows) + "\r"), ("q.csv", csv)):
+        path = tmp_path / name
+        path.write_bytes(text.encode())
+        assert [q.text for q in read_questions(str(path))] == ["Who wrote Hamlet?", "What is two?"]
+    (tmp_path / "bad.jsonl").write_bytes(("\r".join([rows[0], "{oops", rows[1]])).encode())
+    with pytest.raises(DataError, match=r"bad.jsonl, line 2: malformed JSON"):
+        read_questions(str(tmp_path / "bad.jsonl"))

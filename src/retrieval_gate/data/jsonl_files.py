@@ -20,7 +20,7 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
     except OSError as e:  # a folder, or no permission
         raise DataError(f"cannot read it as a JSONL file ({e.strerror})", path) from None
     with f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(_lines(f), start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -42,6 +42,13 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
                 bad.report(DataError("expected a JSON object on this line", path, lineno))
                 continue
             yield lineno, row
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """A binary file's lines, ended by LF, CRLF or a lone CR (Excel for Mac's "CSV
+    (Macintosh)" ends rows with CR; a raw CR cannot occur inside a JSON string)."""
+    for chunk in f:
+        yield from chunk.splitlines(keepends=True)
 
 
 def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
