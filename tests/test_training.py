@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import FrozenInstanceError
 from pathlib import Path
@@ -649,7 +650,6 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
     cfg = tiny_config(write_label_file(tmp_path / "labels.jsonl", LABELS), tmp_path / "out",
                       "encoder", "no-model-is-read")  # fmt: skip
     cases = {
-        ("trainer.precision=fp8",): "Precision 'fp8' is invalid",
         ("trainer.strategy=nosuch",): "invalid strategy name",
         ("trainer.accelerator=cpu", f"trainer.devices={(os.cpu_count() or 1) + 1}"):
             "CPU processes on a machine with",
@@ -661,6 +661,22 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
             train(cfg.override(*overrides), questions=QUESTIONS)
     with pytest.raises(ConfigError, match=r"trainer.max_epochs=0: expected at least 1"):
         cfg.override("trainer.max_epochs=0")
+    # accepted by Lightning, then a traceback in the fit (a dtype mismatch, a modulo by 0), or
+    # a run trained on no batch and saved
+    for override, message in {
+        "trainer.precision=fp8": "trainer.precision='fp8': expected one of 32-true, bf16-mixed",
+        "trainer.precision=bf16-true": "expected one of 32-true",
+        "trainer.precision=64": "expected one of 32-true",
+        "trainer.val_check_interval=0": "expected a fraction of an epoch in",
+        "trainer.val_check_interval=1.5": "expected a fraction of an epoch in",
+        "trainer.check_val_every_n_epoch=0": "expected 1 or more",
+        "trainer.limit_train_batches=0": "trains on no batch",
+    }.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            cfg.override(override)
+    for fine in ("trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5",
+                 "trainer.val_check_interval=100", "trainer.limit_train_batches=0.5"):  # fmt: skip
+        cfg.override(fine)
     assert not (tmp_path / "out").exists()
 
 

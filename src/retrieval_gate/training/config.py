@@ -341,11 +341,17 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 TRAINER_TYPES: dict[str, Any] = {"max_epochs": int, "log_every_n_steps": int,
                                  "gradient_clip_val": float, "deterministic": bool,
-                                 "accumulate_grad_batches": int}  # fmt: skip
-# Bounds Lightning does not check before the fit (0 batches to accumulate was a traceback once
-# training started; a negative clipping norm flips every gradient's sign, silently).
+                                 "accumulate_grad_batches": int,
+                                 "check_val_every_n_epoch": int}  # fmt: skip
+# Bounds Lightning does not check before the fit (0 batches to accumulate, or validation every
+# 0 epochs, was a traceback once training started; a negative clipping norm flips every
+# gradient's sign, silently).
 TRAINER_RANGES: dict[str, Range] = {"log_every_n_steps": AT_LEAST_1, "gradient_clip_val":
-                                    AT_LEAST_0, "accumulate_grad_batches": AT_LEAST_1}  # fmt: skip
+                                    AT_LEAST_0, "accumulate_grad_batches": AT_LEAST_1,
+                                    "check_val_every_n_epoch": AT_LEAST_1}  # fmt: skip
+# The precisions the module trains in: the "-true" ones (and 64) cast the weights but not the
+# features and side inputs, a dtype mismatch at the first batch.
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16")
 
 
 def _trainer_keys() -> set[str]:
@@ -384,11 +390,35 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
     if epochs is not None and epochs < 1 and epochs != -1:  # 0 trained nothing, and saved it
         raise ConfigError(f"trainer.max_epochs={epochs}: expected at least 1 (or -1: until "
                           "early stopping or trainer.max_steps)")  # fmt: skip
+    _check_fit_keys(out)
     if "logger" in out:  # Lightning's own loggers, by name (training/loggers.py)
         from .loggers import check_logger
 
         out["logger"] = check_logger(out["logger"])
     return out
+
+
+def _check_fit_keys(out: Mapping[str, Any]) -> None:
+    """Trainer values Lightning takes and the fit then fails on, or trains nothing with."""
+    precision = out.get("precision")
+    if precision is not None and str(precision) not in PRECISIONS:
+        raise ConfigError(f"trainer.precision={precision!r}: expected one of "
+                          f"{', '.join(PRECISIONS[::2])} (16-mixed on a GPU)")  # fmt: skip
+    interval = out.get("val_check_interval")
+    if interval is not None and (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or interval <= 0
+        or (isinstance(interval, float) and interval > 1)
+    ):
+        raise ConfigError(
+            f"trainer.val_check_interval={interval!r}: expected a fraction of "
+            "an epoch in (0, 1] (e.g. 0.5) or a number of batches (e.g. 100)"
+        )
+    limit = out.get("limit_train_batches")
+    if limit is not None and not isinstance(limit, bool) and limit == 0:  # trained nothing, saved
+        raise ConfigError("trainer.limit_train_batches=0 trains on no batch; give a fraction in "
+                          "(0, 1] or a number of batches, or leave it out")  # fmt: skip
 
 
 @dataclass(frozen=True)
