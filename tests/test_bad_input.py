@@ -637,7 +637,6 @@ TUNE = ["tune", "--gate", "tfidf", "--labels", LABELS]
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["rag", "--limit", "-5"], "--limit must be 0 (all) or more"),
         (["rag", "--modes", "never", "--threshold", "never=nan"], "must be a number in [0, 1]"),
         (["rag", "--modes", "never", "--threshold", "never=1.5"], "must be a number in [0, 1]"),
         (["export", "--run", "nosuch", "--parity-limit", "-5"], "--parity-limit must be 0"),

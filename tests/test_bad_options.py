@@ -165,6 +165,8 @@ CASES = {
     "label-strategies-questions-bad-row": C(f"{STRAT} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- rag
     "rag-limit-negative": C("rag --modes never --limit -1", "--limit"),
+    # 0 was "every question" (label and evaluate refuse it): `--limit all` says so on purpose
+    "rag-limit-zero": C("rag --modes never --limit 0", "--limit", "--limit all"),
     # a gate flag no gate of the run reads went unused, even a missing folder
     "rag-gate-flag-unused": C("rag --modes never --onnx {t}/missing-export", "--onnx is read by the onnx gate", "never"),
     "rag-labels-unused": C("rag --modes never always --labels {t}/missing.jsonl", "--labels fits the gates", "never always"),

@@ -512,3 +512,11 @@ def test_no_more_documents_are_retrieved_than_the_window_could_hold(monkeypatch)
     run_comparison(["always", "multi-step"], Sample(["retrievalqa"], limit=2, seed=2),
                    Pipeline("contexts", k=10**12, max_new_tokens=4), generator=_Windowed())  # fmt: skip
     assert asked and max(asked) == _Windowed.context_window, asked
+
+
+def test_rag_limit_takes_a_count_or_all():
+    from retrieval_gate.cli import build_parser
+
+    for given, limit in (("all", 0), ("ALL", 0), ("3", 3)):  # 0 inside: every question
+        assert build_parser(["rag"]).parse_args(["rag", "--limit", given]).limit == limit
+    assert build_parser(["rag"]).parse_args(["rag"]).limit == 200

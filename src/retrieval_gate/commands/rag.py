@@ -144,7 +144,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p, "dataset to sample from (default: the default set)", dataset_names(True), "dataset"
     )
     p.add_argument("--split", choices=SPLITS, default="test", help="canonical split")
-    p.add_argument("--limit", type=int, default=200, help="seeded sample size (0: all)")
+    p.add_argument("--limit", type=sample_size, default=200,
+                   help="seeded sample size, or `all` (default: 200)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument(
         "--with-contexts", action="store_true", help="only questions with their own documents"
@@ -199,6 +200,22 @@ def generator_kwargs(args: argparse.Namespace) -> dict:
     return engine
 
 
+def sample_size(text: str) -> int:
+    """`--limit N` (N >= 1) or `--limit all` (0 inside: every question). A 0 ran every
+    question, where `label` and `evaluate` refuse it: `all` says so on purpose."""
+    if text.strip().lower() == "all":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of questions or 'all', got "
+                                         f"{text!r}") from None  # fmt: skip
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 question, got {n} (every "
+                                         "question: --limit all)")  # fmt: skip
+    return n
+
+
 def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
     """The gate flags of `modes` as options, checked: every --threshold names one of them."""
     thresholds = parse_thresholds(args.threshold)
@@ -239,8 +256,6 @@ def run(args: argparse.Namespace) -> int:
     from ..fileio import one_writer, writer_busy
     from ..rag.experiment import Pipeline, check_progress_file
 
-    if args.limit < 0:
-        raise ConfigError(f"--limit must be 0 (all) or more questions, got {args.limit}")
     if args.out:  # before the run, not after it
         for path in (args.out.with_suffix(".md"), args.out.with_suffix(".json")):
             check_output_file(path, "--out")
