@@ -200,6 +200,7 @@ CASES = {
     "rag-model-missing": C("rag --modes never --model {t}/missing-model", "missing-model"),
     "rag-labels-missing": C("rag --modes popularity --labels {t}/missing.jsonl", "missing.jsonl"),
     "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),
+    "rag-threshold-twice": C("rag --modes never --threshold never=0.2 --threshold never=0.6", "--threshold never is given more than once"),
     "rag-out-under-a-file": C("rag --modes never --out {t}/file.txt/report", "--out", "file.txt"),
     "rag-out-is-a-file-of-yours": C("rag --modes never --out {t}/mine/report", "report.md", "did not write it", "--out"),
     "rag-onnx-is-a-file": C("rag --modes onnx --onnx {t}/file.txt", "file.txt"),

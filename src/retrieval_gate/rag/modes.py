@@ -268,4 +268,6 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
             sep = ""
         if not sep or not mode:
             raise DataError(f"--threshold expects MODE=VALUE (e.g. onnx=0.4), got {item!r}")
+        if sum(i.partition("=")[0] == mode for i in items) > 1:  # the last one won, silently
+            raise DataError(f"--threshold {mode} is given more than once; give each mode one")
     return out
