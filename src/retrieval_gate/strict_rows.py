@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .errors import ConfigError
 
 # Python's csv refuses a cell past 128 KiB ("field larger than field limit"), and a user's
 # CSV may hold a document or a long answer list in one; the limit is the process's.
@@ -32,6 +34,13 @@ def first_repeated(names: Sequence[str]) -> str | None:
             return name
         seen.add(name)
     return None
+
+
+def check_overrides(items: Iterable[str], flag: str = "--set") -> None:
+    """A user's `KEY=VALUE` overrides name each key once: given twice, the last one won."""
+    key = first_repeated([item.partition("=")[0].strip() for item in items])
+    if key is not None:
+        raise ConfigError(f"{flag} gives {key} more than once; keep one")
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -47,8 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..strict_rows import check_overrides
     from ..training.config import load_config
 
+    check_overrides(args.overrides or ())
     config = load_config(args.config, args.overrides)
     check_labels(config)  # before Lightning, transformers and the model code load
     name_note(args.overrides, config.run.name)

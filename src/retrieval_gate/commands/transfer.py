@@ -85,9 +85,11 @@ def check_plan(args: argparse.Namespace) -> None:
     check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
                     "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
     if args.learned:
+        from ..strict_rows import check_overrides
         from ..training.config import load_config
 
         check_output_dir(args.learned_out, "--learned-out")
+        check_overrides(args.learned_set, "--learned-set")
         load_config(args.learned_config, args.learned_set)  # a bad file or override: now
     else:
         _learned_flags_unused(args)

@@ -109,10 +109,12 @@ def check_plan(args: argparse.Namespace) -> None:
     """What `TuneConfig.check` leaves to the command: counts and their bound (worker processes
     run on this machine), the report folder, the gate's run or export metadata."""
     from ..rag.gate_folders import check_gate_folders
+    from ..strict_rows import check_overrides
     from .gate_args import gate_options
     from .plan import check_at_most, check_counts, check_output_dir, cpu_count
 
     check_counts(args, {"--workers": 1, "--max-epochs": 1})
+    check_overrides(args.set or ())
     cpus = cpu_count()
     check_at_most("--workers", args.workers, cpus, f"workers are processes on this machine, "
                   f"which offers {cpus} CPU(s) (start more on other machines with the same "

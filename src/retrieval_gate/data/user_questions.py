@@ -84,6 +84,9 @@ def parse_fields(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]
                 f"question, answers, {', '.join(f for f in DEFAULT_COLUMNS if f != 'text' and f != 'answers')}"
                 " (e.g. --field question=title)"
             )
+        if field in out and out[field] != column.strip():  # the last one won, silently
+            raise DataError(f"--field names two columns for {item.partition('=')[0].strip()}: "
+                            f"{out[field]} and {column.strip()}; keep one")  # fmt: skip
         out[field] = column.strip()
     return out
 
