@@ -1,7 +1,9 @@
 """Rows a user's tools write (label rows, question and dataset rows, CSV headers), read
 strictly: a key or column named twice is an error naming it. Python's `json` and `csv` keep
 the last one silently, so `{"id": "q1", "label": 1, "label": 0}` read as "does not need
-retrieval", and a CSV header `question,label,label` used its third column."""
+retrieval", and a CSV header `question,label,label` used its third column. The same for a
+user's `--set KEY=VALUE` overrides; JSON nested too deep for Python's parser is malformed
+JSON (`TooDeepError`), and a CSV cell may be longer than the csv module's 128 KiB."""
 
 from __future__ import annotations
 
