@@ -32,6 +32,7 @@ from ..labels.labelling_run import CLOSED_BOOK, DEFAULT_RUN_DIR, RAG_GAIN, Label
 from ..pricing import Calibration, check_budget
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
+from ..strict_rows import first_repeated
 from .cascade import CASCADE, Cascade, check_answer_gate_folder
 from .decisions import (
     FixedStrategy,
@@ -260,6 +261,9 @@ def oracle_from_run(
 def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
     """`mode=0.3` pairs from the command line."""
     out: dict[str, float] = {}
+    repeated = first_repeated([m for m, sep, _ in (i.partition("=") for i in items) if sep and m])
+    if repeated:  # the last one won, silently
+        raise DataError(f"--threshold {repeated} is given more than once; give each mode one")
     for item in items:
         mode, sep, value = item.partition("=")
         try:
@@ -268,6 +272,4 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
             sep = ""
         if not sep or not mode:
             raise DataError(f"--threshold expects MODE=VALUE (e.g. onnx=0.4), got {item!r}")
-        if sum(i.partition("=")[0] == mode for i in items) > 1:  # the last one won, silently
-            raise DataError(f"--threshold {mode} is given more than once; give each mode one")
     return out
