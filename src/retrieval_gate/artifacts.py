@@ -29,7 +29,6 @@ plan reads it in milliseconds before anything heavy loads."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 from dataclasses import asdict, dataclass, replace
 from dataclasses import field as dataclass_field
@@ -41,6 +40,7 @@ from .errors import DataError, InputError
 from .fileio import sha256_file, write_json
 from .pricing import Calibration
 from .run_folder import RunFolder
+from .strict_rows import parse_json
 
 FORMAT = "retrieval-gate-artifact/1"
 READABLE_FORMATS = (FORMAT,)
@@ -198,8 +198,8 @@ def signals_of(side: Any, path: Path, fix: str) -> tuple[str, ...]:
     head's text features, a two-stage gate's answer confidence)."""
     if isinstance(side, str):  # an export's ONNX metadata keeps it as JSON text
         try:
-            side = json.loads(side)
-        except (ValueError, RecursionError):
+            side = parse_json(side)
+        except ValueError:
             side = []  # not an object: refused below
     if side is None:
         return ("question",)
@@ -425,8 +425,8 @@ def _read_json(path: Path, fix: str) -> Any:
     if not path.is_file():
         raise DataError(f"missing file; {fix}", path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:  # truncated, not JSON or UTF-8, too deep
+        return parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # truncated, not JSON or UTF-8, nested too deep
         raise DataError(f"unreadable JSON ({e}); {fix}", path) from None
 
 

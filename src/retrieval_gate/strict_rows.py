@@ -74,6 +74,12 @@ class _Decoder(json.JSONDecoder):
 DECODER = _Decoder(object_pairs_hook=_object)
 
 
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads` (a key repeated keeps the last, as files this project or a tool such as
+    transformers wrote are read), except that JSON nested too deeply raises `TooDeepError`."""
+    return json.loads(text, cls=_Decoder)
+
+
 def loads(text: str | bytes) -> Any:
     """`json.loads`, except that a key repeated in one object raises `RepeatedKeyError` and
     JSON nested too deeply raises `TooDeepError` (both `ValueError`s, as `json.JSONDecodeError`

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import re
 import tarfile
 import zlib
@@ -18,7 +17,7 @@ from typing import Any
 from ..errors import DataError
 from ..fileio import read_json
 from ..questions import Question
-from ..strict_rows import loads
+from ..strict_rows import loads, parse_json
 from .bad_rows import BadRows
 from .dataset_registry import register
 from .jsonl_files import read_jsonl, require, require_file
@@ -305,10 +304,10 @@ def load_entityquestions_train(data_dir: Path, bad: BadRows | None = None) -> li
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(path.read_bytes()))) as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
                 if member.isfile() and member.name.endswith(".train.json"):
-                    rows = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                    rows = parse_json(tar.extractfile(member).read())  # type: ignore[union-attr]
                     relation = Path(member.name).name.split(".")[0]
                     out += _eq_rows(path, rows, relation, "train", bad or BadRows())
-    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, RecursionError) as e:
+    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError) as e:
         if isinstance(e, DataError):  # a bad row, named by _eq_rows
             raise
         raise DataError(f"not a readable .tar.gz of EntityQuestions' *.train.json files ({e}); "

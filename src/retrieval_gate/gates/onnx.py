@@ -17,6 +17,7 @@ from ..artifacts import EXPORT_TOKENIZER, TASK_OF, Artifact, open_artifact
 from ..data.gate_features import features_from_dict
 from ..errors import BackendError, DataError, InputError, first_line
 from ..pricing import Calibration
+from ..strict_rows import parse_json
 from .base import Questions
 from .encoder import EncoderGate
 from .onnx_format import READABLE_FORMATS, REQUIRED, ROUTER_OUTPUT, VARIANTS
@@ -97,8 +98,8 @@ def parse_metadata(meta: dict[str, str], path: Path) -> dict[str, Any]:
     if ints["max_length"] < 1:
         raise bad("max_length", "a positive integer")
     try:
-        classes = json.loads(meta["classes"])
-    except (json.JSONDecodeError, RecursionError):
+        classes = parse_json(meta["classes"])
+    except json.JSONDecodeError:
         raise bad("classes", "a JSON list") from None
     if not (
         isinstance(classes, list) and len(classes) >= 2 and all(isinstance(c, str) for c in classes)
@@ -202,8 +203,8 @@ class OnnxRouter(RoutingMixin, OnnxGate):
             raise DataError("this ONNX file has no `router` metadata: not a router export "
                             "(re-export the router run)", self.path)  # fmt: skip
         try:
-            self.calibration = Calibration.from_dict(json.loads(self.metadata["router"]))
-        except (json.JSONDecodeError, RecursionError, InputError) as e:
+            self.calibration = Calibration.from_dict(parse_json(self.metadata["router"]))
+        except (json.JSONDecodeError, InputError) as e:
             raise DataError(
                 f"ONNX metadata router is unreadable ({e}); re-export", self.path
             ) from None

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import InputError, first_line
 from ..fileio import sha256_file, umask_modes
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
+from ..strict_rows import parse_json
 
 log = logging.getLogger(__name__)
 MARKER = "prepared.json"
@@ -194,10 +195,10 @@ def check_model_folder(name_or_path: str, fix: str = CAN_LOAD) -> None:
     if not path.is_dir():
         return  # a Hub name
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = parse_json((path / "config.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"not a model folder (no config.json): {fix}", path) from None
-    except (OSError, ValueError, RecursionError) as e:
+    except (OSError, ValueError) as e:
         raise InputError(f"config.json is not readable JSON ({e}): {fix}", path) from None
     if not isinstance(config, dict):
         raise InputError(f"config.json is not a JSON object: {fix}", path)
@@ -256,9 +257,9 @@ def check_safetensors(path: Path) -> None:
         length = int.from_bytes(f.read(8), "little")
         header = f.read(length) if 0 < length <= min(size - 8, MAX_HEADER) else b""
     try:
-        ends = [v["data_offsets"][1] for k, v in json.loads(header).items() if k != "__metadata__"]
+        ends = [v["data_offsets"][1] for k, v in parse_json(header).items() if k != "__metadata__"]
         expected = 8 + length + max(ends, default=0)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
         raise InputError(f"not a readable safetensors file ({e}): the model folder is damaged; "
                          "copy or download it again", path) from None  # fmt: skip
     if expected != size:

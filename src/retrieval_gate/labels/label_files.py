@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..fileio import regular_target, write_json, write_text
-from ..strict_rows import RepeatedKeyError, loads
+from ..strict_rows import RepeatedKeyError, loads, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,8 @@ class LabelFile:
 
 def _whole_object(raw: bytes) -> bool:
     try:
-        return isinstance(json.loads(raw), dict)  # whole; a repeated key is refused when read
-    except (ValueError, RecursionError):  # not JSON or UTF-8, nested too deeply
+        return isinstance(parse_json(raw), dict)  # whole; a repeated key is refused when read
+    except ValueError:  # not JSON or UTF-8, nested too deeply
         return False
 
 
