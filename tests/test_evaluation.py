@@ -232,6 +232,31 @@ def test_evaluate_command_writes_report_and_plots(tmp_path):
     assert results["n_test"] == len([q for q in qs if q.split == "test"])
 
 
+@pytest.mark.parametrize("damage", ['{"q1": 0.5', "[1, 2]", '{"q1": "abc"}', "[" * 100_000])
+def test_a_damaged_score_cache_is_scored_again_not_an_internal_error(tmp_path, caplog, damage):
+    """evaluate keeps each gate's scores in OUT/scores/; one cut short or edited stopped the
+    next run with a traceback (or mixed a list into the scores)."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.data import canonical_questions
+
+    qs = [q for q in canonical_questions() if q.split == "test"][:40]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": q.id, "label": i % 2}) + "\n"
+                              for i, q in enumerate(qs)))  # fmt: skip
+    out = tmp_path / "report"
+    argv = ["evaluate", "--gates", "always", "--labels", str(labels), "--out", str(out),
+            "--resamples", "10", "--no-cost"]  # fmt: skip
+    assert main(argv) == 0
+    (cache,) = (out / "scores").iterdir()
+    first, scores = (out / "results.json").read_text(), cache.read_text()
+    cache.write_text(damage)
+    assert main(argv) == 0
+    assert "a damaged cache of scores; scoring again" in caplog.text
+    assert cache.read_text() == scores
+    (gate,) = json.loads((out / "results.json").read_text())["policies"]["labels"]["gates"]
+    assert gate["metrics"] == json.loads(first)["policies"]["labels"]["gates"][0]["metrics"]
+
+
 def test_cost_per_question_times_single_questions():
     from retrieval_gate.evaluation.evaluate import cost_per_question
     from retrieval_gate.gates.tfidf import TfidfGate

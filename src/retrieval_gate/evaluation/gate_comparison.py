@@ -44,6 +44,7 @@ from ..pricing import answer_read_calls, binary_llm_calls
 from ..questions import Question
 from ..rag.cascade import check_answer_gate_folder
 from ..strategies import StrategyRegistry
+from ..strict_rows import parse_json
 from . import plots
 from .answer_gate import answer_gate_scores, check_answer_labels
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
@@ -227,7 +228,7 @@ def _label_free_scores(
     """Scores on the union of every policy's test questions, computed in one batch and kept in
     `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
     path = cache_dir / f"{score_cache_key(spec, gate, options)}.json"
-    known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    known = _cached_scores(path)
     union = {q.id: q for t in tests.values() for q in t.questions}
     todo = [q for i, q in union.items() if i not in known]
     if todo:
@@ -235,6 +236,23 @@ def _label_free_scores(
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(known))
     return np.array([known[q.id] for q in tests[policy].questions])
+
+
+def _cached_scores(path: Path) -> dict[str, float]:
+    """What an earlier run scored; a damaged cache (cut short, edited, not this map) is
+    scored again, with a warning, rather than read as something else or stopping evaluate."""
+    if not path.is_file():
+        return {}
+    try:
+        known = parse_json(path.read_bytes())
+    except (OSError, ValueError):  # ValueError: bad JSON or UTF-8
+        known = None
+    if isinstance(known, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in known.values()
+    ):
+        return known
+    log.warning(f"{path}: a damaged cache of scores; scoring again")
+    return {}
 
 
 def _provenance(path: Path) -> dict[str, Any]:
