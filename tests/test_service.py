@@ -132,7 +132,12 @@ def test_variant_is_served(tiny_onnx_export):
         ('{"questions": ["\\u001e"]}', "questions.0: is empty or only whitespace"),
         # FastAPI's 400 said only "There was an error parsing the body"
         (b'{"questions": ["\xff?"]}', "body: not UTF-8 text (byte 16 is 0xff)"),
-        ("[" * 100_000 + "]" * 100_000, "body: JSON nested too deep to read"),
+        ("[" * 100_000 + "]" * 100_000, "body: JSON past what can be read (nested too deeply"),
+        # an integer past Python's 4,300 digits: a plain ValueError, an internal error
+        (
+            '{"questions": ["a?"], "k": ' + "9" * 5_000 + "}",
+            "past what can be read (an integer of more",
+        ),
         # only control characters or zero-width marks: no text for the tokenizer, yet scored
         ('{"questions": [" \\u0000 "]}', "questions.0: is empty or only whitespace or control"),
         ('{"questions": ["\\u200b\\u200d\\u2060"]}', "questions.0: is empty or only"),
@@ -144,7 +149,9 @@ def test_bad_requests_get_a_4xx_with_reason(gate, body, reason):
             r = client.post("/score", content=body, headers={"content-type": "application/json"})
         else:
             r = client.post("/score", json=body)
-        assert r.status_code == (400 if "body: not UTF-8" in reason or "deep" in reason else 422)
+        assert r.status_code == (
+            400 if "body: not UTF-8" in reason or "past what" in reason else 422
+        )
         assert reason in r.json()["detail"]
         assert client.post("/score", json={"questions": ["still serving?"]}).status_code == 200
 

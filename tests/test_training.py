@@ -851,5 +851,7 @@ def test_a_run_json_file_that_is_no_object_is_named_as_damaged(tmp_path, damage)
     RecursionError)."""
     path = tmp_path / "run.json"
     path.write_bytes(damage)
-    with pytest.raises(DataError, match=r"run.json: .*(damaged|not valid UTF-8|nested too deep)"):
+    with pytest.raises(
+        DataError, match=r"run.json(, line 1)?: .*(damaged|not valid UTF-8|nested too deep)"
+    ):
         read_run_json(path)

@@ -12,13 +12,22 @@ import importlib
 import importlib.util
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
+from typing import NoReturn
 
 from . import work
 from .cache_settings import NO_CACHE_ENV, check_cache_settings
-from .errors import EXIT_BUG, InputError, RetrievalGateError, missing_package, os_error
+from .errors import (
+    EXIT_BUG,
+    InputError,
+    RetrievalGateError,
+    clipped,
+    missing_package,
+    os_error,
+)
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
 # verb's module is imported only when used, so `retrieval-gate data summary` never pays for
@@ -63,6 +72,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
 
 
+_QUOTED = re.compile(r"'([^']{121,})'")  # a value argparse quotes, past what clipped keeps
+
+
 class Parser(argparse.ArgumentParser):
     """The parser class of the CLI and of every verb's parser (argparse passes it on to
     subparsers): the formatter above, and extra arguments reported by the verb's own parser
@@ -71,6 +83,10 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # argparse quotes a refused value whole ("invalid int value: '111...'", 5,000 digits)
+        super().error(_QUOTED.sub(lambda m: repr(clipped(m.group(1), 60)), message))
 
     def add_subparsers(self, **kwargs):  # noqa: ANN201 (argparse's private action type)
         abbrev = self.allow_abbrev

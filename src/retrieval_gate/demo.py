@@ -32,6 +32,7 @@ from .labels.lock import single_writer
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
 from .stage_markers import MARKER, inputs_key, read_marker, shared_key
+from .strict_rows import parse_json
 from .tables import markdown_table
 
 # Relative to the project root (the demo's working directory) so commands read as typed.
@@ -411,7 +412,7 @@ def _data_dir() -> Path | None:
 def _read_work(path: Path) -> dict[str, int]:
     """The stage's work counters (empty when the verb wrote none, e.g. it failed to start)."""
     try:
-        return {k: int(v) for k, v in json.loads(path.read_text()).items()}
+        return {k: int(v) for k, v in parse_json(path.read_bytes()).items()}
     except (OSError, ValueError, AttributeError):
         return {}
 

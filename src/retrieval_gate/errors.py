@@ -140,6 +140,12 @@ def os_error(error: OSError) -> InputError | None:
     return InputError(f"{shown}: {said}" if shown else said)
 
 
+def clipped(text: str, keep: int = 100) -> str:
+    """`text` as an error message shows it: a long one (a 5,000-digit number, a document
+    pasted as a value) cut to its start and its length, not printed whole."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}... ({len(text):,} characters)"
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an exception's message for an error that names it (a library's own
     may run to pages), or its type when the message is empty."""

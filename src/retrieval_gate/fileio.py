@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataError, InputError
+from .strict_rows import parse_json
 
 
 def not_utf8(data: bytes, start: int, path: str | Path | None = None) -> str:
@@ -252,13 +253,11 @@ def read_json(path: Path, missing: str = "missing file") -> Any:
         raise DataError(missing, path)
     data = Path(path).read_bytes()
     try:
-        return json.loads(data.decode("utf-8-sig"))  # a Windows editor's byte-order mark
+        return parse_json(data.decode("utf-8-sig"))  # a Windows editor's byte-order mark
     except UnicodeDecodeError as e:
         raise DataError(not_utf8(data, e.start, path), path) from None
-    except json.JSONDecodeError as e:
+    except json.JSONDecodeError as e:  # too deep or an integer too long among them
         raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
-    except RecursionError:
-        raise DataError("malformed JSON (nested too deeply to read)", path) from None
 
 
 def write_arrays(path: str | Path, **arrays: Any) -> Path:

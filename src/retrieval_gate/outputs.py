@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .fileio import make_parent, regular_target, sha256_file, write_bytes
+from .strict_rows import parse_json
 
 LEDGER = ".retrieval-gate-files.json"
 
@@ -84,7 +85,7 @@ def _owned(target: Path) -> bool:
 def _ledger(folder: Path) -> dict[str, str]:
     """name -> sha256 of what was written; a missing or damaged ledger vouches for nothing."""
     try:
-        data = json.loads((folder / LEDGER).read_text(encoding="utf-8"))
+        data = parse_json((folder / LEDGER).read_bytes())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

@@ -20,6 +20,7 @@ from typing import Any
 from .errors import InputError
 from .fileio import make_parent, regular_target, take_writer_lock, write_bytes, writer_busy
 from .outputs import adopt_owned
+from .strict_rows import parse_json
 
 
 class ResumableOutput:
@@ -57,7 +58,7 @@ class ResumableOutput:
         """Complete lines already written, checked to come from this very run; a line cut short
         (the run stopped while writing it) is dropped, to be written again."""
         try:
-            recorded = json.loads(self.sidecar.read_text(encoding="utf-8"))
+            recorded = parse_json(self.sidecar.read_bytes())
         except (OSError, ValueError):
             raise InputError(
                 f"{self.sidecar.name} (what its lines depend on) is missing or damaged, so "

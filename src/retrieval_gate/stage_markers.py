@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .fileio import sha256_file
+from .strict_rows import parse_json
 from .yaml_files import read_yaml
 
 MARKER = "{}.done.json"
@@ -27,7 +28,7 @@ MARKER = "{}.done.json"
 def read_marker(path: Path) -> dict[str, Any] | None:
     """The marker's record, or None when it is missing, cut short or not a marker."""
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = parse_json(path.read_bytes())
     except (OSError, ValueError):
         return None
     whole = isinstance(info, dict) and isinstance(info.get("argv"), list)

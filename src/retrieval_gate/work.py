@@ -20,6 +20,8 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from .strict_rows import parse_json
+
 WORK_FILE_ENV = "RETRIEVAL_GATE_WORK_FILE"
 
 
@@ -104,7 +106,7 @@ def _ours(path: Path) -> bool:
     if not path.exists():
         return True
     try:
-        old = json.loads(path.read_text())
+        old = parse_json(path.read_bytes())
     except (OSError, ValueError):
         return False
     return isinstance(old, dict) and set(old) <= {f.name for f in fields(Work)}

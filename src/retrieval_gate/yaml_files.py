@@ -37,6 +37,27 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+def _guarded(construct: Any) -> Any:
+    """A scalar constructor whose `ValueError` (an integer past Python's 4,300 digits, a date
+    such as 2001-13-45) is a `yaml.YAMLError` naming the value and its line, not a traceback."""
+
+    def run(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
+        try:
+            return construct(loader, node)
+        except ValueError as e:
+            value = node.value if len(node.value) <= 40 else f"{node.value[:40]}..."
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{value!r} cannot be read ({str(e).split(';')[0]})", node.start_mark
+            ) from None
+
+    return run
+
+
+for _kind in ("int", "timestamp"):  # the SafeLoader's scalars that call int() or datetime()
+    _tag = f"tag:yaml.org,2002:{_kind}"
+    _StrictLoader.add_constructor(_tag, _guarded(_StrictLoader.yaml_constructors[_tag]))
+
+
 def load_yaml(text: str) -> Any:
     """The parsed document, as `yaml.safe_load` gives it; a repeated key, or nesting deeper than
     PyYAML's recursive composer goes (`[[[[...`), is a `yaml.YAMLError`."""

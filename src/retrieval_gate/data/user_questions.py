@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..errors import DataError, clipped
 from ..fileio import not_utf8
 from ..questions import Question, has_text
 from ..strict_rows import allow_long_cells, first_repeated
@@ -434,11 +434,15 @@ def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise DataError(f"column {column!r} must be a number, got {value!r}", spec, n) from None
+        raise DataError(
+            f"column {column!r} must be a number, got {clipped(repr(value), 40)}", spec, n
+        ) from None
     if math.isnan(number):
         return None
     if math.isinf(number):
-        raise DataError(f"column {column!r} must be a finite number, got {value!r}", spec, n)
+        raise DataError(
+            f"column {column!r} must be a finite number, got {clipped(repr(value), 40)}", spec, n
+        )
     return int(number)
 
 

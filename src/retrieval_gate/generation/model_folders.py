@@ -51,7 +51,7 @@ def _weights(folder: Path) -> list[Path]:
 def _recorded(folder: Path) -> str | None:
     """The weights checksum the folder's marker recorded (None: no marker, or a damaged one)."""
     try:
-        value = json.loads((folder / MARKER).read_text())["weights_sha256"]
+        value = parse_json((folder / MARKER).read_bytes())["weights_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return value if isinstance(value, str) else None

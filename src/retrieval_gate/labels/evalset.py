@@ -3,7 +3,6 @@ run's recorded answers (closed-book and with-retrieval correctness) for adaptive
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +14,7 @@ from ..data import canonical_questions
 from ..data.adaptive_rag import ReleaseSplit
 from ..errors import DataError
 from ..questions import Question
+from ..strict_rows import parse_json
 from .label_files import meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
@@ -220,7 +220,7 @@ def label_file_names(paths: Sequence[str | Path]) -> dict[str, Path]:
 
 def _label_name(path: Path) -> str:
     try:
-        meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
+        meta = parse_json(meta_path(path).read_bytes())
     except (OSError, ValueError):  # no or unreadable provenance: the file's own name
         meta = {}
     meta = meta if isinstance(meta, dict) else {}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import regular_target, write_json, write_text
+from ..fileio import not_utf8, regular_target, write_json, write_text
 from ..strict_rows import RepeatedKeyError, loads, parse_json
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,12 @@ class LabelFile:
                 row = loads(raw)
             except RepeatedKeyError as e:
                 raise DataError(str(e), self.path, lineno) from None
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise DataError("malformed JSON in label file", self.path, lineno) from None
+            except UnicodeDecodeError as e:
+                raise DataError(not_utf8(raw, e.start, self.path), self.path, lineno) from None
+            except json.JSONDecodeError as e:  # a CSV's header, an integer too long, ...
+                raise DataError(f"malformed JSON ({e.msg}): a label file holds one JSON object "
+                                'per line, such as {"id": "q1", "label": 1}', self.path,
+                                lineno) from None  # fmt: skip
             if not isinstance(row, dict) or "id" not in row or "label" not in row:
                 raise DataError("label row needs 'id' and 'label' fields", self.path, lineno)
             if row["label"] not in LABEL_VALUES or isinstance(row["label"], bool):

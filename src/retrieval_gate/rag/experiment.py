@@ -23,6 +23,7 @@ from ..generation.fit import check_room
 from ..labels.label_files import LabelFile
 from ..questions import Question
 from ..retrieval.base import Retriever
+from ..strict_rows import parse_json
 from .backends import check_answers_readable, open_generator, open_retriever
 from .cascade import CASCADE
 from .mode_comparison import ModeResult, compare_modes, comparison_rows
@@ -263,7 +264,7 @@ def _saved_results(path: Path) -> Iterator[tuple[str, ModeResult]]:
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw)
+            row = parse_json(raw)
         except ValueError:  # bad JSON or UTF-8
             if lineno == len(lines):  # no newline after it: cut when the next mode is saved
                 continue

@@ -45,7 +45,7 @@ from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
-from ..strict_rows import RepeatedKeyError, TooDeepError, loads
+from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads
 from .batcher import Batcher, Busy
 from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
@@ -175,7 +175,7 @@ class StrictJSON(APIRoute):
                 loads(body) if body else None
             except RepeatedKeyError as e:
                 return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
-            except (UnicodeDecodeError, TooDeepError) as e:  # FastAPI's 400 said only "There
+            except (UnicodeDecodeError, UnreadableJSONError) as e:  # FastAPI's 400 said only "There
                 # was an error parsing the body"
                 return JSONResponse(status_code=400, content={"detail": _unreadable(e)})
             except ValueError:
@@ -185,12 +185,13 @@ class StrictJSON(APIRoute):
         return run
 
 
-def _unreadable(error: UnicodeDecodeError | TooDeepError) -> str:
+def _unreadable(error: UnicodeDecodeError | UnreadableJSONError) -> str:
     """Why a body could not be read as JSON at all (an error parsing the body)."""
     if isinstance(error, UnicodeDecodeError):
         return f"body: not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x}); " \
             "send the JSON as UTF-8"  # fmt: skip
-    return 'body: JSON nested too deep to read; send an object such as {"questions": ["..."]}'
+    return f'body: JSON past what can be read ({error.msg}); send an object such as ' \
+        '{"questions": ["..."]}'  # fmt: skip
 
 
 # FastAPI reads a body sent as another type (curl -d: a form) as no JSON at all, and said only

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, clipped
 from ..fileio import plain_name
 from ..strategies import (
     BUILTIN,
@@ -574,8 +574,9 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
         try:
             node[leaf] = load_yaml(value)
         except yaml.YAMLError as e:
-            shown = item if len(item) <= 200 else f"{item[:100]}... ({len(item):,} characters)"
-            raise ConfigError(f"--set {shown!r}: the value is not valid YAML ({e})") from None
+            raise ConfigError(
+                f"--set {clipped(item)!r}: the value is not valid YAML ({e})"
+            ) from None
     return config
 
 
