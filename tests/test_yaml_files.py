@@ -1,5 +1,6 @@
 """YAML the user writes is read strictly (yaml_files.py): a key given twice in one mapping is
-an error naming it, where PyYAML kept the last one and dropped the first without a word."""
+an error naming it, where PyYAML kept the last one and dropped the first without a word; so
+are aliases that expand to billions of values and a value that holds itself."""
 
 from __future__ import annotations
 
@@ -51,3 +52,35 @@ def test_a_yaml_file_not_utf8_or_nested_too_deep_is_a_config_error(tmp_path, dam
         ConfigError, match=f"config.yaml: config is not valid YAML: {why}.*re-train"
     ):
         read_run_config(run)  # a run's own config.yaml, damaged
+
+
+def _laughs(levels: int = 9) -> str:
+    """A 'billion laughs' value in one line: 9 ** levels strings from a few hundred bytes."""
+    value = "&b0 [" + ", ".join(['"lol"'] * 9) + "]"
+    for i in range(1, levels):
+        value = f"&b{i} [{value}, " + ", ".join([f"*b{i - 1}"] * 8) + "]"
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (_laughs(), "aliases expand to more than 1,000,000 values"),
+        ("&a [1, *a]", "an alias refers to a value that holds it"),
+    ],
+)
+def test_aliases_that_expand_past_a_million_values_or_hold_themselves_are_refused(
+    tmp_path, value, why
+):
+    """Both read: the config's type check then built the repr of 387 million strings for its
+    message (a MemoryError after 30 s and 3 GB), and a cycle has no end for json.dumps."""
+    config, strategies = tmp_path / "c.yaml", tmp_path / "s.yaml"
+    config.write_text(f"trainer:\n  max_epochs: {value}\n")
+    with pytest.raises(ConfigError, match=f"(?s)c.yaml: config is not valid YAML: {why}.*line 2"):
+        load_config(config)
+    with pytest.raises(ConfigError, match=f"--set 'trainer.max_epochs=.*{why}"):
+        load_config("minilm-closed-book", [f"trainer.max_epochs={value}"])
+    strategies.write_text(f"strategies:\n  - name: none\n    cost: 0\n    description: {value}\n")
+    with pytest.raises(ConfigError, match=f"s.yaml: strategies file is not valid YAML: {why}"):
+        load_strategies(strategies)
+    assert len(load_yaml(f"a: {_laughs(6)}")["a"]) == 9  # 531,441 values: still read

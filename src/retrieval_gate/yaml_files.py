@@ -1,6 +1,8 @@
 """YAML a user writes (training configs, `--set` values, strategies files), read strictly: a
 key given twice in one mapping is an error naming the key and both lines. PyYAML keeps the
-last one silently, so a config with two `trainer:` sections trained with the second alone."""
+last one silently, so a config with two `trainer:` sections trained with the second alone.
+A document is refused, before anything uses it, when its aliases expand past a million values
+or hold themselves."""
 
 from __future__ import annotations
 
@@ -9,9 +11,46 @@ from typing import Any
 
 import yaml
 
+# A document's values, each alias counted as what it expands to: configs and strategies files
+# hold hundreds. Aliases of aliases (a "billion laughs" document, a few hundred bytes) expand
+# to billions, which a deepcopy, a checksum or the repr in an error message then builds.
+MAX_VALUES = 1_000_000
+
 
 class _StrictLoader(yaml.SafeLoader):
-    """`yaml.safe_load`, except for a key repeated in one mapping."""
+    """`yaml.safe_load`, except for a key repeated in one mapping, aliases that expand past
+    `MAX_VALUES` values, and a value that holds itself (`&a [*a]`)."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """The values under `node` with every alias expanded (`sizes`: each node's, so a shared one
+    is walked once); a cycle or a size past `MAX_VALUES` is a `yaml.YAMLError`."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:  # json.dumps and deepcopy of such a value never end well
+        raise yaml.composer.ComposerError(
+            None, None, "an alias refers to a value that holds it (a cycle): write it out",
+            node.start_mark,
+        )  # fmt: skip
+    open_nodes.add(key)
+    children = node.value if isinstance(node, yaml.SequenceNode) else (
+        [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])  # fmt: skip
+    size = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
+    if size > MAX_VALUES:
+        raise yaml.composer.ComposerError(
+            None, None, f"aliases expand to more than {MAX_VALUES:,} values (aliases of "
+            "aliases: a 'billion laughs' document); write the values out", node.start_mark,
+        )  # fmt: skip
+    open_nodes.discard(key)
+    sizes[key] = size
+    return size
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -59,8 +98,9 @@ for _kind in ("int", "timestamp"):  # the SafeLoader's scalars that call int() o
 
 
 def load_yaml(text: str) -> Any:
-    """The parsed document, as `yaml.safe_load` gives it; a repeated key, or nesting deeper than
-    PyYAML's recursive composer goes (`[[[[...`), is a `yaml.YAMLError`."""
+    """The parsed document, as `yaml.safe_load` gives it; a repeated key, nesting deeper than
+    PyYAML's recursive composer goes (`[[[[...`), aliases past `MAX_VALUES` or holding their
+    own value, or a scalar Python cannot convert, is a `yaml.YAMLError`."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
     except RecursionError:
