@@ -308,13 +308,18 @@ def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
     assert out["entries"] == 0 and main(["cache", "info"]) == 0
     CachedGenerator(FakeGenerator(), store=GenerationStore()).generate(["a"], 8)
     assert GenerationStore().info()["entries"] == 1
-    blocker = tmp_path / "a-file"  # a cache folder that cannot be: no traceback either
-    blocker.write_text("mine")
-    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(blocker / "sub"))
+    blocker = tmp_path / "other" / "generations.sqlite"  # a folder where the file goes: no
+    blocker.mkdir(parents=True)  # traceback either
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(blocker.parent))
     assert main(["cache", "clear"]) == 2
     err = capsys.readouterr().err
     assert "cannot be opened" in err and "RETRIEVAL_GATE_CACHE" in err and "Traceback" not in err
-    assert blocker.read_text() == "mine"
+    assert blocker.is_dir() and not any(blocker.iterdir())
+    # a mistyped folder: nothing to clear, said, and nothing made there
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "typo" / "sub"))
+    assert main(["cache", "clear"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cleared"] == 0 and out["exists"] is False and not (tmp_path / "typo").exists()
 
 
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):

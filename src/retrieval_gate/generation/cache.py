@@ -241,10 +241,12 @@ def store_action(action: str) -> dict[str, Any]:
     file that is not one (damaged, or someone else's): `info` names it and the fix, `clear`
     renames it beside itself (never deleted: it may not be ours) and starts an empty one."""
     path = cache_path()
-    if action == "info" and not path.exists():  # said, not made: `info` only looks
-        return {"path": str(path), "entries": 0, "stored_bytes": 0, "stored_mb": 0.0,
-                "file_mb": 0.0, "limit_mb": round(max_bytes() / 2**20, 3), "hits": 0,
-                "enabled": cache_enabled(), "exists": False}  # fmt: skip
+    if not path.exists():  # said, not made: `info` only looks, `clear` has nothing to clear
+        # (a mistyped $RETRIEVAL_GATE_CACHE made folders and an empty cache there)
+        cleared = {"cleared": 0} if action == "clear" else {}
+        return {**cleared, "path": str(path), "entries": 0, "stored_bytes": 0,
+                "stored_mb": 0.0, "file_mb": 0.0, "limit_mb": round(max_bytes() / 2**20, 3),
+                "hits": 0, "enabled": cache_enabled(), "exists": False}  # fmt: skip
     try:
         return _on_store(GenerationStore(path), action)
     except (sqlite3.Error, OSError) as e:
