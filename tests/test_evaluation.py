@@ -265,6 +265,17 @@ def test_cost_per_question_times_single_questions():
     gate = TfidfGate.fit(es.questions, es.y)
     ms = cost_per_question(gate, es.questions, n=5)
     assert 0 < ms < 1000
+    # one test question (evaluate --limit 1): timed after its warm-up, not the median of
+    # nothing (NaN, written into results.json as a token JSON parsers refuse)
+    assert 0 < cost_per_question(gate, es.questions[:1], n=5) < 1000
+
+
+def test_cost_questions_zero_is_refused_for_no_cost(capsys):
+    from retrieval_gate.cli import main
+
+    argv = ["evaluate", "--labels", "x.jsonl", "--gates", "always", "--cost-questions", "0"]
+    assert main(argv) == 2
+    assert "--cost-questions must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_score_cache_is_keyed_by_the_gates_content_not_its_options():

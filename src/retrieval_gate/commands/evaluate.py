@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from .plan import check_counts, check_input_dir, check_output_dir
     from .question_args import questions_from
 
-    check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 0})
+    check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 1})
     if args.resamples > MAX_RESAMPLES:  # a loop per resample, per gate and metric: hours
         raise InputError(f"--resamples {args.resamples}: past {MAX_RESAMPLES:,} a 95% CI moves "
                          "by less than the report rounds it to, and each resample is a pass "
