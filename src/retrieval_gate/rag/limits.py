@@ -8,6 +8,10 @@ from dataclasses import dataclass, fields
 
 from ..errors import ConfigError
 
+# A count limit past this is "no limit" in practice, and past 2**63 pydantic could not build
+# the request model from it (`--max-question-chars 10**24` was an internal error).
+MAX_COUNT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -25,12 +29,15 @@ class Limits:
     request_timeout: float = 120.0
 
     def check(self) -> None:
-        """Refuses a limit that is not positive (or not finite), naming its flag."""
+        """Refuses a limit that is not positive (or not finite), or a count past `MAX_COUNT`,
+        naming its flag."""
         for f in fields(self):
             value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
             if not (math.isfinite(value) and value > 0):
-                flag = "--" + f.name.replace("_", "-")
                 raise ConfigError(f"{flag} must be a positive number, got {value}")
+            if isinstance(value, int) and value > MAX_COUNT:
+                raise ConfigError(f"{flag} must be at most {MAX_COUNT:,}, got {value:,}")
         if self.max_backlog < self.max_questions:
             raise ConfigError(
                 f"--max-backlog ({self.max_backlog}) must hold one full request "
