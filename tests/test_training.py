@@ -653,6 +653,7 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
         ("trainer.strategy=nosuch",): "invalid strategy name",
         ("trainer.accelerator=cpu", f"trainer.devices={(os.cpu_count() or 1) + 1}"):
             "CPU processes on a machine with",
+        ("trainer.devices=" + "1" * 25,): "cannot fit 'int'",  # an OverflowError: a traceback
     }  # fmt: skip
     if not torch.cuda.is_available():
         cases[("trainer.accelerator=gpu",)] = "No supported gpu backend"
@@ -671,13 +672,27 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
         "trainer.val_check_interval=1.5": "expected a fraction of an epoch in",
         "trainer.check_val_every_n_epoch=0": "expected 1 or more",
         "trainer.limit_train_batches=0": "trains on no batch",
+        # no epoch limit: the learning-rate schedule's int(inf) steps, after the data loaded
+        "trainer.max_epochs=-1": "trainer.max_epochs=-1 (no epoch limit) needs trainer.max_steps",
+        "trainer.max_steps=0": "trainer.max_steps=0: expected at least 1 (or -1",
+        # Lightning's EarlyStopping found no such metric after the first epoch: a traceback
+        "early_stopping.monitor=val/nope": "early_stopping.monitor='val/nope': not a logged",
+        "early_stopping.monitor=val/f1": "(did you mean val/macro_f1",
     }.items():
         with pytest.raises(ConfigError, match=re.escape(message)):
             cfg.override(override)
     for fine in ("trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5",
-                 "trainer.val_check_interval=100", "trainer.limit_train_batches=0.5"):  # fmt: skip
+                 "trainer.val_check_interval=100", "trainer.limit_train_batches=0.5",
+                 "early_stopping.monitor=val/loss", "early_stopping.monitor=train/auroc"):  # fmt: skip
         cfg.override(fine)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_monitors_early_stopping_accepts_are_the_metrics_the_module_logs():
+    from retrieval_gate.training.config import METRICS
+    from retrieval_gate.training.module import gate_metrics
+
+    assert set(METRICS) == {"loss", *gate_metrics(2)}
 
 
 def test_labels_of_other_bundled_datasets_name_them_and_unknown_ids_the_questions_flag(tmp_path):

@@ -318,6 +318,12 @@ class ModelConfig(_Checked):
             raise ConfigError(f"model.fit_on={list(self.fit_on)}: give [train] or [train, dev]")
 
 
+# What the module logs for train and val (training/module.py: the loss and `gate_metrics`):
+# early stopping on another name failed after the first epoch, with a traceback.
+METRICS = ("loss", "acc", "macro_f1", "auroc", "ap", "ece", "retrieval_rate")
+MONITORS = tuple(f"{stage}/{m}" for stage in ("val", "train") for m in METRICS)
+
+
 @dataclass(frozen=True)
 class EarlyStoppingConfig(_Checked):
     _where = "early_stopping"
@@ -325,6 +331,13 @@ class EarlyStoppingConfig(_Checked):
     monitor: str = "val/auroc"
     mode: Literal["min", "max"] = "max"
     patience: int = 2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.monitor not in MONITORS:
+            raise ConfigError(f"early_stopping.monitor={self.monitor!r}: not a logged metric"
+                              f"{_close(self.monitor, MONITORS)}; one of "
+                              f"{', '.join(MONITORS[:len(METRICS)])} (or train/...)")  # fmt: skip
 
 
 # Lightning Trainer arguments set by default, with the types they are checked against (any
@@ -341,7 +354,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 TRAINER_TYPES: dict[str, Any] = {"max_epochs": int, "log_every_n_steps": int,
                                  "gradient_clip_val": float, "deterministic": bool,
-                                 "accumulate_grad_batches": int,
+                                 "accumulate_grad_batches": int, "max_steps": int,
                                  "check_val_every_n_epoch": int}  # fmt: skip
 # Bounds Lightning does not check before the fit (0 batches to accumulate, or validation every
 # 0 epochs, was a traceback once training started; a negative clipping norm flips every
@@ -386,10 +399,16 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
         ok, what = TRAINER_RANGES.get(key, (None, ""))
         if ok is not None and out[key] is not None and not ok(out[key]):
             raise ConfigError(f"trainer.{key}={out[key]}: expected {what}")
-    epochs = out.get("max_epochs")
+    epochs, steps = out.get("max_epochs"), out.get("max_steps", -1)
     if epochs is not None and epochs < 1 and epochs != -1:  # 0 trained nothing, and saved it
-        raise ConfigError(f"trainer.max_epochs={epochs}: expected at least 1 (or -1: until "
-                          "early stopping or trainer.max_steps)")  # fmt: skip
+        raise ConfigError(f"trainer.max_epochs={epochs}: expected at least 1 (or -1 with "
+                          "trainer.max_steps)")  # fmt: skip
+    if steps is not None and steps < 1 and steps != -1:
+        raise ConfigError(f"trainer.max_steps={steps}: expected at least 1 (or -1: no limit)")
+    if epochs == -1 and steps in (None, -1):  # the warm-up and decay span a known step count
+        raise ConfigError("trainer.max_epochs=-1 (no epoch limit) needs trainer.max_steps, "
+                          "which the learning-rate schedule spans; set it, e.g. "
+                          "trainer.max_steps=2000")  # fmt: skip
     _check_fit_keys(out)
     if "logger" in out:  # Lightning's own loggers, by name (training/loggers.py)
         from .loggers import check_logger

@@ -147,7 +147,14 @@ def check_trainer_here(config: TrainConfig) -> None:
     said.setLevel(logging.WARNING)  # once, by the run's own Trainer
     try:
         trial = pl.Trainer(**args)
-    except (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError) as e:
+    except (
+        MisconfigurationException,
+        ValueError,
+        TypeError,
+        RuntimeError,
+        ImportError,
+        OverflowError,
+    ) as e:  # Overflow: trainer.devices=10**24
         raise ConfigError(f"trainer: {e} (the trainer.* keys of the config or --set)") from None
     finally:
         said.setLevel(level)
