@@ -298,6 +298,9 @@ CASES = {
         f"transfer --labels {LABELS} {{t}}/missing.jsonl --out {{t}}/tr", "--labels", "missing.jsonl",
         forbid=("retrieval_gate.evaluation.transfer.transfer_cells",)),
     "transfer-feature-unused": C(f"transfer --labels {LABELS} --gates tfidf --feature views --out {{t}}/tr", "--feature is read by the popularity", "(tfidf)"),
+    # a column no question has: every popularity cell read "cannot fit", the report written
+    "transfer-feature-no-column": C(f"transfer --labels {LABELS} --feature nosuch --out {{t}}/tr", "--feature nosuch: no question has a value in that column", "s_pop", forbid=("retrieval_gate.evaluation.transfer.run_transfer",)),
+    "evaluate-feature-no-column": C(f"evaluate --gates popularity --labels {LABELS} --feature nosuch --no-cost --out {{t}}/ev", "--feature nosuch: no question has", forbid=("retrieval_gate.evaluation.gate_comparison.run_evaluation",)),
     "transfer-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "transfer-out-holds-a-file-of-yours": C(f"transfer --labels {LABELS} --out {{t}}/mine", "transfer.md", "did not write it"),
     "transfer-learned-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/file.txt", "--learned-out", "file.txt"),

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from ..fileio import one_writer, writer_busy
     from ..labels.labelling_run import run_dir_for
     from ..rag.gate_folders import check_gate_folders
-    from .gate_args import gate_options
+    from .gate_args import check_feature, gate_options
     from .plan import check_counts, check_input_dir, check_output_dir
     from .question_args import questions_from
 
@@ -151,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     _flags_used(args)
     if args.answer_gate is None:
         _say_cascade(args.labels)
+    questions = questions_from(args)
+    check_feature(options, questions)
     cfg = EvaluationConfig(
         gates=args.gates,
         label_files=args.labels,
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         measure_cost=not args.no_cost,
         limit=args.limit,
         command="retrieval-gate " + shlex.join(sys.argv[1:]),
-        questions=questions_from(args),
+        questions=questions,
         strategies=args.strategies,
         cost_axis=args.cost_axis,
         answer_gate=args.answer_gate,

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 from ..errors import InputError
 from ..gates.registry import GATES, GateOptions, option_flag
+from ..questions import Question, feature_value
 from ..strategies import StrategyRegistry, is_strategies_file, load_strategies
 
 
@@ -62,6 +63,24 @@ def gate_options(args: argparse.Namespace, names: Sequence[str]) -> GateOptions:
                              f"and this run has none ({' '.join(names)}): drop it, or add "
                              "the gate")  # fmt: skip
     return options
+
+
+def check_feature(options: GateOptions, questions: Sequence[Question] | None) -> None:
+    """`--feature COLUMN` that no question has a value for (a typo, a column of another
+    file): refused before any gate fits; every popularity cell read "cannot fit" and the
+    report was written anyway. `questions`: the user's (None: the bundled ones)."""
+    if options.feature is None:
+        return
+    if questions is None:
+        from ..data import canonical_questions
+
+        questions = canonical_questions()
+    if any(feature_value(q, options.feature) is not None for q in questions):
+        return
+    columns = sorted({k for q in questions for k in q.extra} | {"s_pop", "o_pop"})
+    raise InputError(f"--feature {options.feature}: no question has a value in that column "
+                     f"(the questions have: {', '.join(columns[:12])}"
+                     f"{', ...' if len(columns) > 12 else ''})")  # fmt: skip
 
 
 def check_threshold(value: float | None, flag: str = "--threshold") -> float | None:

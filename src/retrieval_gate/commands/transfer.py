@@ -110,12 +110,13 @@ def run(args: argparse.Namespace) -> int:
     from ..fileio import one_writer, writer_busy
     from ..labels.evalset import policy_name
     from ..labels.labelling_run import run_dir_for
-    from .gate_args import gate_options
+    from .gate_args import check_feature, gate_options
     from .question_args import questions_from
 
     check_plan(args)
     options = gate_options(args, args.gates)  # --feature without a gate that reads it: refused
     questions = questions_from(args)
+    check_feature(options, questions)
     extra = {}
     if args.learned:
         files = {policy_name(p): p for p in args.labels}
