@@ -99,7 +99,7 @@ def test_field_override_and_unknown_mapping(tmp_path):
     assert (q.id, q.text, q.answers) == ("7", "Who is X?", ("x",))
     with pytest.raises(DataError, match="--field 'colour=title'"):
         parse_fields(["colour=title"])
-    with pytest.raises(DataError, match="no column 'heading'"):
+    with pytest.raises(DataError, match="--field question=heading: no column 'heading'"):
         read_questions(str(path), parse_fields(["question=heading"]))
 
 

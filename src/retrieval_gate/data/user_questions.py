@@ -303,8 +303,9 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
         seen.update(row)
     for field, column in fields.items():
         if column not in seen:
+            named = "question" if field == "text" else field  # as the flag names it
             raise DataError(
-                f"--field {field}={column}: no column {column!r}; columns: {', '.join(sorted(seen))}",
+                f"--field {named}={column}: no column {column!r}; columns: {', '.join(sorted(seen))}",
                 spec,
             )
     out = {
