@@ -166,6 +166,16 @@ METADATA_CASES = {  # an older folder's metadata -> what the error names
     ),  # fmt: skip
     "calibration-not-an-object": ({"task": "strategies", "router": [1]}, "field .router."),
     "side-features-not-an-object": ({"task": "binary", "side_features": 3}, "side_features"),
+    # hand-edited or damaged: an internal error ("abc", -3, 10**30) or read as given (5, NaN)
+    "threshold-not-a-number": ({"task": "binary", "threshold": "abc"}, "'threshold' = 'abc'"),
+    "threshold-past-1": ({"task": "binary", "threshold": 5}, "is not a number in \\[0, 1\\]"),
+    "threshold-nan": ({"task": "binary", "threshold": float("nan")}, "'threshold' = nan"),
+    "threshold-bool": ({"task": "binary", "threshold": True}, "'threshold' = True"),
+    "max-length-negative": ({"task": "binary", "max_length": -3}, "'max_length' = -3"),
+    "max-length-huge": ({"task": "binary", "max_length": 10**30}, "whole number of tokens"),
+    "max-length-text": ({"task": "binary", "max_length": "48"}, "'max_length' = '48'"),
+    "classes-one": ({"task": "binary", "classes": ["a"]}, "at least two class names"),
+    "classes-not-names": ({"task": "binary", "classes": [0, 1]}, "'classes' = \\[0, 1\\]"),
 }
 
 

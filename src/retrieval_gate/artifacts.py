@@ -62,6 +62,7 @@ VARIANTS = {
 EXPORT_TOKENIZER = "tokenizer.json"  # what an export's ONNX gate tokenizes with
 CHECKED_FILES = (RunFolder.WEIGHTS, *VARIANTS.values(), EXPORT_TOKENIZER)  # in `checksums`
 RUN_TOKENIZER = f"{RunFolder.TOKENIZER}/"  # and a run's tokenizer files: "tokenizer/<file>"
+MAX_TOKENS = 2**20  # a max_length past any backbone's positions (the tokenizer overflows)
 FIX = {"run": "re-train it (`retrieval-gate train`)",
        "export": "re-export it (`retrieval-gate export --run RUN`)"}  # fmt: skip
 
@@ -124,6 +125,7 @@ class Manifest:
             have = "a router task without" if calibration is None else "a gate's task with"
             raise DataError(f"key router: {have} a router calibration (`router`); "
                             f"{FIX[kind]}", path)  # fmt: skip
+        field.gate_values(FIX[kind])
         version = meta.get("package_version")
         return cls(kind, task, signals_of(meta.get("side_features"), path, FIX[kind]),
                    tuple(calibration["strategies"]) if calibration else (), calibration,
@@ -165,6 +167,26 @@ class _Fields:
         if (allowed and not set(value) <= set(allowed)) or len(set(value)) < len(value):
             raise self._bad(key, want + ", each once", fix)
         return tuple(value)
+
+    def gate_values(self, fix: str) -> None:
+        """The values a gate scores with, where present: a hand-edited or damaged threshold
+        ("abc", 5, NaN) or max_length (-3, 10**30) was an internal error, or read as given
+        (a threshold of 5 never retrieves), where the ONNX metadata's are refused."""
+        if "threshold" in self.d:
+            value = self.d["threshold"]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (0.0 <= value <= 1.0)
+            ):  # fmt: skip  (NaN fails the comparison too)
+                raise self._bad("threshold", "a number in [0, 1]", fix)
+        if "max_length" in self.d:
+            value = self.d["max_length"]
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                    1 <= value <= MAX_TOKENS):  # fmt: skip
+                raise self._bad("max_length", f"a whole number of tokens, 1 to {MAX_TOKENS:,}", fix)
+        if "classes" in self.d and len(self.names("classes", None, fix)) < 2:
+            raise self._bad("classes", "a list of at least two class names", fix)
 
     def checksums(self, key: str, fix: str) -> dict[str, str]:
         """Optional (manifests written before checksums have none): the checked files' names
