@@ -683,7 +683,8 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
             cfg.override(override)
     for fine in ("trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5",
                  "trainer.val_check_interval=100", "trainer.limit_train_batches=0.5",
-                 "early_stopping.monitor=val/loss", "early_stopping.monitor=train/auroc"):  # fmt: skip
+                 "early_stopping.monitor=val/loss",
+                 "early_stopping.monitor=train/auroc"):  # fmt: skip
         cfg.override(fine)
     assert not (tmp_path / "out").exists()
 
