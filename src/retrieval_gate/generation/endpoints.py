@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ..errors import BackendError, ConfigError
+from ..strict_rows import parse_json
 from .base import Generation
 
 
@@ -75,8 +76,8 @@ def served_model(url: str, timeout: float = 5.0) -> str | None:
     try:
         r = httpx.get(f"{url}/models", timeout=timeout)
         r.raise_for_status()
-        return str(r.json()["data"][0]["id"])
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError, RecursionError):
+        return str(parse_json(r.content)["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
         return None
 
 
@@ -191,8 +192,8 @@ def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
     """A 200 reply's JSON object; a body that is none (a proxy's login page, an HTML error) is
     a BackendError naming the server, not a JSONDecodeError traceback."""
     try:
-        out = r.json()
-    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError too), nested too deep
+        out = parse_json(r.content)
+    except ValueError:  # not JSON (UnicodeDecodeError too), nested too deep
         out = None
     if not isinstance(out, dict):
         raise BackendError(f"{url} answered 200 with a body that is not a JSON object (a proxy's "

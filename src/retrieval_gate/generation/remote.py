@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 
 from ..errors import BackendError
+from ..strict_rows import parse_json
 from .base import Generation
 from .endpoints import chat_body, reply_chat, reply_json
 
@@ -71,8 +72,8 @@ class RemoteGenerator:
         try:
             r = self._client.get(f"{self.base_url}/models")
             r.raise_for_status()
-            return str(r.json()["data"][0]["id"])
-        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError, RecursionError) as e:
+            return str(parse_json(r.content)["data"][0]["id"])
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
             raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
