@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from .errors import clipped
+
 # A document's values, each alias counted as what it expands to: configs and strategies files
 # hold hundreds. Aliases of aliases (a "billion laughs" document, a few hundred bytes) expand
 # to billions, which a deepcopy, a checksum or the repr in an error message then builds.
@@ -84,10 +86,8 @@ def _guarded(construct: Any) -> Any:
         try:
             return construct(loader, node)
         except ValueError as e:
-            value = node.value if len(node.value) <= 40 else f"{node.value[:40]}..."
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{value!r} cannot be read ({str(e).split(';')[0]})", node.start_mark
-            ) from None
+            why = f"{clipped(node.value, 20)!r} cannot be read ({str(e).split(';')[0]})"
+            raise yaml.constructor.ConstructorError(None, None, why, node.start_mark) from None
 
     return run
 
