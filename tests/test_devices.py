@@ -19,9 +19,26 @@ from retrieval_gate.generation.vllm_backend import engine_env, engine_kwargs
 
 def test_vllm_multiprocessing_is_forced_off_only_on_cpu():
     assert engine_env(cuda=False)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-    assert engine_env(cuda=True) == {}  # vLLM's own defaults on GPUs
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_env(cuda=True)  # vLLM's own on GPUs
     assert engine_kwargs(cuda=True)["dtype"] == "auto"
     assert engine_kwargs(cuda=False)["enforce_eager"] is True
+
+
+@pytest.mark.slow  # a subprocess importing vLLM
+def test_vllm_logs_to_stderr_leaving_stdout_to_the_command():
+    """vLLM's log went to stdout by default: `retrieval-gate rag > table.md` held 40 lines of
+    engine start-up above the table."""
+    stream = engine_env(cuda=False)["VLLM_LOGGING_STREAM"]
+    assert engine_env(cuda=True)["VLLM_LOGGING_STREAM"] == stream  # the same on GPUs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    code = ("from vllm.config.logging import LoggingConfig\n"
+            "from vllm.logger import configure_logging, init_logger\n"
+            "configure_logging(LoggingConfig())  # as LLM(...) does\n"
+            "init_logger('vllm.check').info('engine log')")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], env={**env, **engine_env(cuda=False)},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "engine log" in done.stderr and "engine log" not in done.stdout
 
 
 def test_learned_gate_default_device_follows_cuda():

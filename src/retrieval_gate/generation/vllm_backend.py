@@ -41,10 +41,13 @@ def _cuda() -> bool:
 
 
 def engine_env(cuda: bool) -> dict[str, str]:
-    """Environment defaults set before vLLM starts: the CPU settings above; none on GPUs."""
+    """Environment defaults set before vLLM starts: its log on stderr (vLLM's default is
+    stdout, where `rag` prints its table and a piped command its output), and the CPU settings
+    above (none on GPUs)."""
+    logs = {"VLLM_LOGGING_STREAM": "ext://sys.stderr"}
     if cuda:
-        return {}
-    return {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        return logs
+    return {**logs, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def cpu_dtype() -> str:
