@@ -64,6 +64,10 @@ def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
         {"line": 3, "id": "x2", "error": "empty question"},
         {"line": 4, "id": "x3", "error": "empty question"},  # no visible character: was scored
     ]
+    cells = tmp_path / "cells.csv"  # a quoted cell over two lines: the next row is on line 4
+    cells.write_text('question\n"Who wrote\nHamlet?"\n""\nWhat is DNA?\n')
+    assert [(r["line"], r["id"], "error" in r) for r in read_question_lines(cells)] == [
+        (2, "2", False), (4, "4", True), (5, "5", False)]  # fmt: skip
     txt = tmp_path / "q.txt"
     txt.write_text("question\nWho wrote Hamlet?\n")
     assert [r["text"] for r in read_question_lines(txt)] == ["Who wrote Hamlet?"]
@@ -86,6 +90,9 @@ def test_score_reads_a_json_file_as_objects_not_as_lines_of_text(tmp_path):
         {"line": 1, "id": "a", "text": "Who wrote Hamlet?"},
         {"line": 2, "id": "2", "error": "empty question"},
     ]
+    one_line = tmp_path / "one-line.json"  # every item on line 1: each its own id, not "1"
+    one_line.write_text('[{"question": "Who wrote Hamlet?"}, {"question": "Capital of Peru?"}]')
+    assert [(r["line"], r["id"]) for r in read_question_lines(one_line)] == [(1, "1"), (1, "2")]
     lines = tmp_path / "lines.json"
     lines.write_text('{"id": "b", "question": "Capital of France?"}\n')
     assert read_question_lines(lines) == [{"line": 1, "id": "b", "text": "Capital of France?"}]

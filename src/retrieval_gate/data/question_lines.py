@@ -67,7 +67,10 @@ def _read_json(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
     """A `.json` file: an array of row objects, else one object a line."""
     text = data.removeprefix(BOM)
     if text.lstrip().startswith(b"["):
-        yield from (_row_record({"line": n, "id": str(n)}, row) for n, row in read_json_array(path))
+        # an item without an id takes its place in the array: its line is no id (an array
+        # written on one line has every item on line 1)
+        for i, (n, row) in enumerate(read_json_array(path), start=1):
+            yield _row_record({"line": n, "id": str(i)}, row)
         return
     refuse_one_object(text.decode("utf-8", "replace"), path)
     yield from _read_lines(io.BytesIO(data), path, True)  # which drops the byte-order mark
@@ -197,7 +200,9 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
         text.detach()  # the caller closes the file
 
 
-def _csv_records(rows: Iterator[list[str]], path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
+def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
+    """`rows`: a csv.reader, whose line count places each row where it starts in the file (a
+    quoted cell may hold line breaks, so the row's count is not its line)."""
     first = next(rows, None)
     if first is None:
         return
@@ -210,8 +215,10 @@ def _csv_records(rows: Iterator[list[str]], path: Path, delimiter: str) -> Itera
         raise InputError(f"CSV header {first!r} has no 'question' or 'text' column; add one",
                          path, 1)  # fmt: skip
     id_col = header.index("id") if "id" in header else None
-    for lineno, row in enumerate(rows, start=2):
+    lineno = rows.line_num + 1
+    for row in rows:
         rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
+        lineno = rows.line_num + 1
         if id_col is not None and id_col < len(row) and row[id_col].strip():
             rec["id"] = row[id_col]
         question = row[col] if col < len(row) else ""
