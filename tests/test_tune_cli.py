@@ -62,16 +62,23 @@ def test_tune_without_recorded_answers_names_the_flag(tmp_path, monkeypatch, cap
     assert any(k.startswith("macro-f1") for k in result["thresholds"])
 
 
-def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys):
+@pytest.mark.parametrize("as_url", [False, True])
+def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys, as_url):
     """--storage the user names is checked before any work, also when only exact 1-D
-    objectives run (a folder was silently accepted: the probe's ACCEPTED)."""
+    objectives run (a folder was silently accepted: the probe's ACCEPTED; as a sqlite:/// URL
+    it was "check that the server runs")."""
     folder = tmp_path / "db-dir"
     folder.mkdir()
     argv = ["tune", "--gate", "popularity", "--labels",
             "data/labels/smollm2-135m-instruct/closed-book.jsonl", "--objective", "macro-f1",
-            "--storage", str(folder), "--out", str(tmp_path / "out")]  # fmt: skip
+            "--storage", f"sqlite:///{folder}" if as_url else str(folder),
+            "--out", str(tmp_path / "out")]  # fmt: skip
     assert main(argv) == 2
-    assert str(folder) in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert str(folder) in err and "is a folder; name a SQLite file in it" in err, err
+    argv[argv.index("--storage") + 1] = f"sqlite:///{tmp_path}/no-such-folder/studies.db"
+    assert main(argv) == 3  # a SQLite file is no server: the fix is its folder
+    assert "check that its folder exists and may be written" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

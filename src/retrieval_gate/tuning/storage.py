@@ -40,15 +40,22 @@ def storage_url(spec: str | Path) -> str:
     its folder created), `journal:PATH` and URLs are kept."""
     spec = str(spec)
     if "://" in spec:
-        return _checked_url(spec)
+        url = _checked_url(spec)
+        if url.startswith("sqlite:///"):  # the URL form of a path: a folder is refused alike
+            _not_a_folder(Path(url.removeprefix("sqlite:///").split("?")[0]))
+        return url
     if spec.startswith(JOURNAL):
         return spec
     path = Path(spec)
+    _not_a_folder(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def _not_a_folder(path: Path) -> None:
     if path.is_dir():
         raise InputError("--storage is a folder; name a SQLite file in it (e.g. studies.db) or a "
                          "database URL", path)  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve()}"
 
 
 def _checked_url(url: str) -> str:
@@ -133,9 +140,11 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
             "public TO <user>) or point --storage at a database it owns"
         ) from None
     except sqlalchemy.exc.OperationalError as e:
+        check = ("its folder exists and may be written" if url.startswith("sqlite:") else
+                 "the server runs and the host, port, user, password and database name are "
+                 "right")  # fmt: skip
         raise BackendError(
-            f"cannot open the study database {shown(url)} ({_first_line(e)}); check that the "
-            "server runs and the host, port, user, password and database name are right"
+            f"cannot open the study database {shown(url)} ({_first_line(e)}); check that {check}"
         ) from None
     except sqlalchemy.exc.DatabaseError as e:  # e.g. a SQLite path holding another kind of file
         raise InputError(
