@@ -303,8 +303,12 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
 ):
     """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
     a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
-    run_dir = train_gate(_tiny(body, label_file, tmp_path, max_epochs=1), questions=QUESTIONS)
+    run_dir = train_gate(_tiny(body, label_file, tmp_path, max_epochs=1), questions=QUESTIONS,
+                         resume=True)  # fmt: skip
+    assert caplog.text.count("holds no run yet; training from the start") == 1  # said, once
     train_gate(_tiny(body, label_file, tmp_path, max_epochs=2), questions=QUESTIONS, resume=True)
+    assert caplog.text.count("holds no run yet") == 1  # this one had a run to resume
+    assert "💡 Tip" not in caplog.text  # Lightning's adverts for its cloud services
     epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
     assert [e["epoch"] for e in epochs] == [0, 1]
     with open(run_dir / "logs" / "metrics.csv") as f:
@@ -574,6 +578,25 @@ def test_train_in_memory_labels_and_the_callers_config_unchanged(workdir):
         train(cfg.override("run.name=bad"), qs, {**LABELS, "q1": 5})
     with pytest.raises(ConfigError, match="needs data.label_file"):
         train(cfg.override("run.name=none"), qs)
+
+
+@pytest.mark.parametrize("flag", [{}, {"overwrite": True}, {"resume": True}])
+def test_a_folder_of_the_users_own_is_no_run_to_replace(tmp_path, label_file, body, flag):
+    """A run.name naming the user's folder that holds a config.yaml and logs/ of their own was
+    "a run", and --overwrite deleted them."""
+    from retrieval_gate.training.trainer import check_run_dir
+
+    cfg = _tiny(body, label_file, tmp_path)
+    mine = tmp_path / "x"
+    (mine / "logs").mkdir(parents=True)
+    (mine / "config.yaml").write_text("my: settings\n")
+    with pytest.raises(ConfigError, match=r"holds config\.yaml, logs, which training did not"):
+        check_run_dir(mine, cfg, **flag)
+    assert (mine / "config.yaml").read_text() == "my: settings\n" and (mine / "logs").is_dir()
+    (mine / "run.json").write_text("{}")  # training's: a run (one cut short) after all
+    if not flag:
+        with pytest.raises(ConfigError, match="already holds a run"):
+            check_run_dir(mine, cfg, **flag)
 
 
 def test_training_ece_is_the_reports_ece():

@@ -34,9 +34,18 @@ class RunFolder:
     WRITTEN: ClassVar[tuple[str, ...]] = (RUN, CONFIG, LABELS, BACKBONE, TOKENIZER, WEIGHTS,
                                           METRICS, METADATA, MANIFEST, LIGHTNING, LOGS)  # fmt: skip
 
+    # training's own files: any one of them makes the folder a run (`made_by_training`)
+    MARKS: ClassVar[tuple[str, ...]] = (RUN, MANIFEST, WEIGHTS)
+
     @property
     def weights(self) -> Path:
         return Path(self.path) / self.WEIGHTS
+
+    def made_by_training(self) -> bool:
+        """Whether training wrote this folder: it holds a file no other program names so (its
+        run.json, written first, a manifest or the weights); a folder of the user's own that
+        holds a config.yaml or logs/ is not a run to resume or replace."""
+        return any((Path(self.path) / name).exists() for name in self.MARKS)
 
     def is_run(self) -> bool:
         """Whether the folder holds a trained gate (its weights)."""

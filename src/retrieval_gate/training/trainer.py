@@ -242,7 +242,13 @@ def check_run_dir(
             )
         config.data.task_spec.check_source(config.data.label_file)
     digest = config_hash(config, labels)
-    existing = [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
+    existing = _run_files(run_dir)
+    if existing and not RunFolder(run_dir).made_by_training():  # --overwrite deleted them
+        raise ConfigError(
+            f"run folder {run_dir} holds {', '.join(existing)}, which training did not write "
+            f"(no {', '.join(RunFolder.MARKS)}): it is no run to resume or replace; pass another "
+            "run.name or run.output_dir, or move them away"
+        )
     if not existing or overwrite:
         return digest
     if not resume:
@@ -259,6 +265,11 @@ def check_run_dir(
             "the same run only: pass --overwrite or another run.name"
         )
     return digest
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    """The files of a run the folder holds (run.json alone: a run stopped as it began)."""
+    return [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
 
 
 def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: bool) -> None:
@@ -402,6 +413,9 @@ def train(
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, label_file=None))
     run_dir = Path(config.run.output_dir) / run_name(config)
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
+    if resume and not _run_files(run_dir):
+        log.warning("--resume: the run folder %s holds no run yet; training from the start",
+                    run_dir)  # fmt: skip
     check_trainer_here(config)
     tokenizer, dm, module = prepare(config, questions, labels)
     _say_answers_unread(config)
@@ -457,13 +471,28 @@ KNOWN_WARNINGS = (
 )
 
 
+class _NoTips(logging.Filter):
+    """Lightning's "💡 Tip: ... try installing [litlogger]" lines, on every run: adverts for
+    its cloud services, nothing about this run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
 @contextmanager
 def without_known_warnings() -> Iterator[None]:
-    """KNOWN_WARNINGS silenced for the block; every other warning is shown as before."""
-    with warnings.catch_warnings():
-        for message, category in KNOWN_WARNINGS:
-            warnings.filterwarnings("ignore", message=message, category=category)
-        yield
+    """KNOWN_WARNINGS and Lightning's tips silenced for the block; every other warning is
+    shown as before."""
+    said = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    tips = _NoTips()
+    said.addFilter(tips)
+    try:
+        with warnings.catch_warnings():
+            for message, category in KNOWN_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=category)
+            yield
+    finally:
+        said.removeFilter(tips)
 
 
 @contextmanager
