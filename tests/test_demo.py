@@ -96,6 +96,26 @@ def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
     assert "tfidf" in headline(tmp_path)
 
 
+def test_a_report_md_the_demo_did_not_write_is_refused_before_any_stage(tmp_path, monkeypatch):
+    """`demo --out FOLDER` replaced the user's own REPORT.md there after the last stage."""
+    import retrieval_gate.demo as demo
+    from retrieval_gate.errors import InputError
+
+    monkeypatch.setattr(demo, "run_stage", lambda *a, **k: pytest.fail("a stage ran"))
+    report = tmp_path / "REPORT.md"
+    report.write_text("# My notes\n")
+    with pytest.raises(InputError, match=r"REPORT\.md: already exists, and retrieval-gate did"):
+        run_demo(tmp_path)
+    assert report.read_text() == "# My notes\n"
+    _finished(tmp_path)  # every stage done: the report is all a run writes
+    report.write_text("# retrieval-gate demo report\n\nan earlier demo's, before the ledger\n")
+    assert run_demo(tmp_path) == 0 and "CPU model:" in report.read_text()  # replaced
+    report.write_text(report.read_text() + "my annotation\n")  # ours, edited since
+    with pytest.raises(InputError, match="or it was changed since"):
+        run_demo(tmp_path)
+    assert report.read_text().endswith("my annotation\n")
+
+
 def _redone(out, name):
     done = out / f"{name}.done.json"
     done.write_text(done.read_text().replace('"seconds": 1.5', '"seconds": 9.0'))

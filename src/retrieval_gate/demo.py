@@ -8,7 +8,8 @@ Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine)
 it prints, once a minute, where it is and how long it still needs, read from the last progress
 bar (tqdm) in its output. Ctrl-C stops the running stage without marking it done, so the next
 run starts there; REPORT.md and the done markers are written to a temporary file and renamed,
-so an interrupted run never leaves half of one."""
+so an interrupted run never leaves half of one. A REPORT.md in the folder that the demo did
+not write is refused before the first stage (`outputs`' ledger)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .errors import ConfigError, InputError
 from .fileio import write_text
 from .labels import LABELS_DIR
 from .labels.lock import single_writer
+from .outputs import refuse_foreign, vouch_for, write_owned
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
 from .stage_markers import MARKER, inputs_key, read_marker, shared_key
@@ -216,6 +218,7 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
         raise ConfigError(f"unknown stage {only!r} (--stage); stages: {', '.join(names)}")
     preload.check_setting()
     check_inputs(out)
+    refuse_foreign_report(out)
     where = str(out).replace("{", "{{").replace("}", "}}")  # the lock formats in the pid
     with single_writer(out / "demo", busy=DEMO_BUSY.format(out=where)):  # .demo.lock in `out`
         return _run_stages(out, only, force)
@@ -443,7 +446,7 @@ def write_report(out: Path) -> Path:
     budget = int(sum(s.budget for s in STAGES))
     rows.append(["total", "", sum(r[2] for r in rows), budget, *totals])
     header = ["stage", "command", "wall time (s)", "budget (s)", *(h for h, _ in WORK_COLUMNS)]
-    lines = ["# retrieval-gate demo report", "", f"CPU model: {work.cpu_description()}", "",
+    lines = [REPORT_TITLE, "", f"CPU model: {work.cpu_description()}", "",
              markdown_table(header, rows, digits=1)]  # fmt: skip
     saving = saving_table(out)
     if saving:  # the router's saving first: what a gate exists for
@@ -452,9 +455,23 @@ def write_report(out: Path) -> Path:
     for title, path in _sections(out):
         if path.exists():
             lines += ["", f"## {title}", "", _demote(path.read_text().strip())]
-    report = out / "REPORT.md"
-    write_text(report, "\n".join(lines) + "\n")
-    return report
+    return write_owned(out / REPORT, "\n".join(lines) + "\n")
+
+
+REPORT = "REPORT.md"
+REPORT_TITLE = "# retrieval-gate demo report"
+
+
+def refuse_foreign_report(out: Path) -> None:
+    """REPORT.md is a common name: one in `out` the demo did not write is refused before the
+    first stage, not replaced after the last (`outputs`); one an earlier demo wrote before
+    the folder kept a ledger is known by its title."""
+    report = out / REPORT
+    if report.is_file():
+        with open(report, "rb") as f:
+            if f.readline().rstrip(b"\r\n") == REPORT_TITLE.encode():
+                vouch_for(report)
+    refuse_foreign([report], "--out")
 
 
 SAVING_NOTE = (

@@ -69,6 +69,16 @@ def adopt_owned(source: Path, path: str | Path, flag: str = "--out") -> Path:
     return Path(path)
 
 
+def vouch_for(path: str | Path) -> None:
+    """Records a file already there as retrieval-gate's, as it is now, when the ledger has no
+    entry for it: one it wrote before its folder kept a ledger, which the caller recognised by
+    its contents (an entry of other contents stays: the file was edited since)."""
+    target = regular_target(path)
+    with _locked(target.parent):
+        if target.name not in _ledger(target.parent):
+            _record(target, sha256_file(target))
+
+
 def _record(target: Path, digest: str) -> None:
     """The ledger of `target`'s folder with its checksum (entries of removed files dropped)."""
     files = _ledger(target.parent) | {target.name: digest}
