@@ -515,22 +515,25 @@ def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
         "closed-book.jsonl", "rag-gain.jsonl"}  # fmt: skip
 
 
-@pytest.mark.parametrize("target", ["folder", "user file"])
+@pytest.mark.parametrize("target", ["folder", "user file", "user's .meta.json"])
 def test_label_out_refused_leaves_nothing_beside_it(tmp_path, capsys, target):
     """`label --out` naming a folder or a file that is not a label file is refused before the
-    writer lock is taken: no `.<name>.lock` is left in the user's folder (the probe's DAMAGE)."""
+    writer lock is taken: no `.<name>.lock` is left in the user's folder (the probe's DAMAGE).
+    So is a new label file whose `.meta.json` name holds the user's own JSON (replaced)."""
     user = tmp_path / "user"
     user.mkdir()
-    out = user / ("out" if target == "folder" else "settings.env")
+    names = {"folder": "out", "user file": "settings.env", "user's .meta.json": "mine.jsonl"}
+    out = user / names[target]
+    kept = {"user file": out, "user's .meta.json": user / "mine.meta.json"}.get(target)
     if target == "folder":
         out.mkdir()
     else:
-        out.write_text("KEY=1\n")
+        kept.write_text('{"KEY": 1}\n')
     before = sorted(p.name for p in user.iterdir())
     code, err = _run(["label", "--policy", "popularity", "--out", str(out)], capsys)
     assert code == 2 and str(out) in err, err
     assert sorted(p.name for p in user.iterdir()) == before
-    assert target == "folder" or out.read_text() == "KEY=1\n"
+    assert kept is None or kept.read_text() == '{"KEY": 1}\n'
 
 
 def test_label_generator_folder_that_does_not_exist_is_refused_at_once(tmp_path, capsys):

@@ -146,6 +146,12 @@ class LabelFile:
         if self.path.is_dir():
             raise DataError("is a folder; --out needs a .jsonl file path", self.path)
         regular_target(self.path)  # not a device or pipe: rewrite() would replace it
+        mp = meta_path(self.path)
+        if mp.exists() and not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):
+            # every label writer records its policy: without one, a file of the user's name
+            raise DataError(f"{mp.name} beside it is not a label file's provenance (no "
+                            "'policy'); refusing to replace it: pass another --out or move it",
+                            self.path)  # fmt: skip
         if self.path.is_file() and self.path.stat().st_size and not meta_path(self.path).exists():
             raise DataError(
                 f"exists and is not a retrieval-gate label file (no {meta_path(self.path).name} "
