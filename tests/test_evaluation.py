@@ -257,6 +257,33 @@ def test_a_damaged_score_cache_is_scored_again_not_an_internal_error(tmp_path, c
     assert gate["metrics"] == json.loads(first)["policies"]["labels"]["gates"][0]["metrics"]
 
 
+def test_score_cache_entries_are_the_questions_not_their_ids(tmp_path):
+    """The score cache was keyed by question id: the same ids with edited texts (or another
+    questions file numbering its rows 1, 2, ...) were given the first file's scores."""
+    from types import SimpleNamespace
+
+    from retrieval_gate.evaluation.gate_comparison import _label_free_scores
+    from retrieval_gate.gates.registry import GATES, GateOptions
+    from retrieval_gate.labels.evalset import EvalSet
+
+    asked = []
+    gate = SimpleNamespace(checksum="sha-gate", scores=lambda qs: asked.extend(qs) or [
+        len(q.text) / 100 for q in qs])  # fmt: skip
+
+    def scored(*texts: str, **extra) -> list[float]:
+        qs = tuple(Question(id=str(i), text=t, answers=("x",), source="s", extra=extra)
+                   for i, t in enumerate(texts))  # fmt: skip
+        y = np.zeros(len(qs))
+        tests = {"p": EvalSet(qs, y, y, np.full(len(qs), np.nan))}
+        return list(_label_free_scores(GATES["learned"], gate, "p", tests, tmp_path, GateOptions()))
+
+    assert scored("Who?", "Who wrote it?") == [0.04, 0.13]
+    assert scored("Who?", "Who wrote it?") == [0.04, 0.13] and len(asked) == 2  # from the cache
+    assert scored("Who?", "Who wrote Hamlet?") == [0.04, 0.17] and len(asked) == 3  # id 1 edited
+    scored("Who?", views=3)  # a column a gate may read: another entry
+    assert len(asked) == 4
+
+
 def test_cost_per_question_times_single_questions():
     from retrieval_gate.evaluation.evaluate import cost_per_question
     from retrieval_gate.gates.tfidf import TfidfGate

@@ -226,16 +226,26 @@ def _label_free_scores(
     options: GateOptions,
 ) -> np.ndarray:
     """Scores on the union of every policy's test questions, computed in one batch and kept in
-    `cache_dir` by question id: a rerun (or a later, larger label file) scores only new ids."""
+    `cache_dir` by question (`question_key`): a rerun (or a later, larger label file) scores
+    only new questions."""
     path = cache_dir / f"{score_cache_key(spec, gate, options)}.json"
     known = _cached_scores(path)
-    union = {q.id: q for t in tests.values() for q in t.questions}
-    todo = [q for i, q in union.items() if i not in known]
+    union = {question_key(q): q for t in tests.values() for q in t.questions}
+    todo = [(k, q) for k, q in union.items() if k not in known]
     if todo:
-        known |= dict(zip((q.id for q in todo), map(float, gate.scores(todo)), strict=True))
+        scores = map(float, gate.scores([q for _, q in todo]))
+        known |= dict(zip((k for k, _ in todo), scores, strict=True))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(known))
-    return np.array([known[q.id] for q in tests[policy].questions])
+    return np.array([known[question_key(q)] for q in tests[policy].questions])
+
+
+def question_key(q: Question) -> str:
+    """A question's entry in a score cache: its id and a hash of all a gate reads of it (the
+    text, its fields and columns). By id alone, a questions file whose texts were edited under
+    the same ids (or another file numbering its rows 1, 2, ...) was given the old scores."""
+    read = {k: v for k, v in q.to_dict().items() if k not in ("answers", "split")}
+    return f"{q.id}:{content_id(json.dumps(read, sort_keys=True, default=str))}"
 
 
 def _cached_scores(path: Path) -> dict[str, float]:
