@@ -92,6 +92,30 @@ def test_interrupted_run_resumes_without_losing_or_redoing(tmp_path):
     assert LabelFile(out.path).labels() == {f"q{i}": int(i < 6) for i in range(10)}
 
 
+def test_a_resume_over_questions_that_changed_under_their_ids_is_refused(tmp_path):
+    """Rows are keyed by id: a questions file edited under the same ids (or another numbering
+    its rows 1, 2, ...) was "resumed", its changed questions keeping the old ones' labels."""
+    from retrieval_gate.labels.label_files import question_sha
+
+    first = [q(1, "What is the capital of France?"), q(2, "Who wrote Hamlet?")]
+    out = LabelFile(tmp_path / "cb.jsonl")
+    out.write_meta({"policy": "closed-book"})
+    out.resume_over(first)
+    out.append([{"id": "q1", "label": 0}, {"id": "q2", "label": 1}])
+    rows = LabelFile(out.path).rows
+    assert rows["q1"]["question_sha"] == question_sha(first[0]) != question_sha(first[1])
+    LabelFile(out.path).resume_over([*first, q(3)])  # the same questions, and one more: fine
+    edited = [first[0], q(2, "Who wrote Macbeth?")]
+    req = LabelRequest("closed-book", ["popqa"], questions=edited, out=out.path)
+    with pytest.raises(DataError, match=r"1 question labelled here now read otherwise .*'q2'"):
+        label(req, generator=object())  # refused before any generator is asked
+    moved = [first[0], q(2, "Who wrote Hamlet?", answers=("Shakespeare",))]  # its gold answers
+    with pytest.raises(DataError, match="its text or gold answers changed"):
+        LabelFile(out.path).resume_over(moved)
+    (tmp_path / "old.jsonl").write_text('{"id": "q2", "label": 1}\n')  # rows made before
+    LabelFile(tmp_path / "old.jsonl").resume_over(edited)  # the hash: nothing to check
+
+
 # ------------------------------------------------------------------ RRCP arithmetic
 
 

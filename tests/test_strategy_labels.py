@@ -5,6 +5,7 @@ generator's outcomes under the RAG loop's strategies: resumable, a dying server 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -323,6 +324,9 @@ def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path
                     dict(multi_step=MultiStepConfig(max_steps=3)), dict(generator="other-llm")):  # fmt: skip
         with pytest.raises(DataError, match="resuming would mix rows"):
             label_strategies(request(**changed), no_engine, ContextRetriever())
+    edited = [dataclasses.replace(qs[0], text=qs[0].text + " (edited)"), *qs[1:]]
+    with pytest.raises(DataError, match="1 question labelled here now read otherwise"):
+        label_strategies(request(questions=edited), no_engine, ContextRetriever())
 
 
 def test_a_release_of_several_llms_names_the_flag_and_reads_the_llm_as_users_spell_it(

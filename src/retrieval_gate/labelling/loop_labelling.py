@@ -140,6 +140,7 @@ def label_strategies(
         out = LabelFile(req.out)  # read under the lock: another run may have appended meanwhile
         out.require_ours()
         _check_resume(out, settings)
+        out.resume_over(req.questions)
         todo = pending(req.questions, out.done_ids())
         if not todo:
             return _summary(out, strategies, {"questions": 0, "seconds": 0.0}, 0)

@@ -3,7 +3,10 @@ as results arrive so an interrupted run resumes where it stopped, plus a `.meta.
 with provenance (policy, generator and checksum, prompt id, decoding, date, version).
 
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
-then whatever the policy records (prediction, match, mean_logprob, ...). Fields are added,
+then whatever the policy records (prediction, match, mean_logprob, ...), and `question_sha`
+(a hash of the question's text and gold answers, `question_sha`) in the rows of a resumable
+run: a resumed run whose questions read otherwise under the same ids is refused (`resume_over`);
+rows without one (files written before it) are not checked. Fields are added,
 never renamed, so older files load: e.g. `token_logprobs` (the answer's token
 log-probabilities, `labels.logprobs`) is optional, absent from files written before it. There
 is no format version field; the sidecar's `package_version` says which release wrote a file.
@@ -20,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import not_utf8, regular_target, write_json, write_text
+from ..fileio import content_id, not_utf8, regular_target, write_json, write_text
+from ..questions import Question
 from ..strict_rows import RepeatedKeyError, loads, parse_json
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,11 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
             )
 
 
+def question_sha(q: Question) -> str:
+    """What a row's label was made from: the question's text and its gold answers."""
+    return content_id(q.text, *sorted(q.answers))
+
+
 class LabelFile:
     """A label file on disk: read what is there, append new rows, record provenance."""
 
@@ -85,6 +94,7 @@ class LabelFile:
         self.rows: dict[str, dict[str, Any]] = {}
         self._partial_at: int | None = None  # byte offset of a half-written last line
         self._unterminated = False  # a whole last row without its newline (a user's file)
+        self._shas: dict[str, str] = {}  # id -> question_sha, stamped on appended rows
         if self.path.is_file():
             self._read()
 
@@ -180,6 +190,8 @@ class LabelFile:
                     f.write("\n")
                     self._unterminated = False
                 for row in rows:
+                    if (sha := self._shas.get(str(row["id"]))) is not None:
+                        row = {**row, "question_sha": sha}
                     f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
                     self.rows[str(row["id"])] = row
                 f.flush()
@@ -194,6 +206,24 @@ class LabelFile:
         write_text(self.path, text)
         self.rows = {str(r["id"]): r for r in rows}
         self._partial_at, self._unterminated = None, False
+
+    def resume_over(self, questions: Iterable[Question]) -> None:
+        """Before a run appends rows for `questions`: the rows already here must be of these
+        very questions (their `question_sha`), else a DataError; the rows appended next carry
+        theirs. An edited questions file that kept its ids (or another one numbering its rows
+        1, 2, ...) was "resumed": its changed questions kept the labels of the old ones."""
+        self._shas = {q.id: question_sha(q) for q in questions}
+        changed = [i for i, sha in self._shas.items()
+                   if self.rows.get(i, {}).get("question_sha", sha) != sha]  # fmt: skip
+        if changed:
+            n = len(changed)
+            raise DataError(
+                f"{n} question{'s' * (n != 1)} labelled here now read otherwise under the same "
+                f"id (id {changed[0]!r}: its text or gold answers changed since), so their rows "
+                "would stand for questions they were not made for: pass another --out (or "
+                "--labels-dir), or remove those rows",
+                self.path,
+            )
 
     def done_ids(self) -> set[str]:
         return set(self.rows)

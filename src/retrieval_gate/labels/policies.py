@@ -219,6 +219,7 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
             out = LabelFile(path, replacing=rebuilt, extra_meta=_source_meta(req))
             out.require_ours()  # before any engine starts: a user's file or other settings
             _check_resume(req, out, rebuilt)
+            out.resume_over([] if rebuilt else questions)  # rebuilt: every row made anew
             stats = labeller(req, questions, out, generator, retriever)
             return {"path": str(path), "rows": len(out.rows), **stats}
 
