@@ -43,8 +43,8 @@ class ResumableOutput:
         if self.partial.exists() and not resume:
             lines = self.partial.read_bytes().count(b"\n")
             raise InputError(
-                f"a run writing {self.flag} {self.path} stopped after {lines} lines and left them "
-                f"here: pass --resume to continue it, or remove {self.partial.name} and "
+                f"a run writing {self.flag} {self.path} stopped after {lines} "
+                f"line{'s' * (lines != 1)} and left {'them' if lines != 1 else 'it'} here: pass --resume to continue it, or remove {self.partial.name} and "
                 f"{self.sidecar.name} to start over",
                 self.partial,
             )
