@@ -336,6 +336,27 @@ def test_comparison_saves_each_mode_and_resumes(tmp_path):
     assert "kept" not in other["note"]  # other settings: measured again
 
 
+def test_a_saved_mode_is_kept_only_for_the_same_questions_not_the_same_ids(tmp_path):
+    """Saved modes were keyed by question ids: a questions file edited under the same ids (or
+    another numbering its rows 1, 2, ...) was given the first file's answers and scores."""
+    progress = tmp_path / "run.modes.jsonl"
+
+    def run(*texts: str) -> tuple[dict, CountingTestGenerator]:
+        qs = [Question(id=str(i), text=t, answers=("Paris",), source="user", split="test")
+              for i, t in enumerate(texts)]  # fmt: skip
+        gen = CountingTestGenerator()
+        result = run_comparison(["never"], sample=Sample(limit=None), generator=gen,
+                                pipeline=Pipeline("contexts", k=1), progress_file=progress,
+                                mode_options=ModeOptions(questions=qs))  # fmt: skip
+        return result, gen
+
+    run("What is the capital of France?", "Who wrote Hamlet?")
+    again, gen = run("What is the capital of France?", "Who wrote Hamlet?")
+    assert "kept from an earlier run: never" in again["note"] and not gen.calls
+    edited, gen = run("What is the capital of France?", "Who wrote Macbeth?")
+    assert "kept" not in edited["note"] and gen.calls  # answered again
+
+
 def test_progress_file_half_written_foreign_or_damaged(tmp_path):
     """An interrupted run's half-written last row is cut by the next save (it had glued the
     next mode's row to itself: both lost); a file of the user's at that name is refused, not

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import string
@@ -75,6 +77,14 @@ class Question:
         d["answers"] = list(self.answers)
         d["contexts"] = [dict(c) for c in self.contexts]
         return d
+
+    def digest(self, leave_out: Iterable[str] = ("split",)) -> str:
+        """A short hash of the question's fields but `leave_out`: a cached result's key beside
+        the id, so a question edited under the same id (or another file's row numbered like
+        it) is not given the old one's result."""
+        kept = {k: v for k, v in self.to_dict().items() if k not in set(leave_out)}
+        text = json.dumps(kept, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Question:

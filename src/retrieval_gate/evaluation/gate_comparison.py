@@ -242,10 +242,10 @@ def _label_free_scores(
 
 def question_key(q: Question) -> str:
     """A question's entry in a score cache: its id and a hash of all a gate reads of it (the
-    text, its fields and columns). By id alone, a questions file whose texts were edited under
-    the same ids (or another file numbering its rows 1, 2, ...) was given the old scores."""
-    read = {k: v for k, v in q.to_dict().items() if k not in ("answers", "split")}
-    return f"{q.id}:{content_id(json.dumps(read, sort_keys=True, default=str))}"
+    text, its fields and columns; not its gold answers). By id alone, a questions file whose
+    texts were edited under the same ids (or another file numbering its rows 1, 2, ...) was
+    given the old scores."""
+    return f"{q.id}:{q.digest(leave_out=('answers', 'split'))}"
 
 
 def _cached_scores(path: Path) -> dict[str, float]:

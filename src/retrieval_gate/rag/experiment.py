@@ -92,7 +92,9 @@ def run_comparison(
     if CASCADE in modes:  # the cascade reads answers' log-probabilities: asked once, up front
         check_answers_readable(generator, engine or {})
     setup_seconds = time.perf_counter() - started
-    progress = Progress(progress_file, [q.id for q in questions], ret.name, pipeline, generator,
+    # each question by id and content: one edited under its id is another experiment
+    asked = [f"{q.id}:{q.digest()}" for q in questions]
+    progress = Progress(progress_file, asked, ret.name, pipeline, generator,
                         mode_options.budget)  # fmt: skip
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options.budget)  # fmt: skip
@@ -211,13 +213,14 @@ def _multi_note(pipeline: Pipeline) -> str:
 
 
 class Progress:
-    """Modes finished by an earlier run with the same settings and questions, saved one JSON
-    line each (`path` None: nothing is saved or reused)."""
+    """Modes finished by an earlier run with the same settings and questions (`asked`: each
+    one's id and `Question.digest`), saved one JSON line each (`path` None: nothing is saved
+    or reused)."""
 
     def __init__(
         self,
         path: Path | None,
-        ids: list[str],
+        asked: list[str],
         retriever: str,
         pipeline: Pipeline,
         generator: Generator,
@@ -225,7 +228,7 @@ class Progress:
     ):
         self.path = path
         multi = asdict(pipeline.multi_step.resolved(pipeline.k))
-        self.context = [ids, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum,
+        self.context = [asked, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum,
                         multi, budget]  # fmt: skip
         self.keys: dict[str, str] = {}
         self.kept: list[str] = []
