@@ -244,6 +244,23 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     assert len(ids) == 2
 
 
+def test_the_tuning_identity_is_the_questions_not_their_ids(tmp_path):
+    """Studies and dev scores were named by the label file, the run and the gate: a questions
+    file edited under the same ids (`tune --questions`) reused the old questions' trials."""
+    from retrieval_gate.questions import Question
+
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"id": "1", "label": 1}\n')
+
+    def identity(*texts: str) -> str:
+        qs = [Question(id=str(i), text=t, answers=("x",), source="user")
+              for i, t in enumerate(texts, start=1)]  # fmt: skip
+        return tuning_identity(labels, tmp_path, questions=qs)
+
+    assert identity("Who wrote Hamlet?") == identity("Who wrote Hamlet?")
+    assert identity("Who wrote Hamlet?") != identity("Who wrote Macbeth?")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "flipped"])
 def test_a_damaged_dev_score_cache_is_scored_again(tmp_path, damage):
     """The dev-score cache of a tuning run, damaged: tune stopped with BadZipFile or a pickle

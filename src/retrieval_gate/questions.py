@@ -82,8 +82,9 @@ class Question:
         """A short hash of the question's fields but `leave_out`: a cached result's key beside
         the id, so a question edited under the same id (or another file's row numbered like
         it) is not given the old one's result."""
-        kept = {k: v for k, v in self.to_dict().items() if k not in set(leave_out)}
-        text = json.dumps(kept, sort_keys=True, default=str)
+        skip = set(leave_out)
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        text = json.dumps(kept, sort_keys=True, default=str)  # tuples as lists, as to_dict
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod

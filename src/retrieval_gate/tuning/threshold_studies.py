@@ -4,6 +4,7 @@ chosen thresholds to test afterwards, through `tuning.tuned_report`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,16 +17,23 @@ from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
 from ..labels.labelling_run import LabellingRun
+from ..questions import Question
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
 
 
-def tuning_identity(label_file: Path, run_dir: Path, gate: Gate | None = None) -> str:
+def tuning_identity(
+    label_file: Path, run_dir: Path, gate: Gate | None = None, questions: Iterable[Question] = ()
+) -> str:
     """What threshold studies and dev scores depend on, by content: the label file, the
-    labelling run's recorded answers and (when it has one) the gate's weights checksum."""
+    labelling run's recorded answers, (when it has one) the gate's weights checksum, and the
+    questions the gate was fitted on and scores (`Question.digest`: a questions file edited
+    under the same ids is another study)."""
     sums = LabellingRun(run_dir).checksums()
-    return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None)
+    asked = content_id(*(f"{q.id}:{q.digest()}" for q in questions))
+    return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None,
+                      asked)  # fmt: skip
 
 
 def dev_scores(

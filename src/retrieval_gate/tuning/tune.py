@@ -271,7 +271,8 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     _refuse_untunable(cfg, sp.dev, objectives)  # before the gate is built and scores dev
     records = LabellingRun(cfg.run_dir).records()
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
-    identity = tuning_identity(cfg.labels, cfg.run_dir, gate)  # content, not names
+    asked = (*sp.train.questions, *sp.dev.questions)  # what the gate fits on and scores
+    identity = tuning_identity(cfg.labels, cfg.run_dir, gate, asked)  # content, not names
     calls = binary_llm_calls(sp.dev.strategies, cfg.strategies)  # the LLM-calls axis
     if reads_answers(gate):  # a two-stage gate: tuned on what it reads, the recorded answers
         dev, test = (with_recorded_answers(s, cfg.labels) for s in (sp.dev, sp.test))
@@ -324,7 +325,8 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
     from .threshold_studies import tuning_identity
 
     policy = policy_name(cfg.labels)
-    name = study_name("popularity", policy, "relations", tuning_identity(cfg.labels, cfg.run_dir))
+    identity = tuning_identity(cfg.labels, cfg.run_dir, questions=sp.dev.questions)
+    name = study_name("popularity", policy, "relations", identity)
     res = tune_relations(sp.dev, name, cfg.storage, cfg.trials, cfg.seed, workers=cfg.workers)
     gate = res.pop("gate")
     rels = sorted(res["brute_force_thresholds"])
