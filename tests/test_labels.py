@@ -3,6 +3,7 @@ arithmetic by hand, every policy end to end (generator policies on the real vLLM
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -114,6 +115,27 @@ def test_a_resume_over_questions_that_changed_under_their_ids_is_refused(tmp_pat
         LabelFile(out.path).resume_over(moved)
     (tmp_path / "old.jsonl").write_text('{"id": "q2", "label": 1}\n')  # rows made before
     LabelFile(tmp_path / "old.jsonl").resume_over(edited)  # the hash: nothing to check
+
+
+def test_labels_made_for_other_questions_under_the_same_ids_are_refused(tmp_path):
+    """train, evaluate and tune join label rows to questions by id: rows a labelling run made
+    for an earlier version of a questions file were read as the edited questions' labels."""
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.training.config import DataConfig
+    from retrieval_gate.training.sources import labelled_questions
+
+    made = [q(i, f"Question number {i}?", split=("train", "dev", "test")[i % 3])
+            for i in range(12)]  # fmt: skip
+    out = LabelFile(tmp_path / "cb.jsonl")
+    out.write_meta({"policy": "closed-book"})
+    out.resume_over(made)
+    out.append([{"id": x.id, "label": i % 2} for i, x in enumerate(made)])
+    assert len(load_splits(out.path, None, made).test.questions) == 4  # the same questions
+    edited = [*made[:5], dataclasses.replace(made[5], text="Another question?"), *made[6:]]
+    with pytest.raises(DataError, match=r"1 row here was labelled for other questions .*'q5'"):
+        load_splits(out.path, None, edited)
+    with pytest.raises(DataError, match="labelled for other questions"):
+        labelled_questions(DataConfig(label_file=str(out.path)), edited)
 
 
 # ------------------------------------------------------------------ RRCP arithmetic

@@ -15,7 +15,7 @@ from ..data.adaptive_rag import ReleaseSplit
 from ..errors import DataError
 from ..questions import Question
 from ..strict_rows import parse_json
-from .label_files import meta_path, read_labels
+from .label_files import LabelFile, meta_path, read_labels
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
 from .strategy_labels import (
@@ -169,6 +169,8 @@ def load_splits(
             ),  # fmt: skip
             label_path,
         )
+    if Path(label_path).is_file():  # (a release folder's rows are the release's questions)
+        LabelFile(label_path).check_made_for(qs)
     return split_evalsets(qs, labels, outcomes, strategy_labels)
 
 

@@ -213,9 +213,7 @@ class LabelFile:
         theirs. An edited questions file that kept its ids (or another one numbering its rows
         1, 2, ...) was "resumed": its changed questions kept the labels of the old ones."""
         self._shas = {q.id: question_sha(q) for q in questions}
-        changed = [i for i, sha in self._shas.items()
-                   if self.rows.get(i, {}).get("question_sha", sha) != sha]  # fmt: skip
-        if changed:
+        if changed := _made_for_others(self.rows, self._shas):
             n = len(changed)
             raise DataError(
                 f"{n} question{'s' * (n != 1)} labelled here now read otherwise under the same "
@@ -225,12 +223,33 @@ class LabelFile:
                 self.path,
             )
 
+    def check_made_for(self, questions: Iterable[Question]) -> None:
+        """Before training, evaluating or tuning on these rows over `questions`: the rows a
+        labelling run stamped must be of these very questions (rows of a questions file
+        edited since under the same ids were read as labels of the new questions)."""
+        if changed := _made_for_others(self.rows, {q.id: question_sha(q) for q in questions}):
+            n = len(changed)
+            raise DataError(
+                f"{n} row{'s' * (n != 1)} here {'were' if n != 1 else 'was'} labelled for other "
+                f"questions under the same id{'s' * (n != 1)} (id {changed[0]!r}: its text or "
+                "gold answers differ from the question given): label these questions again "
+                "(`retrieval-gate label` with another --out), or read the questions these "
+                "labels were made for",
+                self.path,
+            )
+
     def done_ids(self) -> set[str]:
         return set(self.rows)
 
     def labels(self) -> dict[str, int]:
         """id -> label for the rows the policy kept (label not null)."""
         return {i: int(r["label"]) for i, r in self.rows.items() if r["label"] is not None}
+
+
+def _made_for_others(rows: dict[str, dict[str, Any]], shas: dict[str, str]) -> list[str]:
+    """Ids whose row carries a `question_sha` other than the question's (unstamped rows,
+    written before it, are not checked)."""
+    return [i for i, sha in shas.items() if rows.get(i, {}).get("question_sha", sha) != sha]
 
 
 def _whole_object(raw: bytes) -> bool:
