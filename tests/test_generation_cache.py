@@ -322,6 +322,33 @@ def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
     assert out["cleared"] == 0 and out["exists"] is False and not (tmp_path / "typo").exists()
 
 
+def test_a_cache_with_a_damaged_page_is_said_so_with_the_fix(tmp_path, monkeypatch, capsys, caplog):
+    """SQLite reads a page only when asked for it: a cache with a damaged page opened, `cache
+    info` called it fine, and every lookup reaching the page warned "could not be read" with
+    no way out named, run after run."""
+    from retrieval_gate.cli import main
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    store = GenerationStore()
+    store.put_many({f"k{i}": {"text": "x" * 1000} for i in range(300)})
+    store.close()
+    path = tmp_path / "generations.sqlite"
+    for suffix in ("-wal", "-shm"):  # checkpointed into the file on close
+        assert not path.with_name(path.name + suffix).exists()
+    data = bytearray(path.read_bytes())
+    data[8192:12288] = b"\x5a" * 4096  # the third page: an index or table page
+    path.write_bytes(bytes(data))
+    assert main(["cache", "info"]) == 2
+    assert "damaged" in capsys.readouterr().err
+    with caplog.at_level("WARNING"):
+        GenerationStore(path).get_many([f"k{i}" for i in range(300)])
+    assert "could not be read" in caplog.text and "`retrieval-gate cache clear`" in caplog.text
+    assert main(["cache", "clear"]) == 0
+    assert "set_aside" in json.loads(capsys.readouterr().out)
+    assert main(["cache", "info"]) == 0  # an empty cache: its size leaves the copy set aside
+    assert json.loads(capsys.readouterr().out)["file_mb"] < 0.1
+
+
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):
     from retrieval_gate import cli
 

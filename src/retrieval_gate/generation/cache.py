@@ -100,6 +100,12 @@ def cache_path() -> Path:
     return cache_dir() / CACHE_FILE
 
 
+# what a damaged cache is told (SQLite reads its pages only when asked for them, so a
+# damaged one opens and fails at the first lookup that reaches the page)
+CLEAR_FIX = ("If it is damaged, `retrieval-gate cache clear` sets it aside and starts an empty "
+             "one.")  # fmt: skip
+
+
 class GenerationStore:
     """Key -> JSON value (with its CRC-32, checked on reading) in SQLite (WAL, busy timeout),
     least recently used entries evicted past `limit_bytes`. Thread-safe (one connection behind
@@ -145,7 +151,9 @@ class GenerationStore:
         try:
             self._get(keys, found)
         except sqlite3.Error as e:  # a cache is never a reason to fail: compute instead
-            _warn(f"the generation cache {self.path} could not be read ({e}); computing")
+            _warn(
+                f"the generation cache {self.path} could not be read ({e}); computing. {CLEAR_FIX}"
+            )
         return found
 
     def _get(self, keys: list[str], found: dict[str, dict[str, Any]]) -> None:
@@ -175,7 +183,7 @@ class GenerationStore:
         try:
             self._put(rows)
         except sqlite3.Error as e:
-            _warn(f"the generation cache {self.path} could not be written ({e})")
+            _warn(f"the generation cache {self.path} could not be written ({e}). {CLEAR_FIX}")
 
     def _put(self, rows: list[tuple[str, str, int, float, float, int]]) -> None:
         with self._lock, self._db:
@@ -205,11 +213,17 @@ class GenerationStore:
             self._db.execute("DELETE FROM entries WHERE used <= ?", (cutoff,))
 
     def info(self) -> dict[str, Any]:
+        """Its figures, its pages checked first (a damaged page is a sqlite3.DatabaseError):
+        `cache info` said a damaged cache was fine while every lookup failed."""
         with self._lock:
+            (check,) = self._db.execute("PRAGMA quick_check(1)").fetchone()
+            if check != "ok":
+                raise sqlite3.DatabaseError(f"damaged: {check.splitlines()[-1]}")
             n, size, hits = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(bytes), 0), COALESCE(SUM(hits), 0) FROM entries"
             ).fetchone()
-        on_disk = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
+        files = [self.path.with_name(self.path.name + s) for s in ("", "-wal", "-shm")]
+        on_disk = sum(p.stat().st_size for p in files if p.is_file())  # not set-aside copies
         return {
             "path": str(self.path),
             "entries": n,
@@ -671,7 +685,10 @@ def default_store() -> GenerationStore | None:
             try:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
-                _warn(f"the generation cache {path} cannot be opened ({e}); computing everything")
+                _warn(
+                    f"the generation cache {path} cannot be opened ({e}); computing "
+                    f"everything. {CLEAR_FIX}"
+                )
                 return None
         return _STORES[path]
 
