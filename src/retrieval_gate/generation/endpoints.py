@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import BackendError, ConfigError
+from ..data.answer_confidence import parse_token_logprobs
+from ..errors import BackendError, ConfigError, DataError
 from ..strict_rows import parse_json
 from .base import Generation
 
@@ -206,6 +207,9 @@ def reply_chat(out: dict[str, Any], logprobs: bool, url: str) -> Generation:
     choices, a logprob that is no number) said as a BackendError naming the server."""
     try:
         return parse_chat(out, logprobs)
+    except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
+        raise BackendError(f"{url} answered 200 with a token log-probability that is none: "
+                           f"{e}") from None  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise BackendError(f"{url} answered 200 without a chat completion in it "
                            f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
@@ -215,8 +219,8 @@ def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
     """The answer, token counts and (when asked) token log-probabilities of a response."""
     choice = out["choices"][0]
     token_logprobs = None
-    if logprobs and choice.get("logprobs"):
-        token_logprobs = [float(t["logprob"]) for t in choice["logprobs"]["content"]]
+    if logprobs and choice.get("logprobs"):  # checked as a file's column is: finite, <= 0
+        token_logprobs = parse_token_logprobs(choice["logprobs"]["content"], column="logprobs")
     usage = out.get("usage") or {}
     return Generation(
         text=choice["message"]["content"] or "",
