@@ -44,7 +44,8 @@ class ResumableOutput:
             lines = self.partial.read_bytes().count(b"\n")
             raise InputError(
                 f"a run writing {self.flag} {self.path} stopped after {lines} "
-                f"line{'s' * (lines != 1)} and left {'them' if lines != 1 else 'it'} here: pass --resume to continue it, or remove {self.partial.name} and "
+                f"line{'s' * (lines != 1)} and left {'them' if lines != 1 else 'it'} here: pass "
+                f"--resume to continue it, or remove {self.partial.name} and "
                 f"{self.sidecar.name} to start over",
                 self.partial,
             )
