@@ -3,10 +3,10 @@ as results arrive so an interrupted run resumes where it stopped, plus a `.meta.
 with provenance (policy, generator and checksum, prompt id, decoding, date, version).
 
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
-then whatever the policy records (prediction, match, mean_logprob, ...), and `question_sha`
-(a hash of the question's text and gold answers, `question_sha`) in the rows of a resumable
-run: a resumed run whose questions read otherwise under the same ids is refused (`resume_over`);
-rows without one (files written before it) are not checked. Fields are added,
+then whatever the policy records (prediction, match, mean_logprob, ...), and in the rows of a
+resumable run `question_sha` (a hash of the question's text and gold answers): a resume, or a
+train, evaluate or tune, over questions changed under the same ids is refused (`resume_over`,
+`check_made_for`); rows without one (written before it) are not checked. Fields are added,
 never renamed, so older files load: e.g. `token_logprobs` (the answer's token
 log-probabilities, `labels.logprobs`) is optional, absent from files written before it. There
 is no format version field; the sidecar's `package_version` says which release wrote a file.
