@@ -305,6 +305,9 @@ CASES = {
     "transfer-out-holds-a-file-of-yours": C(f"transfer --labels {LABELS} --out {{t}}/mine", "transfer.md", "did not write it"),
     "transfer-learned-out-is-a-file": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/file.txt", "--learned-out", "file.txt"),
     "transfer-learned-config-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/lo --learned-config {{t}}/missing.yaml", "missing.yaml"),
+    "transfer-learned-config-unknown-name": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned --learned-out {{t}}/lo --learned-config nosuch", "--learned-config nosuch: no such file"),
+    # router gates on binary labels: a report of "n/a (cannot fit)" cells, exit 0
+    "transfer-routers-on-binary-labels": C(f"transfer --labels {LABELS} --gates router-tfidf --out {{t}}/tr", "no gate could be fitted on closed-book", "needs strategy labels"),
     "transfer-learned-config-unused": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned-config {{t}}/missing.yaml", "--learned-config", "--learned only"),
     "transfer-run-dir-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/missing-run", "missing-run"),
     "transfer-questions-bad-row": C(f"transfer --labels {LABELS} --out {{t}}/tr --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),

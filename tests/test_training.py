@@ -303,6 +303,7 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
 ):
     """Item 5: a resumed run keeps the epochs before it in metrics.json and logs/metrics.csv;
     a truncated last.ckpt is renamed, not deleted, and training goes on from best.ckpt."""
+    caplog.set_level("INFO", logger="retrieval_gate")  # the note on nothing to resume
     run_dir = train_gate(_tiny(body, label_file, tmp_path, max_epochs=1), questions=QUESTIONS,
                          resume=True)  # fmt: skip
     assert caplog.text.count("holds no run yet; training from the start") == 1  # said, once

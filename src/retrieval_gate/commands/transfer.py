@@ -90,7 +90,7 @@ def check_plan(args: argparse.Namespace) -> None:
 
         check_output_dir(args.learned_out, "--learned-out")
         check_overrides(args.learned_set, "--learned-set")
-        load_config(args.learned_config, args.learned_set)  # a bad file or override: now
+        load_config(args.learned_config, args.learned_set, "--learned-config")  # now
     else:
         _learned_flags_unused(args)
 

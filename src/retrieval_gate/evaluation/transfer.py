@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import metrics as M
-from ..errors import InputError, MissingInputError
+from ..errors import ConfigError, InputError, MissingInputError
 from ..gates.base import Gate, is_router
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
@@ -218,7 +218,13 @@ def run_transfer(
         sp = load_splits(path, run_dir, questions)
         fitters: dict[str, Any] = {g: registry_fitter(g, options) for g in gates}
         fitters |= extra_fitters or {}
-        cells += transfer_cells(sp, policy_name(path), fitters)
+        found = transfer_cells(sp, policy_name(path), fitters)
+        if found and all(c.auroc is None and c.note.startswith("cannot fit") for c in found):
+            # a matrix of "n/a" cells, exit 0 (router gates on binary labels): said, as
+            # evaluate says it, before any report is written
+            raise ConfigError(f"no gate could be fitted on {policy_name(path)} ("
+                              f"{found[0].note.removeprefix('cannot fit: ')})")  # fmt: skip
+        cells += found
     return write_transfer_report(cells, out_dir, command)
 
 
@@ -266,7 +272,8 @@ def learned_fitter(
         name = f"transfer-{policy}-without-{held_out or 'nothing'}-{key}"
         run = output_dir / name
         if not (run / "gate.pt").is_file():
-            train(load_config(config, [*sets, f"run.name={name}"]), pool, resume=True)
+            train(load_config(config, [*sets, f"run.name={name}"]), pool,
+                  resume=run.is_dir())  # fmt: skip
         return load_learned(run, name="learned")
 
     return fit

@@ -599,10 +599,13 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
     return config
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> TrainConfig:
+def load_config(
+    path: str | Path | None = None, overrides: Iterable[str] = (), flag: str = "--config"
+) -> TrainConfig:
     """The YAML file (and what it extends) <- overrides, over the defaults, checked. `path`
-    may name an example config (`minilm-closed-book`: `find_config`)."""
-    raw = _read_yaml(find_config(path)) if path else {}
+    may name an example config (`minilm-closed-book`: `find_config`; `flag` names the option
+    that gave it)."""
+    raw = _read_yaml(find_config(path, flag)) if path else {}
     return TrainConfig.from_dict(apply_overrides(raw, overrides))
 
 
@@ -611,10 +614,10 @@ CHECKOUT_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 CONFIG_FOLDERS = ("experiments", "backbones", ".")
 
 
-def find_config(spec: str | Path) -> Path:
+def find_config(spec: str | Path, flag: str = "--config") -> Path:
     """A config file by path, or an example config by name (`minilm-closed-book` ->
     configs/experiments/minilm-closed-book.yaml), looked up in ./configs, then in the
-    checkout this package runs from."""
+    checkout this package runs from. `flag`: the option that named it, for the message."""
     path = Path(spec)
     if path.is_file() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
         return path  # a path (a missing one is reported by _read_yaml, with its name)
@@ -627,7 +630,7 @@ def find_config(spec: str | Path) -> Path:
     known = sorted({p.stem for r in roots for f in CONFIG_FOLDERS if (r / f).is_dir()
                     for p in (r / f).glob("*.yaml")})  # fmt: skip
     raise ConfigError(
-        f"--config {spec}: no such file and no example config of that name"
+        f"{flag} {spec}: no such file and no example config of that name"
         + (f" (examples: {', '.join(known)})" if known else " (no configs/ folder here)")
         + "; pass the path of a YAML config"
     )

@@ -413,9 +413,9 @@ def train(
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, label_file=None))
     run_dir = Path(config.run.output_dir) / run_name(config)
     digest = check_run_dir(run_dir, config, overwrite, resume, labels)
-    if resume and not _run_files(run_dir):
-        log.warning("--resume: the run folder %s holds no run yet; training from the start",
-                    run_dir)  # fmt: skip
+    if resume and not _run_files(run_dir):  # said, not warned: the demo resumes on purpose
+        log.info("--resume: the run folder %s holds no run yet; training from the start",
+                 run_dir)  # fmt: skip
     check_trainer_here(config)
     tokenizer, dm, module = prepare(config, questions, labels)
     _say_answers_unread(config)
