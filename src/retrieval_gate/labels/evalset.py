@@ -15,7 +15,7 @@ from ..data.adaptive_rag import ReleaseSplit
 from ..errors import DataError
 from ..questions import Question
 from ..strict_rows import parse_json
-from .label_files import LabelFile, meta_path, read_labels
+from .label_files import check_made_for, meta_path, read_label_file, stamped
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
 from .strategy_labels import (
@@ -148,7 +148,8 @@ def load_splits(
     strategy_labels = None
     if is_strategy_source(label_path):  # a router's labels: every strategy's outcome
         strategy_labels = load_strategy_labels(label_path)
-        labels = {i: int(r["label"]) for i, r in strategy_labels.rows.items()}
+        rows = strategy_labels.rows
+        labels = {i: int(r["label"]) for i, r in rows.items()}
         outcomes = Outcomes.empty()  # the labels carry the outcomes themselves
         meta = strategy_labels.meta
         if questions is None and (release := labels_release(label_path)) is not None:
@@ -156,7 +157,8 @@ def load_splits(
         elif questions is None and meta.get("outcomes_format") == "adaptive-rag-release":
             questions = release_question_set(meta["outcomes_file"])  # names the missing folder
     else:
-        labels = read_labels(label_path)
+        label_file = read_label_file(label_path)
+        labels, rows = label_file.labels(), label_file.rows
         outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
     qs = questions if questions is not None else canonical_questions()
     if not any(q.id in labels for q in qs):
@@ -169,8 +171,7 @@ def load_splits(
             ),  # fmt: skip
             label_path,
         )
-    if Path(label_path).is_file():  # (a release folder's rows are the release's questions)
-        LabelFile(label_path).check_made_for(qs)
+    check_made_for(stamped(rows), qs, label_path)  # (a release's rows carry no stamp)
     return split_evalsets(qs, labels, outcomes, strategy_labels)
 
 

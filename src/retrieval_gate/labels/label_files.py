@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,28 +213,13 @@ class LabelFile:
         theirs. An edited questions file that kept its ids (or another one numbering its rows
         1, 2, ...) was "resumed": its changed questions kept the labels of the old ones."""
         self._shas = {q.id: question_sha(q) for q in questions}
-        if changed := _made_for_others(self.rows, self._shas):
+        if changed := _made_for_others(stamped(self.rows), self._shas):
             n = len(changed)
             raise DataError(
                 f"{n} question{'s' * (n != 1)} labelled here now read otherwise under the same "
                 f"id (id {changed[0]!r}: its text or gold answers changed since), so their rows "
                 "would stand for questions they were not made for: pass another --out (or "
                 "--labels-dir), or remove those rows",
-                self.path,
-            )
-
-    def check_made_for(self, questions: Iterable[Question]) -> None:
-        """Before training, evaluating or tuning on these rows over `questions`: the rows a
-        labelling run stamped must be of these very questions (rows of a questions file
-        edited since under the same ids were read as labels of the new questions)."""
-        if changed := _made_for_others(self.rows, {q.id: question_sha(q) for q in questions}):
-            n = len(changed)
-            raise DataError(
-                f"{n} row{'s' * (n != 1)} here {'were' if n != 1 else 'was'} labelled for other "
-                f"questions under the same id{'s' * (n != 1)} (id {changed[0]!r}: its text or "
-                "gold answers differ from the question given): label these questions again "
-                "(`retrieval-gate label` with another --out), or read the questions these "
-                "labels were made for",
                 self.path,
             )
 
@@ -246,10 +231,32 @@ class LabelFile:
         return {i: int(r["label"]) for i, r in self.rows.items() if r["label"] is not None}
 
 
-def _made_for_others(rows: dict[str, dict[str, Any]], shas: dict[str, str]) -> list[str]:
-    """Ids whose row carries a `question_sha` other than the question's (unstamped rows,
-    written before it, are not checked)."""
-    return [i for i, sha in shas.items() if rows.get(i, {}).get("question_sha", sha) != sha]
+def stamped(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """id -> `question_sha` of the rows that carry one (rows written before it do not)."""
+    return {i: r["question_sha"] for i, r in rows.items() if isinstance(r.get("question_sha"), str)}
+
+
+def check_made_for(
+    shas: Mapping[str, str], questions: Iterable[Question], path: str | Path
+) -> None:
+    """Before training, evaluating or tuning on a label file's rows (`shas`: `stamped` of the
+    rows as read) over `questions`: the stamped rows must be of these very questions (rows of
+    a questions file edited since under the same ids were read as the new questions' labels)."""
+    if changed := _made_for_others(shas, {q.id: question_sha(q) for q in questions}):
+        n = len(changed)
+        raise DataError(
+            f"{n} row{'s' * (n != 1)} here {'were' if n != 1 else 'was'} labelled for other "
+            f"questions under the same id{'s' * (n != 1)} (id {changed[0]!r}: its text or "
+            "gold answers differ from the question given): label these questions again "
+            "(`retrieval-gate label` with another --out), or read the questions these "
+            "labels were made for",
+            path,
+        )
+
+
+def _made_for_others(recorded: Mapping[str, str], shas: Mapping[str, str]) -> list[str]:
+    """Ids whose recorded `question_sha` is not the question's (unrecorded ones pass)."""
+    return [i for i, sha in shas.items() if recorded.get(i, sha) != sha]
 
 
 def _whole_object(raw: bytes) -> bool:
@@ -287,10 +294,15 @@ def not_found(path: Path, fix: str = "run `retrieval-gate label` first or pass a
 
 def read_labels(path: str | Path) -> dict[str, int]:
     """id -> label of a label file; a clear error when it is missing or empty."""
+    return read_label_file(path).labels()
+
+
+def read_label_file(path: str | Path) -> LabelFile:
+    """A label file to read labels from: a clear error when it is missing or has none."""
     path = Path(path)
     if not path.is_file():
         raise DataError(missing(path), path)
-    labels = LabelFile(path).labels()
-    if not labels:
+    lf = LabelFile(path)
+    if not lf.labels():
         raise DataError("label file has no labelled rows", path)
-    return labels
+    return lf

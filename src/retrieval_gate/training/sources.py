@@ -14,7 +14,7 @@ from typing import Any
 
 from ..data import DataError, assign_splits, load_all
 from ..data.splits import canonical_questions, with_splits
-from ..labels.label_files import LabelFile
+from ..labels.label_files import check_made_for
 from ..questions import Question
 from .config import DataConfig
 from .tasks import Targets
@@ -50,8 +50,8 @@ def labelled_questions(
             fix += ids_hint(qs, targets.labels, '--set "data.fields={{id: {}}}"')
         elif not fix:
             fix += _questions_fix(data, targets.labels, meta)
-    if path is not None and path.is_file():  # rows labelled for other questions, same ids
-        LabelFile(path).check_made_for(qs)
+    if path is not None:  # rows labelled for other questions under the same ids
+        check_made_for(targets.question_shas, qs, path)
     # questions handed in are a subset chosen on purpose (transfer leaves a source out)
     rows = labelled_splits(qs, targets.labels, data.split_seed, path, fix, questions is None)
     return targets, rows, qs

@@ -21,7 +21,7 @@ import json
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,7 +30,7 @@ from torch import nn
 
 from ..errors import DataError
 from ..labels import LabelFile
-from ..labels.label_files import missing
+from ..labels.label_files import missing, stamped
 from ..labels.strategy_labels import (
     MAKE_THEM,
     RELEASE_LABELS,
@@ -52,6 +52,8 @@ class Targets:
     strategies: tuple[str, ...]
     costs: dict[str, tuple[float, ...]]
     provenance: dict[str, Any]
+    # id -> the question_sha its row recorded (label_files.stamped): what the rows were made for
+    question_shas: dict[str, str] = field(default_factory=dict)
 
 
 def memory_provenance(labels: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,7 +159,8 @@ class ClassTask(Task):
         # labelling run may have grown by the time training ends.
         provenance = label_provenance(path)
         out: dict[str, int] = {}
-        for qid, row in LabelFile(path).rows.items():
+        rows = LabelFile(path).rows
+        for qid, row in rows.items():
             if self.label_field not in row:
                 raise DataError(
                     f"row {qid!r} has no {self.label_field!r} field: this task needs label "
@@ -168,7 +171,7 @@ class ClassTask(Task):
                 out[qid] = self.class_index(qid, row[self.label_field], path)
         if not out:
             raise DataError("label file has no labelled rows", path)
-        return Targets(out, (), {}, provenance)
+        return Targets(out, (), {}, provenance, stamped(rows))
 
     def class_index(self, qid: str, value: object, where: Path | str | None) -> int:
         n = len(self.classes)
@@ -225,7 +228,8 @@ class StrategyTask(Task):
         provenance = {"path": str(label_file), **resolved(label_file),
                       "sha256": strategy_labels_sha256(lab),
                       "rows_in_file": len(lab.rows), "meta": lab.meta}  # fmt: skip
-        return self._checked(Targets(labels, lab.strategies, costs, provenance), label_file)
+        return self._checked(Targets(labels, lab.strategies, costs, provenance, stamped(lab.rows)),
+                             label_file)  # fmt: skip
 
     def _memory_target(self, qid: str, value: Any) -> tuple[float, ...]:
         if (
