@@ -247,6 +247,47 @@ def test_score_jsonl_with_an_escaped_lone_surrogate(tmp_path):
     assert ok == {"line": 2, "id": "ok", "text": "Who wrote Hamlet?"}
 
 
+def test_score_input_with_a_lone_surrogate_in_the_id_is_a_bad_line(tmp_path):
+    """The id is echoed in every output row: printing it was an internal error."""
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": "a\\ud800", "question": "Who wrote Hamlet?"}\n')
+    (bad,) = read_question_lines(q)
+    assert bad == {"line": 1, "id": "1", "error": "the id is not valid Unicode (a lone "
+                   "surrogate); write it as UTF-8"}  # fmt: skip
+
+
+def test_files_with_a_lone_surrogate_are_refused_naming_file_line_and_field(tmp_path, capsys):
+    """A question file (`--questions`) and an outcomes file ended in internal errors: a hash of
+    the text, the label file's rewrite."""
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": "a", "question": "Who wrote Hamlet?", "answers": ["x"]}\n'
+                 '{"id": "b", "question": "Who is \\udc80?", "answers": ["y"]}\n')  # fmt: skip
+    code, err = _run(["score", "--model", str(tmp_path), "--questions", str(q)], capsys)
+    assert code == 2 and "q.jsonl, line 2: malformed JSON (a lone surrogate '\\udc80' in " \
+        "'question': not Unicode text, write it as UTF-8, column 33)" in err, err  # fmt: skip
+    out = tmp_path / "outcomes.jsonl"
+    out.write_text('{"id": "a", "prediction": "x"}\n{"id": "b", "prediction": "\\ud800"}\n')
+    ok = tmp_path / "ok.csv"
+    ok.write_text("id,question,answers\na,Who wrote Hamlet?,x\nb,Who is he?,y\n")
+    code, err = _run(["label", "--policy", "outcomes", "--outcomes", str(out), "--questions",
+                      str(ok), "--labels-dir", str(tmp_path / "labels")], capsys)  # fmt: skip
+    assert code == 2 and "outcomes.jsonl, line 2" in err and "'prediction'" in err, err
+    assert not (tmp_path / "labels").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["tune", "--gate", "length", "--labels", "l.jsonl", "--out", "t\udcff"],
+    ["train", "--config", "minilm-closed-book", "--set", "run.name=a\udcff"],
+    ["label", "--policy", "outcomes", "--outcomes", "o.jsonl", "--generator=my\udcffllm"],
+])  # fmt: skip
+def test_an_argument_that_is_no_utf8_text_is_refused_naming_its_flag(argv, capsys):
+    """Python keeps an argument's non-UTF-8 bytes as lone surrogates: `tune --out` ended in an
+    internal error, `label --generator` wrote a provenance file later read as damaged."""
+    code, err = _run(argv, capsys)
+    flag = next(a.partition("=")[0] for a in reversed(argv) if a.startswith("-"))
+    assert code == 2 and f"error: {flag}: " in err and "is not UTF-8 text (byte 0xff" in err, err
+
+
 def test_question_files_with_a_byte_order_mark_read_as_without(tmp_path):
     """Windows editors and PowerShell start UTF-8 files with a BOM: a `question` header after
     it is still a header, and a JSONL first row still a row."""

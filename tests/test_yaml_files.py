@@ -84,3 +84,12 @@ def test_aliases_that_expand_past_a_million_values_or_hold_themselves_are_refuse
     with pytest.raises(ConfigError, match=f"s.yaml: strategies file is not valid YAML: {why}"):
         load_strategies(strategies)
     assert len(load_yaml(f"a: {_laughs(6)}")["a"]) == 9  # 531,441 values: still read
+
+
+def test_a_string_escaping_a_lone_surrogate_is_refused_with_its_line(tmp_path):
+    """A run named "a\\ud800" ended in an internal error at the first file it opened."""
+    with pytest.raises(yaml.YAMLError, match=r"'\\udc00' is a lone surrogate(.|\n)*line 2"):
+        load_yaml('run:\n  name: "b\\udc00"\n')
+    with pytest.raises(ConfigError, match=r"--set 'run.name=.*lone surrogate"):
+        load_config("minilm-closed-book", ['run.name="a\\ud800"'])
+    assert load_yaml('a: "\\ud83d\\ude00 \\\\ud800"') == {"a": "\U0001f600 \\ud800"}

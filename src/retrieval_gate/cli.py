@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     _closed_streams()
     try:
         _refuse_blank(argv)
+        _refuse_undecodable(argv)
         args = build_parser(argv).parse_args(argv)
         configure_logging(
             logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
@@ -234,6 +235,22 @@ def _refuse_blank(argv: list[str]) -> None:
             continue
         raise InputError(f"{blank} is given an empty value (an unset shell variable?): pass a "
                          "value, or leave it out")  # fmt: skip
+
+
+def _refuse_undecodable(argv: list[str]) -> None:
+    """An argument that is no UTF-8 text (Python keeps its bytes as lone surrogates) is
+    refused naming its flag: as a run or generator name, or an output path, it ended in an
+    internal error at the first file written, or a file no later command could read."""
+    for i, token in enumerate(argv):
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError as e:
+            byte = token[e.start : e.start + 1].encode("utf-8", "surrogateescape")
+            flag = next((t.partition("=")[0] for t in reversed(argv[: i + 1])
+                         if t.startswith("-")), f"argument {i + 1}")  # fmt: skip
+            raise InputError(f"{flag}: {token.encode('utf-8', 'replace').decode()!r} is not "
+                             f"UTF-8 text (byte 0x{byte.hex()} at character {e.start + 1}); "
+                             "pass UTF-8 text (a file so named: rename it)") from None  # fmt: skip
 
 
 def _run_counted(args: argparse.Namespace) -> int:

@@ -3,13 +3,15 @@ strictly: a key or column named twice is an error naming it. Python's `json` and
 the last one silently, so `{"id": "q1", "label": 1, "label": 0}` read as "does not need
 retrieval", and a CSV header `question,label,label` used its third column. The same for a
 user's `--set KEY=VALUE` overrides; JSON nested too deep for Python's parser, or holding an
-integer longer than Python converts, is malformed JSON (`TooDeepError`, `NumberTooLongError`),
-and a CSV cell may be longer than the csv module's 128 KiB."""
+integer longer than Python converts, or a lone surrogate, is malformed JSON (`TooDeepError`,
+`NumberTooLongError`, `LoneSurrogateError`), and a CSV cell may be longer than the csv module's
+128 KiB."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -78,8 +80,71 @@ class NumberTooLongError(UnreadableJSONError):
         super().__init__(f"an integer of more than {limit:,} digits", doc, pos)
 
 
+class LoneSurrogateError(UnreadableJSONError):
+    """A string escaping half of a UTF-16 pair (`"\\ud800"`): JSON's grammar takes it, but it
+    is no Unicode text, and no tokenizer, hash or UTF-8 file does: an internal error far from
+    the row (a label file's rewrite, a question's id)."""
+
+    def __init__(self, doc: str, pos: int, where: str):
+        super().__init__(f"a lone surrogate {where}: not Unicode text, write it as UTF-8",
+                         doc, pos)  # fmt: skip
+
+
+# a \uD8xx-\uDFxx escape: group 1 its backslashes (an even run is text, not an escape)
+_SURROGATE_ESCAPE = re.compile(r"(\\+)u[dD]([89a-fA-F])[0-9a-fA-F]{2}")
+
+
+def _lone_escape_at(s: str, idx: int, end: int) -> int:
+    """Where in s[idx:end] the first escape of a lone surrogate starts (idx if none is seen):
+    a high half not followed at once by a low half, or a low half not preceded by a high."""
+    found = _SURROGATE_ESCAPE.finditer(s, idx, end)
+    escapes = [(m.end(1) - 1, m.group(2) in "89abAB") for m in found if len(m.group(1)) % 2]
+    k = 0
+    while k < len(escapes):
+        pos, high = escapes[k]
+        paired = high and k + 1 < len(escapes) and escapes[k + 1] == (pos + 6, False)
+        if not paired:
+            return pos
+        k += 2
+    return idx
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where the first lone surrogate in a decoded value is ("'\\ud800' in 'question'"), or
+    None. Iterative: the value may be nested as deep as the parser reads."""
+    stack: list[tuple[Any, str]] = [(value, "the value")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    return f"{item[e.start]!r} in {where}"
+        elif isinstance(item, dict):
+            for key, v in item.items():
+                stack += [(key, "a key"), (v, repr(key))]
+        elif isinstance(item, list):
+            stack += [(v, where) for v in item]
+    return None
+
+
 class _Decoder(json.JSONDecoder):
+    def __init__(self, *, lone_surrogates: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.lone_surrogates = lone_surrogates
+
     def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+        value, end = self._decode(s, idx)
+        # only an escape makes one (UTF-8 text holds none): the common row is not walked
+        if not self.lone_surrogates and (s.find("\\ud", idx, end) >= 0 or
+                                         s.find("\\uD", idx, end) >= 0):  # fmt: skip
+            where = _lone_surrogate(value)
+            if where is not None:
+                raise LoneSurrogateError(s, _lone_escape_at(s, idx, end), where)
+        return value, end
+
+    def _decode(self, s: str, idx: int) -> tuple[Any, int]:
         try:
             return super().raw_decode(s, idx)
         except RecursionError:
@@ -102,8 +167,10 @@ def parse_json(text: str | bytes) -> Any:
     return json.loads(text, cls=_Decoder)
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes, lone_surrogates: bool = False) -> Any:
     """`json.loads`, except that a key repeated in one object raises `RepeatedKeyError` and
     JSON past Python's parser an `UnreadableJSONError` (both `ValueError`s, as
-    `json.JSONDecodeError` is)."""
-    return json.loads(text, cls=_Decoder, object_pairs_hook=_object)
+    `json.JSONDecodeError` is). `lone_surrogates`: kept, for a reader that names the field
+    holding one itself."""
+    return json.loads(text, cls=_Decoder, object_pairs_hook=_object,
+                      lone_surrogates=lone_surrogates)  # fmt: skip

@@ -2,7 +2,7 @@
 key given twice in one mapping is an error naming the key and both lines. PyYAML keeps the
 last one silently, so a config with two `trainer:` sections trained with the second alone.
 A document is refused, before anything uses it, when its aliases expand past a million values
-or hold themselves."""
+or hold themselves; a string escaping a lone surrogate is refused as it is read."""
 
 from __future__ import annotations
 
@@ -91,6 +91,24 @@ def _guarded(construct: Any) -> Any:
 
     return run
 
+
+def _text(loader: _StrictLoader, node: yaml.ScalarNode) -> str:
+    """A string; a double-quoted one may escape a lone surrogate ("\\ud800"), which no path,
+    file or tokenizer takes (a run named so was an internal error). PyYAML reads the escapes
+    of a UTF-16 pair ("\\ud83d\\ude00") as two halves: they are joined, as JSON does."""
+    value = loader.construct_scalar(node)
+    if value.isascii():
+        return value
+    value = value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        why = f"{value[e.start]!r} is a lone surrogate, not Unicode text; write it as UTF-8"
+        raise yaml.constructor.ConstructorError(None, None, why, node.start_mark) from None
+    return value
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:str", _text)
 
 for _kind in ("int", "timestamp"):  # the SafeLoader's scalars that call int() or datetime()
     _tag = f"tag:yaml.org,2002:{_kind}"

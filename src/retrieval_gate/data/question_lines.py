@@ -150,7 +150,7 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
         return {**rec, "error": not_utf8(raw, e.start)}
     if is_jsonl and line.strip():
         try:
-            row = loads(line)
+            row = loads(line, lone_surrogates=True)  # _row_record names the field
         except RepeatedKeyError as e:
             return {**rec, "error": str(e)}
         except json.JSONDecodeError as e:
@@ -166,18 +166,29 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
 def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The record of one JSON object: its question, or an error naming what is wrong."""
     if row.get("id") is not None:  # the row's own id, also on its error record
+        if _lone_surrogate_at(str(row["id"])) is not None:  # no output could print it
+            return {**rec, "error": "the id is not valid Unicode (a lone surrogate); write it "
+                                    "as UTF-8"}  # fmt: skip
         rec["id"] = str(row["id"])
     line = row.get("question", row.get("text"))
     if not isinstance(line, str):
         return {**rec, "error": "no 'question' or 'text' string field"}
-    try:  # JSON may escape a lone surrogate ("\ud800"), which no tokenizer can encode
-        line.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return {**rec, "error": f"not valid Unicode (a lone surrogate at character "
-                                f"{e.start}); write the question as UTF-8"}  # fmt: skip
+    at = _lone_surrogate_at(line)  # which no tokenizer can encode
+    if at is not None:
+        return {**rec, "error": f"not valid Unicode (a lone surrogate at character {at}); "
+                                "write the question as UTF-8"}  # fmt: skip
     if not has_text(line):
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}
+
+
+def _lone_surrogate_at(text: str) -> int | None:
+    """Where JSON's escape of a lone surrogate ("\\ud800") sits in `text`, or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:

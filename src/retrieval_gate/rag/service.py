@@ -172,7 +172,7 @@ class StrictJSON(APIRoute):
             if body and encoding != "identity":  # gzip bytes were read as text: "not UTF-8"
                 return JSONResponse(status_code=415, content={"detail": _ENCODED % encoding})
             try:
-                loads(body) if body else None
+                loads(body, lone_surrogates=True) if body else None  # named per field below
             except RepeatedKeyError as e:
                 return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
             except (UnicodeDecodeError, UnreadableJSONError) as e:  # FastAPI's 400 said only "There
