@@ -15,8 +15,14 @@ from sklearn.linear_model import LogisticRegression
 
 from retrieval_gate.data.features import SideFeatures
 from retrieval_gate.data.gate_features import features_from_dict
-from retrieval_gate.data.text_features import SHAPE_NAMES, TextFeatures, TokenLayout
+from retrieval_gate.data.text_features import (
+    SHAPE_NAMES,
+    TextFeatures,
+    TokenLayout,
+    shape_features,
+)
 from retrieval_gate.errors import ConfigError, DataError
+from retrieval_gate.questions import Question
 from retrieval_gate.training import stacked
 
 ODD = [
@@ -241,3 +247,22 @@ class _Body(torch.nn.Module):
     def set_head(self, features):
         self.features = features
         self.head = stacked.StackedHead(8, features, self.num_classes)
+
+
+def test_the_shape_counts_are_capped_past_the_bundled_questions_longest():
+    """A pasted 3,000-word question scored 0.002 ("no retrieval") on the demo's gate: the
+    linear head extrapolated words/30 = 100. Past 150 words, 15 commas, 750 characters a
+    question reads as that long; the bundled questions (at most 112, 13, 596) are unchanged."""
+    long = shape_features(["Who wrote Hamlet, then? " * 1000])[0]
+    capped = {n: long[SHAPE_NAMES.index(n)] for n in ("words/30", "commas/3", "chars/150")}
+    assert capped == {"words/30": 5.0, "commas/3": 5.0, "chars/150": 5.0}
+    edge = shape_features(["w " * 150, "w " * 151, "w " * 149])[:, 0]
+    assert edge.tolist() == [5.0, 5.0, pytest.approx(149 / 30)]
+
+
+def test_side_features_are_clipped_at_eight_std():
+    """Views of 1e300 were 340 std past training's: one column swamped the question."""
+    side = SideFeatures(("views",), (10.0,), (2.0,))
+    qs = [Question(f"q{i}", "a?", (), "s", extra={"views": v})
+          for i, v in enumerate([1e300, -1e300, float(np.expm1(12.0)), None])]  # fmt: skip
+    assert side.matrix(qs).tolist() == [[8.0, 0.0], [-8.0, 0.0], [1.0, 0.0], [0.0, 1.0]]

@@ -28,13 +28,13 @@ import numpy as np
 from ..errors import DataError
 from ..questions import Question
 from ..strict_rows import loads
+from .features import CLIP  # standardised inputs are clipped: one extreme answer cannot swamp
 from .list_cells import list_cell
 
 TOKEN_LOGPROBS = "token_logprobs"
 MEAN_LOGPROB = "mean_logprob"
 FEATURES = ("mean_logprob", "min_logprob", "first_logprob", "answer_tokens")
 HAS_ANSWER = "has_answer"
-CLIP = 8.0  # standardised inputs are clipped: one extreme answer cannot swamp the question
 # No answer token is this unlikely (p < e^-100000); below it is a placeholder, e.g. float32's
 # lowest for a masked token, and two of them made the mean -inf (written as -Infinity).
 LOWEST = -1e5

@@ -3,9 +3,10 @@ channel, a cheap index hit count), fed to the learned gate next to the text embe
 
 Each feature becomes two inputs: its value, log-scaled (sign(v) * log1p(|v|): page views and
 hit counts span orders of magnitude) and standardised with the mean and std of the training
-split (stored in the run, the ONNX metadata, and used again at inference), and a 0/1 flag
-saying it was missing. A missing value (an empty cell, null, NaN) is scaled to 0, the
-training mean, and flagged, so the gate learns what "unknown" means instead of guessing it."""
+split (stored in the run, the ONNX metadata, and used again at inference), clipped to
+[-CLIP, CLIP], and a 0/1 flag saying it was missing. A missing value (an empty cell, null,
+NaN) is scaled to 0, the training mean, and flagged, so the gate learns what "unknown" means
+instead of guessing it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from ..errors import DataError
 from ..questions import Question, feature_value
 
 _FIELDS = set(Question.__dataclass_fields__)
+# standardised inputs are clipped: one value far outside training's (views of 1e300: 340 std
+# out) cannot swamp the question; training's own reach at most sqrt(n - 1) std
+CLIP = 8.0
 
 
 def _log(values: np.ndarray) -> np.ndarray:
@@ -62,13 +66,15 @@ class SideFeatures:
         that forgot to pass it), while an explicit null is a missing value."""
         raw = _raw(questions, self.names, strict)
         missing = np.isnan(raw)
-        scaled = (_log(np.nan_to_num(raw)) - np.array(self.mean)) / np.array(self.std)
+        scaled = np.clip((_log(np.nan_to_num(raw)) - np.array(self.mean)) / np.array(self.std),
+                         -CLIP, CLIP)  # fmt: skip
         scaled[missing] = 0.0
         return np.concatenate([scaled, missing.astype(float)], axis=1).astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": list(self.mean), "std": list(self.std),
-                "scaling": "(sign(v)*log1p(|v|) - mean) / std; missing -> 0 with flag 1"}  # fmt: skip
+                "scaling": f"(sign(v)*log1p(|v|) - mean) / std, clipped to +-{CLIP:g}; "
+                           "missing -> 0 with flag 1"}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SideFeatures | None:

@@ -36,12 +36,17 @@ SHAPE_NAMES = (
     "words/30", "capitalised_share", "ends_with_?", "starts_lowercase", "has_quote", "has_comma",
     "has_digit", "commas/3", "has_or", "starts_with_auxiliary", "chars/150",
 )  # fmt: skip
+# The counts (words/30, commas/3, chars/150) are capped: the bundled questions reach 3.7, 4.3
+# and 4.0; past that a linear head extrapolates (a pasted 3,000-word question scored 0.002,
+# "no retrieval"), so a longer question reads as one of 150 words, 15 commas, 750 characters.
+SHAPE_CAP = 5.0
+_COUNTS = [SHAPE_NAMES.index(n) for n in ("words/30", "commas/3", "chars/150")]
 _AUXILIARY = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have)\b")
 _OR = re.compile(r"\bor\b")
 
 
 def shape_features(texts: Sequence[str]) -> np.ndarray:
-    """(n, 11) float32, columns as SHAPE_NAMES."""
+    """(n, 11) float32, columns as SHAPE_NAMES, the counts capped at SHAPE_CAP."""
     rows = []
     for t in texts:
         words = t.split()
@@ -51,7 +56,9 @@ def shape_features(texts: Sequence[str]) -> np.ndarray:
             '"' in t, "," in t, any(c.isdigit() for c in t), t.count(",") / 3,
             bool(_OR.search(t)), bool(_AUXILIARY.match(t.lower())), len(t) / 150,
         ])  # fmt: skip
-    return np.asarray(rows, np.float32).reshape(len(texts), len(SHAPE_NAMES))
+    out = np.asarray(rows, np.float32).reshape(len(texts), len(SHAPE_NAMES))
+    out[:, _COUNTS] = np.minimum(out[:, _COUNTS], SHAPE_CAP)
+    return out
 
 
 @dataclass(frozen=True)
