@@ -83,9 +83,11 @@ def test_resume_needs_an_output(tiny_onnx_export, tmp_path, capsys):
     assert code == 2 and "--resume continues an --output file" in capsys.readouterr().err
 
 
-def test_output_dash_is_standard_output(tiny_onnx_export, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("name", ["-", "/dev/stdout"])
+def test_output_dash_is_standard_output(tiny_onnx_export, tmp_path, capsys, monkeypatch, name):
+    """/dev/stdout piped was "a symbolic link to /proc/.../pipe:[...], which does not exist"."""
     monkeypatch.chdir(tmp_path)
-    assert _score(tiny_onnx_export, _input(tmp_path), "-") == 0
+    assert _score(tiny_onnx_export, _input(tmp_path), name) == 0
     assert len(capsys.readouterr().out.splitlines()) == 11 and not (tmp_path / "-").exists()
 
 

@@ -48,9 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "questions to score instead of --input (their columns feed a gate's side features)",
         "none, give --input or --questions",
     )
-    p.add_argument("--output", help="JSONL output (default, or -: stdout); never one of the "
-                   "inputs; "
-                   "written as it goes (as <output>.partial until complete)")  # fmt: skip
+    p.add_argument("--output", help="JSONL output (default, - or /dev/stdout: stdout); never "
+                   "one of the inputs; written as it goes (as <output>.partial until "
+                   "complete)")  # fmt: skip
     p.add_argument("--resume", action="store_true",
                    help="continue an --output a stopped run left part-written (the same "
                    "model, input and options)")  # fmt: skip
@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("pass exactly one of --input FILE and --questions SPEC")
     inputs = [args.input or args.questions]
     _check_answer_gate(args)
-    if args.output == "-":  # the usual name for standard output, not a file called "-"
-        args.output = None
+    if args.output in STDOUT_NAMES:  # standard output, not a file called "-" (/dev/stdout
+        args.output = None  # was "a symbolic link to /proc/.../pipe:[...], which does not exist")
     if args.output:
         not_an_input(args.output, inputs)
         check_output_file(Path(args.output), "--output")
@@ -312,6 +312,9 @@ class _Stdout:
 
     def release(self) -> None:
         pass
+
+
+STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 def _output(args: argparse.Namespace, gate: Any, threshold: float, cascade: Any = None) -> Any:
