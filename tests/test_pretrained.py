@@ -62,6 +62,10 @@ def test_onnx_export_scores_bare_strings(gate_dirs):
     assert gate.predict(TEXTS[0]) is bool(probs[0] >= 0.42)
     qs = [Question(id=f"x{i}", text=t, answers=(), source="mine") for i, t in enumerate(TEXTS)]
     np.testing.assert_allclose(gate.predict_proba(qs), probs, atol=1e-6)
+    # a router's call on a binary gate says so (it was only "object has no attribute 'route'")
+    with pytest.raises(AttributeError, match=r"'route' is a router's: .* holds a binary gate"):
+        gate.route(TEXTS)
+    assert not hasattr(gate, "strategies") and not hasattr(gate, "nope")
 
 
 def test_torch_backend_on_a_run_folder_agrees_with_onnx(gate_dirs):

@@ -304,9 +304,22 @@ class RetrievalGate(
                   **kwargs}  # fmt: skip
         return super().generate_model_card(*args, **kwargs)
 
+    def __getattr__(self, name: str) -> Any:
+        """A router's attribute asked of a binary gate: say so, not only "no attribute"."""
+        if name in _ROUTER_ONLY:
+            raise AttributeError(
+                f"{name!r} is a router's: {self.__dict__.get('folder')} holds a binary gate "
+                "(predict / predict_proba: P(needs retrieval)); a router export (`retrieval-gate "
+                "train --config router-...`, docs/router.md) routes among strategies"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __repr__(self) -> str:
         return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "
                 f"variant={self.variant!r}, threshold={self.threshold})")  # fmt: skip
+
+
+_ROUTER_ONLY = ("route", "strategy_proba", "strategies", "costs", "budget", "strategy_registry")
 
 
 class RetrievalRouter(RetrievalGate):
