@@ -35,6 +35,7 @@ def test_first_repeated():
     ('{"q": "\\\\ud800 \\uD800"}', "'\\ud800' in 'q'", 16),  # after an escaped backslash
     ('{"\\udfff": 1}', "'\\udfff' in a key", 3),
     ('[[{"a": ["\\udbff"]}]]', "'\\udbff' in 'a'", 11),
+    ('{"a": "\\udc01", "b": "\\udc02"}', "'\\udc01' in 'a'", 8),  # the first, as the column
 ])  # fmt: skip
 def test_a_lone_surrogate_is_malformed_json_naming_where(text, where, column):
     """JSON's grammar escapes half a UTF-16 pair; no tokenizer, hash or UTF-8 file takes it:

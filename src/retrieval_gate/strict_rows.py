@@ -111,7 +111,8 @@ def _lone_escape_at(s: str, idx: int, end: int) -> int:
 
 def _lone_surrogate(value: Any) -> str | None:
     """Where the first lone surrogate in a decoded value is ("'\\ud800' in 'question'"), or
-    None. Iterative: the value may be nested as deep as the parser reads."""
+    None. Iterative (the value may be nested as deep as the parser reads), in the text's
+    order, as `_lone_escape_at` finds its column."""
     stack: list[tuple[Any, str]] = [(value, "the value")]
     while stack:
         item, where = stack.pop()
@@ -122,10 +123,10 @@ def _lone_surrogate(value: Any) -> str | None:
                 except UnicodeEncodeError as e:
                     return f"{item[e.start]!r} in {where}"
         elif isinstance(item, dict):
-            for key, v in item.items():
-                stack += [(key, "a key"), (v, repr(key))]
+            for key, v in reversed(item.items()):
+                stack += [(v, repr(key)), (key, "a key")]
         elif isinstance(item, list):
-            stack += [(v, where) for v in item]
+            stack += [(v, where) for v in reversed(item)]
     return None
 
 
