@@ -103,6 +103,19 @@ def test_field_override_and_unknown_mapping(tmp_path):
         read_questions(str(path), parse_fields(["question=heading"]))
 
 
+def test_headers_in_another_case_are_read_when_one_column_alone_matches(tmp_path):
+    """Spreadsheets capitalise headers: `--questions` said "no question column" where `score
+    --input` read the same file. The exact name wins; two columns matching alike, neither."""
+    path = tmp_path / "q.csv"
+    path.write_text("ID,Question,Answer,Views\n7,Who is X?,x,12\n")
+    (q,) = read_questions(str(path))
+    assert (q.id, q.text, q.answers, q.extra) == ("7", "Who is X?", ("x",), {"Views": "12"})
+    path.write_text("Question,question,Answers,ANSWERS\nWho is X?,Who is Y?,x,y\n")
+    (q,) = read_questions(str(path))
+    assert (q.text, q.answers, q.extra) == ("Who is Y?", (), {"Question": "Who is X?",
+                                            "Answers": "x", "ANSWERS": "y"})  # fmt: skip
+
+
 def test_split_column_kept_and_seeded_split_groups_entities(tmp_path):
     rows = [
         {"id": f"e{i}-{j}", "question": f"Fact {j} about entity {i}?", "entity": f"E{i}",

@@ -3,8 +3,9 @@ TSV, Parquet, a `datasets` `save_to_disk` folder or a Hugging Face dataset
 (`hf:NAME[:CONFIG][@SPLIT]`).
 
 Columns map to Question fields by name (`id`, `question` or `text`, `answers` or `answer`,
-optional `source`, `split`, `relation`, `entity`, `s_pop`, `o_pop`, `date`); `--field
-question=title` maps a field to another column. Every other column is kept in `Question.extra`.
+optional `source`, `split`, `relation`, `entity`, `s_pop`, `o_pop`, `date`; in another case,
+`Question`, when one column alone matches so); `--field question=title` maps a field to another
+column. Every other column is kept in `Question.extra`.
 Answers may be a list, a single string, or (in a CSV cell) a JSON list. A row without an id gets
 a stable one from its text; questions without a `split` get a seeded split (`spec_splits`)."""
 
@@ -309,7 +310,7 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
                 spec,
             )
     out = {
-        f: (fields[f],) if f in fields else tuple(c for c in cands if c in seen)
+        f: (fields[f],) if f in fields else _found(cands, seen)
         for f, cands in DEFAULT_COLUMNS.items()
     }
     if not out["text"]:
@@ -319,6 +320,22 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
             spec,
         )
     return out
+
+
+def _found(candidates: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
+    """The columns of `candidates` a file has: each by its name, else in another case when one
+    column alone matches so (`Question`, `ID`: spreadsheets capitalise headers; `score
+    --input` read them, `--questions` said "no question column")."""
+    lower: dict[str, list[str]] = {}
+    for column in seen:
+        lower.setdefault(column.lower(), []).append(column)
+    found = []
+    for c in candidates:
+        if c in seen:
+            found.append(c)
+        elif len(lower.get(c, ())) == 1:
+            found.append(lower[c][0])
+    return tuple(found)
 
 
 # The names other tools give the splits (Hugging Face's `validation`), read as the project's.
