@@ -57,6 +57,23 @@ def test_a_mapped_correctness_column_wins_over_the_default_one(tmp_path):
     assert [_rows(tmp_path)[i]["label"] for i in ("m1", "m2", "m3")] == [0, 1, 1]
 
 
+def test_columns_named_in_another_case_are_read_as_their_fields(tmp_path, caplog):
+    """A spreadsheet's `ID`, `Prediction`, `Token_Logprobs` were "columns not read", then
+    "neither an 'id' nor a 'question' column"; a flag still wins over a column so found."""
+    rows = [{"ID": r["qid"], "Prediction": r["model_answer"], "Token_Logprobs": r["conf"],
+             "ok": r["ok"]} for r in MINE]  # fmt: skip
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    caplog.set_level(logging.INFO)
+    assert _label(tmp_path, path) == 0
+    got = _rows(tmp_path)
+    assert [got[i]["label"] for i in ("m1", "m2", "m3")] == [0, 1, 1]
+    assert got["m1"]["prediction"] == "William Shakespeare" and got["m2"]["token_logprobs"] == [-2]
+    assert "columns not read as outcomes: ok" in caplog.text
+    rows = [{**r, "ok": 1 - r["ok"]} for r in rows]  # judged by hand: the flag's column wins
+    assert _label(tmp_path, write_jsonl(path, rows), "--outcome-field", "correct=ok") == 0
+    assert [_rows(tmp_path)[i]["label"] for i in ("m1", "m2", "m3")] == [1, 0, 0]
+
+
 def test_an_openai_logprobs_column_is_the_answers_log_probabilities(tmp_path):
     rows = [{"id": "m1", "correct": True, "logprobs": {"content": [
         {"token": "William", "logprob": -0.5}, {"token": " Shakespeare", "logprob": 0.0}]}}]  # fmt: skip

@@ -310,7 +310,7 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
                 spec,
             )
     out = {
-        f: (fields[f],) if f in fields else _found(cands, seen)
+        f: (fields[f],) if f in fields else columns_in_any_case(cands, seen)
         for f, cands in DEFAULT_COLUMNS.items()
     }
     if not out["text"]:
@@ -322,7 +322,7 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
     return out
 
 
-def _found(candidates: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
+def columns_in_any_case(candidates: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
     """The columns of `candidates` a file has: each by its name, else in another case when one
     column alone matches so (`Question`, `ID`: spreadsheets capitalise headers; `score
     --input` read them, `--questions` said "no question column")."""

@@ -1,7 +1,8 @@
 """The columns of an outcomes file: the names each outcome field is read from, and
 `--outcome-field FIELD=COLUMN`, which reads a field from a column the user's own tool named
-otherwise (`prediction=model_answer`, `id=question_id`). Renaming happens once, as the rows are
-read, so every importer (one answer, several strategies) sees the project's names only."""
+otherwise (`prediction=model_answer`, `id=question_id`); a column named in another case
+(`Correct`) is read as its field. Renaming happens once, as the rows are read, so every
+importer (one answer, several strategies) sees the project's names only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
 from ..data.list_cells import list_cell
+from ..data.user_questions import columns_in_any_case
 from ..errors import DataError, InputError
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,10 @@ def renamed(
     """Rows with each mapped column read under its field's name; a column the file lacks is
     refused, listing the file's columns. The field's own columns, if the file has them too,
     are set aside: the mapping says which holds the outcome."""
+    seen = columns(rows)
+    fields = {**_in_another_case(seen, fields), **fields}
     if not fields:
         return rows
-    seen = columns(rows)
     for field, column in fields.items():
         if column not in seen:
             raise DataError(f"--outcome-field {field}={column}: no column {column!r}; columns: "
@@ -74,6 +77,19 @@ def renamed(
         return {**kept, **{f: row.get(c) for f, c in fields.items()}}
 
     return [(n, rename(row)) for n, row in rows]
+
+
+def _in_another_case(seen: set[str], given: dict[str, str]) -> dict[str, str]:
+    """The fields a file names in another case only (`ID`, `Correct`: spreadsheets capitalise
+    headers), each read from that column, as `--questions` reads its file."""
+    out = {}
+    for field, candidates in FIELDS.items():
+        if field in given or any(c in seen for c in candidates):
+            continue
+        found = columns_in_any_case(candidates, seen)
+        if found:
+            out[field] = found[0]
+    return out
 
 
 def columns(rows: Sequence[tuple[int, dict[str, Any]]]) -> set[str]:
