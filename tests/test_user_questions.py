@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.data.user_questions import parse_fields, read_questions, text_id
 from retrieval_gate.errors import DataError
 
@@ -114,6 +115,10 @@ def test_headers_in_another_case_are_read_when_one_column_alone_matches(tmp_path
     (q,) = read_questions(str(path))
     assert (q.text, q.answers, q.extra) == ("Who is Y?", (), {"Question": "Who is X?",
                                             "Answers": "x", "ANSWERS": "y"})  # fmt: skip
+    rows = tmp_path / "q.jsonl"  # score --input's JSON rows, as its CSV header was read
+    rows.write_text('{"ID": "a", "Question": "Who is X?"}\n{"Id": "b", "TEXT": "Who is Y?"}\n')
+    assert read_question_lines(rows) == [{"line": 1, "id": "a", "text": "Who is X?"},
+                                         {"line": 2, "id": "b", "text": "Who is Y?"}]  # fmt: skip
 
 
 def test_split_column_kept_and_seeded_split_groups_entities(tmp_path):

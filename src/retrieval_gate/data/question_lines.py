@@ -165,12 +165,14 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
 
 def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The record of one JSON object: its question, or an error naming what is wrong."""
-    if row.get("id") is not None:  # the row's own id, also on its error record
-        if _lone_surrogate_at(str(row["id"])) is not None:  # no output could print it
+    keys = set(row)
+    id_key = next(iter(columns_in_any_case(("id",), keys)), "id")
+    if row.get(id_key) is not None:  # the row's own id, also on its error record
+        if _lone_surrogate_at(str(row[id_key])) is not None:  # no output could print it
             return {**rec, "error": "the id is not valid Unicode (a lone surrogate); write it "
                                     "as UTF-8"}  # fmt: skip
-        rec["id"] = str(row["id"])
-    line = row.get("question", row.get("text"))
+        rec["id"] = str(row[id_key])
+    line = next((row[k] for k in columns_in_any_case(QUESTION_COLUMNS, keys)), None)
     if not isinstance(line, str):
         return {**rec, "error": "no 'question' or 'text' string field"}
     at = _lone_surrogate_at(line)  # which no tokenizer can encode
@@ -180,6 +182,22 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     if not has_text(line):
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}
+
+
+def columns_in_any_case(candidates: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
+    """The columns of `candidates` a file has: each by its name, else in another case when one
+    column alone matches so (`Question`, `ID`: spreadsheets capitalise headers; a CSV's were
+    read, `--questions` and JSON rows said "no question column")."""
+    lower: dict[str, list[str]] = {}
+    for column in seen:
+        lower.setdefault(column.lower(), []).append(column)
+    found = []
+    for c in candidates:
+        if c in seen:
+            found.append(c)
+        elif len(lower.get(c, ())) == 1:
+            found.append(lower[c][0])
+    return tuple(found)
 
 
 def _lone_surrogate_at(text: str) -> int | None:

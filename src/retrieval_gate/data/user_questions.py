@@ -37,6 +37,7 @@ from .question_lines import (
     CSV_DELIMITERS,
     HEADER_WORDS,
     JSONL_SUFFIXES,
+    columns_in_any_case,
     refuse_other_separator,
     refuse_structured_text,
 )
@@ -320,22 +321,6 @@ def _columns(spec: str, rows: list[Row], fields: dict[str, str]) -> dict[str, tu
             spec,
         )
     return out
-
-
-def columns_in_any_case(candidates: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
-    """The columns of `candidates` a file has: each by its name, else in another case when one
-    column alone matches so (`Question`, `ID`: spreadsheets capitalise headers; `score
-    --input` read them, `--questions` said "no question column")."""
-    lower: dict[str, list[str]] = {}
-    for column in seen:
-        lower.setdefault(column.lower(), []).append(column)
-    found = []
-    for c in candidates:
-        if c in seen:
-            found.append(c)
-        elif len(lower.get(c, ())) == 1:
-            found.append(lower[c][0])
-    return tuple(found)
 
 
 # The names other tools give the splits (Hugging Face's `validation`), read as the project's.

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
 from ..data.list_cells import list_cell
-from ..data.user_questions import columns_in_any_case
+from ..data.question_lines import columns_in_any_case
 from ..errors import DataError, InputError
 
 log = logging.getLogger(__name__)
