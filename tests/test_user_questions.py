@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -312,3 +313,19 @@ def test_rows_ended_by_a_lone_carriage_return_read_as_rows(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(("\r".join([rows[0], "{oops", rows[1]])).encode())
     with pytest.raises(DataError, match=r"bad.jsonl, line 2: malformed JSON"):
         read_questions(str(tmp_path / "bad.jsonl"))
+
+
+def test_a_lone_answer_holding_a_separator_is_warned_about(tmp_path, caplog):
+    """ "Shakespeare | William Shakespeare" in one cell is judged whole: no prediction holds it,
+    and the question's label says "wrong" without a word."""
+    path = tmp_path / "q.csv"
+    path.write_text('id,question,answers\na,Who wrote Hamlet?,Shakespeare | William Shakespeare\n'
+                    'b,Who is X?,"[""x; y""]"\nc,Capital of France?,"[""Paris"", ""Paris; FR""]"\n')  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    assert [q.answers for q in read_questions(str(path))][0] == (
+        "Shakespeare | William Shakespeare",
+    )
+    assert (
+        "2 question(s) have one gold answer holding '|' or ';' (line 2: 'Shakespeare |"
+        in caplog.text
+    )

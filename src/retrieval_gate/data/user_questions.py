@@ -15,6 +15,7 @@ import csv
 import hashlib
 import logging
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -69,6 +70,7 @@ COMPRESSED = {".gz": "gunzip", ".bz2": "bunzip2", ".xz": "unxz", ".zst": "unzstd
               ".zip": "unzip"}  # fmt: skip
 
 Row = tuple[int, dict[str, Any]]
+_JOINED = re.compile(r"[|;]")
 
 
 def parse_fields(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]:
@@ -113,7 +115,20 @@ def read_questions(
     columns = _columns(spec, rows, fields or {})
     default_source = _default_source(spec)
     numbered = [(n, _question(spec, n, row, columns, default_source)) for n, row in rows]
+    _note_joined_answers(spec, numbered)
     return spec_splits(_drop_duplicates(spec, numbered), seed)
+
+
+def _note_joined_answers(spec: str, numbered: Sequence[tuple[int, Question]]) -> None:
+    """A lone gold answer holding '|' or ';' is most likely several joined in one cell (a
+    spreadsheet's "Shakespeare | William Shakespeare"): judged whole, no answer contains it,
+    and every label of those questions reads "wrong" without a word."""
+    joined = [(n, q) for n, q in numbered if len(q.answers) == 1 and _JOINED.search(q.answers[0])]
+    if joined:
+        n, q = joined[0]
+        log.warning(f"{spec}: {len(joined)} question(s) have one gold answer holding '|' or ';' "
+                    f"(line {n}: {clipped(repr(q.answers[0]), 60)}); if these are several "
+                    'answers, write them as a list, ["a", "b"]: each answer is matched whole')  # fmt: skip
 
 
 def spec_splits(questions: Sequence[Question], seed: int = 0) -> list[Question]:
