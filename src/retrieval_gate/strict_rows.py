@@ -130,24 +130,17 @@ def _lone_surrogate(value: Any) -> str | None:
     return None
 
 
+def _escapes_one(s: str, idx: int, end: int) -> bool:
+    """Whether s[idx:end] holds an escape of a surrogate half (paired or not)."""
+    return s.find("\\ud", idx, end) >= 0 or s.find("\\uD", idx, end) >= 0
+
+
 class _Decoder(json.JSONDecoder):
-    def __init__(self, *, lone_surrogates: bool = False, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.lone_surrogates = lone_surrogates
+    lone_surrogates = False  # kept (a subclass): json.loads builds a decoder per call
 
     def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
-        value, end = self._decode(s, idx)
-        # only an escape makes one (UTF-8 text holds none): the common row is not walked
-        if not self.lone_surrogates and (s.find("\\ud", idx, end) >= 0 or
-                                         s.find("\\uD", idx, end) >= 0):  # fmt: skip
-            where = _lone_surrogate(value)
-            if where is not None:
-                raise LoneSurrogateError(s, _lone_escape_at(s, idx, end), where)
-        return value, end
-
-    def _decode(self, s: str, idx: int) -> tuple[Any, int]:
         try:
-            return super().raw_decode(s, idx)
+            value, end = super().raw_decode(s, idx)
         except RecursionError:
             raise TooDeepError(s, idx) from None
         except (json.JSONDecodeError, RepeatedKeyError):
@@ -155,6 +148,16 @@ class _Decoder(json.JSONDecoder):
         except ValueError:  # from int(): JSON's grammar leaves only "too many digits" (a
             # parse_int hook would say so directly, at a Python call per number)
             raise NumberTooLongError(s, idx) from None
+        # only an escape makes one (UTF-8 text holds none): the common row is not walked
+        if s.find("\\u", idx, end) >= 0 and not self.lone_surrogates and _escapes_one(s, idx, end):
+            where = _lone_surrogate(value)
+            if where is not None:
+                raise LoneSurrogateError(s, _lone_escape_at(s, idx, end), where)
+        return value, end
+
+
+class _KeepingDecoder(_Decoder):
+    lone_surrogates = True
 
 
 # for reading one item of a larger JSON text at a time (`raw_decode`), as strictly as `loads`
@@ -173,5 +176,5 @@ def loads(text: str | bytes, lone_surrogates: bool = False) -> Any:
     JSON past Python's parser an `UnreadableJSONError` (both `ValueError`s, as
     `json.JSONDecodeError` is). `lone_surrogates`: kept, for a reader that names the field
     holding one itself."""
-    return json.loads(text, cls=_Decoder, object_pairs_hook=_object,
-                      lone_surrogates=lone_surrogates)  # fmt: skip
+    cls = _KeepingDecoder if lone_surrogates else _Decoder
+    return json.loads(text, cls=cls, object_pairs_hook=_object)

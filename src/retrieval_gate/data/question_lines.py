@@ -165,14 +165,15 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
 
 def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The record of one JSON object: its question, or an error naming what is wrong."""
-    keys = set(row)
-    id_key = next(iter(columns_in_any_case(("id",), keys)), "id")
+    id_key = "id" if "id" in row else _in_any_case(("id",), row) or "id"
     if row.get(id_key) is not None:  # the row's own id, also on its error record
-        if _lone_surrogate_at(str(row[id_key])) is not None:  # no output could print it
+        rid = str(row[id_key])
+        if _lone_surrogate_at(rid) is not None:  # no output could print it
             return {**rec, "error": "the id is not valid Unicode (a lone surrogate); write it "
                                     "as UTF-8"}  # fmt: skip
-        rec["id"] = str(row[id_key])
-    line = next((row[k] for k in columns_in_any_case(QUESTION_COLUMNS, keys)), None)
+        rec["id"] = rid
+    key = "question" if "question" in row else "text" if "text" in row else None
+    line = row.get(key or _in_any_case(QUESTION_COLUMNS, row) or "question")
     if not isinstance(line, str):
         return {**rec, "error": "no 'question' or 'text' string field"}
     at = _lone_surrogate_at(line)  # which no tokenizer can encode
@@ -200,8 +201,16 @@ def columns_in_any_case(candidates: tuple[str, ...], seen: set[str]) -> tuple[st
     return tuple(found)
 
 
+def _in_any_case(candidates: tuple[str, ...], row: dict[str, Any]) -> str | None:
+    """The first of `candidates` a row names in another case only (the rare row: the common
+    one names them as they are, and is not walked)."""
+    return next(iter(columns_in_any_case(candidates, set(row))), None)
+
+
 def _lone_surrogate_at(text: str) -> int | None:
     """Where JSON's escape of a lone surrogate ("\\ud800") sits in `text`, or None."""
+    if text.isascii():
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
