@@ -209,7 +209,14 @@ def test_a_pipe_or_folder_given_as_a_file_is_named_so(tmp_path, capsys):
                    f"data.label_file={fifo}", f"run.output_dir={tmp_path}"],
                   "label file is a device, pipe or socket"),
         "score": (["score", "--model", str(tmp_path), "--questions", str(fifo)],
-                  "is a device, pipe or socket, not a file"),
+                  "is a device, pipe or socket (standard input?), not a file: save the "
+                  "questions to one"),
+        # /dev/stdin piped: "input file is not a regular file", not why nor what to do
+        "input": (["score", "--model", str(tmp_path), "--input", str(fifo)],
+                  "a pipe or device (standard input?) is not read: save the questions to a "
+                  "file"),
+        "input folder": (["score", "--model", str(tmp_path), "--input", str(tmp_path)],
+                         "input file is a folder, not a file"),
         "folder": (["evaluate", "--labels", str(tmp_path), "--gates", "always", "--no-cost",
                     "--out", str(tmp_path / "ev")], "label file is a folder, not a regular file"),
     }  # fmt: skip

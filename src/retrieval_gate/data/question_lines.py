@@ -41,11 +41,13 @@ def iter_question_lines(path: Path) -> Iterator[dict[str, Any]]:
     """`read_question_lines`, one record at a time: a text, JSONL or CSV file is read as a
     stream, so a file of millions of questions takes the memory of a line (a `.json` file is
     read whole: it may be one array). Errors of the whole file are raised on the way."""
-    if str(path) == "-":  # a stream cannot be checked whole before the model loads, nor resumed
-        raise InputError("standard input is not read: save the questions to a file (.txt, one "
-                         "a line; .jsonl; .csv) and pass that", path)  # fmt: skip
+    # a stream cannot be checked whole before the model loads, nor resumed: `-`, /dev/stdin
+    if str(path) == "-" or (path.exists() and not path.is_file() and not path.is_dir()):
+        what = "standard input" if str(path) == "-" else "a pipe or device (standard input?)"
+        raise InputError(f"{what} is not read: save the questions to a file (.txt, one a line; "
+                         ".jsonl; .csv) and pass that", path)  # fmt: skip
     if not path.is_file():
-        what = "is not a regular file (a folder, pipe or device)" if path.exists() else "not found"
+        what = "is a folder, not a file" if path.exists() else "not found"
         raise InputError(f"input file {what}: pass a question file (.txt, .jsonl, .json, .csv, "
                          ".tsv)", path)  # fmt: skip
     suffix = path.suffix.lower()

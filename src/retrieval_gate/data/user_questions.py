@@ -160,7 +160,11 @@ def read_rows(spec: str) -> Iterator[Row]:
         yield from _disk_rows(path)
         return
     if not path.is_file():
-        what = "is a device, pipe or socket, not a file" if path.exists() else "file not found"
+        what = (
+            "is a device, pipe or socket (standard input?), not a file: save the questions to one"
+            if path.exists()
+            else "file not found"
+        )
         raise DataError(
             f"{what}; pass a {', '.join(FORMATS)} file, a save_to_disk folder or "
             "hf:NAME[:CONFIG][@SPLIT]",
