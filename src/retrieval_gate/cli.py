@@ -28,6 +28,7 @@ from .errors import (
     missing_package,
     os_error,
 )
+from .strict_rows import lone_surrogate_at
 
 # verb -> (module under retrieval_gate.commands, one-line summary for `retrieval-gate -h`); a
 # verb's module is imported only when used, so `retrieval-gate data summary` never pays for
@@ -242,15 +243,14 @@ def _refuse_undecodable(argv: list[str]) -> None:
     refused naming its flag: as a run or generator name, or an output path, it ended in an
     internal error at the first file written, or a file no later command could read."""
     for i, token in enumerate(argv):
-        try:
-            token.encode("utf-8")
-        except UnicodeEncodeError as e:
-            byte = token[e.start : e.start + 1].encode("utf-8", "surrogateescape")
-            flag = next((t.partition("=")[0] for t in reversed(argv[: i + 1])
-                         if t.startswith("-")), f"argument {i + 1}")  # fmt: skip
-            raise InputError(f"{flag}: {token.encode('utf-8', 'replace').decode()!r} is not "
-                             f"UTF-8 text (byte 0x{byte.hex()} at character {e.start + 1}); "
-                             "pass UTF-8 text (a file so named: rename it)") from None  # fmt: skip
+        if (at := lone_surrogate_at(token)) is None:
+            continue
+        byte = token[at].encode("utf-8", "surrogateescape")
+        flag = next((t.partition("=")[0] for t in reversed(argv[: i + 1])
+                     if t.startswith("-")), f"argument {i + 1}")  # fmt: skip
+        raise InputError(f"{flag}: {token.encode('utf-8', 'replace').decode()!r} is not "
+                         f"UTF-8 text (byte 0x{byte.hex()} at character {at + 1}); "
+                         "pass UTF-8 text (a file so named: rename it)")  # fmt: skip
 
 
 def _run_counted(args: argparse.Namespace) -> int:

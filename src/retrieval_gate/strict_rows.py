@@ -109,6 +109,19 @@ def _lone_escape_at(s: str, idx: int, end: int) -> int:
     return idx
 
 
+def lone_surrogate_at(text: str) -> int | None:
+    """Where the first lone surrogate of `text` is, or None: JSON may escape one ("\\ud800")
+    and Python keeps an argument's non-UTF-8 bytes as ones; no tokenizer, hash or UTF-8 file
+    takes it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
 def _lone_surrogate(value: Any) -> str | None:
     """Where the first lone surrogate in a decoded value is ("'\\ud800' in 'question'"), or
     None. Iterative (the value may be nested as deep as the parser reads), in the text's
@@ -117,11 +130,8 @@ def _lone_surrogate(value: Any) -> str | None:
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError as e:
-                    return f"{item[e.start]!r} in {where}"
+            if (at := lone_surrogate_at(item)) is not None:
+                return f"{item[at]!r} in {where}"
         elif isinstance(item, dict):
             for key, v in reversed(item.items()):
                 stack += [(v, repr(key)), (key, "a key")]

@@ -19,7 +19,13 @@ from typing import Any, BinaryIO
 from ..errors import InputError
 from ..fileio import not_utf8
 from ..questions import has_text
-from ..strict_rows import RepeatedKeyError, allow_long_cells, first_repeated, loads
+from ..strict_rows import (
+    RepeatedKeyError,
+    allow_long_cells,
+    first_repeated,
+    loads,
+    lone_surrogate_at,
+)
 from .jsonl_files import read_json_array, refuse_one_object
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header
@@ -170,7 +176,7 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     id_key = "id" if "id" in row else _in_any_case(("id",), row) or "id"
     if row.get(id_key) is not None:  # the row's own id, also on its error record
         rid = str(row[id_key])
-        if _lone_surrogate_at(rid) is not None:  # no output could print it
+        if lone_surrogate_at(rid) is not None:  # no output could print it
             return {**rec, "error": "the id is not valid Unicode (a lone surrogate); write it "
                                     "as UTF-8"}  # fmt: skip
         rec["id"] = rid
@@ -178,7 +184,7 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     line = row.get(key or _in_any_case(QUESTION_COLUMNS, row) or "question")
     if not isinstance(line, str):
         return {**rec, "error": "no 'question' or 'text' string field"}
-    at = _lone_surrogate_at(line)  # which no tokenizer can encode
+    at = lone_surrogate_at(line)  # which no tokenizer can encode
     if at is not None:
         return {**rec, "error": f"not valid Unicode (a lone surrogate at character {at}); "
                                 "write the question as UTF-8"}  # fmt: skip
@@ -207,17 +213,6 @@ def _in_any_case(candidates: tuple[str, ...], row: dict[str, Any]) -> str | None
     """The first of `candidates` a row names in another case only (the rare row: the common
     one names them as they are, and is not walked)."""
     return next(iter(columns_in_any_case(candidates, set(row))), None)
-
-
-def _lone_surrogate_at(text: str) -> int | None:
-    """Where JSON's escape of a lone surrogate ("\\ud800") sits in `text`, or None."""
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return e.start
-    return None
 
 
 def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:

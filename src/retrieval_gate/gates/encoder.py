@@ -16,6 +16,7 @@ from .. import work
 from ..data.gate_features import GateFeatures
 from ..errors import InputError
 from ..questions import has_text
+from ..strict_rows import lone_surrogate_at
 from .base import Questions, as_questions
 
 
@@ -26,11 +27,9 @@ def check_texts(texts: Sequence[str]) -> None:
         if not isinstance(text, str) or not has_text(text):
             raise InputError(f"question {i} is empty (or only whitespace or control "
                              "characters): cannot score an empty question text")  # fmt: skip
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
+        if (at := lone_surrogate_at(text)) is not None:
             raise InputError(f"question {i} is not valid Unicode (a lone surrogate at "
-                             f"character {e.start}); send UTF-8 text") from None  # fmt: skip
+                             f"character {at}); send UTF-8 text")  # fmt: skip
 
 
 def pad_right(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

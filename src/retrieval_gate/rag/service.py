@@ -45,7 +45,7 @@ from ..errors import BackendError, DataError, InputError, RetrievalGateError
 from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
 from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
-from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads
+from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads, lone_surrogate_at
 from .batcher import Batcher, Busy
 from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
@@ -239,13 +239,10 @@ class BodyLimit:
 
 def _valid_unicode(value: Any) -> Any:
     """JSON may escape lone surrogates (`"\\ud800"`), which no tokenizer can encode."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InputError(  # a ValueError, so pydantic reports it as a 422
-                f"is not valid Unicode (a lone surrogate at character {e.start}); send UTF-8"
-            ) from None
+    if isinstance(value, str) and (at := lone_surrogate_at(value)) is not None:
+        raise InputError(  # a ValueError, so pydantic reports it as a 422
+            f"is not valid Unicode (a lone surrogate at character {at}); send UTF-8"
+        )
     return value
 
 
