@@ -87,6 +87,10 @@ class Question:
         text = json.dumps(kept, sort_keys=True, default=str)  # tuples as lists, as to_dict
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def key(self, leave_out: Iterable[str] = ("split",)) -> str:
+        """`id:digest`: the question in a cached result's key, by id and content."""
+        return f"{self.id}:{self.digest(leave_out)}"
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Question:
         d = dict(d)

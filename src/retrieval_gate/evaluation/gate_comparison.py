@@ -245,7 +245,7 @@ def question_key(q: Question) -> str:
     text, its fields and columns; not its gold answers). By id alone, a questions file whose
     texts were edited under the same ids (or another file numbering its rows 1, 2, ...) was
     given the old scores."""
-    return f"{q.id}:{q.digest(leave_out=('answers', 'split'))}"
+    return q.key(leave_out=("answers", "split"))
 
 
 def _cached_scores(path: Path) -> dict[str, float]:

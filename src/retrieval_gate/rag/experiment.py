@@ -93,7 +93,7 @@ def run_comparison(
         check_answers_readable(generator, engine or {})
     setup_seconds = time.perf_counter() - started
     # each question by id and content: one edited under its id is another experiment
-    asked = [f"{q.id}:{q.digest()}" for q in questions]
+    asked = [q.key() for q in questions]
     progress = Progress(progress_file, asked, ret.name, pipeline, generator,
                         mode_options.budget)  # fmt: skip
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
@@ -214,8 +214,8 @@ def _multi_note(pipeline: Pipeline) -> str:
 
 class Progress:
     """Modes finished by an earlier run with the same settings and questions (`asked`: each
-    one's id and `Question.digest`), saved one JSON line each (`path` None: nothing is saved
-    or reused)."""
+    one's `Question.key`), saved one JSON line each (`path` None: nothing is saved or
+    reused)."""
 
     def __init__(
         self,

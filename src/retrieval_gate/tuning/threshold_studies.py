@@ -31,7 +31,7 @@ def tuning_identity(
     questions the gate was fitted on and scores (`Question.digest`: a questions file edited
     under the same ids is another study)."""
     sums = LabellingRun(run_dir).checksums()
-    asked = content_id(*(f"{q.id}:{q.digest()}" for q in questions))
+    asked = content_id(*(q.key() for q in questions))
     return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None,
                       asked)  # fmt: skip
 
