@@ -153,6 +153,37 @@ def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     assert (run / "closed-book.jsonl").read_text() == '{"id": "m1", "label": 1}\n'
 
 
+@pytest.mark.parametrize("strategies", [False, True], ids=["outcomes", "strategies"])
+def test_imported_labels_are_refused_over_questions_edited_under_their_ids(tmp_path, strategies):
+    """Outcomes are the LLM's answers to the questions as they read when imported: training on
+    them over a questions file edited since under the same ids is refused, as it is for a
+    labelling run's rows (imports used to stamp no `question_sha`, so the edited question
+    took the old one's label)."""
+    from retrieval_gate.training.config import DataConfig
+    from retrieval_gate.training.sources import labelled_questions
+
+    if strategies:
+        rows = [{"id": q["id"], "no_retrieval_correct": i % 2, "one_retrieval_correct": 1}
+                for i, q in enumerate(QUESTIONS)]  # fmt: skip
+        extra, files = ("--strategies", "no_retrieval", "one_retrieval"), {
+            "strategies.jsonl": "strategies", "closed-book.jsonl": "binary",
+            "rag-gain.jsonl": "binary"}  # fmt: skip
+    else:
+        rows = [{"id": q["id"], "correct": i % 2} for i, q in enumerate(QUESTIONS)]
+        extra, files = (), {"closed-book.jsonl": "binary"}
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows), *extra) == 0
+    folder, qs = tmp_path / "labels" / "my-llm", tmp_path / "qs.jsonl"
+    configs = [DataConfig(label_file=str(folder / name), task=task, questions=str(qs))
+               for name, task in files.items()]  # fmt: skip
+    for cfg in configs:
+        labelled_questions(cfg)  # the questions they were made for
+    write_jsonl(qs, [QUESTIONS[0], {**QUESTIONS[1], "question": "What is the capital of Peru?"},
+                     QUESTIONS[2]])  # fmt: skip
+    for cfg in configs:
+        with pytest.raises(DataError, match=r"1 row here was labelled for other questions .*'m2'"):
+            labelled_questions(cfg)
+
+
 def test_no_gold_answers_points_to_outcomes(tmp_path, capsys):
     qs = write_jsonl(tmp_path / "nogold.jsonl", [{"question": "Is it raining in Oslo?"}])
     code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--labels-dir",

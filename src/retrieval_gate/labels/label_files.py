@@ -4,7 +4,8 @@ with provenance (policy, generator and checksum, prompt id, decoding, date, vers
 
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
 then whatever the policy records (prediction, match, mean_logprob, ...), and in the rows of a
-resumable run `question_sha` (a hash of the question's text and gold answers): a resume, or a
+resumable run or an outcomes import `question_sha` (a hash of the question's text and gold
+answers): a resume, or a
 train, evaluate or tune, over questions changed under the same ids is refused (`resume_over`,
 `check_made_for`); rows without one (written before it) are not checked. Fields are added,
 never renamed, so older files load: e.g. `token_logprobs` (the answer's token
@@ -190,8 +191,7 @@ class LabelFile:
                     f.write("\n")
                     self._unterminated = False
                 for row in rows:
-                    if (sha := self._shas.get(str(row["id"]))) is not None:
-                        row = {**row, "question_sha": sha}
+                    row = self._stamped(row)
                     f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
                     self.rows[str(row["id"])] = row
                 f.flush()
@@ -201,7 +201,7 @@ class LabelFile:
     def rewrite(self, rows: Iterable[dict[str, Any]]) -> None:
         """Replaces the whole file atomically (temp file + rename; a crash keeps the old one)."""
         self.require_ours()
-        rows = list(rows)
+        rows = [self._stamped(r) for r in rows]
         text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
         write_text(self.path, text)
         self.rows = {str(r["id"]): r for r in rows}
@@ -212,7 +212,7 @@ class LabelFile:
         very questions (their `question_sha`), else a DataError; the rows appended next carry
         theirs. An edited questions file that kept its ids (or another one numbering its rows
         1, 2, ...) was "resumed": its changed questions kept the labels of the old ones."""
-        self._shas = {q.id: question_sha(q) for q in questions}
+        self.made_for(questions)
         if changed := _made_for_others(stamped(self.rows), self._shas):
             n = len(changed)
             raise DataError(
@@ -222,6 +222,15 @@ class LabelFile:
                 "--labels-dir), or remove those rows",
                 self.path,
             )
+
+    def made_for(self, questions: Iterable[Question]) -> None:
+        """The rows written next (appended or rewritten) carry these questions'
+        `question_sha`: a train, evaluate or tune over questions edited since is refused."""
+        self._shas = {q.id: question_sha(q) for q in questions}
+
+    def _stamped(self, row: dict[str, Any]) -> dict[str, Any]:
+        sha = self._shas.get(str(row["id"]))
+        return row if sha is None else {**row, "question_sha": sha}
 
     def done_ids(self) -> set[str]:
         return set(self.rows)

@@ -79,13 +79,16 @@ def import_outcomes(
     extra_meta: dict[str, Any] | None = None,
     fields: dict[str, str] | None = None,
     locked: bool = False,
+    stamp: bool = True,
 ) -> dict[str, Any]:
     """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
     `rows` already read from it (the strategy importer passes its first two strategies); with
     `out_file`, the closed-book labels go to that one file (refused, before anything is
     written, when the outcomes also make rag-gain labels). `fields`: outcome field -> the
     file's column it is read from (`--outcome-field`). `locked`: the caller holds the folder's
-    `import_lock` (it writes a third file)."""
+    `import_lock` (it writes a third file). `stamp`: each row records its question's
+    `question_sha`, so training on these labels over questions edited since is refused (a
+    release's rows carry none: its questions are read from its own files)."""
     if rows is None:
         rows = renamed(path, list(read_rows(str(path))), fields or {})
         if rows and "filtered_resps" not in rows[0][1]:
@@ -125,11 +128,12 @@ def import_outcomes(
     # every row checked: now the files, one import into the folder at a time (--out's one
     # file is replaced whole: nothing to mix)
     with nullcontext() if locked or out_file is not None else import_lock(out_dir):
-        written = {"closed-book": _write(closed_file, closed, meta)}
+        made_for = [q for q, _ in matched.values()] if stamp else []
+        written = {"closed-book": _write(closed_file, closed, meta, made_for)}
         if rag:
             rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag),
                         "neither_label": neither_label, "closed_book_file": CLOSED_BOOK}  # fmt: skip
-            written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta)
+            written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta, made_for)
     return {
         "format": fmt,
         "outcome_rows": len(rows),
@@ -340,8 +344,11 @@ def import_lock(target: Path) -> AbstractContextManager[None]:
     return single_writer(target, busy)
 
 
-def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:
-    """Replaces the file atomically; refuses to replace one a labelling run wrote."""
+def _write(
+    path: Path, rows: list[dict], meta: dict[str, Any], made_for: Sequence[Question]
+) -> Path:
+    """Replaces the file atomically, its rows stamped for `made_for`; refuses to replace one a
+    labelling run wrote."""
     if path.exists():
         previous = LabelFile(path).meta if meta_path(path).exists() else {}
         if previous.get("source") != "outcomes":
@@ -353,5 +360,6 @@ def _write(path: Path, rows: list[dict], meta: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     out = LabelFile(path, replacing=True)  # every row is rewritten: new provenance is fine
     out.write_meta(meta)  # the sidecar first, as every label writer does
+    out.made_for(made_for)
     out.rewrite(rows)
     return path

@@ -264,8 +264,9 @@ def import_release(
     meta = {"outcomes_file": str(release.path), "outcomes_sha256": release.checksum(),
             "outcomes_format": "adaptive-rag-release", "release_split": release.split,
             "criterion": "em (the release's own evaluation)"}  # fmt: skip
+    # unstamped: a release's questions are read from its own files, however a config names them
     return _write_all(outcomes, STRATEGIES, treat, out_dir / release.llm.lower(), release.llm,
-                      meta, neither_label, unmatched=0)  # fmt: skip
+                      meta, neither_label, unmatched=0, stamp=False)  # fmt: skip
 
 
 def import_strategy_outcomes(
@@ -302,7 +303,7 @@ def import_strategy_outcomes(
             "outcomes_sha256": sha256_file(Path(path)) if Path(path).is_file() else None,
             "criterion": criterion, **(extra_meta or {})}  # fmt: skip
     return _write_all(outcomes, strategies, treat, out_dir, generator, meta, neither_label,
-                      unmatched)  # fmt: skip
+                      unmatched, stamp=True)  # fmt: skip
 
 
 def check_columns(path: str | Path, rows: list, strategies: Sequence[str]) -> None:
@@ -399,9 +400,11 @@ def _write_all(
     meta: dict[str, Any],
     neither_label: int | None,
     unmatched: int,
+    stamp: bool,
 ) -> dict[str, Any]:
     """closed-book.jsonl and rag-gain.jsonl (first vs second strategy, through the outcomes
-    importer) and strategies.jsonl, all checked before the first is written."""
+    importer) and strategies.jsonl, all checked before the first is written; with `stamp`,
+    every row records its question's `question_sha`."""
     learned = learned_of(outcomes, strategies)
     rows = [strategy_row(o, strategies, treat, learned) for o in outcomes]
     target = out_dir / STRATEGY_FILE
@@ -423,9 +426,11 @@ def _write_all(
     with import_lock(out_dir):  # the three files of one import together
         result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
                                  neither_label=neither_label, rows=binary, locked=True,
-                                 extra_meta={**meta, "strategies_file": STRATEGY_FILE})  # fmt: skip
+                                 extra_meta={**meta, "strategies_file": STRATEGY_FILE},
+                                 stamp=stamp)  # fmt: skip
         out = LabelFile(target, replacing=True)
         out.write_meta(full_meta)
+        out.made_for(questions if stamp else [])
         out.rewrite(rows)
     return {**result, "format": meta["outcomes_format"], "strategies_file": str(target),
             "strategies": list(strategies),
