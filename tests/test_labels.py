@@ -138,6 +138,27 @@ def test_labels_made_for_other_questions_under_the_same_ids_are_refused(tmp_path
         labelled_questions(DataConfig(label_file=str(out.path)), edited)
 
 
+def test_an_id_labelled_twice_otherwise_is_refused_naming_both_lines(tmp_path):
+    """Two label runs joined with `cat` can hold one question twice: the same label twice is
+    read (the last row), another label (or strategy target) is refused, naming both lines;
+    the last row used to win silently."""
+    from retrieval_gate.labels.label_files import read_label_file
+
+    path = tmp_path / "joined.jsonl"
+    rows = [{"id": "q1", "label": 1, "prediction": "a"}, {"id": "q2", "label": 0},
+            {"id": 1, "label": 0}, {"id": "q1", "label": 1, "prediction": "b"}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_label_file(path).rows["q1"]["prediction"] == "b"
+    for second, field in [
+        ({"id": "1", "label": 1}, "label"),
+        ({"id": "q2", "label": 0, "target": "one_retrieval"}, "target"),
+    ]:
+        path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, second]))
+        with pytest.raises(DataError, match=rf"line 5: id '\w+' is here twice, on lines \d and "
+                                            rf"5, with another {field} "):  # fmt: skip
+            read_label_file(path)
+
+
 # ------------------------------------------------------------------ RRCP arithmetic
 
 

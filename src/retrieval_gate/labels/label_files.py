@@ -53,6 +53,9 @@ def meta_path(path: Path) -> Path:
 
 
 LABEL_VALUES = (0, 1, None)
+# What a reader takes from a row: two rows of one id must agree on them (two label files
+# joined with `cat` whose runs labelled a question differently name no label of it)
+TARGET_FIELDS = ("label", "target", "correct", "cost")
 
 # Provenance fields a resumed file must share with the run that started it: rows made under
 # another policy, generator, criterion or prompt would mix while the `.meta.json` claims one.
@@ -109,7 +112,7 @@ class LabelFile:
             raise DataError("rows end in a lone carriage return (old Mac line endings), not "
                             "a newline: convert them (tr '\\r' '\\n' < FILE > NEW)",
                             self.path)  # fmt: skip
-        offset = 0
+        offset, first_line = 0, {}
         for lineno, raw in enumerate(lines, start=1):
             start, offset = offset, offset + len(raw)
             if lineno == len(lines) and not raw.endswith(b"\n") and raw.startswith(b"{"):
@@ -142,7 +145,24 @@ class LabelFile:
                     self.path,
                     lineno,
                 )
-            self.rows[str(row["id"])] = row
+            rid = str(row["id"])
+            if rid in self.rows:
+                self._check_repeat(self.rows[rid], row, first_line[rid], lineno)
+            first_line.setdefault(rid, lineno)
+            self.rows[rid] = row
+
+    def _check_repeat(self, first: dict, row: dict, first_line: int, lineno: int) -> None:
+        """A second row of an id: kept (the last row is read) when it labels the question as
+        the first did, else refused: which of the two is the label?"""
+        differ = [k for k in TARGET_FIELDS if first.get(k) != row.get(k)]
+        if differ:
+            raise DataError(
+                f"id {row['id']!r} is here twice, on lines {first_line} and {lineno}, with "
+                f"another {differ[0]} ({first.get(differ[0])!r}, then {row.get(differ[0])!r}): "
+                "keep the row of the run you trust and delete the other",
+                self.path,
+                lineno,
+            )
 
     @property
     def meta(self) -> dict[str, Any]:
