@@ -159,7 +159,10 @@ def test_duplicates(tmp_path, caplog):
     )
     assert "repeated question row(s) kept once" not in caplog.text
     clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
-    with pytest.raises(DataError, match="id '1' names two different questions"):
+    with pytest.raises(
+        DataError,
+        match=r"id '1' names two different questions \('A\?' on line 1, 'B\?' on line 2\)",
+    ):
         read_questions(str(clash))
 
 

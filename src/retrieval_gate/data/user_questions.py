@@ -482,8 +482,8 @@ def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> lis
         m, kept = first[q.id]
         if kept.text != q.text:
             raise DataError(
-                f"id {q.id!r} names two different questions ({kept.text!r} and "
-                f"{q.text!r}); ids must be unique",
+                f"id {q.id!r} names two different questions ({kept.text!r} on line {m}, "
+                f"{q.text!r} on line {n}); ids must be unique",
                 spec,
             )
         repeats += 1
