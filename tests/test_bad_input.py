@@ -563,25 +563,37 @@ def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
         "closed-book.jsonl", "rag-gain.jsonl"}  # fmt: skip
 
 
-@pytest.mark.parametrize("target", ["folder", "user file", "user's .meta.json"])
-def test_label_out_refused_leaves_nothing_beside_it(tmp_path, capsys, target):
+@pytest.mark.parametrize("target", ["folder", "user file", "user's notes", "user's .meta.json"])
+@pytest.mark.parametrize("policy", ["popularity", "outcomes"])
+def test_label_out_refused_leaves_nothing_beside_it(tmp_path, capsys, target, policy):
     """`label --out` naming a folder or a file that is not a label file is refused before the
     writer lock is taken: no `.<name>.lock` is left in the user's folder (the probe's DAMAGE).
-    So is a new label file whose `.meta.json` name holds the user's own JSON (replaced)."""
+    So is a new label file whose `.meta.json` name holds the user's own JSON (replaced). A
+    user's file is named as not a label file (lines of text were "malformed JSON")."""
     user = tmp_path / "user"
     user.mkdir()
-    names = {"folder": "out", "user file": "settings.env", "user's .meta.json": "mine.jsonl"}
+    names = {"folder": "out", "user file": "settings.env", "user's notes": "notes.txt",
+             "user's .meta.json": "mine.jsonl"}  # fmt: skip
     out = user / names[target]
-    kept = {"user file": out, "user's .meta.json": user / "mine.meta.json"}.get(target)
+    kept = {"user's .meta.json": user / "mine.meta.json"}.get(target, out)
+    content = "my notes\nline two\n" if target == "user's notes" else '{"KEY": 1}\n'
     if target == "folder":
         out.mkdir()
     else:
-        kept.write_text('{"KEY": 1}\n')
+        kept.write_text(content)
     before = sorted(p.name for p in user.iterdir())
-    code, err = _run(["label", "--policy", "popularity", "--out", str(out)], capsys)
+    argv = ["label", "--policy", policy, "--out", str(out)]
+    if policy == "outcomes":
+        (tmp_path / "q.csv").write_text("id,question\nm1,Who wrote Hamlet?\n")
+        (tmp_path / "o.csv").write_text("id,correct\nm1,true\n")
+        argv += ["--outcomes", str(tmp_path / "o.csv"), "--questions", str(tmp_path / "q.csv"),
+                 "--generator", "mine"]  # fmt: skip
+    code, err = _run(argv, capsys)
     assert code == 2 and str(out) in err, err
+    if target.startswith("user's n") or target == "user file":
+        assert "exists and is not a retrieval-gate label file" in err, err
     assert sorted(p.name for p in user.iterdir()) == before
-    assert kept is None or kept.read_text() == '{"KEY": 1}\n'
+    assert target == "folder" or kept.read_text() == content
 
 
 def test_label_generator_folder_that_does_not_exist_is_refused_at_once(tmp_path, capsys):

@@ -172,23 +172,7 @@ class LabelFile:
         return read_meta(mp)
 
     def require_ours(self) -> None:
-        """Writers change only files a label run made: an existing non-empty file without
-        its `.meta.json` (written before the first row) is the user's, never truncated."""
-        if self.path.is_dir():
-            raise DataError("is a folder; --out needs a .jsonl file path", self.path)
-        regular_target(self.path)  # not a device or pipe: rewrite() would replace it
-        mp = meta_path(self.path)
-        if mp.exists() and not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):
-            # every label writer records its policy: without one, a file of the user's name
-            raise DataError(f"{mp.name} beside it is not a label file's provenance (no "
-                            "'policy'); refusing to replace it: pass another --out or move it",
-                            self.path)  # fmt: skip
-        if self.path.is_file() and self.path.stat().st_size and not meta_path(self.path).exists():
-            raise DataError(
-                f"exists and is not a retrieval-gate label file (no {meta_path(self.path).name} "
-                "beside it); refusing to change it: pass another --out or move the file",
-                self.path,
-            )
+        require_ours(self.path)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.require_ours()
@@ -324,6 +308,27 @@ def not_found(path: Path, fix: str = "run `retrieval-gate label` first or pass a
 def read_labels(path: str | Path) -> dict[str, int]:
     """id -> label of a label file; a clear error when it is missing or empty."""
     return read_label_file(path).labels()
+
+
+def require_ours(path: Path) -> None:
+    """Writers change only files a label run made: an existing non-empty file without its
+    `.meta.json` (written before the first row) is the user's, never truncated. Checked before
+    the file is read, so a user's text file is named as such, not as malformed rows."""
+    if path.is_dir():
+        raise DataError("is a folder; --out needs a .jsonl file path", path)
+    regular_target(path)  # not a device or pipe: rewrite() would replace it
+    mp = meta_path(path)
+    if mp.exists() and not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):
+        # every label writer records its policy: without one, a file of the user's name
+        raise DataError(f"{mp.name} beside it is not a label file's provenance (no "
+                        "'policy'); refusing to replace it: pass another --out or move it",
+                        path)  # fmt: skip
+    if path.is_file() and path.stat().st_size and not mp.exists():
+        raise DataError(
+            f"exists and is not a retrieval-gate label file (no {mp.name} beside it); "
+            "refusing to change it: pass another --out or move the file",
+            path,
+        )
 
 
 def read_label_file(path: str | Path) -> LabelFile:

@@ -36,7 +36,7 @@ from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path
+from .label_files import LabelFile, meta_path, require_ours
 from .labelling_run import CLOSED_BOOK, RAG_GAIN
 from .lock import single_writer
 from .logprobs import (
@@ -349,6 +349,7 @@ def _write(
 ) -> Path:
     """Replaces the file atomically, its rows stamped for `made_for`; refuses to replace one a
     labelling run wrote."""
+    require_ours(path)
     if path.exists():
         previous = LabelFile(path).meta if meta_path(path).exists() else {}
         if previous.get("source") != "outcomes":

@@ -13,7 +13,7 @@ from ..generation.base import WindowedGenerator
 from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
 from ..questions import Question
-from .label_files import LABELS_DIR, LabelFile, check_resume, meta_path
+from .label_files import LABELS_DIR, LabelFile, check_resume, meta_path, require_ours
 from .lock import single_writer
 from .policy_registry import (
     POLICIES,
@@ -207,8 +207,8 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
         rebuilt = policy_spec(req.policy).rebuilt
         # A folder or a user's file is refused before the lock file is made beside it (and
         # read again under the lock: another run may have appended meanwhile).
+        require_ours(path)
         before = LabelFile(path, replacing=rebuilt)
-        before.require_ours()
         questions = _questions(req)
         todo = questions if rebuilt else pending(questions, before.done_ids())
         if policy_spec(req.policy).needs_generator and todo:

@@ -55,7 +55,7 @@ from ..fileio import sha256_file
 from ..questions import Question
 from ..strategies import BUILTIN, StrategyRegistry
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path, missing
+from .label_files import LabelFile, meta_path, missing, require_ours
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
 from .outcome_columns import (
     ID,
@@ -438,6 +438,7 @@ def _write_all(
 
 
 def _refuse_foreign(path: Path) -> None:
+    require_ours(path)
     if path.exists() and meta_path(path).exists():
         if LabelFile(path).meta.get("source") != "outcomes":
             raise DataError(
@@ -445,7 +446,6 @@ def _refuse_foreign(path: Path) -> None:
                 "--labels-dir / --generator name",
                 path,
             )
-    LabelFile(path).require_ours()
 
 
 # ---------------------------------------------------------------- reading
