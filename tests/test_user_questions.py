@@ -275,35 +275,6 @@ def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):
         read_questions("hf:no-such/set@test")
 
 
-def test_an_hf_spec_without_a_network_fails_at_once_naming_the_host(monkeypatch):
-    """With no network (the Hub's name does not resolve), `hf:NAME` is looked up in the cache
-    only, so an uncached one is refused in about a second, saying why: `datasets` retried the
-    Hub for ~24 s first. The offline flags are put back after the load."""
-    import socket
-    import time
-
-    import datasets
-    from huggingface_hub import constants
-
-    real = socket.getaddrinfo
-
-    def no_dns(host, *args, **kwargs):
-        if host == "huggingface.co":
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
-    monkeypatch.setattr(constants, "ENDPOINT", "https://huggingface.co")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    start = time.monotonic()
-    why = r"The Hub cannot be reached from here \(huggingface.co: Name or service not known\)"
-    with pytest.raises(DataError, match=rf"'no-such/set'.* {why}: offline"):
-        read_questions("hf:no-such/set@test")
-    assert time.monotonic() - start < 10
-    assert constants.HF_HUB_OFFLINE is False and datasets.config.HF_HUB_OFFLINE is False
-
-
 def test_cells_of_other_tools_shapes_read_as_their_answers_or_are_refused(tmp_path):
     """Hugging Face's answer objects (SQuAD's {"text": [...]}, TriviaQA's {"value", "aliases"})
     are their answers, and a data frame's NaN count is unknown; an object no shape names, a

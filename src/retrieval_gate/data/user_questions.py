@@ -11,7 +11,6 @@ a stable one from its text; questions without a `split` get a seeded split (`spe
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import logging
@@ -24,6 +23,7 @@ from typing import Any
 
 from ..errors import DataError, clipped
 from ..fileio import not_utf8
+from ..hub import offline_when_unreachable
 from ..questions import Question, has_text
 from ..strict_rows import allow_long_cells, first_repeated
 from .answer_confidence import (
@@ -284,9 +284,9 @@ def _hf_rows(spec: str) -> Iterator[Row]:
     name, _, config = body.partition(":")
     if not name:
         raise DataError("expected hf:NAME[:CONFIG][@SPLIT], e.g. hf:akariasai/PopQA@test", spec)
-    unreachable = _hub_unreachable()
+    unreachable = None
     try:
-        with _offline(unreachable is not None):
+        with offline_when_unreachable() as unreachable:
             ds = load_dataset(name, config or None, split=split or None)
     except Exception as e:  # datasets raises many types (connection, not found, bad config)
         raise DataError(
@@ -302,42 +302,6 @@ def _hf_rows(spec: str) -> Iterator[Row]:
     if isinstance(ds, DatasetDict):
         ds = _with_split_column(ds)
     yield from _dataset_rows(ds)
-
-
-def _hub_unreachable() -> str | None:
-    """Why the Hub's host cannot be reached (its name does not resolve: no network), or None.
-    Without this, `datasets` retried the Hub for about 24 s before saying it was offline."""
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    host = urlparse(constants.ENDPOINT).hostname
-    if constants.HF_HUB_OFFLINE or not host:
-        return None  # offline already: `datasets` reads its cache at once
-    try:
-        socket.getaddrinfo(host, 443)
-    except OSError as e:
-        return f"{host}: {e.strerror or e}"
-    return None
-
-
-@contextlib.contextmanager
-def _offline(on: bool) -> Iterator[None]:
-    """`datasets` and the Hub client in offline mode (the cache only) for one load: the
-    variables are read when they are imported, so the flags are set and put back here."""
-    if not on:
-        yield
-        return
-    import datasets
-    from huggingface_hub import constants
-
-    before = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = before
 
 
 def _with_split_column(dd: Any) -> Any:

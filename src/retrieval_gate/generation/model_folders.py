@@ -12,13 +12,14 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, first_line
 from ..fileio import sha256_file, umask_modes
+from ..hub import offline_when_unreachable
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 from ..strict_rows import parse_json
 
@@ -218,11 +219,15 @@ def read_config(model: str, fix: str = CAN_LOAD) -> Any:
     from transformers import AutoConfig
 
     invalid = getattr(hub_errors, "StrictDataclassError", ValueError)  # a config's own checks
+    local = Path(model).exists()
+    unreachable = None
     try:
-        return AutoConfig.from_pretrained(model)
+        with nullcontext() if local else offline_when_unreachable() as unreachable:
+            return AutoConfig.from_pretrained(model)
     except (OSError, ValueError, RecursionError, invalid) as e:
-        raise InputError(f"not a model transformers knows ({first_line(e)}); {fix}",
-                         model) from None  # fmt: skip
+        hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
+        why = first_line(e).rstrip(".")
+        raise InputError(f"not a model transformers knows ({why}{hub}); {fix}", model) from None
 
 
 NO_TOKENIZER = (
