@@ -320,6 +320,13 @@ def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
     assert main(["cache", "clear"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cleared"] == 0 and out["exists"] is False and not (tmp_path / "typo").exists()
+    # a file where the folder goes: said, where `info` reported an empty cache there
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "notes.txt"))
+    for action in ("info", "clear"):
+        assert main(["cache", action]) == 2
+        assert "notes.txt: is not a folder" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_a_cache_with_a_damaged_page_is_said_so_with_the_fix(tmp_path, monkeypatch, capsys, caplog):

@@ -255,6 +255,10 @@ def store_action(action: str) -> dict[str, Any]:
     file that is not one (damaged, or someone else's): `info` names it and the fix, `clear`
     renames it beside itself (never deleted: it may not be ours) and starts an empty one."""
     path = cache_path()
+    if path.parent.exists() and not path.parent.is_dir():  # every verb would refuse it too
+        raise InputError("is not a folder: the cache ($RETRIEVAL_GATE_CACHE, else "
+                         "~/.cache/retrieval-gate) must be one; point $RETRIEVAL_GATE_CACHE at "
+                         "a folder this user can write", path.parent)  # fmt: skip
     if not path.exists():  # said, not made: `info` only looks, `clear` has nothing to clear
         # (a mistyped $RETRIEVAL_GATE_CACHE made folders and an empty cache there)
         cleared = {"cleared": 0} if action == "clear" else {}
