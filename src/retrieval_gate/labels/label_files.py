@@ -5,14 +5,14 @@ with provenance (policy, generator and checksum, prompt id, decoding, date, vers
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
 then whatever the policy records (prediction, match, mean_logprob, ...), and in the rows of a
 resumable run or an outcomes import `question_sha` (a hash of the question's text and gold
-answers): a resume, or a
-train, evaluate or tune, over questions changed under the same ids is refused (`resume_over`,
-`check_made_for`); rows without one (written before it) are not checked. Fields are added,
-never renamed, so older files load: e.g. `token_logprobs` (the answer's token
-log-probabilities, `labels.logprobs`) is optional, absent from files written before it. There
-is no format version field; the sidecar's `package_version` says which release wrote a file.
-A whole last row without its newline (a hand-written file) is a row; a half-written one (an
-interrupted run) is not read, with a note, and the next append cuts it off."""
+answers): a resume, or a train, evaluate or tune, over questions changed under the same ids is
+refused (`resume_over`, `check_made_for`); rows without one (written before it) are not
+checked. Fields are added, never renamed, so older files load: e.g. `token_logprobs` (the
+answer's token log-probabilities, `labels.logprobs`) is optional, absent from files written
+before it. There is no format version field; the sidecar's `package_version` says which release
+wrote a file. A whole last row without its newline (a hand-written file) is a row; a
+half-written one (an interrupted run) is not read, with a note, and the next append cuts it
+off."""
 
 from __future__ import annotations
 
