@@ -136,6 +136,15 @@ def test_labels_made_for_other_questions_under_the_same_ids_are_refused(tmp_path
         load_splits(out.path, None, edited)
     with pytest.raises(DataError, match="labelled for other questions"):
         labelled_questions(DataConfig(label_file=str(out.path)), edited)
+    # a questions file without the gold answers (new.csv, or answers' log-probabilities only)
+    # is compared by the text alone: the same questions read, an edited one does not
+    bare = [dataclasses.replace(x, answers=()) for x in made]
+    assert len(load_splits(out.path, None, bare).test.questions) == 4
+    with pytest.raises(DataError, match=r"1 row here was labelled for other questions .*'q5'"):
+        load_splits(out.path, None, [dataclasses.replace(x, answers=()) for x in edited])
+    with pytest.raises(DataError, match=r"other questions .*'q5'"):  # other answers: refused
+        load_splits(out.path, None, [*made[:5], dataclasses.replace(made[5], answers=("x",)),
+                                     *made[6:]])  # fmt: skip
 
 
 def test_an_id_labelled_twice_otherwise_is_refused_naming_both_lines(tmp_path):

@@ -177,6 +177,9 @@ def test_imported_labels_are_refused_over_questions_edited_under_their_ids(tmp_p
                for name, task in files.items()]  # fmt: skip
     for cfg in configs:
         labelled_questions(cfg)  # the questions they were made for
+    write_jsonl(qs, [{"id": q["id"], "question": q["question"]} for q in QUESTIONS])
+    for cfg in configs:
+        labelled_questions(cfg)  # the same texts without their gold answers: these too
     write_jsonl(qs, [QUESTIONS[0], {**QUESTIONS[1], "question": "What is the capital of Peru?"},
                      QUESTIONS[2]])  # fmt: skip
     for cfg in configs:

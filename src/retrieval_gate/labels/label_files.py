@@ -5,14 +5,15 @@ with provenance (policy, generator and checksum, prompt id, decoding, date, vers
 Row fields: `id`, `label` (1 = needs retrieval, 0 = does not, null = dropped by the policy),
 then whatever the policy records (prediction, match, mean_logprob, ...), and in the rows of a
 resumable run or an outcomes import `question_sha` (a hash of the question's text and gold
-answers): a resume, or a train, evaluate or tune, over questions changed under the same ids is
-refused (`resume_over`, `check_made_for`); rows without one (written before it) are not
-checked. Fields are added, never renamed, so older files load: e.g. `token_logprobs` (the
-answer's token log-probabilities, `labels.logprobs`) is optional, absent from files written
-before it. There is no format version field; the sidecar's `package_version` says which release
-wrote a file. A whole last row without its newline (a hand-written file) is a row; a
-half-written one (an interrupted run) is not read, with a note, and the next append cuts it
-off."""
+answers) and `text_sha` (the text alone): a resume, or a train, evaluate or tune, over
+questions changed under the same ids is refused (`resume_over`, `check_made_for`; reading
+compares the text alone where the questions carry no gold answers, or the labels were made
+without any); rows without one (written before it) are not checked. Fields are added, never
+renamed, so older files load: e.g. `token_logprobs` (the answer's token log-probabilities,
+`labels.logprobs`) is optional, absent from files written before it. There is no format version
+field; the sidecar's `package_version` says which release wrote a file. A whole last row
+without its newline (a hand-written file) is a row; a half-written one (an interrupted run) is
+not read, with a note, and the next append cuts it off."""
 
 from __future__ import annotations
 
@@ -81,6 +82,15 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
 def question_sha(q: Question) -> str:
     """What a row's label was made from: the question's text and its gold answers."""
     return content_id(q.text, *sorted(q.answers))
+
+
+def text_sha(q: Question) -> str:
+    """The question's text alone: `question_sha` of the question without gold answers."""
+    return content_id(q.text)
+
+
+# A row's stamp as read: its question_sha and its text_sha (None in rows written before it)
+Stamp = tuple[str, str | None]
 
 
 class LabelFile:
@@ -216,8 +226,9 @@ class LabelFile:
         very questions (their `question_sha`), else a DataError; the rows appended next carry
         theirs. An edited questions file that kept its ids (or another one numbering its rows
         1, 2, ...) was "resumed": its changed questions kept the labels of the old ones."""
+        questions = list(questions)
         self.made_for(questions)
-        if changed := _made_for_others(stamped(self.rows), self._shas):
+        if changed := _made_for_others(stamped(self.rows), questions, exact=True):
             n = len(changed)
             raise DataError(
                 f"{n} question{'s' * (n != 1)} labelled here now read otherwise under the same "
@@ -229,12 +240,14 @@ class LabelFile:
 
     def made_for(self, questions: Iterable[Question]) -> None:
         """The rows written next (appended or rewritten) carry these questions'
-        `question_sha`: a train, evaluate or tune over questions edited since is refused."""
-        self._shas = {q.id: question_sha(q) for q in questions}
+        `question_sha` and `text_sha`: a train, evaluate or tune over questions edited since
+        is refused."""
+        self._shas = {q.id: {"question_sha": question_sha(q), "text_sha": text_sha(q)}
+                      for q in questions}  # fmt: skip
 
     def _stamped(self, row: dict[str, Any]) -> dict[str, Any]:
-        sha = self._shas.get(str(row["id"]))
-        return row if sha is None else {**row, "question_sha": sha}
+        shas = self._shas.get(str(row["id"]))
+        return row if shas is None else {**row, **shas}
 
     def done_ids(self) -> set[str]:
         return set(self.rows)
@@ -244,18 +257,19 @@ class LabelFile:
         return {i: int(r["label"]) for i, r in self.rows.items() if r["label"] is not None}
 
 
-def stamped(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """id -> `question_sha` of the rows that carry one (rows written before it do not)."""
-    return {i: r["question_sha"] for i, r in rows.items() if isinstance(r.get("question_sha"), str)}
+def stamped(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Stamp]:
+    """id -> the stamp of the rows that carry one (rows written before it do not)."""
+    return {i: (r["question_sha"], r["text_sha"] if isinstance(r.get("text_sha"), str) else None)
+            for i, r in rows.items() if isinstance(r.get("question_sha"), str)}  # fmt: skip
 
 
 def check_made_for(
-    shas: Mapping[str, str], questions: Iterable[Question], path: str | Path
+    shas: Mapping[str, Stamp], questions: Iterable[Question], path: str | Path
 ) -> None:
     """Before training, evaluating or tuning on a label file's rows (`shas`: `stamped` of the
     rows as read) over `questions`: the stamped rows must be of these very questions (rows of
     a questions file edited since under the same ids were read as the new questions' labels)."""
-    if changed := _made_for_others(shas, {q.id: question_sha(q) for q in questions}):
+    if changed := _made_for_others(shas, questions):
         n = len(changed)
         raise DataError(
             f"{n} row{'s' * (n != 1)} here {'were' if n != 1 else 'was'} labelled for other "
@@ -267,9 +281,28 @@ def check_made_for(
         )
 
 
-def _made_for_others(recorded: Mapping[str, str], shas: Mapping[str, str]) -> list[str]:
-    """Ids whose recorded `question_sha` is not the question's (unrecorded ones pass)."""
-    return [i for i, sha in shas.items() if recorded.get(i, sha) != sha]
+def _made_for_others(
+    recorded: Mapping[str, Stamp], questions: Iterable[Question], exact: bool = False
+) -> list[str]:
+    """Ids whose row was made for another question: another text, or other gold answers.
+    `exact` (a labelling run resuming: it judges answers against the gold ones) compares both
+    always; reading labels compares the text alone where a side has no gold answers (labels
+    made without them, or a questions file that leaves them out). Unstamped rows pass."""
+    return [
+        q.id
+        for q in questions
+        if (stamp := recorded.get(q.id)) is not None and not _same_question(stamp, q, exact)
+    ]
+
+
+def _same_question(stamp: Stamp, q: Question, exact: bool) -> bool:
+    sha, text = stamp
+    if sha == question_sha(q):
+        return True
+    if exact:
+        return False
+    plain = text_sha(q)
+    return sha == plain or (text == plain and not q.answers)
 
 
 def _whole_object(raw: bytes) -> bool:

@@ -30,7 +30,7 @@ from torch import nn
 
 from ..errors import DataError
 from ..labels import LabelFile
-from ..labels.label_files import missing, stamped
+from ..labels.label_files import Stamp, missing, stamped
 from ..labels.strategy_labels import (
     MAKE_THEM,
     RELEASE_LABELS,
@@ -52,8 +52,8 @@ class Targets:
     strategies: tuple[str, ...]
     costs: dict[str, tuple[float, ...]]
     provenance: dict[str, Any]
-    # id -> the question_sha its row recorded (label_files.stamped): what the rows were made for
-    question_shas: dict[str, str] = field(default_factory=dict)
+    # id -> the stamp its row recorded (label_files.stamped): what the rows were made for
+    question_shas: dict[str, Stamp] = field(default_factory=dict)
 
 
 def memory_provenance(labels: Mapping[str, Any]) -> dict[str, Any]:
