@@ -247,6 +247,7 @@ CASES = {
     "evaluate-resamples-a-billion": C(f"{EVAL} --resamples 1000000000", "--resamples", "at most 100000"),
     "evaluate-out-is-a-file": C(f"evaluate --gates always --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "evaluate-run-dir-missing": C(f"{EVAL} --run-dir {{t}}/missing-run", "missing-run"),
+    "evaluate-run-dir-without-answers": C(f"{EVAL} --run-dir {{t}}/dir", "dir", "holds neither closed-book.jsonl nor rag-gain.jsonl"),
     "evaluate-out-holds-a-file-of-yours": C(
         f"evaluate --gates always --labels {LABELS} --out {{t}}/mine --no-cost", "report.md",
         "did not write it", "--out", forbid=("retrieval_gate.evaluation.gate_comparison.load_splits",)),
@@ -270,6 +271,9 @@ CASES = {
     "tune-target-out-of-range": C(f"{TUNE} --objective min-retrieval --target 2", "--target"),
     "tune-labels-missing": C("tune --gate popularity --labels {t}/missing.jsonl --out {t}/tu", "missing.jsonl"),
     "tune-labels-dir": C("tune --gate popularity --labels {t}/dir --out {t}/tu", "dir"),
+    "tune-run-dir-missing": C(f"{TUNE} --run-dir {{t}}/missing-run", "--run-dir", "missing-run", "no such folder"),
+    "tune-run-dir-a-file": C(f"{TUNE} --run-dir {{t}}/file.txt", "--run-dir", "file.txt", "a file, not a folder"),
+    "tune-run-dir-without-answers": C(f"{TUNE} --run-dir {{t}}/dir", "dir", "holds neither closed-book.jsonl nor rag-gain.jsonl"),
     "tune-out-is-a-file": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "tune-out-holds-a-file-of-yours": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/mine", "tune-popularity-closed-book.json", "did not write it"),
     "tune-max-epochs-zero": C(f"tune --gate learned --objective hparams --labels {LABELS} --out {{t}}/tu --max-epochs 0", "--max-epochs"),
@@ -310,6 +314,7 @@ CASES = {
     "transfer-routers-on-binary-labels": C(f"transfer --labels {LABELS} --gates router-tfidf --out {{t}}/tr", "no gate could be fitted on closed-book", "needs strategy labels"),
     "transfer-learned-config-unused": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned-config {{t}}/missing.yaml", "--learned-config", "--learned only"),
     "transfer-run-dir-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/missing-run", "missing-run"),
+    "transfer-run-dir-without-answers": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/dir", "dir", "holds neither"),
     "transfer-questions-bad-row": C(f"transfer --labels {LABELS} --out {{t}}/tr --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- export
     "export-run-missing": C("export --run {t}/missing-run --out-dir {t}/ex", "missing-run"),

@@ -383,8 +383,7 @@ def test_two_generators_closed_book_files_keep_their_own_sections(tmp_path):
         "gen-a/closed-book", "gen-a/closed-book-2"]  # fmt: skip
     out = tmp_path / "report"
     assert main(["evaluate", "--gates", "always", "tfidf", "--labels", *map(str, files),
-                 "--run-dir", str(tmp_path), "--out", str(out), "--resamples", "20",
-                 "--no-cost"]) == 0  # fmt: skip
+                 "--out", str(out), "--resamples", "20", "--no-cost"]) == 0  # fmt: skip
     policies = json.loads((out / "results.json").read_text())["policies"]
     assert list(policies) == ["gen-a/closed-book", "gen-b/closed-book"]
     assert [p["label_file"]["generator"] for p in policies.values()] == ["gen-a", "Org/Gen-B"]

@@ -224,7 +224,7 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     def tune(run, *extra):
         argv = ["tune", "--gate", "learned", "--learned-run", str(run), "--labels", str(labels),
                 "--objective", "macro-f1", "--trials", "4", "--storage", str(storage),
-                "--out", str(out), "--run-dir", str(tmp_path / "no-run"), *extra]  # fmt: skip
+                "--out", str(out), *extra]  # fmt: skip
         assert main(argv) == 0, capsys.readouterr().err
         return json.loads((out / "tune-learned-pop.json").read_text())["thresholds"]["macro-f1"]
 

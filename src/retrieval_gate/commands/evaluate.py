@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from ..labels.labelling_run import run_dir_for
     from ..rag.gate_folders import check_gate_folders
     from .gate_args import check_feature, gate_options
-    from .plan import check_counts, check_input_dir, check_output_dir
+    from .plan import check_counts, check_output_dir, check_run_dir
     from .question_args import questions_from
 
     check_counts(args, {"--limit": 1, "--resamples": 1, "--cost-questions": 1})
@@ -143,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
                          "by less than the report rounds it to, and each resample is a pass "
                          f"over every gate; pass at most {MAX_RESAMPLES}")  # fmt: skip
     check_output_dir(args.out, "--out", WRITES)
-    check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
-                    "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
+    check_run_dir(args.run_dir)
     options = gate_options(args, args.gates)
     check_gate_folders(args.gates, options)
     check_label_strategies(args.labels, args.strategies)  # before any gate is scored

@@ -73,7 +73,7 @@ def check_plan(args: argparse.Namespace) -> None:
     """The output folders, --run-dir and (with --learned) the training config and overrides,
     before any cell is fitted or trained."""
     from ..labels.strategy_labels import is_strategy_source
-    from .plan import check_input_dir, check_input_file, check_output_dir
+    from .plan import check_input_file, check_output_dir, check_run_dir
 
     for path in args.labels:  # every file now, not when the matrix reaches it
         if not is_strategy_source(path):
@@ -82,8 +82,7 @@ def check_plan(args: argparse.Namespace) -> None:
     from ..evaluation.transfer import WRITES
 
     check_output_dir(args.out, "--out", WRITES)
-    check_input_dir(args.run_dir, "--run-dir", "pass the labelling run folder (with "
-                    "closed-book.jsonl) that `retrieval-gate label` wrote")  # fmt: skip
+    check_run_dir(args.run_dir)
     if args.learned:
         from ..strict_rows import check_overrides
         from ..training.config import load_config

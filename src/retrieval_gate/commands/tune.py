@@ -111,7 +111,7 @@ def check_plan(args: argparse.Namespace) -> None:
     from ..rag.gate_folders import check_gate_folders
     from ..strict_rows import check_overrides
     from .gate_args import gate_options
-    from .plan import check_at_most, check_counts, check_output_dir, cpu_count
+    from .plan import check_at_most, check_counts, check_output_dir, check_run_dir, cpu_count
 
     check_counts(args, {"--workers": 1, "--max-epochs": 1})
     check_overrides(args.set or ())
@@ -122,6 +122,7 @@ def check_plan(args: argparse.Namespace) -> None:
     from ..tuning.tune import WRITES
 
     check_output_dir(args.out, "--out", WRITES)
+    check_run_dir(args.run_dir)
     # a router's costs, before --budget
     check_gate_folders([args.gate], gate_options(args, [args.gate]))
 
