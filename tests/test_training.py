@@ -829,21 +829,36 @@ def test_generated_labels_of_your_questions_name_the_file_they_were_made_from(tm
 def test_a_run_finds_its_label_file_from_another_folder(tmp_path, monkeypatch):
     """A run trained on `data/labels/...` (relative, as the configs name them) could not be
     exported from another folder: the label file was "not found" and export has no flag for
-    it. The run records where the path resolved too."""
+    it. The run records where the path resolved too, and a project copied elsewhere (the old
+    place gone) is searched above the run; the file is taken only with the run's checksum."""
+    from retrieval_gate.errors import DataError
+    from retrieval_gate.fileio import sha256_file
     from retrieval_gate.training.provenance import label_provenance, label_source
 
-    labels = tmp_path / "data" / "closed-book.jsonl"
-    labels.parent.mkdir()
+    labels = tmp_path / "project" / "data" / "closed-book.jsonl"
+    labels.parent.mkdir(parents=True)
     labels.write_text('{"id": "a", "label": 1}\n')
-    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "project" / "runs" / "demo" / "x"
+    run.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "project")
     provenance = label_provenance(Path("data/closed-book.jsonl"))
     assert provenance["path"] == "data/closed-book.jsonl"
     assert provenance["resolved"] == str(labels.resolve())
-    assert label_source(provenance) == "data/closed-book.jsonl"  # found as given
+    assert label_source(provenance, run, sha256_file) == "data/closed-book.jsonl"  # as given
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    assert label_source(provenance) == str(labels.resolve())
-    assert label_source({"path": "adaptive-rag"}) == "adaptive-rag"  # a dataset name, kept
+    assert label_source(provenance, run, sha256_file) == str(labels.resolve())
+    (tmp_path / "project").rename(tmp_path / "copy")  # a clone elsewhere: resolved is gone
+    copied = tmp_path / "copy" / "runs" / "demo" / "x"
+    assert label_source(provenance, copied, sha256_file) == str(tmp_path / "copy" / "data" /
+                                                                "closed-book.jsonl")  # fmt: skip
+    (tmp_path / "copy" / "data" / "closed-book.jsonl").write_text('{"id": "a", "label": 0}\n')
+    with pytest.raises(DataError, match="has changed since it trained"):  # never other labels
+        label_source(provenance, copied, sha256_file)
+    with pytest.raises(DataError, match="not found here, nor where it was"):
+        label_source(provenance, tmp_path / "elsewhere", sha256_file)
+    named = {"path": "adaptive-rag", "sha256": "s"}  # a dataset name, kept when it matches
+    assert label_source(named, run, lambda p: "s") == "adaptive-rag"
 
 
 def test_a_diverged_loss_stops_training_with_the_learning_rates(

@@ -55,7 +55,9 @@ def parity_set(
     meta = read_run_json(run_dir / "metadata.json")
     config, old_side = read_run_config(run_dir / "config.yaml")
     task = TASKS[meta["task"]]
-    source = label_source(provenance) if provenance.get("path") else None
+    source = (
+        label_source(provenance, run_dir, task.labels_sha256) if provenance.get("path") else None
+    )
     if source:
         labels = task.read(source).labels
     else:  # labels given to train() in memory travel in labels.json
