@@ -312,6 +312,9 @@ def test_question_files_with_a_byte_order_mark_read_as_without(tmp_path):
     (b"PAR1\x15\x04", "a Parquet file: pass it as --questions"),
     (b"\x1f\x8b\x08\x00", "gzip-compressed"),
     (b"PK\x03\x04", "a zip archive"),
+    (b"SQLite format 3\x00", "an SQLite database"),  # its NUL-free lines were scored, exit 0
+    ("Who wrote Hamlet?\n".encode("utf-16"), "are NUL, so it is binary data or UTF-16 text"),
+    (b"\x00\x01\x02\x03\n" * 50, "50 of its first 268 bytes are NUL"),
 ])  # fmt: skip
 def test_score_refuses_a_binary_file_instead_of_scoring_its_bytes(tmp_path, capsys, head, says):
     q = tmp_path / "q.txt"

@@ -183,6 +183,8 @@ def test_duplicates(tmp_path, caplog):
             r"line 1: not valid UTF-8 \(byte 0\): the file is UTF-16 .*iconv -f UTF-16 -t UTF-8",
         ),
         ("u16.jsonl", '{"question": "Who?"}\n'.encode("utf-16"), "the file is UTF-16"),
+        # an SQLite file's header holds a NUL as UTF-16 does: named for what it is
+        ("db.csv", b"SQLite format 3\x00\x10\x00\x01\x01\nWho?\n", "db.csv: not text: this is"),
         ("u16.json", '[{"question": "Who?"}]'.encode("utf-16"), "the file is UTF-16"),
         ("mixed.jsonl", '{"question": "a?"}\nquestion,answers\n', "line 2: malformed JSON"),
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),

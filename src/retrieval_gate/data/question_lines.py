@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..fileio import not_utf8
+from ..fileio import binary_kind, not_utf8
 from ..questions import has_text
 from ..strict_rows import (
     RepeatedKeyError,
@@ -59,7 +59,7 @@ def iter_question_lines(path: Path) -> Iterator[dict[str, Any]]:
     suffix = path.suffix.lower()
     try:
         with open(path, "rb") as f:
-            _refuse_binary(f.read(4), path)
+            _refuse_binary(f.read(HEAD_BYTES), path)
             f.seek(0)
             if suffix == ".json":
                 yield from _read_json(f.read(), path)
@@ -101,12 +101,7 @@ def _read_lines(f: BinaryIO, path: Path, is_jsonl: bool) -> Iterator[dict[str, A
             yield rec
 
 
-# Files that are not lines of text, by their first bytes: the fix for each.
-BINARY = {
-    b"PAR1": "a Parquet file: pass it as --questions FILE.parquet",
-    b"\x1f\x8b": "gzip-compressed: decompress it first (gunzip)",
-    b"PK\x03\x04": "a zip archive (or .xlsx): unpack it, or save the sheet as .csv",
-}
+HEAD_BYTES = 8192  # what the binary check reads: a text line may hold a stray NUL, data many
 
 
 def refuse_structured_text(first_line: str, path: Path) -> None:
@@ -141,11 +136,18 @@ def _fix_for(sep: str) -> str:
     return f"name the file {suffix}" if suffix else "save it with commas as .csv (or tabs as .tsv)"
 
 
-def _refuse_binary(data: bytes, path: Path) -> None:
-    """A Parquet, gzip or zip file read line by line would become questions of garbage."""
-    for magic, what in BINARY.items():
-        if data.startswith(magic):
-            raise InputError(f"not lines of text: this is {what}", path)
+def _refuse_binary(head: bytes, path: Path) -> None:
+    """A Parquet, gzip, zip or SQLite file (or any mostly-NUL data) read line by line would
+    become questions of garbage: its lines without a NUL were scored."""
+    what = binary_kind(head)
+    if what:
+        raise InputError(f"not lines of text: this is {what}", path)
+    nul = head.count(b"\x00")
+    if nul * 10 > len(head):
+        fixed = path.with_name(f"{path.stem}.utf8{path.suffix}")
+        raise InputError(f"not lines of text: {nul} of its first {len(head)} bytes are NUL, "
+                         "so it is binary data or UTF-16 text (re-encode that: iconv -f UTF-16 "
+                         f"-t UTF-8 {path} > {fixed})", path)  # fmt: skip
 
 
 def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:

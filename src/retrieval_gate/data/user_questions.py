@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, clipped
-from ..fileio import not_utf8
+from ..fileio import binary_kind, not_utf8
 from ..hub import offline_when_unreachable
 from ..questions import Question, has_text
 from ..strict_rows import allow_long_cells, first_repeated
@@ -194,7 +194,10 @@ def read_rows(spec: str) -> Iterator[Row]:
 
 
 def _check_utf8(path: Path) -> None:
+    """UTF-8 text, not a binary file whose bytes happen to decode (an SQLite header does)."""
     data = path.read_bytes()
+    if binary_kind(data):
+        raise DataError(f"not text: this is {binary_kind(data)}", path)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
