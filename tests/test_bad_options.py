@@ -141,6 +141,7 @@ CASES = {
     "label-t-ans-out-of-range": C(f"label --policy rrcp --t-ans 2 {URL}", "--t-ans"),
     "label-throughput-negative": C("label --throughput -1 --backend transformers", "--throughput"),
     "label-labels-dir-is-a-file": C(f"label --policy closed-book {URL} --labels-dir {{t}}/file.txt", "--labels-dir", "file.txt"),
+    "label-out-and-labels-dir": C("label --policy popularity --out {t}/p.jsonl --labels-dir {t}/lab", "--out and --labels-dir both say where --policy popularity writes"),
     "label-outcomes-missing": C("label --policy outcomes --questions {t}/q.jsonl --labels-dir {t}/lab --outcomes {t}/missing.csv", "missing.csv"),
     "label-corpus-missing": C(f"{LABEL} --policy rag-gain --corpus {{t}}/missing.jsonl", "missing.jsonl"),
     "label-generator-url-bad": C("label --policy closed-book --generator-url host:8000 --labels-dir {t}/lab", "--generator-url"),

@@ -117,6 +117,10 @@ def _request(args: argparse.Namespace) -> Any:
 
     spec = policy_spec(args.policy)
     _check_selection(args, spec)
+    if args.out and args.labels_dir and not spec.reads_closed_book:  # else one was ignored
+        raise InputError(f"--out and --labels-dir both say where --policy {spec.name} writes, "
+                         "and it reads no closed-book file from a labels folder: pass one of "
+                         "them")  # fmt: skip
     shared = {"datasets": args.datasets, "limit": args.limit, "generator": args.generator,
               "backend": args.backend, "out": args.out, "llm": args.llm}  # fmt: skip
     for name in ("eq_sample", "seed"):  # not given: the request's defaults

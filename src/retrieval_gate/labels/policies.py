@@ -464,16 +464,16 @@ for _spec in (
                relabel=True, options=(CRITERION, CHUNK_SIZE)),
     PolicySpec("rag-gain", "also answered with retrieved documents: helps / hurts / neither "
                "/ both", _one_file(_generating(_rag_gain)), needs_generator=True,
-               needs_retriever=True, ray=True, relabel=True,
+               needs_retriever=True, ray=True, relabel=True, reads_closed_book=True,
                options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, NEITHER_LABEL)),
     PolicySpec("rrcp", "RRCP answerability / completeness over the top-k documents",
                _one_file(_generating(_rrcp)), needs_generator=True, needs_retriever=True,
-               relabel=True, options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, EVALUATOR,
+               relabel=True, reads_closed_book=True, options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, EVALUATOR,
                                       NO_LLM_JUDGE, T_ANS, T_COM)),
     # reads the generator's closed-book file (--generator / --generator-url name it)
     PolicySpec("retrievalqa-style", "RetrievalQA's recipe over the closed-book labels",
                _one_file(_retrievalqa_style), needs_generator=True, rebuilt=True,
-               options=(CRITERION,)),
+               reads_closed_book=True, options=(CRITERION,)),
     PolicySpec("outcomes", "answers you recorded elsewhere (lm-eval logs, a file, an "
                "Adaptive-RAG release), no generation", _outcomes, file="closed-book", selects=False,
                options=(CRITERION, OUTCOMES, OUTCOME_FIELD, STRATEGIES, UNANSWERED,

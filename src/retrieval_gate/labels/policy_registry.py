@@ -119,6 +119,8 @@ class PolicySpec:
     per_generator: bool = True  # <labels-dir>/<generator>/<file>.jsonl, else <labels-dir>/
     ray: bool = False  # --engine ray can spread it (one request per question)
     relabel: bool = False  # --relabel recomputes its labels from stored measures
+    # reads <labels-dir>/<generator>/closed-book.jsonl: --labels-dir names it beside --out
+    reads_closed_book: bool = False
     # it labels questions it picks (--dataset, --limit, --eq-sample, --seed); False: every
     # row of its input (outcomes imports its whole file)
     selects: bool = True
