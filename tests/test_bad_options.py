@@ -266,6 +266,7 @@ CASES = {
     "tune-workers-zero": C(f"{TUNE} --workers 0", "--workers"),
     # a key given twice: the last value won, silently
     "tune-set-twice": C(f"{TUNE} --objective hparams --set model.lr=0.1 model.lr=0.2", "--set gives model.lr more than once"),
+    "train-config-is-a-folder": C("train --config {t}/dir", "dir", "is a folder, not a YAML config file"),
     "train-set-twice": C("train --config cascade-closed-book --set trainer.max_epochs=1 trainer.max_epochs=3", "--set gives trainer.max_epochs more than once"),
     "data-field-twice": C("data summary --questions examples/your-data/questions.csv --field question=question --field question=relation", "--field names two columns for question"),
     "tune-trials-zero": C(f"{TUNE} --objective pareto --trials 0", "--trials"),

@@ -545,7 +545,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
         named = f" (named by `extends:` in {seen[-1]})" if seen else ""
-        raise ConfigError(f"config file not found{named}", path)
+        what = "is a folder, not a YAML config file" if path.is_dir() else "config file not found"
+        raise ConfigError(f"{what}{named}", path)
     try:
         raw = read_yaml(path) or {}
     except yaml.YAMLError as e:
