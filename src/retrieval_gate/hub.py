@@ -1,15 +1,19 @@
 """The Hugging Face Hub where it cannot be reached. Without a network (the Hub's name does not
-resolve), `datasets` and transformers retried it for about 24 s before saying so; a load of a
-Hub name is run in their offline mode there instead: what the Hugging Face cache holds loads,
-anything else fails at once, and the caller names why."""
+resolve), `datasets` and transformers retried it for about 24 s before saying so, and vLLM,
+listing a cached model's files, for minutes before failing. So the first load of a Hub name
+checks the Hub once and, where it cannot be reached, turns offline mode on for the rest of the
+process and the engines it starts: what the Hugging Face cache holds loads at once, anything
+else fails at once, and the caller names why."""
 
 from __future__ import annotations
 
-import contextlib
+import logging
+import os
 import socket
 import sys
-from collections.abc import Iterator
 from urllib.parse import urlparse
+
+log = logging.getLogger(__name__)
 
 
 def unreachable() -> str | None:
@@ -27,25 +31,26 @@ def unreachable() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def offline_when_unreachable() -> Iterator[str | None]:
-    """Runs its block in offline mode (the cache only) when the Hub cannot be reached, and
-    yields why (None: online as usual). The libraries read the offline variables when they are
-    imported, so their flags are set here and put back after."""
+_WENT_OFFLINE: dict[str, str] = {}  # "why": set once this process turned offline mode on
+
+
+def offline_when_unreachable() -> str | None:
+    """Offline mode from here on when the Hub cannot be reached: why (None: online as usual,
+    or offline by the user's own setting). The libraries read their offline flags when
+    imported, so the flags are set where they keep them, and the variable for the processes an
+    engine starts."""
+    if "why" in _WENT_OFFLINE:
+        return _WENT_OFFLINE["why"]
     why = unreachable()
     if why is None:
-        yield None
-        return
+        return None
+    _WENT_OFFLINE["why"] = why
     from huggingface_hub import constants
 
-    flags = [(constants, "HF_HUB_OFFLINE")]
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants.HF_HUB_OFFLINE = True
     if "datasets" in sys.modules:  # imported by the caller that needs it, never here
-        flags.append((sys.modules["datasets"].config, "HF_HUB_OFFLINE"))
-    before = [getattr(module, name) for module, name in flags]
-    for module, name in flags:
-        setattr(module, name, True)
-    try:
-        yield why
-    finally:
-        for (module, name), value in zip(flags, before, strict=True):
-            setattr(module, name, value)
+        sys.modules["datasets"].config.HF_HUB_OFFLINE = True
+    log.info(f"the Hugging Face Hub cannot be reached ({why}): Hub names are read from the "
+             "Hugging Face cache alone from here on (offline mode)")  # fmt: skip
+    return why

@@ -287,10 +287,9 @@ def _hf_rows(spec: str) -> Iterator[Row]:
     name, _, config = body.partition(":")
     if not name:
         raise DataError("expected hf:NAME[:CONFIG][@SPLIT], e.g. hf:akariasai/PopQA@test", spec)
-    unreachable = None
+    unreachable = offline_when_unreachable()
     try:
-        with offline_when_unreachable() as unreachable:
-            ds = load_dataset(name, config or None, split=split or None)
+        ds = load_dataset(name, config or None, split=split or None)
     except Exception as e:  # datasets raises many types (connection, not found, bad config)
         raise DataError(
             f"could not load Hugging Face dataset {name!r}"

@@ -24,6 +24,7 @@ from huggingface_hub import ModelCard, ModelHubMixin
 
 from ..artifacts import open_artifact
 from ..errors import BackendError, InputError, first_line
+from ..hub import offline_when_unreachable
 from ..questions import Question
 from ..run_folder import RunFolder
 from ..strategies import StrategyRegistry, specs_of
@@ -88,11 +89,13 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
     )
 
     not_local = f"no local folder {name!r}, so it was taken as a Hub id"
+    unreachable = offline_when_unreachable()
     try:
         return Path(snapshot_download(repo_id=name, **hub_kwargs))
     except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
+        hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
         raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
-                         f"be downloaded ({first_line(e)})", name) from None  # fmt: skip
+                         f"be downloaded ({first_line(e)}{hub})", name) from None  # fmt: skip
     except HfHubHTTPError as e:
         raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
 

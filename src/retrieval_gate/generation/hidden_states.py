@@ -47,9 +47,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 def model_num_layers(model: str) -> int:
     """The number of decoder blocks of a model folder or name, from its config alone (no
     weights are read)."""
-    from transformers import AutoConfig
+    from .model_folders import read_config
 
-    config = AutoConfig.from_pretrained(model)
+    config = read_config(model)  # a Hub name without a network: the cache alone, at once
     n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
     if not n:
         raise InputError("the model's config names no num_hidden_layers: not a causal LM", model)

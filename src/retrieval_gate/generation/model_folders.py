@@ -12,7 +12,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -219,11 +219,9 @@ def read_config(model: str, fix: str = CAN_LOAD) -> Any:
     from transformers import AutoConfig
 
     invalid = getattr(hub_errors, "StrictDataclassError", ValueError)  # a config's own checks
-    local = Path(model).exists()
-    unreachable = None
+    unreachable = None if Path(model).exists() else offline_when_unreachable()
     try:
-        with nullcontext() if local else offline_when_unreachable() as unreachable:
-            return AutoConfig.from_pretrained(model)
+        return AutoConfig.from_pretrained(model)
     except (OSError, ValueError, RecursionError, invalid) as e:
         hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
         why = first_line(e).rstrip(".")
