@@ -319,7 +319,8 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
                             "package_version": manifest["package_version"],
                             "checksums": manifest["checksums"]}  # fmt: skip
         tokenizer = [f"tokenizer/{f.name}" for f in (folder / "tokenizer").glob("*")]
-        weights = (["gate.pt", *tokenizer] if kind == "run"
+        backbone = [f"backbone/{f.name}" for f in (folder / "backbone").glob("*")]
+        weights = (["gate.pt", "config.yaml", *tokenizer, *backbone] if kind == "run"
                    else ["model.onnx", "model.int8.onnx", "tokenizer.json"])  # fmt: skip
         assert kind == "export" or "tokenizer/tokenizer.json" in tokenizer
         assert manifest["checksums"] == {n: sha256_file(folder / n) for n in weights}

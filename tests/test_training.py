@@ -174,12 +174,26 @@ def test_corrupt_and_mismatched_checkpoints_fail_clearly(trained, tmp_path):
     (lacking / "tokenizer" / "tokenizer_config.json").unlink()
     with pytest.raises(DataError, match="tokenizer/ lacks tokenizer_config.json, which its"):
         load_run(lacking)
-    # config.yaml emptied or overwritten: refused, never read as the default config
+    # config.yaml emptied or overwritten: refused, never read as the default config (by its
+    # checksum, and where a run has none recorded, by its sections)
     for damaged, lacking in (("garbage", "run"), ("", "run"), ("run: {}\ndata: {}\n", "model")):
         cut = Path(shutil.copytree(trained["roberta-full"], tmp_path / f"config{len(damaged)}"))
         (cut / "config.yaml").write_text(damaged)
-        with pytest.raises(ConfigError, match=f"no '{lacking}' section.*the file is damaged"):
+        with pytest.raises(DataError, match="config.yaml: damaged or replaced"):
             load_run(cut)
+        with pytest.raises(ConfigError, match=f"no '{lacking}' section.*the file is damaged"):
+            load_run(forget_checksums(cut))
+    # a pooling or an activation edited: the weights load and score otherwise; refused
+    edited = Path(shutil.copytree(trained["roberta-full"], tmp_path / "edited"))
+    config = edited / "config.yaml"
+    config.write_text(config.read_text().replace("pooling: cls", "pooling: mean"))
+    with pytest.raises(DataError, match="config.yaml: damaged or replaced"):
+        load_run(edited)
+    config.write_text((trained["roberta-full"] / "config.yaml").read_text())
+    hf = edited / "backbone" / "config.json"
+    hf.write_text(hf.read_text().replace('"hidden_act": "gelu"', '"hidden_act": "relu"'))
+    with pytest.raises(DataError, match="backbone/config.json: damaged or replaced"):
+        load_run(edited)
 
     # t5 weights under a roberta config: the architecture does not match the weights
     mismatched = Path(shutil.copytree(trained["roberta-full"], tmp_path / "mismatched"))

@@ -12,7 +12,8 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       where it has them (null for a gate)
     variants          an export's ONNX variants (fp32 | opt | int8 | fp16; [] for a run)
     package_version   the retrieval-gate version that wrote it
-    checksums         {file name: sha256} of gate.pt and each tokenizer/ file (a run), or
+    checksums         {file name: sha256} of gate.pt, config.yaml and each tokenizer/ and
+                      backbone/ file (a run: an edited pooling or activation scored otherwise), or
                       each model*.onnx and the tokenizer.json (an export), taken as they were
                       written; loading checks the file against it, so a bit flipped by a disk
                       or a copy, or a file copied in from another folder, is refused rather
@@ -60,8 +61,9 @@ VARIANTS = {
     "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
 }
 EXPORT_TOKENIZER = "tokenizer.json"  # what an export's ONNX gate tokenizes with
-CHECKED_FILES = (RunFolder.WEIGHTS, *VARIANTS.values(), EXPORT_TOKENIZER)  # in `checksums`
+CHECKED_FILES = (RunFolder.WEIGHTS, RunFolder.CONFIG, *VARIANTS.values(), EXPORT_TOKENIZER)
 RUN_TOKENIZER = f"{RunFolder.TOKENIZER}/"  # and a run's tokenizer files: "tokenizer/<file>"
+RUN_BACKBONE = f"{RunFolder.BACKBONE}/"  # and its backbone's config files: "backbone/<file>"
 MAX_TOKENS = 2**20  # a max_length past any backbone's positions (the tokenizer overflows)
 FIX = {"run": "re-train it (`retrieval-gate train`)",
        "export": "re-export it (`retrieval-gate export --run RUN`)"}  # fmt: skip
@@ -193,7 +195,8 @@ class _Fields:
         to sha256 hex digests."""
         value = self.d.get(key, {})
         want = (
-            f"an object of file names ({', '.join(CHECKED_FILES)}, {RUN_TOKENIZER}<file>) "
+            f"an object of file names ({', '.join(CHECKED_FILES)}, {RUN_TOKENIZER}<file>, "
+            f"{RUN_BACKBONE}<file>) "
             "to sha256 digests"
         )
         if not (isinstance(value, dict) and all(
@@ -327,12 +330,17 @@ def _check_weights(path: Path) -> None:
 
 
 def is_checked(name: Any) -> bool:
-    """A file name `checksums` may hold: a checked file, or one file of a run's tokenizer/."""
+    """A file name `checksums` may hold: a checked file, or one file of a run's tokenizer/ or
+    backbone/."""
     if not isinstance(name, str):
         return False
-    rest = name.removeprefix(RUN_TOKENIZER)
-    return name in CHECKED_FILES or (
-        rest != name and rest not in ("", ".", "..") and "/" not in rest
+    if name in CHECKED_FILES:
+        return True
+    folder, _, rest = name.partition("/")
+    return (
+        f"{folder}/" in (RUN_TOKENIZER, RUN_BACKBONE)
+        and rest not in ("", ".", "..")
+        and ("/" not in rest)
     )
 
 

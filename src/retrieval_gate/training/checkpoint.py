@@ -27,7 +27,14 @@ import torch
 import yaml
 
 from .. import __version__
-from ..artifacts import FIX, RUN_TOKENIZER, recorded_checksums, run_manifest, verified_sha256
+from ..artifacts import (
+    FIX,
+    RUN_BACKBONE,
+    RUN_TOKENIZER,
+    recorded_checksums,
+    run_manifest,
+    verified_sha256,
+)
 from ..data.gate_features import GateFeatures, features_from_dict
 from ..errors import DataError, first_line
 from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_json, write_text
@@ -95,15 +102,18 @@ def save_run(
     with atomic_path(run_dir / RunFolder.WEIGHTS) as tmp:  # last: it says the run is whole
         torch.save(module.state_dict(), tmp)
         # loading checks the weights and the tokenizer's files against these
-        sums = {RunFolder.WEIGHTS: sha256_file(tmp), **_tokenizer_sums(run_dir)}
+        sums = {RunFolder.WEIGHTS: sha256_file(tmp),
+                RunFolder.CONFIG: sha256_file(run_dir / RunFolder.CONFIG),
+                **_folder_sums(run_dir, RUN_TOKENIZER), **_folder_sums(run_dir, RUN_BACKBONE)}  # fmt: skip
         run_manifest(meta, run_dir, sums).write(run_dir)  # before gate.pt appears
 
 
-def _tokenizer_sums(run_dir: Path) -> dict[str, str]:
-    """sha256 of each file of the run's tokenizer/: a flipped byte inside a vocabulary entry
-    still parses, and the gate would tokenize questions otherwise than it was trained to."""
-    folder = run_dir / RunFolder.TOKENIZER
-    return {f"{RUN_TOKENIZER}{p.name}": sha256_file(p) for p in sorted(folder.iterdir())
+def _folder_sums(run_dir: Path, prefix: str) -> dict[str, str]:
+    """sha256 of each file of the run's tokenizer/ (a flipped byte inside a vocabulary entry
+    still parses, and the gate would tokenize questions otherwise than it was trained to) or
+    backbone/ (an edited activation loads the same weights and scores otherwise)."""
+    folder = run_dir / prefix.rstrip("/")
+    return {f"{prefix}{p.name}": sha256_file(p) for p in sorted(folder.iterdir())
             if p.is_file()}  # fmt: skip
 
 
@@ -146,8 +156,11 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
             "(train with `retrieval-gate train`)",
             run_dir,
         )
-    config, side = read_run_config(run_dir / "config.yaml")
+    config, side = read_run_config(run_dir / "config.yaml")  # checked against the manifest
     meta = read_metadata(run_dir)
+    recorded = recorded_checksums(run_dir)
+    for name in (n for n in recorded if n.startswith(RUN_BACKBONE)):
+        verified_sha256(run_dir, name, recorded, "run")
     module = RetrievalGateModule(
         config.model,
         len(meta["classes"]),
@@ -155,7 +168,6 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         side_features=run_side_features(meta, side),
         task=TASKS[meta["task"]],
     )
-    recorded = recorded_checksums(run_dir)
     sha = verified_sha256(run_dir, RunFolder.WEIGHTS, recorded, "run")
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)

@@ -659,7 +659,13 @@ def _project_paths(raw: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any] | None]:
     """A run folder's config.yaml and, for runs trained before the side features' scaling
-    moved to metadata.json, the `model.side_features` it stored."""
+    moved to metadata.json, the `model.side_features` it stored. An edited file is refused
+    by the checksum the run's manifest recorded (a pooling changed: the weights load, and
+    score otherwise)."""
+    from ..artifacts import recorded_checksums, verified_sha256
+
+    if path.is_file():
+        verified_sha256(path.parent, path.name, recorded_checksums(path.parent), "run")
     try:
         raw = read_yaml(path)
     except yaml.YAMLError as e:
