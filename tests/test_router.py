@@ -267,10 +267,14 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path, monkeypatc
     assert "# Retrieval router" in card and "## Routing" in card and "multi_step" in card
     assert ("TF-IDF" in card) == stacked and "side features" not in card  # text only
     if stacked:  # its features come from the text: bare strings, and `score --input`, work
+        from retrieval_gate import work
         from retrieval_gate.cli import main
 
+        work.reset()
         assert main(["score", "--model", str(export), "--input", str(_lines(tmp_path, texts)),
                      "--output", str(tmp_path / "scores.jsonl")]) == 0  # fmt: skip
+        # one pass for a question's score and its route (the model ran twice: 2x the work)
+        assert work.snapshot()["questions_scored"] == len(texts)
         rows = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
         assert [r["strategy"] for r in rows] == onnx_router.route(texts)
         # `retrieve` is the strategy's, as serve's /score says it: it was P(first strategy

@@ -264,8 +264,11 @@ def _scored(
     if not good:  # a stretch of bad lines only: nothing to score
         scores, routes = [], None
     else:
-        scores = gate.scores(items) if questions is not None else gate.score_texts(texts)
-        routes = gate.route(items, budget) if is_router(gate) else None
+        # a router's scores and routes come from one pass (its probabilities, kept for the
+        # batch): score_texts and then route ran the model twice
+        router = is_router(gate)
+        scores = gate.scores(items) if questions is not None or router else gate.score_texts(texts)
+        routes = gate.route(items, budget) if router else None
     specs = loop_registry(gate) if routes is not None else None
     for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
