@@ -258,3 +258,29 @@ def test_a_router_fitted_here_is_checked_against_the_label_file_s_strategies(tmp
         cfg.check_llm_budget_for(NAMES)
     cfg.budget_llm_calls = 3.35
     cfg.check_llm_budget_for(NAMES)
+
+
+def test_the_routing_report_runs_a_router_once_on_the_test_questions(tmp_path):
+    """Its policies, its AUROC's scores and its curve each asked the router for the same test
+    questions: an ONNX router scored 1,350 questions for 450 (`evaluate --labels adaptive-rag`)."""
+    from retrieval_gate.gates.strategy_routers import RoutingMixin
+
+    class CountingRouter(RoutingMixin):
+        name, threshold = "counting", 0.5
+
+        def __init__(self, P, calibration):
+            self.P, self.calibration, self.strategies = P, calibration, calibration.strategies
+            self.asked = []
+
+        def strategy_proba(self, questions):
+            self.asked.append(len(questions))
+            return np.array([self.P[q.id] for q in questions])
+
+    rng = np.random.default_rng(1)
+    test, dev = _strategy_set("test"), _strategy_set("dev")
+    P = {q.id: rng.random(3) for q in (*test.questions, *dev.questions)}
+    cal = Calibration.fit(NAMES, COSTS, np.array([P[q.id] for q in dev.questions]), dev.correct)
+    router = CountingRouter(P, cal)
+    report = routing_report(test, dev, {"r": router}, tmp_path, "t", 20)
+    assert any(r["policy"].startswith("r @") for r in report["policies"])
+    assert router.asked.count(len(test.questions)) == 1

@@ -141,7 +141,7 @@ def gate_policies(
             policy = Policy(f"{name} @ threshold {gate.threshold:.3g}", decide.astype(int))
             out += policy.then(answer, default_costs(test.strategies), None)
             continue
-        P = gate.strategy_proba(test.questions)  # type: ignore[attr-defined]
+        P = _strategy_proba(gate, test.questions)
         cal = gate.calibration  # type: ignore[attr-defined]
         for budget in [*(b for b in BUDGETS if b <= max(cal.costs)), None]:
             label = f"budget {budget:g}" if budget is not None else (
@@ -330,6 +330,14 @@ def accuracy_cost_figure(
     return save_figure(fig, path)
 
 
+def _strategy_proba(router: Gate, questions: Sequence[Any]) -> np.ndarray:
+    """A router's probabilities, through the batch it keeps where it keeps one (RoutingMixin's
+    `proba`): the report asks its policies, its scores and its curve of the same test
+    questions, and the router ran three times (1,350 questions scored for 450)."""
+    proba = getattr(router, "proba", None) or router.strategy_proba  # type: ignore[attr-defined]
+    return np.asarray(proba(questions))
+
+
 def _router_lines(
     test: EvalSet, gates: Mapping[str, Gate], paid: np.ndarray, calls: np.ndarray | None
 ) -> dict[str, list[tuple[float, float, float]]]:
@@ -338,7 +346,7 @@ def _router_lines(
     for name, gate in gates.items():
         if not is_router(gate):
             continue
-        P = gate.strategy_proba(test.questions)  # type: ignore[attr-defined]
+        P = _strategy_proba(gate, test.questions)
         cal = gate.calibration  # type: ignore[attr-defined]
         pts = []
         for price in cal.dev.price:
