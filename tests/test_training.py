@@ -873,6 +873,8 @@ def test_a_run_finds_its_label_file_from_another_folder(tmp_path, monkeypatch):
         label_source(provenance, tmp_path / "elsewhere", sha256_file)
     named = {"path": "adaptive-rag", "sha256": "s"}  # a dataset name, kept when it matches
     assert label_source(named, run, lambda p: "s") == "adaptive-rag"
+    unsummed = {"path": "data/closed-book.jsonl"}  # a run that recorded no checksum: as found
+    assert label_source(unsummed, copied, sha256_file).endswith("copy/data/closed-book.jsonl")
 
 
 def test_a_diverged_loss_stops_training_with_the_learning_rates(

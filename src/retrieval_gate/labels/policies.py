@@ -468,8 +468,9 @@ for _spec in (
                options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, NEITHER_LABEL)),
     PolicySpec("rrcp", "RRCP answerability / completeness over the top-k documents",
                _one_file(_generating(_rrcp)), needs_generator=True, needs_retriever=True,
-               relabel=True, reads_closed_book=True, options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, EVALUATOR,
-                                      NO_LLM_JUDGE, T_ANS, T_COM)),
+               relabel=True, reads_closed_book=True,
+               options=(CRITERION, CHUNK_SIZE, *WITH_DOCUMENTS, EVALUATOR, NO_LLM_JUDGE, T_ANS,
+                        T_COM)),
     # reads the generator's closed-book file (--generator / --generator-url name it)
     PolicySpec("retrievalqa-style", "RetrievalQA's recipe over the closed-book labels",
                _one_file(_retrievalqa_style), needs_generator=True, rebuilt=True,

@@ -104,7 +104,8 @@ def save_run(
         # loading checks the weights and the tokenizer's files against these
         sums = {RunFolder.WEIGHTS: sha256_file(tmp),
                 RunFolder.CONFIG: sha256_file(run_dir / RunFolder.CONFIG),
-                **_folder_sums(run_dir, RUN_TOKENIZER), **_folder_sums(run_dir, RUN_BACKBONE)}  # fmt: skip
+                **_folder_sums(run_dir, RUN_TOKENIZER),
+                **_folder_sums(run_dir, RUN_BACKBONE)}  # fmt: skip
         run_manifest(meta, run_dir, sums).write(run_dir)  # before gate.pt appears
 
 

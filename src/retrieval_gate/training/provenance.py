@@ -37,19 +37,19 @@ def label_source(provenance: dict[str, Any], run_dir: Path, digest: Callable[[st
     the run (a project copied elsewhere with its runs inside). None of them, or only files
     changed since the run trained, is refused: parity and the card's AUROC would be computed
     on labels the run never saw."""
-    given, want = provenance["path"], provenance["sha256"]
+    given, want = provenance["path"], provenance.get("sha256")
     places = [given, provenance.get("resolved")]
     if not Path(given).is_absolute():
         places += [str(folder / given) for folder in Path(run_dir).resolve().parents]
     changed: tuple[str, str] | None = None  # the first file found with other contents
     for place in dict.fromkeys(p for p in places if p and Path(p).exists()):
         found = digest(place)
-        if found == want:
+        if found == want or want is None:  # a run that recorded no checksum: as found
             return place
         changed = changed or (place, found)
     if changed:
         raise DataError(f"the run's label file has changed since it trained (sha256 "
-                        f"{changed[1][:12]}..., the run's labels.json {want[:12]}...): its "
+                        f"{changed[1][:12]}..., the run's labels.json {str(want)[:12]}...): its "
                         "parity and model card would be computed on other labels; restore "
                         "the file, or train the run again on it", changed[0])  # fmt: skip
     if _is_name(given, digest, want):
