@@ -263,6 +263,8 @@ CASES = {
     "evaluate-questions-bad-row": C(f"{EVAL} --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- tune
     "tune-workers-absurd": C(f"{TUNE} --objective pareto --workers 100000 --storage journal:{{t}}/j.log", "--workers"),
+    "tune-storage-in-memory": C(f"{TUNE} --objective pareto --storage sqlite://", "--storage sqlite:// is a database in memory"),
+    "tune-storage-memory-file": C(f"{TUNE} --objective pareto --storage sqlite:///:memory:", "is a database in memory"),
     "tune-workers-zero": C(f"{TUNE} --workers 0", "--workers"),
     # a key given twice: the last value won, silently
     "tune-set-twice": C(f"{TUNE} --objective hparams --set model.lr=0.1 model.lr=0.2", "--set gives model.lr more than once"),

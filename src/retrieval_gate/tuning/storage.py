@@ -65,10 +65,15 @@ def _checked_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     try:
-        make_url(url)
+        parsed = make_url(url)
     except (ValueError, sqlalchemy.exc.ArgumentError) as e:
         raise ConfigError(f"--storage {shown(url)} is not a database URL ({e}); e.g. "
                           "postgresql://user:pass@host:5432/db") from None  # fmt: skip
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # the report said "studies in sqlite://": gone when tune exits, shared with no worker
+        raise ConfigError(f"--storage {shown(url)} is a database in memory: the studies are "
+                          "gone when tune exits and no other worker can join them; name a "
+                          "file (studies.db) or a database server")  # fmt: skip
     return url
 
 
