@@ -45,15 +45,21 @@ def not_utf8(data: bytes, start: int, path: str | Path | None = None) -> str:
     """Why `data` (a file, or one of its lines) is not UTF-8 and the command that fixes it: a
     UTF-16 file (Excel's "Unicode Text") shows its byte-order mark or NUL bytes; most others
     are Windows-1252 (Latin-1) text."""
-    src = Path(path) if path is not None else Path("FILE")
-    fixed = src.with_name(f"{src.stem}.utf8{src.suffix}") if path is not None else "NEW"
-    if binary_kind(data):  # an SQLite file's header holds a NUL too: not UTF-16
-        return f"not text: this is {binary_kind(data)}"
+    if what := binary_kind(data):  # an SQLite file's header holds a NUL too: not UTF-16
+        return f"not text: this is {what}"
     if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:64]:
         return (f"not valid UTF-8 (byte {start}): the file is UTF-16 (Excel's \"Unicode Text\" "
-                f"saves so); re-encode it as UTF-8: iconv -f UTF-16 -t UTF-8 {src} > {fixed}")  # fmt: skip
+                f"saves so); re-encode it as UTF-8: {reencode('UTF-16', path)}")  # fmt: skip
     return (f"not valid UTF-8 (byte {start}); re-encode the file as UTF-8 (from Windows-1252 or "
-            f"Latin-1: iconv -f CP1252 -t UTF-8 {src} > {fixed})")  # fmt: skip
+            f"Latin-1: {reencode('CP1252', path)})")  # fmt: skip
+
+
+def reencode(encoding: str, path: str | Path | None = None) -> str:
+    """The command that writes a UTF-8 copy of `path` (FILE.utf8.EXT) from `encoding`."""
+    if path is None:
+        return f"iconv -f {encoding} -t UTF-8 FILE > NEW"
+    src = Path(path)
+    return f"iconv -f {encoding} -t UTF-8 {src} > {src.with_name(f'{src.stem}.utf8{src.suffix}')}"
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..fileio import binary_kind, not_utf8
+from ..fileio import binary_kind, not_utf8, reencode
 from ..questions import has_text
 from ..strict_rows import (
     RepeatedKeyError,
@@ -144,10 +144,9 @@ def _refuse_binary(head: bytes, path: Path) -> None:
         raise InputError(f"not lines of text: this is {what}", path)
     nul = head.count(b"\x00")
     if nul * 10 > len(head):
-        fixed = path.with_name(f"{path.stem}.utf8{path.suffix}")
         raise InputError(f"not lines of text: {nul} of its first {len(head)} bytes are NUL, "
-                         "so it is binary data or UTF-16 text (re-encode that: iconv -f UTF-16 "
-                         f"-t UTF-8 {path} > {fixed})", path)  # fmt: skip
+                         "so it is binary data or UTF-16 text (re-encode that: "
+                         f"{reencode('UTF-16', path)})", path)  # fmt: skip
 
 
 def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:

@@ -196,8 +196,8 @@ def read_rows(spec: str) -> Iterator[Row]:
 def _check_utf8(path: Path) -> None:
     """UTF-8 text, not a binary file whose bytes happen to decode (an SQLite header does)."""
     data = path.read_bytes()
-    if binary_kind(data):
-        raise DataError(f"not text: this is {binary_kind(data)}", path)
+    if what := binary_kind(data):
+        raise DataError(f"not text: this is {what}", path)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
