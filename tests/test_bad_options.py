@@ -190,6 +190,8 @@ CASES = {
     "rag-k-zero": C("rag --modes never -k 0", "-k"),
     "rag-max-new-tokens-zero": C("rag --modes never --max-new-tokens 0", "--max-new-tokens"),
     "rag-max-steps-absurd": C("rag --modes never --max-steps 999", "--max-steps"),
+    "rag-multi-step-unused": C("rag --modes never always --step-k 2", "--step-k", "no mode of this run runs it", "add the multi-step mode"),
+    "serve-multi-step-unused": C(f"serve {GATE} --max-docs 3", "--max-docs", "no mode of this run runs it (always)"),
     "rag-tensor-parallel-absurd": C("rag --modes never --tensor-parallel-size 999", "--tensor-parallel-size"),
     "rag-data-parallel-zero": C("rag --modes never --data-parallel-size 0", "--data-parallel-size"),
     "rag-data-parallel-in-process": C("rag --modes never --data-parallel-size 2", "--data-parallel-size", "--generator-url"),

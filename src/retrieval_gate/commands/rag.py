@@ -14,11 +14,19 @@ from ..gates.onnx_format import VARIANTS
 from ..gates.registry import needing
 from ..outputs import write_owned
 from ..rag.loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS
-from ..rag.modes import DEFAULT_MODES, ORACLE, ModeOptions, known_modes, parse_thresholds
+from ..rag.modes import (
+    DEFAULT_MODES,
+    FIRST_GATE,
+    MULTI_STEP_MODE,
+    ORACLE,
+    ModeOptions,
+    known_modes,
+    parse_thresholds,
+)
 from ..rag.multistep import DEFAULT_MAX_STEPS, MAX_STEPS_LIMIT, MultiStepConfig
 from ..rag.sample import SPLITS
 from ..retrieval import RETRIEVERS
-from ..strategies import BUILTIN
+from ..strategies import BUILTIN, StrategyRegistry
 from .gate_args import add_gate_options, check_threshold, gate_options
 from .plan import Distinct, check_at_most, check_output_file, gpu_count
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
@@ -87,6 +95,29 @@ def multi_step_config(args: argparse.Namespace) -> MultiStepConfig:
     config = MultiStepConfig(args.max_steps, args.max_docs, args.step_k)
     config.check()
     return config
+
+
+def given_flags(args: argparse.Namespace, add_args: Any) -> list[str]:
+    """The flags `add_args` declares that `args` sets to other than their default."""
+    declared = argparse.ArgumentParser(add_help=False)
+    add_args(declared)  # the flags and their defaults, as the verb declares them
+    return [a.option_strings[-1] for a in declared._actions
+            if getattr(args, a.dest, a.default) != a.default]  # fmt: skip
+
+
+def check_multi_step_read(
+    args: argparse.Namespace, modes: Sequence[str], strategies: StrategyRegistry
+) -> None:
+    """The multi-step flags go with a mode that can run a multi-step strategy (the
+    multi-step mode, a router, or a multi-step strategy's fixed mode); given to others, they
+    went unused."""
+    reads = [m for m in modes if m in (MULTI_STEP_MODE, *FIRST_GATE)
+             or (m in strategies and strategies[m].multi_step)]  # fmt: skip
+    given = given_flags(args, add_multi_step_args)
+    if given and not reads:
+        raise ConfigError(f"{given[0]} sets the multi-step strategy, and no mode of this run "
+                          f"runs it ({' '.join(modes)}): drop it, or add the multi-step mode, "
+                          "a router or a multi-step strategy")  # fmt: skip
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
@@ -229,6 +260,7 @@ def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
                        answer_gate=getattr(args, "answer_gate", None),
                        strategies=args.strategies or BUILTIN, retriever=args.retriever)  # fmt: skip
     _labels_read(args, modes)
+    check_multi_step_read(args, modes, opts.strategies)
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:

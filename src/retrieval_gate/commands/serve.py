@@ -18,6 +18,7 @@ from .rag import (
     add_gate_args,
     add_generator_args,
     generator_kwargs,
+    given_flags,
     mode_options,
     multi_step_config,
 )
@@ -147,13 +148,9 @@ def _gate_mode(args: argparse.Namespace) -> str:
 
 def _no_engine_flags(args: argparse.Namespace) -> None:
     """`--mode gate` starts no generator nor retriever: their flags, given, would be unused."""
-    engine = argparse.ArgumentParser(add_help=False)
-    add_generator_args(engine)  # the flags and their defaults, as `serve` declares them
-    given = [a for a in engine._actions
-             if getattr(args, a.dest, a.default) != a.default]  # fmt: skip
+    given = given_flags(args, add_generator_args)
     if given:
-        flag = given[0].option_strings[-1]
-        raise ConfigError(f"{flag} sets the generator or retriever, and --mode gate starts "
+        raise ConfigError(f"{given[0]} sets the generator or retriever, and --mode gate starts "
                           "neither (POST /score decides only): drop it, or serve --mode "
                           "answer")  # fmt: skip
 
