@@ -127,6 +127,9 @@ def test_variant_is_served(tiny_onnx_export):
         ('{"questions": ["a\\ud800b"]}', "questions.0: is not valid Unicode (a lone surrogate"),
         ("{not json", "body: not valid JSON at character 1 (Expecting property name"),
         ("", 'body: empty; send a JSON object such as {"questions"'),
+        # FastAPI read JSON null as no body and said "body: empty"
+        ("null", 'body: null; send a JSON object such as {"questions"'),
+        (" null ", 'body: null; send a JSON object such as {"questions"'),
         # a key twice: json kept the last list and answered it alone
         ('{"questions": ["a?"], "questions": ["b?"]}', "body: key 'questions' is given twice"),
         ('{"questions": ["\\u001e"]}', "questions.0: is empty or only whitespace"),

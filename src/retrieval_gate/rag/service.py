@@ -155,6 +155,9 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body over {limit} bytes (--max-body-bytes)")
 
 
+_SEND = 'send a JSON object such as {"questions": ["..."]}'
+
+
 class StrictJSON(APIRoute):
     """A route whose JSON body may not name a key twice (422, naming it): Python's json keeps
     the last one silently, so `{"questions": [...], "questions": [...]}` was answered for the
@@ -172,14 +175,16 @@ class StrictJSON(APIRoute):
             if body and encoding != "identity":  # gzip bytes were read as text: "not UTF-8"
                 return JSONResponse(status_code=415, content={"detail": _ENCODED % encoding})
             try:
-                loads(body, lone_surrogates=True) if body else None  # named per field below
+                sent = loads(body, lone_surrogates=True) if body else None  # named per field below
             except RepeatedKeyError as e:
                 return JSONResponse(status_code=422, content={"detail": f"body: {e}"})
             except (UnicodeDecodeError, UnreadableJSONError) as e:  # FastAPI's 400 said only "There
                 # was an error parsing the body"
                 return JSONResponse(status_code=400, content={"detail": _unreadable(e)})
             except ValueError:
-                pass  # not JSON: FastAPI's own 422 names the character
+                sent = ...  # not JSON: FastAPI's own 422 names the character
+            if body and sent is None:  # FastAPI reads JSON null as no body: "body: empty"
+                return JSONResponse(status_code=422, content={"detail": f"body: null; {_SEND}"})
             return await handler(request)
 
         return run
@@ -689,7 +694,7 @@ def _reason(error: dict[str, Any]) -> str:
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
         return f"{where}: {BLANK}"
     if error.get("type") == "missing" and where == "body":  # no body at all
-        return 'body: empty; send a JSON object such as {"questions": ["..."]}'
+        return f"body: empty; {_SEND}"
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
         return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
