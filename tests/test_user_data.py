@@ -51,7 +51,7 @@ def test_lm_eval_samples_are_judged_against_gold(tmp_path):
     assert not (tmp_path / "labels" / "my-llm" / "rag-gain.jsonl").exists()
 
 
-def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
+def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path, caplog):
     path = tmp_path / "outcomes.csv"
     path.write_text(
         "question,correct,rag_prediction\n"
@@ -65,6 +65,9 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path):
     gain = LabelFile(run / "rag-gain.jsonl")
     assert gain.rows["m2"]["effect"] == "helps" and gain.labels() == {"m1": 0, "m2": 1}
     assert gain.meta["unmatched_rows"] == 1
+    # the row left out is said, not only counted in the summary
+    assert "1 of 3 outcome rows match no question" in caplog.text
+    assert "line 4, 'A question nobody asked?'" in caplog.text
     # the evaluation reads these files as a labelling run's outcomes
     from retrieval_gate.labels.labelling_run import LabellingRun
 

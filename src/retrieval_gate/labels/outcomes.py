@@ -26,6 +26,7 @@ would give (match = em = correct, f1 = 1/0, guess = false), so every criterion r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -63,6 +64,7 @@ from .policy_loop import provenance
 from .rag_gain import judge_gain
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
+log = logging.getLogger(__name__)
 _TRUE = {"true", "1", "yes", "y", "correct", "1.0"}
 _FALSE = {"false", "0", "no", "n", "incorrect", "wrong", "0.0"}
 
@@ -157,7 +159,7 @@ def match_rows(
         key = normalize_answer(q.text)
         by_text[key] = q if by_text.get(key, q) is q else None
     matched: dict[str, tuple[Question, dict]] = {}
-    unmatched = 0
+    unmatched: list[tuple[int, Any]] = []  # (line, the row's id or text)
     for n, row in rows:
         key = row.get("doc") if fmt == "lm-eval-samples" else row
         if not isinstance(key, dict):
@@ -169,7 +171,7 @@ def match_rows(
         if q is None and isinstance(text, str):
             q = exact.get(text.strip()) or _by_normalised(by_text, text, path, n)
         if q is None:
-            unmatched += 1
+            unmatched.append((n, qid if qid is not None else text))
             continue
         if q.id in matched:
             raise DataError(_second_outcome(q, matched[q.id][1]["_line"]), path, n)
@@ -185,7 +187,12 @@ def match_rows(
             f"id=COLUMN{_own_questions_hint(first, path) if fmt == 'generic' else ''}",
             path,
         )
-    return matched, unmatched
+    if unmatched:  # left out, and said: a summary's count alone went unseen
+        line, key = unmatched[0]
+        log.warning(f"{path}: {len(unmatched)} of {len(rows)} outcome rows match no question "
+                    f"by id or text and are left out (the first: line {line}, {key!r}); "
+                    "are these the questions they were recorded for (--questions)?")  # fmt: skip
+    return matched, len(unmatched)
 
 
 def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
