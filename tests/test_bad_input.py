@@ -841,3 +841,29 @@ def test_a_closed_standard_output_is_said_not_an_internal_error():
     assert r.returncode == 2 and "internal error" not in err, err
     assert "standard output is closed (>&-): redirect it to a file" in err
     assert run("data", "summary", "--questions", questions, close=(1, 2)).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('[{"id": "a", "correct": true}]\n', "line 1: expected a JSON object on this line, got "
+         "an array: this looks like one JSON array, not JSON Lines (one object a line); name the "
+         "file o.json to read it as an array"),
+        ('[\n {"id": "a", "correct": true}\n]\n', "line 1: malformed JSON (Expecting value, "
+         "column 1): this looks like one JSON array"),
+        ('"{\\"id\\": \\"a\\"}"\n', "got a JSON string holding one (the row was encoded twice"),
+        ('{"id": "a", "correct": true}\n7\n', "line 2: expected a JSON object on this line, got "
+         "a number"),
+        ("null\n", "got null"),
+    ],
+)  # fmt: skip
+def test_a_jsonl_line_that_is_no_object_names_the_likely_cause(tmp_path, text, says):
+    """A `.jsonl` holding one JSON array, or rows encoded twice, said only "expected a JSON
+    object on this line" (or "malformed JSON" for a pretty-printed array)."""
+    from retrieval_gate.data.user_questions import read_rows
+
+    path = tmp_path / "o.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        list(read_rows(str(path)))
+    assert says in str(e.value), str(e.value)

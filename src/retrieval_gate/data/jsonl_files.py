@@ -36,12 +36,42 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
                 bad.report(DataError(str(e), path, lineno))
                 continue
             except json.JSONDecodeError as e:
-                bad.report(DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, lineno))
+                bad.report(DataError(f"malformed JSON ({e.msg}, column {e.colno})"
+                                     f"{_array_hint(line, path)}", path, lineno))  # fmt: skip
                 continue
             if not isinstance(row, dict):
-                bad.report(DataError("expected a JSON object on this line", path, lineno))
+                bad.report(DataError(_not_object(row, line, path), path, lineno))
                 continue
             yield lineno, row
+
+
+def _not_object(row: Any, line: str, path: Path) -> str:
+    """Why a JSONL line that parsed is no row, with the usual causes named."""
+    if isinstance(row, str):
+        try:
+            inner = json.loads(row)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict):
+            return (
+                "expected a JSON object on this line, got a JSON string holding one (the "
+                "row was encoded twice, json.dumps of json.dumps): write the object itself"
+            )
+    got = _JSON_KIND.get(type(row), "a number")
+    return f"expected a JSON object on this line, got {got}{_array_hint(line, path)}"
+
+
+_JSON_KIND = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+
+
+def _array_hint(line: str, path: Path) -> str:
+    """A JSON array where JSON Lines were expected: a `.json` name reads it as one."""
+    if not line.lstrip().startswith("[") or path.suffix.lower() == ".json":
+        return ""
+    return (
+        f": this looks like one JSON array, not JSON Lines (one object a line); "
+        f"name the file {path.with_suffix('.json').name} to read it as an array"
+    )
 
 
 def _lines(f: Any) -> Iterator[bytes]:
