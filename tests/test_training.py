@@ -411,7 +411,11 @@ def test_config_values_are_typed_and_names_plain():
     for key, value, expected in [
         ("run.seed", "-1", "from 0 to 4294967295"),
         ("run.seed", "4294967296", "from 0 to 4294967295"),
-        ("run.num_threads", "0", "1 or more"),
+        ("run.num_threads", "0", "from 1 to 1024"),
+        # torch's "Overflow when unpacking long"; DataLoader workers forked until out of memory
+        ("run.num_threads", "99999999999", "from 1 to 1024"),
+        ("data.num_workers", "65", "from 0 to 64"),
+        ("data.num_workers", "-1", "from 0 to 64"),
         ("trainer.accumulate_grad_batches", "0", "1 or more"),
         ("trainer.gradient_clip_val", "-1", "0 or more"),
         ("trainer.log_every_n_steps", "0", "1 or more"),
@@ -926,3 +930,20 @@ def test_a_run_json_file_that_is_no_object_is_named_as_damaged(tmp_path, damage)
         DataError, match=r"run.json(, line 1)?: .*(damaged|not valid UTF-8|nested too deep)"
     ):
         read_run_json(path)
+
+
+def test_set_keys_a_stacked_head_never_reads_are_said(caplog):
+    """`train --config cascade-closed-book --set model.lr=...` trained the same gate, without a
+    word: the stacked head has no optimizer, epochs or early stopping."""
+    from retrieval_gate.commands.train import unread_note
+    from retrieval_gate.training.config import unread_keys
+
+    sets = ["model.lr=0.5", "early_stopping.patience=0", "model.threshold=0.4",
+            "model.lora.r=4", "trainer.max_epochs=1", "model.lr_x=1"]  # fmt: skip
+    keys = [s.split("=")[0] for s in sets]
+    stacked = load_config("cascade-closed-book", [])
+    assert unread_keys(stacked, keys) == ["model.lr", "early_stopping.patience", "model.lora.r",
+                                          "trainer.max_epochs"]  # fmt: skip
+    assert unread_keys(load_config("minilm-closed-book", []), keys) == []
+    unread_note(sets[:2], stacked)
+    assert "model.lr, early_stopping.patience are not read by model.head=stacked" in caplog.text

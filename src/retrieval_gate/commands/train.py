@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     check_labels(config)  # before Lightning, transformers and the model code load
     name_note(args.overrides, config.run.name)
+    unread_note(args.overrides, config)
     from ..training.launch import launcher_trainer
     from ..training.trainer import train
 
@@ -72,6 +73,19 @@ def name_note(overrides: Sequence[str] | None, name: str) -> None:
     if "data.label_file" in keys and "run.name" not in keys:
         log.info(f"the run is named {name!r} after the config, and its export and model card "
                  "will be: name it after your labels with --set run.name=NAME")  # fmt: skip
+
+
+def unread_note(overrides: Sequence[str] | None, config: Any) -> None:
+    """--set keys the config's head never reads (a stacked head's learning rate, epochs,
+    early stopping) changed nothing: said, as the run trains the same without them."""
+    from ..training.config import unread_keys
+
+    keys = unread_keys(config, (item.split("=", 1)[0].strip() for item in overrides or ()))
+    if keys:
+        log.warning(f"{', '.join(keys)} {'is' if len(keys) == 1 else 'are'} not read by "
+                    "model.head=stacked (fitted in closed form on the frozen body: no "
+                    "optimizer, epochs or early stopping); a linear-head config reads "
+                    "them")  # fmt: skip
 
 
 def check_labels(config: Any) -> None:

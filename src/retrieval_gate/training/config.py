@@ -155,6 +155,12 @@ DROPOUT: Range = (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1
 # AdamW's step size: past 1 it diverges at once, and past float32 torch overflowed mid-fit
 LR: Range = (lambda v: 0 < v <= 1, "a number above 0 and at most 1 (1e-5 to 1e-3 is usual)")
 SEED: Range = (lambda v: 0 <= v < 2**32, "a whole number from 0 to 4294967295 (numpy's seeds)")
+# Past these, torch's thread count overflowed (an internal error) and the DataLoader forked
+# worker after worker until the machine ran out of memory.
+THREADS: Range = (lambda v: 1 <= v <= 1024, "a whole number from 1 to 1024 (torch threads; "
+                  "this machine's cores is usual)")  # fmt: skip
+WORKERS: Range = (lambda v: 0 <= v <= 64, "a whole number from 0 to 64 (DataLoader worker "
+                  "processes, each a copy of this one; 0 loads in the main process)")  # fmt: skip
 
 
 class _Checked:
@@ -195,7 +201,7 @@ def _plain(value: Any) -> Any:
 @dataclass(frozen=True)
 class RunConfig(_Checked):
     _where = "run"
-    _ranges = {"seed": SEED, "num_threads": AT_LEAST_1}
+    _ranges = {"seed": SEED, "num_threads": THREADS}
     name: str | None = None  # the run folder's name; default: backbone-model-labels
     seed: int = 0
     output_dir: str = "checkpoints"
@@ -211,7 +217,7 @@ class RunConfig(_Checked):
 class DataConfig(_Checked):
     _where = "data"
     _ranges = {"max_train_examples": AT_LEAST_1, "max_eval_examples": AT_LEAST_1,
-               "num_workers": AT_LEAST_0}  # fmt: skip
+               "num_workers": WORKERS}  # fmt: skip
     label_file: str | None = None  # or labels handed to train() in memory
     task: str = "binary"  # a key of TASKS
     split_seed: int = 0  # the canonical split: assign_splits(load_all(), seed=0)
@@ -316,6 +322,21 @@ class ModelConfig(_Checked):
                               "0 or more")  # fmt: skip
         if tuple(self.fit_on) not in (("train",), ("train", "dev")):
             raise ConfigError(f"model.fit_on={list(self.fit_on)}: give [train] or [train, dev]")
+
+
+# What a stacked head (closed form on the frozen body: no optimizer, epochs or early stopping)
+# never reads; `--set` of one is said (it changed nothing). Key prefixes.
+CLOSED_FORM_UNREAD = ("model.lr", "model.head_lr", "model.weight_decay", "model.dropout",
+                      "model.warmup_ratio", "model.lora", "trainer.max_epochs",
+                      "trainer.max_steps", "trainer.accumulate_grad_batches",
+                      "trainer.gradient_clip_val", "early_stopping")  # fmt: skip
+
+
+def unread_keys(config: TrainConfig, keys: Iterable[str]) -> list[str]:
+    """The `keys` (dotted, as --set names them) the config's head does not read."""
+    if config.model.head != "stacked":
+        return []
+    return [k for k in keys if any(k == p or k.startswith(p + ".") for p in CLOSED_FORM_UNREAD)]
 
 
 # What the module logs for train and val (training/module.py: the loss and `gate_metrics`):
