@@ -282,6 +282,7 @@ CASES = {
     "tune-run-dir-without-answers": C(f"{TUNE} --run-dir {{t}}/dir", "dir", "holds neither closed-book.jsonl nor rag-gain.jsonl"),
     "tune-out-is-a-file": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "tune-out-holds-a-file-of-yours": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/mine", "tune-popularity-closed-book.json", "did not write it"),
+    "tune-hparams-stacked": C(f"tune --gate learned --objective hparams --labels {LABELS} --out {{t}}/tu --config cascade-closed-book", "model.head=stacked", "minilm-lora-closed-book"),
     "tune-max-epochs-zero": C(f"tune --gate learned --objective hparams --labels {LABELS} --out {{t}}/tu --max-epochs 0", "--max-epochs"),
     "tune-strategies-duplicate": C(f"{TUNE} --strategies {{t}}/dup.yaml", "dup.yaml", "duplicate"),
     "tune-budget-above-dearest": C(f"tune --gate onnx --onnx {{t}}/router --objective budget-accuracy --labels {LABELS} --out {{t}}/tu --budget 99", "--budget", "3.35"),

@@ -282,3 +282,44 @@ def test_a_damaged_dev_score_cache_is_scored_again(tmp_path, damage):
     again = RecordingGate()
     dev_scores(again, dev, cache, "id")
     assert again.seen == []
+
+
+def test_the_hparams_study_is_keyed_by_the_resolved_config_not_its_name(tmp_path):
+    """A config passed by name (`--config minilm-closed-book`) was keyed by nothing: a study of
+    another config by name resumed the first one's trials as its own."""
+    from pathlib import Path
+
+    from retrieval_gate.tuning.tune import TuneConfig, hparams_study
+
+    labels = Path("data/labels/smollm2-135m-instruct/closed-book.jsonl")
+
+    def study(config: str, *sets: str) -> str:
+        return hparams_study(TuneConfig(gate="learned", labels=labels, objectives=["hparams"],
+                                        config=config, overrides=sets, out=tmp_path))  # fmt: skip
+
+    lora = study("minilm-lora-closed-book")
+    assert lora != study("minilm-closed-book")
+    assert lora != study("minilm-lora-closed-book", "data.max_length=32")
+    # the same config by name and by path is the same study
+    assert lora == study("configs/experiments/minilm-lora-closed-book.yaml")
+
+
+def test_hparams_searches_only_what_the_config_trains():
+    """A stacked head's trials trained a gradient placeholder its config never fits, and a full
+    fine-tune's trials were LoRA models (the search set model.lora.* on every config)."""
+    from pathlib import Path
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.tuning.hparams import suggest
+    from retrieval_gate.tuning.tune import TuneConfig
+
+    labels = Path("data/labels/smollm2-135m-instruct/closed-book.jsonl")
+    stacked = TuneConfig(gate="learned", labels=labels, objectives=["hparams"],
+                         config="cascade-closed-book")  # fmt: skip
+    with pytest.raises(ConfigError, match="model.head=stacked, fitted in closed form"):
+        stacked.check()
+    trial = optuna.trial.FixedTrial({"lr": 1e-3, "epochs": 1, "dropout": 0.1, "balance": "none"})
+    full = suggest(trial, 3, lora=False)
+    assert not [s for s in full if s.startswith("model.lora")] and "model.lr=0.001" in full
+    lora = {**trial.params, "lora_r": 8, "lora_alpha_x": 2, "lora_dropout": 0.1}
+    assert "model.lora.alpha=16" in suggest(optuna.trial.FixedTrial(lora), 3, lora=True)

@@ -52,15 +52,22 @@ class LightningPruning(pl.Callback):
             )
 
 
-def suggest(trial: optuna.Trial, max_epochs: int) -> list[str]:
-    """The searched hyper-parameters, as training-config overrides."""
-    r = trial.suggest_categorical("lora_r", [4, 8, 16])
-    return [
+def suggest(trial: optuna.Trial, max_epochs: int, lora: bool = True) -> list[str]:
+    """The searched hyper-parameters, as training-config overrides; the LoRA ones only for a
+    config with LoRA (`lora`), which they would otherwise turn a full fine-tune into."""
+    out = [
         f"model.lr={trial.suggest_float('lr', 1e-4, 3e-3, log=True)}",
         f"trainer.max_epochs={trial.suggest_int('epochs', 1, max_epochs)}",
-        f"model.lora.r={r}",
-        f"model.lora.alpha={trial.suggest_categorical('lora_alpha_x', [1, 2, 4]) * r}",
-        f"model.lora.dropout={trial.suggest_float('lora_dropout', 0.0, 0.2)}",
+    ]
+    if lora:
+        r = trial.suggest_categorical("lora_r", [4, 8, 16])
+        out += [
+            f"model.lora.r={r}",
+            f"model.lora.alpha={trial.suggest_categorical('lora_alpha_x', [1, 2, 4]) * r}",
+            f"model.lora.dropout={trial.suggest_float('lora_dropout', 0.0, 0.2)}",
+        ]
+    return [
+        *out,
         f"model.dropout={trial.suggest_float('dropout', 0.0, 0.3)}",
         f"data.balance={trial.suggest_categorical('balance', ['class_weights', 'sampler', 'none'])}",
     ]
@@ -103,10 +110,9 @@ def tune_hparams(
     from ..training.config import load_config
     from ..training.sources import config_questions
 
+    base = load_config(config, [*overrides, f"data.label_file={label_file}"])
     if questions is None:  # read once, not per trial
-        questions = config_questions(
-            load_config(config, [*overrides, f"data.label_file={label_file}"]).data
-        )
+        questions = config_questions(base.data)
     if workers > 1:
         return run_workers(tune_hparams, {"label_file": label_file, "name": name,
                            "storage": storage, "n_trials": n_trials, "config": config,
@@ -118,8 +124,10 @@ def tune_hparams(
 
     def objective(trial: optuna.Trial) -> float:
         cfg = load_config(
-            config, [*overrides, f"data.label_file={label_file}", *suggest(trial, max_epochs)]
-        )
+            config,
+            [*overrides, f"data.label_file={label_file}",
+             *suggest(trial, max_epochs, lora=base.model.lora is not None)],
+        )  # fmt: skip
         return fit_trial(cfg, trial, questions)
 
     started = time.perf_counter()

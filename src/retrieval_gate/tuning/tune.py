@@ -96,6 +96,8 @@ class TuneConfig:
             check_options([self.gate], self.gate_options)
         self._check_router()
         self._check_used()
+        if "hparams" in self.objectives:
+            self.hparams_config()
         if self.save_objective:
             if self.gate != "learned":
                 raise ConfigError(
@@ -107,6 +109,21 @@ class TuneConfig:
             if self.save_objective not in tuned:
                 raise ConfigError(f"--save-objective {self.save_objective!r} must be one of the "
                                   f"threshold objectives tuned here: {', '.join(tuned)}")  # fmt: skip
+
+    def hparams_config(self) -> Any:
+        """The training config the hparams study searches (--config and --set), loaded and
+        checked: a stacked head is fitted in closed form and reads none of the searched
+        hyper-parameters but data.balance (its trials were a gradient-trained placeholder)."""
+        from ..training.config import load_config
+
+        loaded = load_config(self.config, [*self.overrides, f"data.label_file={self.labels}"])
+        if loaded.model.head == "stacked":
+            raise ConfigError(f"--objective hparams searches what gradient training reads "
+                              "(learning rate, epochs, LoRA, dropout), and --config "
+                              f"{self.config} has model.head=stacked, fitted in closed form on "
+                              "the frozen body: train it as it is, or search a linear-head "
+                              "config (--config minilm-lora-closed-book)")  # fmt: skip
+        return loaded
 
     def _check_used(self) -> None:
         """A flag set away from its default that none of the objectives reads is refused (it
@@ -339,15 +356,20 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
     return _write(cfg, f"tune-popularity-relations-{policy}", res, md)
 
 
+def hparams_study(cfg: TuneConfig) -> str:
+    """The hparams study's name: its trials depend on the label file's content, the training
+    config as resolved (its `extends` and --set; a config passed by name was keyed by
+    nothing, so another config's study resumed) and the search space."""
+    resolved = json.dumps(cfg.hparams_config().to_dict(), sort_keys=True, default=str)
+    identity = content_id(sha256_file(cfg.labels), resolved, str(cfg.max_epochs))
+    return study_name("learned-hparams", policy_name(cfg.labels), "dev-auroc", identity)
+
+
 def _hparams(cfg: TuneConfig) -> Path:
     from .hparams import tune_hparams  # torch and Lightning: only for this study
 
-    # trials depend on the label file's content, the training config and the search space
-    config = Path(cfg.config)
-    identity = content_id(sha256_file(cfg.labels), sha256_file(config) if config.is_file() else None,
-                          *sorted(cfg.overrides), str(cfg.max_epochs))  # fmt: skip
     policy = policy_name(cfg.labels)
-    name = study_name("learned-hparams", policy, "dev-auroc", identity)
+    name = hparams_study(cfg)
     res = tune_hparams(cfg.labels, name, cfg.storage, cfg.trials, cfg.config, list(cfg.overrides),
                        cfg.max_epochs, cfg.seed, cfg.questions, cfg.workers)  # fmt: skip
     md = (f"# Hyper-parameter study of the learned gate\n\n`{cfg.command}`\n\n"
