@@ -429,6 +429,21 @@ def test_config_values_are_typed_and_names_plain():
         with pytest.raises(ConfigError, match=f"{key}=.*expected .*{expected}"):
             load_config(None, ["data.label_file=x", f"{key}={value}"])
     assert load_config(None, ["data.label_file=x", "trainer.gradient_clip_val=null"])
+    # Lightning's internal errors once the trainer was built, or the worst epoch kept
+    for sets, expected in [
+        (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0 validates on no batch"),
+        (["trainer.enable_checkpointing=false"], "keeps its best validation epoch's weights"),
+        (["early_stopping.monitor=val/loss"], "mode=max with monitor=val/loss, which is better "
+         "lower: it would stop on and keep the worst epoch; set early_stopping.mode=min"),
+        (["early_stopping.monitor=val/ece", "early_stopping.mode=min"], None),
+        (["early_stopping.monitor=train/acc", "early_stopping.mode=min"], "better higher"),
+        (["early_stopping.monitor=val/retrieval_rate", "early_stopping.mode=min"], None),
+    ]:  # fmt: skip
+        if expected is None:
+            assert load_config(None, ["data.label_file=x", *sets])
+            continue
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load_config(None, ["data.label_file=x", *sets])
 
 
 def test_a_max_length_past_the_backbone_is_refused_before_training():
@@ -725,9 +740,9 @@ def test_trainer_arguments_this_machine_cannot_run_are_refused_before_the_data(t
             cfg.override(override)
     for fine in ("trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5",
                  "trainer.val_check_interval=100", "trainer.limit_train_batches=0.5",
-                 "early_stopping.monitor=val/loss",
+                 "early_stopping.monitor=val/loss early_stopping.mode=min",
                  "early_stopping.monitor=train/auroc"):  # fmt: skip
-        cfg.override(fine)
+        cfg.override(*fine.split())
     assert not (tmp_path / "out").exists()
 
 

@@ -343,6 +343,9 @@ def unread_keys(config: TrainConfig, keys: Iterable[str]) -> list[str]:
 # early stopping on another name failed after the first epoch, with a traceback.
 METRICS = ("loss", "acc", "macro_f1", "auroc", "ap", "ece", "retrieval_rate")
 MONITORS = tuple(f"{stage}/{m}" for stage in ("val", "train") for m in METRICS)
+# the mode each metric is better in (retrieval_rate: neither, the user's choice)
+BETTER = {"loss": "min", "ece": "min", "acc": "max", "macro_f1": "max", "auroc": "max",
+          "ap": "max"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,12 @@ class EarlyStoppingConfig(_Checked):
             raise ConfigError(f"early_stopping.monitor={self.monitor!r}: not a logged metric"
                               f"{_close(self.monitor, MONITORS)}; one of "
                               f"{', '.join(MONITORS[:len(METRICS)])} (or train/...)")  # fmt: skip
+        better = BETTER.get(self.monitor.split("/", 1)[1])
+        if better is not None and self.mode != better:  # it kept the worst epoch's weights
+            raise ConfigError(f"early_stopping.mode={self.mode} with monitor={self.monitor}, "
+                              f"which is better {'lower' if better == 'min' else 'higher'}: it "
+                              f"would stop on and keep the worst epoch; set "
+                              f"early_stopping.mode={better}")  # fmt: skip
 
 
 # Lightning Trainer arguments set by default, with the types they are checked against (any
@@ -455,10 +464,14 @@ def _check_fit_keys(out: Mapping[str, Any]) -> None:
             f"trainer.val_check_interval={interval!r}: expected a fraction of "
             "an epoch in (0, 1] (e.g. 0.5) or a number of batches (e.g. 100)"
         )
-    limit = out.get("limit_train_batches")
-    if limit is not None and not isinstance(limit, bool) and limit == 0:  # trained nothing, saved
-        raise ConfigError("trainer.limit_train_batches=0 trains on no batch; give a fraction in "
-                          "(0, 1] or a number of batches, or leave it out")  # fmt: skip
+    for key, what in (("limit_train_batches", "trains"), ("limit_val_batches", "validates")):
+        limit = out.get(key)  # trained nothing and saved it; validating none failed at the end
+        if limit is not None and not isinstance(limit, bool) and limit == 0:
+            raise ConfigError(f"trainer.{key}=0 {what} on no batch; give a fraction in (0, 1] "
+                              "or a number of batches, or leave it out")  # fmt: skip
+    if out.get("enable_checkpointing") is False:  # Lightning refused the run's own callback
+        raise ConfigError("trainer.enable_checkpointing=false: the run keeps its best "
+                          "validation epoch's weights through a checkpoint; leave it out")  # fmt: skip
 
 
 @dataclass(frozen=True)

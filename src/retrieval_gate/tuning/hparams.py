@@ -81,8 +81,12 @@ def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | No
     dm.rows["test"] = []  # tuning never reads the test split
     trainer = pl.Trainer(
         # two pruning checks per epoch; no trial logs (trainer.logger is the final run's)
-        **{**config.trainer, "val_check_interval": 0.5, "logger": False},
-        enable_checkpointing=False,
+        **{
+            **config.trainer,
+            "val_check_interval": 0.5,
+            "logger": False,
+            "enable_checkpointing": False,
+        },  # a config's own value was a second keyword
         callbacks=[LightningPruning(trial)],
     )
     try:
