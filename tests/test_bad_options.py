@@ -271,6 +271,11 @@ CASES = {
     # a key given twice: the last value won, silently
     "tune-set-twice": C(f"{TUNE} --objective hparams --set model.lr=0.1 model.lr=0.2", "--set gives model.lr more than once"),
     "train-config-is-a-folder": C("train --config {t}/dir", "dir", "is a folder, not a YAML config file"),
+    # checked once the router had trained (the fit, minutes on a GPU), or never (descending)
+    "train-router-budget-past-costs": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.budget=100", "model.budget 100.0", "(3.35)"),
+    "train-router-costs-descending": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.costs=[3,1,0]", "give them cheapest first"),
+    "train-router-costs-too-few": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.costs=[0,1]", "2 costs for 3 strategies"),
+    "train-router-cost-huge": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.costs=[0,1,1e308]", "past it sums of costs overflow"),
     "train-set-twice": C("train --config cascade-closed-book --set trainer.max_epochs=1 trainer.max_epochs=3", "--set gives trainer.max_epochs more than once"),
     "data-field-twice": C("data summary --questions examples/your-data/questions.csv --field question=question --field question=relation", "--field names two columns for question"),
     "tune-trials-zero": C(f"{TUNE} --objective pareto --trials 0", "--trials"),

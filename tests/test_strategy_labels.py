@@ -150,6 +150,9 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
          "line 2: mid_correct '2' is not true/false, 1/0 or yes/no"),
         ("id,cheap_correct,mid_correct,cheap_cost,mid_cost\na,1,0,0,-1\n",
          ["--strategies", "cheap", "mid"], "mid_cost -1.0 is negative"),
+        # infinity passed, and a router's mean cost overflowed
+        ("id,cheap_correct,mid_correct,cheap_cost,mid_cost\na,1,0,0,inf\n",
+         ["--strategies", "cheap", "mid"], "mid_cost inf is negative, not finite or past 1e+12"),
         ("id,cheap_correct,mid_correct,mid_cost\na,1,0,2\n", ["--strategies", "cheap", "mid"],
          "some strategy costs but not cheap_cost: give every strategy its cost in this row (0 "
          "for a free one)"),

@@ -48,6 +48,7 @@ from .errors import ConfigError
 from .yaml_files import read_yaml
 
 NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
+MAX_COST = 1e12  # a strategy's cost in any unit (ms, tokens, money); 1e308 overflowed sums
 DEFAULT_RETRIEVER = "default"  # the verb's own --retriever
 RETRIEVERS = ("none", DEFAULT_RETRIEVER, "bm25", "dense", "contexts")
 PROMPTS = ("closed-book", "with-context", "ircot")
@@ -310,9 +311,9 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
 def _number(value: Any, where: str, path) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: {value!r} is not a number (a cost is 0 or more)", path)
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{where}: {value!r} is negative or not finite; a cost is 0 or more",
-                          path)  # fmt: skip
+    if not (math.isfinite(value) and 0 <= value <= MAX_COST):
+        raise ConfigError(f"{where}: {value!r} is negative, not finite or past {MAX_COST:g}; "
+                          f"a cost is from 0 to {MAX_COST:g}", path)  # fmt: skip
     return float(value)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import metrics as M
-from ..pricing import Calibration, check_costs, default_costs, outcome, route_indices
+from ..pricing import Calibration, outcome, route_indices
 from ..strategies import StrategyRegistry
 from .config import TrainConfig
 from .datamodule import GateDataModule
@@ -22,20 +22,9 @@ from .stacked import OutOfFold
 
 
 def router_costs(config: TrainConfig, dm: GateDataModule) -> tuple[float, ...]:
-    """model.costs; else the config's `strategies:` specs' costs; else the mean of the labels'
-    per-question costs when every training question has them; else retrievals (0, 1, 3.35)."""
-    if config.model.costs is not None:
-        costs = tuple(config.model.costs)
-        check_costs(costs, dm.strategies, "model.costs")
-        return costs
-    if config.strategies is not None:
-        registry = config.registry()
-        registry.check(dm.strategies, f"the label file's strategies ({registry.source})")
-        return registry.costs(dm.strategies)
+    """The router's strategy costs (`TrainConfig.router_costs`) for this data module."""
     ids = [row[0] for row in dm.rows["train"]]
-    if dm.question_costs and all(i in dm.question_costs for i in ids):
-        return tuple(np.mean([dm.question_costs[i] for i in ids], axis=0).tolist())
-    return default_costs(dm.strategies)
+    return config.router_costs(dm.strategies, dm.question_costs, ids)
 
 
 @torch.inference_mode()

@@ -24,11 +24,12 @@ import math
 import os
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
 
 from ..errors import ConfigError, clipped
@@ -317,6 +318,11 @@ class ModelConfig(_Checked):
         if self.costs is not None and (len(self.costs) < 2 or min(self.costs) < 0):
             raise ConfigError(f"model.costs={list(self.costs)}: give one cost of 0 or more per "
                               "strategy, cheapest first, e.g. [0, 1, 3.35]")  # fmt: skip
+        if self.costs is not None and list(self.costs) != sorted(self.costs):
+            # the labels' targets are the cheapest strategy that answers, in that order
+            raise ConfigError(f"model.costs={list(self.costs)}: give them cheapest first, in "
+                              "the label file's strategy order (e.g. [0, 1, 3.35] for "
+                              "no_retrieval, one_retrieval, multi_step)")  # fmt: skip
         if self.budget < 0:
             raise ConfigError(f"model.budget={self.budget}: a budget (mean cost per question) is "
                               "0 or more")  # fmt: skip
@@ -494,6 +500,28 @@ class TrainConfig:
         if isinstance(self.strategies, str):
             return load_strategies(self.strategies)
         return registry_from_list([dict(x) for x in self.strategies], "config strategies")
+
+    def router_costs(
+        self,
+        strategies: Sequence[str],
+        question_costs: Mapping[str, Any] | None = None,
+        train_ids: Sequence[str] = (),
+    ) -> tuple[float, ...]:
+        """A router's strategy costs: model.costs; else the config's `strategies:` specs';
+        else the mean of the labels' per-question costs when every training question has
+        them; else retrievals (0, 1, 3.35). Checked against `strategies`."""
+        from ..pricing import check_costs, default_costs
+
+        if self.model.costs is not None:
+            check_costs(self.model.costs, strategies, "model.costs")
+            return tuple(self.model.costs)
+        if self.strategies is not None:
+            registry = self.registry()
+            registry.check(strategies, f"the label file's strategies ({registry.source})")
+            return registry.costs(strategies)
+        if question_costs and train_ids and all(i in question_costs for i in train_ids):
+            return tuple(np.mean([question_costs[i] for i in train_ids], axis=0).tolist())
+        return default_costs(strategies)
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():
