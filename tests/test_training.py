@@ -957,6 +957,9 @@ def test_set_keys_a_stacked_head_never_reads_are_said(caplog):
             "model.lora.r=4", "trainer.max_epochs=1", "model.lr_x=1"]  # fmt: skip
     keys = [s.split("=")[0] for s in sets]
     stacked = load_config("cascade-closed-book", [])
+    # a closed-form fit draws no batches: "sampler" trained an unbalanced gate
+    with pytest.raises(ConfigError, match="use data.balance=class_weights"):
+        load_config("cascade-closed-book", ["data.balance=sampler"])
     assert unread_keys(stacked, keys) == ["model.lr", "early_stopping.patience", "model.lora.r",
                                           "trainer.max_epochs"]  # fmt: skip
     assert unread_keys(load_config("minilm-closed-book", []), keys) == []

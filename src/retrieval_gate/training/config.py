@@ -543,6 +543,11 @@ class TrainConfig:
             raise ConfigError("model.answer_confidence=true is a two-stage binary gate: it needs "
                               "model.head=stacked and data.task=binary, not "
                               f"head={self.model.head}, task={self.data.task}")  # fmt: skip
+        if self.model.head == "stacked" and self.data.balance == "sampler":
+            # a closed-form fit draws no batches: "sampler" balanced nothing, silently
+            raise ConfigError("data.balance=sampler draws balanced batches, and model.head="
+                              "stacked is fitted in closed form on every question at once: use "
+                              "data.balance=class_weights (its equivalent there) or none")  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrainConfig:
