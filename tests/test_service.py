@@ -159,6 +159,15 @@ def test_bad_requests_get_a_4xx_with_reason(gate, body, reason):
         assert client.post("/score", json={"questions": ["still serving?"]}).status_code == 200
 
 
+def test_query_parameters_on_a_post_are_refused_not_ignored(gate):
+    """`POST /score?budget=2` was answered at the default budget: the query went unread."""
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score?budget=2", json={"questions": ["Who wrote Hamlet?"]})
+        assert r.status_code == 422
+        assert r.json()["detail"].startswith("query parameter 'budget': a request's fields are")
+        assert client.get("/health?probe=1").status_code == 200  # a GET's query harms nothing
+
+
 @pytest.mark.parametrize("sent_as", ["application/x-www-form-urlencoded", "text/plain"])
 def test_a_body_not_sent_as_json_is_refused_with_the_header_to_send(gate, sent_as):
     # curl -d without -H sends a form: FastAPI read it as no body and said "Input should be a

@@ -156,6 +156,8 @@ class BodyTooLarge(HTTPException):
 
 
 _SEND = 'send a JSON object such as {"questions": ["..."]}'
+_QUERY = ("query parameter %r: a request's fields are read from its JSON body only, e.g. "
+          '{"questions": ["..."], "budget": 1.0}')  # fmt: skip
 
 
 class StrictJSON(APIRoute):
@@ -167,6 +169,9 @@ class StrictJSON(APIRoute):
         handler = super().get_route_handler()
 
         async def run(request: Request) -> Response:
+            if request.method == "POST" and request.query_params:  # `?budget=2` went unread
+                return JSONResponse(status_code=422, content={"detail": _QUERY % next(iter(
+                    request.query_params))})  # fmt: skip
             body = await request.body()  # kept: the handler reads it again from the request
             sent_as = request.headers.get("content-type")
             if body and sent_as is not None and not _is_json(sent_as):
