@@ -270,3 +270,44 @@ def test_a_question_only_gate_or_router_on_answer_logprobs_names_what_reads_them
     with caplog.at_level("INFO"):
         _say_answers_unread(load_config("minilm-closed-book", [f"data.label_file={labels}"]))
     assert said not in caplog.text
+
+
+def test_score_input_refuses_answers_it_would_not_read(tmp_path, capsys, caplog):
+    """`score --input` reads ids and texts alone: a two-stage gate scored a file's
+    token_logprobs rows on their text, every score question-only, without a word."""
+    questions, outcomes = _write_user_data(tmp_path)
+    labels = tmp_path / "labels"
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(questions), "--generator", "my-llm", "--labels-dir", str(labels)]) == 0  # fmt: skip
+    assert main(["train", "--config", "cascade-closed-book", "--set",
+                 f"data.questions={questions}", f"data.label_file={labels / 'my-llm' / 'closed-book.jsonl'}",
+                 f"run.output_dir={tmp_path / 'runs'}"]) == 0  # fmt: skip
+    assert main(["export", "--run", str(tmp_path / "runs" / "cascade-closed-book"), "--out-dir",
+                 str(tmp_path / "export"), "--variants", "fp32"]) == 0  # fmt: skip
+    export = str(tmp_path / "export" / "cascade-closed-book")
+    scored = tmp_path / "q.csv"
+    scored.write_text('id,question,token_logprobs\n1,Who wrote Hamlet?,"[-0.1, -2.0]"\n')
+    capsys.readouterr()
+    assert main(["score", "--model", export, "--input", str(scored)]) == 2
+    assert "its 'token_logprobs' column would go unread): pass the file as --questions" in (
+        capsys.readouterr().err
+    )
+    text = tmp_path / "q.txt"
+    text.write_text("Who wrote Hamlet?\n")
+    assert main(["score", "--model", export, "--input", str(text)]) == 0
+    assert "every score is the question-only score of the two-stage gate" in caplog.text
+
+
+def test_the_columns_score_peeks_at_in_an_input_file(tmp_path):
+    from retrieval_gate.commands.score import _columns
+
+    (tmp_path / "a.csv").write_text('\ufeffID,Question,Token_LogProbs\n1,Who?,"[-0.1]"\n')
+    (tmp_path / "b.tsv").write_text("question\tmean_logprob\nWho?\t-0.3\n")
+    (tmp_path / "c.jsonl").write_text('\n{"question": "Who?", "logprobs": {"content": []}}\n')
+    (tmp_path / "d.jsonl").write_text("[1, 2]\n")
+    (tmp_path / "e.txt").write_text("Who wrote Hamlet?\n")
+    assert _columns(tmp_path / "a.csv") == ["id", "question", "token_logprobs"]
+    assert _columns(tmp_path / "b.tsv") == ["question", "mean_logprob"]
+    assert _columns(tmp_path / "c.jsonl") == ["question", "logprobs"]
+    assert _columns(tmp_path / "d.jsonl") == _columns(tmp_path / "e.txt") == []
+    assert _columns(tmp_path / "missing.csv") == []

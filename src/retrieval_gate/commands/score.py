@@ -7,6 +7,7 @@ scorable line is an error (exit 2), bad lines otherwise become error records."""
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import json
 import logging
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         escalation_strategy(cascade, loop_registry(gate))  # before any output
     if questions is None:
         _refuse_side_features(gate, args.input)
+        _refuse_answers_unread(cascade.answer_gate if cascade else gate, args.input)
     else:
         _say_answers_read(cascade.answer_gate if cascade else gate, questions)
     out = _output(args, gate, threshold, cascade)
@@ -242,6 +244,42 @@ def _refuse_side_features(gate: Any, path: str) -> None:
             f"column and {names}) instead of --input",
             path,
         )
+
+
+def _refuse_answers_unread(gate: Any, path: str) -> None:
+    """--input reads a question's id and text alone: a two-stage gate scored every question on
+    its text, the answers' log-probabilities in the file's columns unread, without a word."""
+    from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
+    from ..gates.base import reads_answers
+
+    if not reads_answers(gate):
+        return
+    answers = [c for c in _columns(Path(path)) if c in (TOKEN_LOGPROBS, "logprobs", MEAN_LOGPROB)]
+    if answers:
+        raise InputError(f"gate {gate.name} reads the answers' log-probabilities, and --input "
+                         f"reads a question's id and text alone (its {answers[0]!r} column "
+                         f"would go unread): pass the file as --questions {path}", path)  # fmt: skip
+    log.info(f"--input gives no answers: every score is the question-only score of the "
+             f"two-stage gate {gate.name}; --questions FILE with a {TOKEN_LOGPROBS} column reads "
+             "them")  # fmt: skip
+
+
+def _columns(path: Path) -> list[str]:
+    """The column names of a CSV / TSV header or of a JSONL file's first object, lower-cased
+    (none for other files, or one that cannot be read: its reader says why)."""
+    suffix = path.suffix.lower()
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            if suffix in (".csv", ".tsv"):
+                return [c.strip().lower() for c in next(csv.reader(f, dialect=csv.excel_tab
+                        if suffix == ".tsv" else csv.excel), [])]  # fmt: skip
+            if suffix in (".jsonl", ".ndjson"):
+                first = next((line for line in f if line.strip()), "{}")
+                row = json.loads(first)
+                return [str(c).lower() for c in row] if isinstance(row, dict) else []
+    except (OSError, ValueError, csv.Error):
+        pass
+    return []
 
 
 def _scored(
