@@ -272,6 +272,7 @@ def test_a_question_only_gate_or_router_on_answer_logprobs_names_what_reads_them
     assert said not in caplog.text
 
 
+@pytest.mark.slow  # trains and exports a gate (seconds)
 def test_score_input_refuses_answers_it_would_not_read(tmp_path, capsys, caplog):
     """`score --input` reads ids and texts alone: a two-stage gate scored a file's
     token_logprobs rows on their text, every score question-only, without a word."""
