@@ -319,3 +319,14 @@ def test_labels_of_a_file_whose_id_column_is_named_otherwise_name_that_column(tm
     assert main(["train", "--config", "minilm-stacked-closed-book", "--set",
                  f"data.questions={qs}", f"data.label_file={labels}"]) == 2  # fmt: skip
     assert 'pass --set "data.fields={id: qid}"' in capsys.readouterr().err
+
+
+def test_an_lm_eval_sample_of_several_answers_is_refused(tmp_path, capsys):
+    """`repeats: 2` without a filter saves two answers a sample: the first was judged and the
+    other dropped, without a word (a generic file's cell of several answers was refused)."""
+    samples = [_sample(i, d, "William Shakespeare") for i, d in enumerate(QUESTIONS)]
+    samples[1]["filtered_resps"] = [["Paris", "Lyon"]]
+    assert _label(tmp_path, write_jsonl(tmp_path / "samples_qa_2026.jsonl", samples)) == 2
+    assert "line 2: lm-eval sample holds 2 answers in 'filtered_resps' (repeats > 1)" in (
+        capsys.readouterr().err
+    )

@@ -262,8 +262,13 @@ def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict |
 
 def _lm_eval_answer(row: dict, path, n: int) -> str:
     resps = row.get("filtered_resps")
-    while isinstance(resps, list) and resps:
+    while isinstance(resps, list) and len(resps) == 1:
         resps = resps[0]
+    if isinstance(resps, list) and len(resps) > 1 and all(isinstance(r, str) for r in resps):
+        # several samples (repeats > 1, no filter): the first was judged, the others dropped
+        raise DataError(f"lm-eval sample holds {len(resps)} answers in 'filtered_resps' "
+                        "(repeats > 1): keep one a question, e.g. with a take_first or "
+                        "majority_vote filter", path, n)  # fmt: skip
     if not isinstance(resps, str):
         raise DataError(
             "lm-eval sample has no text answer in 'filtered_resps' (a generate_until task "
