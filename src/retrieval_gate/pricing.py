@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .strategies import BUILTIN, DEFAULT_COSTS, MAX_COST, StrategyRegistry, specs_of, with_cost
+from .strategies import (
+    BUILTIN,
+    DEFAULT_COSTS,
+    MAX_COST,
+    StrategyRegistry,
+    is_cost,
+    specs_of,
+    with_cost,
+)
 
 _TIE = 1e-12  # breaks ties toward the cheaper strategy
 
@@ -48,7 +56,7 @@ def check_costs(costs: Sequence[float], strategies: Sequence[str], flag: str = "
     if len(costs) != len(strategies):
         raise InputError(f"{flag}: {len(costs)} costs for {len(strategies)} strategies "
                          f"({', '.join(strategies)}); give one each, cheapest first")  # fmt: skip
-    if any(not (math.isfinite(c) and 0 <= c <= MAX_COST) for c in costs):
+    if not all(is_cost(c) for c in costs):
         raise InputError(f"{flag} {list(costs)}: a cost is a number from 0 to {MAX_COST:g} "
                          "(past it sums of costs overflow)")  # fmt: skip
 

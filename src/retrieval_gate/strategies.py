@@ -308,10 +308,15 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
                         str(item.get("description") or ""))  # fmt: skip
 
 
+def is_cost(value: float) -> bool:
+    """A cost in any unit: a finite number from 0 to MAX_COST (NaN is not)."""
+    return math.isfinite(value) and 0 <= value <= MAX_COST
+
+
 def _number(value: Any, where: str, path) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: {value!r} is not a number (a cost is 0 or more)", path)
-    if not (math.isfinite(value) and 0 <= value <= MAX_COST):
+    if not is_cost(value):
         raise ConfigError(f"{where}: {value!r} is negative, not finite or past {MAX_COST:g}; "
                           f"a cost is from 0 to {MAX_COST:g}", path)  # fmt: skip
     return float(value)

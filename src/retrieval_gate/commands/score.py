@@ -249,12 +249,14 @@ def _refuse_side_features(gate: Any, path: str) -> None:
 def _refuse_answers_unread(gate: Any, path: str) -> None:
     """--input reads a question's id and text alone: a two-stage gate scored every question on
     its text, the answers' log-probabilities in the file's columns unread, without a word."""
-    from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
+    from ..data.answer_confidence import TOKEN_LOGPROBS
+    from ..data.user_questions import ANSWER_FIELDS, DEFAULT_COLUMNS
     from ..gates.base import reads_answers
 
     if not reads_answers(gate):
         return
-    answers = [c for c in _columns(Path(path)) if c in (TOKEN_LOGPROBS, "logprobs", MEAN_LOGPROB)]
+    read = {c for field in ANSWER_FIELDS for c in DEFAULT_COLUMNS[field]}  # as --questions does
+    answers = [c for c in _columns(Path(path)) if c in read]
     if answers:
         raise InputError(f"gate {gate.name} reads the answers' log-probabilities, and --input "
                          f"reads a question's id and text alone (its {answers[0]!r} column "

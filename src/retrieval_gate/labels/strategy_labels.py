@@ -53,7 +53,7 @@ from ..data.user_questions import read_rows
 from ..errors import DataError, InputError
 from ..fileio import sha256_file
 from ..questions import Question
-from ..strategies import BUILTIN, MAX_COST, StrategyRegistry
+from ..strategies import BUILTIN, MAX_COST, StrategyRegistry, is_cost
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, missing, require_ours
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
@@ -385,7 +385,7 @@ def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, floa
             value = float(row[f"{s}_cost"])
         except (TypeError, ValueError):
             raise DataError(f"{s}_cost {row[f'{s}_cost']!r} is not a number", path, n) from None
-        if not 0 <= value <= MAX_COST:  # also refuses NaN and infinity
+        if not is_cost(value):
             raise DataError(f"{s}_cost {value} is negative, not finite or past {MAX_COST:g}; "
                             f"a cost is from 0 to {MAX_COST:g}", path, n)  # fmt: skip
         out[s] = value
