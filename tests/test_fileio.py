@@ -67,6 +67,41 @@ def test_staged_folder_removes_what_a_killed_run_left_and_refuses_a_file(tmp_pat
     assert a_file.read_text() == "mine"
 
 
+def _full_disk(monkeypatch, path: Path) -> None:
+    """`path`'s file system reports no free space (a real full disk needs a mount: root)."""
+    real = os.statvfs
+    full = os.statvfs_result((4096, 4096, 1000, 0, 0, 100, 0, 0, 0, 255))  # no block free
+    monkeypatch.setattr(os, "statvfs", lambda p: full if str(p).startswith(str(path)) else real(p))
+
+
+def test_a_write_that_fills_the_disk_names_its_output_not_a_bug(tmp_path, monkeypatch):
+    """On a full disk torch.save raised RuntimeError("... unexpected pos ..."), the tokenizers
+    a bare Exception("No space left on device (os error 28)"): `train` said "internal error (a
+    bug)" and the run was lost unexplained; Python's own writes said "no space left" naming no
+    file, and a copy into the disk (Lightning's checkpoint) named its source in /tmp."""
+    import errno
+
+    from retrieval_gate.errors import os_error
+
+    target = tmp_path / "run" / "gate.pt"
+    with pytest.raises(RuntimeError, match="unexpected pos"), atomic_path(target):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+    _full_disk(monkeypatch, tmp_path)  # the same failure where the disk is full: said so
+    with pytest.raises(InputError, match="no space left") as said, atomic_path(target) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+    assert str(said.value).startswith(f"{target}: no space left on the device")
+    assert os.listdir(tmp_path / "run") == []  # the half-written file is gone
+    with pytest.raises(InputError, match="no space left") as said, staged_folder(tmp_path / "t"):
+        raise Exception("No space left on device (os error 28)")  # the tokenizers' own
+    assert str(said.value).startswith(f"{tmp_path / 't'}: no space left")
+    with pytest.raises(InputError) as said, atomic_path(target):
+        raise OSError(errno.ENOSPC, "No space left on device")  # a write: no file named
+    assert str(said.value).startswith(f"{target}: no space left")
+    copy = OSError(errno.ENOSPC, "No space left on device", "/tmp/tmpab12", None, "/d/best.ckpt")
+    assert str(os_error(copy)).startswith("/d/best.ckpt: no space left")
+
+
 def test_a_device_pipe_or_socket_is_never_replaced_by_a_file(tmp_path):
     """An output named by a FIFO (or /dev/full, a socket) would have been renamed over: the
     node gone, a file in its place. It is refused, and left as it was."""

@@ -129,13 +129,15 @@ _OS_ERRORS = {
 }
 
 
-def os_error(error: OSError) -> InputError | None:
+def os_error(error: OSError, path: str | Path | None = None) -> InputError | None:
     """A clear InputError naming the path for a system error of the user's paths or disk
-    (`_OS_ERRORS`); None for any other (then it is a bug)."""
+    (`_OS_ERRORS`); None for any other (then it is a bug). `path`: the file being written, for
+    an error that names none (a write, where the opening named it)."""
     said = _OS_ERRORS.get(error.errno)  # type: ignore[arg-type]
     if said is None:
         return None
-    name = str(error.filename or "")
+    written = error.filename2 if error.errno != errno.ENAMETOOLONG else None  # a copy's target
+    name = str(written or error.filename or path or "")
     shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
     return InputError(f"{shown}: {said}" if shown else said)
 

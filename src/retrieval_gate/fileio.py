@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import DataError, InputError
+from .errors import DataError, InputError, RetrievalGateError, os_error
 from .strict_rows import parse_json
 
 # Files that are not text, by their first bytes: the fix for each.
@@ -136,6 +136,37 @@ def regular_target(path: str | Path) -> Path:
     return target
 
 
+FULL_BYTES = 1 << 20  # free space under this where a write just failed: the disk filled up
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the file system holding `path` (or its nearest existing folder) is full."""
+    try:
+        stats = os.statvfs(nearest_existing(path))
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < FULL_BYTES
+
+
+@contextlib.contextmanager
+def disk_errors_named(path: str | Path) -> Iterator[None]:
+    """A block writing `path` that fails on a full disk (a quota, a read-only file system)
+    says so, naming `path`: Python's writes raise an OSError without the file's name, and
+    torch.save and the tokenizers a RuntimeError or a bare Exception there (read as a bug)."""
+    try:
+        yield
+    except RetrievalGateError:
+        raise
+    except Exception as e:
+        if isinstance(e, OSError):
+            said = os_error(e, path)
+        else:
+            said = os_error(OSError(errno.ENOSPC, "full"), path) if disk_full(Path(path)) else None
+        if said is None:
+            raise
+        raise said from e
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary file name beside `path` for a writer that wants a path (torch.save,
@@ -153,8 +184,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         os.fchmod(fd, file_mode())  # mkstemp makes it 0600: others could not read the result
         os.close(fd)
-        yield tmp
-        os.replace(tmp, path)
+        with disk_errors_named(path):  # before the partial file goes, freeing its space
+            yield tmp
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # the temp file is ours; the target is untouched
         raise
@@ -182,8 +214,9 @@ def staged_folder(target: str | Path) -> Iterator[Path]:
         ) from None
     try:
         stage.chmod(folder_mode())  # mkdtemp makes it 0700
-        yield stage
-        replace_folder(stage, target)
+        with disk_errors_named(target):
+            yield stage
+            replace_folder(stage, target)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .fileio import make_parent, regular_target, take_writer_lock, write_bytes, writer_busy
+from .fileio import (
+    disk_errors_named,
+    make_parent,
+    regular_target,
+    take_writer_lock,
+    write_bytes,
+    writer_busy,
+)
 from .outputs import adopt_owned
 from .strict_rows import parse_json
 
@@ -82,7 +89,7 @@ class ResumableOutput:
 
     def write(self, text: str) -> None:
         """Appends lines and puts them on disk before the next ones are made."""
-        with open(self.partial, "a", encoding="utf-8") as f:
+        with disk_errors_named(self.path), open(self.partial, "a", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -35,7 +35,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 
 from .. import work
 from ..errors import ConfigError, first_line
-from ..fileio import nearest_existing, write_json, write_text
+from ..fileio import disk_errors_named, nearest_existing, write_json, write_text
 from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -421,7 +421,8 @@ def train(
     _say_answers_unread(config)
     with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
         check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
-        return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
+        with disk_errors_named(run_dir):  # Lightning's checkpoints and logs too
+            return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
 
 
 def _say_answers_unread(config: TrainConfig) -> None:
