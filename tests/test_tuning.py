@@ -83,6 +83,42 @@ def test_study_resumes_without_losing_trials(tmp_path):
     assert [t.params for t in again[:10]] == first
 
 
+def test_a_storage_that_fails_mid_study_is_said_and_the_study_continues_after(
+    tmp_path, monkeypatch
+):
+    """A full disk under the study's SQLite file failed a trial's commit: Optuna's
+    StorageInternalError, then its "Should not reach" AssertionError, and `tune` said
+    "internal error (a bug)". Here SQLite itself finds the file full (a page limit on each
+    connection: SQLITE_FULL, as on a full disk); once it has room, rerunning finishes."""
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from retrieval_gate.errors import BackendError
+
+    monkeypatch.setenv("RETRIEVAL_GATE_HEARTBEAT", "1")  # the cut-off trial: stale in 4 s
+    dev, db = synthetic(), tmp_path / "s.db"
+    pareto_front(dev, "full", db, n_trials=10)
+    with sqlite3.connect(db) as con:
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+
+    def full_soon(dbapi_connection, _record):  # room for a few more trials' rows
+        dbapi_connection.execute(f"PRAGMA max_page_count = {pages + 1}")
+
+    event.listen(Engine, "connect", full_soon)
+    try:
+        with pytest.raises(BackendError, match="database or disk is full") as said:
+            pareto_front(dev, "full", db, n_trials=60)
+    finally:
+        event.remove(Engine, "connect", full_soon)
+    assert str(said.value).startswith(f"the study storage sqlite:///{db.resolve()} failed "
+                                      "during tuning")  # fmt: skip
+    assert "run the same tune command again to continue" in str(said.value)
+    _, trials = pareto_front(dev, "full", db, n_trials=60)
+    assert len(trials) == 60  # those kept and the rest
+
+
 def _evalset(split: str, n: int = 60) -> EvalSet:
     qs = tuple(Question(f"{split}{i}", f"q {i}?", ("a",), "popqa", split=split) for i in range(n))
     y = np.array([i % 2 for i in range(n)])

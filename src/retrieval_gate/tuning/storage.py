@@ -19,13 +19,14 @@ import random
 import re
 import time
 import warnings
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 
-from ..errors import BackendError, ConfigError, InputError, first_line
+from ..errors import BackendError, ConfigError, InputError, RetrievalGateError, first_line
 from ..strict_rows import loads
 
 HEARTBEAT_S = 5  # a running trial's heartbeat period, seconds
@@ -272,3 +273,51 @@ def check_storage(spec: str | Path, workers: int, reach: bool = True) -> None:
         )
     if reach:
         open_storage(spec)
+
+
+@contextmanager
+def failures_said(study: optuna.Study) -> Iterator[None]:
+    """A study whose storage fails mid-run (a full disk, a dropped server) says so, naming
+    the storage and the cause: Optuna's StorageInternalError, or the "Should not reach"
+    assertion that follows it, read as a bug. The finished trials are kept."""
+    try:
+        yield
+    except RetrievalGateError:
+        raise
+    except Exception as e:
+        cause = _storage_cause(e)
+        if cause is None:
+            raise
+        raise BackendError(
+            f"the study storage {_named(study)} failed during tuning ({cause}); its finished "
+            "trials are kept: fix that (free disk space, restart the database server) and run "
+            "the same tune command again to continue"
+        ) from e
+
+
+def _storage_cause(error: BaseException) -> str | None:
+    """What the database or the disk said, found along the chain of `error`; None when no
+    storage error is in it (then it is not the storage's)."""
+    import sqlalchemy.exc
+
+    seen: BaseException | None = error
+    storage_said = None
+    while seen is not None:
+        if isinstance(seen, sqlalchemy.exc.DBAPIError | sqlalchemy.exc.OperationalError):
+            return _first_line(seen)
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen.strerror or first_line(seen)
+        if isinstance(seen, optuna.exceptions.StorageInternalError):
+            storage_said = first_line(seen)
+        seen = seen.__cause__ or seen.__context__
+    return storage_said
+
+
+def _named(study: optuna.Study) -> str:
+    """The study's storage for a message: its URL (password hidden) or journal file."""
+    storage = getattr(study._storage, "_backend", study._storage)  # under Optuna's cache
+    url = getattr(storage, "url", None)
+    if url:
+        return shown(url)
+    path = getattr(getattr(storage, "_backend", None), "_file_path", None)
+    return f"{JOURNAL}{path}" if path else type(storage).__name__

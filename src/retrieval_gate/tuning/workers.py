@@ -48,12 +48,15 @@ def optimize_until(
     The progress bar shows in the main process only (workers would draw over each other)."""
     from optuna.storages._heartbeat import is_heartbeat_enabled
 
+    from .storage import failures_said
+
     progress = multiprocessing.parent_process() is None
     heartbeats = is_heartbeat_enabled(study._storage)
     ran = 0
-    finished, _ = counts(study)
+    with failures_said(study):
+        finished, _ = counts(study)
     bar = tqdm(total=n_trials, initial=min(finished, n_trials), unit="trial", disable=not progress)
-    with bar:
+    with bar, failures_said(study):
         while True:
             if heartbeats:  # trials of dead workers: FAIL, then re-queued by the callback
                 with warnings.catch_warnings():  # "experimental" since Optuna 2.9
