@@ -433,6 +433,9 @@ def test_config_values_are_typed_and_names_plain():
     for sets, expected in [
         (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0 validates on no batch"),
         (["trainer.enable_checkpointing=false"], "keeps its best validation epoch's weights"),
+        (["trainer.fast_dev_run=true"], "fast_dev_run=True: Lightning's smoke test keeps no"),
+        (["trainer.fast_dev_run=3"], "would hold a gate fitted on a batch or two"),
+        (["trainer.fast_dev_run=false"], None),
         (["early_stopping.monitor=val/loss"], "mode=max with monitor=val/loss, which is better "
          "lower: it would stop on and keep the worst epoch; set early_stopping.mode=min"),
         (["early_stopping.monitor=val/ece", "early_stopping.mode=min"], None),

@@ -478,6 +478,11 @@ def _check_fit_keys(out: Mapping[str, Any]) -> None:
     if out.get("enable_checkpointing") is False:  # Lightning refused the run's own callback
         raise ConfigError("trainer.enable_checkpointing=false: the run keeps its best "
                           "validation epoch's weights through a checkpoint; leave it out")  # fmt: skip
+    if out.get("fast_dev_run") not in (None, False, 0):  # saved a gate fitted on one batch
+        raise ConfigError(f"trainer.fast_dev_run={out['fast_dev_run']}: Lightning's smoke test "
+                          "keeps no checkpoint, and the run folder would hold a gate fitted on "
+                          "a batch or two; for a quick real run set trainer.max_steps=10 "
+                          "data.max_train_examples=256, or leave it out")  # fmt: skip
 
 
 @dataclass(frozen=True)
