@@ -4,6 +4,7 @@ provider selection, torch-free scoring and bad inputs (real ONNX Runtime, no moc
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -179,6 +180,34 @@ def test_int8_scores_do_not_depend_on_batch_mates(exports):
     splits = assign_splits(QUESTIONS, seed=0)  # the split training gave these questions
     assert set(kept["texts"]) <= {q.text for q in QUESTIONS if splits[q.id] == "dev"}
     assert "calibration" not in json.loads((export_dir / "gate_metadata.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        ({"classes": ...}, "missing field 'classes': the file is damaged; re-train the run"),
+        ({"max_length": ...}, "missing field 'max_length'"),
+        ({"model_name": None}, "field 'model_name' = None is not a string"),
+        ({"calibration": 5}, "key calibration: not an object with a list of question texts"),
+        ({"calibration": {"texts": [1, 2]}}, "key calibration: not an object with a list"),
+        ({"calibration": {"texts": ["a"], "features": [[1.0]]}}, "are not null: the gate reads"),
+    ],
+)
+def test_a_run_whose_metadata_lost_a_key_export_reads_is_refused(exports, tmp_path, edit, expected):
+    """A hand-edited or damaged metadata.json without `classes` (or with a calibration of 5)
+    was a KeyError or TypeError mid-export, an internal error; each is now refused naming the
+    file and the key, and `calibration: null` is the way to calibrate on the dev split."""
+    from retrieval_gate.export.parity import calibration_set
+    from retrieval_gate.training.checkpoint import load_run
+
+    run = shutil.copytree(exports["roberta"][0], tmp_path / "run")
+    meta = json.loads((run / "metadata.json").read_text())
+    assert calibration_set(run)[0] == meta["calibration"]["texts"]  # the kept one, as it was
+    meta = {k: v for k, v in {**meta, **edit}.items() if v is not ...}
+    (run / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=re.escape(expected)) as said:
+        calibration_set(run) if "calibration" in edit else load_run(run)
+    assert str(said.value).startswith(f"{run / 'metadata.json'}: ")
 
 
 def test_tuned_threshold_travels_into_the_export(exports):

@@ -92,14 +92,38 @@ def calibration_set(
     """Dev-split questions for int8 calibration (texts, scaled side features): those the run
     kept when it trained (metadata.json `calibration`), else (runs trained before it kept them)
     its dev split found again in `questions`, by default the run's own question set."""
-    kept = read_run_json(Path(run_dir) / "metadata.json").get("calibration")
-    if kept:
-        features = kept.get("features")
-        return list(kept["texts"]), None if features is None else np.asarray(features, np.float32)
+    path = Path(run_dir) / "metadata.json"
+    meta = read_run_json(path)
+    if meta.get("calibration"):
+        side = run_side_features(meta, read_run_config(Path(run_dir) / "config.yaml")[1])
+        return _kept_calibration(meta["calibration"], side.width if side else 0, path)
     texts, _, features = parity_set(
         Path(run_dir), CALIBRATION_QUESTIONS, questions=questions, split="dev"
     )
     return texts, features
+
+
+def _kept_calibration(kept: Any, width: int, path: Path) -> tuple[list[str], np.ndarray | None]:
+    """The run's kept calibration questions and their `width` side features, checked: a
+    hand-edited or damaged one (5, texts that are no strings, features of another shape) was
+    an internal error mid-export."""
+    texts = kept.get("texts") if isinstance(kept, dict) else None
+    if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
+        raise DataError("key calibration: not an object with a list of question texts; "
+                        "re-train the run (`retrieval-gate train`), or set it to null to "
+                        "calibrate on its dev split found again", path)  # fmt: skip
+    features = kept.get("features")
+    if features is None and not width:
+        return texts, None
+    try:
+        matrix = np.asarray(features, np.float32)
+    except (TypeError, ValueError):
+        matrix = np.zeros(0)
+    if matrix.shape != (len(texts), width) or not np.isfinite(matrix).all():
+        want = f"{width} finite numbers a question" if width else "null: the gate reads none"
+        raise DataError(f"key calibration: its features are not {want}; re-train the run, "
+                        "or set calibration to null", path)  # fmt: skip
+    return texts, matrix
 
 
 def _auroc(labels: Sequence[int] | None, scores: np.ndarray) -> float | None:

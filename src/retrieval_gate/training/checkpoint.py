@@ -118,8 +118,25 @@ def _folder_sums(run_dir: Path, prefix: str) -> dict[str, str]:
             if p.is_file()}  # fmt: skip
 
 
+# What loading a run and exporting it read from metadata.json (save_run writes them all);
+# their types where present are checked when the folder is opened (artifacts.py).
+RUN_KEYS = ("task", "classes", "max_length", "score", "backbone", "model_name")
+
+
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
-    return read_run_json(Path(run_dir) / "metadata.json")
+    """A run's metadata.json with the keys it is loaded and exported by: one gone (a hand
+    edit, a damaged file) was a KeyError, an internal error, mid-export."""
+    path = Path(run_dir) / "metadata.json"
+    meta = read_run_json(path)
+    for key in RUN_KEYS:
+        if key not in meta:
+            raise DataError(f"missing field {key!r}: the file is damaged; re-train the run "
+                            "(`retrieval-gate train`)", path)  # fmt: skip
+    for key in RUN_KEYS[3:]:
+        if not isinstance(meta[key], str):
+            raise DataError(f"field {key!r} = {meta[key]!r} is not a string: the file is "
+                            "damaged; re-train the run (`retrieval-gate train`)", path)  # fmt: skip
+    return meta
 
 
 def run_side_features(meta: dict[str, Any], from_config: dict | None = None) -> GateFeatures | None:
