@@ -183,31 +183,47 @@ def test_int8_scores_do_not_depend_on_batch_mates(exports):
 
 
 @pytest.mark.parametrize(
-    "edit, expected",
+    "file, edit, expected",
     [
-        ({"classes": ...}, "missing field 'classes': the file is damaged; re-train the run"),
-        ({"max_length": ...}, "missing field 'max_length'"),
-        ({"model_name": None}, "field 'model_name' = None is not a string"),
-        ({"calibration": 5}, "key calibration: not an object with a list of question texts"),
-        ({"calibration": {"texts": [1, 2]}}, "key calibration: not an object with a list"),
-        ({"calibration": {"texts": ["a"], "features": [[1.0]]}}, "are not null: the gate reads"),
+        ("metadata", {"classes": ...}, "field 'classes': the file is damaged; re-train the run"),
+        ("metadata", {"max_length": ...}, "missing field 'max_length'"),
+        ("metadata", {"model_name": None}, "field 'model_name' = None is not a string"),
+        ("metadata", {"calibration": 5}, "calibration: not an object with a list of question"),
+        ("metadata", {"calibration": {"texts": [1, 2]}}, "calibration: not an object with a"),
+        ("metadata", {"calibration": {"texts": ["a"], "features": [[1.0]]}}, "not null: the"),
+        ("labels", {"sha256": ...}, "field 'sha256' (a string) is missing: the file is damaged"),
+        ("labels", {"path": 7}, "field 'path' = 7 is not a string or null"),
+        ("labels", {"meta": 3}, "field 'meta' = 3 is not an object or null"),
+        ("metrics", {"test": {"auroc": "x"}}, "field 'test' is not an object of numbers"),
     ],
 )
-def test_a_run_whose_metadata_lost_a_key_export_reads_is_refused(exports, tmp_path, edit, expected):
-    """A hand-edited or damaged metadata.json without `classes` (or with a calibration of 5)
-    was a KeyError or TypeError mid-export, an internal error; each is now refused naming the
-    file and the key, and `calibration: null` is the way to calibrate on the dev split."""
+def test_a_run_file_export_reads_that_lost_or_garbled_a_key_is_refused(
+    exports, tmp_path, file, edit, expected
+):
+    """A hand-edited or damaged run file (metadata.json without `classes` or with a
+    calibration of 5, labels.json without its checksum, metrics.json with a figure "x") was
+    a KeyError, TypeError or ValueError mid-export, an internal error; each is now refused
+    naming the file and the key (`calibration: null` calibrates on the dev split)."""
+    from retrieval_gate.export.card import write_model_card
     from retrieval_gate.export.parity import calibration_set
     from retrieval_gate.training.checkpoint import load_run
 
     run = shutil.copytree(exports["roberta"][0], tmp_path / "run")
-    meta = json.loads((run / "metadata.json").read_text())
-    assert calibration_set(run)[0] == meta["calibration"]["texts"]  # the kept one, as it was
-    meta = {k: v for k, v in {**meta, **edit}.items() if v is not ...}
-    (run / "metadata.json").write_text(json.dumps(meta))
+    path = run / f"{file}.json"
+    data = json.loads(path.read_text())
+    assert (
+        calibration_set(run)[0]
+        == json.loads((run / "metadata.json").read_text())["calibration"]["texts"]
+    )  # fmt: skip  (the kept one, as it was)
+    path.write_text(json.dumps({k: v for k, v in {**data, **edit}.items() if v is not ...}))
     with pytest.raises(DataError, match=re.escape(expected)) as said:
-        calibration_set(run) if "calibration" in edit else load_run(run)
-    assert str(said.value).startswith(f"{run / 'metadata.json'}: ")
+        if "calibration" in edit:
+            calibration_set(run)
+        elif file == "metadata":
+            load_run(run)
+        else:
+            write_model_card(run, tmp_path / "export", None)
+    assert str(said.value).startswith(f"{path}: ")
 
 
 def test_tuned_threshold_travels_into_the_export(exports):

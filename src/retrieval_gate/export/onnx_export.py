@@ -35,7 +35,7 @@ from ..artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, MANIFEST, export_mani
 from ..errors import DataError
 from ..fileio import sha256_file, staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
-from ..training.checkpoint import load_run, read_run_json
+from ..training.checkpoint import load_run, read_provenance
 from .parity import calibration_set
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class GateGraph(nn.Module):
 def gate_metadata(
     run_dir: Path, meta: dict[str, Any], tokenizer: Any, side_features: dict | None = None
 ) -> dict[str, str]:
-    labels = read_run_json(run_dir / "labels.json")
+    labels = read_provenance(run_dir)
     return {
         "format": FORMAT,
         "classes": json.dumps(meta["classes"]),

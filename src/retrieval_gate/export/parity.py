@@ -25,7 +25,7 @@ from ..gates.onnx_format import VARIANTS
 from ..labels.logprobs import with_answer_logprobs
 from ..pricing import route_indices
 from ..questions import Question
-from ..training.checkpoint import read_run_json, run_side_features
+from ..training.checkpoint import read_provenance, read_run_json, run_side_features
 from ..training.config import read_run_config
 from ..training.datamodule import CALIBRATION_QUESTIONS, needs_retrieval
 from ..training.provenance import label_source
@@ -51,7 +51,7 @@ def parity_set(
     """Test-split (or `split`) questions of the run's labels: texts, binary labels and (for a
     gate with side features) their scaled features. From `questions`, else the run's own
     `data.questions` file, else the bundled datasets (canonical split)."""
-    provenance = read_run_json(run_dir / "labels.json")
+    provenance = read_provenance(run_dir)
     meta = read_run_json(run_dir / "metadata.json")
     config, old_side = read_run_config(run_dir / "config.yaml")
     task = TASKS[meta["task"]]

@@ -36,7 +36,7 @@ from ..artifacts import (
     verified_sha256,
 )
 from ..data.gate_features import GateFeatures, features_from_dict
-from ..errors import DataError, first_line
+from ..errors import DataError, clipped, first_line
 from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_json, write_text
 from ..pricing import Calibration
 from ..run_folder import RunFolder
@@ -137,6 +137,48 @@ def read_metadata(run_dir: str | Path) -> dict[str, Any]:
             raise DataError(f"field {key!r} = {meta[key]!r} is not a string: the file is "
                             "damaged; re-train the run (`retrieval-gate train`)", path)  # fmt: skip
     return meta
+
+
+# labels.json: each key training writes and its types (path null: labels given in memory)
+PROVENANCE_KEYS: dict[str, tuple[type, ...]] = {
+    "path": (str, type(None)), "sha256": (str,), "resolved": (str,),
+    "meta": (dict, type(None)), "counts": (dict,), "labels": (dict,),
+}  # fmt: skip
+PROVENANCE_REQUIRED = ("path", "sha256")
+DESCRIBED = {str: "a string", dict: "an object"}
+
+
+def read_provenance(run_dir: str | Path) -> dict[str, Any]:
+    """A run's labels.json, each key of the type training writes: a hand-edited or damaged
+    one (path 7, meta 3, no sha256) was a TypeError or KeyError mid-export."""
+    path = Path(run_dir) / RunFolder.LABELS
+    value = read_run_json(path)
+    for key, types in PROVENANCE_KEYS.items():
+        if key not in value and key not in PROVENANCE_REQUIRED:
+            continue
+        if not isinstance(value.get(key, ...), types):
+            want = " or ".join("null" if t is type(None) else DESCRIBED[t] for t in types)
+            said = f"= {clipped(repr(value[key]))} is not {want}" if key in value else (
+                f"({want}) is missing")  # fmt: skip
+            raise DataError(f"field {key!r} {said}: the file is damaged; re-train the run "
+                            "(`retrieval-gate train`)", path)  # fmt: skip
+    return value
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, Any]:
+    """A run's metrics.json, its dev and test figures numbers (or null where undefined): a
+    hand-edited one ("x") was a ValueError mid-export, in the model card."""
+    path = Path(run_dir) / RunFolder.METRICS
+    value = read_run_json(path)
+    for split in ("dev", "test"):
+        figures = value.get(split, {})
+        if not isinstance(figures, dict) or not all(
+            v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+            for v in figures.values()
+        ):
+            raise DataError(f"field {split!r} is not an object of numbers: the file is damaged; "
+                            "re-train the run (`retrieval-gate train`)", path)  # fmt: skip
+    return value
 
 
 def run_side_features(meta: dict[str, Any], from_config: dict | None = None) -> GateFeatures | None:
