@@ -234,6 +234,21 @@ def test_tuned_threshold_travels_into_the_export(exports):
     assert "max macro-F1 on dev" in (export_dir / "README.md").read_text()
 
 
+def test_an_export_whose_json_copy_disagrees_with_its_onnx_metadata_is_refused(exports, tmp_path):
+    """gate_metadata.json is a readable copy of what the ONNX files carry; a threshold edited
+    there (0.9) was silently ignored, the ONNX file's own scoring every question."""
+    export = shutil.copytree(exports["minilm"][1], tmp_path / "gate")
+    path = export / "gate_metadata.json"
+    meta = json.loads(path.read_text())
+    assert OnnxGate(export).threshold == meta["threshold"] == pytest.approx(0.42)
+    for key, value in (("threshold", 0.9), ("max_length", 50)):
+        path.write_text(json.dumps({**meta, key: value}))
+        with pytest.raises(DataError, match=f"gate_metadata.json says {key} {value}, but this "
+                           "ONNX file's metadata says .*, which scoring uses") as said:  # fmt: skip
+            OnnxGate(export)
+        assert "pass --threshold" in str(said.value)
+
+
 def test_onnx_without_metadata_is_refused(exports, tmp_path):
     _, export_dir, _ = exports["roberta"]
     bare = forget_checksums(shutil.copytree(export_dir, tmp_path / "bare"))  # edited below

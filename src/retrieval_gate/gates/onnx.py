@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..artifacts import EXPORT_TOKENIZER, TASK_OF, Artifact, open_artifact
+from ..artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, TASK_OF, Artifact, open_artifact
 from ..data.gate_features import features_from_dict
 from ..errors import BackendError, DataError, InputError, first_line
 from ..pricing import Calibration
@@ -133,6 +133,7 @@ class OnnxGate(EncoderGate):
         outputs = [o.name for o in self.session.get_outputs()]
         check_agrees(artifact, self.metadata, outputs, path)
         values = parse_metadata(self.metadata, path)
+        check_copy_agrees(artifact, values, path)
         self.classes = values["classes"]
         self.threshold = values["threshold"]
         self.max_length = values["max_length"]
@@ -233,6 +234,18 @@ def check_agrees(artifact: Artifact, meta: dict[str, str], outputs: Sequence[str
         detail = f"{what} the router's {' and '.join(wrong)}" if wrong else f"its task is {task}"
         raise DataError(f"{artifact.source.name} says task {artifact.task!r}, but this ONNX file "
                         f"{detail}; re-export (`retrieval-gate export --run RUN`)", path)  # fmt: skip
+
+
+def check_copy_agrees(artifact: Artifact, values: dict[str, Any], path: Path) -> None:
+    """The export's JSON copy of the metadata against the ONNX file's parsed `values`: a hand
+    edit of the copy alone (a threshold of 0.9) was silently ignored."""
+    for key in ("threshold", "max_length", "classes"):
+        said = artifact.metadata.get(key, values[key])
+        if said != values[key]:
+            raise DataError(f"{EXPORT_METADATA} says {key} {said!r}, but this ONNX file's "
+                            f"metadata says {values[key]!r}, which scoring uses: the folder was "
+                            "edited; for another threshold pass --threshold (score, serve, "
+                            "rag) or tune the run and re-export it", path)  # fmt: skip
 
 
 def open_onnx(export_dir: str | Path, variant: str = "fp32", **kw: Any) -> OnnxGate:
