@@ -636,6 +636,30 @@ def test_a_folder_of_the_users_own_is_no_run_to_replace(tmp_path, label_file, bo
             check_run_dir(mine, cfg, **flag)
 
 
+def test_a_run_folder_moved_or_mounted_elsewhere_still_resumes(tmp_path, label_file, body):
+    """The run's identity hashed run.output_dir (and the thread count): a run folder moved,
+    or a shared disk mounted at another path on another node, refused --resume as "trained
+    with another config". What it learns still decides; older runs' hashes still resume."""
+    import json
+
+    from retrieval_gate.training.trainer import check_run_dir, claim_run_dir, config_hash
+
+    cfg = _tiny(body, label_file, tmp_path / "a")
+    here = tmp_path / "a" / "x"
+    here.mkdir(parents=True)
+    claim_run_dir(here, check_run_dir(here, cfg), "labels", overwrite=False)
+    (here / "gate.pt").write_bytes(b"weights")  # a run, as far as the folder goes
+    moved = here.rename(tmp_path / "b")
+    elsewhere = cfg.override(f"run.output_dir={tmp_path}", "run.name=b", "run.num_threads=1",
+                             "data.num_workers=1")  # fmt: skip
+    assert check_run_dir(moved, elsewhere, resume=True) == config_hash(elsewhere)
+    with pytest.raises(ConfigError, match="trained with another config or label file"):
+        check_run_dir(moved, elsewhere.override("model.dropout=0.3"), resume=True)
+    older = {"config_sha256": config_hash(elsewhere, placed=True), "label_sha256": "labels"}
+    (moved / "run.json").write_text(json.dumps(older))  # a run from before: its own hash
+    check_run_dir(moved, elsewhere, resume=True)
+
+
 def test_training_ece_is_the_reports_ece():
     """Training logs (and so model cards) the same ECE, with the same bins, as `evaluate`."""
     from retrieval_gate import metrics as M

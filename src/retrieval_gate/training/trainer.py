@@ -188,6 +188,9 @@ def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, flo
 
 # How long to train is not what a run is: a resume may extend it.
 LENGTH_KEYS = ("max_epochs", "max_steps")
+# Nor where its folder is and how fast it runs: a folder moved or renamed, or mounted elsewhere on
+# another node, resumes (runs before 2026-11-29 hashed these: their hash is accepted too).
+PLACE_KEYS = {"run": ("output_dir", "name", "num_threads"), "data": ("num_workers",)}
 
 
 def labels_sha256(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
@@ -199,10 +202,15 @@ def labels_sha256(config: TrainConfig, labels: Mapping[str, int] | None = None) 
     return task.labels_sha256(config.data.label_file)
 
 
-def config_hash(config: TrainConfig, labels: Mapping[str, int] | None = None) -> str:
-    """sha256 of the resolved config (but its length, LENGTH_KEYS) and of the labels: what makes
-    two runs the same run (a label file rewritten in place is another)."""
+def config_hash(
+    config: TrainConfig, labels: Mapping[str, int] | None = None, placed: bool = False
+) -> str:
+    """sha256 of the resolved config (but its length, LENGTH_KEYS, and place, PLACE_KEYS,
+    which the hash of older runs kept: `placed`) and of the labels: what makes two runs the
+    same run (a label file rewritten in place is another)."""
     plain = config.to_dict()
+    for section, keys in PLACE_KEYS.items() if not placed else ():
+        plain[section] = {k: v for k, v in plain[section].items() if k not in keys}
     trainer = {k: v for k, v in plain["trainer"].items() if k not in LENGTH_KEYS}
     # Runs trained while the side features' scaling was a config key hashed it as null: kept,
     # so that those runs still --resume.
@@ -258,7 +266,7 @@ def check_run_dir(
         )
     run_json = run_dir / "run.json"
     old = read_run_json(run_json).get("config_sha256") if run_json.is_file() else None
-    if old != digest:
+    if old not in (digest, config_hash(config, labels, placed=True)):
         raise ConfigError(
             f"run folder {run_dir} was trained with another config or label file "
             f"({'no run.json' if old is None else 'config hash differs'}); --resume continues "
