@@ -102,6 +102,27 @@ def test_a_write_that_fills_the_disk_names_its_output_not_a_bug(tmp_path, monkey
     assert str(os_error(copy)).startswith("/d/best.ckpt: no space left")
 
 
+def test_rag_progress_on_a_full_disk_names_its_file(tmp_path, monkeypatch):
+    """`rag --out`'s progress file: a mode's result appended on a full disk said "no space
+    left on the device" naming no file."""
+    import errno
+    import io
+
+    from retrieval_gate.rag import experiment
+
+    class Full(io.BufferedRandom):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(experiment, "open", lambda p, mode: Full(io.FileIO(p, "a+")),
+                        raising=False)  # fmt: skip
+    result = type("Result", (), {"to_dict": lambda self: {"mode": "never"}})()
+    path = tmp_path / "rag.modes.jsonl"
+    with pytest.raises(InputError) as said:
+        experiment._append_progress(path, "key", result)
+    assert str(said.value).startswith(f"{path}: no space left on the device")
+
+
 def test_a_device_pipe_or_socket_is_never_replaced_by_a_file(tmp_path):
     """An output named by a FIFO (or /dev/full, a socket) would have been renamed over: the
     node gone, a file in its place. It is refused, and left as it was."""

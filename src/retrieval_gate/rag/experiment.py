@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..fileio import content_id
+from ..fileio import content_id, disk_errors_named
 from ..gates.base import Gate, gate_checksum, is_router
 from ..generation.base import Generator
 from ..generation.fit import check_room
@@ -296,7 +296,7 @@ def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"key": key, **result.to_dict()}) + "\n"
-    with open(path, "a+b") as f:
+    with disk_errors_named(path), open(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # two runs saving at once: one cut-and-append at a time
         f.seek(0)
         f.truncate(f.read().rfind(b"\n") + 1)  # after the last whole row: a half-written one is cut
