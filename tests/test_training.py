@@ -253,6 +253,8 @@ def test_config_extends_overrides_and_typos(tmp_path):
         mine.write_text(f"extends: {parent}\n")
         with pytest.raises(ConfigError, match=message):
             load_config(mine, ["data.label_file=x"])
+    with pytest.raises(ConfigError, match="/dev/null: is a device, pipe or socket, not a YAML"):
+        load_config(Path("/dev/null"), ["data.label_file=x"])  # it said "config file not found"
 
 
 def test_bundled_configs_all_load():

@@ -617,7 +617,9 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
         named = f" (named by `extends:` in {seen[-1]})" if seen else ""
-        what = "is a folder, not a YAML config file" if path.is_dir() else "config file not found"
+        what = ("is a folder, not a YAML config file" if path.is_dir() else
+                "is a device, pipe or socket, not a YAML config file" if path.exists() else
+                "config file not found")  # fmt: skip
         raise ConfigError(f"{what}{named}", path)
     try:
         raw = read_yaml(path) or {}
