@@ -119,6 +119,25 @@ def test_a_storage_that_fails_mid_study_is_said_and_the_study_continues_after(
     assert len(trials) == 60  # those kept and the rest
 
 
+def test_a_journal_whose_last_record_was_cut_short_resumes(tmp_path):
+    """A full disk (or a kill) cut a journal's last record short; Optuna then appended the
+    next record to the torn one and the journal could not be read again ("Extra data", an
+    internal error). The torn bytes are cut before the journal opens; a journal damaged
+    inside is refused, left as it is."""
+    from retrieval_gate.errors import InputError
+
+    dev, journal = synthetic(), tmp_path / "studies.log"
+    pareto_front(dev, "j", f"journal:{journal}", n_trials=5)
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "ab')  # the write a full disk cut
+    _, trials = pareto_front(dev, "j", f"journal:{journal}", n_trials=8)
+    assert len(trials) == 8 and journal.read_bytes().startswith(whole)
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:3]) + lines[3].rstrip(b"\n") + b"".join(lines[4:]))
+    with pytest.raises(InputError, match="this Optuna journal is damaged .*left as it is"):
+        pareto_front(dev, "j", f"journal:{journal}", n_trials=9)
+
+
 def _evalset(split: str, n: int = 60) -> EvalSet:
     qs = tuple(Question(f"{split}{i}", f"q {i}?", ("a",), "popqa", split=split) for i in range(n))
     y = np.array([i % 2 for i in range(n)])

@@ -121,6 +121,7 @@ def _folder_sums(run_dir: Path, prefix: str) -> dict[str, str]:
 # What loading a run and exporting it read from metadata.json (save_run writes them all);
 # their types where present are checked when the folder is opened (artifacts.py).
 RUN_KEYS = ("task", "classes", "max_length", "score", "backbone", "model_name")
+RUN_TEXTS = ("score", "backbone", "model_name")  # written into the export's card and metadata
 
 
 def read_metadata(run_dir: str | Path) -> dict[str, Any]:
@@ -132,10 +133,10 @@ def read_metadata(run_dir: str | Path) -> dict[str, Any]:
         if key not in meta:
             raise DataError(f"missing field {key!r}: the file is damaged; re-train the run "
                             "(`retrieval-gate train`)", path)  # fmt: skip
-    for key in RUN_KEYS[3:]:
+    for key in RUN_TEXTS:
         if not isinstance(meta[key], str):
-            raise DataError(f"field {key!r} = {meta[key]!r} is not a string: the file is "
-                            "damaged; re-train the run (`retrieval-gate train`)", path)  # fmt: skip
+            raise DataError(f"field {key!r} = {clipped(repr(meta[key]))} is not a string: the "
+                            "file is damaged; re-train the run (`retrieval-gate train`)", path)  # fmt: skip
     return meta
 
 

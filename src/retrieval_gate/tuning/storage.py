@@ -14,6 +14,8 @@ no heartbeats in Optuna 5.0, so a killed worker's trial stays RUNNING there (doc
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import random
 import re
@@ -34,6 +36,8 @@ GRACE_PERIODS = 4  # this many periods without a heartbeat: the trial's worker i
 CREATE_TRIES = 8  # opening a new database that other processes are creating at the same time
 MAX_RETRY = 2  # a trial cut off by a dead worker is re-run at most this often
 JOURNAL = "journal:"
+
+log = logging.getLogger(__name__)
 
 
 def storage_url(spec: str | Path) -> str:
@@ -201,9 +205,38 @@ def _journal(path: Path) -> optuna.storages.BaseStorage:
     _check_journal(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _cut_torn_tail(path)
         return JournalStorage(JournalFileBackend(str(path)))
     except OSError as e:
         raise InputError(f"cannot write the study journal ({e.strerror})", path) from None
+    except ValueError as e:  # a record Optuna cannot decode: damaged inside, not at its end
+        raise InputError(f"--storage journal: this Optuna journal is damaged ({first_line(e)}); "
+                         "it is left as it is: pass a new file name (its studies start over)",
+                         path) from None  # fmt: skip
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """A record that a full disk or a kill cut short ends the journal without its newline:
+    Optuna appended the next record to it and could read the journal no more. The torn bytes
+    (never read as a record) are cut, holding Optuna's own append lock, so no worker is
+    mid-write."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    if _whole(path):  # checked again under the lock: a worker may be writing its record
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        if _whole(path):
+            return
+        with open(path, "r+b") as f:
+            data = f.read()
+            kept = data.rfind(b"\n") + 1
+            f.truncate(kept)
+        log.warning("%s: cut a half-written last record (%d bytes, a full disk or a killed "
+                    "worker) from the study journal", path, len(data) - kept)  # fmt: skip
+    finally:
+        lock.release()
 
 
 def _check_journal(path: Path) -> None:
@@ -221,6 +254,15 @@ def _check_journal(path: Path) -> None:
         raise InputError("--storage journal: this file is not an Optuna journal (its first line "
                          "is no operation record); it is left as it is: pass a new file name",
                          path)  # fmt: skip
+
+
+def _whole(path: Path) -> bool:
+    """No journal yet, an empty one, or one whose last record ends with its newline."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return True
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 # Tables every Optuna RDB database holds (optuna/storages/_rdb/models.py).
@@ -295,6 +337,9 @@ def failures_said(study: optuna.Study) -> Iterator[None]:
         ) from e
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # an objective's other OSErrors are its own
+
+
 def _storage_cause(error: BaseException) -> str | None:
     """What the database or the disk said, found along the chain of `error`; None when no
     storage error is in it (then it is not the storage's)."""
@@ -305,7 +350,7 @@ def _storage_cause(error: BaseException) -> str | None:
     while seen is not None:
         if isinstance(seen, sqlalchemy.exc.DBAPIError | sqlalchemy.exc.OperationalError):
             return _first_line(seen)
-        if isinstance(seen, OSError) and seen.errno is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL:  # a journal file's disk
             return seen.strerror or first_line(seen)
         if isinstance(seen, optuna.exceptions.StorageInternalError):
             storage_said = first_line(seen)
@@ -319,5 +364,5 @@ def _named(study: optuna.Study) -> str:
     url = getattr(storage, "url", None)
     if url:
         return shown(url)
-    path = getattr(getattr(storage, "_backend", None), "_file_path", None)
+    path = getattr(storage, "_file_path", None)  # a journal's file backend
     return f"{JOURNAL}{path}" if path else type(storage).__name__
