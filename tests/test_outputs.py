@@ -77,6 +77,7 @@ def _tune(out: Path, *more: str) -> int:
                  *more, "--out", str(out)])  # fmt: skip
 
 
+@pytest.mark.slow  # two tune runs: about 5 s on the 2-core VM in a slow hour
 def test_tune_reruns_into_its_report_folder_and_keeps_its_studies_there(tmp_path, monkeypatch):
     from retrieval_gate.data.paths import ENV_VAR, resolve_data_dir
 
