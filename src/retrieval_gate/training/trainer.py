@@ -266,7 +266,7 @@ def check_run_dir(
         )
     run_json = run_dir / "run.json"
     old = read_run_json(run_json).get("config_sha256") if run_json.is_file() else None
-    if old not in (digest, config_hash(config, labels, placed=True)):
+    if old != digest and old != config_hash(config, labels, placed=True):  # hashed again only then
         raise ConfigError(
             f"run folder {run_dir} was trained with another config or label file "
             f"({'no run.json' if old is None else 'config hash differs'}); --resume continues "

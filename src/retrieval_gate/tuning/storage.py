@@ -348,7 +348,7 @@ def _storage_cause(error: BaseException) -> str | None:
     seen: BaseException | None = error
     storage_said = None
     while seen is not None:
-        if isinstance(seen, sqlalchemy.exc.DBAPIError | sqlalchemy.exc.OperationalError):
+        if isinstance(seen, sqlalchemy.exc.DBAPIError):  # OperationalError, IntegrityError, ...
             return _first_line(seen)
         if isinstance(seen, OSError) and seen.errno in DISK_FULL:  # a journal file's disk
             return seen.strerror or first_line(seen)
