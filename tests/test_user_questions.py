@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_gate.data.bad_rows import BadRows
+from retrieval_gate.data.jsonl_files import read_jsonl
 from retrieval_gate.data.question_lines import read_question_lines
 from retrieval_gate.data.user_questions import parse_fields, read_questions, text_id
 from retrieval_gate.errors import DataError
@@ -186,6 +188,18 @@ def test_duplicates(tmp_path, caplog):
         # an SQLite file's header holds a NUL as UTF-16 does: named for what it is
         ("db.csv", b"SQLite format 3\x00\x10\x00\x01\x01\nWho?\n", "db.csv: not text: this is"),
         ("u16.json", '[{"question": "Who?"}]'.encode("utf-16"), "the file is UTF-16"),
+        # UTF-16 without its byte-order mark decodes as UTF-8, every other byte NUL: it was
+        # read as questions "W\x00h\x00o\x00" (.txt), a header of one-letter columns (.csv)
+        (
+            "bare16.txt",
+            "Who?\nWhere?\n".encode("utf-16-le"),
+            r"line 1: holds a NUL byte \(byte 1\): this is UTF-16 text saved without its "
+            r"byte-order mark.*iconv -f UTF-16LE -t UTF-8 .*bare16.txt > .*bare16.utf8.txt",
+        ),
+        ("bare16.csv", "question\nWho?\n".encode("utf-16-be"), "line 1: .*iconv -f UTF-16BE"),
+        ("bare16.jsonl", '{"question": "Who?"}\n'.encode("utf-16-le"), "line 1: .*UTF-16LE"),
+        ("bare16.json", '[{"question": "Who?"}]'.encode("utf-16-le"), "line 1: .*UTF-16LE"),
+        ("nul.txt", b"Who?\nWh\x00ere?\n", r"line 2: holds a NUL byte \(byte 7\), which no text"),
         ("mixed.jsonl", '{"question": "a?"}\nquestion,answers\n', "line 2: malformed JSON"),
         ("list.jsonl", "[1, 2]\n", "line 1: expected a JSON object"),
         ("json.csv", '{"question": "a?"}\n', "looks like JSON, not CSV"),
@@ -262,6 +276,23 @@ def test_bad_files_name_the_file_and_row(tmp_path, name, content, message):
     with pytest.raises(DataError, match=message) as err:
         read_questions(str(path))
     assert str(path) in str(err.value)
+
+
+def test_jsonl_lines_of_bare_utf16_are_refused_each_with_its_byte_order(tmp_path):
+    """A label file read line by line: each UTF-16 line's NUL named, the byte order told by
+    where the line starts in the file (line 2 starts with line 1's newline's NUL)."""
+    path = tmp_path / "labels.jsonl"
+    path.write_bytes('{"id": "a"}\n{"id": "b"}\n'.encode("utf-16-le"))
+    seen: list[str] = []
+
+    class Every(BadRows):
+        def report(self, error: DataError) -> None:
+            seen.append(str(error))
+
+    assert list(read_jsonl(path, Every())) == []
+    assert "line 1: holds a NUL byte (byte 1): this is UTF-16" in seen[0]
+    assert "line 2: holds a NUL byte (byte 23): this is UTF-16" in seen[1]
+    assert all("iconv -f UTF-16LE" in s for s in seen), seen
 
 
 def test_missing_file_and_unloadable_hf_spec(tmp_path, monkeypatch):

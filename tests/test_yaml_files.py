@@ -37,10 +37,18 @@ def test_configs_overrides_and_strategies_files_refuse_a_repeated_key(tmp_path):
         load_strategies(strategies)
 
 
-@pytest.mark.parametrize("damage", [b"model: {name: caf\xe9}\n", b"a: " + b"[" * 50_000])
-def test_a_yaml_file_not_utf8_or_nested_too_deep_is_a_config_error(tmp_path, damage):
-    """Both were internal errors: UnicodeDecodeError and RecursionError are not YAMLErrors."""
-    why = r"not UTF-8 text \(byte 17\)" if b"\xe9" in damage else "nested too deeply"
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (b"model: {name: caf\xe9}\n", r"not valid UTF-8 \(byte 17\).*iconv -f CP1252"),
+        (b"a: " + b"[" * 50_000, "nested too deeply"),
+        # UTF-16 without its byte-order mark: PyYAML said "unacceptable character #x0000"
+        ("a: 1\n".encode("utf-16-le"), r"holds a NUL byte \(byte 1\): this is UTF-16 text"),
+    ],
+)
+def test_a_yaml_file_not_utf8_or_nested_too_deep_is_a_config_error(tmp_path, damage, why):
+    """The first two were internal errors: UnicodeDecodeError and RecursionError are not
+    YAMLErrors."""
     config, strategies, run = tmp_path / "c.yaml", tmp_path / "s.yaml", tmp_path / "config.yaml"
     for path in (config, strategies, run):
         path.write_bytes(damage)

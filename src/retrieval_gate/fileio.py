@@ -26,40 +26,7 @@ from typing import Any
 
 from .errors import DataError, InputError, RetrievalGateError, os_error
 from .strict_rows import parse_json
-
-# Files that are not text, by their first bytes: the fix for each.
-BINARY = {
-    b"PAR1": "a Parquet file: pass it as --questions FILE.parquet",
-    b"\x1f\x8b": "gzip-compressed: decompress it first (gunzip)",
-    b"PK\x03\x04": "a zip archive (or .xlsx): unpack it, or save the sheet as .csv",
-    b"SQLite format 3\x00": "an SQLite database (a tuning study or a cache?)",
-}
-
-
-def binary_kind(head: bytes) -> str | None:
-    """What a file starting with `head` is, when its first bytes name a binary format."""
-    return next((what for magic, what in BINARY.items() if head.startswith(magic)), None)
-
-
-def not_utf8(data: bytes, start: int, path: str | Path | None = None) -> str:
-    """Why `data` (a file, or one of its lines) is not UTF-8 and the command that fixes it: a
-    UTF-16 file (Excel's "Unicode Text") shows its byte-order mark or NUL bytes; most others
-    are Windows-1252 (Latin-1) text."""
-    if what := binary_kind(data):  # an SQLite file's header holds a NUL too: not UTF-16
-        return f"not text: this is {what}"
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:64]:
-        return (f"not valid UTF-8 (byte {start}): the file is UTF-16 (Excel's \"Unicode Text\" "
-                f"saves so); re-encode it as UTF-8: {reencode('UTF-16', path)}")  # fmt: skip
-    return (f"not valid UTF-8 (byte {start}); re-encode the file as UTF-8 (from Windows-1252 or "
-            f"Latin-1: {reencode('CP1252', path)})")  # fmt: skip
-
-
-def reencode(encoding: str, path: str | Path | None = None) -> str:
-    """The command that writes a UTF-8 copy of `path` (FILE.utf8.EXT) from `encoding`."""
-    if path is None:
-        return f"iconv -f {encoding} -t UTF-8 FILE > NEW"
-    src = Path(path)
-    return f"iconv -f {encoding} -t UTF-8 {src} > {src.with_name(f'{src.stem}.utf8{src.suffix}')}"
+from .text_bytes import not_utf8
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from .errors import clipped
+from .text_bytes import not_utf8, nul_byte
 
 # A document's values, each alias counted as what it expands to: configs and strategies files
 # hold hundreds. Aliases of aliases (a "billion laughs" document, a few hundred bytes) expand
@@ -132,5 +133,7 @@ def read_yaml(path: Path) -> Any:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise yaml.YAMLError(f"not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+        raise yaml.YAMLError(not_utf8(data, e.start, path)) from None
+    if why := nul_byte(data, path):  # PyYAML said "unacceptable character #x0000" alone
+        raise yaml.YAMLError(why)
     return load_yaml(text)

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import not_utf8, read_json, sha256_file
+from ..fileio import read_json, sha256_file
 from ..questions import Question
 from ..strategies import MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
+from ..text_bytes import not_utf8
 from .bad_rows import BadRows
 from .dataset_registry import register
 from .paths import resolve_data_dir

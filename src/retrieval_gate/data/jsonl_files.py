@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import not_utf8
 from ..strict_rows import DECODER, RepeatedKeyError, loads
+from ..text_bytes import not_utf8, nul_byte
 from .bad_rows import BadRows
 
 
@@ -19,12 +19,17 @@ def read_jsonl(path: Path, bad: BadRows) -> Iterator[tuple[int, dict[str, Any]]]
         f = open(path, "rb")  # closed by the `with` below
     except OSError as e:  # a folder, or no permission
         raise DataError(f"cannot read it as a JSONL file ({e.strerror})", path) from None
+    start = 0  # where the line begins in the file
     with f:
         for lineno, raw in enumerate(_lines(f), start=1):
+            start, at = start + len(raw), start
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 bad.report(DataError(not_utf8(raw, e.start, path), path, lineno))
+                continue
+            if why := nul_byte(raw, path, at):  # UTF-16 without its mark decodes
+                bad.report(DataError(why, path, lineno))
                 continue
             if lineno == 1:  # a byte-order mark (Windows editors write one) is not the row's
                 line = line.removeprefix("\ufeff")
@@ -90,6 +95,8 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(not_utf8(data, e.start, path), path) from None
+    if why := nul_byte(data, path):
+        raise DataError(why, path, data[: data.find(b"\x00")].count(b"\n") + 1)
     pos = _blank(text, 0)
     if not text.startswith("[", pos):
         refuse_one_object(text, path)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..fileio import binary_kind, not_utf8, reencode
 from ..questions import has_text
 from ..strict_rows import (
     RepeatedKeyError,
@@ -26,6 +25,7 @@ from ..strict_rows import (
     loads,
     lone_surrogate_at,
 )
+from ..text_bytes import binary_kind, not_utf8, reencode
 from .jsonl_files import read_json_array, refuse_one_object
 
 HEADER_WORDS = ("question", "questions", "text")  # a .txt first line like this is a header

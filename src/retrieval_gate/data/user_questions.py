@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, clipped
-from ..fileio import binary_kind, not_utf8
 from ..hub import offline_when_unreachable
 from ..questions import Question, has_text
 from ..strict_rows import allow_long_cells, first_repeated
+from ..text_bytes import binary_kind, not_utf8, nul_byte
 from .answer_confidence import (
     MEAN_LOGPROB,
     TOKEN_LOGPROBS,
@@ -203,6 +203,8 @@ def _check_utf8(path: Path) -> None:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise DataError(not_utf8(data, e.start, path), path, line) from None
+    if why := nul_byte(data, path):  # else read as questions of "W\x00h\x00o\x00"
+        raise DataError(why, path, data[: data.find(b"\x00")].count(b"\n") + 1)
 
 
 def _jsonl_rows(path: Path) -> Iterator[Row]:

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import content_id, not_utf8, regular_target, write_json, write_text
+from ..fileio import content_id, regular_target, write_json, write_text
 from ..questions import Question
 from ..strict_rows import RepeatedKeyError, loads, parse_json
+from ..text_bytes import not_utf8
 
 log = logging.getLogger(__name__)
 
