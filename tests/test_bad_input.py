@@ -57,12 +57,19 @@ def test_score_with_no_scorable_line_is_an_error(tmp_path, capsys):
 
 def test_score_reads_csv_headers_and_keeps_ids(tmp_path):
     csv_file = tmp_path / "q.csv"
-    csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\nx3,\u200b \x07\n')
+    csv_file.write_text('id,question\nx1,"Who wrote Hamlet, the play?"\nx2,\nx3,\u200b \x07\n'
+                        "x4,Who wr\x00ote it?\n")  # fmt: skip
     rows = read_question_lines(csv_file)
     assert rows == [
         {"line": 2, "id": "x1", "text": "Who wrote Hamlet, the play?"},
         {"line": 3, "id": "x2", "error": "empty question"},
         {"line": 4, "id": "x3", "error": "empty question"},  # no visible character: was scored
+        # Python's csv reads a NUL as text: the question was scored with it
+        {
+            "line": 5,
+            "id": "x4",
+            "error": "holds a NUL byte (binary data, or UTF-16 text); save it as UTF-8",
+        },  # fmt: skip
     ]
     cells = tmp_path / "cells.csv"  # a quoted cell over two lines: the next row is on line 4
     cells.write_text('question\n"Who wrote\nHamlet?"\n""\nWhat is DNA?\n')

@@ -149,10 +149,13 @@ def _refuse_binary(head: bytes, path: Path) -> None:
                          f"{reencode('UTF-16', path)})", path)  # fmt: skip
 
 
+_NUL = "holds a NUL byte (binary data, or UTF-16 text); save it as UTF-8"
+
+
 def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
     rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
     if b"\x00" in raw:
-        return {**rec, "error": "holds a NUL byte (binary data, or UTF-16 text); save it as UTF-8"}
+        return {**rec, "error": _NUL}
     try:
         line = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
@@ -259,5 +262,8 @@ def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, An
         if id_col is not None and id_col < len(row) and row[id_col].strip():
             rec["id"] = row[id_col]
         question = row[col] if col < len(row) else ""
+        if "\x00" in question:  # Python's csv reads a NUL as text: it was scored with it
+            yield {**rec, "error": _NUL}
+            continue
         ok = has_text(question)
         yield {**rec, "text": question} if ok else {**rec, "error": "empty question"}
