@@ -989,6 +989,10 @@ def test_set_keys_a_stacked_head_never_reads_are_said(caplog):
     # a closed-form fit draws no batches: "sampler" trained an unbalanced gate
     with pytest.raises(ConfigError, match="use data.balance=class_weights"):
         load_config("cascade-closed-book", ["data.balance=sampler"])
+    # a router learns each strategy's P(correct): no classes to balance, and "use
+    # class_weights" sent it to another unread value
+    with pytest.raises(ConfigError, match="data.task=strategies .* balances no classes"):
+        load_config("router-adaptive-rag-llama8b", ["data.balance=sampler"])
     assert unread_keys(stacked, keys) == ["model.lr", "early_stopping.patience", "model.lora.r",
                                           "trainer.max_epochs"]  # fmt: skip
     assert unread_keys(load_config("minilm-closed-book", []), keys) == []

@@ -548,6 +548,11 @@ class TrainConfig:
             raise ConfigError("model.answer_confidence=true is a two-stage binary gate: it needs "
                               "model.head=stacked and data.task=binary, not "
                               f"head={self.model.head}, task={self.data.task}")  # fmt: skip
+        if self.data.balance == "sampler" and not self.data.task_spec.weighs_classes:
+            # the default class_weights is unread there too, but a sampler is asked for by name
+            raise ConfigError(f"data.balance=sampler: data.task={self.data.task} learns each "
+                              "strategy's P(correct) and balances no classes (weighting would "
+                              "bias it); drop data.balance")  # fmt: skip
         if self.model.head == "stacked" and self.data.balance == "sampler":
             # a closed-form fit draws no batches: "sampler" balanced nothing, silently
             raise ConfigError("data.balance=sampler draws balanced batches, and model.head="
