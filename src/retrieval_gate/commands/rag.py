@@ -261,6 +261,7 @@ def mode_options(args: argparse.Namespace, modes: Sequence[str]) -> ModeOptions:
                        strategies=args.strategies or BUILTIN, retriever=args.retriever)  # fmt: skip
     _labels_read(args, modes)
     check_multi_step_read(args, modes, opts.strategies)
+    _retrieval_read(args, modes, opts.strategies)
     if args.labels:
         opts.labels = args.labels
     if args.oracle_labels:
@@ -282,6 +283,21 @@ def _labels_read(args: argparse.Namespace, modes: Sequence[str]) -> None:
     if args.oracle_labels and ORACLE not in modes:
         raise ConfigError(f"--oracle-labels goes with the {ORACLE} mode, which this run does "
                           f"not have ({' '.join(modes)}): drop it, or add the mode")  # fmt: skip
+
+
+def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
+                    strategies: StrategyRegistry) -> None:  # fmt: skip
+    """-k, --retriever and --corpus go with a mode that can retrieve; given to a run whose
+    modes never do (`never`, a strategy retrieving nothing), they went unused, and the report
+    named them as its setup."""
+    closed = [m for m in modes
+              if m == "never" or (m in strategies and not strategies[m].retrieves)]  # fmt: skip
+    defaults = {"-k": ("k", DEFAULT_K), "--retriever": ("retriever", "bm25"),
+                "--corpus": ("corpus", None)}  # fmt: skip
+    given = [flag for flag, (dest, default) in defaults.items() if getattr(args, dest) != default]
+    if given and len(closed) == len(modes):
+        raise ConfigError(f"{given[0]} sets the retrieval, and no mode of this run retrieves "
+                          f"({' '.join(modes)}): drop it, or add a mode that retrieves")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
