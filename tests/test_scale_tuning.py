@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -56,6 +57,37 @@ def test_a_dead_workers_trial_is_found_by_heartbeat_and_rerun(tmp_path, fast_hea
     retried = [t for t in reopened.trials if t.system_attrs.get("failed_trial") == cut.number]
     assert len(retried) == 1 and retried[0].params == reopened.trials[cut.number].params
     assert time.perf_counter() - started >= 3  # it waited for the grace period, not less
+
+
+def test_a_journal_trial_left_running_by_a_dead_process_is_failed_and_rerun(tmp_path):
+    """A journal has no heartbeats: a `tune` killed mid-trial left it RUNNING, counted as
+    running, so the rerun stopped a trial short of --trials. A trial of a process of this
+    machine that is gone is failed and its parameters run again; a live process's is left."""
+    from retrieval_gate.tuning.workers import PROCESS, _namespace
+
+    study = optuna.create_study(storage=open_storage(f"journal:{tmp_path / 'j.log'}"),
+                                sampler=optuna.samplers.RandomSampler(seed=0))  # fmt: skip
+    objective = lambda t: t.suggest_float("x", 0, 1)  # noqa: E731
+    optimize_until(study, objective, 2)
+    assert study.trials[0].user_attrs[PROCESS] == f"{_namespace()}/{os.getpid()}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid in (dead.pid, live.pid):
+            cut = study.ask()
+            cut.suggest_float("x", 0, 1)
+            cut.set_user_attr(PROCESS, f"{_namespace()}/{pid}")
+        assert counts(study) == (2, 2)
+        assert optimize_until(study, objective, 5) == 2  # the dead one's retry and one more
+    finally:
+        live.kill()
+        live.wait()
+    states = [t.state.name for t in study.trials]
+    assert states[:4] == ["COMPLETE", "COMPLETE", "FAIL", "RUNNING"], states
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
+    assert len(retried) == 1 and retried[0].params == study.trials[2].params
+    assert retried[0].state.name == "COMPLETE" and counts(study) == (4, 1)
 
 
 def test_trials_bound_the_study_not_each_run(tmp_path):

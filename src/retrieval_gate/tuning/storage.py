@@ -10,7 +10,8 @@ RDB storages (SQLite included) record a heartbeat of every running trial: a tria
 worker died (kill -9, a lost node) goes stale after the grace period, is marked FAIL and
 re-queued once more by Optuna's RetryHeartbeatStaleTrialCallback. A running trial is never
 assumed dead just because it is RUNNING: another worker may be running it. JournalStorage has
-no heartbeats in Optuna 5.0, so a killed worker's trial stays RUNNING there (docs/scale.md)."""
+no heartbeats in Optuna 5.0: a killed worker's trial is found by its process alone, on the same
+machine (`workers.fail_dead_here`); another machine's stays RUNNING (docs/scale.md)."""
 
 from __future__ import annotations
 

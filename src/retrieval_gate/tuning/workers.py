@@ -2,10 +2,12 @@
 
 `optimize_until` runs trials until the STUDY holds `n_trials` finished ones (COMPLETE or
 PRUNED), whoever ran them: `--trials N` bounds the study, not each worker. A worker starts a
-trial only while finished + running trials are below N; when the rest are running elsewhere
-it waits, checking heartbeats, so a trial whose worker died is failed, re-queued by the retry
-callback and run by a live worker (storage.py). Two workers that check at the same instant
-may both start the last trial: the study then ends with at most N + workers - 1 trials.
+trial only while finished + running trials are below N; when the rest are running elsewhere it
+waits, checking heartbeats, so a trial whose worker died is failed, re-queued by the retry
+callback and run by a live worker (storage.py); a journal has no heartbeats, and a trial whose
+process on this machine is gone is failed and re-queued the same way (`fail_dead_here`). Two
+workers that check at the same instant may both start the last trial: the study then ends with
+at most N + workers - 1 trials.
 
 `run_workers` starts N - 1 worker processes (spawned: no forked database connections) and is
 the N-th itself; each samples with its own seed (seed + worker index), else identical TPE
@@ -13,6 +15,7 @@ samplers would propose the same parameters."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import multiprocessing
 import os
@@ -20,6 +23,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 RUNNING = optuna.trial.TrialState.RUNNING
+PROCESS = "process"  # the user attribute naming a trial's process (`_signed`)
 
 
 def counts(study: optuna.Study) -> tuple[int, int]:
@@ -62,6 +67,8 @@ def optimize_until(
                 with warnings.catch_warnings():  # "experimental" since Optuna 2.9
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     optuna.storages.fail_stale_trials(study)
+            else:
+                fail_dead_here(study)
             finished, running = counts(study)
             bar.update(min(finished, n_trials) - bar.n)
             if finished >= n_trials:
@@ -75,9 +82,62 @@ def optimize_until(
             ran += 1
 
 
+def fail_dead_here(study: optuna.Study) -> None:
+    """A storage without heartbeats (a journal): a RUNNING trial run by a process of this
+    machine and PID namespace (`_signed`'s key) that is gone is failed and re-queued with its
+    parameters, as an RDB's heartbeat callback does; it counted as running, so a rerun after a
+    kill ended a trial short. Another machine's or container's trial cannot be told dead."""
+    from .storage import MAX_RETRY
+
+    with warnings.catch_warnings():  # "experimental" since Optuna 2.8
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+    here, me = _namespace(), os.getpid()  # no trial of this process runs now
+    for trial in study.get_trials(deepcopy=False, states=(RUNNING,)):
+        where, _, pid = str(trial.user_attrs.get(PROCESS, "")).rpartition("/")
+        if where != here or not pid.isdigit() or (int(pid) != me and _alive(int(pid))):
+            continue
+        try:
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another rerun failed it first
+            continue
+        log.warning(
+            f"trial {trial.number} of study {study.study_name!r} was left running "
+            f"by process {pid}, which is gone: failed, its parameters run again"
+        )
+        failed = copy.deepcopy(study._storage.get_trial(trial._trial_id))
+        failed.user_attrs = {k: v for k, v in failed.user_attrs.items() if k != PROCESS}
+        retry(study, failed)  # its copy, RUNNING at once, must not look dead
+
+
+def _namespace() -> str:
+    """This boot of this machine and this PID namespace (a container has its own): where a
+    process id names one process."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(path) if "/ns/" in path else Path(path).read_text().strip())
+        except OSError:  # not Linux: the host name alone
+            parts.append(socket.gethostname())
+    return ":".join(parts)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists in this PID namespace (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _signed(trial: optuna.Trial, objective: Callable[[optuna.Trial], Any]) -> Any:
-    """Runs the trial with the worker that ran it recorded (host:pid), for audits."""
+    """Runs the trial with the worker that ran it recorded: host:pid for audits, and the
+    process's key (`fail_dead_here`)."""
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    trial.set_user_attr(PROCESS, f"{_namespace()}/{os.getpid()}")
     return objective(trial)
 
 
