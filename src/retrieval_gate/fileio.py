@@ -199,11 +199,12 @@ def _remove_abandoned(target: Path) -> None:
     pattern = re.compile(re.escape(f".{target.name}{STAGING}") + r"(\d+)-")
     for entry in target.parent.iterdir():
         match = pattern.match(entry.name)
-        if match and entry.is_dir() and not _alive(int(match.group(1))):
+        if match and entry.is_dir() and not process_alive(int(match.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists in this PID namespace (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

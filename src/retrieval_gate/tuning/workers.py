@@ -29,6 +29,8 @@ from typing import Any
 import optuna
 from tqdm import tqdm
 
+from ..fileio import process_alive
+
 log = logging.getLogger(__name__)
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -95,7 +97,7 @@ def fail_dead_here(study: optuna.Study) -> None:
     here, me = _namespace(), os.getpid()  # no trial of this process runs now
     for trial in study.get_trials(deepcopy=False, states=(RUNNING,)):
         where, _, pid = str(trial.user_attrs.get(PROCESS, "")).rpartition("/")
-        if where != here or not pid.isdigit() or (int(pid) != me and _alive(int(pid))):
+        if where != here or not pid.isdigit() or (int(pid) != me and process_alive(int(pid))):
             continue
         try:
             study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
@@ -120,17 +122,6 @@ def _namespace() -> str:
         except OSError:  # not Linux: the host name alone
             parts.append(socket.gethostname())
     return ":".join(parts)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists in this PID namespace (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signed(trial: optuna.Trial, objective: Callable[[optuna.Trial], Any]) -> Any:
