@@ -118,7 +118,7 @@ MANIFEST_CASES = {  # name -> (folder, manifest changes, what the error names)
     "calibration-contradicts": (
         _router,
         {"calibration": {**ROUTER, "default_budget": 2.0}},
-        "'calibration'",
+        "field 'calibration.default_budget' = 2.0 contradicts",  # the key, not the whole dict
         "contradicts",
     ),  # fmt: skip
     "variant-file-missing": (_gate, {"variants": ["fp32", "fp16"]}, "'variants'", "model.fp16"),

@@ -243,3 +243,53 @@ def test_haystack_router_three_sockets():
         assert out[branch]["reply"] == f"{branch}: {question}"
         strategy = {"direct": "no_retrieval", "retrieve": "one_retrieval"}.get(branch, branch)
         assert out["router"]["strategy"] == strategy
+
+
+def test_adapters_refuse_what_they_would_route_wrongly(routed):
+    """Each went through: a folder's path as the gate (then "'str' object has no attribute
+    'scores'" at the first question), a threshold of NaN or 2 (every question sent down
+    `direct`), a threshold given with a router (unread), an input without the question key
+    (a bare KeyError), a budget of "1" (a TypeError deep inside) or np.float32 (refused as out
+    of range)."""
+    from langchain_core.language_models.fake import FakeListLLM
+
+    from retrieval_gate.errors import ConfigError, InputError
+    from retrieval_gate.integrations.haystack import RetrievalGateRouter
+    from retrieval_gate.integrations.langchain import GateRouter
+    from retrieval_gate.integrations.llamaindex import GateSelector
+
+    gate, _, _ = routed
+    llm = FakeListLLM(responses=["x"] * 4)
+    for bad in ("export/minilm-gate", None):
+        with pytest.raises(ConfigError, match="gate is (str|NoneType), not a gate"):
+            GateRouter(bad, retrieve=llm, direct=llm)
+        with pytest.raises(ConfigError, match="not a gate"):
+            RetrievalGateRouter(bad)
+        with pytest.raises(ConfigError, match="not a gate"):
+            GateSelector(bad)
+    with pytest.raises(ConfigError, match=r"RetrievalGate.from_pretrained\('export/minilm-gate'"):
+        GateRouter("export/minilm-gate", retrieve=llm, direct=llm)
+    for bad in (float("nan"), 2, "0.5"):
+        with pytest.raises(InputError, match=r"threshold must be a number in \[0, 1\]"):
+            GateRouter(gate, retrieve=llm, direct=llm, threshold=bad)
+        with pytest.raises(InputError, match=r"threshold must be a number in \[0, 1\]"):
+            RetrievalGateRouter(gate, threshold=bad)
+        with pytest.raises(InputError, match=r"threshold must be a number in \[0, 1\]"):
+            GateSelector(gate, threshold=bad)
+    router = _router()
+    for make in (lambda: GateRouter(router, retrieve=llm, direct=llm, multi_step=llm,
+                                    threshold=0.0),
+                 lambda: RetrievalGateRouter(router, threshold=0.0),
+                 lambda: GateSelector(router, threshold=0.0)):  # fmt: skip
+        with pytest.raises(ConfigError, match="is a router, which picks a strategy.*budget="):
+            make()
+    keyed = GateRouter(gate, retrieve=llm, direct=llm, question_key="q")
+    with pytest.raises(ConfigError, match="an input has no 'q' key \\(it has 'question'\\)"):
+        keyed.invoke({"question": QUESTIONS[0]})
+    with pytest.raises(ConfigError, match="--budget must be 0 or more.*got '1'"):
+        GateRouter(router, retrieve=llm, direct=llm, multi_step=llm, budget="1")
+    capped = GateRouter(router, retrieve=FakeListLLM(responses=["retrieve"] * 3),
+                        direct=FakeListLLM(responses=["direct"] * 3),
+                        multi_step=FakeListLLM(responses=["multi_step"]),
+                        budget=np.float32(1.0))  # fmt: skip
+    assert capped.batch(ROUTED) == ["direct", "retrieve", "retrieve"]

@@ -89,7 +89,7 @@ def test_save_pretrained_and_hub_local_dir_round_trip(gate_dirs, tmp_path):
     with pytest.raises(InputError, match="non-empty folder"):
         gate.save_pretrained(saved)
     (tmp_path / "a-file").write_text("x")
-    with pytest.raises(InputError, match="non-empty folder"):
+    with pytest.raises(InputError, match="is a file: give a new or empty folder"):
         gate.save_pretrained(tmp_path / "a-file")
     assert (tmp_path / "a-file").read_text() == "x"  # refused before anything is written
     # A Hub id resolves through snapshot_download; its local-dir form needs no network.
@@ -107,6 +107,75 @@ def test_save_pretrained_and_hub_local_dir_round_trip(gate_dirs, tmp_path):
         RetrievalGate.from_pretrained(
             "acme/absent", cache_dir=tmp_path / "hf", local_files_only=True
         )
+
+
+def test_what_the_api_would_read_wrongly_is_refused_naming_the_argument(gate_dirs, tmp_path):
+    """Each was silently wrong: a DataFrame scored as its column names (one score, of
+    "question"), a misspelt keyword or a run's `variant` ignored, a threshold of NaN or 2
+    compared as given (nothing retrieved), a changed threshold not saved by save_pretrained."""
+    import pandas as pd
+
+    run_dir, export_dir = gate_dirs
+    gate = RetrievalGate.from_pretrained(export_dir)
+    bad_questions = [
+        (pd.DataFrame({"question": TEXTS}), r"a DataFrame.*df\['question'\]"),
+        ({t: 1 for t in TEXTS}, "a mapping, whose items are its keys"),
+        (TEXTS[0].encode(), "questions is bytes: decode it"),
+        ([TEXTS[0].encode()], "question 0 is bytes: decode it"),
+    ]
+    for questions, message in bad_questions:
+        with pytest.raises(InputError, match=message):
+            gate.predict_proba(questions)
+    assert gate.predict_proba(pd.Series(TEXTS)).shape == (3,)  # a column is its values
+    for kwargs, message in [
+        ({"threshold": 0.5}, "unknown argument.*threshold.*set gate.threshold after loading"),
+        ({"varient": "int8"}, "unknown argument.*varient"),
+        ({"variant": "int4"}, "unknown variant 'int4'"),
+        ({"batch_size": 0}, "batch_size must be a whole number of 1 or more, got 0"),
+        ({"batch_size": "8"}, "batch_size must be"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            RetrievalGate.from_pretrained(export_dir, **kwargs)
+    with pytest.raises(InputError, match="variant='int8' names an export's ONNX file"):
+        RetrievalGate.from_pretrained(run_dir, variant="int8")
+    for bad in (float("nan"), 2, -1, "0.5", True, None):
+        with pytest.raises(InputError, match=r"threshold must be a number in \[0, 1\]"):
+            gate.threshold = bad
+        if bad is not None:
+            with pytest.raises(InputError, match=r"threshold must be a number in \[0, 1\]"):
+                gate.predict(TEXTS, threshold=bad)
+    assert gate.threshold == pytest.approx(0.42)  # untouched by the refused values
+    gate.threshold = np.float32(0.5)
+    with pytest.raises(InputError, match="threshold 0.5 was set after loading.*is 0.42"):
+        gate.save_pretrained(tmp_path / "changed")
+    assert not (tmp_path / "changed").exists()
+    gate.threshold = 0.42
+
+
+def test_save_pretrained_copies_the_gates_files_only_and_expands_home(
+    gate_dirs, tmp_path, monkeypatch
+):
+    """A note of the user's in the export folder went into the copy (and to the Hub with
+    push_to_hub); "~/x" made a folder named "~" in the working folder; a source folder gone
+    was pathlib's traceback after an empty target was made."""
+    _, export_dir = gate_dirs
+    mine = tmp_path / "mine"
+    shutil.copytree(export_dir, mine)
+    (mine / "my_notes.txt").write_text("private")
+    gate = RetrievalGate.from_pretrained(mine)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    saved = gate.save_pretrained("~/copy")
+    assert saved == tmp_path / "home" / "copy" and not (tmp_path / "~").exists()
+    assert "my_notes.txt" not in {p.name for p in saved.iterdir()}
+    assert {p.name for p in saved.iterdir()} == {p.name for p in export_dir.iterdir()}
+    shutil.rmtree(mine)
+    with pytest.raises(InputError, match="the gate's files are gone from .*mine"):
+        gate.save_pretrained(tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    for bad in (None, "", "  "):
+        with pytest.raises(InputError, match="save_directory is"):
+            gate.save_pretrained(bad)
 
 
 def test_torch_save_pretrained_keeps_only_the_gate(gate_dirs, tmp_path):

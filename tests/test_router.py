@@ -289,6 +289,31 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path, monkeypatc
         assert any(r["score"] >= 0.5 for r in rows) and not any(r["retrieve"] for r in rows)
 
 
+@pytest.mark.slow
+def test_a_router_calibration_edited_in_its_json_files_is_refused(router_dirs, tmp_path):
+    """Costs and a default budget edited in both JSON files (they must agree) were silently
+    ignored: the ONNX file's calibration routes. One file edited was refused with the whole
+    calibration printed (860,605 characters on the demo's router)."""
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.errors import DataError
+
+    _, export, _, _ = router_dirs
+    for files, message in [
+        (("manifest.json", "gate_metadata.json"), "manifest.json says the router's costs"),
+        (("gate_metadata.json",), "field 'calibration.costs' = "),
+    ]:
+        copy = tmp_path / "-".join(files)
+        shutil.copytree(export, copy)
+        for name in files:
+            meta = json.loads((copy / name).read_text())
+            key = "calibration" if name == "manifest.json" else "router"
+            meta[key]["costs"] = [0.0, 1.0, 10.0]
+            (copy / name).write_text(json.dumps(meta))
+        with pytest.raises(DataError, match=message) as err:
+            RetrievalGate.from_pretrained(copy)
+        assert len(str(err.value)) < 800, len(str(err.value))
+
+
 def _check_calibration_questions(run: Path, meta: dict, fitted_on_dev: bool) -> None:
     """A router fitted on train and dev reads its price from out-of-fold predictions of both
     (dev figures out-of-fold too), and `tune` sweeps that stored curve instead of re-scoring

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import DataError, InputError
+from .errors import DataError, InputError, clipped
 from .fileio import sha256_file, write_json
 from .pricing import Calibration
 from .run_folder import RunFolder
@@ -61,6 +61,12 @@ VARIANTS = {
     "fp16": "model.fp16.onnx",  # float16 weights/compute of `opt`, for GPUs (fp32 inputs/outputs)
 }
 EXPORT_TOKENIZER = "tokenizer.json"  # what an export's ONNX gate tokenizes with
+# What an export writes besides the tokenizer's own files (`retrieval-gate export`): anything
+# else in an export folder is the user's (carried into a re-export, not into a saved copy).
+EXPORT_FILES = (*VARIANTS.values(), EXPORT_METADATA, MANIFEST, "parity.json", "README.md")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
+                   "chat_template.jinja")  # fmt: skip
 CHECKED_FILES = (RunFolder.WEIGHTS, RunFolder.CONFIG, *VARIANTS.values(), EXPORT_TOKENIZER)
 RUN_TOKENIZER = f"{RunFolder.TOKENIZER}/"  # and a run's tokenizer files: "tokenizer/<file>"
 RUN_BACKBONE = f"{RunFolder.BACKBONE}/"  # and its backbone's config files: "backbone/<file>"
@@ -460,6 +466,12 @@ def _read_json(path: Path, fix: str) -> Any:
         raise DataError(f"unreadable JSON ({e}); {fix}", path) from None
 
 
+def _at(value: dict[str, Any], where: str) -> Any:
+    """The value at a dotted `where` ("calibration.costs") below its first part."""
+    _, _, key = where.partition(".")
+    return value.get(key) if key else value
+
+
 def _agree(manifest: Manifest, derived: Manifest, folder: Path, meta_path: Path) -> None:
     """manifest.json against the metadata file and the folder's files: any difference is
     damage (a hand edit, a copy from another folder), never settled by picking one."""
@@ -467,8 +479,14 @@ def _agree(manifest: Manifest, derived: Manifest, folder: Path, meta_path: Path)
     for field in ("kind", "task", "strategies", "calibration", "signals"):
         ours, theirs = getattr(manifest, field), getattr(derived, field)
         if ours != theirs:
-            raise DataError(f"field {field!r} = {ours!r} contradicts {meta_path.name} (which "
-                            f"says {theirs!r}); {fix}", path)  # fmt: skip
+            where = field
+            if isinstance(ours, dict) and isinstance(theirs, dict):  # a calibration: its key
+                where = next((f"{field}.{k}" for k in {**ours, **theirs}
+                              if ours.get(k) != theirs.get(k)), field)  # fmt: skip
+                ours, theirs = _at(ours, where), _at(theirs, where)
+            raise DataError(f"field {where!r} = {clipped(repr(ours))} contradicts "
+                            f"{meta_path.name} (which says {clipped(repr(theirs))}); {fix}",
+                            path)  # fmt: skip
     missing = [v for v in manifest.variants if v not in derived.variants]
     if missing:
         raise DataError(f"field 'variants' lists {', '.join(missing)}, but "

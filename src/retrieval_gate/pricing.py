@@ -20,6 +20,7 @@ average, so a budget on LLM calls is read off the same curve (`spend=`)."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,7 +70,7 @@ def check_budget(
     if budget is None:
         return
     top = max(costs)
-    ok = isinstance(budget, int | float) and not isinstance(budget, bool)
+    ok = isinstance(budget, numbers.Real) and not isinstance(budget, bool)  # np.float32 too
     if not (ok and math.isfinite(budget) and 0 <= budget <= top):
         top_known = f" ({top:g})" if math.isfinite(top) else ""  # unknown before a model loads
         raise InputError(f"{flag} {budget!r}: a budget is a mean {unit} per question from 0 to "

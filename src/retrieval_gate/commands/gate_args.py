@@ -4,11 +4,11 @@ flag per `GateOptions` field, so every verb accepts every gate it lists."""
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import fields
 
 from ..errors import InputError
+from ..gates.base import checked_threshold
 from ..gates.registry import GATES, GateOptions, option_flag
 from ..questions import Question, feature_value
 from ..strategies import StrategyRegistry, is_strategies_file, load_strategies
@@ -85,6 +85,4 @@ def check_feature(options: GateOptions, questions: Sequence[Question] | None) ->
 
 def check_threshold(value: float | None, flag: str = "--threshold") -> float | None:
     """A decision threshold given on the command line: a probability (NaN refused)."""
-    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise InputError(f"{flag} must be a number in [0, 1], got {value}")
-    return value
+    return None if value is None else checked_threshold(value, flag)

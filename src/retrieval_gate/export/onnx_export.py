@@ -31,7 +31,12 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, MANIFEST, export_manifest
+from ..artifacts import (
+    EXPORT_FILES,
+    EXPORT_TOKENIZER,
+    TOKENIZER_FILES,
+    export_manifest,
+)
 from ..errors import DataError
 from ..fileio import sha256_file, staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
@@ -253,14 +258,6 @@ def to_fp16(src: Path, dst: Path) -> None:
 
     model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
     onnx.save(model, str(dst))
-
-
-# What an export writes besides the tokenizer's own files; anything else found in an older export
-# folder is the user's and is carried into the new one.
-EXPORT_FILES = (*VARIANTS.values(), EXPORT_METADATA, MANIFEST, "parity.json", "README.md")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
-                   "chat_template.jinja")  # fmt: skip
 
 
 def check_export_target(out_dir: Path, variants: Sequence[str]) -> None:

@@ -5,6 +5,8 @@ A capability is a small `runtime_checkable` protocol, asked with `isinstance(gat
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
@@ -60,6 +62,7 @@ def as_questions(
     if isinstance(questions, str):
         items = [questions]
     else:
+        _refuse_container(questions)
         try:
             items = list(questions)
         except TypeError:  # None, a number: not one question nor a list of them
@@ -77,8 +80,35 @@ def as_questions(
         elif isinstance(item, str) and item.strip():
             out.append(Question(id=str(i), text=item, answers=(), source="api", extra=extra))
         else:
-            raise InputError(f"question {i} is {item!r}: expected a non-empty string or Question")
+            got = "bytes: decode it to a str first" if isinstance(item, bytes) else repr(item)
+            raise InputError(f"question {i} is {got}: expected a non-empty string or Question")
     return out
+
+
+def checked_threshold(value: Any, what: str = "threshold") -> float:
+    """A decision threshold: a real number from 0 to 1 (retrieve at P(needs retrieval) >= it).
+    NaN, 2 or -1 were compared as given (nothing or everything retrieved), "0.5" failed at the
+    first comparison, True was 1."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and 0 <= value <= 1):
+        raise InputError(f"{what} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _refuse_container(questions: Any) -> None:
+    """A table, a mapping or bytes iterates as its column names, keys or byte values: scored
+    as such, a DataFrame of questions gave one score (of "question")."""
+    if hasattr(questions, "columns") and hasattr(questions, "iloc"):
+        raise InputError(
+            "questions is a DataFrame, whose items are its column names: pass "
+            "its question column, e.g. df['question'] (others: features=)"
+        )
+    if isinstance(questions, Mapping):
+        raise InputError("questions is a mapping, whose items are its keys: pass the list of "
+                         "question strings (side values: features=)")  # fmt: skip
+    if isinstance(questions, bytes | bytearray):
+        raise InputError("questions is bytes: decode it to a str first (e.g. "
+                         "data.decode('utf-8'))")  # fmt: skip
 
 
 def _answers_for(

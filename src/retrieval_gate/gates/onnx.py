@@ -13,9 +13,16 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from ..artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, TASK_OF, Artifact, open_artifact
+from ..artifacts import (
+    EXPORT_METADATA,
+    EXPORT_TOKENIZER,
+    MANIFEST,
+    TASK_OF,
+    Artifact,
+    open_artifact,
+)
 from ..data.gate_features import features_from_dict
-from ..errors import BackendError, DataError, InputError, first_line
+from ..errors import BackendError, DataError, InputError, clipped, first_line
 from ..pricing import Calibration
 from ..strict_rows import parse_json
 from .base import Questions
@@ -124,7 +131,9 @@ class OnnxGate(EncoderGate):
         self.export_dir = Path(export_dir)
         if variant not in VARIANTS:
             raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        artifact = open_artifact(self.export_dir, "export")  # a missing folder: how to make one
+        self.artifact = artifact = open_artifact(
+            self.export_dir, "export"
+        )  # missing: how to make one
         self.path = path = artifact.model_file(variant)
         # checked before ONNX Runtime reads it; cached scores are keyed by it, not the name
         self.checksum = artifact.verified_sha256(path.name)
@@ -210,6 +219,7 @@ class OnnxRouter(RoutingMixin, OnnxGate):
                 f"ONNX metadata router is unreadable ({e}); re-export", self.path
             ) from None
         self.strategies = self.calibration.strategies
+        check_calibration_agrees(self.artifact, self.calibration, self.path)
 
     def _proba_batch(
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
@@ -242,10 +252,32 @@ def check_copy_agrees(artifact: Artifact, values: dict[str, Any], path: Path) ->
     for key in ("threshold", "max_length", "classes"):
         said = artifact.metadata.get(key, values[key])
         if said != values[key]:
-            raise DataError(f"{EXPORT_METADATA} says {key} {said!r}, but this ONNX file's "
-                            f"metadata says {values[key]!r}, which scoring uses: the folder was "
-                            "edited; for another threshold pass --threshold (score, serve, "
-                            "rag) or tune the run and re-export it", path)  # fmt: skip
+            fix = (
+                "for another threshold set it when scoring (gate.threshold = ..., or "
+                "--threshold of score, serve, rag) or tune the run and re-export it"
+                if key == "threshold"
+                else "re-export it (`retrieval-gate export --run RUN`)"
+            )
+            raise DataError(f"{EXPORT_METADATA} says {key} {clipped(repr(said))}, but this ONNX "
+                            f"file's metadata says {values[key]!r}, which scoring uses: the "
+                            f"folder was edited; {fix}", path)  # fmt: skip
+
+
+def check_calibration_agrees(artifact: Artifact, calibration: Calibration, path: Path) -> None:
+    """A router's calibration in the folder's JSON files (manifest.json, which must match
+    gate_metadata.json) against the ONNX file's, which routing uses: costs or a default budget
+    edited in both files were silently ignored."""
+    copy = artifact.router
+    if copy is None:
+        return
+    for key in ("strategies", "costs", "default_budget", "default_price", "objective"):
+        ours, theirs = getattr(copy, key), getattr(calibration, key)
+        if ours != theirs:
+            raise DataError(f"{MANIFEST} says the router's {key} {clipped(repr(ours))}, but this "
+                            f"ONNX file's metadata says {clipped(repr(theirs))}, which routing "
+                            "uses: the folder was edited; for another operating point pass a "
+                            "budget (route(budget=...), --budget), or tune the run and "
+                            "re-export it", path)  # fmt: skip
 
 
 def open_onnx(export_dir: str | Path, variant: str = "fp32", **kw: Any) -> OnnxGate:

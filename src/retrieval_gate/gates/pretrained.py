@@ -13,6 +13,7 @@ path); `save_pretrained` and `push_to_hub` are the mixin's around `_save_pretrai
 
 from __future__ import annotations
 
+import inspect
 import re
 import shutil
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from typing import Any, overload
 import numpy as np
 from huggingface_hub import ModelCard, ModelHubMixin
 
-from ..artifacts import open_artifact
+from ..artifacts import EXPORT_FILES, TOKENIZER_FILES, VARIANTS, open_artifact
 from ..errors import BackendError, InputError, first_line
 from ..hub import offline_when_unreachable
 from ..questions import Question
@@ -37,6 +38,7 @@ from .base import (
     Questions,
     TokenLogprobs,
     as_questions,
+    checked_threshold,
     is_router,
 )
 
@@ -101,10 +103,14 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
 
 
 def _load_gate(
-    folder: Path, backend: str | None, variant: str, device: str | None, **kw: Any
+    folder: Path, backend: str | None, variant: str | None, device: str | None, **kw: Any
 ) -> tuple[Gate, str]:
     """(the gate, its backend): the folder's kind from its manifest (`open_artifact`)."""
     kind = open_artifact(folder).backend
+    if kind == "torch" and variant is not None:  # it was loaded as the run, variant unread
+        raise InputError(f"variant={variant!r} names an export's ONNX file, and this folder "
+                         "is a training run (PyTorch): drop variant, or load its export",
+                         folder)  # fmt: skip
     if backend not in (None, kind):
         fix = {
             "torch": "export it first (`retrieval-gate export --run <folder>`) or use backend='torch'",
@@ -114,15 +120,34 @@ def _load_gate(
     if kind == "onnx":
         from .onnx import open_onnx
 
-        return open_onnx(folder, variant, provider=device, **kw), kind
+        return open_onnx(folder, variant or "fp32", provider=device, **kw), kind
     from .learned import load_learned  # torch only when asked for
 
     return load_learned(folder, device=device, **kw), kind
 
 
 def _export_files(folder: Path) -> list[str]:
-    # hidden entries are not the gate's (snapshot_download keeps its .cache/ in local_dir)
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    """The files `retrieval-gate export` wrote there: the user's own (notes, a .cache/ of
+    snapshot_download's) are not the gate's, and a saved copy or a Hub upload took them too."""
+    return sorted(n for n in (*EXPORT_FILES, *TOKENIZER_FILES) if (folder / n).is_file())
+
+
+def _check_load_args(variant: str | None, batch_size: Any, hub_kwargs: dict[str, Any]) -> None:
+    """from_pretrained's arguments, before anything loads: a misspelt or unknown keyword
+    (`threshold=0.5`, `varient=`) was ignored for a local folder, and `batch_size=0` taken."""
+    from huggingface_hub import snapshot_download
+
+    known = set(inspect.signature(snapshot_download).parameters) - {"repo_id"}
+    if unknown := sorted(set(hub_kwargs) - known):
+        hint = "; set gate.threshold after loading" if "threshold" in unknown else ""
+        raise InputError(f"from_pretrained got unknown argument(s) {', '.join(unknown)}: it "
+                         "takes backend, variant, device, batch_size and snapshot_download's "
+                         "(revision, token, cache_dir, local_dir, local_files_only, ...)"
+                         f"{hint}")  # fmt: skip
+    if variant is not None and variant not in VARIANTS:
+        raise InputError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
 
 
 class RetrievalGate(
@@ -137,6 +162,7 @@ class RetrievalGate(
         self.folder = folder
         self.backend = backend
         self.variant = variant
+        self._saved_threshold = float(gate.threshold)  # what its files say (save_pretrained)
         # The mixin keeps the JSON-able __init__ arguments (backend, variant) as a config that
         # `save_pretrained` would write as config.json: a gate's folder says what it is in its
         # own files (the manifest), so no config.json.
@@ -147,7 +173,7 @@ class RetrievalGate(
         cls,
         path_or_repo_id: str | Path,
         backend: str | None = None,
-        variant: str = "fp32",
+        variant: str | None = None,
         device: str | None = None,
         batch_size: int = 64,
         **hub_kwargs: Any,
@@ -155,7 +181,8 @@ class RetrievalGate(
         """Loads an export folder, a training run folder or a Hub id (`owner/name`).
 
         backend: "onnx" or "torch"; by default whatever the folder holds (ONNX for exports).
-        variant: the ONNX file (fp32 | opt | int8 | fp16). device: "cpu" or "cuda" (ONNX
+        variant: the ONNX file (fp32 | opt | int8 | fp16; default fp32), an export's only.
+        device: "cpu" or "cuda" (ONNX
         execution provider / torch device; default CUDA when available, else CPU).
         hub_kwargs: passed to `snapshot_download` (revision, token, cache_dir, local_dir,
         local_files_only, force_download).
@@ -180,7 +207,7 @@ class RetrievalGate(
         local_files_only: bool = False,
         token: str | bool | None = None,
         backend: str | None = None,
-        variant: str = "fp32",
+        variant: str | None = None,
         device: str | None = None,
         batch_size: int = 64,
         **hub_kwargs: Any,
@@ -190,12 +217,13 @@ class RetrievalGate(
         run gives a `RetrievalRouter`."""
         if backend is not None and backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        _check_load_args(variant, batch_size, hub_kwargs)
         folder = resolve_folder(model_id, revision=revision, cache_dir=cache_dir, token=token,
                                 force_download=force_download, local_files_only=local_files_only,
                                 **hub_kwargs)  # fmt: skip
         gate, backend = _load_gate(folder, backend, variant, device, batch_size=batch_size)
         kind = RetrievalRouter if is_router(gate) else RetrievalGate
-        return kind(gate, folder, backend, variant if backend == "onnx" else None)
+        return kind(gate, folder, backend, (variant or "fp32") if backend == "onnx" else None)
 
     @property
     def name(self) -> str:
@@ -208,7 +236,7 @@ class RetrievalGate(
 
     @threshold.setter
     def threshold(self, value: float) -> None:  # e.g. a per-mode override in `rag`
-        self.gate.threshold = float(value)
+        self.gate.threshold = checked_threshold(value)
 
     @property
     def side_features(self) -> Any:
@@ -274,7 +302,7 @@ class RetrievalGate(
         threshold: float | None = None, token_logprobs: Any = None,
     ) -> Any:  # fmt: skip
         """Retrieve (True) or not, at the stored threshold unless `threshold` is given."""
-        t = self.threshold if threshold is None else float(threshold)
+        t = self.threshold if threshold is None else checked_threshold(threshold)
         decisions = np.asarray(self.predict_proba(questions, features, token_logprobs)) >= t
         return bool(decisions) if isinstance(questions, str) else decisions
 
@@ -284,9 +312,22 @@ class RetrievalGate(
         `from_pretrained` and uploadable as a Hub repo as is. The mixin's `save_pretrained`
         (kwargs: `model_card_kwargs`, `push_to_hub`, `repo_id`, ...) around `_save_pretrained`,
         after the check that touches nothing: a non-empty folder is refused."""
-        out = Path(save_directory)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not isinstance(save_directory, str | Path) or not str(save_directory).strip():
+            raise InputError(f"save_directory is {save_directory!r}: give a new folder's path")
+        out = Path(save_directory).expanduser()  # "~/x" made a folder named "~" here
+        if out.exists() and not out.is_dir():
+            raise InputError("is a file: give a new or empty folder's path", out)
+        if out.exists() and any(out.iterdir()):
             raise InputError("refusing to write into a non-empty folder; choose a new one", out)
+        if self.threshold != self._saved_threshold:  # the copy said the files' threshold
+            raise InputError(f"threshold {self.threshold:g} was set after loading, and "
+                             "save_pretrained copies the gate's files, whose threshold is "
+                             f"{self._saved_threshold:g}: set it back, or set it again after "
+                             "loading the copy (a tuned one: `retrieval-gate tune "
+                             "--save-objective`, then export)", out)  # fmt: skip
+        if not self.folder.is_dir():  # an empty target was left, and pathlib's traceback
+            raise InputError(f"the gate's files are gone from {self.folder}, the folder it was "
+                             "loaded from: load it again from where they are now", out)  # fmt: skip
         super().save_pretrained(out, **kwargs)
         return out
 
@@ -349,7 +390,8 @@ class RetrievalRouter(RetrievalGate):
 
     @property
     def budget(self) -> float:
-        """The default budget (mean cost per question) `route(budget=None)` meets."""
+        """The default budget (mean cost per question): `route(budget=None)` routes at the
+        best dev accuracy within it, which may spend less; `route(budget=b)` spends up to b."""
         return float(self.gate.budget)  # type: ignore[attr-defined]
 
     def strategy_registry(self) -> StrategyRegistry:

@@ -36,7 +36,8 @@ class RoutingMixin:
 
     @property
     def budget(self) -> float:
-        """The default operating point: mean cost per question `route(budget=None)` aims at."""
+        """The default budget: `route(budget=None)` routes at the best dev accuracy within it
+        (the default price), which may spend less; `route(budget=b)` spends up to b."""
         return self.calibration.default_budget
 
     def strategy_registry(self) -> StrategyRegistry:

@@ -13,18 +13,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..gates.base import Gate, as_questions, is_router, side_columns
+from ..gates.base import Gate, as_questions, checked_threshold, is_router, side_columns
 from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalations
 from ..rag.decisions import check_router, strategy_costs
 from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
 
 DIRECT, RETRIEVE, MULTI = "direct", "retrieve", MULTI_STEP  # multi-step: the built-in's name
 BUILT_IN_BRANCHES = (DIRECT, RETRIEVE, MULTI)
+
+
+def check_gate(gate: Any, what: str = "gate") -> None:
+    """An adapter's gate is a loaded `Gate`: a folder's path was taken and failed at the first
+    question ("'str' object has no attribute 'scores'")."""
+    if not callable(getattr(gate, "scores", None)) or not hasattr(gate, "threshold"):
+        load = (f": load it first, RetrievalGate.from_pretrained({str(gate)!r})"
+                if isinstance(gate, str | PurePath) else "")  # fmt: skip
+        raise ConfigError(f"{what} is {type(gate).__name__}, not a gate{load}")
 
 
 def branch_of(spec: StrategySpec) -> str:
@@ -40,6 +50,7 @@ def branch_of(spec: StrategySpec) -> str:
 
 def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:
     """strategy -> branch of every strategy `gate` routes to (a binary gate: none)."""
+    check_gate(gate)
     registry = check_router(gate, budget)
     if not is_router(gate):
         return {}
@@ -47,14 +58,26 @@ def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:
 
 
 def branches_of(
-    gate: Gate, has_multi_step: bool, budget: float | None = None, extra: Sequence[str] = ()
+    gate: Gate,
+    has_multi_step: bool,
+    budget: float | None = None,
+    extra: Sequence[str] = (),
+    threshold: float | None = None,
 ) -> list[str]:
     """The branches `gate` can send questions down, checked against what the caller wired:
     a router that routes to multi-step needs that branch, one with a strategy of its own
     (`branch_of`) needs that branch among `extra`; a binary gate takes no multi-step branch
-    and no budget (`budget`: a router's operating point). A gate that also reads columns of
-    the user's data (`data.features`) is refused: a framework hands the adapter the question
-    alone."""
+    and no budget (`budget`: a router's operating point), a router no `threshold`. A gate that
+    also reads columns of the user's data (`data.features`) is refused: a framework hands the
+    adapter the question alone."""
+    check_gate(gate)
+    if threshold is not None:
+        checked_threshold(threshold)
+        if is_router(gate):  # it routes at its budget: the threshold went unread
+            raise ConfigError(
+                f"threshold={threshold}: {gate.name!r} is a router, which picks "
+                "a strategy per question at its budget; pass budget= instead"
+            )
     if columns := side_columns(gate):
         raise ConfigError(
             f"{gate.name!r} also reads the side features {', '.join(columns)} beside the question, "
@@ -189,6 +212,7 @@ def budget_account(gate: Gate, budget: float | None) -> BudgetAccount | None:
 
 def check_answer(gate: Gate) -> Gate:
     """`gate`, refused unless it reads the answer (`rag.cascade.check_answer_gate`)."""
+    check_gate(gate, "answer_gate")
     check_answer_gate(gate, "answer_gate")
     return gate
 
@@ -230,6 +254,8 @@ class Escalator:
 
     def __post_init__(self) -> None:
         check_answer(self.gate)
+        if self.threshold is not None:
+            checked_threshold(self.threshold, "answer_threshold")
 
     def logprobs(self, outputs: Sequence[Any]) -> list[list[float] | None]:
         found = [(self.logprobs_of or self.default)(o) for o in outputs]

@@ -54,7 +54,7 @@ class RetrievalGateRouter:
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account
         own = list(branch_map(gate, budget).values())
-        self.branches = branches_of(gate, is_router(gate), budget, extra=own)
+        self.branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold)
         extra = {"strategy": str} if is_router(gate) else {}
         component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
                                    **extra)  # fmt: skip

@@ -65,13 +65,20 @@ class GateRouter(Runnable[Any, Any]):
         self.gate, self.retrieve, self.direct, self.multi_step = gate, retrieve, direct, multi_step
         self.question_key, self.threshold, self.budget = question_key, threshold, budget
         self.own = dict(branches or {})
-        self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own))
+        self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own),
+                                    threshold=threshold)  # fmt: skip
         self.account = budget_account(gate, budget)  # escalations paid from the budget
         self.escalator = escalator(gate, answer_gate, answer_threshold, logprobs_of,
                                    message_logprobs, HINT, self.account)  # fmt: skip
 
     def _text(self, item: Any) -> str:
-        return item[self.question_key] if isinstance(item, dict) else item
+        if not isinstance(item, dict):
+            return item
+        if self.question_key not in item:  # was a bare KeyError
+            raise ConfigError(f"an input has no {self.question_key!r} key (it has "
+                              f"{', '.join(map(repr, item)) or 'none'}): pass question_key= "
+                              "naming the question's")  # fmt: skip
+        return item[self.question_key]
 
     def route(self, inputs: Sequence[Any]) -> list[str]:
         """The branch of each input: retrieve, direct or multi_step."""

@@ -47,7 +47,7 @@ class GateSelector(BaseSelector):
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account  # charged with each choice: escalations are paid from it
         # a router's choices must include multi-step when it routes there
-        branches = branches_of(gate, is_router(gate), budget, extra=own)
+        branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold)
         self.multi = shared.MULTI in branches
         order = [shared.RETRIEVE, shared.DIRECT, *([shared.MULTI] if self.multi else []), *own]
         self.index = {b: i for i, b in enumerate(order)}

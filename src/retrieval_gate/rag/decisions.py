@@ -18,6 +18,7 @@ is read: the router's own `costs` where it has them."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +109,9 @@ def routed_strategies(gate: Gate, registry: StrategyRegistry = BUILTIN) -> tuple
 
 def check_budget_sign(budget: Budget) -> None:
     """A budget is 0 or more (its top is the router's dearest cost, known once it loads)."""
-    if budget is not None and not budget >= 0:
-        raise ConfigError(f"--budget must be 0 or more (mean cost per question), got {budget}")
+    real = isinstance(budget, numbers.Real) and not isinstance(budget, bool)
+    if budget is not None and not (real and budget >= 0):  # "1" failed deep inside: TypeError
+        raise ConfigError(f"--budget must be 0 or more (mean cost per question), got {budget!r}")
 
 
 def decide(
