@@ -378,3 +378,52 @@ def test_hparams_searches_only_what_the_config_trains():
     assert not [s for s in full if s.startswith("model.lora")] and "model.lr=0.001" in full
     lora = {**trial.params, "lora_r": 8, "lora_alpha_x": 2, "lora_dropout": 0.1}
     assert "model.lora.alpha=16" in suggest(optuna.trial.FixedTrial(lora), 3, lora=True)
+
+
+def test_a_handful_of_labelled_questions_is_said_not_a_traceback(tmp_path, capsys, caplog):
+    """Three questions: the tfidf gate's min_df=2 left no word ("After pruning, no terms
+    remain", an internal error in evaluate and tune), and tune's empty dev split was "index -1
+    is out of bounds". A dev split of one class is tuned with a warning (any threshold
+    separates it)."""
+    from retrieval_gate.errors import MissingInputError
+    from retrieval_gate.gates.tfidf import TfidfGate
+
+    q = tmp_path / "q.csv"
+    q.write_text("id,question,answers\nq1,Who wrote Hamlet?,Shakespeare\n"
+                 "q2,What is the capital of Spain?,Madrid\n"
+                 "q3,Which river flows through Cairo?,Nile\n")  # fmt: skip
+    o = tmp_path / "o.csv"
+    o.write_text("id,correct\nq1,1\nq2,0\nq3,1\n")
+    label = ["label", "--policy", "outcomes", "--outcomes", str(o), "--questions", str(q),
+             "--generator", "g", "--labels-dir", str(tmp_path / "labels")]  # fmt: skip
+    assert main(label) == 0
+    labels = str(tmp_path / "labels" / "g" / "closed-book.jsonl")
+    common = ["--labels", labels, "--questions", str(q)]
+    assert main(["evaluate", *common, "--gates", "tfidf", "--no-cost", "--out",
+                 str(tmp_path / "rep")]) == 0  # fmt: skip
+    assert "| tfidf |" in (tmp_path / "rep" / "report.md").read_text()
+    tune = ["tune", "--gate", "tfidf", *common, "--objective", "macro-f1"]
+    assert main([*tune, "--out", str(tmp_path / "t1")]) == 2
+    assert "tune chooses on the dev split, and these labels give none (train 2, dev 0, test 1)" \
+        in capsys.readouterr().err  # fmt: skip
+    assert not (tmp_path / "t1").exists()
+    with pytest.raises(MissingInputError, match="the 2 training questions hold no word"):
+        TfidfGate.fit([Question(str(i), t, (), "mine") for i, t in enumerate(["a?", "b?"])],
+                      np.array([0, 1]))  # fmt: skip
+    split = tmp_path / "s.csv"  # dev: two questions, both needing no retrieval
+    split.write_text("id,question,answers,split\n"
+                     + "".join(f"t{i},Who wrote book number {i}?,x,train\n" for i in range(6))
+                     + "d1,Who wrote the book?,x,dev\nd2,Who wrote the play?,x,dev\n"
+                     + "e1,Who wrote the poem?,x,test\ne2,Who wrote a song?,x,test\n")  # fmt: skip
+    (tmp_path / "o2.csv").write_text("id,correct\n" + "".join(
+        f"{i},{c}\n" for i, c in [*((f"t{i}", i % 2) for i in range(6)), ("d1", 1),
+                                  ("d2", 1), ("e1", 0), ("e2", 1)]))  # fmt: skip
+    label = ["label", "--policy", "outcomes", "--outcomes", str(tmp_path / "o2.csv"),
+             "--questions", str(split), "--generator", "h", "--labels-dir",
+             str(tmp_path / "labels")]  # fmt: skip
+    assert main(label) == 0
+    caplog.clear()
+    assert main(["tune", "--gate", "tfidf", "--labels",
+                 str(tmp_path / "labels/h/closed-book.jsonl"), "--questions", str(split),
+                 "--objective", "macro-f1", "--out", str(tmp_path / "t2")]) == 0  # fmt: skip
+    assert "every dev question needs no retrieval (train 6, dev 2, test 2)" in caplog.text

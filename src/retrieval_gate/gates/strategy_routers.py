@@ -19,6 +19,7 @@ from ..labels.evalset import EvalSet
 from ..pricing import Calibration, default_costs, route_indices
 from ..strategies import StrategyRegistry
 from .base import Questions, as_questions
+from .tfidf import min_df
 
 
 class RoutingMixin:
@@ -106,11 +107,16 @@ def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> 
     from sklearn.linear_model import LogisticRegression
 
     train, dev = _need_strategies(train, "router-tfidf"), _need_strategies(dev, "router-tfidf")
-    words = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=3, sublinear_tf=True,
-                            lowercase=False)  # fmt: skip
+    n = len(train.questions)
+    words = TfidfVectorizer(ngram_range=(1, 2), min_df=min_df(n), sublinear_tf=True)
+    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=min_df(n, 3),
+                            sublinear_tf=True, lowercase=False)  # fmt: skip
     texts = [q.text for q in train.questions]
-    X = hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
+    try:
+        X = hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
+    except ValueError as e:  # sklearn's "empty vocabulary", a traceback
+        raise MissingInputError(f"router-tfidf: the {n} training questions hold no word to fit "
+                                f"on ({e})") from None  # fmt: skip
     heads = []
     with one_blas_thread():
         for s in range(train.correct.shape[1]):

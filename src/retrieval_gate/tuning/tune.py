@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..artifacts import open_artifact
 from ..errors import ConfigError, InputError, MissingInputError
 from ..fileio import content_id, sha256_file
@@ -222,6 +224,8 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
     cfg.check()
     splits = load_splits(cfg.labels, cfg.run_dir, cfg.questions)  # a bad label file: no folder
+    if any(o != "hparams" for o in cfg.objectives) or cfg.calibrate_on:
+        check_dev(splits)
     cfg.out.mkdir(parents=True, exist_ok=True)
     written = []
     if "hparams" in cfg.objectives:
@@ -235,6 +239,23 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
     if router or cfg.calibrate_on:
         written.append(_router(cfg, splits, router))
     return written
+
+
+def check_dev(sp: Splits) -> None:
+    """Thresholds and operating points are chosen on dev: none is refused (it was an internal
+    error, "index -1 is out of bounds"), one class alone is said (any threshold separates it
+    perfectly, and the one saved means nothing)."""
+    counts = f"train {len(sp.train)}, dev {len(sp.dev)}, test {len(sp.test)}"
+    if not len(sp.dev):
+        raise MissingInputError(f"tune chooses on the dev split, and these labels give none "
+                                f"({counts}): label more questions, or give --questions a "
+                                "`split` column with dev rows")  # fmt: skip
+    if sp.dev.strategies or len(np.unique(sp.dev.y)) > 1:
+        return
+    what = "needs retrieval" if sp.dev.y[0] else "needs no retrieval"
+    log.warning(f"every dev question {what} ({counts}): a threshold chosen there separates "
+                "nothing, and its dev figures say nothing of the test split; label more "
+                "questions")  # fmt: skip
 
 
 def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
