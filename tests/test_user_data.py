@@ -143,6 +143,21 @@ def test_an_outcome_by_text_never_goes_to_another_question_that_reads_alike(tmp_
     assert (
         "line 1: question 'who is THE president' matches two questions" in capsys.readouterr().err
     )
+    # two questions of the very same text (ids a and b): the row went to b, a left unlabelled
+    same = write_jsonl(tmp_path / "same.jsonl", [
+        {"id": "a", "question": "Who wrote Hamlet?", "answers": ["x"]},
+        {"id": "b", "question": "Who wrote Hamlet?", "answers": ["x"]},
+    ])  # fmt: skip
+    argv[argv.index(str(qs))] = str(same)
+    hamlet = write_jsonl(tmp_path / "hamlet.jsonl", [{"question": "Who wrote Hamlet?",
+                                                     "correct": False}])  # fmt: skip
+    assert main([*argv, str(hamlet)]) == 2
+    err = capsys.readouterr().err
+    assert "line 1: question 'Who wrote Hamlet?' matches two questions; give the row" in err
+    empty_id = tmp_path / "empty.csv"  # said "neither an 'id' nor a 'question' column (its
+    empty_id.write_text("id,correct\n,0\n")  # columns: correct, id)"
+    assert main([*argv, str(empty_id)]) == 2
+    assert "outcome row's id and question cells are empty" in capsys.readouterr().err
 
 
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):

@@ -153,11 +153,11 @@ def match_rows(
     """question id -> (question, outcome row), by id first, else by its text: exactly, else
     normalised (case, punctuation, articles) where that names one question only."""
     by_id = {q.id: q for q in questions}
-    exact = {q.text.strip(): q for q in questions}
+    exact: dict[str, Question | None] = {}
     by_text: dict[str, Question | None] = {}
-    for q in questions:  # two texts that normalise alike name neither (None): not guessed
-        key = normalize_answer(q.text)
-        by_text[key] = q if by_text.get(key, q) is q else None
+    for q in questions:  # two texts alike name neither (None): not guessed (the last one was)
+        for texts, key in ((exact, q.text.strip()), (by_text, normalize_answer(q.text))):
+            texts[key] = q if texts.get(key, q) is q else None
     matched: dict[str, tuple[Question, dict]] = {}
     unmatched: list[tuple[int, Any]] = []  # (line, the row's id or text)
     for n, row in rows:
@@ -169,7 +169,7 @@ def match_rows(
             raise DataError(_no_question(fmt, key), path, n)
         q = by_id.get(str(qid)) if qid is not None else None
         if q is None and isinstance(text, str):
-            q = exact.get(text.strip()) or _by_normalised(by_text, text, path, n)
+            q = _by_text(exact, by_text, text, path, n)
         if q is None:
             unmatched.append((n, qid if qid is not None else text))
             continue
@@ -293,12 +293,20 @@ def _second_outcome(q: Question, first_line: int) -> str:
             f"question (e.g. right in most samples) and record that as its 'correct' value.{text}")  # fmt: skip
 
 
-def _by_normalised(by_text: dict[str, Question | None], text: str, path, n: int) -> Question | None:
-    key = normalize_answer(text)
-    if key in by_text and by_text[key] is None:
-        raise DataError(f"question {text!r} matches two questions once case, punctuation and "
-                        "articles are set aside; give the row its question's 'id'", path, n)  # fmt: skip
-    return by_text.get(key)
+def _by_text(
+    exact: dict[str, Question | None], by_text: dict[str, Question | None], text: str, path, n: int
+) -> Question | None:
+    """The one question a row's text names: exactly, else normalised; two questions of that
+    text are refused, never one picked."""
+    for texts, key, how in ((exact, text.strip(), ""),
+                            (by_text, normalize_answer(text),
+                             " once case, punctuation and articles are set aside")):  # fmt: skip
+        if key in texts:
+            if texts[key] is None:
+                raise DataError(f"question {text!r} matches two questions{how}; give the row "
+                                "its question's 'id'", path, n)  # fmt: skip
+            return texts[key]
+    return None
 
 
 def _own_questions_hint(row: dict, path) -> str:
@@ -316,6 +324,9 @@ def _no_question(fmt: str, key: dict) -> str:
         return (f"lm-eval sample's 'doc' has neither an 'id' nor a 'question' key (its keys: "
                 f"{listed([(0, key)])}): run the task over a question file with an id or "
                 "question field, as examples/lm-eval/closed_book_qa.yaml does")  # fmt: skip
+    if "id" in key or "question" in key:  # there, but an empty cell: not "no such column"
+        return ("outcome row's id and question cells are empty: give it its question's id "
+                "(or text), or drop the row")  # fmt: skip
     return (f"outcome row has neither an 'id' nor a 'question' column (its columns: "
             f"{listed([(0, key)])}); name yours with --outcome-field id=COLUMN or "
             "--outcome-field question=COLUMN")  # fmt: skip
