@@ -160,6 +160,32 @@ def test_features_mean_min_first_length_and_nan_when_missing():
     assert np.isnan(m[1]).all() and feature_matrix({}, []).shape == (0, 4)
 
 
+def test_an_answer_with_its_mean_alone_is_read_only_where_training_saw_one():
+    """A two-stage gate trained on token lists scored a mean of -0.001 (a sure answer) 0.994,
+    as it did -3: the three features a mean-only answer lacks were never missing in training.
+    Such an answer is now read as none (the question-only score), unless training saw one."""
+    from retrieval_gate.data.answer_confidence import AnswerConfidence
+
+    def q(i: int, **extra: object) -> Question:
+        return Question(str(i), f"q{i}?", (), "mine", extra=extra)
+
+    tokens = [q(i, token_logprobs=[-0.1 * i, -0.2]) for i in range(1, 6)]
+    lists = AnswerConfidence.fit(tokens)
+    assert lists.mean_alone is False
+    mean_only, none, listed = q(7, mean_logprob=-0.001), q(8), q(9, token_logprobs=[-0.001])
+    m = lists.matrix([mean_only, none, listed])
+    assert m[0].tolist() == m[1].tolist() and m[0][-1] == 0.0  # no answer read
+    assert m[2][-1] == 1.0 and not lists.reads(mean_only) and lists.reads(listed)
+    mixed = AnswerConfidence.fit([*tokens, q(6, mean_logprob=-1.0)])
+    assert mixed.mean_alone and mixed.reads(mean_only) and mixed.matrix([mean_only])[0][-1] == 1.0
+    assert AnswerConfidence.from_dict(lists.to_dict()) == lists
+    old = {k: v for k, v in lists.to_dict().items() if k != "mean_alone"}  # before the key
+    assert AnswerConfidence.from_dict(old).mean_alone is False
+    means = AnswerConfidence.fit([q(i, mean_logprob=-0.1 * i) for i in range(1, 4)])
+    old = {k: v for k, v in means.to_dict().items() if k != "mean_alone"}
+    assert means.mean_alone and AnswerConfidence.from_dict(old).mean_alone
+
+
 def test_old_label_files_load_without_token_logprobs(tmp_path):
     """A closed-book file as the committed SmolLM2 labels are: `mean_logprob` only."""
     path = write_jsonl(tmp_path / "closed-book.jsonl",

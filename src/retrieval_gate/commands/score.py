@@ -110,12 +110,20 @@ def _say_answers_read(gate: Any, questions: list) -> None:
                         "question alone): --answer-gate DIR puts a two-stage gate (`train "
                         "--config cascade-closed-book`) behind it to read them")  # fmt: skip
         return
-    if given == 0:
+    confidence = getattr(getattr(gate, "side_features", None), "confidence", None)
+    alone = sum(confidence is not None and not confidence.reads(q)
+                and q.extra.get(MEAN_LOGPROB) is not None for q in questions)  # fmt: skip
+    if alone:
+        given -= alone
+        log.warning(f"{alone} of {len(questions)} questions carry {MEAN_LOGPROB} alone, which "
+                    f"this gate never saw in training (its answers had {TOKEN_LOGPROBS}): "
+                    f"they got the question-only score; give their {TOKEN_LOGPROBS}")  # fmt: skip
+    if given == 0 and not alone:
         log.warning(f"none of the {len(questions)} questions has a {TOKEN_LOGPROBS} (or "
                     f"{MEAN_LOGPROB}) value: every score is the question-only score of this "
                     f"two-stage gate; to read the answers, name their column with --field "
                     f"{TOKEN_LOGPROBS}=COLUMN")  # fmt: skip
-    elif given < len(questions):
+    elif 0 < given < len(questions):
         log.info(f"{given} of {len(questions)} questions came with their answer's "
                  "log-probabilities; the others got the question-only score")  # fmt: skip
 

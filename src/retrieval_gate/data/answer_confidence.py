@@ -213,6 +213,17 @@ class AnswerConfidence:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     observed: tuple[bool, ...] = (True, True, True, True)
+    # a training answer carried its mean alone: else such an answer, never seen, is read as
+    # none (the question-only score); a gate trained on token lists scored a mean of -0.001
+    # 0.994 (all but certain to need retrieval), as it did a mean of -3
+    mean_alone: bool = True
+
+    def reads(self, q: Question) -> bool:
+        """Whether `q`'s answer is read: it carries token log-probabilities, or a mean alone
+        where training saw one."""
+        if q.extra.get(TOKEN_LOGPROBS) is not None:
+            return True
+        return self.mean_alone and q.extra.get(MEAN_LOGPROB) is not None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -238,7 +249,8 @@ class AnswerConfidence:
         seen = [not np.isnan(c).all() for c in raw.T]
         mean = [float(np.nanmean(c)) if ok else 0.0 for c, ok in zip(raw.T, seen, strict=True)]
         std = [float(np.nanstd(c)) or 1.0 if ok else 1.0 for c, ok in zip(raw.T, seen, strict=True)]
-        return cls(tuple(mean), tuple(std), tuple(seen))
+        alone = bool((~np.isnan(raw[:, 0]) & np.isnan(raw[:, 1])).any())
+        return cls(tuple(mean), tuple(std), tuple(seen), alone)
 
     def matrix(self, questions: Sequence[Question]) -> np.ndarray:
         """(n, width) float32: the scaled features (0 where missing), the three missing flags,
@@ -247,6 +259,8 @@ class AnswerConfidence:
             return np.zeros((0, self.width), np.float32)
         raw = _transformed(np.stack([question_logprobs(q) for q in questions]))
         raw[:, ~np.array(self.observed)] = np.nan
+        if not self.mean_alone:
+            raw[~np.isnan(raw[:, 0]) & np.isnan(raw[:, 1])] = np.nan
         missing = np.isnan(raw)
         scaled = np.clip((np.nan_to_num(raw) - np.array(self.mean)) / np.array(self.std),
                          -CLIP, CLIP)  # fmt: skip
@@ -256,7 +270,7 @@ class AnswerConfidence:
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": list(self.mean), "std": list(self.std),
-                "observed": list(self.observed),
+                "observed": list(self.observed), "mean_alone": self.mean_alone,
                 "inputs": f"{TOKEN_LOGPROBS} (or {MEAN_LOGPROB}) per question; none: the "
                           "question-only score"}  # fmt: skip
 
@@ -266,7 +280,9 @@ class AnswerConfidence:
             return None
         try:
             seen = tuple(bool(x) for x in d.get("observed", (True,) * len(FEATURES)))
-            return cls(tuple(map(float, d["mean"])), tuple(map(float, d["std"])), seen)
+            # gates before the key: trained on means where a feature went unseen
+            alone = bool(d.get("mean_alone", not all(seen)))
+            return cls(tuple(map(float, d["mean"])), tuple(map(float, d["std"])), seen, alone)
         except (KeyError, TypeError, ValueError):
             raise DataError(
                 "the gate's answer_confidence metadata is damaged (it needs `mean` "
