@@ -155,11 +155,20 @@ def test_duplicates(tmp_path, caplog):
                                           {"question": "Who is Jo?", "answers": ["b"]}])  # fmt: skip
     assert [q.answers for q in read_questions(str(other))] == [("a",)]
     assert (
-        "1 row(s) repeat an earlier row's question with other answers (e.g. line 2 repeats line 1"
+        "1 row(s) repeat an earlier row's question with other answers or values (e.g. line 2 "
+        "repeats line 1"
         in caplog.text
         and "give each row an id (--field id=COLUMN)" in caplog.text
     )
     assert "repeated question row(s) kept once" not in caplog.text
+    # one text, two answers' token_logprobs: the second was dropped as a repeat, at INFO
+    caplog.clear()
+    answers = _jsonl(tmp_path / "a.jsonl", [{"question": "Who is Jo?", "token_logprobs": [-0.1]},
+                                            {"question": "Who is Jo?", "token_logprobs": [-4.0]},
+                                            {"question": "Who is Jo?", "token_logprobs": [-0.1]}])  # fmt: skip
+    assert len(read_questions(str(answers))) == 1
+    assert "1 row(s) repeat an earlier row's question with other answers or values" in caplog.text
+    assert "1 repeated question row(s) kept once" in caplog.text  # the third: as the first
     clash = _jsonl(tmp_path / "c.jsonl", [{"id": 1, "question": "A?"}, {"id": 1, "question": "B?"}])
     with pytest.raises(
         DataError,

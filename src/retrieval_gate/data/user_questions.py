@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import logging
 import math
 import re
@@ -476,10 +477,16 @@ def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
     return int(number)
 
 
+def _values(q: Question) -> str:
+    """A row's other columns, comparable (a NaN cell equals a NaN cell)."""
+    return json.dumps(q.extra, sort_keys=True, default=str)
+
+
 def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> list[Question]:
     """Repeated rows (same id, same text) are kept once and reported on stderr; one id with
     two different texts is an error (label files are keyed by id). A repeat with other gold
-    answers is warned about with its lines: without an id column it is most likely another
+    answers or other values (an answer's token_logprobs, a feature: scored once, silently) is
+    warned about with its lines: without an id column it is most likely another
     question that shares the text (PopQA's two "John Smith"s), which only an id keeps apart."""
     first: dict[str, tuple[int, Question]] = {}
     repeats, differing = 0, []
@@ -495,15 +502,16 @@ def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> lis
                 spec,
             )
         repeats += 1
-        if kept.answers != q.answers:
+        if kept.answers != q.answers or _values(kept) != _values(q):
             differing.append((m, n, q))
     if differing:
         m, n, q = differing[0]
-        fix = ("if they are different questions, give each row an id (--field id=COLUMN)"
-               if q.id == text_id(q.text) else "make the ids unique or the answers agree")  # fmt: skip
+        fix = ("if they are different questions (or answers), give each row an id (--field "
+               "id=COLUMN)" if q.id == text_id(q.text)
+               else "make the ids unique or the rows agree")  # fmt: skip
         log.warning(f"{spec}: {len(differing)} row(s) repeat an earlier row's question with "
-                    f"other answers (e.g. line {n} repeats line {m}, {q.text[:60]!r}); the first "
-                    f"row of each is kept; {fix}")  # fmt: skip
+                    f"other answers or values (e.g. line {n} repeats line {m}, {q.text[:60]!r}); "
+                    f"the first row of each is kept; {fix}")  # fmt: skip
     if repeats > len(differing):
         log.info(f"{spec}: {repeats - len(differing)} repeated question row(s) kept once")
     return [q for _, q in first.values()]
