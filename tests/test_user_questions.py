@@ -163,9 +163,8 @@ def test_duplicates(tmp_path, caplog):
     assert "repeated question row(s) kept once" not in caplog.text
     # one text, two answers' token_logprobs: the second was dropped as a repeat, at INFO
     caplog.clear()
-    answers = _jsonl(tmp_path / "a.jsonl", [{"question": "Who is Jo?", "token_logprobs": [-0.1]},
-                                            {"question": "Who is Jo?", "token_logprobs": [-4.0]},
-                                            {"question": "Who is Jo?", "token_logprobs": [-0.1]}])  # fmt: skip
+    rows = [{"question": "Who is Jo?", "token_logprobs": [lp]} for lp in (-0.1, -4.0, -0.1)]
+    answers = _jsonl(tmp_path / "a.jsonl", rows)
     assert len(read_questions(str(answers))) == 1
     assert "1 row(s) repeat an earlier row's question with other answers or values" in caplog.text
     assert "1 repeated question row(s) kept once" in caplog.text  # the third: as the first
