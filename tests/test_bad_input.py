@@ -559,6 +559,7 @@ def test_label_outcomes_out_writes_the_file_named(tmp_path, capsys):
     base = ["label", "--policy", "outcomes", "--questions", str(questions), "--generator", "mine"]
     code, _ = _run([*base, "--outcomes", str(closed), "--out", str(out)], capsys)
     assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == [
+        ".retrieval-gate-files.json",  # the ledger: a hand-edited labels.jsonl stays the user's
         "closed.csv", "labels.jsonl", "labels.meta.json", "q.jsonl"]  # fmt: skip
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["label"] for r in rows] == [0, 1, 0, 1]

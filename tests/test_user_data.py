@@ -172,6 +172,33 @@ def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("strategies", [False, True], ids=["outcomes", "strategies"])
+def test_a_reimport_never_overwrites_an_imported_file_edited_since(tmp_path, capsys, strategies):
+    """A label file corrected by hand was rewritten from the outcomes by the next import,
+    without a word; unchanged (or from before the folder's ledger) it is replaced as before."""
+    if strategies:
+        rows = [{"id": q["id"], "no_retrieval_correct": i % 2, "one_retrieval_correct": 1}
+                for i, q in enumerate(QUESTIONS)]  # fmt: skip
+        extra, edited = ("--strategies", "no_retrieval", "one_retrieval"), "strategies.jsonl"
+    else:
+        rows = [{"id": q["id"], "correct": i % 2} for i, q in enumerate(QUESTIONS)]
+        extra, edited = (), "closed-book.jsonl"
+    outcomes = write_jsonl(tmp_path / "o.jsonl", rows)
+    assert _label(tmp_path, outcomes, *extra) == 0
+    assert _label(tmp_path, outcomes, *extra) == 0  # unchanged: replaced
+    folder = tmp_path / "labels" / "my-llm"
+    (folder / ".retrieval-gate-files.json").unlink()  # as an import before the ledger left it
+    assert _label(tmp_path, outcomes, *extra) == 0
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    (folder / edited).write_text((folder / edited).read_text() + '{"id": "x", "label": 1}\n')
+    files[edited] = (folder / edited).read_bytes()
+    capsys.readouterr()
+    assert _label(tmp_path, outcomes, *extra) == 2
+    assert f"{edited}: already exists, and retrieval-gate did not write it (or it was changed " \
+        "since)" in capsys.readouterr().err  # fmt: skip
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # nothing written
+
+
+@pytest.mark.parametrize("strategies", [False, True], ids=["outcomes", "strategies"])
 def test_imported_labels_are_refused_over_questions_edited_under_their_ids(tmp_path, strategies):
     """Outcomes are the LLM's answers to the questions as they read when imported: training on
     them over a questions file edited since under the same ids is refused, as it is for a

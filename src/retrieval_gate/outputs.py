@@ -79,6 +79,14 @@ def vouch_for(path: str | Path) -> None:
             _record(target, sha256_file(target))
 
 
+def record_owned(path: str | Path) -> None:
+    """Records a file retrieval-gate has just written by other means (a label file, rewritten
+    whole) as it is now: a later run replaces it only while it stays so."""
+    target = regular_target(path)
+    with _locked(target.parent):
+        _record(target, sha256_file(target))
+
+
 def _record(target: Path, digest: str) -> None:
     """The ledger of `target`'s folder with its checksum (entries of removed files dropped)."""
     files = _ledger(target.parent) | {target.name: digest}

@@ -35,6 +35,7 @@ from typing import Any
 from ..data.user_questions import read_rows, text_id
 from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
+from ..outputs import record_owned, refuse_foreign, vouch_for
 from ..questions import Question, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, require_ours
@@ -131,6 +132,8 @@ def import_outcomes(
     # file is replaced whole: nothing to mix)
     with nullcontext() if locked or out_file is not None else import_lock(out_dir):
         made_for = [q for q, _ in matched.values()] if stamp else []
+        for target in (closed_file, *([out_dir / RAG_GAIN] if rag else [])):
+            replaceable(target)  # both before either is written
         written = {"closed-book": _write(closed_file, closed, meta, made_for)}
         if rag:
             rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag),
@@ -367,23 +370,30 @@ def import_lock(target: Path) -> AbstractContextManager[None]:
     return single_writer(target, busy)
 
 
+def replaceable(path: Path) -> None:
+    """A label file an import may replace: none there, or one an earlier import wrote and
+    nobody changed since (hand corrections were overwritten without a word); one a labelling
+    run wrote, or the user's, is refused."""
+    require_ours(path)
+    if not path.exists():
+        return
+    previous = LabelFile(path).meta if meta_path(path).exists() else {}
+    if previous.get("source") != "outcomes":
+        raise DataError("a label file not made from outcomes is already there; pick another "
+                        "--labels-dir / --generator name", path)  # fmt: skip
+    vouch_for(path)  # an import's from before the folder's ledger: as it is now
+    refuse_foreign([path], "--labels-dir")
+
+
 def _write(
     path: Path, rows: list[dict], meta: dict[str, Any], made_for: Sequence[Question]
 ) -> Path:
-    """Replaces the file atomically, its rows stamped for `made_for`; refuses to replace one a
-    labelling run wrote."""
-    require_ours(path)
-    if path.exists():
-        previous = LabelFile(path).meta if meta_path(path).exists() else {}
-        if previous.get("source") != "outcomes":
-            raise DataError(
-                "a label file not made from outcomes is already there; pick another "
-                "--labels-dir / --generator name",
-                path,
-            )
+    """Replaces the file atomically (`replaceable` checked first), its rows stamped for
+    `made_for`, and records it as written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = LabelFile(path, replacing=True)  # every row is rewritten: new provenance is fine
     out.write_meta(meta)  # the sidecar first, as every label writer does
     out.made_for(made_for)
     out.rewrite(rows)
+    record_owned(path)
     return path

@@ -52,10 +52,11 @@ from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, ReleaseSplit, load_releas
 from ..data.user_questions import read_rows
 from ..errors import DataError, InputError
 from ..fileio import sha256_file
+from ..outputs import record_owned
 from ..questions import Question
 from ..strategies import BUILTIN, MAX_COST, StrategyRegistry, is_cost
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path, missing, require_ours
+from .label_files import LabelFile, meta_path, missing
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
 from .outcome_columns import (
     ID,
@@ -66,7 +67,7 @@ from .outcome_columns import (
     note_unread,
     renamed,
 )
-from .outcomes import import_lock, import_outcomes, match_rows, parse_bool
+from .outcomes import import_lock, import_outcomes, match_rows, parse_bool, replaceable
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
 
@@ -409,7 +410,6 @@ def _write_all(
     learned = learned_of(outcomes, strategies)
     rows = [strategy_row(o, strategies, treat, learned) for o in outcomes]
     target = out_dir / STRATEGY_FILE
-    _refuse_foreign(target)
     first, second = strategies[0], strategies[1]
     binary = [(i, {"id": o.question.id, "correct": o.correct[first], "rag_correct": o.correct[second],
                    TOKEN_LOGPROBS: (o.logprobs or {}).get(first)})
@@ -425,6 +425,7 @@ def _write_all(
         closed_book_file="closed-book.jsonl", **meta,
     )  # fmt: skip
     with import_lock(out_dir):  # the three files of one import together
+        replaceable(target)  # before import_outcomes checks and writes its two
         result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
                                  neither_label=neither_label, rows=binary, locked=True,
                                  extra_meta={**meta, "strategies_file": STRATEGY_FILE},
@@ -433,20 +434,10 @@ def _write_all(
         out.write_meta(full_meta)
         out.made_for(questions if stamp else [])
         out.rewrite(rows)
+        record_owned(target)
     return {**result, "format": meta["outcomes_format"], "strategies_file": str(target),
             "strategies": list(strategies),
             "cheapest": dict(cheapest), "targets": dict(counts)}  # fmt: skip
-
-
-def _refuse_foreign(path: Path) -> None:
-    require_ours(path)
-    if path.exists() and meta_path(path).exists():
-        if LabelFile(path).meta.get("source") != "outcomes":
-            raise DataError(
-                "a strategy label file not made from outcomes is already there; pick another "
-                "--labels-dir / --generator name",
-                path,
-            )
 
 
 # ---------------------------------------------------------------- reading
