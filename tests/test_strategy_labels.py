@@ -159,6 +159,15 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
         ("id,cheap_correct,mid_correct\na,1,\n", ["--strategies", "cheap", "mid"],
          "no mid_correct and no mid_prediction value for 'a'"),
         ("id,cheap_correct\na,1\n", ["--strategies", "cheap"], "name two or more distinct"),
+        # the other way round: closed-book.jsonl held the multi-step answers, and "never
+        # retrieve" was priced 3.35; or the cost columns said the first was the dearer one
+        ("id,multi_step_correct,no_retrieval_correct\na,1,0\n",
+         ["--strategies", "multi_step", "no_retrieval"],
+         "--strategies: multi_step is given before no_retrieval, but costs more (3.35 > 0, "
+         "built-in costs): name them cheapest first"),
+        ("id,x_correct,y_correct,x_cost,y_cost\na,1,1,5,0\nb,0,1,5,0\n",
+         ["--strategies", "x", "y"], "x is given before y, but costs more (5 > 0, their mean "
+         "cost columns in outcomes.csv)"),
         ("id,cheap_correct,mid_correct\na,1,0\n", ["--strategies", "cheap", "mid", "--unanswered",
          "sometimes"], "--unanswered 'sometimes': expected prior"),
     ],

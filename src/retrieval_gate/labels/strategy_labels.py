@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,19 @@ def parse_strategies(items: Sequence[str] | None) -> list[str]:
             "cost order, the cheapest first (e.g. --strategies no_retrieval one_retrieval "
             "multi_step)"
         )
+    known = [n for n in names if n in BUILTIN]  # their costs are known: their order too
+    _refuse_unordered(known, [BUILTIN[n].cost for n in known], "built-in costs")
     return names
+
+
+def _refuse_unordered(names: Sequence[str], costs: Sequence[float], whose: str) -> None:
+    """Strategies are given cheapest first: the first's answers make closed-book.jsonl and
+    "never retrieve" is priced as it. Given the other way (multi_step no_retrieval), never
+    retrieving cost 3.35 and the closed-book labels were the multi-step answers."""
+    for (a, ca), (b, cb) in pairwise(zip(names, costs, strict=True)):
+        if ca > cb:
+            raise InputError(f"--strategies: {a} is given before {b}, but costs more "
+                             f"({ca:g} > {cb:g}, {whose}): name them cheapest first")  # fmt: skip
 
 
 @dataclass
@@ -300,11 +313,21 @@ def import_strategy_outcomes(
     outcomes = [
         _outcome(q, row, strategies, frequent, criterion, path) for q, row in matched.values()
     ]
+    _refuse_unordered(strategies, _mean_costs(outcomes, strategies),
+                      f"their mean cost columns in {Path(path).name}")  # fmt: skip
     meta = {"outcomes_file": str(path), "outcomes_format": "generic-strategies",
             "outcomes_sha256": sha256_file(Path(path)) if Path(path).is_file() else None,
             "criterion": criterion, **(extra_meta or {})}  # fmt: skip
     return _write_all(outcomes, strategies, treat, out_dir, generator, meta, neither_label,
                       unmatched, stamp=True)  # fmt: skip
+
+
+def _mean_costs(outcomes: Sequence[Outcome], strategies: Sequence[str]) -> list[float]:
+    """Each strategy's mean recorded cost (0 where none is recorded: no order to check)."""
+    costed = [o.cost for o in outcomes if o.cost]
+    if not costed:
+        return [0.0] * len(strategies)
+    return [float(np.mean([c[s] for c in costed if s in c] or [0.0])) for s in strategies]
 
 
 def check_columns(path: str | Path, rows: list, strategies: Sequence[str]) -> None:
