@@ -138,6 +138,20 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
     assert (c["cheapest"], c["target"], c["target_from"]) == (None, "dear", "fixed")
     assert labels.costs(["b"], [0, 1, 3]).tolist() == [[0.0, 1.0, 4.0]]
     assert labels.meta["criterion"] == "loose-no-guess" and labels.meta["outcomes_sha256"]
+    # a hand edit of one field: the report's accuracy (read from `label`) and its oracle (from
+    # `correct`) disagreed; now the row is refused naming the field
+    path = tmp_path / "labels" / "my-llm" / "strategies.jsonl"
+    text = path.read_text()
+    for field, edited in [
+        ("correct", text.replace('"correct": {"cheap": false, "dear": false, "mid": false}',
+                                 '"correct": {"cheap": true, "dear": false, "mid": false}')),
+        ("label", text.replace('"label": 1', '"label": 0', 1)),
+    ]:  # fmt: skip
+        assert edited != text, field
+        path.write_text(edited)
+        with pytest.raises(DataError, match="was edited by hand; re-import the outcomes"):
+            read_strategy_labels(path)
+    path.write_text(text)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +178,7 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
         ("id,multi_step_correct,no_retrieval_correct\na,1,0\n",
          ["--strategies", "multi_step", "no_retrieval"],
          "--strategies: multi_step is given before no_retrieval, but costs more (3.35 > 0, "
-         "built-in costs): name them cheapest first"),
+         "built-in costs): list them in cost order, the cheapest first"),
         ("id,x_correct,y_correct,x_cost,y_cost\na,1,1,5,0\nb,0,1,5,0\n",
          ["--strategies", "x", "y"], "x is given before y, but costs more (5 > 0, their mean "
          "cost columns in outcomes.csv)"),

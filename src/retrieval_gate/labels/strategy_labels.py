@@ -189,7 +189,8 @@ def _refuse_unordered(names: Sequence[str], costs: Sequence[float], whose: str) 
     for (a, ca), (b, cb) in pairwise(zip(names, costs, strict=True)):
         if ca > cb:
             raise InputError(f"--strategies: {a} is given before {b}, but costs more "
-                             f"({ca:g} > {cb:g}, {whose}): name them cheapest first")  # fmt: skip
+                             f"({ca:g} > {cb:g}, {whose}): list them in cost order, the "
+                             "cheapest first")  # fmt: skip
 
 
 @dataclass
@@ -519,9 +520,27 @@ def read_strategy_labels(path: str | Path) -> StrategyLabels:
             raise DataError(f"row of {qid!r}: correctness values must be true/false", path, n)
         if row.get("target") is not None and row["target"] not in strategies:
             raise DataError(f"row of {qid!r}: target {row['target']!r} is not a strategy", path, n)
+        if why := _contradiction(row, strategies):
+            raise DataError(f"row of {qid!r}: {why}: the row was edited by hand; re-import the "
+                            "outcomes (or correct every field alike)", path, n)  # fmt: skip
     if not lf.rows:
         raise DataError("strategy label file has no rows", path)
     return StrategyLabels(path, strategies, relearned(lf.rows, strategies), lf.meta)
+
+
+def _contradiction(row: dict[str, Any], strategies: Sequence[str]) -> str | None:
+    """What in a row disagrees with its `correct` (each field is derived from it, and figures
+    read one or the other: a report's accuracy and its oracle then disagreed)."""
+    ok = row["correct"]
+    cheapest = next((s for s in strategies if ok[s]), None)
+    if "cheapest" in row and row["cheapest"] != cheapest:
+        return f"cheapest is {row['cheapest']!r}, but its correct makes it {cheapest!r}"
+    if "label" in row and row["label"] != int(not ok[strategies[0]]):
+        return (f"label is {row['label']!r}, but {strategies[0]} is "
+                f"{'right' if ok[strategies[0]] else 'wrong'} in its correct")  # fmt: skip
+    if row.get("target_from") == "cheapest" and row.get("target") != cheapest:
+        return f"target is {row.get('target')!r}, from the cheapest right one, {cheapest!r}"
+    return None
 
 
 def relearned(
