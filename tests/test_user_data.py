@@ -160,6 +160,24 @@ def test_an_outcome_by_text_never_goes_to_another_question_that_reads_alike(tmp_
     assert "outcome row's id and question cells are empty" in capsys.readouterr().err
 
 
+def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path):
+    """Both `correct` and `prediction` given: the answer text was dropped without a word (the
+    rows said prediction null); the recorded correctness still decides, as documented."""
+    rows = [{"id": "m1", "correct": True, "prediction": "Marlowe"},
+            {"id": "m2", "correct": False, "prediction": "Paris"},
+            {"id": "m3", "correct": False, "prediction": ""}]  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows)) == 0
+    out = LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl")
+    assert {i: (r["prediction"], r["label"]) for i, r in out.rows.items()} == {
+        "m1": ("Marlowe", 0), "m2": ("Paris", 1), "m3": (None, 1)}  # fmt: skip
+    strategy = [{"id": q["id"], "no_retrieval_correct": i == 0, "no_retrieval_prediction": "x",
+                 "one_retrieval_correct": True} for i, q in enumerate(QUESTIONS)]  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "s.jsonl", strategy), "--strategies",
+                  "no_retrieval", "one_retrieval") == 0  # fmt: skip
+    rows = LabelFile(tmp_path / "labels" / "my-llm" / "strategies.jsonl").rows
+    assert rows["m1"]["prediction"] == {"no_retrieval": "x"} and rows["m2"]["label"] == 1
+
+
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     run = tmp_path / "labels" / "my-llm"
     run.mkdir(parents=True)

@@ -204,9 +204,11 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
         prediction = _lm_eval_answer(row, path, n)
     else:
         recorded = parse_bool(_first(row, CORRECT), path, n)
-        if recorded is not None:
-            lp = _logprobs(row, path, n, _first(row, PREDICTION))
-            return {"id": q.id, "prediction": None, **_recorded(recorded), "idk": None,
+        if recorded is not None:  # the recorded correctness decides; its answer text is kept
+            said = _first(row, PREDICTION)
+            lp = _logprobs(row, path, n, said)
+            text = said.strip()[:PREDICTION_CHARS] or None if isinstance(said, str) else None
+            return {"id": q.id, "prediction": text, **_recorded(recorded), "idk": None,
                     **lp, "label": int(not recorded)}  # fmt: skip
         prediction = _first(row, PREDICTION)
         if prediction is None:

@@ -379,6 +379,8 @@ def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
                     n,
                 )
             recorded = correct(judge(prediction, q, frequent), criterion)
+        elif isinstance(prediction, str) and prediction.strip():  # kept beside the recorded
+            judged[s] = prediction.strip()
         ok[s] = recorded
     logprobs = {s: _logprobs(row, s, path, n) for s in strategies}
     return Outcome(q, ok, judged or None, _costs(row, strategies, path, n),
