@@ -160,7 +160,7 @@ def test_an_outcome_by_text_never_goes_to_another_question_that_reads_alike(tmp_
     assert "outcome row's id and question cells are empty" in capsys.readouterr().err
 
 
-def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path):
+def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path, caplog):
     """Both `correct` and `prediction` given: the answer text was dropped without a word (the
     rows said prediction null); the recorded correctness still decides, as documented."""
     rows = [{"id": "m1", "correct": True, "prediction": "Marlowe"},
@@ -176,6 +176,9 @@ def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path):
                   "no_retrieval", "one_retrieval") == 0  # fmt: skip
     rows = LabelFile(tmp_path / "labels" / "my-llm" / "strategies.jsonl").rows
     assert rows["m1"]["prediction"] == {"no_retrieval": "x"} and rows["m2"]["label"] == 1
+    # one_retrieval right on every question: a router learns nothing of it, said
+    assert "strategy one_retrieval is right on all 3 questions" in caplog.text
+    assert "strategy no_retrieval is" not in caplog.text
 
 
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):

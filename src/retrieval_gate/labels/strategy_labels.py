@@ -40,6 +40,7 @@ Questions no strategy answers (`--unanswered`):
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ from .scoring import DEFAULT_CRITERION, correct, judge
 
 STRATEGY_FILE = "strategies.jsonl"
 TARGET_FROM = ("cheapest", "prior", "learned", "fixed", "excluded")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -419,6 +422,22 @@ def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, floa
     return out
 
 
+def _say_one_sided(
+    outcomes: Sequence[Outcome], strategies: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> None:
+    """A strategy right on none (or all) of the questions: a router learns nothing of when it
+    works, and unanswered questions may still be sent there by the prior; said, not found
+    out from the routes."""
+    n = len(outcomes)
+    for s in strategies:
+        right = sum(bool(o.correct[s]) for o in outcomes)
+        if n > 1 and right in (0, n):
+            sent = sum(r["target"] == s for r in rows)
+            log.warning(f"strategy {s} is {'right' if right else 'wrong'} on all {n} questions: "
+                        f"a router learns nothing of when it works ({sent} rows target it); "
+                        "are its outcome columns the right ones?")  # fmt: skip
+
+
 def _write_all(
     outcomes: list[Outcome],
     strategies: Sequence[str],
@@ -435,6 +454,7 @@ def _write_all(
     every row records its question's `question_sha`."""
     learned = learned_of(outcomes, strategies)
     rows = [strategy_row(o, strategies, treat, learned) for o in outcomes]
+    _say_one_sided(outcomes, strategies, rows)
     target = out_dir / STRATEGY_FILE
     first, second = strategies[0], strategies[1]
     binary = [(i, {"id": o.question.id, "correct": o.correct[first], "rag_correct": o.correct[second],
