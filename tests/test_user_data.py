@@ -181,6 +181,24 @@ def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path, ca
     assert "strategy no_retrieval is" not in caplog.text
 
 
+def test_ids_that_miss_by_their_spelling_and_questions_left_out_are_said(tmp_path, caplog):
+    """ "7" for a question "007" (a spreadsheet's number) was left out with no hint, and the
+    questions given no outcome were never counted (train then used fewer, unsaid)."""
+    caplog.set_level("INFO", logger="retrieval_gate")
+    qs = tmp_path / "q.csv"
+    qs.write_text("id,question,answers\n007,Who wrote Hamlet?,x\n10,Capital of Spain?,y\n"
+                  "3,Which river?,z\n")  # fmt: skip
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("id,correct,\n7,1,\n10.0,0,\n3,T,\n")  # T: true; a blank column
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(qs), "--generator", "g", "--labels-dir",
+                 str(tmp_path / "l")]) == 0  # fmt: skip
+    assert LabelFile(tmp_path / "l" / "g" / "closed-book.jsonl").labels() == {"3": 0}
+    assert "(a question's id is '007': ids match as written)" in caplog.text
+    assert "2 of 3 questions have no outcome row (the first: '007')" in caplog.text
+    assert "columns not read as outcomes:  " not in caplog.text  # a blank header: no name
+
+
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     run = tmp_path / "labels" / "my-llm"
     run.mkdir(parents=True)

@@ -103,7 +103,7 @@ def listed(rows: Sequence[tuple[int, dict[str, Any]]]) -> str:
 def note_unread(path: str | Path, rows: Sequence[tuple[int, dict]], read: Iterable[str]) -> None:
     """Says which columns no field read: a column named otherwise than the project expects
     (`model_answer`, `conf`) is otherwise silently not there."""
-    unread = sorted(columns(rows) - set(read))
+    unread = sorted(c for c in columns(rows) - set(read) if c.strip())  # not a blank header
     if unread:
         log.info("%s: columns not read as outcomes: %s (read one as a field with "
                  "--outcome-field FIELD=COLUMN)", path, ", ".join(unread))  # fmt: skip

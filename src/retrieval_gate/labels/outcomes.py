@@ -66,8 +66,8 @@ from .rag_gain import judge_gain
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 log = logging.getLogger(__name__)
-_TRUE = {"true", "1", "yes", "y", "correct", "1.0"}
-_FALSE = {"false", "0", "no", "n", "incorrect", "wrong", "0.0"}
+_TRUE = {"true", "t", "1", "yes", "y", "correct", "right", "1.0"}
+_FALSE = {"false", "f", "0", "no", "n", "incorrect", "wrong", "0.0"}
 
 
 def import_outcomes(
@@ -194,8 +194,23 @@ def match_rows(
         line, key = unmatched[0]
         log.warning(f"{path}: {len(unmatched)} of {len(rows)} outcome rows match no question "
                     f"by id or text and are left out (the first: line {line}, {key!r}); "
-                    "are these the questions they were recorded for (--questions)?")  # fmt: skip
+                    f"are these the questions they were recorded for (--questions)?"
+                    f"{_near_miss(key, questions)}")  # fmt: skip
+    if lacking := [q.id for q in questions if q.id not in matched]:  # train then used fewer
+        log.warning(f"{len(lacking)} of {len(questions)} questions have no outcome row (the "
+                    f"first: {lacking[0]!r}) and are left unlabelled")  # fmt: skip
     return matched, len(unmatched)
+
+
+def _near_miss(key: Any, questions: Sequence[Question]) -> str:
+    """A question id the unmatched row's id misses only by its spelling (7 for "007", 10.0
+    for "10": a spreadsheet's number), as a hint."""
+    spelled = str(key).strip()
+    plain = spelled.lstrip("0") or "0"
+    plain = plain[:-2] if plain.endswith(".0") else plain
+    near = next((q.id for q in questions
+                 if q.id != spelled and (q.id.lstrip("0") or "0") == plain), None)  # fmt: skip
+    return f" (a question's id is {near!r}: ids match as written)" if near else ""
 
 
 def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
