@@ -24,6 +24,7 @@ import numpy as np
 from huggingface_hub import ModelCard, ModelHubMixin
 
 from ..artifacts import EXPORT_FILES, TOKENIZER_FILES, VARIANTS, open_artifact
+from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
 from ..errors import BackendError, InputError, first_line
 from ..hub import offline_when_unreachable
 from ..questions import Question
@@ -40,6 +41,8 @@ from .base import (
     as_questions,
     checked_threshold,
     is_router,
+    reads_answers,
+    side_columns,
 )
 
 BACKENDS = ("onnx", "torch")
@@ -280,9 +283,23 @@ class RetrievalGate(
         """P(needs retrieval): a float for one string, else an array in input order. A
         two-stage gate (`model.answer_confidence`) also reads each question's closed-book
         answer's `token_logprobs` (one list per question, None where there is no answer: that
-        question gets the question-only score); other gates ignore them."""
+        question gets the question-only score); other gates ignore them. A `features` column
+        the gate does not read is refused (it changed nothing)."""
+        self._check_features(features)
         scores = self.scores(as_questions(questions, features, token_logprobs))
         return float(scores[0]) if isinstance(questions, str) else scores
+
+    def _check_features(self, features: Features | None) -> None:
+        """The columns of `features` this gate reads: its data.features, and a two-stage
+        gate's answer columns; any other was scored as if absent."""
+        if features is None or not hasattr(features, "keys"):
+            return  # a per-question list of dicts is checked by as_questions' own reading
+        reads = {*side_columns(self.gate), *((TOKEN_LOGPROBS, MEAN_LOGPROB)
+                                            if reads_answers(self.gate) else ())}  # fmt: skip
+        if unread := sorted(str(k) for k in features.keys() if k not in reads):
+            has = ", ".join(sorted(reads)) or "none: the question text alone"
+            raise InputError(f"features {', '.join(unread)}: {self.name!r} does not read them "
+                             f"(the columns it reads: {has}); drop them")  # fmt: skip
 
     @overload
     def predict(
@@ -403,6 +420,7 @@ class RetrievalRouter(RetrievalGate):
 
     def strategy_proba(self, questions: Questions, features: Features | None = None) -> np.ndarray:
         """P(correct | strategy) per question, columns in `strategies` order."""
+        self._check_features(features)
         qs = as_questions(questions, features)
         return np.asarray(self.gate.strategy_proba(qs), np.float32)  # type: ignore[attr-defined]
 
@@ -410,5 +428,6 @@ class RetrievalRouter(RetrievalGate):
         self, questions: Questions, budget: float | None = None, features: Features | None = None
     ) -> list[str]:
         """One strategy name per question (a list, also for one string), for `budget`."""
+        self._check_features(features)
         qs = as_questions(questions, features)
         return list(self.gate.route(qs, budget))  # type: ignore[attr-defined]
