@@ -128,7 +128,7 @@ def test_what_the_api_would_read_wrongly_is_refused_naming_the_argument(gate_dir
             gate.predict_proba(questions)
     assert gate.predict_proba(pd.Series(TEXTS)).shape == (3,)  # a column is its values
     with pytest.raises(InputError, match=r"features views: .* does not read them \(the columns "
-                       "it reads: none: the question text alone\)"):  # fmt: skip
+                       r"it reads: none: the question text alone\)"):  # fmt: skip
         gate.predict_proba(TEXTS, features={"views": [1, 2, 3]})  # scored as if absent
     for kwargs, message in [
         ({"threshold": 0.5}, "unknown argument.*threshold.*set gate.threshold after loading"),
