@@ -411,3 +411,22 @@ def test_an_lm_eval_sample_of_several_answers_is_refused(tmp_path, capsys):
     assert "line 2: lm-eval sample holds 2 answers in 'filtered_resps' (repeats > 1)" in (
         capsys.readouterr().err
     )
+
+
+def test_report_reads_the_labels_dir_generator_and_questions_given(tmp_path, capsys):
+    """`label --report --labels-dir labels --generator g --questions q` printed the bundled
+    SmolLM2 labels' empty tables (or NaN rows, and the outcomes' closed-book.jsonl twice)."""
+    outcomes = write_jsonl(tmp_path / "o.jsonl", [{"id": "m1", "correct": True},
+                                                  {"id": "m2", "correct": False}])  # fmt: skip
+    assert _label(tmp_path, outcomes) == 0
+    qs = str(tmp_path / "qs.jsonl")
+    report = ["label", "--report", "--labels-dir", str(tmp_path / "labels")]
+    capsys.readouterr()
+    assert main([*report, "--generator", "my-llm", "--questions", qs]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| closed-book |") == 1 and "| outcomes |" not in out and "nan" not in out
+    assert main([*report, "--generator", "my-llm"]) == 2
+    assert "none of the labelled ids is a question of the bundled datasets: pass --questions" \
+        in capsys.readouterr().err  # fmt: skip
+    assert main([*report, "--generator", "other", "--questions", qs]) == 2
+    assert "no label file of generator 'other' here" in capsys.readouterr().err

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from ..labels.label_figures import print_report
 
-        print_report(args.generator)
+        print_report(args.generator, args.labels_dir, questions_from(args))
         return 0
     if args.throughput is not None:
         from ..generation import build_generator

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data import load_all
+from ..errors import DataError
 from ..models import SMOLLM2
 from ..questions import Question
 from ..tables import markdown_table
@@ -117,13 +118,20 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([f"## {title}", "", markdown_table(header, rows, pad=True), ""])
 
 
-def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
-    """The whole report as markdown (columns aligned for a terminal)."""
-    qs = {q.id: q for q in load_all()}
-    # the one-answer policies' files (a strategy label file is a router's: docs/router.md)
-    names = [p for p, spec in POLICIES.items() if not spec.needs_rag_loop]
-    files = {p: LabelFile(label_path(p, generator, labels_dir)) for p in names}
-    files = {p: f for p, f in files.items() if f.rows}
+def report(
+    generator: str = SMOLLM2,
+    labels_dir: Path = LABELS_DIR,
+    questions: Sequence[Question] | None = None,
+) -> str:
+    """The whole report as markdown (columns aligned for a terminal), of `generator`'s label
+    files in `labels_dir` over `questions` (default: the bundled datasets')."""
+    qs = {q.id: q for q in (load_all() if questions is None else questions)}
+    files = _label_files(generator, labels_dir)
+    if not any(i in qs for f in files.values() for i in f.rows):  # every figure was NaN
+        raise DataError(f"none of the labelled ids is a question of "
+                        f"{'--questions' if questions is not None else 'the bundled datasets'}: "
+                        "pass --questions FILE, the questions these labels are of",
+                        labels_dir)  # fmt: skip
     parts = []
     closed = files.get("closed-book")
     if closed:
@@ -167,5 +175,27 @@ def report(generator: str = SMOLLM2, labels_dir: Path = LABELS_DIR) -> str:
     return "\n".join(parts)
 
 
-def print_report(generator: str = SMOLLM2) -> None:
-    print(report(generator))
+def _label_files(generator: str, labels_dir: Path) -> dict[str, LabelFile]:
+    """policy -> its label file of `generator` with rows, each file once (an outcomes import
+    writes closed-book.jsonl: it was reported twice); none is an error naming the folder. The
+    one-answer policies' only: a strategy label file is a router's (docs/router.md)."""
+    files: dict[str, LabelFile] = {}
+    seen: set[Path] = set()
+    for policy, spec in POLICIES.items():
+        path = label_path(policy, generator, labels_dir)
+        if not spec.needs_rag_loop and path not in seen and (found := LabelFile(path)).rows:
+            files[policy] = found
+        seen.add(path)
+    if not files:
+        raise DataError(f"no label file of generator {generator!r} here: label first, or pass "
+                        "the --labels-dir and --generator it was labelled with",
+                        labels_dir)  # fmt: skip
+    return files
+
+
+def print_report(
+    generator: str = SMOLLM2,
+    labels_dir: Path | None = None,
+    questions: Sequence[Question] | None = None,
+) -> None:
+    print(report(generator, labels_dir or LABELS_DIR, questions))
