@@ -453,3 +453,18 @@ def test_a_one_class_split_plots_without_a_legend_warning(tmp_path):
         warnings.simplefilter("error")
         assert roc_pr(np.zeros(12), scores, "one class", tmp_path / "a.png").is_file()
         assert roc_pr(np.arange(12) % 2, scores, "two classes", tmp_path / "b.png").is_file()
+
+
+def test_no_test_split_says_which_cause():
+    """ "Do the label file's ids match the data?" was said for too few questions as well, where
+    the ids did match."""
+    from retrieval_gate.errors import DataError
+    from retrieval_gate.labels.evalset import split_evalsets
+    from retrieval_gate.questions import Question
+
+    qs = [Question(f"q{i}", f"Q{i}?", ("a",), "mine", split="train") for i in range(3)]
+    with pytest.raises(DataError, match=r"\(3 labels; train 3, dev 0, test 0\): the questions "
+                       "are too few"):  # fmt: skip
+        split_evalsets(qs, {"q0": 1, "q1": 0, "q2": 1})
+    with pytest.raises(DataError, match="no labelled id is one of the questions"):
+        split_evalsets(qs, {"x": 1})

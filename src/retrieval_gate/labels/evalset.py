@@ -133,8 +133,14 @@ def split_evalsets(
         )  # fmt: skip
         for s in ("train", "dev", "test")
     }
-    if not len(parts["test"]):
-        raise DataError("no labelled test questions: do the label file's ids match the data?")
+    if not len(parts["test"]):  # two causes, told apart by the counts
+        matched = sum(len(p) for p in parts.values())
+        why = ("the questions are too few for the split to give the test part any: label more, "
+               "or give the questions a `split` column with test rows" if matched
+               else "no labelled id is one of the questions: do the label file's ids match the "
+               "data (--questions)?")  # fmt: skip
+        raise DataError(f"no labelled test questions ({len(labels)} labels; train "
+                        f"{len(parts['train'])}, dev {len(parts['dev'])}, test 0): {why}")  # fmt: skip
     return Splits(**parts)
 
 
