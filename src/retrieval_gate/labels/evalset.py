@@ -139,8 +139,8 @@ def split_evalsets(
                "or give the questions a `split` column with test rows" if matched
                else "no labelled id is one of the questions: do the label file's ids match the "
                "data (--questions)?")  # fmt: skip
-        raise DataError(f"no labelled test questions ({len(labels)} labels; train "
-                        f"{len(parts['train'])}, dev {len(parts['dev'])}, test 0): {why}")  # fmt: skip
+        counts = f"train {len(parts['train'])}, dev {len(parts['dev'])}, test 0"
+        raise DataError(f"no labelled test questions ({len(labels)} labels; {counts}): {why}")
     return Splits(**parts)
 
 
