@@ -297,7 +297,8 @@ def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
     given = [flag for flag, (dest, default) in defaults.items() if getattr(args, dest) != default]
     if given and len(closed) == len(modes):
         raise ConfigError(f"{given[0]} sets the retrieval, and no mode of this run retrieves "
-                          f"({' '.join(modes)}): drop it, or add a mode that retrieves")  # fmt: skip
+                          f"({' '.join(modes)}): drop it, or add a mode that "
+                          "retrieves")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

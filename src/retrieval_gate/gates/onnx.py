@@ -131,9 +131,8 @@ class OnnxGate(EncoderGate):
         self.export_dir = Path(export_dir)
         if variant not in VARIANTS:
             raise DataError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        self.artifact = artifact = open_artifact(
-            self.export_dir, "export"
-        )  # missing: how to make one
+        # a missing folder: the error says how to make one
+        self.artifact = artifact = open_artifact(self.export_dir, "export")
         self.path = path = artifact.model_file(variant)
         # checked before ONNX Runtime reads it; cached scores are keyed by it, not the name
         self.checksum = artifact.verified_sha256(path.name)
