@@ -19,7 +19,6 @@ from ..labels.evalset import EvalSet
 from ..pricing import Calibration, default_costs, route_indices
 from ..strategies import StrategyRegistry
 from .base import Questions, as_questions
-from .tfidf import min_df
 
 
 class RoutingMixin:
@@ -105,6 +104,8 @@ def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> 
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
+
+    from .tfidf import min_df  # imports scikit-learn, which the base install lacks
 
     train, dev = _need_strategies(train, "router-tfidf"), _need_strategies(dev, "router-tfidf")
     n = len(train.questions)
