@@ -173,3 +173,13 @@ def test_recorded_strategies_through_the_cli(tmp_path):
     )  # the oracle's routes
     gate = {g["name"]: g for g in report["gates"]}["recorded:peer"]
     assert gate["metrics"]["auroc"] == 1.0  # its binary view: retrieves where one is needed
+
+
+def test_a_row_with_both_a_score_and_a_decision_is_said(tmp_path, caplog):
+    """The `retrieve` decision beside a `score` went unread without a word (the score was
+    thresholded at 0.5, the peer's own threshold unknown)."""
+    path = tmp_path / "peer.csv"
+    path.write_text("id,score,retrieve\na,0.9,false\nb,0.1,\nc,,true\n")
+    gate = RecordedGate(path)
+    assert gate.recorded == {"a": 0.9, "b": 0.1, "c": 1.0}
+    assert "1 rows give both a score and a retrieve decision (the first: line 2)" in caplog.text

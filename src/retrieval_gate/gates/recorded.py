@@ -14,6 +14,7 @@ fewer questions would not be the same test."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from ..strategies import BUILTIN, MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
 from .base import Questions, as_questions
 
 SCORE, RETRIEVE, STRATEGY = "score", "retrieve", "strategy"
+log = logging.getLogger(__name__)
 
 
 class RecordedGate:
@@ -106,6 +108,7 @@ def _read(path: Path) -> dict[str, tuple[float | None, str | None]]:
     outside 0..1, or an id recorded twice is refused with its line."""
     out: dict[str, tuple[float | None, str | None]] = {}
     lines: dict[str, int] = {}
+    both: list[int] = []  # lines giving a score and a retrieve decision: the score is read
     for n, row in read_rows(str(path)):
         if row.get("id") in (None, ""):
             raise DataError(f"the row has no 'id' (its columns: {', '.join(map(str, row))}): "
@@ -116,8 +119,14 @@ def _read(path: Path) -> dict[str, tuple[float | None, str | None]]:
                             f"{lines[qid]}): record one a question", path, n)  # fmt: skip
         strategy = None if _empty(row.get(STRATEGY)) else str(row[STRATEGY]).strip()
         out[qid], lines[qid] = (_score(row, path, n, strategy is not None), strategy), n
+        if not _empty(row.get(SCORE)) and not _empty(row.get(RETRIEVE)):
+            both.append(n)
     if not out:
         raise DataError("no recorded decisions: the file has no rows", path)
+    if both:  # the decision went unread without a word (at another threshold, another gate)
+        log.warning(f"{path}: {len(both)} rows give both a score and a retrieve decision (the "
+                    f"first: line {both[0]}); the score is read, at the gate's threshold, and "
+                    "the decision is not: keep one column")  # fmt: skip
     return out
 
 
