@@ -170,6 +170,10 @@ def test_a_recorded_correctness_decides_and_its_answer_text_is_kept(tmp_path, ca
     out = LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl")
     assert {i: (r["prediction"], r["label"]) for i, r in out.rows.items()} == {
         "m1": ("Marlowe", 0), "m2": ("Paris", 1), "m3": (None, 1)}  # fmt: skip
+    assert "_judged_otherwise" not in out.rows["m1"]
+    # Marlowe judged wrong where recorded right, Paris right where recorded wrong: said
+    assert "2 rows record a correctness the judge reads otherwise from their prediction (the " \
+        "first: 'm1'" in caplog.text  # fmt: skip
     strategy = [{"id": q["id"], "no_retrieval_correct": i == 0, "no_retrieval_prediction": "x",
                  "one_retrieval_correct": True} for i, q in enumerate(QUESTIONS)]  # fmt: skip
     assert _label(tmp_path, write_jsonl(tmp_path / "s.jsonl", strategy), "--strategies",

@@ -66,6 +66,7 @@ from .rag_gain import judge_gain
 from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 log = logging.getLogger(__name__)
+OTHERWISE = "_judged_otherwise"  # a row's flag while importing, never written
 _TRUE = {"true", "t", "1", "yes", "y", "correct", "right", "1.0"}
 _FALSE = {"false", "f", "0", "no", "n", "incorrect", "wrong", "0.0"}
 
@@ -101,12 +102,18 @@ def import_outcomes(
     fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
     matched, unmatched = match_rows(path, rows, questions, fmt)
     frequent = source_frequent_answers([q for q, _ in matched.values()])
-    closed, rag = [], []
+    closed, rag, otherwise = [], [], []  # otherwise: recorded against the judge's reading
     for q, row in matched.values():
         closed.append(_closed_row(q, row, fmt, frequent, criterion, path))
+        if closed[-1].pop(OTHERWISE, False):
+            otherwise.append(q.id)
         rag_row = _rag_row(q, row, closed[-1], frequent, criterion, neither_label, path)
         if rag_row is not None:
             rag.append(rag_row)
+    if otherwise:  # a recorded correctness decides; so many disagreeing is worth a look
+        log.warning(f"{path}: {len(otherwise)} rows record a correctness the judge reads "
+                    f"otherwise from their prediction (the first: {otherwise[0]!r}, criterion "
+                    f"{criterion}); the recorded one is used")  # fmt: skip
     if out_file is not None and rag:
         raise ConfigError(
             f"--out names one label file, but {len(rag)} outcome rows also record the answer "
@@ -223,8 +230,11 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
             said = _first(row, PREDICTION)
             lp = _logprobs(row, path, n, said)
             text = said.strip()[:PREDICTION_CHARS] or None if isinstance(said, str) else None
+            judged = None if text is None or not q.answers else correct(
+                judge(said, q, frequent), criterion)  # fmt: skip
             return {"id": q.id, "prediction": text, **_recorded(recorded), "idk": None,
-                    **lp, "label": int(not recorded)}  # fmt: skip
+                    **lp, "label": int(not recorded),
+                    OTHERWISE: judged is not None and judged != recorded}  # fmt: skip
         prediction = _first(row, PREDICTION)
         if prediction is None:
             raise DataError(_no_outcome(row), path, n)
