@@ -38,15 +38,7 @@ from .question_args import add_data_dir, add_dataset_arg, add_question_args, que
 def add_generator_args(p: argparse.ArgumentParser) -> None:
     """Generator and retriever flags shared with `retrieval-gate serve`."""
     g = p.add_argument_group("generation and retrieval")
-    g.add_argument(
-        "--retriever", choices=RETRIEVERS, default="bm25", help="default bm25 (as the labels)"
-    )
-    g.add_argument(
-        "--corpus",
-        help="corpus for bm25/dense: rows of {id, title, text} in .jsonl, .json, .csv, .tsv or "
-        ".parquet (default: the datasets' documents)",
-    )
-    g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
+    add_retrieval_args(g)
     g.add_argument(
         "--max-new-tokens",
         type=int,
@@ -68,6 +60,19 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         default=1,
         help="vLLM data parallelism (a vLLM server's flag: use with --generator-url)",
     )
+
+
+def add_retrieval_args(g: argparse._ActionsContainer) -> None:
+    """What a mode that retrieves reads (`_retrieval_read`: unused by modes that never do)."""
+    g.add_argument(
+        "--retriever", choices=RETRIEVERS, default="bm25", help="default bm25 (as the labels)"
+    )
+    g.add_argument(
+        "--corpus",
+        help="corpus for bm25/dense: rows of {id, title, text} in .jsonl, .json, .csv, .tsv or "
+        ".parquet (default: the datasets' documents)",
+    )
+    g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
 
 
 def add_multi_step_args(p: argparse.ArgumentParser) -> None:
@@ -292,9 +297,7 @@ def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
     named them as its setup."""
     closed = [m for m in modes
               if m == "never" or (m in strategies and not strategies[m].retrieves)]  # fmt: skip
-    defaults = {"-k": ("k", DEFAULT_K), "--retriever": ("retriever", "bm25"),
-                "--corpus": ("corpus", None)}  # fmt: skip
-    given = [flag for flag, (dest, default) in defaults.items() if getattr(args, dest) != default]
+    given = given_flags(args, add_retrieval_args)
     if given and len(closed) == len(modes):
         raise ConfigError(f"{given[0]} sets the retrieval, and no mode of this run retrieves "
                           f"({' '.join(modes)}): drop it, or add a mode that "

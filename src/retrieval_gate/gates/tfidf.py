@@ -26,7 +26,7 @@ def min_df(n: int, floor: int = 2) -> int:
     return 1 if n < FEW else floor
 
 
-def features(steps: Pipeline, questions: Sequence[Question], name: str) -> Any:
+def fit_inputs(steps: Pipeline, questions: Sequence[Question], name: str) -> Any:
     """The questions through the pipeline's steps before its model, the steps fitted; a
     vocabulary left empty (no word of two letters or more) is too little to fit on."""
     try:
@@ -52,7 +52,7 @@ class TextModelGate:
         if len(set(labels.tolist())) < 2:
             raise MissingInputError(f"{name} gate: the training questions have only one label")
         with one_blas_thread():
-            pipeline[-1].fit(features(pipeline[:-1], questions, name), labels)
+            pipeline[-1].fit(fit_inputs(pipeline[:-1], questions, name), labels)
         return cls(pipeline, name=name)
 
     def scores(self, questions: Questions) -> np.ndarray:

@@ -181,7 +181,7 @@ def parse_strategies(items: Sequence[str] | None) -> list[str]:
             "multi_step)"
         )
     known = [n for n in names if n in BUILTIN]  # their costs are known: their order too
-    _refuse_unordered(known, [BUILTIN[n].cost for n in known], "built-in costs")
+    _refuse_unordered(known, BUILTIN.costs(known), "built-in costs")
     return names
 
 
