@@ -152,6 +152,41 @@ def _spy(monkeypatch, generator):
     return calls, fallbacks
 
 
+def test_choice_batches_cap_padded_tokens():
+    """Choice-scoring mini-batches: length-sorted, at most `batch_size` rows and, when a token
+    cap is given, at most that many padded tokens (a longer prompt goes alone)."""
+    from retrieval_gate.generation.hf_backend import TransformersGenerator
+
+    gen = TransformersGenerator.__new__(TransformersGenerator)  # no model: batching only
+    gen.batch_size = 32
+    seqs = [[1] * 10, [1] * 300, [1] * 600, [1] * 2000, [1] * 5]
+    assert gen._batches(seqs, 1024) == [[4, 0, 1], [2], [3]]
+    assert gen._batches(seqs) == [[4, 0, 1, 2, 3]]
+    gen.batch_size = 2
+    assert gen._batches(seqs, 1024) == [[4, 0], [1], [2], [3]]
+
+
+def test_each_choice_branch_sees_its_row_and_itself_only():
+    """The one-pass tree: after each row's own tokens (left-padded), one branch per choice
+    ([d] + suffix[:-1]) at the positions right after the row's last token; a branch sees the
+    shared prefix, its row's real tokens and itself, never a pad or the other branch."""
+    from retrieval_gate.generation.hf_backend import _tree_inputs
+
+    x, pos, seen = _tree_inputs([[5, 6, 7], [8]], 2, [20, 21], [30], pad=0)
+    assert x.tolist() == [[5, 6, 7, 20, 21], [0, 0, 8, 20, 21]]
+    assert pos[0].tolist() == [2, 3, 4, 5, 5] and pos[1, 2:].tolist() == [2, 3, 3]
+    assert seen.shape == (2, 5, 7)
+    t, f = True, False
+    assert seen[1, 4].tolist() == [t, t, f, f, t, f, t]  # row 1's "No" branch
+    assert seen[0, 3].tolist() == [t, t, t, t, t, t, f]  # row 0's "Yes" branch
+    assert seen[0, 1].tolist() == [t, t, t, t, f, f, f]  # causal over own tokens
+    assert seen[1, 0].tolist() == [t, t, t, f, f, f, f]  # a pad: the prefix and itself
+    x, pos, seen = _tree_inputs([[5, 6, 7]], 2, [20, 21], [30, 31], pad=0)
+    assert x.tolist() == [[5, 6, 7, 20, 30, 21, 30]]
+    assert pos.tolist() == [[2, 3, 4, 5, 6, 5, 6]]
+    assert seen[0, 6].tolist() == [t, t, t, t, t, f, f, t, t]  # "No", then its "]"
+
+
 def test_next_token_path_agrees_with_whole_continuation(vllm_generator, monkeypatch):
     """[Yes]/[No] from next-token log-probabilities (Yes/No after "[", and "]" after the
     greedy one in the same request; a second request for "]" after the other): the same

@@ -1,14 +1,14 @@
 """The transformers backend, for machines without vLLM: same prompts, same chat-template token
-ids, greedy decoding in length-sorted, left-padded mini-batches (transformers has no
-scheduler of its own, so sorting by length is what keeps padding cheap).
+ids, greedy decoding in length-sorted, left-padded mini-batches (transformers has no scheduler
+of its own, so sorting by length is what keeps padding cheap).
 
 Choice scores ("[Yes]"/"[No]", the prompt gates) take one forward pass per mini-batch over each
-prompt's own tokens: the prompts' common token prefix (chat template, instruction, a TA-ARE
-head) is run once and its keys and values reused, to the token (vLLM's prefix cache reuses
-whole 32-token blocks only and needs a second request per prompt for the other choice). On a
-CPU without native bf16 this scores the prompt gates faster than vLLM in fp32, so the
-generation cache sends choice scores there (`vllm_backend.choice_backend`; docs/prompt-gates.md
-has the figures)."""
+prompt's own tokens and, in the same pass, a short branch per choice under a tree mask: the
+prompts' common token prefix (chat template, instruction, a TA-ARE head) is run once and its
+keys and values reused, to the token (vLLM's prefix cache reuses whole 32-token blocks only and
+needs a second request per prompt for the other choice). On a CPU without native bf16 this
+scores the prompt gates faster than vLLM in fp32, so the generation cache sends choice scores
+there (`vllm_backend.choice_backend`; docs/prompt-gates.md has the figures)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ def transformers_dtype(device: str) -> str:
     """The transformers generator's precision on `device` ("cpu", "cuda", "cuda:1"): bf16 on
     CUDA, fp32 on CPU. Also what the generation cache keys its answers by (`cache.py`)."""
     return "bfloat16" if str(device).startswith("cuda") else "float32"
+
+
+# Prompt tokens (after the shared prefix) per choice-scoring mini-batch. On a 2-core AMD EPYC
+# Zen 3 (AVX2 only), 128 TA-ARE prompts (~100 own tokens each) took 32.7-33.8 s in batches of
+# at most 1,024 tokens, 37.2 s at 512, 39.3 s at 2,048 and 40.2 s in batches of 32 prompts (the
+# working set stays in cache); Vanilla prompts (~22 own tokens) fill 32 rows under it anyway.
+CHOICE_TOKENS = 1024
 
 
 class TransformersGenerator:
@@ -79,9 +86,18 @@ class TransformersGenerator:
         """Tokens of each prompt as the model sees it (chat template included)."""
         return [len(ids) for ids in chat_token_ids(self.tokenizer, prompts)]
 
-    def _batches(self, seqs: list[list[int]]) -> list[list[int]]:
+    def _batches(self, seqs: list[list[int]], tokens: int = 0) -> list[list[int]]:
+        """Length-sorted mini-batches of at most `batch_size` rows and, when `tokens` is given,
+        at most that many padded tokens (rows x the longest row)."""
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        out: list[list[int]] = []
+        for i in order:
+            full = out and len(out[-1]) >= self.batch_size
+            over = out and tokens and (len(out[-1]) + 1) * len(seqs[i]) > tokens
+            if not out or full or over:
+                out.append([])
+            out[-1].append(i)
+        return out
 
     def _pad_left(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch
@@ -150,7 +166,7 @@ class TransformersGenerator:
         seqs = [h + prefix for h in heads]
         shared = self._shared_prefix(seqs)
         logp = np.empty((len(seqs), len(ids)))
-        for batch in self._batches(seqs):
+        for batch in self._batches([s[shared:] for s in seqs], CHOICE_TOKENS):
             logp[batch] = self._split_logprobs([seqs[i] for i in batch], shared, ids, suffix)
         return softmax_rows(logp)
 
@@ -170,66 +186,44 @@ class TransformersGenerator:
         return len(kept) if all_extend(seqs, kept) else 0
 
     def _prefix_cache(self, n: int, batch: int) -> Any:
-        """The kept prefix's keys and values (computed on first use), copied for `batch` rows."""
-        import copy
-
+        """The kept prefix's keys and values (computed on first use) as a cache of `batch`
+        rows: broadcast views, which the forward pass copies once when it appends to them."""
         import torch
+        from transformers import DynamicCache
 
         if not n:
             return None
         ids, kv = self._prefix
         if kv is None:
             with torch.inference_mode():
-                kv = self.model(input_ids=torch.tensor([ids], device=self.device)).past_key_values
+                out = self.model(input_ids=torch.tensor([ids], device=self.device))
+            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
             self._prefix = (ids, kv)
-        cache = copy.deepcopy(kv)
-        cache.batch_repeat_interleave(batch)
-        return cache
+        return DynamicCache([(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
+                             for k, v in kv])  # fmt: skip
 
     def _split_logprobs(
         self, seqs: list[list[int]], n: int, ids: list[int], suffix: list[int]
     ) -> np.ndarray:
-        """log P(d | seq) + log P(suffix | seq + [d]) for every d in `ids`, shape (b, c): one
-        pass over the sequences' own tokens (left-padded after the shared prefix, positions
-        given, so pads change nothing), then one over each choice's token and the suffix."""
+        """log P(d | seq) + log P(suffix | seq + [d]) for every d in `ids`, shape (b, c), from
+        one forward pass: each row holds its own tokens (left-padded after the shared prefix)
+        and then, per choice, a branch [d] + suffix[:-1] that sees the row's tokens and itself
+        only (a tree mask, positions given), so pads and other branches change nothing."""
         import torch
 
-        own = [s[n:] for s in seqs]
-        width = max(len(t) for t in own)
-        rows, c = len(seqs), len(ids)
-        x = torch.full((rows, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((rows, n + width), dtype=torch.long)
-        pos = torch.zeros((rows, width), dtype=torch.long)
-        mask[:, :n] = 1
-        for row, t in enumerate(own):
-            x[row, width - len(t) :] = torch.tensor(t)
-            mask[row, n + width - len(t) :] = 1
-            pos[row, width - len(t) :] = torch.arange(n, n + len(t))
-        cache = self._prefix_cache(n, rows)
+        rows, c, k = len(seqs), len(ids), len(suffix)
+        x, pos, seen = _tree_inputs([s[n:] for s in seqs], n, ids, suffix, self.pad_id)
         with torch.inference_mode():
-            out = self._forward(x, mask, pos, cache, 1)
-            logp = out.logits[:, -1].float().log_softmax(-1)[:, ids]  # (b, c)
-            if not suffix:
-                return logp.cpu().numpy()
-            # each row's cache serves its c choices: [d] + suffix[:-1] reads log P(suffix)
-            out.past_key_values.batch_repeat_interleave(c)
-            x2 = torch.tensor([[d, *suffix[:-1]] for _ in range(rows) for d in ids])
-            k = len(suffix)
-            mask2 = torch.cat(
-                [mask.repeat_interleave(c, 0), torch.ones((rows * c, k), dtype=torch.long)], 1
-            )
-            ends = torch.tensor([n + len(t) for t in own]).repeat_interleave(c)
-            pos2 = ends[:, None] + torch.arange(k)[None, :]
-            out2 = self._forward(x2, mask2, pos2, out.past_key_values, k)
-            lp2 = out2.logits.float().log_softmax(-1)[:, torch.arange(k), suffix]  # (b*c, k)
-            lp2 = lp2.sum(-1).view(rows, c)
-        return (logp + lp2).cpu().numpy()
-
-    def _forward(self, x: Any, mask: Any, pos: Any, cache: Any, keep: int) -> Any:
-        dev = self.device
-        return self.model(input_ids=x.to(dev), attention_mask=mask.to(dev),
-                          position_ids=pos.to(dev), past_key_values=cache, use_cache=True,
-                          logits_to_keep=keep)  # fmt: skip
+            out = self.model(input_ids=x.to(self.device), position_ids=pos.to(self.device),
+                             attention_mask=seen[:, None].to(self.device),
+                             past_key_values=self._prefix_cache(n, rows), use_cache=True,
+                             logits_to_keep=1 + c * k)  # fmt: skip
+            logp = out.logits.float().log_softmax(-1)  # (b, 1 + c*k, vocab)
+            total = logp[:, 0, ids]  # (b, c)
+            if k:
+                branches = logp[:, 1:].reshape(rows, c, k, -1)
+                total = total + branches[:, :, torch.arange(k), suffix].sum(-1)
+        return total.cpu().numpy()
 
     def _whole_probs(self, heads: list[list[int]], tails: list[list[int]]) -> np.ndarray:
         """The general path: the summed log-probability of each choice's tokens after the
@@ -249,6 +243,37 @@ class TransformersGenerator:
                 pos = range(width - n, width)  # choice tokens sit at the right end
                 scores[i] = sum(float(logp[row, p - 1, ids[row, p]]) for p in pos)
         return softmax_rows(scores.reshape(len(heads), len(tails)))
+
+
+def _tree_inputs(
+    own: list[list[int]], n: int, ids: list[int], suffix: list[int], pad: int
+) -> tuple[Any, Any, Any]:
+    """Token ids (b, q), positions (b, q) and which keys each query sees (b, q, n + q) for
+    `_split_logprobs`: own tokens left-padded to the longest, then c branches of k tokens
+    ([d] + suffix[:-1]) placed right after each row's last own token. Every query sees the
+    shared prefix and itself (so a pad's row is never empty)."""
+    import torch
+
+    width, k = max(len(t) for t in own), len(suffix)
+    branches = [[d, *suffix[:-1]] for d in ids] if k else []
+    q = width + len(branches) * k
+    x = torch.full((len(own), q), pad, dtype=torch.long)
+    pos = torch.zeros((len(own), q), dtype=torch.long)
+    seen = torch.zeros((len(own), q, n + q), dtype=torch.bool)
+    seen[:, :, :n] = True
+    seen[:, torch.arange(q), n + torch.arange(q)] = True
+    for row, t in enumerate(own):
+        first = width - len(t)
+        x[row, first:width] = torch.tensor(t)
+        pos[row, first:width] = torch.arange(n, n + len(t))
+        seen[row, first:width, n + first : n + width] = torch.ones(len(t), len(t)).tril().bool()
+        for j, branch in enumerate(branches):
+            b = width + j * k
+            x[row, b : b + k] = torch.tensor(branch)
+            pos[row, b : b + k] = torch.arange(n + len(t), n + len(t) + k)
+            seen[row, b : b + k, n + first : n + width] = True
+            seen[row, b : b + k, n + b : n + b + k] = torch.ones(k, k).tril().bool()
+    return x, pos, seen
 
 
 GQA = "sdpa-gqa"

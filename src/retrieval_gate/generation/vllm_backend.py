@@ -65,7 +65,8 @@ def choice_backend(cuda: bool, dtype: str) -> str:
     """Which engine scores choices (the prompt gates) beside a vLLM generator: vLLM itself,
     except on a CPU where it runs in fp32 (no native bf16): there transformers' forward pass
     over each prompt's own tokens (`hf_backend`) took 28 s and 85 s for the demo's 600 Vanilla
-    and TA-ARE prompts against vLLM's 51 s and 103 s (AVX2 forced, docs/prompt-gates.md).
+    and TA-ARE prompts against vLLM's 51 s and 103 s (AVX2 forced), and on a real AVX2-only
+    Zen 3 20 s and 33 s for 256 and 128 of them against 33 s and 41 s (docs/prompt-gates.md).
     `RETRIEVAL_GATE_CHOICE_BACKEND=vllm|transformers` overrides."""
     asked = os.environ.get(CHOICE_BACKEND_ENV, "").strip().lower()
     if asked:
