@@ -281,6 +281,7 @@ CASES = {
     "train-router-costs-too-few": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.costs=[0,1]", "2 costs for 3 strategies"),
     "train-router-cost-huge": C("train --config router-adaptive-rag-llama8b --set run.output_dir={t}/o model.costs=[0,1,1e308]", "past it sums of costs overflow"),
     "train-set-twice": C("train --config cascade-closed-book --set trainer.max_epochs=1 trainer.max_epochs=3", "--set gives trainer.max_epochs more than once"),
+    "train-set-twice-one-without-value": C("train --config cascade-closed-book --set trainer.max_epochs=1 trainer.max_epochs", "'trainer.max_epochs': expected KEY.PATH=VALUE"),
     "data-field-twice": C("data summary --questions examples/your-data/questions.csv --field question=question --field question=relation", "--field names two columns for question"),
     "tune-trials-zero": C(f"{TUNE} --objective pareto --trials 0", "--trials"),
     "tune-target-out-of-range": C(f"{TUNE} --objective min-retrieval --target 2", "--target"),

@@ -43,8 +43,9 @@ def first_repeated(names: Sequence[str]) -> str | None:
 
 
 def check_overrides(items: Iterable[str], flag: str = "--set") -> None:
-    """A user's `KEY=VALUE` overrides name each key once: given twice, the last one won."""
-    key = first_repeated([item.partition("=")[0].strip() for item in items])
+    """A user's `KEY=VALUE` overrides name each key once: given twice, the last one won. An
+    item without "=" is left to the parser, which says what it lacks."""
+    key = first_repeated([k.strip() for k, eq, _ in (i.partition("=") for i in items) if eq])
     if key is not None:
         raise ConfigError(f"{flag} gives {key} more than once; keep one")
 
