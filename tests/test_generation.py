@@ -282,6 +282,23 @@ def test_transformers_choice_scores_read_each_prompt_once(
     assert fallbacks == []  # SmolLM2's attention passes nothing SDPA cannot express
 
 
+@pytest.mark.slow  # loads SmolLM2 in transformers
+def test_choice_scores_of_attention_without_mask_support_are_scored_whole(
+    hf_generator, monkeypatch
+):
+    """Attention that would not read the tree's boolean mask as given (eager adds it) takes the
+    whole-continuation path, and scores the same."""
+    prompts = [vanilla_prompt(q) for q in QUESTIONS[:2]]
+    tree = hf_generator.choice_probs(prompts, ["[Yes]", "[No]"])
+    whole = []
+    monkeypatch.setattr(hf_generator.model.config, "_attn_implementation", "eager")
+    own = hf_generator._whole_probs
+    monkeypatch.setattr(hf_generator, "_whole_probs", lambda *a: whole.append(1) or own(*a))
+    np.testing.assert_allclose(hf_generator.choice_probs(prompts, ["[Yes]", "[No]"]), tree,
+                               atol=1e-5)  # fmt: skip
+    assert whole == [1]
+
+
 def test_unknown_backend_and_empty_choice():
     with pytest.raises(ValueError, match="backend"):
         build_generator("smollm2-135m-instruct", backend="onnx")

@@ -160,7 +160,10 @@ class TransformersGenerator:
         heads = chat_token_ids(self.tokenizer, prompts)
         tails = choice_token_ids(self.tokenizer, choices)
         split = next_token_split(tails)
-        if split is None:
+        # the one-pass tree needs attention that reads a boolean 4D mask as given (SDPA);
+        # eager attention would add it, flash attention has none
+        tree = getattr(self.model.config, "_attn_implementation", None) in (GQA, "sdpa")
+        if split is None or not tree:
             return self._whole_probs(heads, tails)
         prefix, ids, suffix = split
         seqs = [h + prefix for h in heads]
