@@ -12,5 +12,10 @@ lint: setup
 	.venv/bin/ruff format --check src tests scripts
 	.venv/bin/lint-imports
 
+# The suite on up to 4 workers (pytest-xdist, one thread each): a module's tests stay on one
+# worker, and so do the vLLM engine's (tests/conftest.py). TEST_WORKERS=1 runs them in turn.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: lint
-	.venv/bin/python -m pytest
+	@bash scripts/setup_postgres.sh
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
