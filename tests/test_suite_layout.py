@@ -22,4 +22,3 @@ def test_engine_tests_share_one_group_and_the_others_keep_to_their_module(reques
         engine = set(item.fixturenames) & VLLM_FIXTURES
         want = "vllm" if engine else item.nodeid.split("::")[0]
         assert group_of(item) == want, item.nodeid
-        assert bool(engine) == (item.get_closest_marker("vllm") is not None), item.nodeid
