@@ -168,9 +168,10 @@ class TransformersGenerator:
         prefix, ids, suffix = split
         seqs = [h + prefix for h in heads]
         shared = self._shared_prefix(seqs)
+        own = [s[shared:] for s in seqs]
         logp = np.empty((len(seqs), len(ids)))
-        for batch in self._batches([s[shared:] for s in seqs], CHOICE_TOKENS):
-            logp[batch] = self._split_logprobs([seqs[i] for i in batch], shared, ids, suffix)
+        for batch in self._batches(own, CHOICE_TOKENS):
+            logp[batch] = self._split_logprobs([own[i] for i in batch], shared, ids, suffix)
         return softmax_rows(logp)
 
     def reset_prefix_cache(self) -> None:
@@ -206,16 +207,17 @@ class TransformersGenerator:
                              for k, v in kv])  # fmt: skip
 
     def _split_logprobs(
-        self, seqs: list[list[int]], n: int, ids: list[int], suffix: list[int]
+        self, own: list[list[int]], n: int, ids: list[int], suffix: list[int]
     ) -> np.ndarray:
-        """log P(d | seq) + log P(suffix | seq + [d]) for every d in `ids`, shape (b, c), from
-        one forward pass: each row holds its own tokens (left-padded after the shared prefix)
-        and then, per choice, a branch [d] + suffix[:-1] that sees the row's tokens and itself
-        only (a tree mask, positions given), so pads and other branches change nothing."""
+        """log P(d | seq) + log P(suffix | seq + [d]) for every d in `ids`, shape (b, c), each
+        seq being the kept n-token prefix and its `own` tokens, from one forward pass: each row
+        holds its own tokens (left-padded after the shared prefix) and then, per choice, a
+        branch [d] + suffix[:-1] that sees the row's tokens and itself only (a tree mask,
+        positions given), so pads and other branches change nothing."""
         import torch
 
-        rows, c, k = len(seqs), len(ids), len(suffix)
-        x, pos, seen = _tree_inputs([s[n:] for s in seqs], n, ids, suffix, self.pad_id)
+        rows, c, k = len(own), len(ids), len(suffix)
+        x, pos, seen = _tree_inputs(own, n, ids, suffix, self.pad_id)
         with torch.inference_mode():
             out = self.model(input_ids=x.to(self.device), position_ids=pos.to(self.device),
                              attention_mask=seen[:, None].to(self.device),
