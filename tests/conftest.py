@@ -65,11 +65,12 @@ def pytest_collection_modifyitems(config, items):
         used = set(item.fixturenames)
         if used & SLOW_FIXTURES.keys():
             item.add_marker(pytest.mark.slow)
-        if used & VLLM_FIXTURES:
+        engine = bool(used & VLLM_FIXTURES)
+        if engine:
             item.add_marker(pytest.mark.vllm)
         # `pytest -n N --dist loadgroup` (make test): a module's tests stay on one worker,
         # so its module fixtures are built once; the engine's tests share one worker's engine
-        group = "vllm" if used & VLLM_FIXTURES else item.nodeid.split("::")[0]
+        group = "vllm" if engine else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
 
