@@ -60,18 +60,51 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# tryfirst: pytest-xdist's worker reads the `xdist_group` marks in its own hook of this name
+# (it appends `@group` to each test's id, which is what keeps a group on one worker); without
+# it that hook ran first, saw no marks, and modules, the engine's tests among them, were spread
+# over the workers, each building its own engine and module fixtures.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         used = set(item.fixturenames)
         if used & SLOW_FIXTURES.keys():
             item.add_marker(pytest.mark.slow)
-        engine = bool(used & VLLM_FIXTURES)
+        # a test that asks for the engine at run time (request.getfixturevalue) says so by
+        # carrying the `vllm` mark itself
+        engine = bool(used & VLLM_FIXTURES) or item.get_closest_marker("vllm") is not None
         if engine:
             item.add_marker(pytest.mark.vllm)
         # `pytest -n N --dist loadgroup` (make test): a module's tests stay on one worker,
-        # so its module fixtures are built once; the engine's tests share one worker's engine
-        group = "vllm" if engine else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        # so its module fixtures are built once; the engine's tests share one worker's engine.
+        # A group set by hand (tests sharing a module fixture with an engine test) is kept.
+        if item.get_closest_marker("xdist_group") is None:
+            group = "vllm" if engine else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+    if config.getoption("loadgroup", False):
+        items[:] = heaviest_groups_first(items)
+
+
+def _group(item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+
+
+def heaviest_groups_first(items: list) -> list:
+    """The items, their groups ordered by how many slow tests each holds (most first; a
+    group's own order kept): the scheduler hands groups out in this order (pytest_configure
+    turns off its own reordering, by test count), so the long ones start at once instead of
+    one of them starting last and running alone while the other workers idle."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[_group(item)] = slow.get(_group(item), 0) + ("slow" in item.keywords)
+    return sorted(items, key=lambda item: -slow[_group(item)])  # stable: groups stay whole
+
+
+def pytest_configure(config):
+    # xdist's controller orders the groups by their number of tests unless told not to
+    if config.getoption("dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
 
 
 _unmarked_slow: list[tuple[str, float]] = []

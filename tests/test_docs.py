@@ -32,9 +32,13 @@ COMMANDS = [c for p in PAGES for b in blocks(p) for c in b.commands()]
 COMMANDS += [c for p in PAGES for c in inline_commands(p)]
 MARKABLE = [b for p in PAGES for b in blocks(p) if b.needs_marker]
 # a page whose blocks build the generator uses the session's vLLM engine
+# Every page runs in one workspace (`docs_workspace`, a training run and an export), and the
+# README's loop asks for the session's engine: under `make test` the pages join the engine's
+# worker (group "vllm"), so neither the workspace nor the engine is built twice.
 RUNNABLE_PAGES = [
     pytest.param(p, id=str(p.relative_to(REPO)),
-                 marks=[pytest.mark.vllm] if "build_generator(" in p.read_text() else [])
+                 marks=[pytest.mark.xdist_group("vllm"),
+                        *([pytest.mark.vllm] if "build_generator(" in p.read_text() else [])])
     for p in PAGES if any(b.runs for b in blocks(p))
 ]  # fmt: skip
 
