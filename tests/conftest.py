@@ -165,13 +165,33 @@ def train_gate():
     return train
 
 
+def built_once(tmp_path_factory, name: str, build) -> tuple[Path, ...]:
+    """`build(folder)`'s paths, built once per session even under `pytest -n N`: the first
+    worker to ask builds into a folder beside the workers' own (under a lock), the others
+    wait for it and read the same paths (a session fixture is otherwise built once per
+    worker; a MiniLM training and export is ~15 s). Users of it read, never write."""
+    import fcntl
+    import json
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return tuple(build(tmp_path_factory.mktemp(name)))
+    folder = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = folder.with_name(f"{folder.name}.json")
+        if not done.is_file():
+            folder.mkdir(exist_ok=True)
+            done.write_text(json.dumps([str(p) for p in build(folder)]))
+        return tuple(Path(p) for p in json.loads(done.read_text()))
+
+
 @pytest.fixture(scope="session")
 def minilm_gate_dirs(tmp_path_factory):
     """(run folder, export folder) of a MiniLM gate trained for 2 batches, threshold 0.42:
     shared by the RetrievalGate and install tests (one training per session)."""
     from tiny_backbones import minilm_gate
 
-    return minilm_gate(tmp_path_factory.mktemp("minilm-gate"))
+    return built_once(tmp_path_factory, "minilm-gate", minilm_gate)
 
 
 @pytest.fixture(scope="session")
@@ -182,10 +202,12 @@ def tiny_onnx_export(tmp_path_factory) -> Path:
     from retrieval_gate.training import train
     from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 
-    work = tmp_path_factory.mktemp("onnx-gate")
-    qs, labels = synthetic_questions()
-    label_file = write_label_file(work / "labels.jsonl", labels)
-    model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
-    cfg = tiny_config(label_file, work / "ck", "encoder", str(model), pooling="cls")
-    run_dir = train(cfg, questions=qs)
-    return export_gate(run_dir, work / "export", variants=("fp32", "int8"))
+    def build(work: Path) -> tuple[Path]:
+        qs, labels = synthetic_questions()
+        label_file = write_label_file(work / "labels.jsonl", labels)
+        model = tiny_backbone("roberta", work / "roberta", [q.text for q in qs])
+        cfg = tiny_config(label_file, work / "ck", "encoder", str(model), pooling="cls")
+        run_dir = train(cfg, questions=qs)
+        return (export_gate(run_dir, work / "export", variants=("fp32", "int8")),)
+
+    return built_once(tmp_path_factory, "onnx-gate", build)[0]

@@ -67,17 +67,20 @@ def docs_workspace(tmp_path_factory, request, minilm_gate_dirs) -> Iterator[Path
     places, the example files and configs, a copy of data/ (blocks may write labels)."""
     from retrieval_gate.data import resolve_data_dir
 
-    with scratch(tmp_path_factory, request, "docs-workspace") as root:
+    # the checkout and its ../shared inside a folder of their own: a `shared/` left in the
+    # worker's temporary root was found as ../shared/datasets by other modules' tests there
+    with scratch(tmp_path_factory, request, "docs-workspace") as base:
+        root = base / "main"
+        root.mkdir()
         run, export = minilm_gate_dirs
         shutil.copytree(run, root / "runs/demo/checkpoints/minilm-closed-book", symlinks=True)
         shutil.copytree(export, root / "runs/demo/export/minilm-gate", symlinks=True)
         for name in ("configs", "examples", "scripts"):
             (root / name).symlink_to(REPO / name)
         shutil.copytree(REPO / "data", root / "data")
-        shared = root.parent / "shared"  # ../shared/datasets beside the checkout, as in the docs
-        shared.mkdir(exist_ok=True)
-        if not (shared / "datasets").exists():
-            (shared / "datasets").symlink_to(resolve_data_dir(download=False))
+        shared = base / "shared"  # ../shared/datasets beside the checkout, as in the docs
+        shared.mkdir()
+        (shared / "datasets").symlink_to(resolve_data_dir(download=False))
         _tiny_router(root)
         yield root
 
