@@ -85,8 +85,11 @@ def pytest_collection_modifyitems(config, items):
         items[:] = heaviest_groups_first(items)
 
 
-def _group(item) -> str:
+def group_of(item) -> str | None:
+    """The `xdist_group` a test carries (None: none)."""
     mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
     return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
 
 
@@ -97,8 +100,8 @@ def heaviest_groups_first(items: list) -> list:
     one of them starting last and running alone while the other workers idle."""
     slow: dict[str, int] = {}
     for item in items:
-        slow[_group(item)] = slow.get(_group(item), 0) + ("slow" in item.keywords)
-    return sorted(items, key=lambda item: -slow[_group(item)])  # stable: groups stay whole
+        slow[group_of(item)] = slow.get(group_of(item), 0) + ("slow" in item.keywords)
+    return sorted(items, key=lambda item: -slow[group_of(item)])  # stable: groups stay whole
 
 
 def pytest_configure(config):

@@ -5,14 +5,7 @@ module's group, so a module fixture (a training run, an export) is built once.""
 
 from __future__ import annotations
 
-from conftest import VLLM_FIXTURES
-
-
-def group_of(item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    if mark is None:
-        return None
-    return mark.args[0] if mark.args else mark.kwargs.get("name")
+from conftest import VLLM_FIXTURES, group_of
 
 
 def test_engine_tests_share_one_group_and_the_others_keep_to_their_module(request):
@@ -30,8 +23,9 @@ def test_engine_tests_share_one_group_and_the_others_keep_to_their_module(reques
 def test_under_xdist_each_test_carries_its_group_in_its_id(request):
     """The mark alone does nothing: pytest-xdist's worker turns it into an `@group` suffix of
     the test's id in its collection hook, and the scheduler sends equal suffixes to one worker.
-    Our marks were added after that hook had run, so no test had a suffix and the engine's
-    tests (and every module) were spread over the workers. Serially there is nothing to check."""
+    Our marks were added after that hook had run (and pytest 9.2's test ids ignore the suffix
+    xdist sets), so no test had one and the engine's tests (and every module) were spread over
+    the workers. Serially there is nothing to check."""
     if not request.config.getoption("loadgroup", False):
         return
     order: list[str] = []
