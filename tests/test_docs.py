@@ -31,10 +31,10 @@ PAGES = doc_files()
 COMMANDS = [c for p in PAGES for b in blocks(p) for c in b.commands()]
 COMMANDS += [c for p in PAGES for c in inline_commands(p)]
 MARKABLE = [b for p in PAGES for b in blocks(p) if b.needs_marker]
-# a page whose blocks build the generator uses the session's vLLM engine
-# Every page runs in one workspace (`docs_workspace`, a training run and an export), and the
-# README's loop asks for the session's engine: under `make test` the pages join the engine's
-# worker (group "vllm"), so neither the workspace nor the engine is built twice.
+# A page whose blocks build the generator uses the session's vLLM engine (the `vllm` mark).
+# Every page runs in one workspace (`docs_workspace`, a training run and an export), so under
+# `make test` all of them join the engine's worker (group "vllm"): neither the workspace nor
+# the engine is built twice.
 RUNNABLE_PAGES = [
     pytest.param(p, id=str(p.relative_to(REPO)),
                  marks=[pytest.mark.xdist_group("vllm"),
