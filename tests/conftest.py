@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
         # `pytest -n N --dist loadgroup` (make test): a module's tests stay on one worker,
         # so its module fixtures are built once; the engine's tests share one worker's engine.
         # A group set by hand (tests sharing a module fixture with an engine test) is kept.
-        if item.get_closest_marker("xdist_group") is None:
+        if group_of(item) is None:
             group = "vllm" if engine else item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("loadgroup", False):
