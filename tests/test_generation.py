@@ -324,15 +324,24 @@ def test_the_conversion_parses_the_gguf_once():
     assert gguf.GGUFReader is reader
 
 
-@pytest.mark.slow  # converts the GGUF (about 15 s)
-def test_a_prepared_model_folder_is_readable_by_others(tmp_path):
+def test_a_prepared_model_folder_is_readable_by_others(tmp_path, monkeypatch):
     """The prepared SmolLM2 folder was 0700 with its weights 0600 (mkdtemp's folder, the
     weights as written): in a cache shared by a team ($RETRIEVAL_GATE_CACHE), or read by a
     worker running as another user, nobody else could load the model. It now has the modes
-    the umask implies, as `cp` would make them."""
+    the umask implies, as `cp` would make them. The conversion runs as it does, but for its
+    GGUF parse (15 s): transformers loads a tiny saved Llama in its place."""
     import os
     import stat
 
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tiny_backbones import tiny_backbone
+
+    tiny = str(tiny_backbone("llama", tmp_path / "tiny", QUESTIONS))
+    for cls in (AutoModelForCausalLM, AutoTokenizer):
+        load = cls.from_pretrained
+        monkeypatch.setattr(cls, "from_pretrained",
+                            lambda _path, gguf_file, load=load, **kw: load(tiny, **kw))  # fmt: skip
     old = os.umask(0o022)
     try:
         folder = prepare_smollm2(tmp_path / "smollm2")

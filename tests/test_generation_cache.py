@@ -489,9 +489,12 @@ def test_rag_comparison_replays_costs_from_the_cache(store):
         assert [a.answer for a in w.run.answers] == [a.answer for a in f.run.answers]
         cf, cw = f.run.costs, w.run.costs
         assert cw.generation_seconds == pytest.approx(cf.generation_seconds, rel=1e-9)
-        # the same but for the gate's and the loop's own work (noise on a busy machine)
+        # the same but for the gate's and the loop's own work (noise on a busy machine: a
+        # 0.3 s stall of the loop was seen under a full suite, so the loop's own share is
+        # bounded, not compared): the total holds the replayed seconds
         assert cw.gate_seconds == pytest.approx(cf.gate_seconds, abs=0.04)
-        assert cw.total_seconds == pytest.approx(cf.total_seconds, abs=0.08)
+        own = cw.total_seconds - cw.generation_seconds - cw.gate_seconds
+        assert -1e-6 <= own < 1.0, (cw.total_seconds, cw.generation_seconds, cw.gate_seconds)
     assert fresh[2].run.costs.gate_seconds > 0.07  # the gate's 4 scores took 80 ms
 
 

@@ -248,7 +248,9 @@ def vllm_server(vllm_generator) -> str:
         "--model", vllm_generator.model, "--served-model-name", "smollm2",
         "--port", str(port), "--dtype", cpu_dtype(), "--enforce-eager", "--max-model-len", "2048",
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # TORCHDYNAMO_DISABLE: the server's first logprobs request compiled vLLM's sampler helper
+    # with Inductor (a 12 s C++ header, then the kernel) on a fresh machine: eager, as in-process
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCHDYNAMO_DISABLE": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
