@@ -18,11 +18,34 @@ from .text_bytes import not_utf8, nul_byte
 # hold hundreds. Aliases of aliases (a "billion laughs" document, a few hundred bytes) expand
 # to billions, which a deepcopy, a checksum or the repr in an error message then builds.
 MAX_VALUES = 1_000_000
+# Levels of nesting a document may have (configs have a few). PyYAML's scanner does work that
+# grows with the square of the flow nesting it has reached (it looks up to 1,024 characters
+# ahead for a key), so `a: [[[[...` took 2.6 s to reach Python's recursion limit (~490
+# levels) before it was refused; the scanner and the composer now stop here: 6 ms.
+MAX_DEPTH = 100
+_TOO_DEEP = f"nested too deeply to read: more than {MAX_DEPTH} levels"
 
 
 class _StrictLoader(yaml.SafeLoader):
     """`yaml.safe_load`, except for a key repeated in one mapping, aliases that expand past
-    `MAX_VALUES` values, and a value that holds itself (`&a [*a]`)."""
+    `MAX_VALUES` values, a value that holds itself (`&a [*a]`), and nesting past `MAX_DEPTH`."""
+
+    depth = 0
+
+    def fetch_flow_collection_start(self, token_class: type) -> None:
+        if self.flow_level >= MAX_DEPTH:  # `[` or `{` inside as many
+            raise yaml.scanner.ScannerError(None, None, _TOO_DEEP, self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.depth += 1  # block and flow nesting alike
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, _TOO_DEEP,
+                                                  self.peek_event().start_mark)  # fmt: skip
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def get_single_node(self) -> yaml.Node | None:
         node = super().get_single_node()
@@ -117,9 +140,9 @@ for _kind in ("int", "timestamp"):  # the SafeLoader's scalars that call int() o
 
 
 def load_yaml(text: str) -> Any:
-    """The parsed document, as `yaml.safe_load` gives it; a repeated key, nesting deeper than
-    PyYAML's recursive composer goes (`[[[[...`), aliases past `MAX_VALUES` or holding their
-    own value, or a scalar Python cannot convert, is a `yaml.YAMLError`."""
+    """The parsed document, as `yaml.safe_load` gives it; a repeated key, nesting past
+    `MAX_DEPTH` (`[[[[...`), aliases past `MAX_VALUES` or holding their own value, or a scalar
+    Python cannot convert, is a `yaml.YAMLError`."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
     except RecursionError:
