@@ -30,6 +30,19 @@ def labelled(tmp_path_factory) -> Path:
     return root / "labels" / "my-llm" / "closed-book.jsonl"
 
 
+def test_the_example_outcomes_are_not_told_apart_by_their_length(labelled):
+    """The example LLM's wrong answers were all one 9-token hedge: the answer's length (and
+    a two-stage gate reading it) told wrong from right perfectly. They now name plausible
+    wrong entities, some as surely as right ones: confidence helps, and is not the label."""
+    labels = read_labels(labelled)
+    rows = [json.loads(line) for line in (EXAMPLES / "outcomes.jsonl").open()]
+    wrong = [labels[r["id"]] for r in rows]
+    assert sum(wrong) == 30
+    length = roc_auc_score(wrong, [len(r["token_logprobs"]) for r in rows])
+    unsure = roc_auc_score(wrong, [-np.mean(r["token_logprobs"]) for r in rows])
+    assert length < 0.8 and 0.6 < unsure < 0.85, (length, unsure)
+
+
 def _evaluate(labels: Path, out: Path, *extra: str) -> int:
     return main(["evaluate", "--labels", str(labels), "--questions", QUESTIONS, "--no-cost",
                  "--out", str(out), "--gates", "recorded", "always", *extra])  # fmt: skip
