@@ -2,7 +2,8 @@
 key given twice in one mapping is an error naming the key and both lines. PyYAML keeps the
 last one silently, so a config with two `trainer:` sections trained with the second alone.
 A document is refused, before anything uses it, when its aliases expand past a million values
-or hold themselves; a string escaping a lone surrogate is refused as it is read."""
+or hold themselves; nesting past 100 levels and a string escaping a lone surrogate are refused
+as they are read."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ def load_yaml(text: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
     except RecursionError:
-        raise yaml.YAMLError("nested too deeply to read: more than about 1,000 levels") from None
+        raise yaml.YAMLError("nested too deeply to read") from None  # past Python's stack
 
 
 def read_yaml(path: Path) -> Any:
