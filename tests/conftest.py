@@ -24,6 +24,7 @@ import contextlib
 import gc
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,10 +99,10 @@ def heaviest_groups_first(items: list) -> list:
     group's own order kept): the scheduler hands groups out in this order (pytest_configure
     turns off its own reordering, by test count), so the long ones start at once instead of
     one of them starting last and running alone while the other workers idle."""
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[group_of(item)] = slow.get(group_of(item), 0) + ("slow" in item.keywords)
-    return sorted(items, key=lambda item: -slow[group_of(item)])  # stable: groups stay whole
+    groups = [group_of(item) for item in items]
+    slow = Counter(g for g, item in zip(groups, items, strict=True) if "slow" in item.keywords)
+    order = sorted(range(len(items)), key=lambda i: -slow[groups[i]])  # stable: groups whole
+    return [items[i] for i in order]
 
 
 def pytest_configure(config):
