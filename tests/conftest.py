@@ -192,7 +192,7 @@ def built_once(tmp_path_factory, name: str, build) -> tuple[Path, ...]:
 @pytest.fixture(scope="session")
 def minilm_gate_dirs(tmp_path_factory):
     """(run folder, export folder) of a MiniLM gate trained for 2 batches, threshold 0.42:
-    shared by the RetrievalGate and install tests (one training per session)."""
+    shared by the RetrievalGate, install, export and docs tests (one training per session)."""
     from tiny_backbones import minilm_gate
 
     return built_once(tmp_path_factory, "minilm-gate", minilm_gate)

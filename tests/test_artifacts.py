@@ -311,7 +311,10 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
     from retrieval_gate.gates.pretrained import RetrievalRouter
 
     run_dir, export_dir = minilm_gate_dirs
-    for folder, kind, variants in ((run_dir, "run", []), (export_dir, "export", ["fp32", "int8"])):
+    for folder, kind, variants in (
+        (run_dir, "run", []),
+        (export_dir, "export", ["fp32", "opt", "int8"]),
+    ):
         manifest = json.loads((folder / MANIFEST).read_text())
         assert manifest == {"format": FORMAT, "kind": kind, "task": "gate",
                             "signals": ["question"], "strategies": [], "calibration": None,
@@ -321,7 +324,7 @@ def test_a_fresh_run_and_export_carry_a_manifest(minilm_gate_dirs, tmp_path):
         tokenizer = [f"tokenizer/{f.name}" for f in (folder / "tokenizer").glob("*")]
         backbone = [f"backbone/{f.name}" for f in (folder / "backbone").glob("*")]
         weights = (["gate.pt", "config.yaml", *tokenizer, *backbone] if kind == "run"
-                   else ["model.onnx", "model.int8.onnx", "tokenizer.json"])  # fmt: skip
+                   else ["model.onnx", "model.opt.onnx", "model.int8.onnx", "tokenizer.json"])  # fmt: skip
         assert kind == "export" or "tokenizer/tokenizer.json" in tokenizer
         assert manifest["checksums"] == {n: sha256_file(folder / n) for n in weights}
         assert open_artifact(folder).source.name == MANIFEST

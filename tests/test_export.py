@@ -25,8 +25,14 @@ from retrieval_gate.gates.onnx import CPU, CUDA, OnnxGate, select_providers
 from retrieval_gate.gates.onnx_format import REQUIRED, VARIANTS
 from retrieval_gate.models import minilm_path
 from retrieval_gate.questions import Question
-from retrieval_gate.training import save_threshold, train
-from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
+from retrieval_gate.training import train
+from tiny_backbones import (
+    minilm_gate_questions,
+    synthetic_questions,
+    tiny_backbone,
+    tiny_config,
+    write_label_file,
+)
 from user_files import forget_checksums
 
 QUESTIONS, LABELS = synthetic_questions(120, seed=1)
@@ -34,12 +40,13 @@ TEXTS = [q.text for q in QUESTIONS]
 PARITY = (TEXTS[:48], [LABELS[q.id] for q in QUESTIONS[:48]])
 LORA = {"lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
 
-# name -> (backbone kind, tiny model kind or None for MiniLM, extra model keys, variants)
+# name -> (backbone kind, tiny model kind or None for MiniLM, extra model keys, variants);
+# MiniLM's is the session's shared gate (`minilm_gate_dirs`, threshold 0.42)
 CASES = {
-    "minilm": ("encoder", None, {}, ("fp32", "opt", "int8", "fp16")),
+    "minilm": ("encoder", None, {}, ("fp32", "opt", "int8")),
     # LoRA on an encoder (merged into the body before export): the tiny RoBERTa has MiniLM's
     # attention module names (query, value), so peft's path is the same, in a second not eight
-    "roberta-lora": ("encoder", "roberta", {"pooling": "cls", **LORA}, ("fp32", "int8")),
+    "roberta-lora": ("encoder", "roberta", {"pooling": "cls", **LORA}, ("fp32", "int8", "fp16")),
     "roberta": ("encoder", "roberta", {"pooling": "cls"}, ("fp32", "int8")),
     "t5-lora": ("t5-lora", "t5", {}, ("fp32", "int8")),
     "decoder-lora": ("decoder-lora", "llama", {}, ("fp32", "int8")),
@@ -47,20 +54,22 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, request) -> Iterator[dict[str, tuple[Path, Path, dict]]]:
-    """name -> (run folder, export folder, parity report); each gate trained for 2 batches."""
+def exports(
+    tmp_path_factory, request, minilm_gate_dirs
+) -> Iterator[dict[str, tuple[Path, Path, dict]]]:
+    """name -> (run folder, export folder, parity report); each gate trained for 2 batches.
+    MiniLM's is shared with other modules (read, never written here)."""
+    run_dir, export_dir = minilm_gate_dirs
+    out = {"minilm": (run_dir, export_dir, json.loads((export_dir / "parity.json").read_text()))}
     with scratch(tmp_path_factory, request, "export") as root:
         label_file = write_label_file(root / "labels.jsonl", LABELS)
-        out = {}
         for name, (kind, tiny, extra, variants) in CASES.items():
-            model = str(minilm_path()) if tiny is None else str(
-                tiny_backbone(tiny, root / "models" / tiny, TEXTS)
-            )  # fmt: skip
+            if tiny is None:
+                continue
+            model = str(tiny_backbone(tiny, root / "models" / tiny, TEXTS))
             cfg = tiny_config(label_file, root / "ck", kind, model, **extra)
             cfg = cfg.override(f"run.name={name}", "trainer.limit_train_batches=2")
             run_dir = train(cfg, questions=QUESTIONS)
-            if name == "minilm":  # a tuned threshold must travel into the ONNX metadata
-                save_threshold(run_dir, 0.42, "max macro-F1 on dev", {"macro_f1": 0.9})
             export_dir, report = build_export(
                 run_dir, root / "export" / name, variants, parity=PARITY
             )
@@ -177,8 +186,9 @@ def test_int8_scores_do_not_depend_on_batch_mates(exports):
     # calibrated on the run's dev questions, which stay in the run, not in the export
     kept = json.loads((run_dir / "metadata.json").read_text())["calibration"]
     assert kept["split"] == "dev" and 0 < len(kept["texts"]) <= 256
-    splits = assign_splits(QUESTIONS, seed=0)  # the split training gave these questions
-    assert set(kept["texts"]) <= {q.text for q in QUESTIONS if splits[q.id] == "dev"}
+    trained_on = minilm_gate_questions()[0]
+    splits = assign_splits(trained_on, seed=0)  # the split training gave these questions
+    assert set(kept["texts"]) <= {q.text for q in trained_on if splits[q.id] == "dev"}
     assert "calibration" not in json.loads((export_dir / "gate_metadata.json").read_text())
 
 

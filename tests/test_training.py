@@ -114,7 +114,7 @@ def test_lora_trains_only_adapters_and_head(trained):
 def test_minilm_learns_the_synthetic_rule(workdir, label_file, train_gate):
     cfg = tiny_config(label_file, workdir / "ck", "encoder", str(minilm_path()))
     cfg = cfg.override("run.name=minilm-learns", "trainer.limit_train_batches=null",
-                       "trainer.max_epochs=2")  # fmt: skip
+                       "trainer.max_epochs=1")  # fmt: skip
     run_dir = train_gate(cfg, questions=QUESTIONS)
     test = json.loads((run_dir / "metrics.json").read_text())["test"]
     assert test["auroc"] > 0.9, test

@@ -142,14 +142,22 @@ def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) 
     return load_config(None, overrides)
 
 
-def minilm_gate(root: Path, variants: tuple[str, ...] = ("fp32", "int8")) -> tuple[Path, Path]:
+def minilm_gate_questions() -> tuple[list[Question], dict[str, int]]:
+    """The synthetic questions and labels `minilm_gate` trains on."""
+    return synthetic_questions(64, seed=2)
+
+
+def minilm_gate(
+    root: Path, variants: tuple[str, ...] = ("fp32", "opt", "int8")
+) -> tuple[Path, Path]:
     """(run folder, export folder) of a MiniLM gate trained for 2 batches on synthetic
-    questions, threshold tuned to 0.42: for tests that need a real exported gate."""
+    questions, threshold tuned to 0.42, with the CPU variants (test_export checks each; fp16
+    is checked on a tiny RoBERTa): for tests that need a real exported gate."""
     from retrieval_gate.export.build import build_export
     from retrieval_gate.models import minilm_path
     from retrieval_gate.training import save_threshold, train
 
-    questions, labels = synthetic_questions(64, seed=2)
+    questions, labels = minilm_gate_questions()
     cfg = tiny_config(write_label_file(root / "labels.jsonl", labels), root / "ck", "encoder",
                       str(minilm_path()))  # fmt: skip
     cfg = cfg.override("run.name=minilm-gate", "trainer.limit_train_batches=2")
