@@ -107,4 +107,6 @@ def test_vllm_serve_cannot_start_in_the_cpu_install_and_the_docs_say_so():
     with pytest.raises(PackageNotFoundError):
         version("vllm")
     assert "python -m vllm.entrypoints.openai.api_server" in docs
+    # the environment tests/test_rag.py's server starts with
+    assert "`TORCHDYNAMO_DISABLE=1` and `VLLM_ENABLE_V1_MULTIPROCESSING=0`" in docs
     assert "No package metadata was found for vllm" in docs
