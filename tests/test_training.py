@@ -701,6 +701,26 @@ def test_a_bundled_subset_keeps_its_questions_canonical_split():
     assert len(config_questions(DataConfig())) == len(canonical)
 
 
+def test_a_release_router_reads_no_bundled_dataset_for_its_questions(monkeypatch):
+    """The router config's questions (`data.datasets=[adaptive-rag]`, a dataset read only when
+    named) are the release's, split among themselves: no question of theirs is in the
+    bundle's split, and reading every bundled dataset to find that out cost each router
+    command (train, tune, export, evaluate) ~2 s."""
+    from retrieval_gate.data import assign_splits, load_all
+    from retrieval_gate.training import sources
+    from retrieval_gate.training.config import DataConfig
+
+    def bundle(seed):
+        raise AssertionError("read the bundled datasets")
+
+    monkeypatch.setattr(sources, "_bundle_with_splits", bundle)
+    data = DataConfig(datasets=("adaptive-rag",))
+    questions = sources.training_questions(data)
+    release = load_all(["adaptive-rag"])
+    assert [q.id for q in questions] == [q.id for q in release]
+    assert {q.id: q.split for q in questions} == assign_splits(release, seed=data.split_seed)
+
+
 def test_eval_batches_are_read_in_token_length_order_and_come_back_in_row_order():
     """Frozen-body embeddings and validation read a split shortest first (a batch pads to its
     longest question: the demo gate's training read 162k tokens instead of 291k); outputs
