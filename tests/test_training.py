@@ -705,7 +705,7 @@ def test_a_release_router_reads_no_bundled_dataset_for_its_questions(monkeypatch
     """The router config's questions (`data.datasets=[adaptive-rag]`, a dataset read only when
     named) are the release's, split among themselves: no question of theirs is in the
     bundle's split, and reading every bundled dataset to find that out cost each router
-    command (train, tune, export, evaluate) ~2 s."""
+    train, export and hparam study ~2 s."""
     from retrieval_gate.data import assign_splits, load_all
     from retrieval_gate.training import sources
     from retrieval_gate.training.config import DataConfig
