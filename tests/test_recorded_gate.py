@@ -53,6 +53,7 @@ def _rows(out: Path) -> dict:
     return {g["name"]: g for g in report["policies"]["my-llm/closed-book"]["gates"]}
 
 
+@pytest.mark.slow  # three evaluate runs and a tune: ~5 s on 2 cores
 def test_recorded_scores_and_decisions_are_reported_beside_the_other_gates(labelled, tmp_path):
     labels = read_labels(labelled)
     qs = question_set(QUESTIONS)

@@ -446,23 +446,32 @@ def test_a_frozen_body_encodes_each_question_once_and_changes_no_figure(train_ga
     """The stacked router fits on train and dev, then validates on dev, tests on test and
     scores test again for its figures: with the frozen body's batches kept while it trains
     (`RetrievalGateModule.body_memo`), every question is encoded once, and the run's figures
-    are those of encoding every batch afresh."""
-    from retrieval_gate.training import load_config
+    are those of encoding every batch afresh. The release is read twice a run: for its
+    checksum (before anything loads) and for its labels (it was read a third time to check
+    the run folder again)."""
+    from retrieval_gate.training import load_config, tasks
     from retrieval_gate.training.backbones import Backbone
     from retrieval_gate.training.module import RetrievalGateModule
     from tiny_backbones import tiny_release_router_sets
 
     sets = tiny_release_router_sets(tmp_path / "body")
     encoded: list[int] = []
-    real_forward = Backbone.forward
+    reads: list[str] = []
+    real_forward, real_read = Backbone.forward, tasks.load_strategy_labels
 
     def counting(self, input_ids, attention_mask):
         encoded.append(len(input_ids))
         return real_forward(self, input_ids, attention_mask)
 
+    def read(label_file):
+        reads.append(label_file)
+        return real_read(label_file)
+
     def trained(name: str, mp: pytest.MonkeyPatch) -> dict:
         encoded.clear()
+        reads.clear()
         mp.setattr(Backbone, "forward", counting)
+        mp.setattr(tasks, "load_strategy_labels", read)
         cfg = load_config("router-adaptive-rag-llama8b",
                           [*sets, f"run.output_dir={tmp_path}", f"run.name={name}"])  # fmt: skip
         run = train_gate(cfg)
@@ -470,6 +479,7 @@ def test_a_frozen_body_encodes_each_question_once_and_changes_no_figure(train_ga
 
     with pytest.MonkeyPatch.context() as mp:
         kept = trained("kept", mp)
+        assert reads == ["adaptive-rag", "adaptive-rag"]
         splits = kept["splits"]
         assert sum(encoded) == sum(splits[s]["n"] for s in ("train", "dev", "test"))
     with pytest.MonkeyPatch.context() as mp:

@@ -233,9 +233,11 @@ def check_run_dir(
     overwrite: bool = False,
     resume: bool = False,
     labels: Mapping[str, int] | None = None,
+    digest: str | None = None,
 ) -> str:
     """Refuses an existing run unless `overwrite` or `resume` with the same config hash (checked
-    before any data or model is loaded); returns this config's hash."""
+    before any data or model is loaded); returns this config's hash (`digest`: the hash an
+    earlier check computed, so that a router's release is not read again for it)."""
     if overwrite and resume:
         raise ConfigError("pass --overwrite or --resume, not both")
     there = nearest_existing(run_dir)
@@ -249,7 +251,7 @@ def check_run_dir(
                 "handed to train(config, questions, labels)"
             )
         config.data.task_spec.check_source(config.data.label_file)
-    digest = config_hash(config, labels)
+    digest = digest or config_hash(config, labels)
     existing = _run_files(run_dir)
     if existing and not RunFolder(run_dir).made_by_training():  # --overwrite deleted them
         raise ConfigError(
@@ -428,7 +430,8 @@ def train(
     tokenizer, dm, module = prepare(config, questions, labels)
     _say_answers_unread(config)
     with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
-        check_run_dir(run_dir, config, overwrite, resume, labels)  # a run may have ended since
+        # a run may have ended since (the labels were read and hashed above: not again)
+        check_run_dir(run_dir, config, overwrite, resume, labels, digest)
         with disk_errors_named(run_dir):  # Lightning's checkpoints and logs too
             return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
 
