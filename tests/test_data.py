@@ -203,6 +203,32 @@ def test_rows_without_question_or_answers(tmp_path):
     assert bad.total == 2
 
 
+def test_a_dataset_read_again_is_kept_until_a_file_of_its_folder_changes(tmp_path, monkeypatch):
+    """A worker read the bundled datasets dozens of times (`load_all()` ~1 s each): a second
+    read of an unchanged folder returns the same questions without the loader; a rewritten
+    file, an added one or a file with bad rows is read afresh."""
+    from retrieval_gate.data import catalog
+
+    calls = []
+    real = catalog.LOADERS["triviaqa"]
+    monkeypatch.setitem(catalog.LOADERS, "triviaqa", lambda *a: calls.append(1) or real(*a))
+    row = {"id": "t1", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}
+    _write(tmp_path, "triviaqa/triviaqa_test.jsonl", json.dumps(row))
+    first = load_dataset("triviaqa", tmp_path)
+    assert load_dataset("triviaqa", tmp_path) == first and len(calls) == 1
+    _write(tmp_path, "triviaqa/triviaqa_test.jsonl", json.dumps({**row, "question": "Who?"}))
+    assert [q.text for q in load_dataset("triviaqa", tmp_path)] == ["Who?"] and len(calls) == 2
+    _write(tmp_path, "notes.txt", "x")  # any file of the folder: the loaders read several
+    load_dataset("triviaqa", tmp_path)
+    assert len(calls) == 3
+    bad_row = json.dumps({"id": "t2", "answers": ["x"]})
+    _write(tmp_path, "triviaqa/triviaqa_test.jsonl", json.dumps(row) + "\n" + bad_row)
+    for _ in range(2):
+        bad = BadRows(skip=True)
+        assert len(load_dataset("triviaqa", tmp_path, bad=bad)) == 1 and bad.total == 1
+    assert len(calls) == 5
+
+
 def test_bad_popqa_answers_field(tmp_path):
     _write(
         tmp_path,

@@ -96,6 +96,7 @@ def test_tune_reruns_into_its_report_folder_and_keeps_its_studies_there(tmp_path
     assert (out / "notes.md").read_text() == "mine\n"
 
 
+@pytest.mark.slow  # the verb runs whole after the refusal: 5-8 s each on 2 cores
 @pytest.mark.parametrize("verb", ["evaluate", "transfer"])
 def test_a_second_run_on_a_report_folder_being_written_is_refused(tmp_path, capsys, verb):
     # their files are written whole one by one: two runs at once left one run's report beside
