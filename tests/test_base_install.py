@@ -1,7 +1,7 @@
-"""The base install is enough to score: a fresh venv gets `pip install <repo>` (non-editable,
-no extras), then runs the README's 3-line API example and `retrieval-gate score` on a real
-export, and `import torch` fails there. Uses PyPI through uv where `make setup` installed it
-(4 s; pip, ~22 s on 2 cores, installed the same packages), else pip."""
+"""The base install is enough to score: a fresh venv gets the repo installed (non-editable, no
+extras), then runs the README's 3-line API example and `retrieval-gate score` on a real
+export, and `import torch` fails there. Installs from PyPI with uv where `make setup` put it
+(4 s; pip, ~22 s on 2 cores, installed the same packages), else with pip."""
 
 from __future__ import annotations
 

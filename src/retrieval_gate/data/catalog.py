@@ -26,7 +26,8 @@ def load_dataset(
     bad: BadRows | None = None,
 ) -> list[Question]:
     """Questions of one dataset. With `skip_bad_rows`, malformed rows are counted in `bad`
-    (pass your own `BadRows` to read the counts) instead of raising."""
+    (pass your own `BadRows` to read the counts) instead of raising. Read once per process
+    while the data folder's files stay as they were (`_READ`)."""
     names = dataset_names()
     if name not in LOADERS:
         optional = ", ".join(sorted(OPTIONAL))
