@@ -64,10 +64,11 @@ def _read_key(name: str, folder: Path) -> tuple | None:
         return None
     files, seen = [], set()
     for root, dirs, names in os.walk(folder, followlinks=True):
-        if os.path.realpath(root) in seen:  # a link back up: its files are listed already
+        real = os.path.realpath(root)
+        if real in seen:  # a link back up: its files are listed already
             dirs[:] = []
             continue
-        seen.add(os.path.realpath(root))
+        seen.add(real)
         dirs.sort()
         files += [(root, file, *_stamp(os.path.join(root, file))) for file in sorted(names)]
     return (name, LOADERS[name], str(folder.resolve()), tuple(files))
