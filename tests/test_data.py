@@ -229,6 +229,26 @@ def test_a_dataset_read_again_is_kept_until_a_file_of_its_folder_changes(tmp_pat
     assert len(calls) == 5
 
 
+def test_the_canonical_split_follows_the_data_folder(tmp_path, monkeypatch):
+    """It was computed once per process: after the data folder (or a file in it) changed, a
+    long-lived process kept splitting the questions it read first."""
+    from retrieval_gate.data import catalog, splits
+
+    monkeypatch.setattr(catalog, "dataset_names", lambda optional=False: ["triviaqa"])
+    rows = [{"id": f"t{i}", "question": f"Who wrote {i}?", "answers": ["x"]} for i in range(20)]
+    lines = [json.dumps(r) for r in rows]
+    for name, kept in (("a", lines), ("b", lines[1:])):
+        _write(tmp_path / name, "triviaqa/triviaqa_test.jsonl", "\n".join(kept))
+    ids = {}
+    for name in ("a", "b", "a"):
+        monkeypatch.setenv("RETRIEVAL_GATE_DATA", str(tmp_path / name))
+        ids[name] = {q.id for q in splits.canonical_questions()}
+        assert all(q.split in splits.SPLITS for q in splits.canonical_questions())
+    assert "triviaqa-t0" in ids["a"] and ids["b"] == ids["a"] - {"triviaqa-t0"}
+    _write(tmp_path / "a", "triviaqa/triviaqa_test.jsonl", lines[5])
+    assert [q.id for q in splits.canonical_questions()] == ["triviaqa-t5"]
+
+
 def test_bad_popqa_answers_field(tmp_path):
     _write(
         tmp_path,

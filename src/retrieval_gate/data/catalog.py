@@ -82,6 +82,13 @@ def _stamp(path: str) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def data_state(names: list[str] | None = None, data_dir: str | Path | None = None) -> tuple:
+    """What `load_all(names, data_dir)` reads: each dataset's loader and the data folder's
+    files (as `_READ` keys them). Equal states give equal questions."""
+    folder = resolve_data_dir(data_dir)
+    return tuple(_read_key(name, folder) for name in names or dataset_names())
+
+
 def load_all(
     names: list[str] | None = None, data_dir: str | Path | None = None, skip_bad_rows: bool = False
 ) -> list[Question]:

@@ -6,7 +6,6 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
 
 from ..errors import ConfigError
 from ..questions import Question, normalize_answer
@@ -78,14 +77,22 @@ def with_splits(questions: Sequence[Question], splits: Mapping[str, str]) -> lis
     return [replace(q, split=splits[q.id]) for q in questions if q.id in splits]
 
 
-@lru_cache(maxsize=1)
 def canonical_questions() -> tuple[Question, ...]:
     """Every question with its canonical split (`assign_splits(load_all(), seed=0)`), the one
-    train/dev/test assignment every table uses; loaded once per process."""
-    from .catalog import load_all
+    train/dev/test assignment every table uses. Kept per process under the data folder's state
+    (~1 s to compute): another folder (`RETRIEVAL_GATE_DATA`) or a changed file computes it
+    afresh, so a long-lived process (`serve`) never splits stale questions."""
+    from .catalog import data_state, load_all
 
-    questions = load_all()
-    return tuple(with_splits(questions, assign_splits(questions, seed=0)))
+    state = data_state()
+    if state not in _CANONICAL:
+        questions = load_all()
+        _CANONICAL.clear()
+        _CANONICAL[state] = tuple(with_splits(questions, assign_splits(questions, seed=0)))
+    return _CANONICAL[state]
+
+
+_CANONICAL: dict[tuple, tuple[Question, ...]] = {}
 
 
 def group_splits(
