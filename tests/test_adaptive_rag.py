@@ -74,6 +74,30 @@ def test_any_split_any_llm_any_folder_level(tmp_path, monkeypatch):
     }
 
 
+def test_a_release_read_again_is_kept_until_one_of_its_files_changes(tmp_path, monkeypatch):
+    """A router's training read the release twice and `transfer --learned` 26 times: a second
+    read of unchanged files parses nothing; a rewritten file (the same size), an added one or
+    another folder is read afresh."""
+    from retrieval_gate.data import adaptive_rag
+
+    reads = []
+    real = adaptive_rag._read_dataset
+    monkeypatch.setattr(adaptive_rag, "_read_dataset", lambda r, d: reads.append(d) or real(r, d))
+    root = write_release(tmp_path / "rel")
+    first = load_release(root)
+    assert load_release(root) == first and sorted(reads) == ["musique", "nq"]
+    preds = next(folder_of(root, "oner", "nq").glob("prediction__*[0-9]_subsampled.json"))
+    preds.write_text(preds.read_text().replace('"1999"', '"2000"'))
+    by_id = {r.question.extra["release_id"]: r for r in load_release(root)}
+    assert by_id["single_nq_dev_2"].outcomes["one_retrieval"].prediction == "2000"
+    assert sorted(reads) == ["musique", "nq", "nq"]
+    (folder_of(root, "nor", "musique") / "notes.txt").write_text("x")
+    load_release(root)
+    assert sorted(reads) == ["musique", "musique", "nq", "nq"]
+    load_release(write_release(tmp_path / "copy"))
+    assert len(reads) == 6
+
+
 def test_several_splits_or_llms_must_be_named(tmp_path):
     root = write_release(tmp_path / "rel", split="test")
     write_release(root, split="train_1000")

@@ -209,6 +209,35 @@ def load_adaptive_rag(data_dir: Path, bad: BadRows) -> list[Question]:
 
 
 def _load_dataset(release: ReleaseSplit, dataset: str) -> list[ReleaseQuestion]:
+    """One dataset's questions, kept per process under its folders' files (names and bytes:
+    hashing them takes 1/30 of parsing them): a router's training read the release twice,
+    `transfer --learned` 26 times (0.22 s each); a changed, added or removed file is read
+    afresh."""
+    key = _dataset_key(release, dataset)
+    if key not in _KEPT:
+        if len(_KEPT) >= 64:
+            _KEPT.clear()
+        _KEPT[key] = tuple(_read_dataset(release, dataset))
+    return list(_KEPT[key])
+
+
+_KEPT: dict[tuple, tuple[ReleaseQuestion, ...]] = {}
+
+
+def _dataset_key(release: ReleaseSplit, dataset: str) -> tuple:
+    h = hashlib.sha256()
+    for strategy in STRATEGIES:
+        folder = release.folders[(dataset, strategy)]
+        h.update(f"{os.path.realpath(folder)}\0".encode())
+        for path in sorted(folder.iterdir()):
+            try:
+                h.update(f"{path.name}\0{sha256_file(path)}\0".encode())
+            except OSError:  # a folder or a broken link: the reader says so if it reads it
+                h.update(f"{path.name}\0-\0".encode())
+    return (release.split, release.llm, dataset, h.hexdigest())
+
+
+def _read_dataset(release: ReleaseSplit, dataset: str) -> list[ReleaseQuestion]:
     nor = release.folders[(dataset, NO_RETRIEVAL)]
     chains = _one(nor, "prediction__*_chains.txt")
     texts = _read_chains(chains)
