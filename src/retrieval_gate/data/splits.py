@@ -81,7 +81,7 @@ def canonical_questions() -> tuple[Question, ...]:
     """Every question with its canonical split (`assign_splits(load_all(), seed=0)`), the one
     train/dev/test assignment every table uses. Kept per process under the data folder's state
     (~1 s to compute): another folder (`RETRIEVAL_GATE_DATA`) or a changed file computes it
-    afresh, so a long-lived process (`serve`) never splits stale questions."""
+    afresh, so a long-lived process (a notebook, a test worker) never splits stale questions."""
     from .catalog import data_state, load_all
 
     state = data_state()
