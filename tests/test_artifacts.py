@@ -224,6 +224,7 @@ def test_folders_of_the_wrong_kind_or_none_are_refused(tmp_path):
     assert "gate_metadata.json" in str(e.value)
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_run_whose_weights_are_cut_short_is_refused_before_torch(tmp_path, capsys):
     """gate.pt is a torch.save zip archive: one cut to 30% (a copy that stopped) has no central
     directory, and `export` says so naming the file, before it imports torch or ONNX."""

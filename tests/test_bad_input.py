@@ -815,6 +815,7 @@ def test_a_full_or_read_only_disk_is_said_with_the_path_not_called_a_bug(monkeyp
     assert "internal error" not in err
 
 
+@pytest.mark.slow  # a subprocess
 def test_output_piped_into_head_stops_quietly(tmp_path):
     """`retrieval-gate score ... | head -2`: the closed pipe was a traceback and "internal error
     (a bug)"; now a quiet stop with the shell's SIGPIPE status (141), as Unix tools do."""
@@ -829,6 +830,7 @@ def test_output_piped_into_head_stops_quietly(tmp_path):
     assert "Traceback" not in err and "internal error" not in err and "Broken" not in err, err
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_closed_standard_output_is_said_not_an_internal_error():
     """`retrieval-gate ... >&-`: Python sets sys.stdout to None, and the first result printed
     was an AttributeError, 'internal error (a bug)'. Printing verbs now stop with exit 2 and

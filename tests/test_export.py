@@ -323,6 +323,7 @@ print("HEAVY=" + ",".join(heavy))
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_score_command_imports_no_torch_and_reports_bad_lines(exports, tmp_path):
     _, export_dir, _ = exports["minilm"]
     questions = tmp_path / "questions.txt"

@@ -59,6 +59,7 @@ def test_a_dead_workers_trial_is_found_by_heartbeat_and_rerun(tmp_path, fast_hea
     assert time.perf_counter() - started >= 3  # it waited for the grace period, not less
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_journal_trial_left_running_by_a_dead_process_is_failed_and_rerun(tmp_path):
     """A journal has no heartbeats: a `tune` killed mid-trial left it RUNNING, counted as
     running, so the rerun stopped a trial short of --trials. A trial of a process of this

@@ -498,6 +498,7 @@ assert "pytorch_lightning" not in sys.modules and "transformers" not in sys.modu
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_train_refuses_labels_that_do_not_fit_their_questions_before_lightning(tmp_path):
     """Labels of other data, labels of one split only, a class the task lacks: refused by
     `train` from the label file and the questions alone, before Lightning and the model load
