@@ -86,10 +86,15 @@ class ReleaseSplit:
         """sha256 over the files the loader reads (names and contents): provenance."""
         h = hashlib.sha256()
         for (dataset, strategy), folder in sorted(self.folders.items()):
-            for path in sorted(folder.iterdir()):
-                if path.is_file() and not path.name.endswith("_time_taken.txt"):
-                    h.update(f"{dataset}/{strategy}/{path.name}:{sha256_file(path)}\n".encode())
+            for name, digest in _file_digests(folder):
+                h.update(f"{dataset}/{strategy}/{name}:{digest}\n".encode())
         return h.hexdigest()
+
+
+def _file_digests(folder: Path) -> list[tuple[str, str]]:
+    """(name, sha256) of each file of a strategy folder the loader may read."""
+    return [(p.name, sha256_file(p)) for p in sorted(folder.iterdir())
+            if p.is_file() and not p.name.endswith("_time_taken.txt")]  # fmt: skip
 
 
 def release_root(path: str | Path | None = None, data_dir: str | Path | None = None) -> Path:
@@ -209,10 +214,10 @@ def load_adaptive_rag(data_dir: Path, bad: BadRows) -> list[Question]:
 
 
 def _load_dataset(release: ReleaseSplit, dataset: str) -> list[ReleaseQuestion]:
-    """One dataset's questions, kept per process under its folders' files (names and bytes:
-    hashing them takes 1/30 of parsing them): a router's training read the release twice,
-    `transfer --learned` 26 times (0.22 s each); a changed, added or removed file is read
-    afresh."""
+    """One dataset's questions, kept per process under its folders' files (names and sha256,
+    as `checksum` reads them: hashing takes 1/30 of parsing): a router's training read the
+    release twice, `transfer --learned` 26 times (0.22 s each); a changed, added or removed
+    file is read afresh."""
     key = _dataset_key(release, dataset)
     if key not in _KEPT:
         if len(_KEPT) >= 64:
@@ -225,16 +230,9 @@ _KEPT: dict[tuple, tuple[ReleaseQuestion, ...]] = {}
 
 
 def _dataset_key(release: ReleaseSplit, dataset: str) -> tuple:
-    h = hashlib.sha256()
-    for strategy in STRATEGIES:
-        folder = release.folders[(dataset, strategy)]
-        h.update(f"{os.path.realpath(folder)}\0".encode())
-        for path in sorted(folder.iterdir()):
-            try:
-                h.update(f"{path.name}\0{sha256_file(path)}\0".encode())
-            except OSError:  # a folder or a broken link: the reader says so if it reads it
-                h.update(f"{path.name}\0-\0".encode())
-    return (release.split, release.llm, dataset, h.hexdigest())
+    folders = [release.folders[(dataset, strategy)] for strategy in STRATEGIES]
+    files = tuple((os.path.realpath(f), *_file_digests(f)) for f in folders)
+    return (release.split, release.llm, dataset, files)
 
 
 def _read_dataset(release: ReleaseSplit, dataset: str) -> list[ReleaseQuestion]:
