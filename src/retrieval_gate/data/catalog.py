@@ -59,9 +59,15 @@ def load_dataset(
 _READ: dict[tuple, tuple[Question, ...]] = {}
 
 
-def _read_key(name: str, folder: Path) -> tuple | None:
+def _read_key(name: str, folder: Path, files: tuple | None = None) -> tuple | None:
+    """`files`: `_folder_files(folder)`, when the caller walked the folder already."""
     if name in OPTIONAL:
         return None
+    files = _folder_files(folder) if files is None else files
+    return (name, LOADERS[name], str(folder.resolve()), files)
+
+
+def _folder_files(folder: Path) -> tuple:
     files, seen = [], set()
     for root, dirs, names in os.walk(folder, followlinks=True):
         real = os.path.realpath(root)
@@ -71,7 +77,7 @@ def _read_key(name: str, folder: Path) -> tuple | None:
         seen.add(real)
         dirs.sort()
         files += [(root, file, *_stamp(os.path.join(root, file))) for file in sorted(names)]
-    return (name, LOADERS[name], str(folder.resolve()), tuple(files))
+    return tuple(files)
 
 
 def _stamp(path: str) -> tuple[int, int, int]:
@@ -86,7 +92,8 @@ def data_state(names: list[str] | None = None, data_dir: str | Path | None = Non
     """What `load_all(names, data_dir)` reads: each dataset's loader and the data folder's
     files (as `_READ` keys them). Equal states give equal questions."""
     folder = resolve_data_dir(data_dir)
-    return tuple(_read_key(name, folder) for name in names or dataset_names())
+    files = _folder_files(folder)  # one walk for every dataset's key
+    return tuple(_read_key(name, folder, files) for name in names or dataset_names())
 
 
 def load_all(
