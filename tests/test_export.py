@@ -236,6 +236,33 @@ def test_a_run_file_export_reads_that_lost_or_garbled_a_key_is_refused(
     assert str(said.value).startswith(f"{path}: ")
 
 
+@pytest.mark.parametrize(
+    ("side_features", "reads", "call"),
+    [
+        (None, "the question alone", 'gate.predict(["Who wrote Hamlet?"])'),
+        ({"names": ["views"], "mean": [0.0], "std": [1.0]}, "the question and its side features",
+         'gate.predict(["Who wrote Hamlet?"], features={"views": [None]})'),
+        ({"kind": "text", "side": {"names": ["views"]}, "answer_confidence": None},
+         "the question and its side features",
+         'gate.predict(["Who wrote Hamlet?"], features={"views": [None]})'),
+        ({"kind": "text", "side": None, "answer_confidence": {"names": ["mean"]}},
+         "the question and its closed-book answer's token log-probabilities",
+         'gate.predict(["Who wrote Hamlet?"], token_logprobs=[[-0.02, -0.4]])'),
+    ],
+)  # fmt: skip
+def test_the_card_says_what_a_stacked_or_two_stage_gate_reads(side_features, reads, call):
+    """A stacked gate keeps a user's columns under `side_features.side`: its card said
+    "from the question alone" and showed a snippet without them (an error when run), and a
+    two-stage gate's card never mentioned the answer's log-probabilities."""
+    from retrieval_gate.export.card import _reads, _use
+
+    meta = {"side_features": side_features}
+    assert _reads(meta) == reads
+    use = _use("export/g", meta)
+    assert f"print({call})  # [True] = retrieve" in use
+    assert use[-1].endswith("--input questions.txt`.") == (side_features is None)
+
+
 def test_tuned_threshold_travels_into_the_export(exports):
     _, export_dir, _ = exports["minilm"]
     gate = OnnxGate(export_dir, "int8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,13 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     assert main(["export", "--run", str(run), "--out-dir", str(tmp_path / "export"),
                  "--variants", "fp32", "--questions", str(questions)]) == 0  # fmt: skip
     export = tmp_path / "export" / "cascade-closed-book"
+    # the model card says what the gate reads, and its snippet runs as written
+    card = (export / "README.md").read_text()
+    assert "side features popularity" in card and "answer's token log-probabilities" in card
+    snippet = re.search(r"## Use\n```python\n(.*?)```", card, re.S).group(1)
+    capsys.readouterr()
+    exec(compile(snippet, "card", "exec"), {})  # noqa: S102
+    assert capsys.readouterr().out.strip() in ("[ True]", "[False]")
     # the test split's questions, with their answers' log-probabilities as a user passes them
     from retrieval_gate.data.user_questions import question_set
 

@@ -88,8 +88,29 @@ def _from_text(meta: dict[str, Any]) -> bool:
 
 
 def _user_columns(meta: dict[str, Any]) -> list[str]:
-    """The side features a user passes beside the text."""
-    return [] if _from_text(meta) else list((meta.get("side_features") or {}).get("names") or [])
+    """The side features a user passes beside the text (a stacked head keeps them under
+    `side`, beside the features it computes from the text)."""
+    side = meta.get("side_features") or {}
+    if _from_text(meta):
+        side = side.get("side") or {}
+    return list(side.get("names") or [])
+
+
+def _reads_answers(meta: dict[str, Any]) -> bool:
+    """A two-stage gate: its second level reads the closed-book answer's log-probabilities."""
+    return _from_text(meta) and bool(meta["side_features"].get("answer_confidence"))
+
+
+def _reads(meta: dict[str, Any]) -> str:
+    """What a prediction reads, for the card's first sentence."""
+    parts = ["the question"]
+    if _user_columns(meta):
+        parts.append("its side features")
+    if _reads_answers(meta):
+        parts.append("its closed-book answer's token log-probabilities")
+    if len(parts) == 1:
+        return "the question alone"
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
@@ -112,25 +133,32 @@ def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         inputs += (" (the frozen encoder's embedding, TF-IDF of its token unigrams and bigrams, the "
                    "wording's shape" + (" and P(source | text)" if posterior else "")
                    + ": `model.head: stacked`)")  # fmt: skip
+    if _reads_answers(meta):
+        inputs += (", then the closed-book answer's token log-probabilities (a second level: "
+                   "their mean, min, first and length; a question without them gets the "
+                   "question-only score)")  # fmt: skip
     return [*source, f"- inputs: {inputs}"]
 
 
 def _use(path: str, meta: dict[str, Any]) -> list[str]:
-    """A snippet that runs for this gate: with its side features when it has them."""
-    side = _user_columns(meta)
-    call = 'gate.predict(["Who wrote Hamlet?"])'
+    """A snippet that runs for this gate: with its side features and its answers'
+    log-probabilities when it reads them."""
+    side, answers = _user_columns(meta), _reads_answers(meta)
+    args = ['["Who wrote Hamlet?"]']
     if side:  # one value per question and feature; None = unknown
-        values = ", ".join(f'"{n}": [None]' for n in side)
-        call = f'gate.predict(["Who wrote Hamlet?"], features={{{values}}})'
+        args.append("features={" + ", ".join(f'"{n}": [None]' for n in side) + "}")
+    if answers:  # the closed-book answer's token log-probabilities, as the LLM returned them
+        args.append("token_logprobs=[[-0.02, -0.4]]")
+    columns = [*side, *(["token_logprobs"] if answers else [])]
     return [
         "```python",
         "from retrieval_gate import RetrievalGate",
         f"gate = RetrievalGate.from_pretrained({json.dumps(path)})  # this folder, or its Hub id",
-        f"print({call})  # [True] = retrieve",
+        f"print(gate.predict({', '.join(args)}))  # [True] = retrieve",
         "```",
         f"or `retrieval-gate score --model {path} "
-        + ("--questions questions.csv` (a file with a `question` column and "
-           f"{', '.join(side)})." if side else "--input questions.txt`."),
+        + (f"--questions questions.csv` (a file with the columns question, {', '.join(columns)})."
+           if columns else "--input questions.txt`."),
     ]  # fmt: skip
 
 
@@ -154,8 +182,7 @@ def write_model_card(
     lines = [
         f"# Retrieval gate `{name}`",
         "",
-        f"Predicts from the question{' and its side features' if _user_columns(meta) else ' alone'} "
-        "whether the generator needs retrieval. Output "
+        f"Predicts from {_reads(meta)} whether the generator needs retrieval. Output "
         f"`scores` = {meta['score']}. Classes: {', '.join(meta['classes'])}.",
         "",
         "## Model",
@@ -190,10 +217,9 @@ def write_model_card(
         "- Use: decide per question whether to call the retriever in front of the generator the "
         "labels came from. Labels follow that generator: another LLM knows other facts, so "
         "re-label and retrain (or at least re-tune the threshold) for a different generator.",
-        f"- Learned from {_questions(config, meta)[-1].removeprefix('- inputs: ')} only: no "
-        "knowledge of dates beyond the training data, so fast-changing facts are judged by "
-        "wording. Cross-dataset transfer is not guaranteed; check the transfer report before "
-        "using it on a new question distribution.",
+        f"- Learned from {_reads(meta)}: no knowledge of dates beyond the training data, so "
+        "fast-changing facts are judged by wording. Cross-dataset transfer is not guaranteed; "
+        "check the transfer report before using it on a new question distribution.",
         "- int8 is for CPUs, fp16 for GPUs; compare their AUROC drop above before choosing.",
         "",
         "## Use",
