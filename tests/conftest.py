@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_gate.gc_thresholds import raise_for_imports
+
 # fixture -> what makes a test that uses it slow
 SLOW_FIXTURES = {
     "vllm_generator": "starts the vLLM engine",
@@ -55,6 +57,10 @@ os.environ.setdefault("RETRIEVAL_GATE_NO_CACHE", "1")
 # them to transformers: `vllm_backend.choice_backend`), so the suite runs the same engines
 # everywhere; the transformers path and the routing have tests of their own.
 os.environ.setdefault("RETRIEVAL_GATE_CHOICE_BACKEND", "vllm")
+# The workers import torch, transformers and vLLM as a CLI process does: with the CLI's
+# collector thresholds (gc_thresholds.py), not CPython's, which walked the workers' heaps in
+# full collections of up to a second each.
+raise_for_imports()
 # Under `pytest -n N` (make test) each worker computes on one thread: N workers at two
 # threads each fight over the cores (1,643 tests took 897 s at -n 2 against 1,018 s serial).
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:

@@ -369,8 +369,13 @@ stage.send_signal(signal.SIGINT)
 interrupted = stage.wait(timeout=30)
 stage = preload.ForkedStage(["x"], dict(os.environ), main=sleeper)
 stage.terminate()
+terminated = stage.wait(timeout=30)
+# the stage's collections skip the heap it inherited (frozen before the fork)
+import gc
+frozen = preload.ForkedStage(["x"], dict(os.environ), main=lambda argv: gc.get_freeze_count() == 0)
 print(json.dumps({"forked": preload.available(), "ok": ok, "bad": bad, "waited": waited,
-                  "interrupted": interrupted, "terminated": stage.wait(timeout=30)}))
+                  "interrupted": interrupted, "terminated": terminated,
+                  "frozen": frozen.wait(timeout=30)}))
 """
 
 
@@ -389,7 +394,7 @@ def test_a_forked_stage_is_its_own_process_with_its_output_exit_code_and_counter
     assert run.returncode == 0, run.stderr
     *output, last = run.stdout.strip().splitlines()
     assert json.loads(last) == {"forked": True, "ok": 0, "bad": 2, "waited": "timed out",
-                                "interrupted": 7, "terminated": -15}  # fmt: skip
+                                "interrupted": 7, "terminated": -15, "frozen": 0}  # fmt: skip
     text = "\n".join(output)
     assert "data folder:" in text  # the stage's own output, through the pipe
     assert "unknown stage 'nope'" in text

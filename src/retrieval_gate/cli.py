@@ -18,7 +18,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from . import work
+from . import gc_thresholds, work
 from .cache_settings import NO_CACHE_ENV, check_cache_settings
 from .errors import (
     EXIT_BUG,
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     1 a bug (the only case that prints a traceback), 141 the output's reader went away."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), "")
+    gc_thresholds.raise_for_imports()  # before the verb imports torch & co
     _closed_streams()
     try:
         _refuse_blank(argv)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import gc
 import importlib
 import importlib.util
 import os
@@ -84,6 +85,9 @@ class ForkedStage:
         read, write = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        # the imported heap frozen, as CPython's gc docs advise before a fork: the stage's
+        # collections neither walk it nor write into its pages (copy-on-write)
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             os.close(read)
