@@ -793,6 +793,32 @@ def test_label_refuses_a_question_too_long_for_the_window_before_the_engine(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]
 
 
+def test_a_label_file_in_a_folder_it_cannot_write_is_refused_before_the_generator(
+    tmp_path, capsys, monkeypatch
+):
+    """`label --policy closed-book --out` into a read-only folder read the generator's config
+    first (importing transformers: 14-20 s on 2 cores, past the probe's 20 s in a slow hour)
+    and was refused at its lock file; the folder is now tried first, leaving nothing there.
+    Root writes anywhere, so the folder's refusal is the OS error a user would get."""
+    import tempfile
+
+    from retrieval_gate.labels import policies
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    def built(req):
+        raise AssertionError("the generator was read before the folder was tried")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    monkeypatch.setattr(policies, "_build", built)
+    out = tmp_path / "ro" / "closed-book.jsonl"
+    code, err = _run(["label", "--policy", "closed-book", "--dataset", "freshqa", "--limit", "2",
+                      "--out", str(out)], capsys)  # fmt: skip
+    assert code == 2 and f"{out}: cannot write in its folder (Permission denied)" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_full_or_read_only_disk_is_said_with_the_path_not_called_a_bug(monkeypatch, capsys):
     """A system error of the user's disk escaped as a traceback and "internal error (a bug)"."""
     import errno

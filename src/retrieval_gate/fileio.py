@@ -89,6 +89,19 @@ def nearest_existing(path: Path) -> Path:
     return next(p for p in (path, *path.parents) if p.exists())
 
 
+def check_writable(path: str | Path) -> None:
+    """Refuses (an InputError naming `path`) an output whose folder, or the nearest existing
+    folder above a missing one, cannot be written: before the work that would fill it, and
+    leaving nothing behind (the probe is an unnamed temporary file, closed at once)."""
+    folder = nearest_existing(Path(path).parent)
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise InputError(
+            f"cannot write in its folder ({e.strerror}); choose another output", path
+        ) from None
+
+
 def regular_target(path: str | Path) -> Path:
     """The file a write to `path` lands in: a symbolic link's target (the link stays), never a
     device, pipe or socket, which a rename would replace with a file (an InputError)."""

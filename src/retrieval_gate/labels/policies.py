@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError
+from ..fileio import check_writable
 from ..generation.base import WindowedGenerator
 from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
@@ -208,6 +209,7 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
         # A folder or a user's file is refused before the lock file is made beside it (and
         # read again under the lock: another run may have appended meanwhile).
         require_ours(path)
+        check_writable(path)  # a read-only folder: said before the generator's config is read
         before = LabelFile(path, replacing=rebuilt)
         questions = _questions(req)
         todo = questions if rebuilt else pending(questions, before.done_ids())
