@@ -5,7 +5,7 @@ the process. With CPython's default thresholds (700, 10, 10) the collector walke
 imported so far ten times while they were imported: 2.5-2.8 s of a 17-18 s start (the training
 modules and vLLM's engine core, a 2-core Zen 3). With a first generation of 20,000 objects the
 same imports need no full collection (1.3 s of collecting in all, the start 14.5-15 s). Cycles
-are still collected, a few thousand objects later. Set by `cli.main` (and the test workers),
+are still collected, at most 20,000 allocations later. Set by `cli.main` (and the test workers),
 never on import: a program that imports the library keeps its own settings."""
 
 from __future__ import annotations
