@@ -89,6 +89,11 @@ def nearest_existing(path: Path) -> Path:
     return next(p for p in (path, *path.parents) if p.exists())
 
 
+def _unwritable(e: OSError, path: str | Path) -> InputError:
+    """What every writer here says when the OS refuses a file in an output's folder."""
+    return InputError(f"cannot write in its folder ({e.strerror}); choose another output", path)
+
+
 def check_writable(path: str | Path) -> None:
     """Refuses (an InputError naming `path`) an output whose folder, or the nearest existing
     folder above a missing one, cannot be written: before the work that would fill it, and
@@ -97,9 +102,7 @@ def check_writable(path: str | Path) -> None:
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
-        raise InputError(
-            f"cannot write in its folder ({e.strerror}); choose another output", path
-        ) from None
+        raise _unwritable(e, path) from None
 
 
 def regular_target(path: str | Path) -> Path:
@@ -157,9 +160,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
-        raise InputError(
-            f"cannot write in its folder ({e.strerror}); choose another output", path
-        ) from None
+        raise _unwritable(e, path) from None
     tmp = Path(name)
     try:
         os.fchmod(fd, file_mode())  # mkstemp makes it 0600: others could not read the result
@@ -189,9 +190,7 @@ def staged_folder(target: str | Path) -> Iterator[Path]:
     try:
         stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=_stage_prefix(target)))
     except OSError as e:
-        raise InputError(
-            f"cannot write in its folder ({e.strerror}); choose another output", target
-        ) from None
+        raise _unwritable(e, target) from None
     try:
         stage.chmod(folder_mode())  # mkdtemp makes it 0700
         with disk_errors_named(target):
@@ -368,9 +367,7 @@ def take_writer_lock(target: Path, busy: str) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise InputError(
-            f"cannot write in its folder ({e.strerror}); choose another output", target
-        ) from None
+        raise _unwritable(e, target) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
