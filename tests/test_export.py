@@ -4,6 +4,7 @@ provider selection, torch-free scoring and bad inputs (real ONNX Runtime, no moc
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import shutil
 import subprocess
@@ -415,18 +416,21 @@ def test_export_files_get_the_modes_the_umask_implies(exports, tmp_path, umask):
     assert _modes(tmp_path / "export")["."] == 0o777 & ~umask
 
 
-KILL_SCRIPT = """
-import sys
-from retrieval_gate.export.build import build_export
-build_export(sys.argv[1], sys.argv[2], ("fp32", "opt", "int8"), parity=([sys.argv[3]], None))
-"""
+def _export_child(run_dir: Path, target: Path, tmp: Path) -> None:
+    """A forked child's export: all three variants, its temporary files (ONNX Runtime's
+    optimiser keeps one in a TemporaryDirectory, which a SIGKILL leaves behind) in `tmp`."""
+    import os
+    import tempfile
+
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None  # read TMPDIR again
+    build_export(run_dir, target, ("fp32", "opt", "int8"), parity=([TEXTS[0]], None))
 
 
-def _kill_each_once_staged(children: dict[Path, subprocess.Popen]) -> None:
+def _kill_each_once_staged(children: dict[Path, multiprocessing.process.BaseProcess]) -> None:
     """SIGKILL each export child (by its target folder) 0.2 s after its staging folder has
     `model.onnx`: it dies in the optimisation / quantisation steps (~3 s for the tiny RoBERTa
     on a 2-core Zen 3), files half written."""
-    import signal
     import time
 
     deadline, staged_at, left = time.monotonic() + 180, {}, dict(children)
@@ -434,13 +438,13 @@ def _kill_each_once_staged(children: dict[Path, subprocess.Popen]) -> None:
         while left and time.monotonic() < deadline:
             now = time.monotonic()
             for target, proc in list(left.items()):
-                assert proc.poll() is None, f"the export to {target} ended before it was killed"
+                assert proc.is_alive(), f"the export to {target} ended before it was killed"
                 folders = target.parent.glob(f".{target.name}.staging-*")
                 if target not in staged_at and any((p / "model.onnx").is_file() for p in folders):
                     staged_at[target] = now
                 if now >= staged_at.get(target, float("inf")) + 0.2:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
+                    proc.kill()  # SIGKILL
+                    proc.join()
                     del left[target]
             time.sleep(0.05)
         assert not left, f"no model staged within 180 s for {sorted(map(str, left))}"
@@ -453,8 +457,8 @@ def _kill_each_once_staged(children: dict[Path, subprocess.Popen]) -> None:
 def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_path):
     """Issue 24 item 7: a SIGKILL while exporting (ONNX files half written in the staging folder)
     leaves the previous export as it was (or none), never half of one; the next export removes
-    what the killed one left. Both cases run at once (each child spends ~8 s importing and
-    tracing before it stages a model)."""
+    what the killed one left. Both cases run at once, each in a child forked from this worker
+    (its imports done: two fresh interpreters spent ~8 s each importing before they traced)."""
     import os
 
     run_dir = exports["roberta"][0]
@@ -462,13 +466,14 @@ def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_pat
     build_export(run_dir, old, ("fp32",), parity=PARITY)  # an export already there,
     (old / "notes.txt").write_text("mine")  # with a file of the user's
     before = {n: sha256_file(old / n) for n in os.listdir(old)}
-    # their temporary files (ONNX Runtime's optimiser keeps one in a TemporaryDirectory, which
-    # a SIGKILL leaves behind) go in this test's folder, not in /tmp
     (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
-    _kill_each_once_staged({target: subprocess.Popen([sys.executable, "-c", KILL_SCRIPT,
-                                                      str(run_dir), str(target), TEXTS[0]], env=env)
-                            for target in (none, old)})  # fmt: skip
+    fork = multiprocessing.get_context("fork")
+    children = {target: fork.Process(target=_export_child, args=(run_dir, target, tmp_path / "tmp"))
+                for target in (none, old)}  # fmt: skip
+    for child in children.values():
+        child.start()
+    _kill_each_once_staged(children)
+    assert all(child.exitcode == -9 for child in children.values())  # killed, not ended
     assert not none.exists()
     assert {n: sha256_file(old / n) for n in os.listdir(old)} == before
     for target in (none, old):

@@ -284,7 +284,8 @@ def test_a_question_only_gate_or_router_on_answer_logprobs_names_what_reads_them
 def test_score_input_refuses_answers_it_would_not_read(tmp_path, capsys, caplog):
     """`score --input` reads ids and texts alone: a two-stage gate scored a file's
     token_logprobs rows on their text, every score question-only, without a word."""
-    questions, outcomes = _write_user_data(tmp_path)
+    # 120 questions: the refusals need a two-stage gate, not a good one (480 took 5 s more)
+    questions, outcomes = _write_user_data(tmp_path, n=120)
     labels = tmp_path / "labels"
     assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
                  str(questions), "--generator", "my-llm", "--labels-dir", str(labels)]) == 0  # fmt: skip
