@@ -112,9 +112,16 @@ def tiny_release_router_sets(folder: Path) -> list[str]:
     240 training and 60 evaluation examples."""
     from retrieval_gate.data.adaptive_rag import release_questions
 
-    body = tiny_backbone("roberta", folder, [q.text for q in release_questions()])
-    return [f"model.name={body}", "model.pooling=cls", "data.max_train_examples=240",
-            "data.max_eval_examples=60"]  # fmt: skip
+    body = tiny_body_sets(folder, [q.text for q in release_questions()])
+    return [*body, "data.max_train_examples=240", "data.max_eval_examples=60"]
+
+
+def tiny_body_sets(folder: Path, texts: list[str]) -> list[str]:
+    """`--set` overrides that put a tiny RoBERTa body (its tokenizer fitted on `texts`, written
+    to `folder`) in place of MiniLM in a MiniLM config: for a test whose questions' wording
+    tells nothing, where MiniLM's encoding and export took seconds and decided nothing."""
+    body = tiny_backbone("roberta", folder, texts)
+    return [f"model.name={body}", "model.pooling=cls"]
 
 
 def tiny_config(label_file: Path, out: Path, backbone: str, name: str, **model) -> TrainConfig:
