@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import builtins
 import logging
+import sys
 from pathlib import Path
 
 from retrieval_gate.cli import build_parser, configure_logging
@@ -66,4 +67,23 @@ def test_quiet_and_verbose_set_what_the_cli_prints(capsys):
         err = capsys.readouterr().err
         assert ("note: a note" in err) == (level <= logging.INFO)
         assert "warning: a warning" in err
+    configure_logging(logging.INFO)
+
+
+def test_notices_follow_stderr_when_a_caller_swaps_it(monkeypatch):
+    """The handler kept the stream `sys.stderr` was when the command ran: a notice logged
+    after a caller had swapped (and closed) it was a "--- Logging error ---" traceback
+    (pytest's capture, closed after each test, showed it in the next tests' output)."""
+    import io
+
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging(logging.INFO)
+    log = logging.getLogger("retrieval_gate.some.module")
+    log.info("one")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    log.info("two")
+    assert second.getvalue() == "note: two\n"
     configure_logging(logging.INFO)

@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import traceback
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from . import gc_thresholds, work
 from .cache_settings import NO_CACHE_ENV, check_cache_settings
@@ -271,6 +271,19 @@ class _Notice(logging.Formatter):
         return f"{kind}: {record.getMessage()}"
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler writing to `sys.stderr` as it is when a notice is written (as logging's own
+    last-resort handler does): a caller that swaps it after a command (a notebook, pytest's
+    capture) gets the later notices there, not in a stream it may have closed."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # no stream of its own to keep
+
+    @property
+    def stream(self) -> TextIO:  # whatever sys.stderr is now
+        return sys.stderr
+
+
 _handler: logging.Handler | None = None
 
 
@@ -281,7 +294,7 @@ def configure_logging(level: int) -> None:
     logger = logging.getLogger("retrieval_gate")
     if _handler is not None:
         logger.removeHandler(_handler)
-    _handler = logging.StreamHandler(sys.stderr)
+    _handler = _Stderr()
     _handler.setFormatter(_Notice())
     logger.addHandler(_handler)
     logger.setLevel(level)
