@@ -169,13 +169,29 @@ def test_bad_layer_is_refused_before_any_weights_load(tiny, no_weights):
         check_options(["probe"], GateOptions(probe_model="/no/such/model"))
 
 
-def test_evaluate_refuses_a_bad_layer_in_one_line(tiny, tmp_path, no_weights, capsys):
+def test_evaluate_refuses_a_bad_layer_in_one_line(tiny, tmp_path, no_weights, capsys,
+                                                  monkeypatch):  # fmt: skip
+    """Refused from the model's config.json before the labels are read and before transformers
+    reads the config: it took 22 s on 2 cores (7 s of SmolLM2's labels, 12 s of transformers'
+    imports, 5 s of matplotlib's)."""
+    from retrieval_gate.evaluation import gate_comparison
+    from retrieval_gate.generation import model_folders
+
+    def never(what: str):
+        def called(*_, **__):
+            raise AssertionError(f"{what} before the flag was checked")
+
+        return called
+
+    monkeypatch.setattr(gate_comparison, "load_splits", never("the labels read"))
+    monkeypatch.setattr(model_folders, "read_config", never("transformers read the config"))
     argv = ["evaluate", "--gates", "probe", "--labels",
             "data/labels/smollm2-135m-instruct/closed-book.jsonl", "--probe-model", tiny,
             "--probe-layers", "3", "--out", str(tmp_path / "ev"), "--no-cost"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--probe-layers 3 is out of range" in err and "Traceback" not in err
+    assert not (tmp_path / "ev").exists()
 
 
 def test_another_models_states_are_refused_naming_it(tiny, tmp_path, no_weights):

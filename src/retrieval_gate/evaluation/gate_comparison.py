@@ -45,7 +45,6 @@ from ..questions import Question
 from ..rag.cascade import check_answer_gate_folder
 from ..strategies import StrategyRegistry
 from ..strict_rows import parse_json
-from . import plots
 from .answer_gate import answer_gate_scores, check_answer_labels
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .gate_tables import comparison_table, per_source_table
@@ -112,6 +111,10 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     if cfg.answer_gate is not None:
         check_answer_labels(cfg.label_files)
         check_answer_gate_folder(cfg.answer_gate)
+    skipped: dict[str, str] = {}
+    # each gate's flags and paths before the labels are read (7 s for SmolLM2's): a bad one is
+    # refused first; a gate without its flag is skipped, with the reason
+    gates = _gates_with_options(cfg, skipped)
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
@@ -121,13 +124,11 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     records = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR).records()
     generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
     costs: dict[str, float] = {}
-    skipped: dict[str, str] = {}
     report: dict[str, Any] = {
         "label_files": [str(p) for p in cfg.label_files],
         "policies": {},
         "skipped": skipped,
     }
-    gates = _gates_with_options(cfg, skipped)  # before any gate is built: flags and paths
     answer_gate = (
         None if cfg.answer_gate is None else RetrievalGate.from_pretrained(cfg.answer_gate)
     )
@@ -300,6 +301,8 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
 
 
 def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
+    from . import plots  # matplotlib: 5 s of imports a refused flag never needs
+
     scores = {r.name: r.scores for r in results}
     stem = policy.replace("/", "-")  # figure files of `<generator>/<policy>`
     figs = {

@@ -27,7 +27,12 @@ from sklearn.preprocessing import StandardScaler
 from .. import metrics, work
 from ..blas import one_blas_thread
 from ..errors import ConfigError, InputError, MissingInputError
-from ..generation.hidden_states import DTYPE, HiddenStateReader, model_num_layers
+from ..generation.hidden_states import (
+    DTYPE,
+    HiddenStateReader,
+    config_num_layers,
+    model_num_layers,
+)
 from ..generation.model_folders import folder_checksum, resolve_generator_model
 from ..generation.prompts import closed_book_prompt
 from ..labels.evalset import EvalSet
@@ -74,9 +79,14 @@ def probe_model_path(model: str | None) -> str:
 
 
 def check_probe_options(model: str | None, layers: str | None) -> list[int]:
-    """The layers asked for, checked against the model's config (no weights loaded)."""
-    path = probe_model_path(model)
-    return parse_layers(layers, model_num_layers(path), model or SMOLLM2)
+    """The layers asked for, checked against the model's config (no weights loaded): against
+    its config.json first, so a layer out of range is refused before transformers loads (12 s
+    on 2 cores), then against transformers' reading of it, which has the last word."""
+    path, name = probe_model_path(model), model or SMOLLM2
+    stated = config_num_layers(path)
+    if stated is not None:
+        parse_layers(layers, stated, name)
+    return parse_layers(layers, model_num_layers(path), name)
 
 
 def check_same_model(model: str | None, serving_checksum: str, serving: str) -> None:

@@ -44,6 +44,20 @@ DTYPE = "float32"  # the default: the same numbers on every machine
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def config_num_layers(model: str) -> int | None:
+    """The number of decoder blocks a model folder's config.json states at its top level
+    (`num_hidden_layers` or `n_layer`), read as JSON in milliseconds; None where it states
+    none (a Hub name, a nested config): `model_num_layers` asks transformers, seconds in."""
+    from ..strict_rows import parse_json
+
+    try:
+        config = parse_json((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    n = config.get("num_hidden_layers", config.get("n_layer")) if isinstance(config, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def model_num_layers(model: str) -> int:
     """The number of decoder blocks of a model folder or name, from its config alone (no
     weights are read)."""
