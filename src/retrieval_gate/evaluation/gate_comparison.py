@@ -45,6 +45,7 @@ from ..questions import Question
 from ..rag.cascade import check_answer_gate_folder
 from ..strategies import StrategyRegistry
 from ..strict_rows import parse_json
+from . import plots
 from .answer_gate import answer_gate_scores, check_answer_labels
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .gate_tables import comparison_table, per_source_table
@@ -301,8 +302,6 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
 
 
 def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
-    from . import plots  # matplotlib: 5 s of imports a refused flag never needs
-
     scores = {r.name: r.scores for r in results}
     stem = policy.replace("/", "-")  # figure files of `<generator>/<policy>`
     figs = {

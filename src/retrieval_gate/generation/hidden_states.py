@@ -54,7 +54,9 @@ def config_num_layers(model: str) -> int | None:
         config = parse_json((Path(model) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    n = config.get("num_hidden_layers", config.get("n_layer")) if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        return None
+    n = config.get("num_hidden_layers") or config.get("n_layer")  # model_num_layers' keys
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
