@@ -117,6 +117,62 @@ def test_a_question_without_a_recorded_decision_is_refused(labelled, tmp_path):
         RecordedGate(few).scores([q for q in question_set(QUESTIONS)][:3])
 
 
+def _no_tfidf(monkeypatch) -> None:
+    """tfidf, listed before the recorded gate, must not be built (nor any engine started)."""
+    from dataclasses import replace
+
+    from retrieval_gate.gates.registry import GATES
+
+    def built(*_):
+        raise AssertionError("a gate was built before the recorded file was checked")
+
+    monkeypatch.setitem(GATES, "tfidf", replace(GATES["tfidf"], build=built))
+
+
+def test_a_test_question_without_a_recorded_decision_is_refused_before_any_gate_is_built(
+    labelled, tmp_path, capsys, monkeypatch
+):
+    """The rows were checked only when the recorded gate came up: after the gates listed
+    before it had been built and scored (the prompt gates' engine started, minutes gone)."""
+    _no_tfidf(monkeypatch)
+    ids = [q.id for q in question_set(QUESTIONS)]
+    few, routed = tmp_path / "few.jsonl", tmp_path / "routed.csv"
+    few.write_text('{"id": "my-000", "score": 0.2}\n')
+    routed.write_text("id,strategy\n" + "".join(f"{i},web_search\n" for i in ids))
+    for peer, message in [(few, "questions have no recorded decision (e.g. id 'my-0"),
+                          (routed, "recorded strategy 'web_search' (question 'my-0")]:  # fmt: skip
+        code = main(["evaluate", "--labels", str(labelled), "--questions", QUESTIONS,
+                     "--no-cost", "--out", str(tmp_path / "out"), "--gates", "tfidf",
+                     "recorded", "--recorded", str(peer)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [(lambda i: "no_retrieval" if i % 2 else "", "questions have no recorded strategy"),
+     (lambda i: "A" if i % 2 else "B", "Adaptive-RAG's classifier writes A, B, C")],
+    ids=["a-strategy-missing", "letters-for-names"],
+)  # fmt: skip
+def test_recorded_strategies_the_labels_cannot_route_are_refused_before_any_gate_is_built(
+    tmp_path, capsys, monkeypatch, strategy, message
+):
+    from test_answer_gate_routing import _strategy_labels
+
+    _no_tfidf(monkeypatch)
+    labels = _strategy_labels(tmp_path / "l", False) / "strategies.jsonl"
+    peer = tmp_path / "peer.csv"  # a score for every question, a strategy for some or unknown
+    peer.write_text("id,score,strategy\n" + "".join(f"q{i},0.5,{strategy(i)}\n"
+                                                    for i in range(30)))  # fmt: skip
+    code = main(["evaluate", "--labels", str(labels), "--questions",
+                 str(tmp_path / "l" / "outcomes.jsonl"), "--gates", "tfidf", "recorded",
+                 "--recorded", str(peer), "--no-cost", "--out", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_recorded_strategies_are_a_routing_policy_and_their_binary_view_retrieves(tmp_path):
     """A peer router's decisions (`strategy` per question) are scored as they are in the
     routing report, beside the fixed policies and the cascade."""

@@ -119,6 +119,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
+    _check_gate_questions(gates, cfg.gate_options, tests)
     # the questions alone, though a questions file may carry its answers' log-probabilities:
     # what the label-free scores and a two-stage gate's question-only row are computed on
     bare = {k: without_answers(t) for k, t in tests.items()}
@@ -193,6 +194,16 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
 def asks_generator(gates: Sequence[str]) -> list[str]:
     """The gates that ask the generator for each decision (an LLM call of their own)."""
     return [g for g in gates if g in GATES and "generator" in GATES[g].needs]
+
+
+def _check_gate_questions(gates: Sequence[str], options: GateOptions,
+                          tests: dict[str, EvalSet]) -> None:  # fmt: skip
+    """A gate that looks its decisions up (a recorded file) must have one for every test
+    question: refused here, before the generator starts or any gate is built and scored."""
+    for name in gates:
+        check = GATES[name].check_questions
+        for test in tests.values() if check is not None else ():
+            check(options, test.questions, test.strategies if test.has_strategies else ())
 
 
 def _gates_with_options(cfg: EvaluationConfig, skipped: dict[str, str]) -> list[str]:

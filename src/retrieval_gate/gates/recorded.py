@@ -67,6 +67,17 @@ class RecordedGate:
                             self.path)  # fmt: skip
         return np.array([list(strategies).index(self.routes[q.id]) for q in qs])
 
+    def check_questions(self, questions: Questions, strategies: Sequence[str] = ()) -> None:
+        """What `scores` (and, on strategy labels, `strategy_choice`) would refuse on these
+        questions: evaluate calls it before the generator starts or any gate is built."""
+        qs = as_questions(questions)
+        if not strategies:  # binary labels: a strategy-only row must name a built-in one
+            self.scores(qs)
+            return
+        self._covers(qs, self.recorded, "decision")
+        if self.routes:
+            self.strategy_choice(qs, strategies)
+
     def _covers(self, qs: Sequence[Question], table: dict[str, Any], what: str) -> None:
         missing = [q.id for q in qs if q.id not in table]
         if missing:
@@ -145,7 +156,8 @@ def _score(row: dict[str, Any], path: Path, n: int, routed: bool = False) -> flo
             return None
         if decided is None:
             raise DataError(f"the row has neither a '{SCORE}' (P(needs retrieval)), a "
-                            f"'{RETRIEVE}' (true/false) nor a '{STRATEGY}' value", path, n)  # fmt: skip
+                            f"'{RETRIEVE}' (true/false) nor a '{STRATEGY}' value (each is empty, "
+                            "null or NaN): record one of them", path, n)  # fmt: skip
         return 1.0 if decided else 0.0
     score = _number(value)
     if score is None:  # a true/false too: a decision in the score column

@@ -24,7 +24,7 @@ from ..generation.hidden_states import DTYPES
 from ..labels.evalset import EvalSet
 from ..models import SMOLLM2
 from ..run_folder import RunFolder
-from .base import Gate
+from .base import Gate, Questions
 from .onnx_format import VARIANTS
 
 
@@ -168,6 +168,9 @@ class GateSpec:
     check: Callable[[GateOptions], None] | None = None
     # False: it looks scores up by question id, which questions sent to `serve` never have
     serves: bool = True
+    # refuses test questions it cannot score (and, on strategy labels, route) before any
+    # gate is built: (options, questions, the labels' strategies or ())
+    check_questions: Callable[[GateOptions, Questions, Sequence[str]], None] | None = None
 
 
 def _always(ctx: GateContext, opts: GateOptions) -> Gate:
@@ -270,6 +273,14 @@ def _check_recorded(opts: GateOptions) -> None:
     _recorded(GateContext(), opts)
 
 
+def _check_recorded_questions(
+    opts: GateOptions, questions: Questions, strategies: Sequence[str]
+) -> None:
+    from .recorded import RecordedGate
+
+    RecordedGate(_required(opts, "recorded", "recorded")).check_questions(questions, strategies)
+
+
 def _router_tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
     from .strategy_routers import tfidf_router
 
@@ -318,7 +329,8 @@ GATES: dict[str, GateSpec] = {
                  frozenset({"export"}), label_free=True, options=("onnx", "variant")),
         GateSpec("recorded", _recorded, "decisions made elsewhere (a published peer's, your "
                  "system's), read by question id from --recorded FILE", label_free=True,
-                 options=("recorded",), check=_check_recorded, serves=False),
+                 options=("recorded",), check=_check_recorded, serves=False,
+                 check_questions=_check_recorded_questions),
     )
 }  # fmt: skip
 
