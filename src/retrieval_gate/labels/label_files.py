@@ -55,6 +55,9 @@ def meta_path(path: Path) -> Path:
 
 
 LABEL_VALUES = (0, 1, None)
+# half-written last lines already noted in this process: a command reads its label file
+# several times (its checksum, its labels, its outcomes), and said it as often
+_NOTED_PARTIAL: set[tuple[str, int, bytes]] = set()
 # What a reader takes from a row: two rows of one id must agree on them (two label files
 # joined with `cat` whose runs labelled a question differently name no label of it)
 TARGET_FIELDS = ("label", "target", "correct", "cost")
@@ -130,8 +133,11 @@ class LabelFile:
                 if not _whole_object(raw):
                     # What an interrupted run leaves (or a run still writing): skipped; the
                     # next `append` cuts it off, so the resumed run redoes that id cleanly.
-                    log.info(f"{self.path}: line {lineno} is half-written (an interrupted "
-                             "labelling run?): not read; `label` redoes it")  # fmt: skip
+                    noted = (str(self.path.resolve()), start, raw)
+                    if noted not in _NOTED_PARTIAL:
+                        _NOTED_PARTIAL.add(noted)
+                        log.info(f"{self.path}: line {lineno} is half-written (an interrupted "
+                                 "labelling run?): not read; `label` redoes it")  # fmt: skip
                     self._partial_at = start
                     break
                 self._unterminated = True  # a whole row, only its newline missing: kept
