@@ -42,6 +42,7 @@ KIND = "hidden-state"
 KEY_VERSION = 1  # bump when what a stored state means changes
 DTYPE = "float32"  # the default: the same numbers on every machine
 DTYPES = ("float32", "bfloat16", "float16")
+LAYER_KEYS = ("num_hidden_layers", "n_layer")  # a config's count of decoder blocks, first set
 
 
 def config_num_layers(model: str) -> int | None:
@@ -56,7 +57,7 @@ def config_num_layers(model: str) -> int | None:
         return None
     if not isinstance(config, dict):
         return None
-    n = config.get("num_hidden_layers") or config.get("n_layer")  # model_num_layers' keys
+    n = next((config[k] for k in LAYER_KEYS if config.get(k)), None)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
@@ -66,7 +67,7 @@ def model_num_layers(model: str) -> int:
     from .model_folders import read_config
 
     config = read_config(model)  # a Hub name without a network: the cache alone, at once
-    n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    n = next((getattr(config, k) for k in LAYER_KEYS if getattr(config, k, None)), None)
     if not n:
         raise InputError("the model's config names no num_hidden_layers: not a causal LM", model)
     return int(n)
