@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from retrieval_gate.gates.learned import default_device
-from retrieval_gate.generation.vllm_backend import engine_env, engine_kwargs
+from retrieval_gate.generation.vllm_backend import engine_env, engine_kwargs, known_warnings_hidden
 
 
 def test_vllm_multiprocessing_is_forced_off_only_on_cpu():
@@ -42,6 +42,27 @@ def test_vllm_logs_to_stderr_leaving_stdout_to_the_command(vllm_generator):
     streams = [h.stream for h in handlers if isinstance(h, logging.StreamHandler)]
     assert streams and all(s is sys.stderr for s in streams), streams
     assert sys.stdout is not sys.stderr
+
+
+def test_vllms_reduce_op_notice_is_hidden_at_engine_start():
+    """Every engine start printed two FutureWarnings about `torch.distributed.reduce_op`: vLLM's
+    kernel dispatcher reads the attributes of every module's objects, that one among them (in
+    each of the demo's generator stages). torch's notice, met as the dispatcher meets it, is
+    hidden inside the block the engine starts in; outside it still shows."""
+    import warnings
+    from contextlib import nullcontext
+
+    import torch.distributed as dist
+
+    def said(hidden: bool) -> list[str]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with known_warnings_hidden() if hidden else nullcontext():
+                hasattr(dist.reduce_op, "__dict__")  # as vllm/triton_utils/dispatcher.py does
+        return [str(w.message) for w in seen]
+
+    assert any("reduce_op" in m for m in said(hidden=False))
+    assert said(hidden=True) == []
 
 
 def test_learned_gate_default_device_follows_cuda():

@@ -374,3 +374,26 @@ def test_a_damaged_prepared_model_is_converted_again(tmp_path, monkeypatch, capl
         assert converted[-1] is True and "is damaged" in caplog.text
     assert len(converted) == 2
     assert len(folder_checksum(folder)) == 64  # a garbled marker: computed, not a traceback
+
+
+@pytest.mark.slow  # the real conversion of the GGUF (about 8 s)
+def test_the_conversion_is_quiet_and_makes_the_committed_labels_generator(tmp_path):
+    """transformers warned on every fresh machine that a GGUF 'with its weights packed is
+    fastest in float32' and to pass dtype=float32 (the conversion never keeps them packed).
+    It now dequantises in float32 and casts to bf16: no warning, and the very weights (and
+    config) the committed label files name as their generator."""
+    import logging
+
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        folder = prepare_smollm2(tmp_path / "smollm2")
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in said if "float32" in m], said
+    meta = Path(__file__).parent.parent / "data/labels/smollm2-135m-instruct/closed-book.meta.json"
+    assert folder_checksum(folder) == json.loads(meta.read_text())["generator_checksum"]
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"

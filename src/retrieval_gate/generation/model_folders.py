@@ -100,9 +100,12 @@ def _convert(target: Path, force: bool) -> Path:
     try:
         with _gguf_read_once():
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            # dequantised in float32, then cast: the same bf16 bytes as asking for bf16 (the
+            # committed labels' generator checksum), without transformers' warning on every
+            # fresh machine that a packed GGUF is fastest in float32 (it is not kept packed)
             model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
-            )
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+            ).to(torch.bfloat16)
         # The weights are already dequantised; drop the GGUF "quantisation" to save them.
         model.hf_quantizer = None
         model.is_quantized = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -121,6 +122,20 @@ def _eager_sampler(cuda: bool) -> Iterator[None]:
         yield
 
 
+# vLLM's own deprecation notices, printed at every engine start, about nothing the user can
+# change: its kernel dispatcher touches `torch.distributed.reduce_op` while scanning modules.
+KNOWN_WARNINGS = ((r"`torch\.distributed\.reduce_op` is deprecated", FutureWarning),)
+
+
+@contextmanager
+def known_warnings_hidden() -> Iterator[None]:
+    """KNOWN_WARNINGS silenced for the block; every other warning shows as before."""
+    with warnings.catch_warnings():
+        for message, category in KNOWN_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
+
+
 class VLLMGenerator:
     """A `Generator` over a local model folder or hub name (chat template applied inside)."""
 
@@ -130,7 +145,8 @@ class VLLMGenerator:
         cuda = self.cuda = _cuda()
         for key, value in engine_env(cuda).items():
             os.environ.setdefault(key, value)
-        from vllm import LLM
+        with known_warnings_hidden():
+            from vllm import LLM
 
         self.model = model
         self.name = name or Path(model).name
@@ -138,7 +154,7 @@ class VLLMGenerator:
         settings = {**engine_kwargs(cuda), "max_model_len": max_model_len, **kw}
         self.settings = settings
         try:
-            with _llvmlite_hidden():
+            with _llvmlite_hidden(), known_warnings_hidden():
                 self.llm = LLM(model=model, seed=0, **settings)
         except Exception as e:  # vLLM raises many types when an engine cannot start
             raise BackendError(f"the vLLM engine did not start for {model}: {first_line(e)}") from e
