@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -345,6 +346,17 @@ def test_a_label_row_naming_a_key_twice_is_refused_not_read_as_its_last(tmp_path
     path.write_text('{"id": "a", "label": 1}\n{"id": "b", "label": 1, "label": 0}')
     with pytest.raises(DataError, match=r"line 2: key 'label' is given twice"):
         LabelFile(path)  # a last row without its newline is whole, not half-written
+
+
+def test_a_label_row_whose_id_is_no_text_nor_number_is_refused(tmp_path):
+    """`{"id": null, ...}` labelled a question "None", `{"id": true, ...}` one "True"."""
+    path = tmp_path / "l.jsonl"
+    for bad, shown in (("null", "null"), ("true", "true"), ('{"q": 1}', '{"q": 1}')):
+        path.write_text(f'{{"id": 3, "label": 1}}\n{{"id": {bad}, "label": 0}}\n')
+        with pytest.raises(DataError, match=rf"line 2: the id is {re.escape(shown)}: name"):
+            LabelFile(path)
+    path.write_text('{"id": 3, "label": 1}\n{"id": "b", "label": 0}\n')
+    assert LabelFile(path).labels() == {"3": 1, "b": 0}
 
 
 def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path, caplog):

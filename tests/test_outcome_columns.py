@@ -205,3 +205,19 @@ def test_a_list_saved_into_a_csv_cell_is_read_as_that_list(tmp_path, capsys):
     several.write_text("id,prediction\nm2,\"['Lyon', 'Paris']\"\n")
     assert _label(tmp_path, several) == 2
     assert "line 2: column 'prediction' holds \"['Lyon', 'Paris']\"" in capsys.readouterr().err
+
+
+def test_an_outcome_id_that_is_no_text_nor_number_matches_no_question_id():
+    """An outcome row's `"id": true` matched the question whose id is the text "True" (its
+    Python spelling); such an id now names no question, and the row is matched by its text
+    or not at all."""
+    from retrieval_gate.labels.outcomes import match_rows
+    from retrieval_gate.questions import Question
+
+    questions = [Question(id="True", text="Who wrote Hamlet?", answers=("Shakespeare",),
+                          source="mine"),
+                 Question(id="7", text="What is the capital of France?", answers=("Paris",),
+                          source="mine")]  # fmt: skip
+    rows = [(1, {"id": True, "question": "What is the capital of France?", "correct": 1})]
+    matched, _ = match_rows("o.jsonl", rows, questions, "jsonl")
+    assert list(matched) == ["7"]  # by its text; the id named the Hamlet question

@@ -96,6 +96,7 @@ def test_recorded_scores_and_decisions_are_reported_beside_the_other_gates(label
      ('{"id": "my-000", "retrieve": "maybe"}\n', "line 1: retrieve 'maybe' is not true/false"),
      ('{"id": "my-000"}\n', "neither a 'score'"),
      ('{"id": "my-000", "score": true}\n', "line 1: score True is not a number (a decision goes in"),
+     ('{"id": ["my-000"], "score": 0.2}\n', 'line 1: the id is ["my-000"]: name each row'),
      ('{"id": "my-000", "score": 0.2}\n{"id": "my-000", "score": 0.3}\n',
       "line 2: a second decision for question 'my-000' (first on line 1)")],
 )  # fmt: skip

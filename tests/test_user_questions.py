@@ -265,6 +265,11 @@ def test_duplicates(tmp_path, caplog):
             "split 'holdout' is not one",
         ),
         ("badpop.jsonl", '{"question": "a?", "s_pop": "many"}\n', "'s_pop' must be a number"),
+        # ids that are no text nor number were read as Python's "True", "[1, 2]", "nan", "inf"
+        ("boolid.jsonl", '{"question": "a?", "id": true}', "line 1: the id is true:"),
+        ("listid.jsonl", '{"id": [1, 2], "question": "a?"}\n', "line 1: the id is \\[1, 2\\]:"),
+        ("nanid.jsonl", '{"id": NaN, "question": "a?"}\n', "line 1: the id is NaN:"),
+        ("infid.jsonl", '{"id": 1e400, "question": "a?"}\n', "line 1: the id is Infinity:"),
         ("badlist.csv", "question,answers\nWho?,[a b]\n", "starts with '\\[' but is not a list"),
         (
             "twice.jsonl",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import re
 import string
 import unicodedata
@@ -170,6 +171,25 @@ def feature_value(q: Question, name: str) -> float | None:
             f"{value!r}, not a finite number; fix the cell or leave it empty (= unknown)"
         )
     return None if number != number else number  # NaN counts as missing
+
+
+def bad_id(value: Any) -> str:
+    """What is wrong with an id `id_text` refuses, as JSON shows it, and the fix."""
+    shown = json.dumps(value, ensure_ascii=False, default=repr)
+    return (f"the id is {shown[:80]}: name each row's question by a text or a number (a number "
+            "past the float range, such as 1e400, as text in quotes)")  # fmt: skip
+
+
+def id_text(value: Any) -> str | None:
+    """A row's id as the text every file matches on: a string as written, a number as JSON
+    writes it (7 -> "7"); None for anything else: a list, an object, true/false, NaN or an
+    infinity (1e400, past the float range, parses as one) were read as Python's
+    "[1, 2]", "True" or "inf", an id nobody wrote."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's too
+        return None
+    return str(value) if math.isfinite(value) else None
 
 
 def by_id(questions: Sequence[Question]) -> dict[str, Question]:

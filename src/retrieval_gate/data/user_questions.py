@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import DataError, clipped
 from ..hub import offline_when_unreachable
-from ..questions import Question, has_text
+from ..questions import Question, bad_id, has_text, id_text
 from ..strict_rows import allow_long_cells, first_repeated
 from ..text_bytes import binary_kind, not_utf8, nul_byte
 from .answer_confidence import (
@@ -379,6 +379,9 @@ def _question(
     if not isinstance(text, str) or not has_text(text):
         raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
     qid = get("id")
+    if qid is not None and id_text(qid) is None:
+        named = "" if columns["id"] == ("id",) else f" (column {' or '.join(columns['id'])})"
+        raise DataError(bad_id(qid) + named, spec, n)
     split = _split(get("split"), spec, n)
     used = {c for cols in columns.values() for c in cols}
     rest = {k: v for k, v in row.items() if k not in used}  # the columns no field took
@@ -386,7 +389,7 @@ def _question(
     # (an empty cell too: "no answer", which a label file's log-probabilities must not fill in)
     answer = {f: get(f) for f in ANSWER_FIELDS if any(c in row for c in columns[f])}
     return Question(
-        id=str(qid) if qid not in (None, "") else text_id(text),
+        id=id_text(qid) if qid is not None else text_id(text),
         text=text.strip(),
         answers=_answers(get("answers"), spec, n),
         source=str(get("source") or source),

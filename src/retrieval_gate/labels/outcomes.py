@@ -36,7 +36,7 @@ from ..data.user_questions import read_rows, text_id
 from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
 from ..outputs import record_owned, refuse_foreign, vouch_for
-from ..questions import Question, normalize_answer
+from ..questions import Question, id_text, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, require_ours
 from .labelling_run import CLOSED_BOOK, RAG_GAIN
@@ -177,7 +177,8 @@ def match_rows(
         qid, text = key.get("id"), key.get("question") or key.get("text")
         if qid is None and not text:
             raise DataError(_no_question(fmt, key), path, n)
-        q = by_id.get(str(qid)) if qid is not None else None
+        key = id_text(qid)  # true, a list or NaN names no question: matched by text instead
+        q = by_id.get(key) if key is not None else None
         if q is None and isinstance(text, str):
             q = _by_text(exact, by_text, text, path, n)
         if q is None:
