@@ -5,6 +5,7 @@ where only rank zero may write the run folder."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -63,6 +64,35 @@ def test_vllms_reduce_op_notice_is_hidden_at_engine_start():
 
     assert any("reduce_op" in m for m in said(hidden=False))
     assert said(hidden=True) == []
+
+
+def test_vllms_log_is_warnings_only_without_verbose(monkeypatch):
+    """An engine start printed ~40 lines of vLLM's log (its INFO lines, the engine's whole
+    config among them, and warnings about settings chosen on purpose) between a command's
+    progress bar and its notes: its level is WARNING unless the command runs with -v (then
+    INFO, and the known lines shown), and a variable the user set wins (`setdefault`)."""
+    from retrieval_gate.cli import configure_logging
+
+    configure_logging(logging.INFO)
+    assert engine_env(cuda=False)["VLLM_LOGGING_LEVEL"] == "WARNING"
+    assert engine_env(cuda=True)["VLLM_LOGGING_LEVEL"] == "WARNING"
+    configure_logging(logging.DEBUG)
+    assert engine_env(cuda=False)["VLLM_LOGGING_LEVEL"] == "INFO"
+    configure_logging(logging.INFO)
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("vllm.config.vllm")
+    monkeypatch.setattr(logger, "filters", [])  # this test's own, put back after it
+    logger.addHandler(handler)
+    try:
+        with known_warnings_hidden():
+            logger.warning("Enforce eager set, disabling torch.compile, CUDAGraphs, ...")
+            logger.warning("max_num_batched_tokens is smaller than max_model_len")
+    finally:
+        logger.removeHandler(handler)
+    assert said == ["max_num_batched_tokens is smaller than max_model_len"]
 
 
 def test_learned_gate_default_device_follows_cuda():

@@ -66,9 +66,12 @@ def _preload() -> bool:
 
     if torch.version.cuda is not None or torch.version.hip is not None:
         return False
-    for name in MODULES:
-        if importlib.util.find_spec(name.split(".")[0]) is not None:
-            importlib.import_module(name)
+    from .generation.vllm_backend import known_warnings_hidden
+
+    with known_warnings_hidden():  # vLLM's import says what each stage's would have
+        for name in MODULES:
+            if importlib.util.find_spec(name.split(".")[0]) is not None:
+                importlib.import_module(name)
     return True
 
 

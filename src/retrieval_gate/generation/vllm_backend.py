@@ -14,6 +14,7 @@ process; `VLLM_CPU_OMP_THREADS_BIND=0` pins it to one core on a busy shared mach
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -43,9 +44,13 @@ def _cuda() -> bool:
 
 def engine_env(cuda: bool) -> dict[str, str]:
     """Environment defaults set before vLLM starts: its log on stderr (vLLM's default is
-    stdout, where `rag` prints its table and a piped command its output), and the CPU settings
-    above (none on GPUs)."""
-    logs = {"VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+    stdout, where `rag` prints its table and a piped command its output), at WARNING unless the
+    command runs with -v (its ~25 INFO lines an engine start, the engine's whole config among
+    them, buried the command's own progress and notes), and the CPU settings above (none on
+    GPUs). A variable the user set wins."""
+    verbose = logging.getLogger("retrieval_gate").isEnabledFor(logging.DEBUG)
+    logs = {"VLLM_LOGGING_STREAM": "ext://sys.stderr",
+            "VLLM_LOGGING_LEVEL": "INFO" if verbose else "WARNING"}  # fmt: skip
     if cuda:
         return logs
     return {**logs, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -127,9 +132,35 @@ def _eager_sampler(cuda: bool) -> Iterator[None]:
 KNOWN_WARNINGS = ((r"`torch\.distributed\.reduce_op` is deprecated", FutureWarning),)
 
 
+# vLLM's log warnings, at every engine start, about what this backend chose on purpose (eager
+# mode, the seed, the engine core in-process) or what the CPU build lacks (Triton, setting the
+# thread count after binding): by logger, the messages' beginnings. -v shows them with the rest
+# of vLLM's log; its advice to preload tcmalloc and Intel's OpenMP stays (docs/prompt-gates.md).
+KNOWN_LOG_LINES = {
+    "vllm.triton_utils.importing": ("Triton is installed, but doesn't include CPU backend",),
+    "vllm.engine.arg_utils": ("The global random seed is set to",),
+    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled",
+                         "Model Runner V2 requires Triton"),
+    "vllm.platforms.cpu": ("Triton is not installed", "Reset SSM cache type"),
+    "vllm.v1.worker.cpu_worker": ("CPU backend doesn't allow to use `torch.set_num_threads`",),
+}  # fmt: skip
+
+
+class _KnownLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(KNOWN_LOG_LINES.get(record.name, ()))
+
+
+_KNOWN_LINES = _KnownLines()
+
+
 @contextmanager
 def known_warnings_hidden() -> Iterator[None]:
-    """KNOWN_WARNINGS silenced for the block; every other warning shows as before."""
+    """KNOWN_WARNINGS silenced for the block, and KNOWN_LOG_LINES from then on unless the
+    command runs with -v; every other warning shows as before."""
+    if not logging.getLogger("retrieval_gate").isEnabledFor(logging.DEBUG):
+        for name in KNOWN_LOG_LINES:  # a logger's filters see the records made on it
+            logging.getLogger(name).addFilter(_KNOWN_LINES)  # once: a filter is added once
     with warnings.catch_warnings():
         for message, category in KNOWN_WARNINGS:
             warnings.filterwarnings("ignore", message=message, category=category)
