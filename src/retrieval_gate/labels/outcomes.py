@@ -177,8 +177,8 @@ def match_rows(
         qid, text = key.get("id"), key.get("question") or key.get("text")
         if qid is None and not text:
             raise DataError(_no_question(fmt, key), path, n)
-        key = id_text(qid)  # true, a list or NaN names no question: matched by text instead
-        q = by_id.get(key) if key is not None else None
+        as_id = id_text(qid)  # true, a list or NaN names no question: matched by text instead
+        q = by_id.get(as_id) if as_id is not None else None
         if q is None and isinstance(text, str):
             q = _by_text(exact, by_text, text, path, n)
         if q is None:
