@@ -379,7 +379,8 @@ def _question(
     if not isinstance(text, str) or not has_text(text):
         raise DataError(f"empty or missing question ({' or '.join(columns['text'])})", spec, n)
     qid = get("id")
-    if qid is not None and id_text(qid) is None:
+    as_id = id_text(qid) if qid is not None else text_id(text)
+    if as_id is None:
         named = "" if columns["id"] == ("id",) else f" (column {' or '.join(columns['id'])})"
         raise DataError(bad_id(qid) + named, spec, n)
     split = _split(get("split"), spec, n)
@@ -389,7 +390,7 @@ def _question(
     # (an empty cell too: "no answer", which a label file's log-probabilities must not fill in)
     answer = {f: get(f) for f in ANSWER_FIELDS if any(c in row for c in columns[f])}
     return Question(
-        id=id_text(qid) if qid is not None else text_id(text),
+        id=as_id,
         text=text.strip(),
         answers=_answers(get("answers"), spec, n),
         source=str(get("source") or source),

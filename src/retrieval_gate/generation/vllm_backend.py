@@ -42,15 +42,19 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def _verbose() -> bool:
+    """The command runs with -v (the CLI's logger at DEBUG): vLLM's whole log is shown."""
+    return logging.getLogger("retrieval_gate").isEnabledFor(logging.DEBUG)
+
+
 def engine_env(cuda: bool) -> dict[str, str]:
     """Environment defaults set before vLLM starts: its log on stderr (vLLM's default is
     stdout, where `rag` prints its table and a piped command its output), at WARNING unless the
     command runs with -v (its ~25 INFO lines an engine start, the engine's whole config among
     them, buried the command's own progress and notes), and the CPU settings above (none on
     GPUs). A variable the user set wins."""
-    verbose = logging.getLogger("retrieval_gate").isEnabledFor(logging.DEBUG)
     logs = {"VLLM_LOGGING_STREAM": "ext://sys.stderr",
-            "VLLM_LOGGING_LEVEL": "INFO" if verbose else "WARNING"}  # fmt: skip
+            "VLLM_LOGGING_LEVEL": "INFO" if _verbose() else "WARNING"}  # fmt: skip
     if cuda:
         return logs
     return {**logs, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -158,7 +162,7 @@ _KNOWN_LINES = _KnownLines()
 def known_warnings_hidden() -> Iterator[None]:
     """KNOWN_WARNINGS silenced for the block, and KNOWN_LOG_LINES from then on unless the
     command runs with -v; every other warning shows as before."""
-    if not logging.getLogger("retrieval_gate").isEnabledFor(logging.DEBUG):
+    if not _verbose():
         for name in KNOWN_LOG_LINES:  # a logger's filters see the records made on it
             logging.getLogger(name).addFilter(_KNOWN_LINES)  # once: a filter is added once
     with warnings.catch_warnings():
