@@ -123,7 +123,7 @@ def test_variant_is_served(tiny_onnx_export):
         ({"questions": ["  "]}, "questions.0: is empty or only whitespace"),
         ({"questions": ["ok?", "x" * 1001]}, "questions.1: String should have at most 1000"),
         ({"questions": ["a?"] * 5}, "questions: List should have at most 4 items"),
-        ({"questions": ["a?"], "k": 3}, "k: Extra inputs"),
+        ({"questions": ["a?"], "k": 3}, "k: not a key this request takes (it takes questions)"),
         ('{"questions": ["a\\ud800b"]}', "questions.0: is not valid Unicode (a lone surrogate"),
         ("{not json", "body: not valid JSON at character 1 (Expecting property name"),
         ("", 'body: empty; send a JSON object such as {"questions"'),
@@ -625,7 +625,9 @@ def test_router_with_its_own_costs_prices_traffic_and_budgets_in_its_unit():
 def test_binary_gate_service_takes_no_budget(gate):
     with TestClient(create_app(gate)) as client:
         r = client.post("/score", json={"questions": ["Who wrote Hamlet?"], "budget": 1})
-        assert r.status_code == 422 and "budget: Extra inputs" in r.text
+        detail = r.json()["detail"]  # the key named, and why this server reads none
+        assert r.status_code == 422 and detail.startswith("budget: not a key this request takes")
+        assert "(it takes questions): a budget is a router's (serve --router DIR)" in detail
         ok = client.post("/score", json={"questions": ["Who wrote Hamlet?"]}).json()
         assert ok["scores"][0]["strategy"] in ("no_retrieval", "one_retrieval")
         assert ok["strategies"] == ["no_retrieval", "one_retrieval"]

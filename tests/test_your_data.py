@@ -231,13 +231,21 @@ def test_serve_takes_each_questions_side_features_in_the_request(chain):
         got = [s["probability"] for s in ok.json()["scores"]]
         np.testing.assert_allclose(got, gate.scores(sent), atol=1e-6)  # as score --questions
         for body, detail in [
-            ({"questions": texts}, "features: Field required"),
+            (
+                {"questions": texts},
+                "reads side features (hits), per column one value per "
+                'question, null when unknown, e.g. {"hits": [1.0, null]}',
+            ),  # fmt: skip
             ({"questions": texts, "features": {"hits": [4]}}, "'hits' has 1 values for 2"),
             ({"questions": texts, "features": {"hits": [4, "x"]}}, "hits.1: Input should be"),
-            ({"questions": texts, "features": {"hits": [1, 2], "views": [1, 2]}}, "views: Extra"),
+            (
+                {"questions": texts, "features": {"hits": [1, 2], "views": [1, 2]}},
+                "features.views: not a side feature of the served gate (it reads hits)",
+            ),
             (
                 {"questions": texts, "features": {"hits": [1, 2]}, "token_logprobs": None},
-                "token_logprobs: Extra inputs",
+                "token_logprobs: not a key this request takes (it takes questions, features): "
+                "answers' log-probabilities are read by a two-stage gate",
             ),  # a gate of the question alone reads no answer
         ]:
             bad = client.post("/score", json=body)

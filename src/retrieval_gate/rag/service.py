@@ -24,6 +24,7 @@ Built to degrade, not stall:
   `/metrics` stay open."""
 
 import asyncio
+import json
 import logging
 import secrets
 import threading
@@ -417,10 +418,14 @@ def create_app(
     app.add_middleware(Timing, metrics=metrics)  # outermost: times and counts 413s too
     guarded = [Depends(_bearer(api_key))] if api_key else []
 
+    bodies: dict[str, type[BaseModel]] = {}  # each route's request model, for its errors
+
     @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         # One readable sentence per problem, naming the field (instead of the nested default).
-        reasons = [_reason(e) for e in exc.errors()]
+        body = bodies.get(request.url.path)
+        keys = list(body.model_fields) if body else []
+        reasons = [_reason(e, keys, columns) for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
     @app.get("/health")
@@ -460,6 +465,7 @@ def create_app(
     max_budget = max(traffic.costs.values()) if router else None
     reads = reads_answers(gate) or cascade is not None
     score_request = _request_model("ScoreRequest", limits, max_budget, columns, reads)
+    bodies["/score"] = score_request
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
     async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
@@ -487,6 +493,7 @@ def create_app(
 
     if answerer:
         answer_request = _request_model("AnswerRequest", limits, max_budget, columns)
+        bodies["/answer"] = answer_request
 
         @app.post("/answer", response_model=AnswerResponse, responses=_ERRORS, dependencies=guarded)
         async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
@@ -694,8 +701,26 @@ def _item(a: Answer) -> AnswerItem:
     )
 
 
-def _reason(error: dict[str, Any]) -> str:
+# Why a request key this server has no field for is not read (pydantic said only "Extra
+# inputs are not permitted"): the key is right, the served gate is not one that reads it.
+_NOT_READ = {
+    "budget": "a budget is a router's (serve --router DIR), and this server's gate is not one",
+    "features": "the served gate was trained without side features (data.features)",
+    "token_logprobs": "answers' log-probabilities are read by a two-stage gate or a cascade "
+    "(--router with --answer-gate), on /score",
+}
+
+
+def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[str] = ()) -> str:
+    """One sentence for one validation error; `keys`: the fields of the route's request,
+    `columns`: the side features the served gate reads."""
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    if error.get("type") == "extra_forbidden":
+        return f"{where}: {_unread(where, keys, columns)}"
+    if error.get("type") == "missing" and where == "features":
+        example = json.dumps({c: [1.0, None] for c in columns})
+        return (f"features: required: the served gate reads side features ({', '.join(columns)})"
+                f", per column one value per question, null when unknown, e.g. {example}")  # fmt: skip
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
         return f"{where}: {BLANK}"
     if error.get("type") == "missing" and where == "body":  # no body at all
@@ -703,6 +728,13 @@ def _reason(error: dict[str, Any]) -> str:
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
         return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
+
+
+def _unread(where: str, keys: Sequence[str], columns: Sequence[str]) -> str:
+    if where.startswith("features."):
+        return f"not a side feature of the served gate (it reads {', '.join(columns)})"
+    reason = f"not a key this request takes (it takes {', '.join(keys) or 'questions'})"
+    return reason + (f": {_NOT_READ[where]}" if where in _NOT_READ else "")
 
 
 def serve(
