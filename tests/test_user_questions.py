@@ -241,6 +241,7 @@ def test_duplicates(tmp_path, caplog):
             "line 1: .*separated by tabs.*name the file .tsv",
         ),
         ("item.json", '[{"question": "a?"},\n 3]', "line 2: expected a JSON object as each item"),
+        ("strings.json", '["a?", "b?"]', "got 'a.': give each row as .*go in a .txt file"),
         ("comma.json", '[{"question": "a?"}\n {"question": "b?"}]', "line 2: expected ',' or ']'"),
         ("cut.json", '[{"question": "a?"},\n{"question": "b', "line 2: malformed JSON"),
         ("tail.json", '[{"question": "a?"}]\n[]', "line 1: text after the array's closing"),

@@ -111,8 +111,10 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise DataError(str(e), path, lines.at(pos)) from None
         except json.JSONDecodeError as e:
             raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", path, e.lineno) from None
-        if not isinstance(row, dict):
-            raise DataError("expected a JSON object as each item of the array", path, lines.at(pos))
+        if not isinstance(row, dict):  # a list of plain strings is the common one
+            raise DataError(f"expected a JSON object as each item of the array, got {row!r:.60}:"
+                            ' give each row as {"question": "...", ...} (plain questions, one '
+                            "a line, go in a .txt file)", path, lines.at(pos))  # fmt: skip
         yield lines.at(pos), row
         pos = _blank(text, end)
         if text.startswith(",", pos):
