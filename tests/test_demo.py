@@ -144,8 +144,10 @@ def test_a_stage_whose_inputs_changed_runs_again_and_every_stage_reading_it(
     _redone(tmp_path, "models")
     assert run_demo(tmp_path) == 0 and ran == [s.name for s in STAGES[2:]]
     ran.clear()
+    capsys.readouterr()
     (tmp_path / f"{STAGES[-1].name}.done.json").write_text('{"argv": ["lab')  # cut short
     assert run_demo(tmp_path) == 0 and ran == [STAGES[-1].name]
+    assert f"note: stage {STAGES[-1].name}'s marker " in capsys.readouterr().out  # and said
 
 
 def test_a_stage_reads_only_stages_before_it():

@@ -261,6 +261,9 @@ def _run_stages(out: Path, only: str | None, force: bool) -> int:
         if marker is not None:
             print(f"note: stage {stage.name} ran on other inputs (code, data, its command or "
                   "files, or a stage it reads): running it again", flush=True)  # fmt: skip
+        elif done.exists() and not force and only is None:  # said, not re-run without a word
+            print(f"note: stage {stage.name}'s marker {done} cannot be read (cut short or "
+                  "damaged): running it again", flush=True)  # fmt: skip
         done.unlink(missing_ok=True)  # a re-run stage is unfinished until it ends again
         print(
             f"== stage {i}/{len(STAGES)}: {stage.title} (budget {stage.budget:.0f} s)\n"

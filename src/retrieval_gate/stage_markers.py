@@ -6,7 +6,7 @@ every file it names and every file a YAML config it names points at, and the mar
 stages whose results it reads (`demo.upstream`). A stage is reused only while its `inputs`
 match: after an edited config or label file, new code or new data it runs again, and so does
 every stage that reads it (its marker changed). A marker that cannot be read is no marker:
-the stage runs."""
+the stage runs (`demo` notes it)."""
 
 from __future__ import annotations
 
