@@ -70,10 +70,10 @@ def make_parent(path: Path) -> None:
     """Creates the folder `path` goes into, or says in one line why it cannot."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(
-            f"cannot create its folder ({e.strerror}); choose another output", path
-        ) from None
+    except OSError as e:  # "File exists" alone did not say which: name the file in the way
+        file = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        why = f"{file} is a file, not a folder" if file is not None else e.strerror
+        raise InputError(f"cannot create its folder ({why}); choose another output", path) from None
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
