@@ -63,6 +63,14 @@ def test_corpus_jsonl_and_its_errors(tmp_path):
     )
     with pytest.raises(DataError, match=r"dup.jsonl, line 2: document id 'a' names two"):
         load_corpus(dup)
+    listed = tmp_path / "listed.jsonl"  # its id was read as the text "[1]"
+    listed.write_text(
+        json.dumps({"id": 0, "text": "x"}) + "\n" + json.dumps({"id": [1], "text": "y"})
+    )
+    with pytest.raises(DataError, match=r"listed.jsonl, line 2: the id is \[1\]: .* document by"):
+        load_corpus(listed)
+    listed.write_text(json.dumps({"id": 0, "text": "x"}))  # 0 is an id (it got a made-up one)
+    assert [d.id for d in load_corpus(listed)] == ["0"]
     with pytest.raises(DataError, match="--corpus"):
         load_corpus(tmp_path / "missing.jsonl")
 

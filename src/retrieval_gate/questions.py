@@ -173,10 +173,10 @@ def feature_value(q: Question, name: str) -> float | None:
     return None if number != number else number  # NaN counts as missing
 
 
-def bad_id(value: Any) -> str:
+def bad_id(value: Any, what: str = "question") -> str:
     """What is wrong with an id `id_text` refuses, as JSON shows it, and the fix."""
     shown = json.dumps(value, ensure_ascii=False, default=repr)
-    return (f"the id is {shown[:80]}: name each row's question by a text or a number (a number "
+    return (f"the id is {shown[:80]}: name each row's {what} by a text or a number (a number "
             "past the float range, such as 1e400, as text in quotes)")  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..data.user_questions import read_rows
 from ..errors import DataError
-from ..questions import Question
+from ..questions import Question, bad_id, id_text
 from .base import Document
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,11 @@ def read_corpus(path: Path) -> list[Document]:
             raise DataError("corpus row needs a non-empty 'text' (or 'contents') field", path,
                             lineno)  # fmt: skip
         title = str(row.get("title") or "")
-        doc_id = str(_first(row, CORPUS_COLUMNS["id"]) or document_id(title, text))
+        given = _first(row, CORPUS_COLUMNS["id"])
+        unnamed = given is None or (isinstance(given, str) and not given)
+        doc_id = document_id(title, text) if unnamed else id_text(given)
+        if doc_id is None:  # a list or true/false was read as "[1]" or "True"
+            raise DataError(bad_id(given, "document"), path, lineno)
         doc = Document(id=doc_id, title=title, text=text)
         if docs.setdefault(doc_id, doc) != doc:
             raise DataError(f"document id {doc_id!r} names two different documents; give each "
