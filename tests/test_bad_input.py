@@ -261,6 +261,17 @@ def test_score_jsonl_with_an_escaped_lone_surrogate(tmp_path):
     assert ok == {"line": 2, "id": "ok", "text": "Who wrote Hamlet?"}
 
 
+def test_score_input_with_an_id_that_is_no_text_or_number_is_a_bad_line(tmp_path):
+    """A list or true/false id was echoed as "[1]" or "True", an id nobody wrote."""
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": [1], "question": "Who?"}\n{"id": true, "question": "Who?"}\n'
+                 '{"id": 7, "question": "Who wrote Hamlet?"}\n')  # fmt: skip
+    listed, flag, ok = read_question_lines(q)
+    assert "text" not in listed and listed["error"].startswith("the id is [1]: name each row's")
+    assert flag["error"].startswith("the id is true: ")
+    assert ok == {"line": 3, "id": "7", "text": "Who wrote Hamlet?"}
+
+
 def test_score_input_with_a_lone_surrogate_in_the_id_is_a_bad_line(tmp_path):
     """The id is echoed in every output row: printing it was an internal error."""
     q = tmp_path / "q.jsonl"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..questions import has_text
+from ..questions import bad_id, has_text, id_text
 from ..strict_rows import (
     RepeatedKeyError,
     allow_long_cells,
@@ -179,7 +179,9 @@ def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The record of one JSON object: its question, or an error naming what is wrong."""
     id_key = "id" if "id" in row else _in_any_case(("id",), row) or "id"
     if row.get(id_key) is not None:  # the row's own id, also on its error record
-        rid = str(row[id_key])
+        rid = id_text(row[id_key])
+        if rid is None:  # a list or true/false was echoed as "[1]" or "True"
+            return {**rec, "error": bad_id(row[id_key])}
         if lone_surrogate_at(rid) is not None:  # no output could print it
             return {**rec, "error": "the id is not valid Unicode (a lone surrogate); write it "
                                     "as UTF-8"}  # fmt: skip
