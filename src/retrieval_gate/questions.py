@@ -12,6 +12,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from .errors import InputError
@@ -190,6 +191,14 @@ def id_text(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's too
         return None
     return str(value) if math.isfinite(value) else None
+
+
+def row_id(value: Any, path: str | Path, line: int, what: str = "question") -> str:
+    """`id_text` of a file row's id; an id it refuses raises, naming the file and line."""
+    text = id_text(value)
+    if text is None:
+        raise InputError(bad_id(value, what), path, line)
+    return text
 
 
 def by_id(questions: Sequence[Question]) -> dict[str, Question]:

@@ -26,7 +26,7 @@ from ..data.user_questions import read_rows
 from ..errors import DataError
 from ..fileio import content_id
 from ..labels.outcomes import parse_bool
-from ..questions import Question, bad_id, id_text
+from ..questions import Question, row_id
 from ..strategies import BUILTIN, MULTI_STEP, NO_RETRIEVAL, ONE_RETRIEVAL
 from .base import Questions, as_questions
 
@@ -124,9 +124,7 @@ def _read(path: Path) -> dict[str, tuple[float | None, str | None]]:
         if row.get("id") in (None, ""):
             raise DataError(f"the row has no 'id' (its columns: {', '.join(map(str, row))}): "
                             "name each row's question by its id", path, n)  # fmt: skip
-        qid = id_text(row["id"])
-        if qid is None:
-            raise DataError(bad_id(row["id"]), path, n)
+        qid = row_id(row["id"], path, n)
         if qid in out:
             raise DataError(f"a second decision for question {qid!r} (first on line "
                             f"{lines[qid]}): record one a question", path, n)  # fmt: skip

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..fileio import content_id, regular_target, write_json, write_text
-from ..questions import Question, bad_id, id_text
+from ..questions import Question, row_id
 from ..strict_rows import RepeatedKeyError, loads, parse_json
 from ..text_bytes import not_utf8
 
@@ -162,9 +162,7 @@ class LabelFile:
                     self.path,
                     lineno,
                 )
-            rid = id_text(row["id"])
-            if rid is None:
-                raise DataError(bad_id(row["id"]), self.path, lineno)
+            rid = row_id(row["id"], self.path, lineno)
             if rid in self.rows:
                 self._check_repeat(self.rows[rid], row, first_line[rid], lineno)
             first_line.setdefault(rid, lineno)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..data.user_questions import read_rows
 from ..errors import DataError
-from ..questions import Question, bad_id, id_text
+from ..questions import Question, row_id
 from .base import Document
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,8 @@ def read_corpus(path: Path) -> list[Document]:
         title = str(row.get("title") or "")
         given = _first(row, CORPUS_COLUMNS["id"])
         unnamed = given is None or (isinstance(given, str) and not given)
-        doc_id = document_id(title, text) if unnamed else id_text(given)
-        if doc_id is None:  # a list or true/false was read as "[1]" or "True"
-            raise DataError(bad_id(given, "document"), path, lineno)
+        # a list or true/false was read as "[1]" or "True": refused
+        doc_id = document_id(title, text) if unnamed else row_id(given, path, lineno, "document")
         doc = Document(id=doc_id, title=title, text=text)
         if docs.setdefault(doc_id, doc) != doc:
             raise DataError(f"document id {doc_id!r} names two different documents; give each "
