@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import BackendError, ConfigError, DataError, first_line
+from ..known_noise import LinesStartingWith, warnings_hidden
 from .base import Generation
 from .chat import chat_token_ids, choice_token_ids, next_token_split
 from .model_folders import folder_checksum
@@ -150,12 +150,7 @@ KNOWN_LOG_LINES = {
 }  # fmt: skip
 
 
-class _KnownLines(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(KNOWN_LOG_LINES.get(record.name, ()))
-
-
-_KNOWN_LINES = _KnownLines()
+_KNOWN_LINES = LinesStartingWith(KNOWN_LOG_LINES)
 
 
 @contextmanager
@@ -163,11 +158,8 @@ def known_warnings_hidden() -> Iterator[None]:
     """KNOWN_WARNINGS silenced for the block, and KNOWN_LOG_LINES from then on unless the
     command runs with -v; every other warning shows as before."""
     if not _verbose():
-        for name in KNOWN_LOG_LINES:  # a logger's filters see the records made on it
-            logging.getLogger(name).addFilter(_KNOWN_LINES)  # once: a filter is added once
-    with warnings.catch_warnings():
-        for message, category in KNOWN_WARNINGS:
-            warnings.filterwarnings("ignore", message=message, category=category)
+        _KNOWN_LINES.add()
+    with warnings_hidden(KNOWN_WARNINGS):
         yield
 
 

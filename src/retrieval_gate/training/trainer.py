@@ -21,7 +21,6 @@ import os
 import resource
 import shutil
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProg
 from .. import work
 from ..errors import ConfigError, first_line
 from ..fileio import disk_errors_named, nearest_existing, write_json, write_text
+from ..known_noise import LinesStartingWith, warnings_hidden
 from ..labels.lock import single_writer
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -483,28 +483,21 @@ KNOWN_WARNINGS = (
 )
 
 
-class _NoTips(logging.Filter):
-    """Lightning's "💡 Tip: ... try installing [litlogger]" lines, on every run: adverts for
-    its cloud services, nothing about this run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+# Lightning's "💡 Tip: ... try installing [litlogger]" lines, on every run: adverts for its
+# cloud services, nothing about this run.
+_TIPS = LinesStartingWith({"pytorch_lightning.utilities.rank_zero": ("💡 Tip",)})
 
 
 @contextmanager
 def without_known_warnings() -> Iterator[None]:
     """KNOWN_WARNINGS and Lightning's tips silenced for the block; every other warning is
     shown as before."""
-    said = logging.getLogger("pytorch_lightning.utilities.rank_zero")
-    tips = _NoTips()
-    said.addFilter(tips)
+    _TIPS.add()
     try:
-        with warnings.catch_warnings():
-            for message, category in KNOWN_WARNINGS:
-                warnings.filterwarnings("ignore", message=message, category=category)
+        with warnings_hidden(KNOWN_WARNINGS):
             yield
     finally:
-        said.removeFilter(tips)
+        _TIPS.remove()
 
 
 @contextmanager
