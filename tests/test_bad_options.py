@@ -391,6 +391,13 @@ def test_serve_on_a_port_in_use_is_refused_before_any_engine(capsys, no_engine):
     assert f"--port {port}: cannot listen there" in err and "engine started" not in err, err
 
 
+def test_serve_on_an_address_not_here_warns_of_nothing_else(capsys, no_engine):
+    """The warning about serving without --api-key came before the refusal of the address."""
+    assert main(["serve", "--gate", "always", "--host", "999.1.1.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--host 999.1.1.1: not an address here" in err and "--api-key" not in err, err
+
+
 @pytest.mark.parametrize("verb", ["evaluate --gates always --no-cost", "tune --gate popularity",
                                   "transfer --gates tfidf"])  # fmt: skip
 def test_a_refused_label_file_leaves_no_report_folder(verb, tmp_path, capsys, no_engine):

@@ -101,9 +101,9 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
         raise ConfigError(f"--port must be 1-65535, got {port}")
     if api_key is not None and not api_key.strip():
         raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    _check_listen(host, port)  # first: no warning about an address it cannot serve on
     if not api_key and not _loopback(host):
         log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
-    _check_listen(host, port)
 
 
 def _check_listen(host: str, port: int) -> None:
