@@ -168,20 +168,38 @@ def test_query_parameters_on_a_post_are_refused_not_ignored(gate):
         assert client.get("/health?probe=1").status_code == 200  # a GET's query harms nothing
 
 
-@pytest.mark.parametrize("sent_as", ["application/x-www-form-urlencoded", "text/plain"])
+@pytest.mark.parametrize("sent_as", ["application/x-www-form-urlencoded", "text/plain", None])
 def test_a_body_not_sent_as_json_is_refused_with_the_header_to_send(gate, sent_as):
-    # curl -d without -H sends a form: FastAPI read it as no body and said "Input should be a
-    # valid dictionary"
+    # curl -d without -H sends a form, requests' data= no type: FastAPI read either as no body
+    # and said "Input should be a valid dictionary"
     with TestClient(create_app(gate)) as client:
         body = '{"questions": ["Who wrote Hamlet?"]}'
-        r = client.post("/score", content=body, headers={"content-type": sent_as})
+        headers = {} if sent_as is None else {"content-type": sent_as}
+        r = client.post("/score", content=body, headers=headers)
         assert r.status_code == 415
-        assert f"sent as Content-Type {sent_as!r}" in r.json()["detail"]
+        sent = (
+            "without a Content-Type header" if sent_as is None else f"as Content-Type {sent_as!r}"
+        )
+        assert f"body: sent {sent}; send it as JSON" in r.json()["detail"]
         assert "application/json" in r.json()["detail"]
         for ok in ("application/json; charset=utf-8", "application/vnd.api+json"):
             assert (
                 client.post("/score", content=body, headers={"content-type": ok}).status_code == 200
             )
+
+
+@pytest.mark.parametrize(
+    "body, what", [('["Who wrote Hamlet?"]', "an array"), ('"Who?"', "a string"), ("7", "a number")]
+)
+def test_a_json_body_that_is_not_an_object_says_what_it_is_and_the_shape(gate, body, what):
+    """FastAPI said "body: Input should be a valid dictionary or object to extract fields from"."""
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422
+        assert (
+            r.json()["detail"]
+            == f'body: {what}; send a JSON object such as {{"questions": ["..."]}}'
+        )
 
 
 def test_a_compressed_body_is_refused_with_the_fix(gate):

@@ -175,8 +175,8 @@ class StrictJSON(APIRoute):
                     request.query_params))})  # fmt: skip
             body = await request.body()  # kept: the handler reads it again from the request
             sent_as = request.headers.get("content-type")
-            if body and sent_as is not None and not _is_json(sent_as):
-                return JSONResponse(status_code=415, content={"detail": _NOT_JSON % sent_as})
+            if body and not _is_json(sent_as):
+                return JSONResponse(status_code=415, content={"detail": _not_json(sent_as)})
             encoding = request.headers.get("content-encoding", "identity").strip().lower()
             if body and encoding != "identity":  # gzip bytes were read as text: "not UTF-8"
                 return JSONResponse(status_code=415, content={"detail": _ENCODED % encoding})
@@ -191,6 +191,8 @@ class StrictJSON(APIRoute):
                 sent = ...  # not JSON: FastAPI's own 422 names the character
             if body and sent is None:  # FastAPI reads JSON null as no body: "body: empty"
                 return JSONResponse(status_code=422, content={"detail": f"body: null; {_SEND}"})
+            if body and sent is not ... and not isinstance(sent, dict):  # FastAPI: "a valid dict"
+                return JSONResponse(status_code=422, content={"detail": _not_object(sent)})
             return await handler(request)
 
         return run
@@ -205,19 +207,31 @@ def _unreadable(error: UnicodeDecodeError | UnreadableJSONError) -> str:
         '{"questions": ["..."]}'  # fmt: skip
 
 
-# FastAPI reads a body sent as another type (curl -d: a form) as no JSON at all, and said only
-# "Input should be a valid dictionary"; it is refused on purpose (a browser may send a form to
-# a local server from any page), so say why and the fix.
-_NOT_JSON = ("body: sent as Content-Type %r; send it as JSON with the header Content-Type: "
-             "application/json (curl: -H 'content-type: application/json')")  # fmt: skip
+def _not_json(sent_as: str | None) -> str:
+    """Why a body sent as another type, or with no type, was not read. FastAPI reads such a
+    body (curl -d: a form; Python's requests with data=: no header) as no JSON at all and
+    said only "Input should be a valid dictionary"; it is refused on purpose (a browser may
+    send either to a local server from any page), so say why and the fix."""
+    sent = "without a Content-Type header" if sent_as is None else f"as Content-Type {sent_as!r}"
+    return (f"body: sent {sent}; send it as JSON with the header Content-Type: "
+            "application/json (curl: -H 'content-type: application/json'; requests: json=)")  # fmt: skip
+
+
+_KINDS = {list: "an array", str: "a string", bool: "true or false", int: "a number",
+          float: "a number"}  # fmt: skip
+
+
+def _not_object(sent: Any) -> str:
+    """A body of JSON that is not an object: what it is, and the shape to send."""
+    return f"body: {_KINDS.get(type(sent), 'not an object')}; {_SEND}"
 
 
 _ENCODED = ("body: sent with Content-Encoding %r, which this server does not decode; send the "
             "JSON uncompressed (no Content-Encoding header)")  # fmt: skip
 
 
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";")[0].strip().lower()
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";")[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
 
 
