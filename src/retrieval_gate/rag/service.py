@@ -217,8 +217,8 @@ def _not_json(sent_as: str | None) -> str:
             "application/json (curl: -H 'content-type: application/json'; requests: json=)")  # fmt: skip
 
 
-_KINDS = {list: "an array", str: "a string", bool: "true or false", int: "a number",
-          float: "a number"}  # fmt: skip
+_KINDS = {list: "an array", dict: "an object", str: "a string", bool: "true or false",
+          int: "a number", float: "a number"}  # fmt: skip
 
 
 def _not_object(sent: Any) -> str:
@@ -735,6 +735,9 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
         example = json.dumps({c: [1.0, None] for c in columns})
         return (f"features: required: the served gate reads side features ({', '.join(columns)})"
                 f", per column one value per question, null when unknown, e.g. {example}")  # fmt: skip
+    if error.get("type") == "string_type" and where.startswith("questions."):
+        got = _KINDS.get(type(error.get("input")), "null")
+        return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
         return f"{where}: {BLANK}"
     if error.get("type") == "missing" and where == "body":  # no body at all
