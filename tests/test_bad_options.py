@@ -188,6 +188,7 @@ CASES = {
     "rag-strategies-duplicate": C("rag --modes never --strategies {t}/dup.yaml", "dup.yaml", "duplicate"),
     "rag-strategies-missing": C("rag --modes never --strategies {t}/missing.yaml", "missing.yaml"),
     "rag-k-zero": C("rag --modes never -k 0", "-k"),
+    "rag-k-as-label-spells-it": C("rag --modes never --k 0", "-k must be at least 1, got 0"),
     "rag-max-new-tokens-zero": C("rag --modes never --max-new-tokens 0", "--max-new-tokens"),
     "rag-max-steps-absurd": C("rag --modes never --max-steps 999", "--max-steps"),
     "rag-multi-step-unused": C("rag --modes never always --step-k 2", "--step-k", "no mode of this run runs it", "add the multi-step mode"),

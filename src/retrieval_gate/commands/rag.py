@@ -72,7 +72,10 @@ def add_retrieval_args(g: argparse._ActionsContainer) -> None:
         help="corpus for bm25/dense: rows of {id, title, text} in .jsonl, .json, .csv, .tsv or "
         ".parquet (default: the datasets' documents)",
     )
-    g.add_argument("-k", type=int, default=DEFAULT_K, help="documents per retrieved question")
+    # --k too: label's spelling of the same count (`rag --k 3` was an unknown flag)
+    g.add_argument(
+        "-k", "--k", type=int, default=DEFAULT_K, help="documents per retrieved question"
+    )
 
 
 def add_multi_step_args(p: argparse.ArgumentParser) -> None:
