@@ -206,6 +206,9 @@ CASES = {
     "rag-corpus-missing": C("rag --modes always --corpus {t}/missing.jsonl", "missing.jsonl"),
     "rag-corpus-dir": C("rag --modes always --corpus {t}/dir", "dir", "--corpus"),
     "rag-model-missing": C("rag --modes never --model {t}/missing-model", "missing-model"),
+    # label's spelling: read as --generator-url (its prefix), "give the server's http(s) URL"
+    "rag-generator-as-label-spells-it": C("rag --modes never --generator {t}/missing-model", "missing-model: no model folder here"),
+    "label-model-as-rag-spells-it": C(f"{LABEL.replace(URL, '--model {t}/missing-model')}", "missing-model: no model folder here"),
     "rag-labels-missing": C("rag --modes popularity --labels {t}/missing.jsonl", "missing.jsonl"),
     "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),
     "rag-threshold-twice": C("rag --modes never --threshold never=0.2 --threshold never=0.6", "--threshold never is given more than once"),

@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="label only the first N questions (default: all)")
     p.add_argument(
         "--generator",
+        "--model",  # rag's and serve's spelling ("did you mean --help?")
+        dest="generator",
         help=f"model name or folder (default {SMOLLM2}); with --generator-url the server's model "
         "id (default: the first it lists); with --policy outcomes the name of the LLM whose "
         "answers they are",

@@ -46,7 +46,9 @@ def add_generator_args(p: argparse.ArgumentParser) -> None:
         help="tokens per answer, and per multi-step reasoning step",
     )
     add_multi_step_args(p)
-    g.add_argument("--model", help="generator model folder or name (default: SmolLM2-135M)")
+    # --generator too, label's spelling: as a prefix of --generator-url it was read as a URL
+    g.add_argument("--model", "--generator", dest="model",
+                   help="generator model folder or name (default: SmolLM2-135M)")  # fmt: skip
     g.add_argument(
         "--generator-url",
         help="OpenAI-compatible server to generate with instead of an in-process engine, "
