@@ -208,6 +208,8 @@ CASES = {
     "rag-model-missing": C("rag --modes never --model {t}/missing-model", "missing-model"),
     # label's spelling: read as --generator-url (its prefix), "give the server's http(s) URL"
     "rag-generator-as-label-spells-it": C("rag --modes never --generator {t}/missing-model", "missing-model: no model folder here"),
+    # --labels, a prefix of --labels-dir: a folder named new.jsonl was made, the labels in it
+    "label-labels-dir-a-file-name": C("label --policy popularity --dataset popqa --limit 3 --labels {t}/new.jsonl", "names a folder", "to name the label file, pass --out"),
     "label-model-as-rag-spells-it": C(f"{LABEL.replace(URL, '--model {t}/missing-model')}", "missing-model: no model folder here"),
     "rag-labels-missing": C("rag --modes popularity --labels {t}/missing.jsonl", "missing.jsonl"),
     "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),

@@ -105,11 +105,20 @@ def check_plan(args: argparse.Namespace) -> Any:
     if args.engine == "ray":
         ray_options(args)
     if args.labels_dir:
+        _not_a_file_name(args.labels_dir)
         check_output_dir(args.labels_dir, "--labels-dir")
     if args.out:
         # a label file it resumes or refuses by its rows (labels/label_files.py), never replaces
         check_output_file(args.out, "--out", replaces_only_its_own=False)
     return req
+
+
+def _not_a_file_name(labels_dir: Path) -> None:
+    """`--labels x.jsonl` (read as --labels-dir, its prefix) made a folder named x.jsonl."""
+    if labels_dir.suffix.lower() in {".jsonl", ".json", ".csv"} and not labels_dir.is_dir():
+        raise InputError(f"--labels-dir {labels_dir}: names a folder (label files go into it as "
+                         "<generator>/<policy>.jsonl), not a file; to name the label file, pass "
+                         f"--out {labels_dir}")  # fmt: skip
 
 
 def _request(args: argparse.Namespace) -> Any:
