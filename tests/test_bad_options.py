@@ -338,6 +338,8 @@ CASES = {
     "transfer-learned-config-unused": C(f"transfer --labels {LABELS} --out {{t}}/tr --learned-config {{t}}/missing.yaml", "--learned-config", "--learned only"),
     "transfer-run-dir-missing": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/missing-run", "missing-run"),
     "transfer-run-dir-without-answers": C(f"transfer --labels {LABELS} --out {{t}}/tr --run-dir {{t}}/dir", "dir", "holds neither"),
+    # --run (the prefix of --run-dir) given the gate: "holds neither closed-book.jsonl nor ..."
+    "evaluate-run-dir-an-export": C(f"{EVAL} --run-dir {{t}}/router", "(it is an export: an exported gate goes in --onnx)"),
     "transfer-questions-bad-row": C(f"transfer --labels {LABELS} --out {{t}}/tr --questions {{t}}/bad_row.jsonl", "bad_row.jsonl", "line 2"),
     # ---------------------------------------------------------------- export
     "export-run-missing": C("export --run {t}/missing-run --out-dir {t}/ex", "missing-run"),

@@ -100,7 +100,21 @@ def check_run_dir(path: Path | None) -> None:
     check_input_dir(path, "--run-dir", fix)
     if path is not None and not any((Path(path) / f).is_file() for f in (CLOSED_BOOK, RAG_GAIN)):
         raise InputError(f"--run-dir: holds neither {CLOSED_BOOK} nor {RAG_GAIN}, the "
-                         f"recorded answers it is read for; {fix}", path)  # fmt: skip
+                         f"recorded answers it is read for{_a_gate(Path(path))}; {fix}",
+                         path)  # fmt: skip
+
+
+# `--run checkpoints/my-gate` (read as --run-dir, its prefix) named the gate, not its labels
+_GATE_FLAGS = {"run": "a training run: a trained gate goes in --learned-run",
+               "export": "an export: an exported gate goes in --onnx"}  # fmt: skip
+
+
+def _a_gate(folder: Path) -> str:
+    """ ", it is a training run: ..." where the folder holds a gate, to say the flag it goes in."""
+    from ..artifacts import KINDS
+
+    kind = next((k for k, name in KINDS.items() if (folder / name).is_file()), None)
+    return f" (it is {_GATE_FLAGS[kind]})" if kind else ""
 
 
 def check_input_file(path: Path | str | None, flag: str, fix: str) -> None:
