@@ -232,6 +232,20 @@ def test_a_pipe_or_folder_given_as_a_file_is_named_so(tmp_path, capsys):
         assert code == 2 and says in err, (name, err)
 
 
+def test_a_labelling_runs_folder_given_as_the_label_file_names_its_files(tmp_path, capsys):
+    """It said only "label file is a folder, not a regular file: pass the file's path"."""
+    run = tmp_path / "labels" / "my-llm"
+    run.mkdir(parents=True)
+    for name in ("rag-gain.jsonl", "closed-book.jsonl"):
+        (run / name).write_text("")
+    argv = ["evaluate", "--labels", str(run), "--gates", "always", "--no-cost", "--out",
+            str(tmp_path / "ev")]  # fmt: skip
+    code, err = _run(argv, capsys)
+    assert code == 2, err
+    assert f"pass the file's path, e.g. {run / 'closed-book.jsonl'} (it holds closed-book.jsonl, " \
+        "rag-gain.jsonl)" in err  # fmt: skip
+
+
 # ------------------------------------------------------------------ the probe's last five
 
 

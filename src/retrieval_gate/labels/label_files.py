@@ -324,8 +324,18 @@ def missing(path: Path, what: str = "label file", fix: str | None = None) -> str
     a folder, device or pipe (reading /dev/zero or a FIFO would never end)."""
     if path.exists() and not path.is_file():
         kind = "a folder" if path.is_dir() else "a device, pipe or socket"
-        return f"{what} is {kind}, not a regular file: pass the file's path"
+        return f"{what} is {kind}, not a regular file: pass the file's path{_inside(path)}"
     return f"{what} not found; {not_found(path) if fix is None else not_found(path, fix)}"
+
+
+def _inside(folder: Path) -> str:
+    """The hint naming the .jsonl files a folder holds (a labelling run's folder, given where
+    its closed-book.jsonl goes)."""
+    try:
+        files = sorted(p.name for p in folder.glob("*.jsonl") if p.is_file())
+    except OSError:  # not a folder, or not readable: nothing to name
+        return ""
+    return f", e.g. {folder / files[0]} (it holds {', '.join(files[:4])})" if files else ""
 
 
 def not_found(path: Path, fix: str = "run `retrieval-gate label` first or pass a path") -> str:
