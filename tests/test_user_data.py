@@ -315,6 +315,26 @@ def test_remote_generator_retries_then_names_the_server(monkeypatch):
     assert len(calls) == 4
 
 
+def test_remote_generator_refuses_a_server_that_takes_the_connection_and_never_answers(
+    monkeypatch,
+):
+    """rag and serve sat silent for the client's 300 s timeout before their first line."""
+    import socket
+
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation import remote
+
+    monkeypatch.setattr(remote, "LIST_TIMEOUT", 0.3)
+    with socket.socket() as mute:  # accepts (the backlog) and never answers
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}/v1"
+        for model in (None, "m"):  # a named model needs no list, but a live server
+            with pytest.raises(BackendError, match=r"took the connection but did not list its "
+                               r"models within 0\.3 s"):  # fmt: skip
+                remote.RemoteGenerator(url, model=model)
+
+
 def test_popularity_gate_on_any_numeric_column():
     import numpy as np
 

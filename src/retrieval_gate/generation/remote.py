@@ -25,6 +25,9 @@ from .endpoints import chat_body, reply_chat, reply_json
 
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
+# Seconds the server has to list its models when the generator opens: a server that took the
+# connection and never answered held `rag` and `serve` silent for the 300 s request timeout.
+LIST_TIMEOUT = 10.0
 
 
 class RemoteGenerator:
@@ -46,7 +49,8 @@ class RemoteGenerator:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
         self.concurrency = concurrency
-        self.name = model or self._first_model()
+        listed = self._first_model(required=model is None)
+        self.name = model or str(listed)
         # The weights live on the server; their identity is the server's model id.
         self.checksum = f"remote:{self.base_url}:{self.name}"
 
@@ -68,12 +72,23 @@ class RemoteGenerator:
                 time.sleep(RETRY_PAUSE * 2**attempt)
         raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
 
-    def _first_model(self) -> str:
+    def _first_model(self, required: bool = True) -> str | None:
+        """The first model the server lists. A server that does not answer within
+        LIST_TIMEOUT is an error even when the model is named (`required` False); else a
+        named model needs no list (a server without one, or one that is down while the
+        generation cache holds every answer)."""
         try:
-            r = self._client.get(f"{self.base_url}/models")
+            r = self._client.get(f"{self.base_url}/models", timeout=LIST_TIMEOUT)
             r.raise_for_status()
             return str(parse_json(r.content)["data"][0]["id"])
+        except httpx.TimeoutException as e:
+            what = ("did not take the connection" if isinstance(e, httpx.ConnectTimeout)
+                    else "took the connection but did not list its models")  # fmt: skip
+            raise BackendError(f"the generator server at {self.base_url} {what} within "
+                               f"{LIST_TIMEOUT:g} s: is it starting, or stuck?") from None  # fmt: skip
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
+            if not required:
+                return None
             raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
