@@ -277,6 +277,9 @@ CASES = {
     "tune-workers-absurd": C(f"{TUNE} --objective pareto --workers 100000 --storage journal:{{t}}/j.log", "--workers"),
     "tune-storage-in-memory": C(f"{TUNE} --objective pareto --storage sqlite://", "--storage sqlite:// is a database in memory"),
     "tune-storage-memory-file": C(f"{TUNE} --objective pareto --storage sqlite:///:memory:", "is a database in memory"),
+    # ".: cannot write the study journal (Is a directory)"
+    "tune-storage-journal-no-path": C(f"{TUNE} --objective pareto --storage journal:", "--storage 'journal:' names no journal file; pass journal:PATH"),
+    "tune-storage-journal-a-folder": C(f"{TUNE} --objective pareto --storage journal:{{t}}/dir", "names no journal file"),
     "tune-workers-zero": C(f"{TUNE} --workers 0", "--workers"),
     # a key given twice: the last value won, silently
     "tune-set-twice": C(f"{TUNE} --objective hparams --set model.lr=0.1 model.lr=0.2", "--set gives model.lr more than once"),

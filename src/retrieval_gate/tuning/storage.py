@@ -50,7 +50,11 @@ def storage_url(spec: str | Path) -> str:
         if url.startswith("sqlite:///"):  # the URL form of a path: a folder is refused alike
             _not_a_folder(Path(url.removeprefix("sqlite:///").split("?")[0]))
         return url
-    if spec.startswith(JOURNAL):
+    if spec.startswith(JOURNAL):  # its path may not be empty or a folder (".": "Is a directory")
+        journal = spec.removeprefix(JOURNAL)
+        if not journal.strip() or Path(journal).is_dir():
+            raise InputError(f"--storage {spec!r} names no journal file; pass journal:PATH, e.g. "
+                             "journal:studies.journal")  # fmt: skip
         return spec
     path = Path(spec)
     _not_a_folder(path)
