@@ -110,7 +110,7 @@ _GATE_FLAGS = {"run": "a training run: a trained gate goes in --learned-run",
 
 
 def _a_gate(folder: Path) -> str:
-    """ ", it is a training run: ..." where the folder holds a gate, to say the flag it goes in."""
+    """Where the folder holds a gate instead of recorded answers, the flag the gate goes in."""
     from ..artifacts import KINDS
 
     kind = next((k for k, name in KINDS.items() if (folder / name).is_file()), None)

@@ -485,19 +485,20 @@ KNOWN_WARNINGS = (
 
 # Lightning's "💡 Tip: ... try installing [litlogger]" lines, on every run: adverts for its
 # cloud services, nothing about this run.
-_TIPS = LinesStartingWith({"pytorch_lightning.utilities.rank_zero": ("💡 Tip",)})
+_TIPS = {"pytorch_lightning.utilities.rank_zero": ("💡 Tip",)}
 
 
 @contextmanager
 def without_known_warnings() -> Iterator[None]:
     """KNOWN_WARNINGS and Lightning's tips silenced for the block; every other warning is
     shown as before."""
-    _TIPS.add()
+    tips = LinesStartingWith(_TIPS)  # its own: a nested block's end keeps this one's
+    tips.add()
     try:
         with warnings_hidden(KNOWN_WARNINGS):
             yield
     finally:
-        _TIPS.remove()
+        tips.remove()
 
 
 @contextmanager
