@@ -273,6 +273,23 @@ def test_unknown_dataset_missing_file_empty_folder(tmp_path):
         resolve_data_dir(empty)
 
 
+def test_a_dataset_file_that_is_a_folder_pipe_or_dead_link_is_refused_not_skipped(tmp_path):
+    """PopQA's optional files were checked with is_file(): a FIFO, folder or dead link at the
+    long-tail file's name loaded PopQA without its 1,399 questions, without a word."""
+    import os
+
+    _write(tmp_path, "popqa/popqa_random2000.json",
+           json.dumps({"dev": [{"input": "Q?", "output": '["A"]', "id": 1}], "test": []}))  # fmt: skip
+    longtail = tmp_path / "popqa" / "popqa_longtail.jsonl"
+    for make, what in ((os.mkfifo, "a pipe, device or socket"), (os.mkdir, "a folder"),
+                       (lambda p: p.symlink_to(tmp_path / "gone"), "a link to nothing")):  # fmt: skip
+        make(longtail)
+        with pytest.raises(DataError, match=f"dataset 'popqa': this is {what}, not a file"):
+            load_dataset("popqa", tmp_path)
+        longtail.rmdir() if longtail.is_dir() and not longtail.is_symlink() else longtail.unlink()
+    assert len(load_dataset("popqa", tmp_path)) == 1  # absent: the files there are read
+
+
 def test_env_var_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv("RETRIEVAL_GATE_DATA", str(tmp_path / "missing"))
     with pytest.raises(DataError, match=r"\$RETRIEVAL_GATE_DATA"):

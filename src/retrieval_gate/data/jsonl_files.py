@@ -171,9 +171,23 @@ def require(row: dict[str, Any], key: str, path: Path, line: int | None) -> Any:
 
 
 def require_file(path: Path, dataset: str) -> Path:
-    if not path.is_file():
+    if not present(path, dataset):
         raise DataError(
             f"missing file for dataset {dataset!r}: looked for {path}. Point --data-dir (or "
             "RETRIEVAL_GATE_DATA) at a folder laid out like ../shared/datasets."
         )
     return path
+
+
+def present(path: Path, dataset: str) -> bool:
+    """A dataset file is there (a regular file) or not (nothing at its name); anything else
+    at its name is refused: a folder, pipe or device was skipped as if absent, the dataset
+    loaded without that file's questions and no word said."""
+    if path.is_file():
+        return True
+    if not path.exists() and not path.is_symlink():
+        return False
+    what = ("a link to nothing" if not path.exists() else "a folder" if path.is_dir()
+            else "a pipe, device or socket")  # fmt: skip
+    raise DataError(f"dataset {dataset!r}: this is {what}, not a file; put the dataset file "
+                    "there, or remove it", path)  # fmt: skip

@@ -20,7 +20,7 @@ from ..questions import Question
 from ..strict_rows import loads, parse_json
 from .bad_rows import BadRows
 from .dataset_registry import register
-from .jsonl_files import read_jsonl, require, require_file
+from .jsonl_files import present, read_jsonl, require, require_file
 
 # ---------------------------------------------------------------- RetrievalQA
 
@@ -146,15 +146,15 @@ def load_popqa(data_dir: Path, bad: BadRows) -> list[Question]:
     keep `popqa-row<N>` ids only where no other file has them."""
     folder = data_dir / "popqa"
     parts: list[tuple[str, list[Question]]] = []
-    if (folder / "popqa.tsv").is_file():
+    if present(folder / "popqa.tsv", "popqa"):
         parts.append(("tsv", _load_popqa_tsv(folder / "popqa.tsv", bad)))
-    if (folder / "popqa_longtail.jsonl").is_file():
+    if present(folder / "popqa_longtail.jsonl", "popqa"):
         path = folder / "popqa_longtail.jsonl"
         parts.append(("longtail", _convert_jsonl(path, bad, _popqa_longtail_row)))
-    if (folder / "popqa_random2000.json").is_file():
+    if present(folder / "popqa_random2000.json", "popqa"):
         parts.append(("random2000", _load_popqa_random(folder / "popqa_random2000.json", bad)))
     merged = _merge_popqa(parts)
-    if (folder / "popqa_first1000_paragraphs.json").is_file():
+    if present(folder / "popqa_first1000_paragraphs.json", "popqa"):
         first = _load_popqa_first1000(folder / "popqa_first1000_paragraphs.json", bad)
         merged = _merge_first1000(merged, first)
     if not merged:
