@@ -738,6 +738,9 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     if error.get("type") == "string_type" and where.startswith("questions."):
         got = _KINDS.get(type(error.get("input")), "null")
         return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
+    if error.get("type") == "list_type" and where == "questions":  # one question, unlisted
+        got = _KINDS.get(type(error.get("input")), "null")
+        return f'questions: {got}; send a list, even of one: {{"questions": ["Who wrote Hamlet?"]}}'
     if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
         return f"{where}: {BLANK}"
     if error.get("type") == "missing" and where == "body":  # no body at all
