@@ -128,8 +128,18 @@ def test_variant_is_served(tiny_onnx_export):
         # pydantic: "Input should be a valid list"
         ({"questions": "Who?"}, 'questions: a string; send a list, even of one: {"questions": ['),
         ({"questions": ["  "]}, "questions.0: is empty or only whitespace"),
-        ({"questions": ["ok?", "x" * 1001]}, "questions.1: String should have at most 1000"),
-        ({"questions": ["a?"] * 5}, "questions: List should have at most 4 items"),
+        # pydantic: "String should have at most 1000 characters", "List should have at most 4
+        # items after validation, not 5", neither naming the server's flag
+        (
+            {"questions": ["ok?", "x" * 1001]},
+            "questions.1: 1001 characters, past this server's "
+            "limit of 1000 a question (serve --max-question-chars)",
+        ),
+        (
+            {"questions": ["a?"] * 5},
+            "questions: 5 in one request, past this server's limit of 4 "
+            "(serve --max-questions): send them in requests of at most 4",
+        ),
         ({"questions": ["a?"], "k": 3}, "k: not a key this request takes (it takes questions)"),
         ('{"questions": ["a\\ud800b"]}', "questions.0: is not valid Unicode (a lone surrogate"),
         ("{not json", "body: not valid JSON at character 1 (Expecting property name"),

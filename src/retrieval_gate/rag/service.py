@@ -738,6 +738,14 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     if error.get("type") == "string_type" and where.startswith("questions."):
         got = _KINDS.get(type(error.get("input")), "null")
         return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
+    limit = error.get("ctx", {}).get("max_length")
+    if error.get("type") == "too_long" and where == "questions":
+        return (f"questions: {error['ctx'].get('actual_length')} in one request, past this "
+                f"server's limit of {limit} (serve --max-questions): send them in requests of "
+                f"at most {limit}")  # fmt: skip
+    if error.get("type") == "string_too_long" and where.startswith("questions."):
+        return (f"{where}: {len(str(error.get('input', '')))} characters, past this server's "
+                f"limit of {limit} a question (serve --max-question-chars)")  # fmt: skip
     if error.get("type") == "list_type" and where == "questions":  # one question, unlisted
         got = _KINDS.get(type(error.get("input")), "null")
         return f'questions: {got}; send a list, even of one: {{"questions": ["Who wrote Hamlet?"]}}'
