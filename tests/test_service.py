@@ -608,7 +608,12 @@ def test_router_answers_with_strategies_costs_and_budget():
         assert [s["strategy"] for s in scored["scores"]] == ["no_retrieval", *["one_retrieval"] * 2]
         assert scored["budget"] == 1.0 and scored["strategies"][-1] == "multi_step"
         over = client.post("/score", json={"questions": ROUTED, "budget": 99})
-        assert over.status_code == 422 and "budget" in over.text
+        assert over.status_code == 422  # pydantic: "Input should be less than or equal to 3.35"
+        assert over.json()["detail"] == ("budget: 99 is past 3.35, the dearest strategy's cost "
+                                         "(every question on it); a budget is a mean cost a "
+                                         "question, from 0 to 3.35")  # fmt: skip
+        under = client.post("/score", json={"questions": ROUTED, "budget": -1}).json()["detail"]
+        assert under.startswith("budget: -1 is below 0; a budget is a mean cost a question")
         traffic = client.get("/health").json()["traffic"]
         assert traffic["routed"]["questions"] == 6
         assert traffic["routed"]["by_strategy"] == {"no_retrieval": 2, "one_retrieval": 3,

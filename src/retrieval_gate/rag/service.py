@@ -738,6 +738,8 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     if error.get("type") == "string_type" and where.startswith("questions."):
         got = _KINDS.get(type(error.get("input")), "null")
         return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
+    if where == "budget" and error.get("type") in ("less_than_equal", "greater_than_equal"):
+        return _budget_reason(error.get("input"), error["ctx"])
     limit = error.get("ctx", {}).get("max_length")
     if error.get("type") == "too_long" and where == "questions":
         return (f"questions: {error['ctx'].get('actual_length')} in one request, past this "
@@ -756,6 +758,17 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
         return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
+
+
+def _budget_reason(sent: Any, bound: dict[str, Any]) -> str:
+    """A router's budget out of its range (pydantic: "Input should be less than or equal to
+    3.35"): the range, and what the bounds mean."""
+    if "le" in bound:
+        return (f"budget: {sent} is past {bound['le']}, the dearest strategy's cost (every "
+                f"question on it); a budget is a mean cost a question, from 0 to {bound['le']}")  # fmt: skip
+    return (
+        f"budget: {sent} is below 0; a budget is a mean cost a question, 0 (no retrieval) or more"
+    )
 
 
 def _unread(where: str, keys: Sequence[str], columns: Sequence[str]) -> str:
