@@ -159,6 +159,35 @@ def test_a_gate_mode_cascade_reads_the_answers_score_requests_send():
     assert health["mode"] == "gate" and health["metrics"]["escalations"] == 4
 
 
+@pytest.mark.parametrize(
+    ("sent", "says"),
+    [  # pydantic said "token_logprobs.0: Input should be a valid list; token_logprobs.1: ..."
+        ([-0.1, -2.3], "token_logprobs: one list per question, of its answer's token "
+         "log-probabilities, e.g. [[-0.1, -2.3]] for one question (or null where there is no "
+         "answer)"),
+        ([[0.5]], "token_logprobs.0.0: 0.5 is above 0; a log-probability is 0 or below"),
+        ([[]], "token_logprobs.0: an empty list; an answer has at least one token: send null"),
+        ([[-0.1], [-0.2]], "token_logprobs has 2 entries for 1 question: give one list (or None, "
+         "null in JSON) per question"),
+    ],
+)  # fmt: skip
+def test_a_gate_mode_cascades_answers_sent_in_the_wrong_shape_say_the_shape(sent, says):
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.rag.backends import open_gate
+    from retrieval_gate.rag.modes import ModeOptions
+    from retrieval_gate.rag.service import create_app
+
+    gate = open_gate(
+        "cascade", ModeOptions(router=LengthRouter(), answer_gate=AnswerConfidenceGate())
+    )
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", json={"questions": ["Capital of Peru?"], "token_logprobs": sent})
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and detail.startswith(says), r.text
+    assert "; token_logprobs" not in detail  # one reason, said once (not once per item)
+
+
 def test_a_gate_mode_cascade_with_nothing_to_escalate_to_is_refused_at_start():
     from retrieval_gate.rag.service import create_app
 

@@ -116,8 +116,9 @@ def _answers_for(
 ) -> list[list[float] | None]:
     lists = [token_logprobs] if one else list(token_logprobs)
     if len(lists) != n:
-        raise InputError(f"token_logprobs has {len(lists)} entries for {n} questions: give one "
-                         "list (or None) per question")  # fmt: skip
+        raise InputError(f"token_logprobs has {len(lists)} entries for {n} question"
+                         f"{'s' * (n != 1)}: give one list (or None, null in JSON) per "
+                         "question")  # fmt: skip
     out = []
     for i, value in enumerate(lists):
         try:

@@ -439,7 +439,7 @@ def create_app(
         # One readable sentence per problem, naming the field (instead of the nested default).
         body = bodies.get(request.url.path)
         keys = list(body.model_fields) if body else []
-        reasons = [_reason(e, keys, columns) for e in exc.errors()]
+        reasons = dict.fromkeys(_reason(e, keys, columns) for e in exc.errors())  # once each
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
     @app.get("/health")
@@ -740,6 +740,8 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
         return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
     if where == "budget" and error.get("type") in ("less_than_equal", "greater_than_equal"):
         return _budget_reason(error.get("input"), error["ctx"])
+    if where.startswith("token_logprobs.") and error.get("type") in _LOGPROB_REASONS:
+        return _LOGPROB_REASONS[error["type"]].format(where=where, sent=error.get("input"))
     limit = error.get("ctx", {}).get("max_length")
     if error.get("type") == "too_long" and where == "questions":
         return (f"questions: {error['ctx'].get('actual_length')} in one request, past this "
@@ -758,6 +760,18 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     if error.get("type") == "json_invalid":  # loc is ("body", character offset)
         return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
     return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
+
+
+# The two-stage gate's answers, as clients get them wrong: one answer's list sent flat, a
+# probability for a log-probability, an empty answer (pydantic named only the bound or type).
+_LOGPROB_REASONS = {
+    "list_type": "token_logprobs: one list per question, of its answer's token log-probabilities, "
+                 "e.g. [[-0.1, -2.3]] for one question (or null where there is no answer)",
+    "less_than_equal": "{where}: {sent} is above 0; a log-probability is 0 or below (send "
+                       "log-probabilities, not probabilities)",
+    "too_short": "{where}: an empty list; an answer has at least one token: send null for a "
+                 "question without an answer",
+}  # fmt: skip
 
 
 def _budget_reason(sent: Any, bound: dict[str, Any]) -> str:
