@@ -236,8 +236,25 @@ def test_serve_takes_each_questions_side_features_in_the_request(chain):
                 "reads side features (hits), per column one value per "
                 'question, null when unknown, e.g. {"hits": [1.0, null]}',
             ),  # fmt: skip
-            ({"questions": texts, "features": {"hits": [4]}}, "'hits' has 1 values for 2"),
-            ({"questions": texts, "features": {"hits": [4, "x"]}}, "hits.1: Input should be"),
+            (
+                {"questions": texts, "features": {"hits": [4]}},
+                "'hits' has 1 values for 2 "
+                "questions: give one per question (None, null in JSON: unknown)",
+            ),
+            # pydantic: "Input should be a valid number / list / dictionary or object ..."
+            (
+                {"questions": texts, "features": {"hits": [4, "x"]}},
+                "features.hits.1: a string; "
+                'send a number (null when unknown), e.g. {"hits": [1.0, null]}',
+            ),
+            (
+                {"questions": texts, "features": {"hits": 4}},
+                "features.hits: a number; send a list of one value per question",
+            ),
+            (
+                {"questions": texts, "features": [{"hits": 4}, {"hits": 1}]},
+                "features: an array; send one list per column, of one value per question",
+            ),
             (
                 {"questions": texts, "features": {"hits": [1, 2], "views": [1, 2]}},
                 "features.views: not a side feature of the served gate (it reads hits)",

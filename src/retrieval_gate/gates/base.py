@@ -143,7 +143,9 @@ def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
         columns = {name: list(column) for name, column in features.items()}
         for name, column in columns.items():
             if len(column) != n:
-                raise InputError(f"feature {name!r} has {len(column)} values for {n} questions")
+                raise InputError(f"feature {name!r} has {len(column)} values for {n} question"
+                                 f"{'s' * (n != 1)}: give one per question (None, null in JSON: "
+                                 "unknown)")  # fmt: skip
         return [{name: column[i] for name, column in columns.items()} for i in range(n)]
     rows = list(features)
     if len(rows) != n:

@@ -735,6 +735,10 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
         example = json.dumps({c: [1.0, None] for c in columns})
         return (f"features: required: the served gate reads side features ({', '.join(columns)})"
                 f", per column one value per question, null when unknown, e.g. {example}")  # fmt: skip
+    if where.startswith("features") and error.get("type") in _FEATURE_SHAPES:
+        got = _KINDS.get(type(error.get("input")), "null")
+        example = json.dumps({c: [1.0, None] for c in columns})
+        return f"{where}: {got}; {_FEATURE_SHAPES[error['type']]}, e.g. {example}"
     if error.get("type") == "string_type" and where.startswith("questions."):
         got = _KINDS.get(type(error.get("input")), "null")
         return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
@@ -772,6 +776,16 @@ _LOGPROB_REASONS = {
     "too_short": "{where}: an empty list; an answer has at least one token: send null for a "
                  "question without an answer",
 }  # fmt: skip
+
+
+# Side features in the wrong shape (pydantic: "Input should be a valid list" and the like):
+# rows of {column: value} for the columns' lists, one value for a list, a number as text.
+_FEATURE_SHAPES = {
+    "model_type": "send one list per column, of one value per question",
+    "model_attributes_type": "send one list per column, of one value per question",  # FastAPI's
+    "list_type": "send a list of one value per question",
+    "float_type": "send a number (null when unknown)",
+}
 
 
 def _budget_reason(sent: Any, bound: dict[str, Any]) -> str:
