@@ -219,6 +219,18 @@ def test_a_json_body_that_is_not_an_object_says_what_it_is_and_the_shape(gate, b
         )
 
 
+def test_a_request_for_no_route_or_another_method_says_what_there_is(gate):
+    """Starlette said only "Not Found" (POST /scor) and "Method Not Allowed" (GET /score)."""
+    with TestClient(create_app(gate)) as client:
+        typo = client.post("/scor", json={"questions": ["Who wrote Hamlet?"]})
+        assert typo.status_code == 404
+        assert typo.json()["detail"] == ("POST /scor: no such route; this server has GET /docs, "
+                                         "GET /health, GET /metrics, POST /answer, POST /score")  # fmt: skip
+        got = client.get("/score")
+        assert got.status_code == 405 and got.headers["allow"] == "POST"
+        assert got.json()["detail"] == "GET /score: this route takes POST"
+
+
 def test_a_compressed_body_is_refused_with_the_fix(gate):
     """A gzip body with its Content-Encoding header was read as text: 400 "not UTF-8"."""
     import gzip

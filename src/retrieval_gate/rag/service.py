@@ -35,11 +35,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
 from ..errors import BackendError, DataError, InputError, RetrievalGateError
@@ -442,6 +444,14 @@ def create_app(
         reasons = dict.fromkeys(_reason(e, keys, columns) for e in exc.errors())  # once each
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _no_route(request: Request, exc: StarletteHTTPException) -> Response:
+        # Starlette's bare "Not Found" / "Method Not Allowed" (a typo, GET /score): the routes
+        if exc.status_code in (404, 405) and exc.detail in ("Not Found", "Method Not Allowed"):
+            exc = StarletteHTTPException(exc.status_code, _route_reason(app, request, exc),
+                                         exc.headers)  # fmt: skip
+        return await http_exception_handler(request, exc)
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
@@ -786,6 +796,16 @@ _FEATURE_SHAPES = {
     "list_type": "send a list of one value per question",
     "float_type": "send a number (null when unknown)",
 }
+
+
+def _route_reason(app: FastAPI, request: Request, exc: StarletteHTTPException) -> str:
+    """What a request for no route (404) or with another method (405) gets: what there is."""
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 405:
+        return f"{where}: this route takes {(exc.headers or {}).get('Allow', 'another method')}"
+    routes = sorted({f"{m} {r.path}" for r in app.routes if isinstance(r, APIRoute)
+                     for m in r.methods if m != "HEAD"})  # fmt: skip
+    return f"{where}: no such route; this server has {', '.join(routes)}"
 
 
 def _budget_reason(sent: Any, bound: dict[str, Any]) -> str:
