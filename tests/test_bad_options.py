@@ -188,6 +188,9 @@ CASES = {
     "rag-strategies-duplicate": C("rag --modes never --strategies {t}/dup.yaml", "dup.yaml", "duplicate"),
     "rag-strategies-missing": C("rag --modes never --strategies {t}/missing.yaml", "missing.yaml"),
     "rag-k-zero": C("rag --modes never -k 0", "-k"),
+    # comma-joined values were one unknown choice, with no word of the spaces they go with
+    "rag-modes-comma-joined": C("rag --modes never,always", "separate the modes with spaces: --modes never always"),
+    "evaluate-gates-comma-joined": C(f"evaluate --gates tfidf,always --labels {LABELS}", "separate the values with spaces: --gates tfidf always"),
     "rag-k-as-label-spells-it": C("rag --modes never --k 0", "-k must be at least 1, got 0"),
     "rag-max-new-tokens-zero": C("rag --modes never --max-new-tokens 0", "--max-new-tokens"),
     "rag-max-steps-absurd": C("rag --modes never --max-steps 999", "--max-steps"),

@@ -76,6 +76,23 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 _QUOTED = re.compile(r"'([^']{121,})'")  # a value argparse quotes, past what clipped keeps
 
 
+_LISTED = re.compile(r"argument (\S+): invalid choice: '([^']*,[^']*)' \(choose from (.*)\)$")
+
+
+def _spaced(message: str) -> str:
+    """A list flag's values joined by commas (`--gates tfidf,always`) were one unknown choice:
+    say how the values go when each is one."""
+    found = _LISTED.search(message)
+    if not found:
+        return ""
+    flag, given, choices = found.groups()
+    values = [v.strip() for v in given.split(",") if v.strip()]
+    known = {c.strip(" '") for c in choices.split(",")}
+    if not values or not set(values) <= known:
+        return ""
+    return f"; separate the values with spaces: {flag.split('/')[-1]} {' '.join(values)}"
+
+
 class Parser(argparse.ArgumentParser):
     """The parser class of the CLI and of every verb's parser (argparse passes it on to
     subparsers): the formatter above, and extra arguments reported by the verb's own parser
@@ -87,7 +104,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes a refused value whole ("invalid int value: '111...'", 5,000 digits)
-        super().error(_QUOTED.sub(lambda m: repr(clipped(m.group(1), 60)), message))
+        super().error(_QUOTED.sub(lambda m: repr(clipped(m.group(1), 60)), message) +
+                      _spaced(message))  # fmt: skip
 
     def add_subparsers(self, **kwargs):  # noqa: ANN201 (argparse's private action type)
         abbrev = self.allow_abbrev

@@ -91,7 +91,11 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     known = known_modes(options.strategies)
     unknown = [m for m in modes if m not in known]
     if unknown:
-        raise ConfigError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known)}")
+        parts = unknown[0].split(",")  # `--modes never,always`: one unknown mode
+        spaced = (f"; separate the modes with spaces: --modes {' '.join(parts)}"
+                  if len(parts) > 1 and set(parts) <= set(known) else "")  # fmt: skip
+        raise ConfigError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known)}"
+                          f"{spaced}")  # fmt: skip
     fixed = [options.strategies[m] for m in modes if m in options.strategies]
     if options.retriever is not None:
         check_runnable(fixed, options.retriever, "--modes")
