@@ -200,7 +200,7 @@ def test_the_two_stage_gate_through_the_cli_ranks_at_least_as_well_as_the_confid
     assert odd.status_code == 422 and "token 1" in odd.text
     np.testing.assert_allclose([s["probability"] for s in served.json()["scores"]],
                                [r["score"] for r in out[:5]], atol=1e-5)  # fmt: skip
-    assert bad.status_code == 422 and "less than or equal to 0" in bad.text
+    assert bad.status_code == 422 and "0.5 is above 0; a log-probability is 0 or below" in bad.text
     # a file whose log-probability column is named otherwise: every score question-only, said
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text("".join(json.dumps({"question": q.text, "popularity":
