@@ -739,41 +739,79 @@ def _reason(error: dict[str, Any], keys: Sequence[str] = (), columns: Sequence[s
     """One sentence for one validation error; `keys`: the fields of the route's request,
     `columns`: the side features the served gate reads."""
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
-    if error.get("type") == "extra_forbidden":
+    kind = error.get("type")
+    if kind == "extra_forbidden":
         return f"{where}: {_unread(where, keys, columns)}"
-    if error.get("type") == "missing" and where == "features":
-        example = json.dumps({c: [1.0, None] for c in columns})
-        return (f"features: required: the served gate reads side features ({', '.join(columns)})"
-                f", per column one value per question, null when unknown, e.g. {example}")  # fmt: skip
-    if where.startswith("features") and error.get("type") in _FEATURE_SHAPES:
-        got = _KINDS.get(type(error.get("input")), "null")
-        example = json.dumps({c: [1.0, None] for c in columns})
-        return f"{where}: {got}; {_FEATURE_SHAPES[error['type']]}, e.g. {example}"
-    if error.get("type") == "string_type" and where.startswith("questions."):
-        got = _KINDS.get(type(error.get("input")), "null")
-        return f'{where}: {got}; each question is a string: {{"questions": ["Who wrote Hamlet?"]}}'
-    if where == "budget" and error.get("type") in ("less_than_equal", "greater_than_equal"):
-        return _budget_reason(error.get("input"), error["ctx"])
-    if where.startswith("token_logprobs.") and error.get("type") in _LOGPROB_REASONS:
-        return _LOGPROB_REASONS[error["type"]].format(where=where, sent=error.get("input"))
+    field = where.split(".")[0]
+    said = _FIELD_REASONS[field](where, error, columns) if field in _FIELD_REASONS else None
+    if said:
+        return said
+    if kind == "string_pattern_mismatch":  # the one pattern: VISIBLE
+        return f"{where}: {BLANK}"
+    if kind == "missing" and where == "body":  # no body at all
+        return f"body: empty; {_SEND}"
+    if kind == "json_invalid":  # loc is ("body", character offset)
+        return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
+    return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
+
+
+_HAMLET = '{"questions": ["Who wrote Hamlet?"]}'
+
+
+def _questions_reason(where: str, error: dict[str, Any], _: Sequence[str]) -> str | None:
+    """The questions' shape and this server's limits (pydantic: "Input should be a valid
+    string", "List should have at most 64 items after validation, not 65", ...)."""
+    kind, got = error.get("type"), _KINDS.get(type(error.get("input")), "null")
     limit = error.get("ctx", {}).get("max_length")
-    if error.get("type") == "too_long" and where == "questions":
+    if kind == "list_type" and where == "questions":  # one question, unlisted
+        return f"questions: {got}; send a list, even of one: {_HAMLET}"
+    if kind == "string_type":
+        return f"{where}: {got}; each question is a string: {_HAMLET}"
+    if kind == "too_long" and where == "questions":
         return (f"questions: {error['ctx'].get('actual_length')} in one request, past this "
                 f"server's limit of {limit} (serve --max-questions): send them in requests of "
                 f"at most {limit}")  # fmt: skip
-    if error.get("type") == "string_too_long" and where.startswith("questions."):
+    if kind == "string_too_long":
         return (f"{where}: {len(str(error.get('input', '')))} characters, past this server's "
                 f"limit of {limit} a question (serve --max-question-chars)")  # fmt: skip
-    if error.get("type") == "list_type" and where == "questions":  # one question, unlisted
+    return None
+
+
+def _features_reason(where: str, error: dict[str, Any], columns: Sequence[str]) -> str | None:
+    """Side features missing or in the wrong shape, with the served gate's own example."""
+    example = json.dumps({c: [1.0, None] for c in columns})
+    if error.get("type") == "missing" and where == "features":
+        return (f"features: required: the served gate reads side features ({', '.join(columns)})"
+                f", per column one value per question, null when unknown, e.g. {example}")  # fmt: skip
+    if error.get("type") in _FEATURE_SHAPES:
         got = _KINDS.get(type(error.get("input")), "null")
-        return f'questions: {got}; send a list, even of one: {{"questions": ["Who wrote Hamlet?"]}}'
-    if error.get("type") == "string_pattern_mismatch":  # the one pattern: VISIBLE
-        return f"{where}: {BLANK}"
-    if error.get("type") == "missing" and where == "body":  # no body at all
-        return f"body: empty; {_SEND}"
-    if error.get("type") == "json_invalid":  # loc is ("body", character offset)
-        return f"body: not valid JSON at character {where} ({error.get('ctx', {}).get('error')})"
-    return f"{where}: {error.get('msg', 'invalid').removeprefix('Value error, ')}"
+        return f"{where}: {got}; {_FEATURE_SHAPES[error['type']]}, e.g. {example}"
+    return None
+
+
+def _logprobs_reason(where: str, error: dict[str, Any], _: Sequence[str]) -> str | None:
+    """A two-stage gate's answers in the wrong shape (`_LOGPROB_REASONS`)."""
+    if where != TOKEN_LOGPROBS and error.get("type") in _LOGPROB_REASONS:
+        return _LOGPROB_REASONS[error["type"]].format(where=where, sent=error.get("input"))
+    return None
+
+
+def _budget_reason(where: str, error: dict[str, Any], _: Sequence[str]) -> str | None:
+    """A router's budget out of its range (pydantic: "Input should be less than or equal to
+    3.35"): the range, and what the bounds mean."""
+    sent, bound = error.get("input"), error.get("ctx", {})
+    if error.get("type") == "less_than_equal":
+        top = bound["le"]
+        return (f"budget: {sent} is past {top}, the dearest strategy's cost (every question on "
+                f"it); a budget is a mean cost a question, from 0 to {top}")  # fmt: skip
+    if error.get("type") == "greater_than_equal":
+        return f"budget: {sent} is below 0; a budget is a mean cost a question, 0 or more"
+    return None
+
+
+# the request's field (the first part of an error's place) -> its reasons, where it has its own
+_FIELD_REASONS = {"questions": _questions_reason, "features": _features_reason,
+                  TOKEN_LOGPROBS: _logprobs_reason, "budget": _budget_reason}  # fmt: skip
 
 
 # The two-stage gate's answers, as clients get them wrong: one answer's list sent flat, a
@@ -806,17 +844,6 @@ def _route_reason(app: FastAPI, request: Request, exc: StarletteHTTPException) -
     routes = sorted({f"{m} {r.path}" for r in app.routes if isinstance(r, APIRoute)
                      for m in r.methods if m != "HEAD"})  # fmt: skip
     return f"{where}: no such route; this server has {', '.join(routes)}"
-
-
-def _budget_reason(sent: Any, bound: dict[str, Any]) -> str:
-    """A router's budget out of its range (pydantic: "Input should be less than or equal to
-    3.35"): the range, and what the bounds mean."""
-    if "le" in bound:
-        return (f"budget: {sent} is past {bound['le']}, the dearest strategy's cost (every "
-                f"question on it); a budget is a mean cost a question, from 0 to {bound['le']}")  # fmt: skip
-    return (
-        f"budget: {sent} is below 0; a budget is a mean cost a question, 0 (no retrieval) or more"
-    )
 
 
 def _unread(where: str, keys: Sequence[str], columns: Sequence[str]) -> str:
