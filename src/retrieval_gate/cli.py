@@ -25,6 +25,7 @@ from .errors import (
     InputError,
     RetrievalGateError,
     clipped,
+    comma_joined,
     missing_package,
     os_error,
 )
@@ -80,17 +81,12 @@ _LISTED = re.compile(r"argument (\S+): invalid choice: '([^']*,[^']*)' \(choose 
 
 
 def _spaced(message: str) -> str:
-    """A list flag's values joined by commas (`--gates tfidf,always`) were one unknown choice:
-    say how the values go when each is one."""
+    """argparse's "invalid choice" of a list flag's values joined by commas: `comma_joined`."""
     found = _LISTED.search(message)
     if not found:
         return ""
     flag, given, choices = found.groups()
-    values = [v.strip() for v in given.split(",") if v.strip()]
-    known = {c.strip(" '") for c in choices.split(",")}
-    if not values or not set(values) <= known:
-        return ""
-    return f"; separate the values with spaces: {flag.split('/')[-1]} {' '.join(values)}"
+    return comma_joined(flag.split("/")[-1], given, {c.strip(" '") for c in choices.split(",")})
 
 
 class Parser(argparse.ArgumentParser):

@@ -14,6 +14,7 @@ Anything else that escapes a command is a bug: exit code 1, with a traceback.
 from __future__ import annotations
 
 import errno
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -153,3 +154,13 @@ def first_line(error: BaseException) -> str:
     may run to pages), or its type when the message is empty."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def comma_joined(flag: str, given: str, known: Collection[str], noun: str = "values") -> str:
+    """Where a list flag's value is known values joined by commas (`--gates tfidf,always`,
+    one unknown choice), the fix: "; separate the values with spaces: --gates tfidf always";
+    else ""."""
+    values = [v.strip() for v in given.split(",") if v.strip()]
+    if not values or not set(values) <= set(known):
+        return ""
+    return f"; separate the {noun} with spaces: {flag} {' '.join(values)}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..artifacts import open_artifact
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, comma_joined
 from ..gates.base import Gate, uncached_gate
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
@@ -91,11 +91,8 @@ def check_modes(modes: Sequence[str], options: ModeOptions) -> None:
     known = known_modes(options.strategies)
     unknown = [m for m in modes if m not in known]
     if unknown:
-        parts = unknown[0].split(",")  # `--modes never,always`: one unknown mode
-        spaced = (f"; separate the modes with spaces: --modes {' '.join(parts)}"
-                  if len(parts) > 1 and set(parts) <= set(known) else "")  # fmt: skip
         raise ConfigError(f"unknown mode {unknown[0]!r} (--modes); known: {', '.join(known)}"
-                          f"{spaced}")  # fmt: skip
+                          f"{comma_joined('--modes', unknown[0], known, 'modes')}")  # fmt: skip
     fixed = [options.strategies[m] for m in modes if m in options.strategies]
     if options.retriever is not None:
         check_runnable(fixed, options.retriever, "--modes")
