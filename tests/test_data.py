@@ -281,7 +281,7 @@ def test_a_dataset_file_that_is_a_folder_pipe_or_dead_link_is_refused_not_skippe
     _write(tmp_path, "popqa/popqa_random2000.json",
            json.dumps({"dev": [{"input": "Q?", "output": '["A"]', "id": 1}], "test": []}))  # fmt: skip
     longtail = tmp_path / "popqa" / "popqa_longtail.jsonl"
-    for make, what in ((os.mkfifo, "a pipe, device or socket"), (os.mkdir, "a folder"),
+    for make, what in ((os.mkfifo, "a device, pipe or socket"), (os.mkdir, "a folder"),
                        (lambda p: p.symlink_to(tmp_path / "gone"), "a link to nothing")):  # fmt: skip
         make(longtail)
         with pytest.raises(DataError, match=f"dataset 'popqa': this is {what}, not a file"):

@@ -105,6 +105,17 @@ def check_writable(path: str | Path) -> None:
         raise _unwritable(e, path) from None
 
 
+def not_a_file(path: Path) -> str | None:
+    """What is at `path` where a file is expected and something else is there: "a folder",
+    "a device, pipe or socket" (reading /dev/zero or a FIFO never ends) or "a link to
+    nothing"; None for a regular file, or for nothing at all."""
+    if path.is_file() or not (path.exists() or path.is_symlink()):
+        return None
+    if not path.exists():
+        return "a link to nothing"
+    return "a folder" if path.is_dir() else "a device, pipe or socket"
+
+
 def regular_target(path: str | Path) -> Path:
     """The file a write to `path` lands in: a symbolic link's target (the link stays), never a
     device, pipe or socket, which a rename would replace with a file (an InputError)."""

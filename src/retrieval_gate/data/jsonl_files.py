@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..fileio import not_a_file
 from ..strict_rows import DECODER, RepeatedKeyError, loads
 from ..text_bytes import not_utf8, nul_byte
 from .bad_rows import BadRows
@@ -183,11 +184,8 @@ def present(path: Path, dataset: str) -> bool:
     """A dataset file is there (a regular file) or not (nothing at its name); anything else
     at its name is refused: a folder, pipe or device was skipped as if absent, the dataset
     loaded without that file's questions and no word said."""
-    if path.is_file():
-        return True
-    if not path.exists() and not path.is_symlink():
-        return False
-    what = ("a link to nothing" if not path.exists() else "a folder" if path.is_dir()
-            else "a pipe, device or socket")  # fmt: skip
+    what = not_a_file(path)
+    if what is None:
+        return path.is_file()
     raise DataError(f"dataset {dataset!r}: this is {what}, not a file; put the dataset file "
                     "there, or remove it", path)  # fmt: skip

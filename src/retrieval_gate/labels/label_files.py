@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..fileio import content_id, regular_target, write_json, write_text
+from ..fileio import content_id, not_a_file, regular_target, write_json, write_text
 from ..questions import Question, row_id
 from ..strict_rows import RepeatedKeyError, loads, parse_json
 from ..text_bytes import not_utf8
@@ -322,8 +322,7 @@ def _whole_object(raw: bytes) -> bool:
 def missing(path: Path, what: str = "label file", fix: str | None = None) -> str:
     """Why `what` at `path` cannot be read: not there (with `not_found`'s hint), or there but
     a folder, device or pipe (reading /dev/zero or a FIFO would never end)."""
-    if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else "a device, pipe or socket"
+    if path.exists() and (kind := not_a_file(path)):  # a link to nothing: not found
         return f"{what} is {kind}, not a regular file: pass the file's path{_inside(path)}"
     return f"{what} not found; {not_found(path) if fix is None else not_found(path, fix)}"
 

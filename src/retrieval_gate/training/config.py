@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from ..errors import ConfigError, clipped
-from ..fileio import plain_name
+from ..fileio import not_a_file, plain_name
 from ..strategies import (
     BUILTIN,
     StrategyRegistry,
@@ -622,9 +622,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError("config `extends` forms a cycle", path)
     if not path.is_file():
         named = f" (named by `extends:` in {seen[-1]})" if seen else ""
-        what = ("is a folder, not a YAML config file" if path.is_dir() else
-                "is a device, pipe or socket, not a YAML config file" if path.exists() else
-                "config file not found")  # fmt: skip
+        kind = not_a_file(path)
+        what = f"is {kind}, not a YAML config file" if path.exists() else "config file not found"
         raise ConfigError(f"{what}{named}", path)
     try:
         raw = read_yaml(path) or {}
