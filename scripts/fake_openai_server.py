@@ -6,6 +6,8 @@ replica or actor sends it), so a local and a Ray run over the same server must w
 labels. Faults:
 - `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200;
 - `always_fail="text"`: any prompt containing the text answers 500, always.
+With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
+as `vllm serve --api-key` does.
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -46,9 +48,10 @@ class FakeServer:
         transient: int = 0,
         always_fail: str | None = None,
         model: str = MODEL,
+        api_key: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
-        self.model = model
+        self.model, self.api_key = model, api_key
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -116,7 +119,18 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused(self) -> bool:
+                """A 401 sent, as vLLM's, when a key is set and the request lacks it."""
+                if server.api_key is None:
+                    return False
+                if self.headers.get("Authorization") == f"Bearer {server.api_key}":
+                    return False
+                self._send(401, {"error": "Unauthorized"})
+                return True
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self._refused():
+                    return
                 if self.path.rstrip("/") == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": server.model}]})
                 else:
@@ -125,6 +139,8 @@ class FakeServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self._refused():
+                    return
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return

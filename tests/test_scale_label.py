@@ -62,20 +62,23 @@ def local_ray():
 
 
 @pytest.mark.slow
-def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray):
+def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray, monkeypatch):
     """Two replicas that answer 503/429 to each prompt's first attempt, a dead endpoint in the
     list, one question whose request always fails: the other questions' rag-gain rows (two
     requests per question: closed-book and with documents) equal a local run's on a clean
-    server."""
+    server. Every server wants a key, which the actors carry from the driver's environment."""
+    from retrieval_gate.generation.endpoints import API_KEY_ENV
+
+    monkeypatch.setenv(API_KEY_ENV, "k")
     qs = questions()
     bad = Question(
         "mine-bad", "FAILME what is this?", ("x",), "mine", contexts=({"title": "t", "text": "x"},)
     )
-    a, b = (FakeServer(0.01, transient=1, always_fail="FAILME") for _ in range(2))
-    with a as a_url, b as b_url, FakeServer(0.01) as clean:
+    a, b = (FakeServer(0.01, transient=1, always_fail="FAILME", api_key="k") for _ in range(2))
+    with a as a_url, b as b_url, FakeServer(0.01, api_key="k") as clean:
         engine = RayEngine(RayOptions(urls=[dead_url(), a_url, b_url], actors=2, in_flight=3,
                                       backoff=0.02, retries=5))  # fmt: skip
-        local = RemoteGenerator(clean)
+        local = RemoteGenerator(clean, api_key="k")
         policy = "rag-gain"  # no closed-book file yet: 2 requests a question
         for name, gen in (("ray", engine), ("local", local)):
             req = LabelRequest(policy=policy, generator=gen.name, questions=[*qs, bad],
@@ -175,6 +178,43 @@ def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
             assert main(argv) == code, argv
             assert message in capsys.readouterr().err, argv
     assert not (tmp_path / "l.jsonl").exists()  # nothing was labelled
+
+
+def test_a_server_that_wants_a_key_gets_it_from_the_environment(tmp_path, capsys, monkeypatch):
+    """A server started with `vllm serve --api-key` answered 401 to everything: nothing sent a
+    key, and `label`, `rag` and `serve` said 'could not list models ... is --generator-url an
+    OpenAI-compatible server' (the Ray engine: 'no generator endpoint answered')."""
+    from retrieval_gate.generation.endpoints import API_KEY_ENV, EndpointPool
+    from retrieval_gate.rag.backends import open_generator
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    with FakeServer(0.0, api_key="s3cret") as url:
+        local = ["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url",
+                 url, "--labels-dir", str(tmp_path / "labels")]  # fmt: skip
+        ray = [*local, "--engine", "ray"]
+        for key, message in ((None, f"wants an API key (401): set ${API_KEY_ENV}"),
+                             ("wrong", f"refused the API key in ${API_KEY_ENV} (401)"),
+                             ("two words", f"${API_KEY_ENV} holds a space")):  # fmt: skip
+            if key is None:
+                monkeypatch.delenv(API_KEY_ENV, raising=False)
+            else:
+                monkeypatch.setenv(API_KEY_ENV, key)
+            for argv in (local, ray, [*local, "--generator", "fake-llm"]):
+                assert main(argv) == (2 if " " in (key or "") else 3), (key, argv)
+                assert message in capsys.readouterr().err, (key, argv)
+        failed = EndpointPool([url], "fake-llm", retries=0).chat("Who wrote Hamlet?", 8)
+        assert (
+            failed.error == f"the generator server at {url} wants an API key (401): set "
+            f"${API_KEY_ENV} (e.g. to the key given to `vllm serve --api-key`)"
+        )
+        monkeypatch.setenv(API_KEY_ENV, " s3cret\n")  # as pasted: the ends are trimmed
+        assert main(local) == 0
+        rows = LabelFile(tmp_path / "labels/fake-llm/closed-book.jsonl").rows
+        assert sorted(rows) == ["m1", "m2", "m3"]
+        (answer,) = open_generator(url).generate(["Who founded Zorblat Inc?"])  # rag, serve
+        assert answer.text
+    assert not (tmp_path / "labels/fake-llm/closed-book.jsonl.failed.jsonl").exists()
 
 
 @pytest.mark.slow

@@ -243,5 +243,7 @@ def _remote(args: argparse.Namespace, questions: Any) -> Any:
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting the server
     from ..generation.cache import cached
+    from ..generation.endpoints import server_key
 
-    return cached(RemoteGenerator(args.generator_url[0], model=args.generator))
+    key = server_key()
+    return cached(RemoteGenerator(args.generator_url[0], model=args.generator, api_key=key))

@@ -11,6 +11,7 @@ Ray worker imports it in well under a second."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -36,6 +37,50 @@ class ChatResult:
     error: str | None = None
     url: str | None = None
     attempts: int = 0
+
+
+# The generator servers' bearer token (`vllm serve --api-key`, a hosted endpoint's key). Read
+# from the environment only: a flag would show in process lists and shell history.
+API_KEY_ENV = "RETRIEVAL_GATE_GENERATOR_API_KEY"
+
+
+def server_key() -> str | None:
+    """The key in $RETRIEVAL_GATE_GENERATOR_API_KEY (None when unset or blank); one an HTTP
+    header cannot carry is refused before any server is contacted."""
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if any(not ("!" <= c <= "~") for c in key):
+        raise ConfigError(f"${API_KEY_ENV} holds a space, control or non-ASCII character, which "
+                          "an Authorization header cannot carry: set it to the key alone")  # fmt: skip
+    return key or None
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The request headers that carry `api_key` (none without one)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def key_refused(url: str, status: int, keyed: bool) -> str | None:
+    """What a 401 or 403 from a generator server means (None for another status): it wants
+    a key and none was sent, or it refused the one sent."""
+    if status not in (401, 403):
+        return None
+    if keyed:
+        return (f"the generator server at {url} refused the API key in ${API_KEY_ENV} "
+                f"({status}): set it to the key the server was started with")  # fmt: skip
+    return (f"the generator server at {url} wants an API key ({status}): set ${API_KEY_ENV} "
+            "(e.g. to the key given to `vllm serve --api-key`)")  # fmt: skip
+
+
+def first_model(client: httpx.Client, url: str, keyed: bool, timeout: float) -> str:
+    """The first model id `url/models` lists. A refused key is a BackendError that says so;
+    an unreachable server raises httpx's error, a reply that lists no model KeyError,
+    IndexError, TypeError or ValueError."""
+    r = client.get(f"{url}/models", timeout=timeout)
+    refused = key_refused(url, r.status_code, keyed)
+    if refused:
+        raise BackendError(refused)
+    r.raise_for_status()
+    return str(parse_json(r.content)["data"][0]["id"])
 
 
 # A route of the OpenAI API, which the client adds to the base URL itself
@@ -71,22 +116,23 @@ def normalise_urls(urls: list[str]) -> list[str]:
     return out
 
 
-def served_model(url: str, timeout: float = 5.0) -> str | None:
+def served_model(url: str, api_key: str | None = None, timeout: float = 5.0) -> str | None:
     """The first model id `url/models` lists, or None when the endpoint cannot be reached or
-    does not answer like an OpenAI-compatible server."""
-    try:
-        r = httpx.get(f"{url}/models", timeout=timeout)
-        r.raise_for_status()
-        return str(parse_json(r.content)["data"][0]["id"])
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
-        return None
+    does not answer like an OpenAI-compatible server (a refused key is an error)."""
+    with httpx.Client(headers=bearer(api_key)) as client:
+        try:
+            return first_model(client, url, bool(api_key), timeout)
+        except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+            return None
 
 
-def check_endpoints(urls: list[str], model: str | None) -> tuple[list[str], list[str], str]:
+def check_endpoints(
+    urls: list[str], model: str | None, api_key: str | None = None
+) -> tuple[list[str], list[str], str]:
     """(live URLs, dead URLs, model id) before any work starts: every live endpoint must serve
     the same model (rows from two models would mix under one provenance); none live is an
     error."""
-    found = {url: served_model(url) for url in urls}
+    found = {url: served_model(url, api_key) for url in urls}
     live = [u for u, m in found.items() if m is not None]
     dead = [u for u in urls if u not in live]
     if not live:
@@ -121,9 +167,9 @@ class EndpointPool:
     ):
         self.urls, self.model = normalise_urls(urls), model
         self.retries, self.backoff, self.cooldown = retries, backoff, cooldown
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
         self._next = start % len(self.urls)
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -160,7 +206,8 @@ class EndpointPool:
             else:
                 if r.status_code == 200:
                     return _result(r, logprobs, url, attempt)
-                problem = f"{url} answered {r.status_code}: {r.text[:200]}"
+                problem = (key_refused(url, r.status_code, self._keyed)
+                           or f"{url} answered {r.status_code}: {r.text[:200]}")  # fmt: skip
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
             failures += 1

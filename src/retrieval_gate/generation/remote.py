@@ -19,9 +19,8 @@ import httpx
 import numpy as np
 
 from ..errors import BackendError
-from ..strict_rows import parse_json
 from .base import Generation
-from .endpoints import chat_body, reply_chat, reply_json
+from .endpoints import bearer, chat_body, first_model, key_refused, reply_chat, reply_json
 
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
@@ -34,7 +33,8 @@ class RemoteGenerator:
     """Generation through `POST {base_url}/chat/completions`, greedy decoding.
 
     `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the first
-    model the server lists at `/v1/models`."""
+    model the server lists at `/v1/models`; `api_key` goes with every request (the verbs pass
+    `endpoints.server_key()`)."""
 
     def __init__(
         self,
@@ -45,9 +45,9 @@ class RemoteGenerator:
         timeout: float = 300.0,
     ):
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
         self.concurrency = concurrency
         listed = self._first_model(required=model is None)
         self.name = model or str(listed)
@@ -65,6 +65,9 @@ class RemoteGenerator:
             else:
                 if r.status_code == 200:
                     return reply_json(r, self.base_url)
+                refused = key_refused(self.base_url, r.status_code, self._keyed)
+                if refused:
+                    raise BackendError(refused)
                 problem = f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
                 if r.status_code < 500 and r.status_code != 429:
                     raise BackendError(problem)
@@ -78,9 +81,7 @@ class RemoteGenerator:
         named model needs no list (a server without one, or one that is down while the
         generation cache holds every answer)."""
         try:
-            r = self._client.get(f"{self.base_url}/models", timeout=LIST_TIMEOUT)
-            r.raise_for_status()
-            return str(parse_json(r.content)["data"][0]["id"])
+            return first_model(self._client, self.base_url, self._keyed, LIST_TIMEOUT)
         except httpx.TimeoutException as e:
             what = ("did not take the connection" if isinstance(e, httpx.ConnectTimeout)
                     else "took the connection but did not list its models")  # fmt: skip

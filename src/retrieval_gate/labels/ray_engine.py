@@ -37,7 +37,7 @@ from tqdm import tqdm
 from ..errors import BackendError, ConfigError
 from ..fileio import write_text
 from ..generation.base import Generation
-from ..generation.endpoints import check_endpoints, normalise_urls
+from ..generation.endpoints import check_endpoints, normalise_urls, server_key
 from ..questions import Question
 from .label_files import LabelFile
 
@@ -126,7 +126,9 @@ class RayEngine:
         check_ray_address(options.address)
         self.options = options
         if options.backend == "openai":
-            live, dead, model = check_endpoints(normalise_urls(options.urls), options.model)
+            self.api_key = server_key()
+            live, dead, model = check_endpoints(normalise_urls(options.urls), options.model,
+                                                self.api_key)  # fmt: skip
             for url in dead:
                 log.warning("endpoint %s does not answer: its share goes to the others", url)
             self.urls, self.name = live, model
@@ -234,7 +236,7 @@ class RayEngine:
             HttpChatActor,
             fn_constructor_kwargs={"urls": self.urls, "model": self.name,
                                    "in_flight": opts.in_flight, "retries": opts.retries,
-                                   "backoff": opts.backoff},
+                                   "backoff": opts.backoff, "api_key": self.api_key},
             compute=ray.data.ActorPoolStrategy(size=opts.actors),
             batch_size=batch,
             num_cpus=0.01,  # waiting on the network: actors do not hold a CPU each

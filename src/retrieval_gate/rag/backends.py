@@ -43,9 +43,10 @@ def open_generator(
 
     check_engine(generator_url, model, tensor_parallel_size, data_parallel_size)
     if generator_url:
+        from ..generation.endpoints import server_key
         from ..generation.remote import RemoteGenerator
 
-        return cached(RemoteGenerator(generator_url, model))
+        return cached(RemoteGenerator(generator_url, model, api_key=server_key()))
     engine: dict[str, Any] = {}
     if tensor_parallel_size > 1:
         engine["tensor_parallel_size"] = tensor_parallel_size
