@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval_gate.errors import ConfigError, DataError, InputError
+from retrieval_gate.errors import BackendError, ConfigError, DataError, InputError
 from retrieval_gate.gates.onnx import OnnxGate
 from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.chat import chat_token_ids
@@ -237,6 +237,9 @@ def test_real_comparison_modes_on_same_questions(vllm_generator, onnx_gate, tmp_
 # ------------------------------------------------------------------ remote generator (vLLM server)
 
 
+SERVER_KEY = "rg-test-key"  # the server wants it, as `vllm serve --api-key` does
+
+
 @pytest.fixture(scope="module")
 def vllm_server(vllm_generator) -> str:
     """A real vLLM OpenAI-compatible server for SmolLM2 in a subprocess; yields its /v1 URL."""
@@ -247,6 +250,7 @@ def vllm_server(vllm_generator) -> str:
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", vllm_generator.model, "--served-model-name", "smollm2",
         "--port", str(port), "--dtype", cpu_dtype(), "--enforce-eager", "--max-model-len", "2048",
+        "--api-key", SERVER_KEY,
     ]  # fmt: skip
     # As docs/scale.md starts a CPU server. TORCHDYNAMO_DISABLE: the first logprobs request
     # compiled vLLM's sampler helper with Inductor (a 12 s C++ header, then the kernel) on a
@@ -272,7 +276,11 @@ def vllm_server(vllm_generator) -> str:
 
 
 def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, onnx_gate):
-    remote = RemoteGenerator(vllm_server)
+    with pytest.raises(BackendError, match=r"wants an API key \(401\): set \$RETRIEVAL_GATE_GEN"):
+        RemoteGenerator(vllm_server)
+    with pytest.raises(BackendError, match=r"refused the API key in \$RETRIEVAL_GATE_GENERATOR"):
+        RemoteGenerator(vllm_server, api_key="another")
+    remote = RemoteGenerator(vllm_server, api_key=SERVER_KEY)
     assert remote.name == "smollm2"
     prompts = [
         closed_book_prompt("What is the capital of France?"),
