@@ -78,6 +78,7 @@ def _workspace(t) -> None:
     (t / "labels_bad.meta.json").write_text('{"policy": "closed-book"}')
     _exports(t, three)
     (t / "run_empty").mkdir()
+    (t / "run_answers_folder" / "closed-book.jsonl").mkdir(parents=True)  # read as no answers
     run = t / "run_truncated"  # every file a run has, the metadata cut short
     for part in ("backbone", "tokenizer"):
         (run / part).mkdir(parents=True)
@@ -263,6 +264,7 @@ CASES = {
     "evaluate-resamples-a-billion": C(f"{EVAL} --resamples 1000000000", "--resamples", "at most 100000"),
     "evaluate-out-is-a-file": C(f"evaluate --gates always --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "evaluate-run-dir-missing": C(f"{EVAL} --run-dir {{t}}/missing-run", "missing-run"),
+    "evaluate-run-dir-answers-a-folder": C(f"{EVAL} --run-dir {{t}}/run_answers_folder", "run_answers_folder/closed-book.jsonl: is a folder, where a labelling run keeps its"),
     "evaluate-run-dir-without-answers": C(f"{EVAL} --run-dir {{t}}/dir", "dir", "holds neither closed-book.jsonl nor rag-gain.jsonl"),
     "evaluate-out-holds-a-file-of-yours": C(
         f"evaluate --gates always --labels {LABELS} --out {{t}}/mine --no-cost", "report.md",
@@ -301,6 +303,7 @@ CASES = {
     "tune-labels-dir": C("tune --gate popularity --labels {t}/dir --out {t}/tu", "dir"),
     "tune-run-dir-missing": C(f"{TUNE} --run-dir {{t}}/missing-run", "--run-dir", "missing-run", "no such folder"),
     "tune-run-dir-a-file": C(f"{TUNE} --run-dir {{t}}/file.txt", "--run-dir", "file.txt", "a file, not a folder"),
+    "tune-run-dir-answers-a-folder": C(f"{TUNE} --run-dir {{t}}/run_answers_folder", "run_answers_folder/closed-book.jsonl: is a folder, where a labelling run keeps its recorded answers"),
     "tune-run-dir-without-answers": C(f"{TUNE} --run-dir {{t}}/dir", "dir", "holds neither closed-book.jsonl nor rag-gain.jsonl"),
     "tune-out-is-a-file": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/file.txt", "--out", "file.txt"),
     "tune-out-holds-a-file-of-yours": C(f"tune --gate popularity --labels {LABELS} --out {{t}}/mine", "tune-popularity-closed-book.json", "did not write it"),

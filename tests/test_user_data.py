@@ -75,6 +75,33 @@ def test_generic_correctness_by_text_with_retrieval_gives_rag_gain(tmp_path, cap
     assert outcomes.closed == {"m1": True, "m2": False} and outcomes.rag["m2"] is True
 
 
+@pytest.mark.parametrize("kind", ["a folder", "a device, pipe or socket", "a link to nothing"])
+def test_a_run_whose_answer_file_is_no_file_is_refused_not_read_as_no_answers(tmp_path, kind):
+    """A folder (or a FIFO, or a dead link) named rag-gain.jsonl read as a run without
+    with-retrieval answers: every gate and objective needing them went quiet."""
+    import os
+
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.labels.labelling_run import LabellingRun, run_dir_for
+
+    def put(bad: Path) -> None:
+        bad.parent.mkdir(exist_ok=True)
+        {"a folder": bad.mkdir, "a device, pipe or socket": lambda: os.mkfifo(bad),
+         "a link to nothing": lambda: bad.symlink_to(tmp_path / "gone.jsonl")}[kind]()  # fmt: skip
+
+    run = tmp_path / "run"
+    put(run / "rag-gain.jsonl")
+    (run / "closed-book.jsonl").write_text('{"id": "q1", "label": 0, "match": true}\n')
+    assert LabellingRun(run).records() == {"q1": {"id": "q1", "label": 0, "match": True}}
+    message = f"rag-gain.jsonl: is {kind}, where a labelling run keeps its recorded answers"
+    for read in (LabellingRun(run).outcomes, LabellingRun(run).checksums):
+        with pytest.raises(InputError, match=message):
+            read()
+    put(tmp_path / "labels" / "closed-book.jsonl")  # beside the label file: its run, or not?
+    with pytest.raises(InputError, match=f"closed-book.jsonl: is {kind}, where"):
+        run_dir_for(tmp_path / "labels" / "mine.jsonl")
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -93,12 +93,14 @@ def check_input_dir(path: Path | None, flag: str, fix: str) -> None:
 def check_run_dir(path: Path | None) -> None:
     """A labelling run named with --run-dir exists and holds recorded answers: a folder
     without them read as none, and every gate and objective needing them was skipped."""
-    from ..labels.labelling_run import CLOSED_BOOK, RAG_GAIN
+    from ..labels.labelling_run import CLOSED_BOOK, RAG_GAIN, holds_answers
 
     fix = (f"pass the folder `retrieval-gate label` wrote (<labels-dir>/<generator>, with "
            f"{CLOSED_BOOK} or {RAG_GAIN}), or drop --run-dir")  # fmt: skip
     check_input_dir(path, "--run-dir", fix)
-    if path is not None and not any((Path(path) / f).is_file() for f in (CLOSED_BOOK, RAG_GAIN)):
+    if path is None:
+        return
+    if not any([holds_answers(Path(path) / f) for f in (CLOSED_BOOK, RAG_GAIN)]):  # both checked
         raise InputError(f"--run-dir: holds neither {CLOSED_BOOK} nor {RAG_GAIN}, the "
                          f"recorded answers it is read for{_a_gate(Path(path))}; {fix}",
                          path)  # fmt: skip

@@ -14,13 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fileio import sha256_file
+from ..errors import InputError
+from ..fileio import not_a_file, sha256_file
 from .label_files import LABELS_DIR, LabelFile
 from .logprobs import AnswerLogprobs, answer_logprobs
 
 CLOSED_BOOK = "closed-book.jsonl"
 RAG_GAIN = "rag-gain.jsonl"
 DEFAULT_RUN_DIR = LABELS_DIR / "smollm2-135m-instruct"  # the committed SmolLM2 run
+
+
+def holds_answers(path: Path) -> bool:
+    """A labelling run's answer file is there (False where nothing is); a folder, pipe or
+    link to nothing in its place is refused, never read as a run without answers."""
+    kind = not_a_file(Path(path))
+    if kind:
+        raise InputError(f"is {kind}, where a labelling run keeps its recorded answers: move "
+                         "it away, or pass another run's folder (--run-dir)", path)  # fmt: skip
+    return Path(path).is_file()
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class LabellingRun:
     def records(self) -> dict[str, dict[str, Any]]:
         """The closed-book rows by question id (the confidence gate's recorded answers,
         TA-ARE's demonstrations); {} without the file."""
-        return LabelFile(self.closed_book).rows if self.closed_book.is_file() else {}
+        return LabelFile(self.closed_book).rows if holds_answers(self.closed_book) else {}
 
     def outcomes(self) -> Outcomes:
         """closed-book `match` and rag-gain `closed_correct`/`rag_correct` (rag-gain wins where
@@ -63,7 +74,7 @@ class LabellingRun:
         for i, row in self.records().items():
             if row.get("match") is not None:
                 closed[i] = bool(row["match"])
-        if self.rag_gain.is_file():
+        if holds_answers(self.rag_gain):
             for i, row in LabelFile(self.rag_gain).rows.items():
                 if row.get("rag_correct") is not None:
                     rag[i] = bool(row["rag_correct"])
@@ -74,12 +85,13 @@ class LabellingRun:
     def answer_logprobs(self) -> dict[str, AnswerLogprobs]:
         """The closed-book answers' recorded log-probabilities by question id (tokens, or the
         mean only); {} without the file."""
-        return answer_logprobs(self.closed_book) if self.closed_book.is_file() else {}
+        return answer_logprobs(self.closed_book) if holds_answers(self.closed_book) else {}
 
     def checksums(self) -> list[str | None]:
         """sha256 of the two answer files (None where missing): what results computed from
         the recorded answers are keyed by."""
-        return [sha256_file(p) if p.is_file() else None for p in (self.closed_book, self.rag_gain)]
+        paths = (self.closed_book, self.rag_gain)
+        return [sha256_file(p) if holds_answers(p) else None for p in paths]
 
 
 def run_dir_for(labels: str | Path, run_dir: str | Path | None = None) -> Path:
@@ -89,6 +101,6 @@ def run_dir_for(labels: str | Path, run_dir: str | Path | None = None) -> Path:
     if run_dir is not None:
         return Path(run_dir)
     folder = Path(labels).parent
-    if (folder / CLOSED_BOOK).is_file() or (folder / RAG_GAIN).is_file():
+    if holds_answers(folder / CLOSED_BOOK) or holds_answers(folder / RAG_GAIN):
         return folder
     return DEFAULT_RUN_DIR
