@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from retrieval_gate.gates.trivial import always_gate
@@ -31,3 +32,61 @@ def test_gate_mode_answer_is_404_with_a_reason():
     assert r.status_code == 404
     assert "--mode gate" in r.json()["detail"] and "/score" in r.json()["detail"]
     assert "/answer" not in create_app(always_gate()).openapi()["paths"]
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_client_that_never_finishes_its_request_head_is_cut_off(monkeypatch, parser):
+    """uvicorn times only idle keep-alive connections: a client that connected and sent nothing,
+    or half a request (a first one, or a second on a kept-alive connection), held its socket
+    for good, and enough of them left the server no files to accept real clients with."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from pg_server import free_port
+    from retrieval_gate.rag import slow_clients
+
+    monkeypatch.setattr(slow_clients, "HEAD_TIMEOUT", 0.5)
+    if parser == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(always_gate()), host="127.0.0.1",
+                                           port=port, log_level="warning",
+                                           http=slow_clients.head_deadline_protocol(base)))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.02)
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def wait_closed(sock: socket.socket) -> None:
+        """Until the server closes `sock` (reading what it sends meanwhile); 5 s at most."""
+        sock.settimeout(5)
+        while sock.recv(65536):
+            pass
+
+    try:
+        silent, half, kept = (socket.create_connection(("127.0.0.1", port)) for _ in range(3))
+        start = time.monotonic()
+        half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+        kept.sendall(health)
+        assert b"200 OK" in kept.recv(65536)
+        kept.sendall(b"GET /health HTTP/1.1\r\n")  # uvicorn's 5 s keep-alive stops here
+        slow = socket.create_connection(("127.0.0.1", port))  # a whole request, slowly
+        for part in (b"GET /health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+            slow.sendall(part)
+            time.sleep(0.1)
+        assert b"200 OK" in slow.recv(65536)
+        for sock in (silent, half, kept):
+            wait_closed(sock)
+        assert time.monotonic() - start < 2.5  # each cut off about 0.5 s after it went quiet
+        with socket.create_connection(("127.0.0.1", port)) as fresh:  # still serving
+            fresh.sendall(health)
+            assert b"200 OK" in fresh.recv(65536)
+    finally:
+        server.should_exit = True
+        thread.join(10)

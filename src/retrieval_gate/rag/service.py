@@ -20,6 +20,8 @@ Built to degrade, not stall:
   `/health` and `/score` answer at once while the engine works; `/answer` routes first (the
   gate's worker), so a multi-step question enters the engine's backlog counted as its
   `max_steps` steps;
+- a connection whose request head has not arrived 30 s after it opened (or after its last
+  response) is closed (`slow_clients`);
 - an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` and
   `/metrics` stay open."""
 
@@ -868,6 +870,8 @@ def serve(
     default budget (`--budget`; a RAG loop has its own)."""
     import uvicorn
 
+    from .slow_clients import head_deadline_protocol
+
     app = create_app(service, limits, api_key, warm_up=True, strategies=strategies,
                      budget=budget)  # fmt: skip
-    uvicorn.run(app, host=host, port=port, workers=1)
+    uvicorn.run(app, host=host, port=port, workers=1, http=head_deadline_protocol())
