@@ -35,10 +35,11 @@ def test_gate_mode_answer_is_404_with_a_reason():
 
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
-def test_a_client_that_never_finishes_its_request_head_is_cut_off(monkeypatch, parser):
+def test_a_client_that_never_finishes_its_request_is_cut_off(monkeypatch, parser):
     """uvicorn times only idle keep-alive connections: a client that connected and sent nothing,
-    or half a request (a first one, or a second on a kept-alive connection), held its socket
-    for good, and enough of them left the server no files to accept real clients with."""
+    or half a request head (a first one, or a second on a kept-alive connection), or a head and
+    half its body, held its socket for good, and enough of them left the server no files to
+    accept real clients with."""
     import socket
     import threading
     import time
@@ -49,6 +50,7 @@ def test_a_client_that_never_finishes_its_request_head_is_cut_off(monkeypatch, p
     from retrieval_gate.rag import slow_clients
 
     monkeypatch.setattr(slow_clients, "HEAD_TIMEOUT", 0.5)
+    monkeypatch.setattr(slow_clients, "BODY_TIMEOUT", 0.5)
     if parser == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
     else:
@@ -87,6 +89,21 @@ def test_a_client_that_never_finishes_its_request_head_is_cut_off(monkeypatch, p
         with socket.create_connection(("127.0.0.1", port)) as fresh:  # still serving
             fresh.sendall(health)
             assert b"200 OK" in fresh.recv(65536)
+        body = b'{"questions": ["Who wrote Hamlet?"]}'
+        post = (b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body))  # fmt: skip
+        with socket.create_connection(("127.0.0.1", port)) as late:  # headers, half the body
+            late.sendall(post + body[:10])
+            late.settimeout(5)
+            reply = late.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 408") and b"did not all arrive within 0.5 s" in reply
+            wait_closed(late)
+        with socket.create_connection(("127.0.0.1", port)) as slow_body:  # in time, in parts
+            slow_body.sendall(post)
+            for part in (body[:10], body[10:20], body[20:]):
+                time.sleep(0.1)
+                slow_body.sendall(part)
+            assert b"200 OK" in slow_body.recv(65536)
     finally:
         server.should_exit = True
         thread.join(10)

@@ -21,7 +21,7 @@ Built to degrade, not stall:
   gate's worker), so a multi-step question enters the engine's backlog counted as its
   `max_steps` steps;
 - a connection whose request head has not arrived 30 s after it opened (or after its last
-  response) is closed (`slow_clients`);
+  response) is closed, a body not whole 30 s after its head gets 408 (`slow_clients`);
 - an optional bearer token (`api_key`) guards `/score` and `/answer`; `/health` and
   `/metrics` stay open."""
 
@@ -51,6 +51,7 @@ from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_ans
 from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads, lone_surrogate_at
+from . import slow_clients
 from .batcher import Batcher, Busy
 from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
@@ -239,9 +240,18 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
+class BodyLate(HTTPException):
+    def __init__(self) -> None:
+        late = slow_clients.BODY_TIMEOUT
+        super().__init__(408, f"the request body did not all arrive within {late:g} s of its "
+                              "headers; send it whole")  # fmt: skip
+
+
 class BodyLimit:
     """ASGI middleware refusing bodies over `max_bytes` before they are read: at once from
-    Content-Length, or as soon as a chunked body passes the limit."""
+    Content-Length, or as soon as a chunked body passes the limit; and bodies not whole
+    `slow_clients.BODY_TIMEOUT` s after the first read (408: a client that sent headers, then
+    nothing, held its connection and a task for good)."""
 
     def __init__(self, app: Any, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -253,14 +263,23 @@ class BodyLimit:
         if not declared.isdigit() or int(declared) > self.max_bytes:
             response = JSONResponse({"detail": BodyTooLarge(self.max_bytes).detail}, 413)
             return await response(scope, receive, send)
-        seen = 0
+        seen, whole, deadline = 0, False, None
 
         async def limited() -> dict:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, whole, deadline
+            if whole:  # later reads wait for the client to leave: no deadline
+                return await receive()
+            now = asyncio.get_running_loop().time()
+            deadline = deadline or now + slow_clients.BODY_TIMEOUT
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyLate() from None  # FastAPI passes HTTPExceptions through
             seen += len(message.get("body", b""))
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)  # FastAPI passes HTTPExceptions through
+                raise BodyTooLarge(self.max_bytes)
             return message
 
         await self.app(scope, limited, send)
@@ -870,8 +889,7 @@ def serve(
     default budget (`--budget`; a RAG loop has its own)."""
     import uvicorn
 
-    from .slow_clients import head_deadline_protocol
-
     app = create_app(service, limits, api_key, warm_up=True, strategies=strategies,
                      budget=budget)  # fmt: skip
-    uvicorn.run(app, host=host, port=port, workers=1, http=head_deadline_protocol())
+    protocol = slow_clients.head_deadline_protocol()
+    uvicorn.run(app, host=host, port=port, workers=1, http=protocol)

@@ -1,10 +1,12 @@
-"""A deadline for each request's head on the HTTP server (`serve`).
+"""Deadlines for each request's head and body on the HTTP server (`serve`).
 
 uvicorn times only idle keep-alive connections: a client that opened a connection and sent
 nothing, or half a request line and never the rest, held its socket (and a file descriptor)
 for as long as it liked, so a few thousand such clients left the server no files to accept
 real ones with. Here a connection whose next request head has not fully arrived
-HEAD_TIMEOUT seconds after it opened, or after its last response, is closed."""
+HEAD_TIMEOUT seconds after it opened, or after its last response, is closed; a body not
+whole BODY_TIMEOUT seconds after the handler began reading it gets 408
+(`service.BodyLimit`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 HEAD_TIMEOUT = 30.0  # seconds; nginx's client_header_timeout is 60
+BODY_TIMEOUT = 30.0  # seconds for the whole body (1 MiB by default): nginx's is 60 between reads
 
 
 def head_deadline_protocol(base: type[asyncio.Protocol] | None = None) -> type[asyncio.Protocol]:
