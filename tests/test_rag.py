@@ -241,7 +241,7 @@ SERVER_KEY = "rg-test-key"  # the server wants it, as `vllm serve --api-key` doe
 
 
 @pytest.fixture(scope="module")
-def vllm_server(vllm_generator) -> str:
+def vllm_server(vllm_generator, tmp_path_factory) -> str:
     """A real vLLM OpenAI-compatible server for SmolLM2 in a subprocess; yields its /v1 URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -256,8 +256,10 @@ def vllm_server(vllm_generator) -> str:
     # compiled vLLM's sampler helper with Inductor (a 12 s C++ header, then the kernel) on a
     # fresh machine: eager, as in-process. VLLM_ENABLE_V1_MULTIPROCESSING=0: the model runs in
     # the engine's process, not a third one that imports vLLM again (~12 s sooner)
+    # TMPDIR: the server leaves its ZeroMQ sockets in it when terminated (3 a run in /tmp)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCHDYNAMO_DISABLE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fmt: skip
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "TMPDIR": str(tmp_path_factory.mktemp("vllm-server"))}  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
