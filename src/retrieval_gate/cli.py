@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     verb = next((a for a in argv if not a.startswith("-")), "")
     gc_thresholds.raise_for_imports()  # before the verb imports torch & co
     _closed_streams()
+    _bars_for_logs()
     try:
         _refuse_blank(argv)
         _refuse_undecodable(argv)
@@ -227,6 +228,25 @@ def _closed_streams() -> None:
         sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     if sys.stderr is None:  # notes and errors go nowhere, as the shell asked
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (for the process's life)
+
+
+# Progress bars where stderr is a log or pipe: all on one line, redrawn at most every 5 s. A bar
+# opened inside another (vLLM's weight loading inside `rag modes`) moved the cursor up with
+# ESC[A, which a log shows as '^[[A'. tqdm reads these at import, before any verb imports it.
+# The first process decides and its children inherit the decision: the demo's stages write to
+# a pipe the demo reads, whatever the demo writes to. A user's own settings stay.
+LOG_BARS_ENV = "RETRIEVAL_GATE_LOG_BARS"
+LOG_BARS = {"TQDM_POSITION": "0", "TQDM_MININTERVAL": "5"}
+
+
+def _bars_for_logs() -> None:
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a stream without isatty, or closed
+        terminal = False
+    if os.environ.setdefault(LOG_BARS_ENV, "0" if terminal else "1") == "1":
+        for name, value in LOG_BARS.items():
+            os.environ.setdefault(name, value)
 
 
 def _quiet_stdout() -> None:
