@@ -287,3 +287,36 @@ def test_a_200_reply_that_is_no_chat_completion_is_a_backend_error(body):
         assert isinstance(failed, BackendError)
     finally:
         httpd.shutdown()
+
+
+def test_a_server_that_redirects_is_named_with_where_it_redirects(tmp_path, capsys):
+    """http:// behind a proxy that redirects to https://: `label` said 'could not list models
+    ... (Redirect response ...)', the Ray engine 'no generator endpoint answered'."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from user_files import QUESTIONS, write_jsonl
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self.send_response(301)
+            self.send_header("Location", f"https://gpu-box{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    local = ["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url", url,
+             "--labels-dir", str(tmp_path / "labels")]  # fmt: skip
+    try:
+        for argv in (local, [*local, "--engine", "ray"], [*local, "--generator", "m"]):
+            assert main(argv) == 3, argv
+            assert f"{url}/models answered 301, a redirect to https://gpu-box/v1/models: pass " \
+                   "the URL the server is at" in capsys.readouterr().err, argv  # fmt: skip
+    finally:
+        httpd.shutdown()

@@ -72,13 +72,17 @@ def key_refused(url: str, status: int, keyed: bool) -> str | None:
 
 
 def first_model(client: httpx.Client, url: str, keyed: bool, timeout: float) -> str:
-    """The first model id `url/models` lists. A refused key is a BackendError that says so;
-    an unreachable server raises httpx's error, a reply that lists no model KeyError,
-    IndexError, TypeError or ValueError."""
+    """The first model id `url/models` lists. A refused key or a redirect is a BackendError
+    that says so; an unreachable server raises httpx's error, a reply that lists no model
+    KeyError, IndexError, TypeError or ValueError."""
     r = client.get(f"{url}/models", timeout=timeout)
     refused = key_refused(url, r.status_code, keyed)
     if refused:
         raise BackendError(refused)
+    if r.is_redirect:  # requests are not followed: a POST redirected would arrive as a GET
+        to = r.headers.get("location", "?")
+        raise BackendError(f"{url}/models answered {r.status_code}, a redirect to {to}: pass "
+                           "the URL the server is at (https:// where it redirects there)")  # fmt: skip
     r.raise_for_status()
     return str(parse_json(r.content)["data"][0]["id"])
 
