@@ -49,9 +49,11 @@ class FakeServer:
         always_fail: str | None = None,
         model: str = MODEL,
         api_key: str | None = None,
+        more_models: tuple[str, ...] = (),
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
+        self.listed = [model, *more_models]  # what /v1/models lists (LoRA adapters, say)
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -132,7 +134,8 @@ class FakeServer:
                 if self._refused():
                     return
                 if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": server.model}]})
+                    self._send(200, {"object": "list",
+                                     "data": [{"id": m} for m in server.listed]})  # fmt: skip
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -320,3 +320,28 @@ def test_a_server_that_redirects_is_named_with_where_it_redirects(tmp_path, caps
                    "the URL the server is at" in capsys.readouterr().err, argv  # fmt: skip
     finally:
         httpd.shutdown()
+
+
+def test_a_server_of_several_models_needs_one_named_and_a_named_one_it_serves(tmp_path, capsys):
+    """A vLLM server with LoRA adapters (or a hosted API) lists several models: the first was
+    taken silently. A model it does not serve failed at the first question, not before."""
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.generation.endpoints import pick_model
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    with FakeServer(0.0, model="base", more_models=("base-lora",)) as url:
+        local = ["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url",
+                 url, "--labels-dir", str(tmp_path / "labels")]  # fmt: skip
+        for extra, message in (
+            ([], f"{url} serves 2 models (base, base-lora): name the one to use with --generator"),
+            (["--generator", "other"], f"{url} does not serve 'other'; it serves base, base-lora: "
+                                       "pass one of them as --generator"),
+        ):  # fmt: skip
+            for argv in ([*local, *extra], [*local, *extra, "--engine", "ray"]):
+                assert main(argv) == 2, argv
+                assert message in capsys.readouterr().err, argv
+        assert main([*local, "--generator", "base-lora"]) == 0
+    with pytest.raises(ConfigError, match="at u lists no model: name the one to use with"):
+        pick_model("u", [], None)
+    assert sorted(rows_of(tmp_path / "labels/base-lora/closed-book.jsonl")) == ["m1", "m2", "m3"]

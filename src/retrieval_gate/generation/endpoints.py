@@ -71,10 +71,10 @@ def key_refused(url: str, status: int, keyed: bool) -> str | None:
             "(e.g. to the key given to `vllm serve --api-key`)")  # fmt: skip
 
 
-def first_model(client: httpx.Client, url: str, keyed: bool, timeout: float) -> str:
-    """The first model id `url/models` lists. A refused key or a redirect is a BackendError
-    that says so; an unreachable server raises httpx's error, a reply that lists no model
-    KeyError, IndexError, TypeError or ValueError."""
+def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -> list[str]:
+    """The model ids `url/models` lists. A refused key or a redirect is a BackendError that
+    says so; an unreachable server raises httpx's error, a reply that is no list of models
+    KeyError, TypeError or ValueError."""
     r = client.get(f"{url}/models", timeout=timeout)
     refused = key_refused(url, r.status_code, keyed)
     if refused:
@@ -84,7 +84,22 @@ def first_model(client: httpx.Client, url: str, keyed: bool, timeout: float) -> 
         raise BackendError(f"{url}/models answered {r.status_code}, a redirect to {to}: pass "
                            "the URL the server is at (https:// where it redirects there)")  # fmt: skip
     r.raise_for_status()
-    return str(parse_json(r.content)["data"][0]["id"])
+    return [str(entry["id"]) for entry in parse_json(r.content)["data"]]
+
+
+def pick_model(url: str, listed: list[str], model: str | None) -> str:
+    """The model to ask `url` for: `model` where the server lists it (or lists nothing), else
+    the one model it lists. Two listed and none named (a base model and its LoRA adapters, a
+    hosted API) is an error, never the first taken silently."""
+    names = ", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "")
+    if model is not None and listed and model not in listed:
+        raise ConfigError(f"the generator server at {url} does not serve {model!r}; it serves "
+                          f"{names}: pass one of them as --generator")  # fmt: skip
+    if model is None and len(listed) != 1:
+        serves = f"serves {len(listed)} models ({names})" if listed else "lists no model"
+        raise ConfigError(f"the generator server at {url} {serves}: name the one to use with "
+                          "--generator")  # fmt: skip
+    return model if model is not None else listed[0]
 
 
 # A route of the OpenAI API, which the client adds to the base URL itself
@@ -120,12 +135,12 @@ def normalise_urls(urls: list[str]) -> list[str]:
     return out
 
 
-def served_model(url: str, api_key: str | None = None, timeout: float = 5.0) -> str | None:
-    """The first model id `url/models` lists, or None when the endpoint cannot be reached or
-    does not answer like an OpenAI-compatible server (a refused key is an error)."""
+def served_models(url: str, api_key: str | None = None, timeout: float = 5.0) -> list[str] | None:
+    """The model ids `url/models` lists, or None when the endpoint cannot be reached or does
+    not answer like an OpenAI-compatible server (a refused key or a redirect is an error)."""
     with httpx.Client(headers=bearer(api_key)) as client:
         try:
-            return first_model(client, url, bool(api_key), timeout)
+            return listed_models(client, url, bool(api_key), timeout)
         except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
             return None
 
@@ -136,7 +151,7 @@ def check_endpoints(
     """(live URLs, dead URLs, model id) before any work starts: every live endpoint must serve
     the same model (rows from two models would mix under one provenance); none live is an
     error."""
-    found = {url: served_model(url, api_key) for url in urls}
+    found = {url: served_models(url, api_key) for url in urls}
     live = [u for u, m in found.items() if m is not None]
     dead = [u for u in urls if u not in live]
     if not live:
@@ -144,13 +159,13 @@ def check_endpoints(
             f"no generator endpoint answered at {', '.join(u + '/models' for u in urls)}; start "
             "the server(s) (e.g. `vllm serve MODEL`) or fix --generator-url"
         )
-    models = {found[u] for u in live}
-    if model is None and len(models) > 1:
+    picked = {u: pick_model(u, found[u] or [], model) for u in live}
+    if len(set(picked.values())) > 1:
         raise ConfigError(
-            f"the endpoints serve different models ({', '.join(sorted(models))}); label with "
-            "one model at a time: pass URLs of one model's replicas"
+            f"the endpoints serve different models ({', '.join(sorted(set(picked.values())))}); "
+            "label with one model at a time: pass URLs of one model's replicas"
         )
-    return live, dead, model or found[live[0]]
+    return live, dead, picked[live[0]]
 
 
 class EndpointPool:

@@ -20,7 +20,15 @@ import numpy as np
 
 from ..errors import BackendError
 from .base import Generation
-from .endpoints import bearer, chat_body, first_model, key_refused, reply_chat, reply_json
+from .endpoints import (
+    bearer,
+    chat_body,
+    key_refused,
+    listed_models,
+    pick_model,
+    reply_chat,
+    reply_json,
+)
 
 RETRIES = 3
 RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
@@ -49,8 +57,7 @@ class RemoteGenerator:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
         self.concurrency = concurrency
-        listed = self._first_model(required=model is None)
-        self.name = model or str(listed)
+        self.name = pick_model(self.base_url, self._listed(required=model is None), model)
         # The weights live on the server; their identity is the server's model id.
         self.checksum = f"remote:{self.base_url}:{self.name}"
 
@@ -75,13 +82,13 @@ class RemoteGenerator:
                 time.sleep(RETRY_PAUSE * 2**attempt)
         raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
 
-    def _first_model(self, required: bool = True) -> str | None:
-        """The first model the server lists. A server that does not answer within
-        LIST_TIMEOUT is an error even when the model is named (`required` False); else a
-        named model needs no list (a server without one, or one that is down while the
-        generation cache holds every answer)."""
+    def _listed(self, required: bool = True) -> list[str]:
+        """The models the server lists. A server that does not answer within LIST_TIMEOUT is
+        an error even when the model is named (`required` False); else a named model needs no
+        list (a server without one, or one that is down while the generation cache holds
+        every answer: [])."""
         try:
-            return first_model(self._client, self.base_url, self._keyed, LIST_TIMEOUT)
+            return listed_models(self._client, self.base_url, self._keyed, LIST_TIMEOUT)
         except httpx.TimeoutException as e:
             what = ("did not take the connection" if isinstance(e, httpx.ConnectTimeout)
                     else "took the connection but did not list its models")  # fmt: skip
@@ -89,7 +96,7 @@ class RemoteGenerator:
                                f"{LIST_TIMEOUT:g} s: is it starting, or stuck?") from None  # fmt: skip
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
             if not required:
-                return None
+                return []
             raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
