@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--model",  # rag's and serve's spelling ("did you mean --help?")
         dest="generator",
         help=f"model name or folder (default {SMOLLM2}); with --generator-url the server's model "
-        "id (default: the first it lists); with --policy outcomes the name of the LLM whose "
-        "answers they are",
+        "id (default: the one it lists; of several, name one); with --policy outcomes the name "
+        "of the LLM whose answers they are",
     )
     p.add_argument(
         "--generator-url",

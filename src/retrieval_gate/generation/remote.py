@@ -40,9 +40,9 @@ LIST_TIMEOUT = 10.0
 class RemoteGenerator:
     """Generation through `POST {base_url}/chat/completions`, greedy decoding.
 
-    `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the first
-    model the server lists at `/v1/models`; `api_key` goes with every request (the verbs pass
-    `endpoints.server_key()`)."""
+    `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the one
+    model the server lists at `/v1/models` (`endpoints.pick_model`); `api_key` goes with every
+    request (the verbs pass `endpoints.server_key()`)."""
 
     def __init__(
         self,
