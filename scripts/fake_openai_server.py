@@ -50,10 +50,12 @@ class FakeServer:
         model: str = MODEL,
         api_key: str | None = None,
         more_models: tuple[str, ...] = (),
+        root: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
         self.listed = [model, *more_models]  # what /v1/models lists (LoRA adapters, say)
+        self.root = root  # the weights behind them, as vLLM lists them
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -135,7 +137,8 @@ class FakeServer:
                     return
                 if self.path.rstrip("/") == "/v1/models":
                     self._send(200, {"object": "list",
-                                     "data": [{"id": m} for m in server.listed]})  # fmt: skip
+                                     "data": [{"id": m, "root": server.root}
+                                              for m in server.listed]})  # fmt: skip
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -283,7 +283,8 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
     with pytest.raises(BackendError, match=r"refused the API key in \$RETRIEVAL_GATE_GENERATOR"):
         RemoteGenerator(vllm_server, api_key="another")
     remote = RemoteGenerator(vllm_server, api_key=SERVER_KEY)
-    assert remote.name == "smollm2"
+    assert remote.name == "smollm2"  # its weights' folder keys its answers in the cache
+    assert remote.checksum == f"remote:{vllm_server}:smollm2:{vllm_generator.model}"
     prompts = [
         closed_book_prompt("What is the capital of France?"),
         with_context_prompt("Who wrote Hamlet?", ["Hamlet is a tragedy by William Shakespeare."]),

@@ -345,3 +345,21 @@ def test_a_server_of_several_models_needs_one_named_and_a_named_one_it_serves(tm
     with pytest.raises(ConfigError, match="at u lists no model: name the one to use with"):
         pick_model("u", [], None)
     assert sorted(rows_of(tmp_path / "labels/base-lora/closed-book.jsonl")) == ["m1", "m2", "m3"]
+
+
+def test_other_weights_served_under_the_same_name_are_another_generator(tmp_path):
+    """Answers cached from a server were keyed by its URL and the model's name alone: a server
+    restarted on other weights under the same --served-model-name was served the old answers.
+    vLLM lists the weights' path as the model's `root`; replicas that differ in it are refused."""
+    from retrieval_gate.errors import ConfigError
+
+    checksums = []
+    for root in ("/models/llama-8b", "/models/qwen-7b", None):
+        with FakeServer(0.0, model="llm", root=root) as url:
+            checksums.append(RemoteGenerator(url).checksum.removeprefix(f"remote:{url}:"))
+    assert checksums == ["llm:/models/llama-8b", "llm:/models/qwen-7b", "llm"]
+    with (FakeServer(0.0, model="llm", root="/models/a") as a,
+          FakeServer(0.0, model="llm", root="/models/b") as b):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"serve different models \(llm \(/models/a\), "
+                                              r"llm \(/models/b\)\)"):  # fmt: skip
+            RayEngine(RayOptions(urls=[a, b]))

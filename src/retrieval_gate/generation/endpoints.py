@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,10 +72,10 @@ def key_refused(url: str, status: int, keyed: bool) -> str | None:
             "(e.g. to the key given to `vllm serve --api-key`)")  # fmt: skip
 
 
-def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -> list[str]:
-    """The model ids `url/models` lists. A refused key or a redirect is a BackendError that
-    says so; an unreachable server raises httpx's error, a reply that is no list of models
-    KeyError, TypeError or ValueError."""
+def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -> dict[str, str]:
+    """The models `url/models` lists: each id with what the server says it is (`model_root`).
+    A refused key or a redirect is a BackendError that says so; an unreachable server raises
+    httpx's error, a reply that is no list of models KeyError, TypeError or ValueError."""
     r = client.get(f"{url}/models", timeout=timeout)
     refused = key_refused(url, r.status_code, keyed)
     if refused:
@@ -84,13 +85,26 @@ def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -
         raise BackendError(f"{url}/models answered {r.status_code}, a redirect to {to}: pass "
                            "the URL the server is at (https:// where it redirects there)")  # fmt: skip
     r.raise_for_status()
-    return [str(entry["id"]) for entry in parse_json(r.content)["data"]]
+    return {str(entry["id"]): model_root(entry) for entry in parse_json(r.content)["data"]}
 
 
-def pick_model(url: str, listed: list[str], model: str | None) -> str:
+def model_root(entry: dict[str, Any]) -> str:
+    """What a listed model is beyond its id: vLLM's `root` (the weights' path or hub name) and
+    `parent` (a LoRA adapter's base); "" where the server says neither. Answers cached from a
+    server are keyed by it, so other weights served under the same name miss."""
+    return ":".join(str(entry[k]) for k in ("root", "parent") if entry.get(k))
+
+
+def remote_checksum(urls: list[str], model: str, root: str) -> str:
+    """The generator identity of a model served at `urls`: the weights live on the server."""
+    return f"remote:{','.join(urls)}:{model}" + (f":{root}" if root else "")
+
+
+def pick_model(url: str, listed: Sequence[str], model: str | None) -> str:
     """The model to ask `url` for: `model` where the server lists it (or lists nothing), else
     the one model it lists. Two listed and none named (a base model and its LoRA adapters, a
     hosted API) is an error, never the first taken silently."""
+    listed = list(listed)
     names = ", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "")
     if model is not None and listed and model not in listed:
         raise ConfigError(f"the generator server at {url} does not serve {model!r}; it serves "
@@ -135,9 +149,11 @@ def normalise_urls(urls: list[str]) -> list[str]:
     return out
 
 
-def served_models(url: str, api_key: str | None = None, timeout: float = 5.0) -> list[str] | None:
-    """The model ids `url/models` lists, or None when the endpoint cannot be reached or does
-    not answer like an OpenAI-compatible server (a refused key or a redirect is an error)."""
+def served_models(
+    url: str, api_key: str | None = None, timeout: float = 5.0
+) -> dict[str, str] | None:
+    """`listed_models`, or None when the endpoint cannot be reached or does not answer like an
+    OpenAI-compatible server (a refused key or a redirect is an error)."""
     with httpx.Client(headers=bearer(api_key)) as client:
         try:
             return listed_models(client, url, bool(api_key), timeout)
@@ -147,10 +163,10 @@ def served_models(url: str, api_key: str | None = None, timeout: float = 5.0) ->
 
 def check_endpoints(
     urls: list[str], model: str | None, api_key: str | None = None
-) -> tuple[list[str], list[str], str]:
-    """(live URLs, dead URLs, model id) before any work starts: every live endpoint must serve
-    the same model (rows from two models would mix under one provenance); none live is an
-    error."""
+) -> tuple[list[str], list[str], str, str]:
+    """(live URLs, dead URLs, model id, its `model_root`) before any work starts: every live
+    endpoint must serve the same model, the same weights under the same name (rows from two
+    models would mix under one provenance); none live is an error."""
     found = {url: served_models(url, api_key) for url in urls}
     live = [u for u, m in found.items() if m is not None]
     dead = [u for u in urls if u not in live]
@@ -159,13 +175,15 @@ def check_endpoints(
             f"no generator endpoint answered at {', '.join(u + '/models' for u in urls)}; start "
             "the server(s) (e.g. `vllm serve MODEL`) or fix --generator-url"
         )
-    picked = {u: pick_model(u, found[u] or [], model) for u in live}
-    if len(set(picked.values())) > 1:
+    picked = {u: pick_model(u, found[u] or {}, model) for u in live}
+    served = {u: (name, (found[u] or {}).get(name, "")) for u, name in picked.items()}
+    if len(set(served.values())) > 1:
+        kinds = sorted({f"{name} ({root})" if root else name for name, root in served.values()})
         raise ConfigError(
-            f"the endpoints serve different models ({', '.join(sorted(set(picked.values())))}); "
-            "label with one model at a time: pass URLs of one model's replicas"
+            f"the endpoints serve different models ({', '.join(kinds)}); label with one model "
+            "at a time: pass URLs of one model's replicas"
         )
-    return live, dead, picked[live[0]]
+    return live, dead, *served[live[0]]
 
 
 class EndpointPool:

@@ -26,6 +26,7 @@ from .endpoints import (
     key_refused,
     listed_models,
     pick_model,
+    remote_checksum,
     reply_chat,
     reply_json,
 )
@@ -57,9 +58,9 @@ class RemoteGenerator:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
         self.concurrency = concurrency
-        self.name = pick_model(self.base_url, self._listed(required=model is None), model)
-        # The weights live on the server; their identity is the server's model id.
-        self.checksum = f"remote:{self.base_url}:{self.name}"
+        listed = self._listed(required=model is None)
+        self.name = pick_model(self.base_url, listed, model)
+        self.checksum = remote_checksum([self.base_url], self.name, listed.get(self.name, ""))
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """One request, retried RETRIES times (with a growing pause) when the server cannot
@@ -82,11 +83,11 @@ class RemoteGenerator:
                 time.sleep(RETRY_PAUSE * 2**attempt)
         raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
 
-    def _listed(self, required: bool = True) -> list[str]:
+    def _listed(self, required: bool = True) -> dict[str, str]:
         """The models the server lists. A server that does not answer within LIST_TIMEOUT is
         an error even when the model is named (`required` False); else a named model needs no
         list (a server without one, or one that is down while the generation cache holds
-        every answer: [])."""
+        every answer: {})."""
         try:
             return listed_models(self._client, self.base_url, self._keyed, LIST_TIMEOUT)
         except httpx.TimeoutException as e:
@@ -96,7 +97,7 @@ class RemoteGenerator:
                                f"{LIST_TIMEOUT:g} s: is it starting, or stuck?") from None  # fmt: skip
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
             if not required:
-                return []
+                return {}
             raise BackendError(
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"

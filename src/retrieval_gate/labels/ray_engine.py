@@ -37,7 +37,12 @@ from tqdm import tqdm
 from ..errors import BackendError, ConfigError
 from ..fileio import write_text
 from ..generation.base import Generation
-from ..generation.endpoints import check_endpoints, normalise_urls, server_key
+from ..generation.endpoints import (
+    check_endpoints,
+    normalise_urls,
+    remote_checksum,
+    server_key,
+)
 from ..questions import Question
 from .label_files import LabelFile
 
@@ -127,12 +132,12 @@ class RayEngine:
         self.options = options
         if options.backend == "openai":
             self.api_key = server_key()
-            live, dead, model = check_endpoints(normalise_urls(options.urls), options.model,
-                                                self.api_key)  # fmt: skip
+            live, dead, model, root = check_endpoints(normalise_urls(options.urls),
+                                                      options.model, self.api_key)  # fmt: skip
             for url in dead:
                 log.warning("endpoint %s does not answer: its share goes to the others", url)
             self.urls, self.name = live, model
-            self.checksum = f"remote:{','.join(live)}:{model}"
+            self.checksum = remote_checksum(live, model, root)
             self.backend = "ray:openai-server"
         else:
             from ..generation.model_folders import folder_checksum, resolve_generator_model
