@@ -470,3 +470,41 @@ def test_rows_ending_in_a_lone_carriage_return_are_named_not_taken_as_half_writt
         LabelFile(path)  # was "line 1 is half-written", then "no labelled rows"
     path.write_bytes(b'{"id": "a", "label": 1}\r\n{"id": "b", "label": 0}\r\n')  # Windows: fine
     assert LabelFile(path).labels() == {"a": 1, "b": 0}
+
+
+class _Weights:
+    """A generator stand-in whose weights checksum is given: it answers every prompt alike."""
+
+    name = "my-llm"
+    backend = "test"
+
+    def __init__(self, checksum: str) -> None:
+        self.checksum = checksum
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):  # noqa: ANN001, ANN201
+        from retrieval_gate.generation.base import Generation
+
+        return [Generation("Paris", 10, 1, [-0.1] if logprobs else None) for _ in prompts]
+
+
+def test_a_label_file_is_resumed_by_the_weights_that_began_it_only(tmp_path):
+    """A model folder changed in place (fine-tuned, converted again) resumed a closed-book file
+    begun with the old weights: half its answers from each, under the new checksum."""
+    qs = [Question(f"w{i}", f"What is the capital of place {i}?", ("Paris",), "mine")
+          for i in range(4)]  # fmt: skip
+
+    def run(questions: list[Question], checksum: str) -> dict:
+        req = LabelRequest("closed-book", generator="my-llm", questions=questions,
+                           labels_dir=tmp_path)  # fmt: skip
+        return label(req, generator=_Weights(checksum))
+
+    assert run(qs[:2], "a" * 64)["rows"] == 2
+    with pytest.raises(DataError, match=r"made with other weights of its generator \(checksum "
+                       r"aaaaaaaaaaaa\.\.\., now bbbbbbbbbbbb\.\.\.\): resuming would mix"):  # fmt: skip
+        run(qs[:3], "b" * 64)
+    assert run(qs[:3], "a" * 64)["rows"] == 3  # the same weights resume
+    out = tmp_path / "my-llm" / "closed-book.jsonl"
+    for old, new in (("remote:http://h:8000/v1:m", "remote:http://h:9000/v1:m"), (None, "c")):
+        meta = read_meta(out.with_suffix(".meta.json"))  # a moved server, a file from before
+        out.with_suffix(".meta.json").write_text(json.dumps({**meta, "generator_checksum": old}))
+        LabelFile(out).write_meta({**meta, "generator_checksum": new})

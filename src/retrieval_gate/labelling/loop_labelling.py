@@ -147,11 +147,10 @@ def label_strategies(
         # the retriever first: a corpus file is read (a bad one refused) before the generator
         ret = retriever if isinstance(retriever, Retriever) else retriever()
         gen = generator if isinstance(generator, Generator) else generator()
-        _check_weights(out, gen)
         fields = {k: v for k, v in settings.items() if k != "policy"}
         meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,
                           backend=getattr(gen, "backend", "?"), retriever_name=ret.name)  # fmt: skip
-        out.write_meta(meta)  # before the first row: a label file never lacks its provenance
+        out.write_meta(meta)  # before the first row (refused for other weights: check_resume)
         reg = req.registry
         rag = AdaptiveRAG(FixedStrategy(strategies[0], registry=reg), ret, gen, k=req.k,
                           max_new_tokens=req.max_new_tokens, multi_step=req.multi_step,
@@ -248,15 +247,6 @@ def _check_resume(out: LabelFile, settings: dict[str, Any]) -> None:
                 f"this label file was made with {key}={old[key]!r}, not {settings[key]!r}; "
                 "resuming would mix rows under one provenance: pass another --out (or "
                 "--labels-dir), or rerun with the file's settings", out.path)  # fmt: skip
-
-
-def _check_weights(out: LabelFile, generator: Generator) -> None:
-    if meta_path(out.path).exists():
-        old = out.meta.get("generator_checksum")
-        if old and old != generator.checksum:
-            raise DataError(
-                f"this label file was made with other weights of {generator.name!r} (checksum "
-                f"{old[:12]}..., now {generator.checksum[:12]}...); pass another --out", out.path)  # fmt: skip
 
 
 def _learned(out: LabelFile, strategies: list[str]) -> list[tuple[str | None, dict[str, bool]]]:

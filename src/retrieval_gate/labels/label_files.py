@@ -68,7 +68,9 @@ RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids")
 
 
 def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuses to continue a label file made under other settings (see RESUME_KEYS)."""
+    """Refuses to continue a label file made under other settings (see RESUME_KEYS) or other
+    weights of the same generator (a model folder changed in place)."""
+    _check_weights(path, old.get("generator_checksum"), new.get("generator_checksum"))
     for key in RESUME_KEYS:
         if key in old and key in new and old[key] != new[key]:
             fix = (
@@ -81,6 +83,17 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
                 f"resuming would mix rows under one provenance: {fix}",
                 path,
             )
+
+
+def _check_weights(path: Path, old: str | None, new: str | None) -> None:
+    """A server's identity names its URL, which a restarted or moved server changes: only
+    weights checksums (a model folder's) are compared."""
+    if not old or not new or old == new or "remote:" in (old[:7], new[:7]):
+        return
+    raise DataError(f"this label file was made with other weights of its generator (checksum "
+                    f"{old[:12]}..., now {new[:12]}...): resuming would mix their answers under "
+                    "one provenance; pass another --out (or move the file) to label with these "
+                    "weights", path)  # fmt: skip
 
 
 def question_sha(q: Question) -> str:
