@@ -3,7 +3,12 @@ CDN, so it works offline), and a gate-only server answers /answer with a 404 tha
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,48 +39,62 @@ def test_gate_mode_answer_is_404_with_a_reason():
     assert "/answer" not in create_app(always_gate()).openapi()["paths"]
 
 
+def _parser(name: str) -> type:
+    if name == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return HttpToolsProtocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return H11Protocol
+
+
+@contextlib.contextmanager
+def _serving(protocol: type) -> Iterator[int]:
+    """A gate-only server on a real socket with `protocol`, in a thread; yields its port."""
+    import uvicorn
+
+    from pg_server import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(always_gate()), host="127.0.0.1",
+                                           port=port, log_level="warning", http=protocol))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _wait_closed(sock: socket.socket) -> None:
+    """Until the server closes `sock` (reading what it sends meanwhile); 5 s at most."""
+    sock.settimeout(5)
+    while sock.recv(65536):
+        pass
+
+
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_a_client_that_never_finishes_its_request_is_cut_off(monkeypatch, parser):
     """uvicorn times only idle keep-alive connections: a client that connected and sent nothing,
     or half a request head (a first one, or a second on a kept-alive connection), or a head and
     half its body, held its socket for good, and enough of them left the server no files to
     accept real clients with."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    from pg_server import free_port
     from retrieval_gate.rag import slow_clients
 
     monkeypatch.setattr(slow_clients, "HEAD_TIMEOUT", 0.5)
     monkeypatch.setattr(slow_clients, "BODY_TIMEOUT", 0.5)
-    if parser == "httptools":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
-    else:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as base
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(always_gate()), host="127.0.0.1",
-                                           port=port, log_level="warning",
-                                           http=slow_clients.head_deadline_protocol(base)))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.02)
-    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-
-    def wait_closed(sock: socket.socket) -> None:
-        """Until the server closes `sock` (reading what it sends meanwhile); 5 s at most."""
-        sock.settimeout(5)
-        while sock.recv(65536):
-            pass
-
-    try:
+    with _serving(slow_clients.head_deadline_protocol(_parser(parser))) as port:
         silent, half, kept = (socket.create_connection(("127.0.0.1", port)) for _ in range(3))
         start = time.monotonic()
         half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
-        kept.sendall(health)
+        kept.sendall(HEALTH)
         assert b"200 OK" in kept.recv(65536)
         kept.sendall(b"GET /health HTTP/1.1\r\n")  # uvicorn's 5 s keep-alive stops here
         slow = socket.create_connection(("127.0.0.1", port))  # a whole request, slowly
@@ -84,10 +103,10 @@ def test_a_client_that_never_finishes_its_request_is_cut_off(monkeypatch, parser
             time.sleep(0.1)
         assert b"200 OK" in slow.recv(65536)
         for sock in (silent, half, kept):
-            wait_closed(sock)
+            _wait_closed(sock)
         assert time.monotonic() - start < 2.5  # each cut off about 0.5 s after it went quiet
         with socket.create_connection(("127.0.0.1", port)) as fresh:  # still serving
-            fresh.sendall(health)
+            fresh.sendall(HEALTH)
             assert b"200 OK" in fresh.recv(65536)
         body = b'{"questions": ["Who wrote Hamlet?"]}'
         post = (b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -97,13 +116,39 @@ def test_a_client_that_never_finishes_its_request_is_cut_off(monkeypatch, parser
             late.settimeout(5)
             reply = late.recv(65536)
             assert reply.startswith(b"HTTP/1.1 408") and b"did not all arrive within 0.5 s" in reply
-            wait_closed(late)
+            _wait_closed(late)
         with socket.create_connection(("127.0.0.1", port)) as slow_body:  # in time, in parts
             slow_body.sendall(post)
             for part in (body[:10], body[10:20], body[20:]):
                 time.sleep(0.1)
                 slow_body.sendall(part)
             assert b"200 OK" in slow_body.recv(65536)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_closed_connection_is_freed_at_once_not_at_its_deadline(monkeypatch, parser):
+    """The deadline's timer held each closed connection (its protocol and buffers) for 30 s:
+    at a thousand short connections a second, thirty thousand of them."""
+    import gc
+    import weakref
+
+    from retrieval_gate.rag import slow_clients
+
+    monkeypatch.setattr(slow_clients, "HEAD_TIMEOUT", 60.0)
+    made: list[weakref.ref] = []
+
+    class Counted(slow_clients.head_deadline_protocol(_parser(parser))):
+        def connection_made(self, transport: object) -> None:
+            made.append(weakref.ref(self))
+            super().connection_made(transport)
+
+    with _serving(Counted) as port:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(HEALTH.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+                _wait_closed(sock)
+        deadline = time.monotonic() + 5  # the server's side of the closes, on a busy machine
+        while [r for r in made if r() is not None] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            gc.collect()
+        assert len(made) == 5 and not [r for r in made if r() is not None]

@@ -31,6 +31,8 @@ def head_deadline_protocol(base: type[asyncio.Protocol] | None = None) -> type[a
         `on_response_complete` after each response: a cycle unchanged since the deadline was
         set means no new request began."""
 
+        _deadline: asyncio.TimerHandle | None = None
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._set_deadline()
@@ -39,9 +41,18 @@ def head_deadline_protocol(base: type[asyncio.Protocol] | None = None) -> type[a
             super().on_response_complete()
             self._set_deadline()
 
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            self._cancel()  # a pending timer would keep the closed connection for 30 s
+
         def _set_deadline(self) -> None:
-            waiting_on = self.cycle
-            self.loop.call_later(HEAD_TIMEOUT, self._expire, waiting_on)
+            self._cancel()
+            self._deadline = self.loop.call_later(HEAD_TIMEOUT, self._expire, self.cycle)
+
+        def _cancel(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
 
         def _expire(self, waiting_on: Any) -> None:
             if self.cycle is waiting_on and not self.transport.is_closing():
