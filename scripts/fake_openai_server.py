@@ -7,7 +7,8 @@ labels. Faults:
 - `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200;
 - `always_fail="text"`: any prompt containing the text answers 500, always.
 With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
-as `vllm serve --api-key` does.
+as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
+`POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -51,11 +52,13 @@ class FakeServer:
         api_key: str | None = None,
         more_models: tuple[str, ...] = (),
         root: str | None = None,
+        window: int | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
         self.listed = [model, *more_models]  # what /v1/models lists (LoRA adapters, say)
         self.root = root  # the weights behind them, as vLLM lists them
+        self.window = window
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -137,7 +140,8 @@ class FakeServer:
                     return
                 if self.path.rstrip("/") == "/v1/models":
                     self._send(200, {"object": "list",
-                                     "data": [{"id": m, "root": server.root}
+                                     "data": [{"id": m, "root": server.root,
+                                               "max_model_len": server.window}
                                               for m in server.listed]})  # fmt: skip
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
@@ -146,6 +150,10 @@ class FakeServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if self._refused():
+                    return
+                if self.path.rstrip("/") == "/tokenize" and server.window:
+                    words = len(body["messages"][-1]["content"].split())
+                    self._send(200, {"count": words, "max_model_len": server.window})
                     return
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -291,8 +291,11 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
     ]
     out = remote.generate(prompts, max_new_tokens=6, logprobs=True)
     local = chat_token_ids(vllm_generator.tokenizer, prompts)
-    # The server applies the same chat template: the same prompt token counts as in-process.
+    # The server applies the same chat template: the same prompt token counts as in-process,
+    # and its /tokenize counts them alike, so prompts are fitted to its window as in-process.
     assert [g.prompt_tokens for g in out] == [len(ids) for ids in local]
+    assert remote.context_window == 2048  # its --max-model-len
+    assert remote.prompt_lengths(prompts) == [len(ids) for ids in local]
     assert all(g.text and 0 < g.completion_tokens <= 6 for g in out)
     assert all(len(g.token_logprobs) == g.completion_tokens for g in out)
     probs = remote.choice_probs(prompts, ["[Yes]", "[No]"])

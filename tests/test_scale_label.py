@@ -363,3 +363,31 @@ def test_other_weights_served_under_the_same_name_are_another_generator(tmp_path
         with pytest.raises(ConfigError, match=r"serve different models \(llm \(/models/a\), "
                                               r"llm \(/models/b\)\)"):  # fmt: skip
             RayEngine(RayOptions(urls=[a, b]))
+
+
+def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):
+    """A server's window was its own business: a with-retrieval prompt past a small
+    `--max-model-len` got a 400 that stopped the labelling run. Where the server lists its
+    window and counts tokens (vLLM's `/tokenize`), the lowest-ranked documents are dropped
+    first, as in-process; a server that counts none gets the prompts whole, as before."""
+    from retrieval_gate.labels.closed_book import MAX_NEW_TOKENS
+
+    words = " ".join(f"w{i}" for i in range(40))
+    qs = [Question(f"fit-{i}", f"Who is person {i}?", ("w1",), "mine",
+                   contexts=tuple({"title": f"d{j}", "text": f"{words} doc {j}"} for j in range(3)))
+          for i in range(4)]  # fmt: skip
+    kept, longest = {}, {}
+    for window in (120, None):
+        server = FakeServer(0.0, window=window)
+        with server as url:
+            remote = RemoteGenerator(url)
+            assert getattr(remote, "context_window", None) == window
+            req = LabelRequest(policy="rag-gain", generator="fake-llm", questions=qs,
+                               labels_dir=tmp_path / str(window),
+                               options={"retriever": "contexts"})  # fmt: skip
+            label(req, generator=remote)
+        rows = rows_of(tmp_path / str(window) / "fake-llm" / "rag-gain.jsonl")
+        kept[window] = {len(r["doc_ids"]) for r in rows.values()}
+        longest[window] = max(len(prompt.split()) for prompt in server.requests)
+    assert kept[None] == {3} and longest[None] > 120  # whole: past the window
+    assert max(kept[120]) < 3 and longest[120] <= 120 - MAX_NEW_TOKENS  # documents dropped

@@ -72,8 +72,10 @@ def key_refused(url: str, status: int, keyed: bool) -> str | None:
             "(e.g. to the key given to `vllm serve --api-key`)")  # fmt: skip
 
 
-def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -> dict[str, str]:
-    """The models `url/models` lists: each id with what the server says it is (`model_root`).
+def listed_models(
+    client: httpx.Client, url: str, keyed: bool, timeout: float
+) -> dict[str, dict[str, Any]]:
+    """The models `url/models` lists: each id with the server's entry for it (`model_root`).
     A refused key or a redirect is a BackendError that says so; an unreachable server raises
     httpx's error, a reply that is no list of models KeyError, TypeError or ValueError."""
     r = client.get(f"{url}/models", timeout=timeout)
@@ -85,13 +87,14 @@ def listed_models(client: httpx.Client, url: str, keyed: bool, timeout: float) -
         raise BackendError(f"{url}/models answered {r.status_code}, a redirect to {to}: pass "
                            "the URL the server is at (https:// where it redirects there)")  # fmt: skip
     r.raise_for_status()
-    return {str(entry["id"]): model_root(entry) for entry in parse_json(r.content)["data"]}
+    return {str(entry["id"]): entry for entry in parse_json(r.content)["data"]}
 
 
-def model_root(entry: dict[str, Any]) -> str:
+def model_root(entry: dict[str, Any] | None) -> str:
     """What a listed model is beyond its id: vLLM's `root` (the weights' path or hub name) and
     `parent` (a LoRA adapter's base); "" where the server says neither. Answers cached from a
     server are keyed by it, so other weights served under the same name miss."""
+    entry = entry or {}
     return ":".join(str(entry[k]) for k in ("root", "parent") if entry.get(k))
 
 
@@ -151,7 +154,7 @@ def normalise_urls(urls: list[str]) -> list[str]:
 
 def served_models(
     url: str, api_key: str | None = None, timeout: float = 5.0
-) -> dict[str, str] | None:
+) -> dict[str, dict[str, Any]] | None:
     """`listed_models`, or None when the endpoint cannot be reached or does not answer like an
     OpenAI-compatible server (a refused key or a redirect is an error)."""
     with httpx.Client(headers=bearer(api_key)) as client:
@@ -176,7 +179,7 @@ def check_endpoints(
             "the server(s) (e.g. `vllm serve MODEL`) or fix --generator-url"
         )
     picked = {u: pick_model(u, found[u] or {}, model) for u in live}
-    served = {u: (name, (found[u] or {}).get(name, "")) for u, name in picked.items()}
+    served = {u: (name, model_root((found[u] or {}).get(name))) for u, name in picked.items()}
     if len(set(served.values())) > 1:
         kinds = sorted({f"{name} ({root})" if root else name for name, root in served.values()})
         raise ConfigError(

@@ -25,6 +25,7 @@ from .endpoints import (
     chat_body,
     key_refused,
     listed_models,
+    model_root,
     pick_model,
     remote_checksum,
     reply_chat,
@@ -60,14 +61,18 @@ class RemoteGenerator:
         self.concurrency = concurrency
         listed = self._listed(required=model is None)
         self.name = pick_model(self.base_url, listed, model)
-        self.checksum = remote_checksum([self.base_url], self.name, listed.get(self.name, ""))
+        entry = listed.get(self.name)
+        self.checksum = remote_checksum([self.base_url], self.name, model_root(entry))
+        self._window = self._counted_window(entry)
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], root: bool = False) -> dict[str, Any]:
         """One request, retried RETRIES times (with a growing pause) when the server cannot
-        be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final."""
+        be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final.
+        `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it."""
+        base = self.base_url.removesuffix("/v1") if root else self.base_url
         for attempt in range(RETRIES + 1):
             try:
-                r = self._client.post(f"{self.base_url}{path}", json=body)
+                r = self._client.post(f"{base}{path}", json=body)
             except httpx.HTTPError as e:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
             else:
@@ -76,14 +81,14 @@ class RemoteGenerator:
                 refused = key_refused(self.base_url, r.status_code, self._keyed)
                 if refused:
                     raise BackendError(refused)
-                problem = f"generator server {self.base_url}{path} answered {r.status_code}: {r.text[:300]}"
+                problem = f"generator server {base}{path} answered {r.status_code}: {r.text[:300]}"
                 if r.status_code < 500 and r.status_code != 429:
                     raise BackendError(problem)
             if attempt < RETRIES:
                 time.sleep(RETRY_PAUSE * 2**attempt)
         raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
 
-    def _listed(self, required: bool = True) -> dict[str, str]:
+    def _listed(self, required: bool = True) -> dict[str, dict[str, Any]]:
         """The models the server lists. A server that does not answer within LIST_TIMEOUT is
         an error even when the model is named (`required` False); else a named model needs no
         list (a server without one, or one that is down while the generation cache holds
@@ -102,6 +107,34 @@ class RemoteGenerator:
                 f"could not list models at {self.base_url}/models ({e}); is --generator-url an "
                 "OpenAI-compatible server ending in /v1 (e.g. http://localhost:8000/v1)?"
             ) from e
+
+    def _counted_window(self, entry: dict[str, Any] | None) -> int | None:
+        """The model's context window where the server lists it (vLLM's `max_model_len`) and
+        counts a chat prompt's tokens as it will feed them (vLLM's `/tokenize`, beside `/v1`):
+        then prompts are fitted to the window as the local engine's are. None otherwise: the
+        server fits, or refuses, each prompt itself."""
+        window = (entry or {}).get("max_model_len")
+        if not isinstance(window, int) or window < 1 or not self.base_url.endswith("/v1"):
+            return None
+        try:
+            self._count("Hello")
+        except (BackendError, httpx.HTTPError, KeyError, TypeError, ValueError):
+            return None
+        return window
+
+    @property
+    def context_window(self) -> int:
+        if self._window is None:  # not a `WindowedGenerator` then (hasattr is False)
+            raise AttributeError("the server does not say its context window or count tokens")
+        return self._window
+
+    def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
+        """Each prompt's tokens with the chat template applied, counted by the server."""
+        return self._map(self._count, list(prompts))
+
+    def _count(self, prompt: str) -> int:
+        body = {"model": self.name, "messages": [{"role": "user", "content": prompt}]}
+        return int(self._post("/tokenize", body, root=True)["count"])
 
     def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
         """Concurrent requests so the server can batch them; results in input order."""

@@ -316,7 +316,7 @@ def check_questions_fit(generator: Any, questions: Sequence[Question]) -> None:
     from .closed_book import MAX_NEW_TOKENS
 
     if not isinstance(generator, WindowedGenerator) or not generator.context_window:
-        return  # a server fits (or refuses) each prompt itself
+        return  # a server that counts no tokens fits (or refuses) each prompt itself
     window = generator.context_window
     lengths = generator.prompt_lengths([closed_book_prompt(q.text) for q in questions])
     over = [(q, n) for q, n in zip(questions, lengths, strict=True) if n > window - MAX_NEW_TOKENS]

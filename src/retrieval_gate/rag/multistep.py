@@ -187,7 +187,7 @@ def step_prompts(
 
     prompts = [StepPrompt(build(s, s.hits), list(s.hits)) for s in states]
     if not isinstance(generator, WindowedGenerator):
-        return prompts  # a server fits prompts itself (a prompt it refuses fails alone)
+        return prompts  # a server that counts no tokens fits prompts itself (or fails one)
     budget = generator.context_window - max_new_tokens
     lengths = generator.prompt_lengths([p.prompt or "" for p in prompts])
     for i, (s, n) in enumerate(zip(states, lengths, strict=True)):
