@@ -230,9 +230,9 @@ def _remote(args: argparse.Namespace, questions: Any) -> Any:
     """The server's generator for --generator-url, checked before any labelling starts."""
     if not args.generator_url:
         return None
-    from ..generation.remote import RemoteGenerator
     from ..labels.policies import check_answers
     from ..labels.policy_registry import policy_spec
+    from ..rag.backends import open_generator  # the key, the cache: as rag's and serve's
 
     if not policy_spec(args.policy).needs_generator:
         raise DataError(
@@ -242,8 +242,4 @@ def _remote(args: argparse.Namespace, questions: Any) -> Any:
         raise DataError("several --generator-url replicas are spread by --engine ray")
     if questions is not None:
         check_answers(questions, args.policy)  # before contacting the server
-    from ..generation.cache import cached
-    from ..generation.endpoints import server_key
-
-    key = server_key()
-    return cached(RemoteGenerator(args.generator_url[0], model=args.generator, api_key=key))
+    return open_generator(generator_url=args.generator_url[0], model=args.generator)

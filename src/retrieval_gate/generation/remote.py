@@ -44,7 +44,7 @@ class RemoteGenerator:
 
     `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the one
     model the server lists at `/v1/models` (`endpoints.pick_model`); `api_key` goes with every
-    request (the verbs pass `endpoints.server_key()`)."""
+    request (`rag.backends.open_generator` passes `endpoints.server_key()`)."""
 
     def __init__(
         self,

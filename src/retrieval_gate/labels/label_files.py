@@ -88,7 +88,7 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
 def _check_weights(path: Path, old: str | None, new: str | None) -> None:
     """A server's identity names its URL, which a restarted or moved server changes: only
     weights checksums (a model folder's) are compared."""
-    if not old or not new or old == new or "remote:" in (old[:7], new[:7]):
+    if not old or not new or old == new or old.startswith("remote:") or new.startswith("remote:"):
         return
     raise DataError(f"this label file was made with other weights of its generator (checksum "
                     f"{old[:12]}..., now {new[:12]}...): resuming would mix their answers under "

@@ -269,8 +269,8 @@ class BodyLimit:
             nonlocal seen, whole, deadline
             if whole:  # later reads wait for the client to leave: no deadline
                 return await receive()
-            now = asyncio.get_running_loop().time()
-            deadline = deadline or now + slow_clients.BODY_TIMEOUT
+            if deadline is None:  # from the first read on
+                deadline = asyncio.get_running_loop().time() + slow_clients.BODY_TIMEOUT
             try:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
