@@ -365,6 +365,34 @@ def test_other_weights_served_under_the_same_name_are_another_generator(tmp_path
             RayEngine(RayOptions(urls=[a, b]))
 
 
+def test_a_resume_on_other_weights_under_the_same_name_is_refused(tmp_path, capsys):
+    """A label file from a server was resumed from any server serving the same model name: a
+    server restarted on other weights under that --served-model-name appended their answers
+    under the first ones' provenance. The weights it lists (`root`) are recorded and compared;
+    a moved server (another URL, the same weights) resumes."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    out = tmp_path / "labels" / "llm" / "closed-book.jsonl"
+
+    def label_from(root: str, *more: str) -> int:
+        with FakeServer(0.0, model="llm", root=root) as url:
+            return main(["label", "--policy", "closed-book", "--questions", str(qs),
+                         "--generator-url", url, "--labels-dir", str(tmp_path / "labels"),
+                         "--no-cache", *more])  # fmt: skip
+
+    assert label_from("/models/a", "--limit", "1") == 0
+    assert json.loads(out.with_suffix(".meta.json").read_text())["generator_root"] == "/models/a"
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert label_from("/models/b") == 2
+    err = capsys.readouterr().err
+    assert "serving '/models/a' under that model name; it now serves '/models/b'" in err, err
+    assert out.read_bytes() == before
+    assert label_from("/models/a") == 0  # the same weights on another port: resumed
+    assert sorted(rows_of(out)) == ["m1", "m2", "m3"]
+
+
 def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):
     """A server's window was its own business: a with-retrieval prompt past a small
     `--max-model-len` got a 400 that stopped the labelling run. Where the server lists its

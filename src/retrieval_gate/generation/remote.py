@@ -62,7 +62,10 @@ class RemoteGenerator:
         listed = self._listed(required=model is None)
         self.name = pick_model(self.base_url, listed, model)
         entry = listed.get(self.name)
-        self.checksum = remote_checksum([self.base_url], self.name, model_root(entry))
+        root = model_root(entry)
+        self.checksum = remote_checksum([self.base_url], self.name, root)
+        # label files record the weights behind the name: a resume on others is refused
+        self.provenance = {"generator_root": root} if root else {}
         self._window = self._counted_window(entry)
 
     def _post(self, path: str, body: dict[str, Any], root: bool = False) -> dict[str, Any]:

@@ -149,7 +149,8 @@ def label_strategies(
         gen = generator if isinstance(generator, Generator) else generator()
         fields = {k: v for k, v in settings.items() if k != "policy"}
         meta = provenance(POLICY, **fields, generator_checksum=gen.checksum,
-                          backend=getattr(gen, "backend", "?"), retriever_name=ret.name)  # fmt: skip
+                          backend=getattr(gen, "backend", "?"), retriever_name=ret.name,
+                          **getattr(gen, "provenance", {}))  # fmt: skip
         out.write_meta(meta)  # before the first row (refused for other weights: check_resume)
         reg = req.registry
         rag = AdaptiveRAG(FixedStrategy(strategies[0], registry=reg), ret, gen, k=req.k,

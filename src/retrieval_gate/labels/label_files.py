@@ -71,6 +71,7 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Refuses to continue a label file made under other settings (see RESUME_KEYS) or other
     weights of the same generator (a model folder changed in place)."""
     _check_weights(path, old.get("generator_checksum"), new.get("generator_checksum"))
+    _check_root(path, old.get("generator_root"), new.get("generator_root"))
     for key in RESUME_KEYS:
         if key in old and key in new and old[key] != new[key]:
             fix = (
@@ -94,6 +95,17 @@ def _check_weights(path: Path, old: str | None, new: str | None) -> None:
                     f"{old[:12]}..., now {new[:12]}...): resuming would mix their answers under "
                     "one provenance; pass another --out (or move the file) to label with these "
                     "weights", path)  # fmt: skip
+
+
+def _check_root(path: Path, old: str | None, new: str | None) -> None:
+    """A server's weights as it lists them (vLLM's `root`), where both runs recorded one: the
+    URL may change between runs, the weights behind the model's name may not."""
+    if not old or not new or old == new:
+        return
+    raise DataError(f"this label file was made with the generator server serving {old!r} under "
+                    f"that model name; it now serves {new!r}: resuming would mix their answers "
+                    "under one provenance; pass another --out (or move the file) to label with "
+                    "these weights, or serve the first ones again", path)  # fmt: skip
 
 
 def question_sha(q: Question) -> str:
