@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), "")
     gc_thresholds.raise_for_imports()  # before the verb imports torch & co
+    gc_thresholds.freeze_at_exit()  # before anything the verb imports registers exit handlers
     _closed_streams()
     _bars_for_logs()
     try:
