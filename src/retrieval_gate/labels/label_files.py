@@ -69,7 +69,8 @@ RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids")
 
 def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Refuses to continue a label file made under other settings (see RESUME_KEYS) or other
-    weights of the same generator (a model folder changed in place)."""
+    weights of the same generator (a model folder changed in place, a server's model name now
+    serving other weights)."""
     _check_weights(path, old.get("generator_checksum"), new.get("generator_checksum"))
     _check_root(path, old.get("generator_root"), new.get("generator_root"))
     for key in RESUME_KEYS:
