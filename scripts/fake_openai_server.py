@@ -9,6 +9,8 @@ labels. Faults:
 With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
+With `logprobs=False` a request asking for token log-probabilities answers 400 naming
+`logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`).
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -53,12 +55,14 @@ class FakeServer:
         more_models: tuple[str, ...] = (),
         root: str | None = None,
         window: int | None = None,
+        logprobs: bool = True,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
         self.listed = [model, *more_models]  # what /v1/models lists (LoRA adapters, say)
         self.root = root  # the weights behind them, as vLLM lists them
         self.window = window
+        self.logprobs, self.logprobs_refused = logprobs, 0
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -85,6 +89,16 @@ class FakeServer:
     def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) for one chat-completions request."""
         prompt = body["messages"][-1]["content"]
+        if body.get("logprobs") and not self.logprobs:
+            with self._lock:
+                self.logprobs_refused += 1
+            return 400, {
+                "error": {
+                    "message": "logprobs is not supported with this model",
+                    "type": "invalid_request_error",
+                    "param": "logprobs",
+                }
+            }
         with self._lock:
             self.requests[prompt] += 1
             self.served += 1

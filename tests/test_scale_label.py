@@ -393,6 +393,40 @@ def test_a_resume_on_other_weights_under_the_same_name_is_refused(tmp_path, caps
     assert sorted(rows_of(out)) == ["m1", "m2", "m3"]
 
 
+def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys):
+    """Closed-book labelling asks for the answer's token log-probabilities. A server that gives
+    none and says so (a 400 naming `logprobs`, as several hosted OpenAI-compatible APIs answer)
+    failed every request: `label --generator-url` stopped at its first chunk (exit 3) and the
+    Ray engine recorded every row as failed. The request goes again without them, the server's
+    refusal said once; the rows carry no answer confidence, and the cascade, which reads it, is
+    refused before its run."""
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation.endpoints import EndpointPool
+    from retrieval_gate.rag.cascade import check_logprobs
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    server = FakeServer(0.0, logprobs=False)
+    with server as url:
+        assert main(["label", "--policy", "closed-book", "--questions", str(qs),
+                     "--generator-url", url, "--labels-dir", str(tmp_path / "labels"),
+                     "--no-cache"]) == 0  # fmt: skip
+        err = capsys.readouterr().err
+        refused = server.logprobs_refused  # the first requests, sent together
+        assert 1 <= refused <= len(QUESTIONS), refused
+        pool = EndpointPool([url], "fake-llm")
+        results = [pool.chat(q["question"], 8, logprobs=True) for q in QUESTIONS]
+        assert server.logprobs_refused == refused + 1  # the pool's first request only
+        with pytest.raises(BackendError, match="returned no token log-probabilities, which "
+                                               "the cascade reads"):  # fmt: skip
+            check_logprobs(RemoteGenerator(url), "--generator-url")  # before any rag run
+    assert err.count(f"the generator server at {url} gives no token log-probabilities") == 1
+    rows = rows_of(tmp_path / "labels" / "fake-llm" / "closed-book.jsonl")
+    assert sorted(rows) == ["m1", "m2", "m3"]
+    assert all(r["mean_logprob"] is None and "token_logprobs" not in r for r in rows.values())
+    assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
+
+
 def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):
     """A server's window was its own business: a with-retrieval prompt past a small
     `--max-model-len` got a 400 that stopped the labelling run. Where the server lists its

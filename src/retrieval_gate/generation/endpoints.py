@@ -2,15 +2,17 @@
 retries and fail-over, where one request's failure is a result, not an exception: a labelling
 job of a million questions records the few rows that keep failing and goes on.
 
-Per request: a connection error marks that endpoint down for `cooldown` seconds and the
-request moves at once to the next endpoint; a 429 or 5xx is retried after an exponential,
-jittered pause (on the next endpoint when there are several); any other 4xx is final (the
-request itself is wrong). After `retries` retries the request is returned with its `error`.
-Used by the Ray labelling actors (labels/ray_engine.py); standard library + httpx only, so a
-Ray worker imports it in well under a second."""
+Per request: a connection error marks that endpoint down for `cooldown` seconds and the request
+moves at once to the next endpoint; a 429 or 5xx is retried after an exponential, jittered
+pause (on the next endpoint when there are several); any other 4xx is final (the request itself
+is wrong), except a refusal of `logprobs` (`logprobs_refused`): sent again without them. After
+`retries` retries the request is returned with its `error`. Used by the Ray labelling actors
+(labels/ray_engine.py); standard library + httpx only, so a Ray worker imports it in well under
+a second."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -25,6 +27,8 @@ from ..data.answer_confidence import parse_token_logprobs
 from ..errors import BackendError, ConfigError, DataError
 from ..strict_rows import parse_json
 from .base import Generation
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -213,6 +217,7 @@ class EndpointPool:
         self._next = start % len(self.urls)
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._logprobs = True  # asked for until a server refuses them (logprobs_refused)
 
     def _pick(self) -> str:
         """The next endpoint not marked down (any, when all are down)."""
@@ -231,6 +236,7 @@ class EndpointPool:
 
     def chat(self, prompt: str, max_tokens: int, logprobs: bool = False) -> ChatResult:
         """One greedy chat completion; never raises for a server or network failure."""
+        logprobs = logprobs and self._logprobs
         body = chat_body(self.model, prompt, max_tokens, logprobs)
         pause, problem, failures, attempt = self.backoff, "", 0, 0
         while True:
@@ -248,6 +254,11 @@ class EndpointPool:
                     return _result(r, logprobs, url, attempt)
                 problem = (key_refused(url, r.status_code, self._keyed)
                            or f"{url} answered {r.status_code}: {r.text[:200]}")  # fmt: skip
+                if logprobs and logprobs_refused(r.status_code, r.text):
+                    no_logprobs_note(url, r.text)
+                    self._logprobs = logprobs = False  # this request and the next, without
+                    body = chat_body(self.model, prompt, max_tokens, False)
+                    continue
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
             failures += 1
@@ -263,6 +274,32 @@ class EndpointPool:
 
     def close(self) -> None:
         self._client.close()
+
+
+class LogprobsRefused(BackendError):
+    """The server refused a request for asking token log-probabilities (`logprobs_refused`)."""
+
+
+def logprobs_refused(status: int, text: str) -> bool:
+    """A 400/422 that names `logprobs`: a server that gives none and says so (several hosted
+    OpenAI-compatible APIs). The request goes again without them: answers matter more than
+    their confidence, which the labels record where they can (`no_logprobs_note`)."""
+    return status in (400, 422) and "logprob" in text.lower()
+
+
+def no_logprobs_note(url: str, text: str) -> None:
+    """Says once per server that its answers come without log-probabilities, and who needs
+    them."""
+    if url in _NOTED:
+        return
+    _NOTED.add(url)
+    log.warning("the generator server at %s gives no token log-probabilities (it answered: "
+                "%s): answering without them, so label files record no answer confidence "
+                "(the confidence gate, the two-stage gate and the cascade read it)", url,
+                text[:200])  # fmt: skip
+
+
+_NOTED: set[str] = set()
 
 
 def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:

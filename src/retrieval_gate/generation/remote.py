@@ -21,11 +21,14 @@ import numpy as np
 from ..errors import BackendError
 from .base import Generation
 from .endpoints import (
+    LogprobsRefused,
     bearer,
     chat_body,
     key_refused,
     listed_models,
+    logprobs_refused,
     model_root,
+    no_logprobs_note,
     pick_model,
     remote_checksum,
     reply_chat,
@@ -67,6 +70,7 @@ class RemoteGenerator:
         # label files record the weights behind the name: a resume on others is refused
         self.provenance = {"generator_root": root} if root else {}
         self._window = self._counted_window(entry)
+        self._logprobs = True  # asked for until the server refuses them (logprobs_refused)
 
     def _post(self, path: str, body: dict[str, Any], root: bool = False) -> dict[str, Any]:
         """One request, retried RETRIES times (with a growing pause) when the server cannot
@@ -85,6 +89,8 @@ class RemoteGenerator:
                 if refused:
                     raise BackendError(refused)
                 problem = f"generator server {base}{path} answered {r.status_code}: {r.text[:300]}"
+                if body.get("logprobs") and logprobs_refused(r.status_code, r.text):
+                    raise LogprobsRefused(r.text)
                 if r.status_code < 500 and r.status_code != 429:
                     raise BackendError(problem)
             if attempt < RETRIES:
@@ -144,14 +150,21 @@ class RemoteGenerator:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(items)))) as pool:
             return list(pool.map(fn, items))
 
+    def _chat(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
+        """One answer; without log-probabilities from a server that refuses them."""
+        asked = logprobs and self._logprobs
+        body = chat_body(self.name, prompt, max_new_tokens, asked)
+        try:
+            return reply_chat(self._post("/chat/completions", body), asked, self.base_url)
+        except LogprobsRefused as e:
+            no_logprobs_note(self.base_url, str(e))
+            self._logprobs = False
+            return self._chat(prompt, max_new_tokens, False)
+
     def generate(
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation]:
-        def one(prompt: str) -> Generation:
-            body = chat_body(self.name, prompt, max_new_tokens, logprobs)
-            return reply_chat(self._post("/chat/completions", body), logprobs, self.base_url)
-
-        return self._map(one, list(prompts))
+        return self._map(lambda p: self._chat(p, max_new_tokens, logprobs), list(prompts))
 
     def try_generate(
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
@@ -161,8 +174,7 @@ class RemoteGenerator:
 
         def one(prompt: str) -> Generation | BackendError:
             try:
-                body = chat_body(self.name, prompt, max_new_tokens, logprobs)
-                return reply_chat(self._post("/chat/completions", body), logprobs, self.base_url)
+                return self._chat(prompt, max_new_tokens, logprobs)
             except BackendError as e:
                 return e
 
