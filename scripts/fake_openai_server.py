@@ -10,7 +10,10 @@ With `api_key="..."` every route answers 401 to a request without `Authorization
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
 With `logprobs=False` a request asking for token log-probabilities answers 400 naming
-`logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`).
+`logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`). A thinking model:
+`reasoning="inline"` puts a `<think>...</think>` block before the answer (a server without a
+reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer with a
+`reasoning_content` field (vLLM's `--reasoning-parser`).
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -56,6 +59,7 @@ class FakeServer:
         root: str | None = None,
         window: int | None = None,
         logprobs: bool = True,
+        reasoning: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -63,6 +67,7 @@ class FakeServer:
         self.root = root  # the weights behind them, as vLLM lists them
         self.window = window
         self.logprobs, self.logprobs_refused = logprobs, 0
+        self.reasoning = reasoning
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -111,6 +116,13 @@ class FakeServer:
         text = answer(prompt)
         tokens = text.split()
         content = [{"token": t, "logprob": -0.25 * (i + 1)} for i, t in enumerate(tokens)]
+        message = {"role": "assistant", "content": text}
+        if self.reasoning == "inline":
+            message["content"] = f"<think>Let me recall.</think>\n\n{text}"
+        elif self.reasoning == "cut":
+            message["content"] = "<think>Let me recall what"
+        elif self.reasoning == "parsed":
+            message["reasoning_content"] = "Let me recall."
         return 200, {
             "id": "fake",
             "object": "chat.completion",
@@ -118,7 +130,7 @@ class FakeServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": message,
                     "logprobs": {"content": content} if body.get("logprobs") else None,
                     "finish_reason": "stop",
                 }

@@ -102,6 +102,33 @@ def test_chat_template_is_applied(vllm_generator):
     assert text.count("<|im_start|>") == 3 and text.rstrip().endswith("assistant")
 
 
+# Qwen3's generation prompt: with thinking off, an empty reasoning block before the answer
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+    "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.slow  # transformers' import
+def test_a_model_that_reasons_first_is_asked_to_answer_at_once():
+    """A chat template that lets the model think before answering (Qwen3, SmolLM3:
+    `enable_thinking`) got it on by default: a closed-book answer of 24 tokens was cut inside
+    its reasoning block, and every question of a user's thinking LLM read as one it cannot
+    answer. Thinking is off; a template without the switch (SmolLM2's: the committed labels'
+    and the cache's keys) renders the very same ids."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_smollm2())
+    plain = tokenizer.apply_chat_template([{"role": "user", "content": "hello"}],
+                                          add_generation_prompt=True, tokenize=True)  # fmt: skip
+    plain = plain["input_ids"] if hasattr(plain, "keys") else plain
+    assert chat_token_ids(tokenizer, ["hello"]) == [list(plain)]
+    tokenizer.chat_template = THINKING_TEMPLATE
+    text = tokenizer.decode(chat_token_ids(tokenizer, ["hello"])[0])
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), text
+
+
 def test_choice_probs_prefer_the_greedy_token(vllm_generator):
     """The greedy first token must get the larger probability against any other choice, and
     rows are distributions whose columns follow the order of `choices`."""

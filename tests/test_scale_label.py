@@ -234,6 +234,10 @@ def test_vllm_engine_processor_builds_and_needs_gpus(tmp_path, local_ray):
         else [type(s).__name__ for s in processor.stages]
     )
     assert "vLLMEngineStage" in stages, stages
+    templating = [s for s in (processor.stages.values() if isinstance(processor.stages, dict)
+                              else processor.stages) if type(s).__name__ == "ChatTemplateStage"]  # fmt: skip
+    # a thinking model answers at once, as through chat_token_ids in-process
+    assert templating[0].fn_constructor_kwargs["chat_template_kwargs"] == {"enable_thinking": False}
     request = vllm_request({"row_id": "q#0", "prompt": "Who?", "max_tokens": 24, "logprobs": True})
     assert request["sampling_params"] == {"temperature": 0.0, "max_tokens": 24, "logprobs": 0}
     result = vllm_result({"row_id": "q#0", "generated_text": "Paris", "generated_tokens": [7, 9],
@@ -425,6 +429,30 @@ def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys):
     assert sorted(rows) == ["m1", "m2", "m3"]
     assert all(r["mean_logprob"] is None and "token_logprobs" not in r for r in rows.values())
     assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
+
+
+def test_a_model_that_reasons_before_answering_is_read_and_said(tmp_path, capsys):
+    """A thinking model served without a reasoning parser put `<think>...</think>` before each
+    answer, which was judged as the answer (so every question read as one it cannot answer);
+    one served with a parser left the answer alone. The block is cut off the answer (an
+    unended one leaves no answer), and each server that reasons is said once, with the flag
+    that turns its thinking off."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    predictions, said = {}, {}
+    for reasoning in (None, "inline", "parsed", "cut"):
+        with FakeServer(0.0, reasoning=reasoning) as url:
+            assert main(["label", "--policy", "closed-book", "--questions", str(qs),
+                         "--generator-url", url, "--labels-dir", str(tmp_path / str(reasoning)),
+                         "--no-cache"]) == 0  # fmt: skip
+        rows = rows_of(tmp_path / str(reasoning) / "fake-llm" / "closed-book.jsonl")
+        predictions[reasoning] = {i: r["prediction"] for i, r in rows.items()}
+        said[reasoning] = capsys.readouterr().err.count(f"the model at {url} reasons before")
+    assert predictions["inline"] == predictions["parsed"] == predictions[None]
+    assert all(p for p in predictions[None].values())
+    assert set(predictions["cut"].values()) == {""}
+    assert said == {None: 0, "inline": 1, "parsed": 1, "cut": 1}
 
 
 def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):

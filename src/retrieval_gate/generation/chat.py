@@ -8,16 +8,23 @@ from typing import Any
 
 from ..errors import InputError
 
+# Chat templates that let the model reason before it answers (Qwen3, SmolLM3 and others read
+# `enable_thinking`) get it off: every prompt here asks for a short answer (24 tokens for the
+# closed-book one), which a reasoning block would fill before any answer began. Templates that
+# do not read it render the same token ids.
+THINKING_OFF = {"enable_thinking": False}
+
 
 def chat_token_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
     """Each prompt as one user turn through the model's chat template, ready for the
-    assistant's answer. Models without a template get the raw prompt tokens."""
+    assistant's answer (`THINKING_OFF`). Models without a template get the raw prompt tokens."""
     if getattr(tokenizer, "chat_template", None):
         out = []
         for p in prompts:
             ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
-            )
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
+                **THINKING_OFF,
+            )  # fmt: skip
             if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 BatchEncoding
                 ids = ids["input_ids"]
             out.append(list(ids))

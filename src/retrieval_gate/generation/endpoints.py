@@ -290,16 +290,42 @@ def logprobs_refused(status: int, text: str) -> bool:
 def no_logprobs_note(url: str, text: str) -> None:
     """Says once per server that its answers come without log-probabilities, and who needs
     them."""
-    if url in _NOTED:
+    note_once(url, "no-logprobs", "the generator server at %s gives no token log-probabilities "
+              "(it answered: %s): answering without them, so label files record no answer "
+              "confidence (the confidence gate, the two-stage gate and the cascade read it)",
+              url, text[:200])  # fmt: skip
+
+
+def note_once(url: str, what: str, message: str, *args: Any) -> None:
+    """A warning about a server, said once per server and kind in a process."""
+    if (url, what) in _NOTED:
         return
-    _NOTED.add(url)
-    log.warning("the generator server at %s gives no token log-probabilities (it answered: "
-                "%s): answering without them, so label files record no answer confidence "
-                "(the confidence gate, the two-stage gate and the cascade read it)", url,
-                text[:200])  # fmt: skip
+    _NOTED.add((url, what))
+    log.warning(message, *args)
 
 
-_NOTED: set[str] = set()
+_NOTED: set[tuple[str, str]] = set()
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def without_reasoning(text: str) -> str:
+    """The answer after a reasoning block a server left in the reply's text (`<think>...
+    </think>`, served without a reasoning parser); "" when the block had not ended within the
+    tokens the answer was given."""
+    if not text.lstrip().startswith(THINK_OPEN):
+        return text
+    _, closed, answer = text.partition(THINK_CLOSE)
+    return answer.strip() if closed else ""
+
+
+def reasoned(message: Any) -> bool:
+    """The reply's message holds a reasoning part: a reasoning parser's field, or a block in
+    its text."""
+    if not isinstance(message, dict):
+        return False
+    text = message.get("content") or ""
+    return bool(message.get("reasoning_content") or message.get("reasoning")
+                or (isinstance(text, str) and text.lstrip().startswith(THINK_OPEN)))  # fmt: skip
 
 
 def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
@@ -330,13 +356,20 @@ def reply_chat(out: dict[str, Any], logprobs: bool, url: str) -> Generation:
     """`parse_chat`, a reply without a chat completion in it (an error object sent with 200, no
     choices, a logprob that is no number) said as a BackendError naming the server."""
     try:
-        return parse_chat(out, logprobs)
+        generation = parse_chat(out, logprobs)
     except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
         raise BackendError(f"{url} answered 200 with a token log-probability that is none: "
                            f"{e}") from None  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise BackendError(f"{url} answered 200 without a chat completion in it "
                            f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
+    if reasoned(out["choices"][0].get("message")):
+        note_once(url, "reasoning", "the model at %s reasons before it answers (its replies "
+                  "hold a reasoning part): the short answers asked for here (24 tokens "
+                  "closed-book) may end before the answer begins; start its server with "
+                  "thinking off: vllm serve ... --default-chat-template-kwargs "
+                  "'{\"enable_thinking\": false}'", url)  # fmt: skip
+    return generation
 
 
 def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
@@ -347,7 +380,7 @@ def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
         token_logprobs = parse_token_logprobs(choice["logprobs"]["content"], column="logprobs")
     usage = out.get("usage") or {}
     return Generation(
-        text=choice["message"]["content"] or "",
+        text=without_reasoning(choice["message"]["content"] or ""),
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         completion_tokens=int(usage.get("completion_tokens", 0)),
         token_logprobs=token_logprobs,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .chat import THINKING_OFF
 from .endpoints import EndpointPool
 
 ROW_FIELDS = ("row_id", "prompt", "max_tokens", "logprobs")
@@ -101,7 +102,9 @@ def vllm_processor(model: str, actors: int, batch_size: int, engine_kwargs: dict
         tokenize_stage=True,
         detokenize_stage=True,
     )
-    return build_processor(config, preprocess=vllm_request, postprocess=vllm_result)
+    # the chat template as chat_token_ids applies it in-process: a thinking model answers at once
+    return build_processor(config, preprocess=vllm_request, postprocess=vllm_result,
+                           builder_kwargs={"chat_template_kwargs": THINKING_OFF})  # fmt: skip
 
 
 def steady_state(actors: Sequence[str], t_done: Sequence[float]) -> dict[str, float] | None:
