@@ -397,7 +397,16 @@ def test_a_resume_on_other_weights_under_the_same_name_is_refused(tmp_path, caps
     assert sorted(rows_of(out)) == ["m1", "m2", "m3"]
 
 
-def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys):
+@pytest.fixture
+def fresh_notes(monkeypatch):
+    """Server warnings said anew: they are said once per URL in a process, and a port (so a
+    URL) of an earlier test's server may come back."""
+    from retrieval_gate.generation import endpoints
+
+    monkeypatch.setattr(endpoints, "_NOTED", set())
+
+
+def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_notes):
     """Closed-book labelling asks for the answer's token log-probabilities. A server that gives
     none and says so (a 400 naming `logprobs`, as several hosted OpenAI-compatible APIs answer)
     failed every request: `label --generator-url` stopped at its first chunk (exit 3) and the
@@ -431,7 +440,7 @@ def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys):
     assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
 
 
-def test_a_model_that_reasons_before_answering_is_read_and_said(tmp_path, capsys):
+def test_a_model_that_reasons_before_answering_is_read_and_said(tmp_path, capsys, fresh_notes):
     """A thinking model served without a reasoning parser put `<think>...</think>` before each
     answer, which was judged as the answer (so every question read as one it cannot answer);
     one served with a parser left the answer alone. The block is cut off the answer (an
