@@ -5,7 +5,8 @@ Answers are a deterministic function of the prompt (same prompt, same answer, wh
 replica or actor sends it), so a local and a Ray run over the same server must write the same
 labels. Faults:
 - `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200;
-- `always_fail="text"`: any prompt containing the text answers 500, always.
+- `always_fail="text"`: any prompt containing the text answers 500, always;
+- `refuse="text"`: any prompt containing the text answers 400 (as a prompt past a window), always.
 With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
@@ -60,6 +61,7 @@ class FakeServer:
         window: int | None = None,
         logprobs: bool = True,
         reasoning: str | None = None,
+        refuse: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -67,7 +69,7 @@ class FakeServer:
         self.root = root  # the weights behind them, as vLLM lists them
         self.window = window
         self.logprobs, self.logprobs_refused = logprobs, 0
-        self.reasoning = reasoning
+        self.reasoning, self.refuse, self.refused = reasoning, refuse, 0
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -104,6 +106,11 @@ class FakeServer:
                     "param": "logprobs",
                 }
             }
+        if self.refuse and self.refuse in prompt:
+            with self._lock:
+                self.refused += 1
+            return 400, {"error": {"message": "This model's maximum context length is 2048 tokens",
+                                   "type": "BadRequestError"}}  # fmt: skip
         with self._lock:
             self.requests[prompt] += 1
             self.served += 1

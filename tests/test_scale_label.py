@@ -464,6 +464,39 @@ def test_a_model_that_reasons_before_answering_is_read_and_said(tmp_path, capsys
     assert said == {None: 0, "inline": 1, "parsed": 1, "cut": 1}
 
 
+def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+    """`label --generator-url` stopped at the chunk holding a question the server refuses for
+    good (a prompt past the window of a server that counts no tokens: 400; a poison prompt: 500
+    after the retries), and a re-run met it and stopped again. It is listed in
+    `<file>.failed.jsonl`, as `--engine ray` lists its failures, and the others are labelled,
+    each prompt asked once (the chunk is halved around it, the answers given meanwhile served
+    from the generation cache); a server that refuses a whole chunk stops the run."""
+    from user_files import write_jsonl
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))  # the suite has none
+    monkeypatch.setenv("RETRIEVAL_GATE_NO_CACHE", "0")
+    rows = [{"id": f"q{i}", "question": f"Who wrote book {i}{' REFUSEME' * (i == 3)}?",
+             "answers": ["Paris"]} for i in range(6)]  # fmt: skip
+    qs = write_jsonl(tmp_path / "qs.jsonl", rows)
+    out = tmp_path / "labels" / "fake-llm" / "closed-book.jsonl"
+    failed = out.with_name("closed-book.failed.jsonl")
+    argv = ["label", "--policy", "closed-book", "--questions", str(qs), "--chunk-size", "6",
+            "--labels-dir", str(tmp_path / "labels"), "--generator-url"]  # fmt: skip
+    server = FakeServer(0.0, refuse="REFUSEME")
+    with server as url:
+        for _ in range(2):  # the re-run asks the refused question again, and only it
+            assert main([*argv, url]) == 0
+            assert sorted(rows_of(out)) == ["q0", "q1", "q2", "q4", "q5"]
+            listed = [json.loads(line) for line in failed.read_text().splitlines()]
+            assert [f["id"] for f in listed] == ["q3"] and "answered 400" in listed[0]["error"]
+            assert "1 questions failed after retries: listed in" in capsys.readouterr().err
+        assert set(server.requests.values()) == {1} and len(server.requests) == 5
+    with FakeServer(0.0, refuse="Who wrote") as url:
+        out.unlink()
+        assert main([*argv, url]) == 3
+        assert "refused every question of a chunk of 6" in capsys.readouterr().err
+
+
 def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):
     """A server's window was its own business: a with-retrieval prompt past a small
     `--max-model-len` got a 400 that stopped the labelling run. Where the server lists its

@@ -7,6 +7,7 @@
 | `ConfigError` | a configuration value or combination of options | 2 |
 | `LeakageError` | test questions found in training data | 2 |
 | `BackendError` | an engine, server, execution provider or installed package | 3 |
+| `PromptRefused` | a server that is up refused one prompt for good (a labelling run lists it) | 3 |
 
 Anything else that escapes a command is a bug: exit code 1, with a traceback.
 """
@@ -64,6 +65,12 @@ class BackendError(RetrievalGateError, RuntimeError):
     """An engine (vLLM, ONNX Runtime, a remote server) or a required package failed."""
 
     exit_code = 3
+
+
+class PromptRefused(BackendError):
+    """A server that answers refused one prompt for good: a final 4xx (a prompt past its window,
+    one it cannot parse), or a 5xx after the retries. A labelling run lists the question in
+    `<file>.failed.jsonl` and goes on; elsewhere it is a BackendError."""
 
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3

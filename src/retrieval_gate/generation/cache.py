@@ -499,8 +499,11 @@ class CachedGenerator:
         **kw: Any,
     ) -> list[Generation]:
         t = time.perf_counter()
-        out = self._generate(prompts, max_new_tokens, logprobs, partial=False, **kw)
+        out = self._generate(prompts, max_new_tokens, logprobs, **kw)
         self._replayed(out, time.perf_counter() - t)
+        failed = next((g for g in out if isinstance(g, Exception)), None)
+        if failed is not None:  # the others' answers are stored: a retry asks for this one only
+            raise failed
         return out  # type: ignore[return-value]
 
     def try_generate(
@@ -509,7 +512,7 @@ class CachedGenerator:
         """As `generate`; with a generator that fails prompt by prompt (a server), a failed
         prompt gets its error in its place (and nothing is stored for it)."""
         t = time.perf_counter()
-        out = self._generate(prompts, max_new_tokens, logprobs, partial=True)
+        out = self._generate(prompts, max_new_tokens, logprobs)
         self._replayed(out, time.perf_counter() - t)
         return out
 
@@ -520,11 +523,13 @@ class CachedGenerator:
             self.replay_seconds += computed - wall
 
     def _compute(
-        self, prompts: list[str], max_new_tokens: int, logprobs: bool, partial: bool, **kw: Any
+        self, prompts: list[str], max_new_tokens: int, logprobs: bool, **kw: Any
     ) -> tuple[list[Generation | Exception], float]:
         inner = self.engine()
         t = time.perf_counter()
-        if partial and isinstance(inner, PartialGenerator):
+        # a server's prompts fail one by one: `try_generate` returns the failures in place,
+        # `generate` raises the first after the others' answers are stored
+        if isinstance(inner, PartialGenerator):
             asked = {"logprobs": True} if logprobs else {}  # a plain one may not take it
             raw: list[Any] = list(inner.try_generate(prompts, max_new_tokens, **asked))
         else:
@@ -532,14 +537,14 @@ class CachedGenerator:
         return raw, time.perf_counter() - t
 
     def _generate(
-        self, prompts: Sequence[str], max_new_tokens: int, logprobs: bool, partial: bool, **kw: Any
+        self, prompts: Sequence[str], max_new_tokens: int, logprobs: bool, **kw: Any
     ) -> list[Generation | Exception]:
         prompts = list(prompts)
         if not prompts:
             return []
         store = _store_of(self)
         if store is None:
-            raw, seconds = self._compute(prompts, max_new_tokens, logprobs, partial, **kw)
+            raw, seconds = self._compute(prompts, max_new_tokens, logprobs, **kw)
             _timed(raw, seconds)
             _count([g for g in raw if isinstance(g, Generation)], cached=False)
             return raw
@@ -555,7 +560,7 @@ class CachedGenerator:
         if first:
             todo = list(first)
             raw, seconds = self._compute([prompts[first[k]] for k in todo], max_new_tokens,
-                                         logprobs, partial, **kw)  # fmt: skip
+                                         logprobs, **kw)  # fmt: skip
             _timed(raw, seconds)
             computed = dict(zip(todo, raw, strict=True))
             if _storing():

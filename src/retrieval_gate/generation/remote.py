@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, PromptRefused
 from .base import Generation
 from .endpoints import (
     LogprobsRefused,
@@ -75,14 +75,18 @@ class RemoteGenerator:
     def _post(self, path: str, body: dict[str, Any], root: bool = False) -> dict[str, Any]:
         """One request, retried RETRIES times (with a growing pause) when the server cannot
         be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final.
-        `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it."""
+        A final 4xx, or a 500 to the last attempt, is `PromptRefused` (this prompt's: the
+        server is up). `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it."""
         base = self.base_url.removesuffix("/v1") if root else self.base_url
+        poison = False  # the last attempt got a 500: this prompt's, not a lost connection's
         for attempt in range(RETRIES + 1):
             try:
                 r = self._client.post(f"{base}{path}", json=body)
             except httpx.HTTPError as e:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
+                poison = False
             else:
+                poison = r.status_code == 500
                 if r.status_code == 200:
                     return reply_json(r, self.base_url)
                 refused = key_refused(self.base_url, r.status_code, self._keyed)
@@ -92,10 +96,11 @@ class RemoteGenerator:
                 if body.get("logprobs") and logprobs_refused(r.status_code, r.text):
                     raise LogprobsRefused(r.text)
                 if r.status_code < 500 and r.status_code != 429:
-                    raise BackendError(problem)
+                    raise PromptRefused(problem)
             if attempt < RETRIES:
                 time.sleep(RETRY_PAUSE * 2**attempt)
-        raise BackendError(f"{problem} (after {RETRIES + 1} attempts)")
+        failed = PromptRefused if poison else BackendError  # 429/503: busy, not refusing
+        raise failed(f"{problem} (after {RETRIES + 1} attempts)")
 
     def _listed(self, required: bool = True) -> dict[str, dict[str, Any]]:
         """The models the server lists. A server that does not answer within LIST_TIMEOUT is

@@ -3,23 +3,31 @@ which the generator policies (closed-book, rag-gain, rrcp) plug their row functi
 
 Questions go to the generator in chunks (default 512): each chunk is ONE batched generator
 call, and its rows are appended and flushed before the next chunk starts, so an interrupted
-run loses at most the chunk in flight and a re-run skips every id already in the file."""
+run loses at most the chunk in flight and a re-run skips every id already in the file. A
+question whose prompt a server refused for good (`PromptRefused`) is listed in
+`<file>.failed.jsonl`, as the Ray engine lists its failures, and the run goes on."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from .. import __version__
+from ..errors import PromptRefused
+from ..fileio import write_text
 from ..generation.base import Generator
 from ..questions import Question
 from .label_files import LabelFile
 
 ChunkFn = Callable[[list[Question]], list[dict[str, Any]]]
+log = logging.getLogger(__name__)
 
 
 def pending(questions: Sequence[Question], done: set[str]) -> list[Question]:
@@ -38,22 +46,58 @@ def run_chunked(
     compute: ChunkFn,
     chunk_size: int = 512,
     desc: str = "labelling",
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Computes rows for the questions not yet in `out`, chunk by chunk, appending each chunk.
-    Returns the throughput of this run (questions, seconds, questions per second)."""
+    Returns the throughput of this run (questions, seconds, questions per second) and its
+    failed questions (`failed`, `failed_file`)."""
     todo = pending(questions, out.done_ids())
     start = time.perf_counter()
+    failed: list[dict[str, Any]] = []
     with tqdm(total=len(todo), desc=desc, unit="q") as bar:
         for i in range(0, len(todo), chunk_size):
             part = todo[i : i + chunk_size]
-            out.append(compute(part))
+            refused = _append_answered(out, compute, part)
+            if len(part) > 1 and len(refused) == len(part):  # the server's doing, not theirs
+                raise PromptRefused(f"the generator refused every question of a chunk of "
+                                    f"{len(part)} (e.g. {part[0].id}: {refused[0]['error']})")  # fmt: skip
+            failed += refused
             bar.update(len(part))
     seconds = time.perf_counter() - start
-    return {
-        "questions": len(todo),
+    answered = len(todo) - len(failed)
+    stats: dict[str, Any] = {
+        "questions": answered,
         "seconds": round(seconds, 2),
-        "questions_per_second": round(len(todo) / seconds, 2) if todo and seconds else 0.0,
+        "questions_per_second": round(answered / seconds, 2) if todo and seconds else 0.0,
     }
+    return with_failures(stats, out.path, failed)
+
+
+def _append_answered(out: LabelFile, compute: ChunkFn, part: list[Question]) -> list[dict]:
+    """Appends the rows of `part`. A prompt a server refused for good fails the whole call:
+    the chunk is halved until the refused questions stand alone (the answers given meanwhile
+    come back from the generation cache, when it is on), and those are returned, unwritten."""
+    try:
+        out.append(compute(part))
+        return []
+    except PromptRefused as e:
+        if len(part) == 1:
+            return [{"id": part[0].id, "error": str(e)}]
+    half = len(part) // 2
+    return _append_answered(out, compute, part[:half]) + _append_answered(out, compute, part[half:])
+
+
+def with_failures(stats: dict[str, Any], label_path: Path, failed: list[dict]) -> dict[str, Any]:
+    """The run's stats with its failed questions, listed in `<file>.failed.jsonl` (rewritten
+    each run: a retried question that succeeds leaves the list; emptied when none failed)."""
+    path = label_path.with_name(label_path.name.removesuffix(".jsonl") + ".failed.jsonl")
+    stats["failed"] = len(failed)
+    if failed or path.exists():
+        write_text(path, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
+    if failed:
+        stats["failed_file"] = str(path)
+        log.warning("%d questions failed after retries: listed in %s; run again to retry them",
+                    len(failed), path)  # fmt: skip
+    return stats
 
 
 def provenance(policy: str, **fields: Any) -> dict[str, Any]:
@@ -74,7 +118,7 @@ def run_policy(
     compute: ChunkFn,
     chunk_size: int,
     **fields: Any,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One generator policy's run: provenance (the generator's name, checksum and backend, and
     the policy's `fields`) is written before the first row, so a label file never lacks it;
     then the chunked, resumable loop (or the generator's own `run_rows`: the Ray engine's);

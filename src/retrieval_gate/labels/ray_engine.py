@@ -20,7 +20,6 @@ loses only the requests in flight; the questions of a request that kept failing 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -35,7 +34,6 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from ..errors import BackendError, ConfigError
-from ..fileio import write_text
 from ..generation.base import Generation
 from ..generation.endpoints import (
     check_endpoints,
@@ -189,7 +187,7 @@ class RayEngine:
         chunk_size: int,
         desc: str = "labelling",
     ) -> dict[str, Any]:
-        from .policy_loop import pending
+        from .policy_loop import pending, with_failures
 
         todo = pending(questions, out.done_ids())
         plan = {q.id: self.requests_of(compute, q) for q in todo}
@@ -209,18 +207,13 @@ class RayEngine:
 
                 ray.shutdown()
         seconds = time.perf_counter() - started
-        failed_file = _write_failures(out.path, failed)
         stats: dict[str, Any] = {
             "questions": len(todo) - len(failed),
             "requests": len(rows),
             "seconds": round(seconds, 2),
             "questions_per_second": round((len(todo) - len(failed)) / seconds, 2) if todo else 0.0,
-            "failed": len(failed),
         }
-        if failed_file:
-            stats["failed_file"] = str(failed_file)
-            log.warning("%d questions failed after retries: listed in %s; run again to retry them",
-                        len(failed), failed_file)  # fmt: skip
+        stats = with_failures(stats, out.path, failed)
         if timing:
             stats["steady_state"] = timing
         return stats
@@ -342,13 +335,3 @@ def _init_ray(options: RayOptions) -> None:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise BackendError(f"cannot start or join Ray at {options.address or 'local'}: {e}") from e
-
-
-def _write_failures(label_path: Path, failed: list[dict[str, Any]]) -> Path | None:
-    """`<file>.failed.jsonl`: this run's failed questions (rewritten each run: a retried
-    question that succeeds leaves the list)."""
-    path = label_path.with_name(label_path.name.removesuffix(".jsonl") + ".failed.jsonl")
-    if not failed and not path.exists():
-        return None
-    write_text(path, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
-    return path if failed else None
