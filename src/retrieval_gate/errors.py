@@ -69,7 +69,7 @@ class BackendError(RetrievalGateError, RuntimeError):
 
 class PromptRefused(BackendError):
     """A server that answers refused one prompt for good: a final 4xx (a prompt past its window,
-    one it cannot parse), or a 5xx after the retries. A labelling run lists the question in
+    one it cannot parse), or a 500 to every retry. A labelling run lists the question in
     `<file>.failed.jsonl` and goes on; elsewhere it is a BackendError."""
 
 

@@ -137,7 +137,6 @@ class RayEngine:
             self.urls, self.name = live, model
             self.checksum = remote_checksum(live, model, root)
             self.backend = "ray:openai-server"
-            self.root = root
         else:
             from ..generation.model_folders import folder_checksum, resolve_generator_model
 
@@ -146,10 +145,10 @@ class RayEngine:
             self.checksum = folder_checksum(folder) if folder.is_dir() else str(folder)
             self.model_source = str(folder)
             self.backend = "ray:vllm-engine"
-            self.root = ""
+            root = ""
         self.provenance = {"engine": "ray", "ray_actors": options.actors,
                            "ray_in_flight": options.in_flight,
-                           **({"generator_root": self.root} if self.root else {})}  # fmt: skip
+                           **({"generator_root": root} if root else {})}  # fmt: skip
         self._recorded: list[RequestKey] | None = None
         self._answers: dict[RequestKey, Generation] = {}
 
