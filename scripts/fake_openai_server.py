@@ -14,7 +14,9 @@ With `logprobs=False` a request asking for token log-probabilities answers 400 n
 `logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`). A thinking model:
 `reasoning="inline"` puts a `<think>...</think>` block before the answer (a server without a
 reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer with a
-`reasoning_content` field (vLLM's `--reasoning-parser`).
+`reasoning_content` field (vLLM's `--reasoning-parser`); a request with `chat_template_kwargs`
+`{"enable_thinking": false}` gets the answer alone (`template_kwargs="honour"`, as vLLM's), the
+reasoning still (`"ignore"`), or a 400 naming the field (`"refuse"`, as OpenAI's API).
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -62,6 +64,7 @@ class FakeServer:
         logprobs: bool = True,
         reasoning: str | None = None,
         refuse: str | None = None,
+        template_kwargs: str = "honour",
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -70,6 +73,7 @@ class FakeServer:
         self.window = window
         self.logprobs, self.logprobs_refused = logprobs, 0
         self.reasoning, self.refuse, self.refused = reasoning, refuse, 0
+        self.template_kwargs, self.thinking_off = template_kwargs, 0  # requests asking it
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -106,6 +110,15 @@ class FakeServer:
                     "param": "logprobs",
                 }
             }
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None and self.template_kwargs == "refuse":
+            return 400, {"error": {"message": "Unrecognized request argument supplied: "
+                                   "chat_template_kwargs", "type": "invalid_request_error"}}  # fmt: skip
+        thinking = self.reasoning
+        if kwargs == {"enable_thinking": False}:
+            with self._lock:
+                self.thinking_off += 1
+            thinking = None if self.template_kwargs == "honour" else thinking
         if self.refuse and self.refuse in prompt:
             with self._lock:
                 self.refused += 1
@@ -124,11 +137,11 @@ class FakeServer:
         tokens = text.split()
         content = [{"token": t, "logprob": -0.25 * (i + 1)} for i, t in enumerate(tokens)]
         message = {"role": "assistant", "content": text}
-        if self.reasoning == "inline":
+        if thinking == "inline":
             message["content"] = f"<think>Let me recall.</think>\n\n{text}"
-        elif self.reasoning == "cut":
+        elif thinking == "cut":
             message["content"] = "<think>Let me recall what"
-        elif self.reasoning == "parsed":
+        elif thinking == "parsed":
             message["reasoning_content"] = "Let me recall."
         return 200, {
             "id": "fake",

@@ -440,41 +440,74 @@ def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_no
     assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
 
 
-def test_a_model_that_reasons_before_answering_is_read_and_said(tmp_path, capsys, fresh_notes):
+@pytest.mark.slow  # ten label runs
+def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
+    tmp_path, capsys, fresh_notes
+):
     """A thinking model served without a reasoning parser put `<think>...</think>` before each
-    answer, which was judged as the answer (so every question read as one it cannot answer);
-    one served with a parser left the answer alone. The block is cut off the answer (an
-    unended one leaves no answer), and each server that reasons is said once, with the flag
-    that turns its thinking off."""
+    answer, which was judged as the answer (so every question read as one it cannot answer),
+    and one whose block outgrew the 24 tokens left no answer at all; the user had to restart
+    the server with thinking off. A reply that reasons is asked again with
+    `chat_template_kwargs {"enable_thinking": false}`, as the in-process engine asks, and so
+    are the requests after it: the answers are the model's own. A server that refuses the
+    field (OpenAI's API) or ignores it keeps its reasoning, cut off the answer (an unended
+    block leaves none), and is said once, with the server flag that turns it off."""
+    from retrieval_gate.generation.endpoints import EndpointPool
     from user_files import QUESTIONS, write_jsonl
 
     qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
-    predictions, said = {}, {}
-    for reasoning in (None, "inline", "parsed", "cut"):
-        with FakeServer(0.0, reasoning=reasoning) as url:
+    predictions, said, asked = {}, {}, {}
+    kinds = [(None, "honour")] + [(r, t) for r in ("inline", "parsed", "cut")
+                                  for t in ("honour", "ignore", "refuse")]  # fmt: skip
+    for reasoning, kwargs in kinds:
+        server = FakeServer(0.0, reasoning=reasoning, template_kwargs=kwargs)
+        out = tmp_path / f"{reasoning}-{kwargs}"
+        with server as url:
             assert main(["label", "--policy", "closed-book", "--questions", str(qs),
-                         "--generator-url", url, "--labels-dir", str(tmp_path / str(reasoning)),
+                         "--generator-url", url, "--labels-dir", str(out),
                          "--no-cache"]) == 0  # fmt: skip
-        rows = rows_of(tmp_path / str(reasoning) / "fake-llm" / "closed-book.jsonl")
-        predictions[reasoning] = {i: r["prediction"] for i, r in rows.items()}
-        said[reasoning] = capsys.readouterr().err.count(f"the model at {url} reasons before")
-    assert predictions["inline"] == predictions["parsed"] == predictions[None]
-    assert all(p for p in predictions[None].values())
-    assert set(predictions["cut"].values()) == {""}
-    assert said == {None: 0, "inline": 1, "parsed": 1, "cut": 1}
+            before = dict(server.requests)
+            prompts = sorted(before)  # the Ray engine's pool learns as the generator does
+            pooled = [EndpointPool([url], "fake-llm").chat(p, 24).text for p in prompts]
+            direct = [g.text for g in RemoteGenerator(url).generate(prompts)]
+        rows = rows_of(out / "fake-llm" / "closed-book.jsonl")
+        got = predictions[reasoning, kwargs] = {i: r["prediction"] for i, r in rows.items()}
+        assert pooled == direct and sorted(direct) == sorted(got.values())
+        err = capsys.readouterr().err
+        said[reasoning, kwargs] = (err.count(f"the model at {url} reasons before it answers: "
+                                             "asking it with thinking off"),
+                                   err.count("start its server with thinking off"))  # fmt: skip
+        asked[reasoning, kwargs] = (set(before.values()), server.thinking_off)
+    plain = predictions[None, "honour"]
+    assert all(plain.values()) and len(plain) == len(QUESTIONS)
+    n = len(QUESTIONS)
+    for (reasoning, kwargs), got in predictions.items():
+        if reasoning is None:  # a model that does not reason is asked as it always was
+            assert got == plain and said[reasoning, kwargs] == (0, 0)
+            assert asked[reasoning, kwargs] == ({1}, 0)
+        elif kwargs == "honour":  # the model's own answers, each prompt asked at most twice
+            assert got == plain and said[reasoning, kwargs] == (1, 0), (reasoning, kwargs)
+            assert asked[reasoning, kwargs][0] <= {1, 2} and asked[reasoning, kwargs][1] >= n
+        else:  # reasoning kept: cut off the answer, said once with the server's flag
+            assert got == (plain if reasoning != "cut" else dict.fromkeys(plain, ""))
+            assert said[reasoning, kwargs] == (1, 1), (reasoning, kwargs)
 
 
-def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("cache", ["0", "1"])
+def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(
+    tmp_path, capsys, monkeypatch, cache
+):
     """`label --generator-url` stopped at the chunk holding a question the server refuses for
     good (a prompt past the window of a server that counts no tokens: 400; a poison prompt: 500
     after the retries), and a re-run met it and stopped again. It is listed in
     `<file>.failed.jsonl`, as `--engine ray` lists its failures, and the others are labelled,
     each prompt asked once (the chunk is halved around it, the answers given meanwhile served
-    from the generation cache); a server that refuses a whole chunk stops the run."""
+    from the generation cache, or under --no-cache held from the call that failed); a server
+    that refuses a whole chunk stops the run."""
     from user_files import write_jsonl
 
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))  # the suite has none
-    monkeypatch.setenv("RETRIEVAL_GATE_NO_CACHE", "0")
+    monkeypatch.setenv("RETRIEVAL_GATE_NO_CACHE", cache)
     rows = [{"id": f"q{i}", "question": f"Who wrote book {i}{' REFUSEME' * (i == 3)}?",
              "answers": ["Paris"]} for i in range(6)]  # fmt: skip
     qs = write_jsonl(tmp_path / "qs.jsonl", rows)
@@ -491,6 +524,7 @@ def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(tmp_path, c
             assert [f["id"] for f in listed] == ["q3"] and "answered 400" in listed[0]["error"]
             assert "1 questions failed after retries: listed in" in capsys.readouterr().err
         assert set(server.requests.values()) == {1} and len(server.requests) == 5
+    assert (tmp_path / "cache" / "generations.sqlite").exists() == (cache == "0")
     with FakeServer(0.0, refuse="Who wrote") as url:
         out.unlink()
         assert main([*argv, url]) == 3

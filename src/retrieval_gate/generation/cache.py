@@ -1,13 +1,13 @@
 """The generation cache: greedy answers and choice scores stored under what they depend on.
 
-`CachedGenerator` wraps any `Generator`. Every prompt of a call gets a key: the sha256 of
-(the generator's weights checksum, its backend, engine version, device and the settings that
-change numbers (dtype, tensor parallelism), the prompt's exact token ids with the chat template
-applied (a server: the prompt text, its template is the server's), max_new_tokens, whether
-log-probabilities were asked for; for `choice_probs` the choices instead). All keys are looked
-up first; only the misses go to the wrapped generator, in ONE batch, each distinct prompt once
-(duplicates inside a batch are computed once). Decoding is greedy everywhere, so an answer is a
-function of its key.
+`CachedGenerator` wraps any `Generator`. Every prompt of a call gets a key: the sha256 of (the
+generator's weights checksum, its backend, engine version, device and the settings that change
+numbers (dtype, tensor parallelism), how a server is asked (`RemoteGenerator.asks`), the
+prompt's exact token ids with the chat template applied (a server: the prompt text, its
+template is the server's), max_new_tokens, whether log-probabilities were asked for; for
+`choice_probs` the choices instead). All keys are looked up first; only the misses go to the
+wrapped generator, in ONE batch, each distinct prompt once (duplicates inside a batch are
+computed once). Decoding is greedy everywhere, so an answer is a function of its key.
 
 Stored with each answer: its text, token counts, token log-probabilities (when asked for) and
 the seconds it took when it was computed (its batch's wall time split by its prompt + generated
@@ -21,7 +21,8 @@ once), bounded by `$RETRIEVAL_GATE_CACHE_MB` (default 1024 MB of stored values; 
 summed after every 5% of the bound written, so it may be passed by that much): past the bound
 the least recently used entries go, down to 90% of it. `--no-cache` (or
 `RETRIEVAL_GATE_NO_CACHE=1`) switches the store off; the wrapper stays and still counts the
-work it computes. `retrieval-gate cache info|clear` shows and empties it.
+work it computes, and holds the answers of a call that failed on some prompts for that call
+asked again (`_uncached`). `retrieval-gate cache info|clear` shows and empties it.
 
 Every call adds to `work.WORK` (LLM calls, prefill and decode tokens, computed and cached; a
 choice score counts one LLM call, its prompt tokens as prefill and one decode token).
@@ -351,6 +352,8 @@ def identity_of(generator: Any) -> dict[str, Any]:
         "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
         "quantization": str(settings.get("quantization") or ""),
     }
+    if getattr(generator, "asks", None):  # how a client asks a server, where that changed
+        identity["asks"] = generator.asks
     if hasattr(generator, "cuda"):
         identity["device"] = "cuda" if generator.cuda else "cpu"
     elif hasattr(generator, "device"):
@@ -425,6 +428,8 @@ class CachedGenerator:
         # sum over calls of (the answers' seconds when computed - the call's wall seconds): what
         # turns a wall time measured around calls into the cost of computing their answers
         self.replay_seconds = 0.0
+        # without a store: the answers of a call that failed on other prompts (`_uncached`)
+        self._held: dict[tuple[str, int, bool], Generation] = {}
 
     # -- the wrapped engine --------------------------------------------------------------
 
@@ -544,10 +549,7 @@ class CachedGenerator:
             return []
         store = _store_of(self)
         if store is None:
-            raw, seconds = self._compute(prompts, max_new_tokens, logprobs, **kw)
-            _timed(raw, seconds)
-            _count([g for g in raw if isinstance(g, Generation)], cached=False)
-            return raw
+            return self._uncached(prompts, max_new_tokens, logprobs, **kw)
         keys = self._keys(self._prompt_ids(prompts),
                           {"kind": "generate", "max_new_tokens": int(max_new_tokens),
                            "logprobs": bool(logprobs), "greedy": True})  # fmt: skip
@@ -582,6 +584,28 @@ class CachedGenerator:
                 out.append(g)  # type: ignore[arg-type]  # the error of a failed prompt
         _count(fresh, cached=False)
         _count(reused, cached=True)
+        return out
+
+    def _uncached(
+        self, prompts: list[str], max_new_tokens: int, logprobs: bool, **kw: Any
+    ) -> list[Generation | Exception]:
+        """Every prompt computed (no store), except those a failed call already answered: a
+        call that fails on one prompt is asked again without it (the labelling loop halves
+        it), and the others' answers, held from the failed call, are not asked for twice."""
+        reuse = getattr(_MODE, "value", None) != "compute"  # timing computes everything
+        what = (int(max_new_tokens), bool(logprobs))
+        held = [self._held.pop((p, *what), None) if reuse else None for p in prompts]
+        todo = [p for p, h in zip(prompts, held, strict=True) if h is None]
+        raw, seconds = self._compute(todo, max_new_tokens, logprobs, **kw) if todo else ([], 0)
+        _timed(raw, seconds)
+        _count([g for g in raw if isinstance(g, Generation)], cached=False)
+        _count([h for h in held if h is not None], cached=True)
+        computed = iter(raw)
+        out = [h if h is not None else next(computed) for h in held]
+        if reuse and any(not isinstance(g, Generation) for g in out):  # held till asked again
+            self._held.update({(p, *what): replace(g, cached=True)
+                               for p, g in zip(prompts, out, strict=True)
+                               if isinstance(g, Generation)})  # fmt: skip
         return out
 
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:

@@ -5,10 +5,11 @@ job of a million questions records the few rows that keep failing and goes on.
 Per request: a connection error marks that endpoint down for `cooldown` seconds and the request
 moves at once to the next endpoint; a 429 or 5xx is retried after an exponential, jittered
 pause (on the next endpoint when there are several); any other 4xx is final (the request itself
-is wrong), except a refusal of `logprobs` (`logprobs_refused`): sent again without them. After
-`retries` retries the request is returned with its `error`. Used by the Ray labelling actors
-(labels/ray_engine.py); standard library + httpx only, so a Ray worker imports it in well under
-a second."""
+is wrong), except a refusal of a field the server does not take (`ServerTraits.resend`): sent
+again without it. A reply that reasons before its answer is asked again with thinking off
+(`ServerTraits.rethink`). After `retries` retries the request is returned with its `error`.
+Used by the Ray labelling actors (labels/ray_engine.py); standard library + httpx only, so a
+Ray worker imports it in well under a second."""
 
 from __future__ import annotations
 
@@ -217,7 +218,7 @@ class EndpointPool:
         self._next = start % len(self.urls)
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._logprobs = True  # asked for until a server refuses them (logprobs_refused)
+        self._traits = {url: ServerTraits(url) for url in self.urls}  # one model, many servers
 
     def _pick(self) -> str:
         """The next endpoint not marked down (any, when all are down)."""
@@ -236,12 +237,12 @@ class EndpointPool:
 
     def chat(self, prompt: str, max_tokens: int, logprobs: bool = False) -> ChatResult:
         """One greedy chat completion; never raises for a server or network failure."""
-        logprobs = logprobs and self._logprobs
-        body = chat_body(self.model, prompt, max_tokens, logprobs)
         pause, problem, failures, attempt = self.backoff, "", 0, 0
         while True:
             attempt += 1
             url = self._pick()
+            traits = self._traits[url]
+            body = traits.body(self.model, prompt, max_tokens, logprobs)
             try:
                 r = self._client.post(f"{url}/chat/completions", json=body)
             except httpx.HTTPError as e:
@@ -251,14 +252,14 @@ class EndpointPool:
                     continue
             else:
                 if r.status_code == 200:
-                    return _result(r, logprobs, url, attempt)
+                    result = _result(r, body, traits, attempt)
+                    if result is None:  # it reasoned: asked again, with thinking off
+                        continue
+                    return result
                 problem = (key_refused(url, r.status_code, self._keyed)
                            or f"{url} answered {r.status_code}: {r.text[:200]}")  # fmt: skip
-                if logprobs and logprobs_refused(r.status_code, r.text):
-                    no_logprobs_note(url, r.text)
-                    self._logprobs = logprobs = False  # this request and the next, without
-                    body = chat_body(self.model, prompt, max_tokens, False)
-                    continue
+                if traits.resend(r.status_code, r.text, body):
+                    continue  # built again without the field the server refused
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
             failures += 1
@@ -276,15 +277,66 @@ class EndpointPool:
         self._client.close()
 
 
-class LogprobsRefused(BackendError):
-    """The server refused a request for asking token log-probabilities (`logprobs_refused`)."""
+THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
-def logprobs_refused(status: int, text: str) -> bool:
-    """A 400/422 that names `logprobs`: a server that gives none and says so (several hosted
-    OpenAI-compatible APIs). The request goes again without them: answers matter more than
-    their confidence, which the labels record where they can (`no_logprobs_note`)."""
-    return status in (400, 422) and "logprob" in text.lower()
+class ServerTraits:
+    """What one server was seen to take and to do, learned from its replies and shared by the
+    requests sent to it: a field it refused is no longer sent, and a model that reasons before
+    it answers is asked with thinking off, as the in-process engine asks it (`chat.THINKING_OFF`).
+    Threads share it without a lock: a race costs at most a request sent once more."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.logprobs = True  # asked for until the server refuses them
+        self.thinking = "unknown"  # "off": asked so (it reasoned); "on": it cannot be turned off
+
+    def body(self, model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
+        """The request as this server takes it."""
+        return {**chat_body(model, prompt, max_tokens, logprobs and self.logprobs),
+                **self.template()}  # fmt: skip
+
+    def template(self) -> dict[str, Any]:
+        """The fields that ask for the chat template as the answers are asked (a prompt's
+        tokens are counted with them)."""
+        return THINKING_OFF if self.thinking == "off" else {}
+
+    def resend(self, status: int, text: str, body: dict[str, Any]) -> bool:
+        """True when a refusal names a field this request sent that the server does not take
+        (a 400/422 naming it): the trait is learned and the request goes again without it.
+        `logprobs`: several hosted OpenAI-compatible APIs give none (answers matter more than
+        their confidence, which the labels record where they can); `chat_template_kwargs`:
+        one that takes no template arguments (OpenAI's API), whose model then keeps its
+        reasoning (`reasoning_note`)."""
+        if status not in (400, 422):
+            return False
+        said = text.lower()
+        if body.get("logprobs") and "logprob" in said:
+            self.logprobs = False
+            no_logprobs_note(self.url, text)
+            return True
+        if "chat_template_kwargs" in body and "chat_template_kwargs" in said:
+            self.thinking = "on"
+            reasoning_note(self.url, f"it refused chat_template_kwargs: {text[:200]}")
+            return True
+        return False
+
+    def rethink(self, body: dict[str, Any], message: Any) -> bool:
+        """True when the reply reasoned before its answer (`reasoned`) and was not asked with
+        thinking off: asked again so (a reasoning block fills the short answers asked for
+        here before any answer begins). A reply that reasons when asked so is taken as it is,
+        its reasoning cut off (`without_reasoning`), and said once."""
+        if not reasoned(message):
+            return False
+        if self.thinking == "on" or "chat_template_kwargs" in body:
+            self.thinking = "on"
+            reasoning_note(self.url, "it reasons when asked with enable_thinking false too")
+            return False
+        self.thinking = "off"
+        note_once(self.url, "thinking-off", "the model at %s reasons before it answers: asking "
+                  "it with thinking off (chat_template_kwargs {\"enable_thinking\": false}), as "
+                  "the in-process engine does", self.url)  # fmt: skip
+        return True
 
 
 def no_logprobs_note(url: str, text: str) -> None:
@@ -294,6 +346,15 @@ def no_logprobs_note(url: str, text: str) -> None:
               "(it answered: %s): answering without them, so label files record no answer "
               "confidence (the confidence gate, the two-stage gate and the cascade read it)",
               url, text[:200])  # fmt: skip
+
+
+def reasoning_note(url: str, why: str) -> None:
+    """Says once per server that its model reasons before answering and thinking could not be
+    turned off per request, and how to turn it off on the server."""
+    note_once(url, "reasoning", "the model at %s reasons before it answers (%s): the short "
+              "answers asked for here (24 tokens closed-book) may end before the answer "
+              "begins; start its server with thinking off: vllm serve ... "
+              "--default-chat-template-kwargs '{\"enable_thinking\": false}'", url, why)  # fmt: skip
 
 
 def note_once(url: str, what: str, message: str, *args: Any) -> None:
@@ -352,24 +413,23 @@ def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
     return out
 
 
-def reply_chat(out: dict[str, Any], logprobs: bool, url: str) -> Generation:
+def reply_chat(
+    out: dict[str, Any], body: dict[str, Any], traits: ServerTraits
+) -> Generation | None:
     """`parse_chat`, a reply without a chat completion in it (an error object sent with 200, no
-    choices, a logprob that is no number) said as a BackendError naming the server."""
+    choices, a logprob that is no number) said as a BackendError naming the server; None when
+    the request is to go again with thinking off (`ServerTraits.rethink`)."""
+    url = traits.url
     try:
-        generation = parse_chat(out, logprobs)
+        generation = parse_chat(out, bool(body.get("logprobs")))
+        message = out["choices"][0].get("message")
     except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
         raise BackendError(f"{url} answered 200 with a token log-probability that is none: "
                            f"{e}") from None  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise BackendError(f"{url} answered 200 without a chat completion in it "
                            f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
-    if reasoned(out["choices"][0].get("message")):
-        note_once(url, "reasoning", "the model at %s reasons before it answers (its replies "
-                  "hold a reasoning part): the short answers asked for here (24 tokens "
-                  "closed-book) may end before the answer begins; start its server with "
-                  "thinking off: vllm serve ... --default-chat-template-kwargs "
-                  "'{\"enable_thinking\": false}'", url)  # fmt: skip
-    return generation
+    return None if traits.rethink(body, message) else generation
 
 
 def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
@@ -387,10 +447,15 @@ def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
     )
 
 
-def _result(r: httpx.Response, logprobs: bool, url: str, attempts: int) -> ChatResult:
+def _result(
+    r: httpx.Response, body: dict[str, Any], traits: ServerTraits, attempts: int
+) -> ChatResult | None:
+    url = traits.url
     try:
-        g = reply_chat(reply_json(r, url), logprobs, url)
+        g = reply_chat(reply_json(r, url), body, traits)
     except BackendError as e:  # the same body again would not parse either: no retry
         return ChatResult(error=str(e), url=url, attempts=attempts)
+    if g is None:
+        return None
     return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs,
                       url=url, attempts=attempts)  # fmt: skip

@@ -21,14 +21,11 @@ import numpy as np
 from ..errors import BackendError, PromptRefused
 from .base import Generation
 from .endpoints import (
-    LogprobsRefused,
+    ServerTraits,
     bearer,
-    chat_body,
     key_refused,
     listed_models,
-    logprobs_refused,
     model_root,
-    no_logprobs_note,
     pick_model,
     remote_checksum,
     reply_chat,
@@ -49,6 +46,10 @@ class RemoteGenerator:
     model the server lists at `/v1/models` (`endpoints.pick_model`); `api_key` goes with every
     request (`rag.backends.open_generator` passes `endpoints.server_key()`)."""
 
+    # part of the generation cache's key: answers cached before a reasoning model was asked
+    # with thinking off (`ServerTraits`) were its reasoning's remains
+    asks = "thinking off when it reasons"
+
     def __init__(
         self,
         base_url: str,
@@ -58,6 +59,7 @@ class RemoteGenerator:
         timeout: float = 300.0,
     ):
         self.base_url = base_url.rstrip("/")
+        self._traits = ServerTraits(self.base_url)  # what the server takes, learned as it goes
         self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
@@ -70,13 +72,16 @@ class RemoteGenerator:
         # label files record the weights behind the name: a resume on others is refused
         self.provenance = {"generator_root": root} if root else {}
         self._window = self._counted_window(entry)
-        self._logprobs = True  # asked for until the server refuses them (logprobs_refused)
 
-    def _post(self, path: str, body: dict[str, Any], root: bool = False) -> dict[str, Any]:
+    def _post(
+        self, path: str, body: dict[str, Any], root: bool = False, chat: bool = False
+    ) -> dict[str, Any] | None:
         """One request, retried RETRIES times (with a growing pause) when the server cannot
         be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final.
         A final 4xx, or a 500 to the last attempt, is `PromptRefused` (this prompt's: the
-        server is up). `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it."""
+        server is up). `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it.
+        `chat`: None when the server refused a field it does not take (`ServerTraits.resend`),
+        for the caller to send the request again as the server takes it."""
         base = self.base_url.removesuffix("/v1") if root else self.base_url
         poison = False  # the last attempt got a 500: this prompt's, not a lost connection's
         for attempt in range(RETRIES + 1):
@@ -93,8 +98,8 @@ class RemoteGenerator:
                 if refused:
                     raise BackendError(refused)
                 problem = f"generator server {base}{path} answered {r.status_code}: {r.text[:300]}"
-                if body.get("logprobs") and logprobs_refused(r.status_code, r.text):
-                    raise LogprobsRefused(r.text)
+                if chat and self._traits.resend(r.status_code, r.text, body):
+                    return None
                 if r.status_code < 500 and r.status_code != 429:
                     raise PromptRefused(problem)
             if attempt < RETRIES:
@@ -147,8 +152,9 @@ class RemoteGenerator:
         return self._map(self._count, list(prompts))
 
     def _count(self, prompt: str) -> int:
-        body = {"model": self.name, "messages": [{"role": "user", "content": prompt}]}
-        return int(self._post("/tokenize", body, root=True)["count"])
+        body = {"model": self.name, "messages": [{"role": "user", "content": prompt}],
+                **self._traits.template()}  # fmt: skip
+        return int((self._post("/tokenize", body, root=True) or {})["count"])
 
     def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
         """Concurrent requests so the server can batch them; results in input order."""
@@ -156,15 +162,14 @@ class RemoteGenerator:
             return list(pool.map(fn, items))
 
     def _chat(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
-        """One answer; without log-probabilities from a server that refuses them."""
-        asked = logprobs and self._logprobs
-        body = chat_body(self.name, prompt, max_new_tokens, asked)
-        try:
-            return reply_chat(self._post("/chat/completions", body), asked, self.base_url)
-        except LogprobsRefused as e:
-            no_logprobs_note(self.base_url, str(e))
-            self._logprobs = False
-            return self._chat(prompt, max_new_tokens, False)
+        """One answer, asked as the server was seen to take it (`ServerTraits`: without the
+        log-probabilities it refuses, with thinking off for a model that reasons)."""
+        while True:  # a pass that gets no answer learned a trait of the server's
+            body = self._traits.body(self.name, prompt, max_new_tokens, logprobs)
+            out = self._post("/chat/completions", body, chat=True)
+            answer = None if out is None else reply_chat(out, body, self._traits)
+            if answer is not None:
+                return answer
 
     def generate(
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
@@ -214,7 +219,7 @@ class RemoteGenerator:
             "continue_final_message": True,
             "prompt_logprobs": 0,
         }
-        out = self._post("/chat/completions", body)
+        out = self._post("/chat/completions", body) or {}
         entries = out.get("prompt_logprobs")
         if entries is None:
             raise BackendError(
