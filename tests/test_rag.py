@@ -298,6 +298,12 @@ def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, 
     assert remote.prompt_lengths(prompts) == [len(ids) for ids in local]
     assert all(g.text and 0 < g.completion_tokens <= 6 for g in out)
     assert all(len(g.token_logprobs) == g.completion_tokens for g in out)
+    # As after a reply that reasoned (`ServerTraits.rethink`): vLLM takes the template
+    # arguments in chat and /tokenize requests, and SmolLM2's template reads none of them.
+    remote._traits.thinking = "off"
+    assert [g.text for g in remote.generate(prompts, max_new_tokens=6)] == [g.text for g in out]
+    assert remote.prompt_lengths(prompts) == [len(ids) for ids in local]
+    remote._traits.thinking = "unknown"
     probs = remote.choice_probs(prompts, ["[Yes]", "[No]"])
     assert probs.shape == (2, 2) and np.allclose(probs.sum(axis=1), 1.0)
     # Whole-continuation scoring agrees with the in-process engine's.
