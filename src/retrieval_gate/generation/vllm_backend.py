@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,6 +164,20 @@ def known_warnings_hidden() -> Iterator[None]:
         yield
 
 
+def _no_teardown_at_exit(llm: Any) -> None:
+    """The in-process engine core is not shut down at interpreter exit (it still is when the
+    engine is dropped before): its shutdown unfreezes and collects the whole heap (vLLM's
+    `cleanup_dist_env_and_memory`), 1.3 s at the end of every verb that ran it on 2 cores, to
+    release memory the exiting process returns anyway. CPU only: an engine-core process (a
+    GPU's default) keeps its finalizer, which stops that process."""
+    from vllm.v1.engine.core_client import InprocClient
+
+    client = getattr(llm.llm_engine, "engine_core", None)
+    finalizer = getattr(client, "_finalizer", None)
+    if isinstance(client, InprocClient) and isinstance(finalizer, weakref.finalize):
+        finalizer.atexit = False
+
+
 class VLLMGenerator:
     """A `Generator` over a local model folder or hub name (chat template applied inside)."""
 
@@ -187,6 +202,8 @@ class VLLMGenerator:
             raise BackendError(f"the vLLM engine did not start for {model}: {first_line(e)}") from e
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = int(self.llm.model_config.max_model_len)
+        if not cuda:
+            _no_teardown_at_exit(self.llm)
 
     def prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
         """Tokens of each prompt as the engine sees it (chat template included)."""
