@@ -284,6 +284,42 @@ def test_score_cache_entries_are_the_questions_not_their_ids(tmp_path):
     assert len(asked) == 4
 
 
+def test_an_interrupted_scoring_keeps_the_batches_scored_before(tmp_path, monkeypatch):
+    """A label-free gate scored every test question in one call, cached after it: a prompt
+    gate over 10,000 questions (an hour on a 2-core CPU) killed near its end lost it all. Each
+    batch is cached as it is scored; the rerun asks only for the rest."""
+    from types import SimpleNamespace
+
+    from retrieval_gate.evaluation import gate_comparison
+    from retrieval_gate.gates.registry import GATES, GateOptions
+    from retrieval_gate.labels.evalset import EvalSet
+
+    monkeypatch.setattr(gate_comparison, "SCORE_CHUNK", 2)
+    qs = tuple(Question(id=str(i), text=f"Who wrote book {i}?", answers=("x",), source="s")
+               for i in range(5))  # fmt: skip
+    y = np.zeros(len(qs))
+    tests = {"p": EvalSet(qs, y, y, np.full(len(qs), np.nan))}
+    asked: list[str] = []
+
+    def scores(batch):
+        if len(asked) >= 4:  # killed in its third batch
+            raise KeyboardInterrupt
+        asked.extend(q.id for q in batch)
+        return [int(q.id) / 10 for q in batch]
+
+    gate = SimpleNamespace(checksum="sha-gate", scores=scores)
+
+    def run() -> list[float]:
+        return list(gate_comparison._label_free_scores(GATES["learned"], gate, "p", tests,
+                                                        tmp_path, GateOptions()))  # fmt: skip
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert asked == ["0", "1", "2", "3"]
+    asked.clear()
+    assert run() == [0.0, 0.1, 0.2, 0.3, 0.4] and asked == ["4"]
+
+
 def test_cost_per_question_times_single_questions():
     from retrieval_gate.evaluation.evaluate import cost_per_question
     from retrieval_gate.gates.tfidf import TfidfGate

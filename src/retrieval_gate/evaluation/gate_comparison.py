@@ -219,6 +219,11 @@ def _gates_with_options(cfg: EvaluationConfig, skipped: dict[str, str]) -> list[
     return kept
 
 
+# Questions per gate call in `_label_free_scores`: a prompt gate over 10,000 questions runs for
+# an hour on a 2-core CPU, and a killed evaluate keeps every batch scored before it.
+SCORE_CHUNK = 512
+
+
 def score_cache_key(spec: GateSpec, gate: Gate, options: GateOptions) -> str:
     """Cache file stem of a label-free gate: its name and, by content, what its scores depend
     on: the gate's `checksum` (weights, model file, generator, demonstrations) where it has
@@ -238,18 +243,23 @@ def _label_free_scores(
     cache_dir: Path,
     options: GateOptions,
 ) -> np.ndarray:
-    """Scores on the union of every policy's test questions, computed in one batch and kept in
-    `cache_dir` by question (`question_key`): a rerun (or a later, larger label file) scores
-    only new questions."""
+    """Scores on the union of every policy's test questions, computed in batches of
+    SCORE_CHUNK and kept in `cache_dir` by question (`question_key`) after each: a rerun (an
+    interrupted one, or one on a later, larger label file) scores only new questions."""
     path = cache_dir / f"{score_cache_key(spec, gate, options)}.json"
     known = _cached_scores(path)
     union = {question_key(q): q for t in tests.values() for q in t.questions}
     todo = [(k, q) for k, q in union.items() if k not in known]
     if todo:
-        scores = map(float, gate.scores([q for _, q in todo]))
-        known |= dict(zip((k for k, _ in todo), scores, strict=True))
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(known))
+    with tqdm(total=len(todo), desc=f"scoring {spec.name}", unit="q", leave=False,
+              disable=len(todo) <= SCORE_CHUNK) as bar:  # fmt: skip
+        for i in range(0, len(todo), SCORE_CHUNK):
+            part = todo[i : i + SCORE_CHUNK]
+            scores = map(float, gate.scores([q for _, q in part]))
+            known |= dict(zip((k for k, _ in part), scores, strict=True))
+            write_text(path, json.dumps(known))
+            bar.update(len(part))
     return np.array([known[question_key(q)] for q in tests[policy].questions])
 
 
