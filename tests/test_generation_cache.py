@@ -125,6 +125,30 @@ def test_choice_probs_cached_exactly(store):
     assert len(fake.calls) == 2
 
 
+def test_choice_scores_are_stored_batch_by_batch(store, monkeypatch):
+    """All of a call's misses were scored in one engine call and stored after it: a prompt
+    gate over 10,000 questions (an hour on a 2-core CPU) killed near its end kept nothing."""
+    from retrieval_gate.generation import cache
+
+    monkeypatch.setattr(cache, "STORE_CHUNK", 2)
+    fake = FakeGenerator()
+    real = fake.choice_probs
+
+    def killed_in_the_third(prompts, choices):
+        if len(fake.calls) == 2:
+            raise KeyboardInterrupt
+        return real(prompts, choices)
+
+    fake.choice_probs = killed_in_the_third
+    prompts = ["a", "bb", "ccc", "dddd", "eeeee"]
+    with pytest.raises(KeyboardInterrupt):
+        CachedGenerator(fake, store=store).choice_probs(prompts, ["[Yes]", "[No]"])
+    assert fake.calls == [["a", "bb"], ["ccc", "dddd"]]
+    fake.choice_probs = real
+    again = CachedGenerator(fake, store=store).choice_probs(prompts, ["[Yes]", "[No]"])
+    assert fake.calls[2:] == [["eeeee"]] and np.array_equal(again, real(prompts, ["", ""]))
+
+
 def test_all_hits_never_start_the_engine(store):
     started = []
 

@@ -6,8 +6,9 @@ numbers (dtype, tensor parallelism), how a server is asked (`RemoteGenerator.ask
 prompt's exact token ids with the chat template applied (a server: the prompt text, its
 template is the server's), max_new_tokens, whether log-probabilities were asked for; for
 `choice_probs` the choices instead). All keys are looked up first; only the misses go to the
-wrapped generator, in ONE batch, each distinct prompt once (duplicates inside a batch are
-computed once). Decoding is greedy everywhere, so an answer is a function of its key.
+wrapped generator, in ONE batch (choice scores: batches of `STORE_CHUNK`, each stored as it is
+scored), each distinct prompt once (duplicates inside a batch are computed once). Decoding is
+greedy everywhere, so an answer is a function of its key.
 
 Stored with each answer: its text, token counts, token log-probabilities (when asked for) and
 the seconds it took when it was computed (its batch's wall time split by its prompt + generated
@@ -59,6 +60,7 @@ from .chat import chat_token_ids
 
 CACHE_FILE = "generations.sqlite"
 KEY_VERSION = 1  # bump when what a stored value means changes
+STORE_CHUNK = 512  # choice scores computed (and stored) per engine call
 # attributes of a local engine that start a lazy one when asked for
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
 
@@ -631,12 +633,13 @@ class CachedGenerator:
         for i, k in enumerate(keys):
             if k not in stored and k not in first:
                 first[k] = i
-        if first:
-            todo = list(first)
-            probs, seconds = self._choices([prompts[first[k]] for k in todo], choices)
-            shares = _split(seconds, [lengths[first[k]] for k in todo])
+        todo = list(first)
+        for i in range(0, len(todo), STORE_CHUNK):  # stored as scored: an interrupted call
+            part = todo[i : i + STORE_CHUNK]  # (a prompt gate's hour on a CPU) keeps them
+            probs, seconds = self._choices([prompts[first[k]] for k in part], choices)
+            shares = _split(seconds, [lengths[first[k]] for k in part])
             values = {k: {"probs": [float(x) for x in row], "prompt_tokens": lengths[first[k]],
-                          "seconds": s} for k, row, s in zip(todo, probs, shares, strict=True)}  # fmt: skip
+                          "seconds": s} for k, row, s in zip(part, probs, shares, strict=True)}  # fmt: skip
             if _storing():
                 store.put_many(values)
             stored.update(values)
