@@ -60,7 +60,9 @@ from .chat import chat_token_ids
 
 CACHE_FILE = "generations.sqlite"
 KEY_VERSION = 1  # bump when what a stored value means changes
-STORE_CHUNK = 512  # choice scores computed (and stored) per engine call
+# choice scores computed (and stored) per engine call; generations stay one call, whose size
+# is the caller's (`label --chunk-size`): a GPU engine's batch keeps its decoding tail short
+STORE_CHUNK = 512
 # attributes of a local engine that start a lazy one when asked for
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
 
