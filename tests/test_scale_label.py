@@ -471,6 +471,9 @@ def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
             pooled = [EndpointPool([url], "fake-llm").chat(p, 24).text for p in prompts]
             direct = [g.text for g in RemoteGenerator(url).generate(prompts)]
         rows = rows_of(out / "fake-llm" / "closed-book.jsonl")
+        meta = json.loads((out / "fake-llm" / "closed-book.meta.json").read_text())
+        off = meta.get("chat_template_kwargs") == {"enable_thinking": False}
+        assert off == (reasoning is not None and kwargs == "honour")  # the answers' provenance
         got = predictions[reasoning, kwargs] = {i: r["prediction"] for i, r in rows.items()}
         assert pooled == direct and sorted(direct) == sorted(got.values())
         err = capsys.readouterr().err

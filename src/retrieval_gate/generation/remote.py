@@ -69,9 +69,15 @@ class RemoteGenerator:
         entry = listed.get(self.name)
         root = model_root(entry)
         self.checksum = remote_checksum([self.base_url], self.name, root)
-        # label files record the weights behind the name: a resume on others is refused
-        self.provenance = {"generator_root": root} if root else {}
+        self._root = root
         self._window = self._counted_window(entry)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What label files record of the server: the weights behind the name (a resume on
+        others is refused) and the chat-template arguments its answers were asked with."""
+        return {**({"generator_root": self._root} if self._root else {}),
+                **self._traits.template()}  # fmt: skip
 
     def _post(
         self, path: str, body: dict[str, Any], root: bool = False, chat: bool = False

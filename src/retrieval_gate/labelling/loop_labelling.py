@@ -159,7 +159,8 @@ def label_strategies(
         chunk = _Chunk(rag, strategies, treat, req.criterion, source_frequent_answers(todo),
                        _learned(out, strategies))  # fmt: skip
         stats = run_chunked(todo, out, chunk, req.chunk_size, desc="strategies")
-        out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
+        now = getattr(gen, "provenance", {})  # a server's: how its answers were asked
+        out.write_meta({**meta, **now, "last_run": stats, "rows": len(out.rows)})
     if chunk.failed:
         raise BackendError(
             f"{len(chunk.failed)} of {len(todo)} questions were not labelled because the "

@@ -135,5 +135,7 @@ def run_policy(
     # a generator may bring its own loop over the same row function (labels/ray_engine.py)
     loop = getattr(generator, "run_rows", run_chunked)
     stats = loop(questions, out, compute, chunk_size, policy)
-    out.write_meta({**meta, "last_run": stats, "rows": len(out.rows)})
+    # the generator's provenance again: a server's says by now how its answers were asked
+    provenance_now = getattr(generator, "provenance", {})
+    out.write_meta({**meta, **provenance_now, "last_run": stats, "rows": len(out.rows)})
     return stats
