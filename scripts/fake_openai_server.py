@@ -14,7 +14,8 @@ With `logprobs=False` a request asking for token log-probabilities answers 400 n
 `logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`). A thinking model:
 `reasoning="inline"` puts a `<think>...</think>` block before the answer (a server without a
 reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer with a
-`reasoning_content` field (vLLM's `--reasoning-parser`); a request with `chat_template_kwargs`
+`reasoning_content` field (vLLM's `--reasoning-parser`), `"parts"` a list of content parts, a
+`thinking` one before the text (Mistral's API); a request with `chat_template_kwargs`
 `{"enable_thinking": false}` gets the answer alone (`template_kwargs="honour"`, as vLLM's), the
 reasoning still (`"ignore"`), or a 400 naming the field (`"refuse"`, as OpenAI's API).
 
@@ -141,6 +142,9 @@ class FakeServer:
             message["content"] = f"<think>Let me recall.</think>\n\n{text}"
         elif thinking == "cut":
             message["content"] = "<think>Let me recall what"
+        elif thinking == "parts":
+            message["content"] = [{"type": "thinking", "thinking": [{"type": "text",
+                                   "text": "Let me recall."}]}, {"type": "text", "text": text}]  # fmt: skip
         elif thinking == "parsed":
             message["reasoning_content"] = "Let me recall."
         return 200, {

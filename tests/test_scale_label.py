@@ -446,19 +446,20 @@ def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
 ):
     """A thinking model served without a reasoning parser put `<think>...</think>` before each
     answer, which was judged as the answer (so every question read as one it cannot answer),
-    and one whose block outgrew the 24 tokens left no answer at all; the user had to restart
-    the server with thinking off. A reply that reasons is asked again with
+    one whose block outgrew the 24 tokens left no answer at all, and a reply of content parts
+    (Mistral's API: a `thinking` part, then the text) was no chat completion at all; the user
+    had to restart the server with thinking off. A reply that reasons is asked again with
     `chat_template_kwargs {"enable_thinking": false}`, as the in-process engine asks, and so
-    are the requests after it: the answers are the model's own. A server that refuses the
-    field (OpenAI's API) or ignores it keeps its reasoning, cut off the answer (an unended
-    block leaves none), and is said once, with the server flag that turns it off."""
+    are the requests after it: the answers are the model's own. A server that refuses the field
+    (OpenAI's API) or ignores it keeps its reasoning, cut off the answer (an unended block
+    leaves none), and is said once, with the server flag that turns it off."""
     from retrieval_gate.generation.endpoints import EndpointPool
     from user_files import QUESTIONS, write_jsonl
 
     qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
     predictions, said, asked = {}, {}, {}
-    kinds = [(None, "honour")] + [(r, t) for r in ("inline", "parsed", "cut")
-                                  for t in ("honour", "ignore", "refuse")]  # fmt: skip
+    kinds = [(None, "honour"), ("parts", "honour"), ("parts", "refuse")] + [
+        (r, t) for r in ("inline", "parsed", "cut") for t in ("honour", "ignore", "refuse")]  # fmt: skip
     for reasoning, kwargs in kinds:
         server = FakeServer(0.0, reasoning=reasoning, template_kwargs=kwargs)
         out = tmp_path / f"{reasoning}-{kwargs}"

@@ -385,8 +385,23 @@ def reasoned(message: Any) -> bool:
     if not isinstance(message, dict):
         return False
     text = message.get("content") or ""
+    parts = text if isinstance(text, list) else []
     return bool(message.get("reasoning_content") or message.get("reasoning")
-                or (isinstance(text, str) and text.lstrip().startswith(THINK_OPEN)))  # fmt: skip
+                or (isinstance(text, str) and text.lstrip().startswith(THINK_OPEN))
+                or any(isinstance(p, dict) and p.get("type") in REASONING_PARTS
+                       for p in parts))  # fmt: skip
+
+
+REASONING_PARTS = ("thinking", "reasoning")  # content parts of a reasoning model's reply
+
+
+def content_text(content: Any) -> str:
+    """A reply message's text: a string, or a list of content parts (as Mistral's API sends a
+    reasoning model's reply): its text parts joined, its thinking parts left out."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content
+                       if isinstance(p, dict) and p.get("type") == "text")  # fmt: skip
+    return content or ""
 
 
 def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
@@ -440,7 +455,7 @@ def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
         token_logprobs = parse_token_logprobs(choice["logprobs"]["content"], column="logprobs")
     usage = out.get("usage") or {}
     return Generation(
-        text=without_reasoning(choice["message"]["content"] or ""),
+        text=without_reasoning(content_text(choice["message"]["content"])),
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         completion_tokens=int(usage.get("completion_tokens", 0)),
         token_logprobs=token_logprobs,
