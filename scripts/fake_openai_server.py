@@ -4,9 +4,12 @@ Ray labelling tests and `scripts/bench_label_scale.py` (loopback only, standard 
 Answers are a deterministic function of the prompt (same prompt, same answer, whichever
 replica or actor sends it), so a local and a Ray run over the same server must write the same
 labels. Faults:
-- `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200;
+- `transient=N`: a prompt's first N attempts answer 503 or 429 (alternating), later ones 200
+  (with `retry_after=S`, each with a `Retry-After: S` header, as hosted APIs' rate limits);
 - `always_fail="text"`: any prompt containing the text answers 500, always;
-- `refuse="text"`: any prompt containing the text answers 400 (as a prompt past a window), always.
+- `refuse="text"`: any prompt containing the text answers 400 (as a prompt past a window), always;
+- `garbled="text"`: any prompt containing the text answers 200 with an error object, no
+  chat completion (as a hosted API's filter may), always.
 With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
@@ -66,6 +69,8 @@ class FakeServer:
         reasoning: str | None = None,
         refuse: str | None = None,
         template_kwargs: str = "honour",
+        retry_after: str | None = None,
+        garbled: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -75,6 +80,7 @@ class FakeServer:
         self.logprobs, self.logprobs_refused = logprobs, 0
         self.reasoning, self.refuse, self.refused = reasoning, refuse, 0
         self.template_kwargs, self.thinking_off = template_kwargs, 0  # requests asking it
+        self.retry_after, self.garbled = retry_after, garbled
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -130,6 +136,8 @@ class FakeServer:
             self.served += 1
             attempt = self.requests[prompt]
         time.sleep(self.latency)
+        if self.garbled and self.garbled in prompt:
+            return 200, {"object": "error", "message": "the reply was filtered"}
         if self.always_fail and self.always_fail in prompt:
             return 500, {"error": {"message": "injected permanent failure"}}
         if attempt <= self.transient:
@@ -173,6 +181,8 @@ class FakeServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if status in (429, 503) and server.retry_after is not None:
+                    self.send_header("Retry-After", server.retry_after)
                 self.end_headers()
                 self.wfile.write(data)
 

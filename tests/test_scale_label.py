@@ -6,6 +6,7 @@ endpoints checked before work, and the vLLM-engine processor of ray.data.llm bui
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -246,6 +247,35 @@ def test_vllm_engine_processor_builds_and_needs_gpus(tmp_path, local_ray):
     assert result["token_logprobs"] == [-0.5, -1.5] and result["error"] == ""
     with pytest.raises(BackendError, match="has none; on CPUs label through `vllm serve`"):
         _start_ray(RayOptions(backend="vllm", model=str(folder)))
+
+
+def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch):
+    """A hosted API's rate limit answers 429 with `Retry-After: 20`; the clients retried after
+    their own 1, 2, 4 s (0.25-0.75 s in the Ray engine's pool), so the retries were spent
+    inside the limit and the run stopped (or its rows failed). They wait what it asks for (at
+    most MAX_RETRY_AFTER), in seconds or as an HTTP date."""
+    import email.utils
+
+    import httpx
+
+    from retrieval_gate.generation import endpoints, remote
+    from retrieval_gate.generation.endpoints import MAX_RETRY_AFTER, EndpointPool, retry_after
+
+    slept: list[float] = []
+    for module in (endpoints, remote):
+        monkeypatch.setattr(module.time, "sleep", slept.append)  # the one time module
+    with FakeServer(0.0, transient=1, retry_after="7") as url:
+        assert RemoteGenerator(url).generate(["Who wrote Hamlet?"])[0].text
+        assert EndpointPool([url], "fake-llm").chat("Who wrote Ulysses?", 8).error is None
+    assert [s for s in slept if s] == [7.0, 7.0]  # the server's own latency sleeps 0 s
+    soon = email.utils.format_datetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30),
+                                       usegmt=True)  # fmt: skip
+    waits = {v: retry_after(httpx.Response(429, headers={"Retry-After": v}))
+             for v in ("2.5", soon, "1e9", "-3", "nan", "soon", "")}  # fmt: skip
+    assert 25 < waits.pop(soon) <= 30
+    assert waits == {"2.5": 2.5, "1e9": MAX_RETRY_AFTER, "-3": 0.0, "nan": 0.0, "soon": 0.0,
+                     "": 0.0}  # fmt: skip
+    assert retry_after(httpx.Response(400, headers={"Retry-After": "9"})) == 0.0
 
 
 @pytest.mark.parametrize("body", [
@@ -512,22 +542,27 @@ def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(
 
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))  # the suite has none
     monkeypatch.setenv("RETRIEVAL_GATE_NO_CACHE", cache)
-    rows = [{"id": f"q{i}", "question": f"Who wrote book {i}{' REFUSEME' * (i == 3)}?",
+    odd = {3: " REFUSEME", 4: " GARBLED"}  # a 400, and a 200 with no chat completion
+    rows = [{"id": f"q{i}", "question": f"Who wrote book {i}{odd.get(i, '')}?",
              "answers": ["Paris"]} for i in range(6)]  # fmt: skip
     qs = write_jsonl(tmp_path / "qs.jsonl", rows)
     out = tmp_path / "labels" / "fake-llm" / "closed-book.jsonl"
     failed = out.with_name("closed-book.failed.jsonl")
     argv = ["label", "--policy", "closed-book", "--questions", str(qs), "--chunk-size", "6",
             "--labels-dir", str(tmp_path / "labels"), "--generator-url"]  # fmt: skip
-    server = FakeServer(0.0, refuse="REFUSEME")
+    server = FakeServer(0.0, refuse="REFUSEME", garbled="GARBLED")
     with server as url:
-        for _ in range(2):  # the re-run asks the refused question again, and only it
+        for _ in range(2):  # the re-run asks the refused questions again, and only them
             assert main([*argv, url]) == 0
-            assert sorted(rows_of(out)) == ["q0", "q1", "q2", "q4", "q5"]
+            assert sorted(rows_of(out)) == ["q0", "q1", "q2", "q5"]
             listed = [json.loads(line) for line in failed.read_text().splitlines()]
-            assert [f["id"] for f in listed] == ["q3"] and "answered 400" in listed[0]["error"]
-            assert "1 questions failed after retries: listed in" in capsys.readouterr().err
-        assert set(server.requests.values()) == {1} and len(server.requests) == 5
+            assert [f["id"] for f in listed] == ["q3", "q4"]
+            assert "answered 400" in listed[0]["error"]
+            assert "answered 200 without a chat completion" in listed[1]["error"]
+            assert "2 questions failed after retries: listed in" in capsys.readouterr().err
+        # each prompt answered once (the garbled one again at each halving that holds it)
+        assert server.requests.pop(closed_book_prompt(rows[4]["question"])) >= 2
+        assert set(server.requests.values()) == {1} and len(server.requests) == 4
     assert (tmp_path / "cache" / "generations.sqlite").exists() == (cache == "0")
     with FakeServer(0.0, refuse="Who wrote") as url:
         out.unlink()

@@ -69,8 +69,9 @@ class BackendError(RetrievalGateError, RuntimeError):
 
 class PromptRefused(BackendError):
     """A server that answers refused one prompt for good: a final 4xx (a prompt past its window,
-    one it cannot parse), or a 500 to every retry. A labelling run lists the question in
-    `<file>.failed.jsonl` and goes on; elsewhere it is a BackendError."""
+    one it cannot parse), a 500 to every retry, or a 200 with no chat completion in it (an error
+    object, a filtered reply). A labelling run lists the question in `<file>.failed.jsonl` and
+    goes on (a server that refuses a whole chunk stops it); elsewhere it is a BackendError."""
 
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3

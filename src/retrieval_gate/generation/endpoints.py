@@ -4,16 +4,20 @@ job of a million questions records the few rows that keep failing and goes on.
 
 Per request: a connection error marks that endpoint down for `cooldown` seconds and the request
 moves at once to the next endpoint; a 429 or 5xx is retried after an exponential, jittered
-pause (on the next endpoint when there are several); any other 4xx is final (the request itself
-is wrong), except a refusal of a field the server does not take (`ServerTraits.resend`): sent
-again without it. A reply that reasons before its answer is asked again with thinking off
-(`ServerTraits.rethink`). After `retries` retries the request is returned with its `error`.
-Used by the Ray labelling actors (labels/ray_engine.py); standard library + httpx only, so a
-Ray worker imports it in well under a second."""
+pause, or the longer wait its `Retry-After` asks for (on the next endpoint when there are
+several); any other 4xx is final (the request itself is wrong), except a refusal of a field the
+server does not take (`ServerTraits.resend`): sent again without it. A reply that reasons
+before its answer is asked again with thinking off (`ServerTraits.rethink`). After `retries`
+retries the request is returned with its `error`. Used by the Ray labelling actors
+(labels/ray_engine.py); standard library + httpx only, so a Ray worker imports it in well under
+a second."""
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import logging
+import math
 import os
 import random
 import threading
@@ -25,7 +29,7 @@ from typing import Any
 import httpx
 
 from ..data.answer_confidence import parse_token_logprobs
-from ..errors import BackendError, ConfigError, DataError
+from ..errors import BackendError, ConfigError, DataError, PromptRefused
 from ..strict_rows import parse_json
 from .base import Generation
 
@@ -58,6 +62,29 @@ def server_key() -> str | None:
         raise ConfigError(f"${API_KEY_ENV} holds a space, control or non-ASCII character, which "
                           "an Authorization header cannot carry: set it to the key alone")  # fmt: skip
     return key or None
+
+
+# seconds: a longer wait a server asks for is cut to this (the request is retried all the same)
+MAX_RETRY_AFTER = 120.0
+
+
+def retry_after(r: httpx.Response) -> float:
+    """The seconds a 429 or 503 asks the client to wait before its retry (`Retry-After`, in
+    seconds or as an HTTP date, as hosted APIs' rate limits send it), at most MAX_RETRY_AFTER;
+    0 without one (or with one that says no time)."""
+    value = r.headers.get("retry-after", "").strip()
+    if not value or r.status_code not in (429, 503):
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+        when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if math.isfinite(seconds) else 0.0
 
 
 def bearer(api_key: str | None) -> dict[str, str]:
@@ -239,7 +266,7 @@ class EndpointPool:
         """One greedy chat completion; never raises for a server or network failure."""
         pause, problem, failures, attempt = self.backoff, "", 0, 0
         while True:
-            attempt += 1
+            attempt, wait = attempt + 1, 0.0  # wait: what a rate limit asks for (`Retry-After`)
             url = self._pick()
             traits = self._traits[url]
             body = traits.body(self.model, prompt, max_tokens, logprobs)
@@ -262,10 +289,12 @@ class EndpointPool:
                     continue  # built again without the field the server refused
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
+                wait = retry_after(r)
             failures += 1
             if failures > self.retries:
                 return ChatResult(error=problem, url=url, attempts=attempt)
-            time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: replicas not hit in step
+            jittered = pause * random.uniform(0.5, 1.5)  # replicas not hit in step
+            time.sleep(max(jittered, wait))
             pause = min(pause * 2, 30.0)
 
     def _any_up(self) -> bool:
@@ -417,13 +446,14 @@ def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[
 
 def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
     """A 200 reply's JSON object; a body that is none (a proxy's login page, an HTML error) is
-    a BackendError naming the server, not a JSONDecodeError traceback."""
+    a `PromptRefused` naming the server, not a JSONDecodeError traceback (a labelling run lists
+    the question and goes on; a server that answers every prompt so stops it)."""
     try:
         out = parse_json(r.content)
     except ValueError:  # not JSON (UnicodeDecodeError too), nested too deep
         out = None
     if not isinstance(out, dict):
-        raise BackendError(f"{url} answered 200 with a body that is not a JSON object (a proxy's "
+        raise PromptRefused(f"{url} answered 200 with a body that is not a JSON object (a proxy's "
                            f"page?): {r.text[:200]!r}")  # fmt: skip
     return out
 
@@ -432,17 +462,17 @@ def reply_chat(
     out: dict[str, Any], body: dict[str, Any], traits: ServerTraits
 ) -> Generation | None:
     """`parse_chat`, a reply without a chat completion in it (an error object sent with 200, no
-    choices, a logprob that is no number) said as a BackendError naming the server; None when
+    choices, a logprob that is no number) said as a `PromptRefused` naming the server; None when
     the request is to go again with thinking off (`ServerTraits.rethink`)."""
     url = traits.url
     try:
         generation = parse_chat(out, bool(body.get("logprobs")))
         message = out["choices"][0].get("message")
     except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
-        raise BackendError(f"{url} answered 200 with a token log-probability that is none: "
+        raise PromptRefused(f"{url} answered 200 with a token log-probability that is none: "
                            f"{e}") from None  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        raise BackendError(f"{url} answered 200 without a chat completion in it "
+        raise PromptRefused(f"{url} answered 200 without a chat completion in it "
                            f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
     return None if traits.rethink(body, message) else generation
 

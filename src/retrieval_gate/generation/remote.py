@@ -30,6 +30,7 @@ from .endpoints import (
     remote_checksum,
     reply_chat,
     reply_json,
+    retry_after,
 )
 
 RETRIES = 3
@@ -82,8 +83,9 @@ class RemoteGenerator:
     def _post(
         self, path: str, body: dict[str, Any], root: bool = False, chat: bool = False
     ) -> dict[str, Any] | None:
-        """One request, retried RETRIES times (with a growing pause) when the server cannot
-        be reached or answers 5xx/429 (a restarting or overloaded server); a 4xx is final.
+        """One request, retried RETRIES times (with a growing pause, or the longer wait a
+        `Retry-After` asks for) when the server cannot be reached or answers 5xx/429 (a
+        restarting or overloaded server, a rate limit); a 4xx is final.
         A final 4xx, or a 500 to the last attempt, is `PromptRefused` (this prompt's: the
         server is up). `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it.
         `chat`: None when the server refused a field it does not take (`ServerTraits.resend`),
@@ -91,13 +93,14 @@ class RemoteGenerator:
         base = self.base_url.removesuffix("/v1") if root else self.base_url
         poison = False  # the last attempt got a 500: this prompt's, not a lost connection's
         for attempt in range(RETRIES + 1):
+            wait = 0.0  # what a rate limit asks for (`Retry-After`)
             try:
                 r = self._client.post(f"{base}{path}", json=body)
             except httpx.HTTPError as e:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
                 poison = False
             else:
-                poison = r.status_code == 500
+                poison, wait = r.status_code == 500, retry_after(r)
                 if r.status_code == 200:
                     return reply_json(r, self.base_url)
                 refused = key_refused(self.base_url, r.status_code, self._keyed)
@@ -109,7 +112,7 @@ class RemoteGenerator:
                 if r.status_code < 500 and r.status_code != 429:
                     raise PromptRefused(problem)
             if attempt < RETRIES:
-                time.sleep(RETRY_PAUSE * 2**attempt)
+                time.sleep(max(RETRY_PAUSE * 2**attempt, wait))
         failed = PromptRefused if poison else BackendError  # 429/503: busy, not refusing
         raise failed(f"{problem} (after {RETRIES + 1} attempts)")
 

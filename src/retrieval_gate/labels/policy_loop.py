@@ -53,13 +53,15 @@ def run_chunked(
     todo = pending(questions, out.done_ids())
     start = time.perf_counter()
     failed: list[dict[str, Any]] = []
+    listed = listed_failures(out.path)  # a re-run asks them again: refused again, as expected
     with tqdm(total=len(todo), desc=desc, unit="q") as bar:
         for i in range(0, len(todo), chunk_size):
             part = todo[i : i + chunk_size]
             refused = _append_answered(out, compute, part)
-            if len(part) > 1 and len(refused) == len(part):  # the server's doing, not theirs
+            new = [r for r in refused if r["id"] not in listed]
+            if len(part) > 1 and len(refused) == len(part) and new:  # the server's doing
                 raise PromptRefused(f"the generator refused every question of a chunk of "
-                                    f"{len(part)} (e.g. {part[0].id}: {refused[0]['error']})")  # fmt: skip
+                                    f"{len(part)} (e.g. {new[0]['id']}: {new[0]['error']})")  # fmt: skip
             failed += refused
             bar.update(len(part))
     seconds = time.perf_counter() - start
@@ -86,10 +88,23 @@ def _append_answered(out: LabelFile, compute: ChunkFn, part: list[Question]) -> 
     return _append_answered(out, compute, part[:half]) + _append_answered(out, compute, part[half:])
 
 
+def failures_path(label_path: Path) -> Path:
+    return label_path.with_name(label_path.name.removesuffix(".jsonl") + ".failed.jsonl")
+
+
+def listed_failures(label_path: Path) -> set[str]:
+    """The ids the last run listed as failed (none where the list is missing or damaged)."""
+    try:
+        lines = failures_path(label_path).read_text(encoding="utf-8").splitlines()
+        return {str(json.loads(line)["id"]) for line in lines if line.strip()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
 def with_failures(stats: dict[str, Any], label_path: Path, failed: list[dict]) -> dict[str, Any]:
     """The run's stats with its failed questions, listed in `<file>.failed.jsonl` (rewritten
     each run: a retried question that succeeds leaves the list; emptied when none failed)."""
-    path = label_path.with_name(label_path.name.removesuffix(".jsonl") + ".failed.jsonl")
+    path = failures_path(label_path)
     stats["failed"] = len(failed)
     if failed or path.exists():
         write_text(path, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
