@@ -85,8 +85,8 @@ class RemoteGenerator:
     ) -> dict[str, Any] | None:
         """One request, retried RETRIES times (with a growing pause, or the longer wait a
         `Retry-After` asks for) when the server cannot be reached or answers 5xx/429 (a
-        restarting or overloaded server, a rate limit); a 4xx is final.
-        A final 4xx, or a 500 to the last attempt, is `PromptRefused` (this prompt's: the
+        restarting or overloaded server, a rate limit); a 4xx is final. A final 4xx, a 500 to
+        the last attempt or a 200 that is no JSON object is `PromptRefused` (this prompt's: the
         server is up). `root`: a route beside `/v1` (vLLM's `/tokenize`), not under it.
         `chat`: None when the server refused a field it does not take (`ServerTraits.resend`),
         for the caller to send the request again as the server takes it."""
