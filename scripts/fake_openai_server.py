@@ -20,7 +20,9 @@ reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer
 `reasoning_content` field (vLLM's `--reasoning-parser`), `"parts"` a list of content parts, a
 `thinking` one before the text (Mistral's API); a request with `chat_template_kwargs`
 `{"enable_thinking": false}` gets the answer alone (`template_kwargs="honour"`, as vLLM's), the
-reasoning still (`"ignore"`), or a 400 naming the field (`"refuse"`, as OpenAI's API).
+reasoning still (`"ignore"`), or a 400 naming the field (`"refuse"`, as OpenAI's API). With
+`length_field="max_completion_tokens"` a request giving `max_tokens` answers 400 asking for that
+field instead, as OpenAI's newer models do.
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -71,6 +73,7 @@ class FakeServer:
         template_kwargs: str = "honour",
         retry_after: str | None = None,
         garbled: str | None = None,
+        length_field: str = "max_tokens",
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -80,7 +83,7 @@ class FakeServer:
         self.logprobs, self.logprobs_refused = logprobs, 0
         self.reasoning, self.refuse, self.refused = reasoning, refuse, 0
         self.template_kwargs, self.thinking_off = template_kwargs, 0  # requests asking it
-        self.retry_after, self.garbled = retry_after, garbled
+        self.retry_after, self.garbled, self.length_field = retry_after, garbled, length_field
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -117,6 +120,11 @@ class FakeServer:
                     "param": "logprobs",
                 }
             }
+        if self.length_field not in body:
+            return 400, {"error": {"message": "Unsupported parameter: 'max_tokens' is not "
+                                   "supported with this model. Use 'max_completion_tokens' "
+                                   "instead.", "type": "invalid_request_error",
+                                   "param": "max_tokens"}}  # fmt: skip
         kwargs = body.get("chat_template_kwargs")
         if kwargs is not None and self.template_kwargs == "refuse":
             return 400, {"error": {"message": "Unrecognized request argument supplied: "

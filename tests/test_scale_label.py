@@ -470,6 +470,27 @@ def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_no
     assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
 
 
+def test_a_model_that_wants_max_completion_tokens_is_asked_so(tmp_path, fresh_notes):
+    """OpenAI's newer models refuse `max_tokens` ("Use 'max_completion_tokens' instead"): every
+    request failed, so `label --generator-url` stopped at its first chunk and no flag could
+    change the field. The request goes again with the field the server names, and so do the
+    later ones (here beside a server that also gives no log-probabilities)."""
+    from retrieval_gate.generation.endpoints import EndpointPool
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    server = FakeServer(0.0, length_field="max_completion_tokens", logprobs=False)
+    with server as url:
+        assert main(["label", "--policy", "closed-book", "--questions", str(qs),
+                     "--generator-url", url, "--labels-dir", str(tmp_path / "labels"),
+                     "--no-cache"]) == 0  # fmt: skip
+        pool = EndpointPool([url], "fake-llm")
+        assert all(pool.chat(q["question"], 8, logprobs=True).text for q in QUESTIONS)
+    rows = rows_of(tmp_path / "labels" / "fake-llm" / "closed-book.jsonl")
+    assert sorted(rows) == ["m1", "m2", "m3"] and all(r["prediction"] for r in rows.values())
+    assert set(server.requests.values()) == {1} and len(server.requests) == 6  # each once
+
+
 @pytest.mark.slow  # ten label runs
 def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
     tmp_path, capsys, fresh_notes

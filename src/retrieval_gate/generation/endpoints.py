@@ -319,11 +319,13 @@ class ServerTraits:
         self.url = url
         self.logprobs = True  # asked for until the server refuses them
         self.thinking = "unknown"  # "off": asked so (it reasoned); "on": it cannot be turned off
+        self.length_field = "max_tokens"  # or OpenAI's newer models' max_completion_tokens
 
     def body(self, model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
         """The request as this server takes it."""
-        return {**chat_body(model, prompt, max_tokens, logprobs and self.logprobs),
-                **self.template()}  # fmt: skip
+        body = chat_body(model, prompt, max_tokens, logprobs and self.logprobs)
+        body[self.length_field] = body.pop("max_tokens")
+        return {**body, **self.template()}
 
     def template(self) -> dict[str, Any]:
         """The fields that ask for the chat template as the answers are asked (a prompt's
@@ -334,7 +336,8 @@ class ServerTraits:
         """True when a refusal names a field this request sent that the server does not take
         (a 400/422 naming it): the trait is learned and the request goes again without it.
         `logprobs`: several hosted OpenAI-compatible APIs give none (answers matter more than
-        their confidence, which the labels record where they can); `chat_template_kwargs`:
+        their confidence, which the labels record where they can); `max_tokens`: OpenAI's
+        newer models take `max_completion_tokens` instead, and say so; `chat_template_kwargs`:
         one that takes no template arguments (OpenAI's API), whose model then keeps its
         reasoning (`reasoning_note`)."""
         if status not in (400, 422):
@@ -343,6 +346,9 @@ class ServerTraits:
         if body.get("logprobs") and "logprob" in said:
             self.logprobs = False
             no_logprobs_note(self.url, text)
+            return True
+        if "max_tokens" in body and "max_completion_tokens" in said:  # "use it instead"
+            self.length_field = "max_completion_tokens"
             return True
         if "chat_template_kwargs" in body and "chat_template_kwargs" in said:
             self.thinking = "on"
