@@ -557,13 +557,16 @@ def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(
     after the retries), and a re-run met it and stopped again. It is listed in
     `<file>.failed.jsonl`, as `--engine ray` lists its failures, and the others are labelled,
     each prompt asked once (the chunk is halved around it, the answers given meanwhile served
-    from the generation cache, or under --no-cache held from the call that failed); a server
-    that refuses a whole chunk stops the run."""
+    from the generation cache, or under --no-cache held from the call that failed; the refused
+    one answered with its refusal, unasked, for a minute); a server that refuses a whole chunk
+    stops the run."""
+    from retrieval_gate.generation import remote
     from user_files import write_jsonl
 
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "cache"))  # the suite has none
     monkeypatch.setenv("RETRIEVAL_GATE_NO_CACHE", cache)
-    odd = {3: " REFUSEME", 4: " GARBLED"}  # a 400, and a 200 with no chat completion
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    odd = {1: " FAILME", 3: " REFUSEME", 4: " GARBLED"}  # a 500 always, a 400, a 200 no reply
     rows = [{"id": f"q{i}", "question": f"Who wrote book {i}{odd.get(i, '')}?",
              "answers": ["Paris"]} for i in range(6)]  # fmt: skip
     qs = write_jsonl(tmp_path / "qs.jsonl", rows)
@@ -571,19 +574,22 @@ def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(
     failed = out.with_name("closed-book.failed.jsonl")
     argv = ["label", "--policy", "closed-book", "--questions", str(qs), "--chunk-size", "6",
             "--labels-dir", str(tmp_path / "labels"), "--generator-url"]  # fmt: skip
-    server = FakeServer(0.0, refuse="REFUSEME", garbled="GARBLED")
+    server = FakeServer(0.0, refuse="REFUSEME", garbled="GARBLED", always_fail="FAILME")
     with server as url:
         for _ in range(2):  # the re-run asks the refused questions again, and only them
             assert main([*argv, url]) == 0
-            assert sorted(rows_of(out)) == ["q0", "q1", "q2", "q5"]
+            assert sorted(rows_of(out)) == ["q0", "q2", "q5"]
             listed = [json.loads(line) for line in failed.read_text().splitlines()]
-            assert [f["id"] for f in listed] == ["q3", "q4"]
-            assert "answered 400" in listed[0]["error"]
-            assert "answered 200 without a chat completion" in listed[1]["error"]
-            assert "2 questions failed after retries: listed in" in capsys.readouterr().err
-        # each prompt answered once (the garbled one again at each halving that holds it)
-        assert server.requests.pop(closed_book_prompt(rows[4]["question"])) >= 2
-        assert set(server.requests.values()) == {1} and len(server.requests) == 4
+            assert [f["id"] for f in listed] == ["q1", "q3", "q4"]
+            assert "answered 500" in listed[0]["error"] and "answered 400" in listed[1]["error"]
+            assert "answered 200 without a chat completion" in listed[2]["error"]
+            assert "3 questions failed after retries: listed in" in capsys.readouterr().err
+        # each prompt asked once a run, not again at each halving that holds it (the poison
+        # one with its retries: 4 attempts)
+        asked = {q: server.requests.pop(closed_book_prompt(rows[i]["question"]), 0)
+                 for q, i in (("poison", 1), ("garbled", 4))}  # fmt: skip
+        assert asked == {"poison": 8, "garbled": 2}
+        assert set(server.requests.values()) == {1} and len(server.requests) == 3
     assert (tmp_path / "cache" / "generations.sqlite").exists() == (cache == "0")
     with FakeServer(0.0, refuse="Who wrote") as url:
         out.unlink()

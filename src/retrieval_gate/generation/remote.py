@@ -10,6 +10,7 @@ applies it in-process. Token counts are the server's own `usage` numbers."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,10 @@ RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
 # Seconds the server has to list its models when the generator opens: a server that took the
 # connection and never answered held `rag` and `serve` silent for the 300 s request timeout.
 LIST_TIMEOUT = 10.0
+# Seconds a prompt refused for good answers with that refusal again, unasked: the labelling loop
+# halves a chunk around it, and a poison prompt (a 500 to every retry, 7 s of pauses) was asked
+# again at every halving.
+REFUSAL_MEMORY = 60.0
 
 
 class RemoteGenerator:
@@ -61,6 +66,8 @@ class RemoteGenerator:
     ):
         self.base_url = base_url.rstrip("/")
         self._traits = ServerTraits(self.base_url)  # what the server takes, learned as it goes
+        self._refused: dict[tuple[str, int, bool], tuple[float, PromptRefused]] = {}
+        self._refused_lock = threading.Lock()  # the request threads share it
         self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
@@ -171,6 +178,23 @@ class RemoteGenerator:
             return list(pool.map(fn, items))
 
     def _chat(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
+        """One answer, or the refusal the same request got within REFUSAL_MEMORY seconds."""
+        key = (prompt, max_new_tokens, logprobs)
+        with self._refused_lock:
+            when, refusal = self._refused.get(key, (-REFUSAL_MEMORY, None))
+        if refusal is not None and time.monotonic() - when < REFUSAL_MEMORY:
+            raise refusal
+        try:
+            return self._ask(prompt, max_new_tokens, logprobs)
+        except PromptRefused as e:
+            now = time.monotonic()
+            with self._refused_lock:
+                self._refused = {k: v for k, v in self._refused.items()
+                                 if now - v[0] < REFUSAL_MEMORY}  # fmt: skip
+                self._refused[key] = (now, e)
+            raise
+
+    def _ask(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
         """One answer, asked as the server was seen to take it (`ServerTraits`: without the
         log-probabilities it refuses, with thinking off for a model that reasons)."""
         while True:  # a pass that gets no answer learned a trait of the server's
