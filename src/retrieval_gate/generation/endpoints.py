@@ -459,8 +459,8 @@ def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
     except ValueError:  # not JSON (UnicodeDecodeError too), nested too deep
         out = None
     if not isinstance(out, dict):
-        raise PromptRefused(f"{url} answered 200 with a body that is not a JSON object (a proxy's "
-                           f"page?): {r.text[:200]!r}")  # fmt: skip
+        raise PromptRefused(f"{url} answered 200 with a body that is not a JSON object (a "
+                            f"proxy's page?): {r.text[:200]!r}")  # fmt: skip
     return out
 
 
@@ -476,10 +476,10 @@ def reply_chat(
         message = out["choices"][0].get("message")
     except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
         raise PromptRefused(f"{url} answered 200 with a token log-probability that is none: "
-                           f"{e}") from None  # fmt: skip
+                            f"{e}") from None  # fmt: skip
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise PromptRefused(f"{url} answered 200 without a chat completion in it "
-                           f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
+                            f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
     return None if traits.rethink(body, message) else generation
 
 
