@@ -14,7 +14,8 @@ With `api_key="..."` every route answers 401 to a request without `Authorization
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
 With `logprobs=False` a request asking for token log-probabilities answers 400 naming
-`logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`). A thinking model:
+`logprobs`, as hosted APIs that give none do (counted in `logprobs_refused`); with
+`logprobs="never"` any request holding the field does, `false` too. A thinking model:
 `reasoning="inline"` puts a `<think>...</think>` block before the answer (a server without a
 reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer with a
 `reasoning_content` field (vLLM's `--reasoning-parser`), `"parts"` a list of content parts, a
@@ -67,7 +68,7 @@ class FakeServer:
         more_models: tuple[str, ...] = (),
         root: str | None = None,
         window: int | None = None,
-        logprobs: bool = True,
+        logprobs: bool | str = True,
         reasoning: str | None = None,
         refuse: str | None = None,
         template_kwargs: str = "honour",
@@ -110,7 +111,8 @@ class FakeServer:
     def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) for one chat-completions request."""
         prompt = body["messages"][-1]["content"]
-        if body.get("logprobs") and not self.logprobs:
+        asked = body.get("logprobs") if self.logprobs is False else "logprobs" in body
+        if asked and self.logprobs is not True:  # "never": the field itself, even false
             with self._lock:
                 self.logprobs_refused += 1
             return 400, {

@@ -436,20 +436,22 @@ def fresh_notes(monkeypatch):
     monkeypatch.setattr(endpoints, "_NOTED", set())
 
 
-def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_notes):
+@pytest.mark.parametrize("gives", [False, "never"])
+def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_notes, gives):
     """Closed-book labelling asks for the answer's token log-probabilities. A server that gives
     none and says so (a 400 naming `logprobs`, as several hosted OpenAI-compatible APIs answer)
     failed every request: `label --generator-url` stopped at its first chunk (exit 3) and the
-    Ray engine recorded every row as failed. The request goes again without them, the server's
-    refusal said once; the rows carry no answer confidence, and the cascade, which reads it, is
-    refused before its run."""
+    Ray engine recorded every row as failed. The request goes again without them (without the
+    field: a server that takes no `logprobs` key refused `false` too), the server's refusal
+    said once; the rows carry no answer confidence, and the cascade, which reads it, is refused
+    before its run."""
     from retrieval_gate.errors import BackendError
     from retrieval_gate.generation.endpoints import EndpointPool
     from retrieval_gate.rag.cascade import check_logprobs
     from user_files import QUESTIONS, write_jsonl
 
     qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
-    server = FakeServer(0.0, logprobs=False)
+    server = FakeServer(0.0, logprobs=gives)
     with server as url:
         assert main(["label", "--policy", "closed-book", "--questions", str(qs),
                      "--generator-url", url, "--labels-dir", str(tmp_path / "labels"),

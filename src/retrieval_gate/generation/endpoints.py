@@ -440,14 +440,16 @@ def content_text(content: Any) -> str:
 
 
 def chat_body(model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
-    """A greedy chat-completions request with the prompt as the user's message."""
-    return {
+    """A greedy chat-completions request with the prompt as the user's message; `logprobs`
+    only when asked for (a server that takes no such field, not even false, then takes the
+    request sent again without it)."""
+    body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
-        "logprobs": logprobs,
     }
+    return {**body, "logprobs": True} if logprobs else body
 
 
 def reply_json(r: httpx.Response, url: str) -> dict[str, Any]:
