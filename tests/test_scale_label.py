@@ -506,6 +506,7 @@ def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
     are the requests after it: the answers are the model's own. A server that refuses the field
     (OpenAI's API) or ignores it keeps its reasoning, cut off the answer (an unended block
     leaves none), and is said once, with the server flag that turns it off."""
+    from retrieval_gate.generation import endpoints
     from retrieval_gate.generation.endpoints import EndpointPool
     from user_files import QUESTIONS, write_jsonl
 
@@ -514,6 +515,7 @@ def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
     kinds = [(None, "honour"), ("parts", "honour"), ("parts", "refuse")] + [
         (r, t) for r in ("inline", "parsed", "cut") for t in ("honour", "ignore", "refuse")]  # fmt: skip
     for reasoning, kwargs in kinds:
+        endpoints._NOTED.clear()  # a later server may get an earlier one's port, so its URL
         server = FakeServer(0.0, reasoning=reasoning, template_kwargs=kwargs)
         out = tmp_path / f"{reasoning}-{kwargs}"
         with server as url:
@@ -543,7 +545,7 @@ def test_a_model_that_reasons_is_asked_with_thinking_off_or_read_and_said(
             assert got == plain and said[reasoning, kwargs] == (0, 0)
             assert asked[reasoning, kwargs] == ({1}, 0)
         elif kwargs == "honour":  # the model's own answers, each prompt asked at most twice
-            assert got == plain and said[reasoning, kwargs] == (1, 0), (reasoning, kwargs)
+            assert got == plain and said[reasoning, kwargs] == (1, 0), (reasoning, kwargs, said)
             assert asked[reasoning, kwargs][0] <= {1, 2} and asked[reasoning, kwargs][1] >= n
         else:  # reasoning kept: cut off the answer, said once with the server's flag
             assert got == (plain if reasoning != "cut" else dict.fromkeys(plain, ""))
