@@ -472,6 +472,31 @@ def test_a_server_that_gives_no_logprobs_still_labels(tmp_path, capsys, fresh_no
     assert all(r.error is None and r.text and r.token_logprobs is None for r in results)
 
 
+def test_a_note_about_a_server_is_said_once_by_threads_that_meet_it_together(monkeypatch, caplog):
+    """Three request threads got a reasoning reply at the same moment and two said "the model
+    reasons" (the likely cause of CI's one failure of the reasoning test below, which counts
+    them): the check and the mark were not one step."""
+    import threading
+
+    from retrieval_gate.generation import endpoints
+
+    class SlowSet(set):  # widens the window between the check and the mark, as a busy CPU does
+        def __contains__(self, item: object) -> bool:
+            found = super().__contains__(item)
+            time.sleep(0.05)
+            return found
+
+    monkeypatch.setattr(endpoints, "_NOTED", SlowSet())
+    threads = [
+        threading.Thread(target=endpoints.note_once, args=("u", "k", "said")) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.getMessage() for r in caplog.records] == ["said"]
+
+
 def test_a_model_that_wants_max_completion_tokens_is_asked_so(tmp_path, fresh_notes):
     """OpenAI's newer models refuse `max_tokens` ("Use 'max_completion_tokens' instead"): every
     request failed, so `label --generator-url` stopped at its first chunk and no flag could

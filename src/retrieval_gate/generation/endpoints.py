@@ -393,14 +393,17 @@ def reasoning_note(url: str, why: str) -> None:
 
 
 def note_once(url: str, what: str, message: str, *args: Any) -> None:
-    """A warning about a server, said once per server and kind in a process."""
-    if (url, what) in _NOTED:
-        return
-    _NOTED.add((url, what))
+    """A warning about a server, said once per server and kind in a process (the request
+    threads that meet it together included: it was said twice)."""
+    with _NOTED_LOCK:
+        if (url, what) in _NOTED:
+            return
+        _NOTED.add((url, what))
     log.warning(message, *args)
 
 
 _NOTED: set[tuple[str, str]] = set()
+_NOTED_LOCK = threading.Lock()
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
