@@ -380,6 +380,28 @@ def test_a_cache_with_a_damaged_page_is_said_so_with_the_fix(tmp_path, monkeypat
     assert json.loads(capsys.readouterr().out)["file_mb"] < 0.1
 
 
+def test_answers_held_without_a_store_are_bounded(monkeypatch):
+    """Without a store the answers of a call that failed on one prompt are held for that call
+    asked again; a caller that never asks again (serve --no-cache) held them all, for good.
+    The newest HELD_MAX stay; older ones are computed again if asked."""
+    from retrieval_gate.errors import PromptRefused
+    from retrieval_gate.generation import cache
+
+    monkeypatch.setattr(cache, "HELD_MAX", 3)
+
+    class Server(FakeGenerator):  # fails prompt by prompt, as RemoteGenerator does
+        def try_generate(self, prompts, max_new_tokens=24, logprobs=False):
+            return [PromptRefused("refused") if p == "bad" else g for p, g in
+                    zip(prompts, self.generate(prompts, max_new_tokens, logprobs), strict=True)]  # fmt: skip
+
+    fake = Server()
+    gen = CachedGenerator(fake, store=None)
+    with pytest.raises(PromptRefused):
+        gen.generate(["a", "b", "c", "d", "e", "bad"], 8)
+    gen.generate(["a", "b", "c", "d", "e"], 8)
+    assert fake.calls[1:] == [["a", "b"]]  # c, d, e held; a and b dropped, so asked again
+
+
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):
     from retrieval_gate import cli
 

@@ -63,6 +63,9 @@ KEY_VERSION = 1  # bump when what a stored value means changes
 # choice scores computed (and stored) per engine call; generations stay one call, whose size
 # is the caller's (`label --chunk-size`): a GPU engine's batch keeps its decoding tail short
 STORE_CHUNK = 512
+# answers held without a store for a failed call asked again (`_uncached`), at most: a long
+# `serve --no-cache` whose failed calls are not asked again keeps no more
+HELD_MAX = 4096
 # attributes of a local engine that start a lazy one when asked for
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
 
@@ -610,6 +613,8 @@ class CachedGenerator:
             self._held.update({(p, *what): replace(g, cached=True)
                                for p, g in zip(prompts, out, strict=True)
                                if isinstance(g, Generation)})  # fmt: skip
+            for stale in list(self._held)[: max(0, len(self._held) - HELD_MAX)]:
+                del self._held[stale]  # the oldest: a caller that never asked again (serve)
         return out
 
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
