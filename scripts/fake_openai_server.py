@@ -23,7 +23,8 @@ reasoning parser), `"cut"` an unended block and no answer, `"parsed"` the answer
 `{"enable_thinking": false}` gets the answer alone (`template_kwargs="honour"`, as vLLM's), the
 reasoning still (`"ignore"`), or a 400 naming the field (`"refuse"`, as OpenAI's API). With
 `length_field="max_completion_tokens"` a request giving `max_tokens` answers 400 asking for that
-field instead, as OpenAI's newer models do.
+field instead, as OpenAI's newer models do. A request for `prompt_logprobs` (choice scoring)
+gets them (`scored`).
 
     python scripts/fake_openai_server.py --port 8321 --latency 0.2
 """
@@ -51,6 +52,18 @@ def answer(prompt: str) -> str:
     if digest[0] % 3 == 0 and words:
         return words[digest[1] % len(words)]
     return WORDS[digest[2] % len(WORDS)]
+
+
+def scored(messages: list[dict[str, Any]], thinking: str | None) -> list[Any]:
+    """vLLM's `prompt_logprobs` of a chat (None, then one entry per token: here a word): the
+    last message's words score by their hash, or all alike where the model was left thinking
+    (it expected its reasoning there, as a template that was not asked with thinking off
+    renders it)."""
+    words = [w for m in messages for w in str(m["content"]).split()]
+    first = len(words) - len(str(messages[-1]["content"]).split())
+    lps = [-1.0 if thinking and i >= first else -hashlib.sha256(w.encode()).digest()[0] / 64
+           for i, w in enumerate(words)]  # fmt: skip
+    return [None] + [{str(i): {"logprob": lp, "rank": 1}} for i, lp in enumerate(lps[1:])]
 
 
 class FakeServer:
@@ -152,6 +165,9 @@ class FakeServer:
             return 500, {"error": {"message": "injected permanent failure"}}
         if attempt <= self.transient:
             return (503 if attempt % 2 else 429), {"error": {"message": "injected overload"}}
+        if "prompt_logprobs" in body:  # vLLM's scoring of a prompt's own tokens
+            return 200, {"id": "fake", "object": "chat.completion", "model": self.model,
+                         "prompt_logprobs": scored(body["messages"], thinking)}  # fmt: skip
         text = answer(prompt)
         tokens = text.split()
         content = [{"token": t, "logprob": -0.25 * (i + 1)} for i, t in enumerate(tokens)]

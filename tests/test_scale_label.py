@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from fake_openai_server import FakeServer  # noqa: E402
+from fake_openai_server import FakeServer, answer  # noqa: E402
 
 from retrieval_gate.cli import main  # noqa: E402
 from retrieval_gate.generation.prompts import closed_book_prompt  # noqa: E402
@@ -67,7 +67,9 @@ def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray, monkeypa
     """Two replicas that answer 503/429 to each prompt's first attempt, a dead endpoint in the
     list, one question whose request always fails: the other questions' rag-gain rows (two
     requests per question: closed-book and with documents) equal a local run's on a clean
-    server. Every server wants a key, which the actors carry from the driver's environment."""
+    server. Every server wants a key, which the actors carry from the driver's environment. The
+    model reasons: each actor asks it with thinking off, as the local run does, and the label
+    file records so (it recorded nothing on Ray)."""
     from retrieval_gate.generation.endpoints import API_KEY_ENV
 
     monkeypatch.setenv(API_KEY_ENV, "k")
@@ -75,8 +77,9 @@ def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray, monkeypa
     bad = Question(
         "mine-bad", "FAILME what is this?", ("x",), "mine", contexts=({"title": "t", "text": "x"},)
     )
-    a, b = (FakeServer(0.01, transient=1, always_fail="FAILME", api_key="k") for _ in range(2))
-    with a as a_url, b as b_url, FakeServer(0.01, api_key="k") as clean:
+    a, b = (FakeServer(0.01, transient=1, always_fail="FAILME", api_key="k", reasoning="parsed")
+            for _ in range(2))  # fmt: skip
+    with a as a_url, b as b_url, FakeServer(0.01, api_key="k", reasoning="parsed") as clean:
         engine = RayEngine(RayOptions(urls=[dead_url(), a_url, b_url], actors=2, in_flight=3,
                                       backoff=0.02, retries=5))  # fmt: skip
         local = RemoteGenerator(clean, api_key="k")
@@ -101,9 +104,11 @@ def test_ray_rows_match_a_local_run_through_faults(tmp_path, local_ray, monkeypa
         assert [f["id"] for f in failed] == ["mine-bad"] and "500" in failed[0]["error"]
         meta = LabelFile(ray_file).meta
         local_meta = LabelFile(tmp_path / "local/fake-llm" / f"{policy}.jsonl").meta
-        same = ("policy", "generator", "prompt_id", "decoding", "criterion")
+        same = ("policy", "generator", "prompt_id", "decoding", "criterion",
+                "chat_template_kwargs")  # fmt: skip
         assert {k: meta[k] for k in same} == {k: local_meta[k] for k in same}
         assert meta["engine"] == "ray" and meta["last_run"]["failed"] == 1
+        assert meta["chat_template_kwargs"] == {"enable_thinking": False}
         assert meta["generator_checksum"] == f"remote:{a_url},{b_url}:fake-llm"
         assert engine.urls == [a_url, b_url] and a.served > 20 and b.served > 20  # both worked
 
@@ -516,6 +521,57 @@ def test_a_model_that_wants_max_completion_tokens_is_asked_so(tmp_path, fresh_no
     rows = rows_of(tmp_path / "labels" / "fake-llm" / "closed-book.jsonl")
     assert sorted(rows) == ["m1", "m2", "m3"] and all(r["prediction"] for r in rows.values())
     assert set(server.requests.values()) == {1} and len(server.requests) == 6  # each once
+
+
+def test_an_interrupted_run_records_how_a_reasoning_model_was_asked(tmp_path, monkeypatch):
+    """The label file recorded `chat_template_kwargs` (its answers asked with thinking off)
+    only when the run ended: a run stopped after its first chunk left rows asked so under a
+    provenance that said nothing of it. The provenance is written again before the chunk's
+    rows once the generator's has changed."""
+    calls = []
+
+    def append(self, rows):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        real_append(self, rows)
+
+    real_append = LabelFile.append
+    monkeypatch.setattr(LabelFile, "append", append)
+    with FakeServer(0.0, reasoning="inline") as url:
+        gen = RemoteGenerator(url)
+        req = LabelRequest(policy="closed-book", generator=gen.name, questions=questions(3),
+                           labels_dir=tmp_path, chunk_size=1)  # fmt: skip
+        with pytest.raises(KeyboardInterrupt):
+            label(req, generator=gen)
+    done = LabelFile(tmp_path / "fake-llm" / "closed-book.jsonl")
+    assert len(done.rows) == 1 and done.meta["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_choices_are_scored_through_a_server_with_thinking_off(caplog, fresh_notes):
+    """The in-process engine scores a prompt gate's choices through the chat template with
+    thinking off (`chat.THINKING_OFF`); through a server they were asked without it, so a
+    thinking model's template rendered its reasoning turn where the choice was scored (here:
+    every choice alike, 0.5). They are asked with thinking off from the first request (no
+    reply tells whether the model reasons); a server that refuses the field scores them
+    without it, and a reasoning model's answers after that are read (said once), not asked
+    again without end."""
+    import numpy as np
+
+    prompts, choices = ["Who wrote Hamlet?", "Is Paris in France?"], ["[Yes]", "[No]"]
+    with FakeServer(0.0) as url:
+        plain = RemoteGenerator(url).choice_probs(prompts, choices)
+    assert not np.allclose(plain, 0.5)
+    thinking = FakeServer(0.0, reasoning="inline")
+    with thinking as url:
+        np.testing.assert_allclose(RemoteGenerator(url).choice_probs(prompts, choices), plain)
+    assert thinking.thinking_off == len(prompts) * (len(choices) + 1)
+    with FakeServer(0.0, reasoning="inline", template_kwargs="refuse") as url:
+        remote = RemoteGenerator(url)
+        np.testing.assert_allclose(remote.choice_probs(prompts, choices), 0.5)
+        assert "reasons" not in caplog.text  # a refused field is no reasoning
+        assert [g.text for g in remote.generate(prompts)] == [answer(p) for p in prompts]
+        assert remote.provenance == {} and "start its server with thinking off" in caplog.text
 
 
 @pytest.mark.slow  # ten label runs

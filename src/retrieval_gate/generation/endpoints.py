@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -47,6 +47,8 @@ class ChatResult:
     error: str | None = None
     url: str | None = None
     attempts: int = 0
+    # the chat-template arguments the answer was asked with (a label file records them)
+    template: dict[str, Any] = field(default_factory=dict)
 
 
 # The generator servers' bearer token (`vllm serve --api-key`, a hosted endpoint's key). Read
@@ -319,6 +321,7 @@ class ServerTraits:
         self.url = url
         self.logprobs = True  # asked for until the server refuses them
         self.thinking = "unknown"  # "off": asked so (it reasoned); "on": it cannot be turned off
+        self.takes_template = True  # chat_template_kwargs, until the server refuses them
         self.length_field = "max_tokens"  # or OpenAI's newer models' max_completion_tokens
 
     def body(self, model: str, prompt: str, max_tokens: int, logprobs: bool) -> dict[str, Any]:
@@ -331,6 +334,17 @@ class ServerTraits:
         """The fields that ask for the chat template as the answers are asked (a prompt's
         tokens are counted with them)."""
         return THINKING_OFF if self.thinking == "off" else {}
+
+    def scoring(self, model: str, prompt: str, reply: str) -> dict[str, Any]:
+        """The request for the log-probabilities of every token of (prompt, reply) (vLLM's
+        `prompt_logprobs`), asked with thinking off while the server takes it: no reply tells
+        whether the model reasons, and the in-process engine scores choices so (a thinking
+        template renders a reasoning turn where the reply is scored)."""
+        messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        body = {"model": model, "messages": messages, self.length_field: 1, "temperature": 0.0,
+                "add_generation_prompt": False, "continue_final_message": True,
+                "prompt_logprobs": 0}  # fmt: skip
+        return {**body, **(THINKING_OFF if self.takes_template else {})}
 
     def resend(self, status: int, text: str, body: dict[str, Any]) -> bool:
         """True when a refusal names a field this request sent that the server does not take
@@ -351,8 +365,10 @@ class ServerTraits:
             self.length_field = "max_completion_tokens"
             return True
         if "chat_template_kwargs" in body and "chat_template_kwargs" in said:
-            self.thinking = "on"
-            reasoning_note(self.url, f"it refused chat_template_kwargs: {text[:200]}")
+            self.takes_template = False
+            if self.thinking == "off":  # it reasoned: it keeps its reasoning now
+                self.thinking = "on"
+                reasoning_note(self.url, f"it refused chat_template_kwargs: {text[:200]}")
             return True
         return False
 
@@ -363,9 +379,10 @@ class ServerTraits:
         its reasoning cut off (`without_reasoning`), and said once."""
         if not reasoned(message):
             return False
-        if self.thinking == "on" or "chat_template_kwargs" in body:
+        if self.thinking == "on" or "chat_template_kwargs" in body or not self.takes_template:
             self.thinking = "on"
-            reasoning_note(self.url, "it reasons when asked with enable_thinking false too")
+            reasoning_note(self.url, "it reasons when asked with enable_thinking false too"
+                           if self.takes_template else "it refused chat_template_kwargs")  # fmt: skip
             return False
         self.thinking = "off"
         note_once(self.url, "thinking-off", "the model at %s reasons before it answers: asking "
@@ -513,5 +530,5 @@ def _result(
         return ChatResult(error=str(e), url=url, attempts=attempts)
     if g is None:
         return None
-    return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs,
-                      url=url, attempts=attempts)  # fmt: skip
+    return ChatResult(g.text, g.prompt_tokens, g.completion_tokens, g.token_logprobs, url=url,
+                      attempts=attempts, template=body.get("chat_template_kwargs") or {})  # fmt: skip

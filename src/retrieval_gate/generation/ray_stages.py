@@ -2,12 +2,14 @@
 endpoints (a pool of Ray actors, each with a bounded number of requests in flight), and the
 vLLM-engine processor of `ray.data.llm` for GPU clusters. Rows in: `row_id`, `prompt`,
 `max_tokens`, `logprobs`; rows out: `row_id`, `text`, `prompt_tokens`, `completion_tokens`,
-`token_logprobs` (empty without), `error` (empty when the request succeeded), `attempts`, `actor`, `t_done`.
+`token_logprobs` (empty without), `error` (empty when the request succeeded), `attempts`, `actor`,
+`t_done`, `template` (the chat-template arguments a server was asked with, as JSON; "" none).
 
 This module imports no Ray at import time and nothing heavy (the actors import it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -46,6 +48,7 @@ class HttpChatActor:
             "attempts": r.attempts,
             "actor": self.actor,
             "t_done": time.time(),
+            "template": json.dumps(r.template, sort_keys=True) if r.template else "",
         }
 
     def __call__(self, batch: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -84,6 +87,7 @@ def vllm_result(row: dict[str, Any]) -> dict[str, Any]:
         "attempts": 1,
         "actor": "vllm-engine",
         "t_done": time.time(),
+        "template": "",  # every prompt asked as in-process (`vllm_processor`), which records none
     }
 
 

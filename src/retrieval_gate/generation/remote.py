@@ -53,8 +53,9 @@ class RemoteGenerator:
     request (`rag.backends.open_generator` passes `endpoints.server_key()`)."""
 
     # part of the generation cache's key: answers cached before a reasoning model was asked
-    # with thinking off (`ServerTraits`) were its reasoning's remains
-    asks = "thinking off when it reasons"
+    # with thinking off (`ServerTraits`) were its reasoning's remains, and choice scores its
+    # thinking template's
+    asks = "thinking off when it reasons; choices scored with thinking off"
 
     def __init__(
         self,
@@ -240,19 +241,10 @@ class RemoteGenerator:
 
     def _reply_logprobs(self, prompt: str, reply: str) -> list[float]:
         """Log-probabilities of every prompt token of (user prompt, assistant reply)."""
-        body = {
-            "model": self.name,
-            "messages": [
-                {"role": "user", "content": prompt},
-                {"role": "assistant", "content": reply},
-            ],
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "add_generation_prompt": False,
-            "continue_final_message": True,
-            "prompt_logprobs": 0,
-        }
-        out = self._post("/chat/completions", body) or {}
+        out = None
+        while out is None:  # None: the server refused a field, learned (`ServerTraits`)
+            out = self._post("/chat/completions", self._traits.scoring(self.name, prompt, reply),
+                             chat=True)  # fmt: skip
         entries = out.get("prompt_logprobs")
         if entries is None:
             raise BackendError(

@@ -136,8 +136,10 @@ def run_policy(
 ) -> dict[str, Any]:
     """One generator policy's run: provenance (the generator's name, checksum and backend, and
     the policy's `fields`) is written before the first row, so a label file never lacks it;
-    then the chunked, resumable loop (or the generator's own `run_rows`: the Ray engine's);
-    then the provenance again with this run's throughput."""
+    then the chunked, resumable loop (or the generator's own `run_rows`: the Ray engine's),
+    the provenance written again before a chunk's rows where the generator's changed (a
+    server's says how its answers were asked once it was seen to reason: an interrupted run's
+    file records it too); then the provenance again with this run's throughput."""
     meta = provenance(
         policy,
         generator=generator.name,
@@ -147,10 +149,18 @@ def run_policy(
         **getattr(generator, "provenance", {}),
     )
     out.write_meta(meta)
+
+    def noted(part: list[Question]) -> list[dict[str, Any]]:
+        rows = compute(part)
+        now = {**meta, **getattr(generator, "provenance", {})}
+        if now != meta:
+            meta.update(now)
+            out.write_meta(meta)
+        return rows
+
     # a generator may bring its own loop over the same row function (labels/ray_engine.py)
     loop = getattr(generator, "run_rows", run_chunked)
-    stats = loop(questions, out, compute, chunk_size, policy)
-    # the generator's provenance again: a server's says by now how its answers were asked
-    provenance_now = getattr(generator, "provenance", {})
-    out.write_meta({**meta, **provenance_now, "last_run": stats, "rows": len(out.rows)})
+    stats = loop(questions, out, noted, chunk_size, policy)
+    out.write_meta({**meta, **getattr(generator, "provenance", {}), "last_run": stats,
+                    "rows": len(out.rows)})  # fmt: skip
     return stats

@@ -20,6 +20,7 @@ loses only the requests in flight; the questions of a request that kept failing 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -146,11 +147,19 @@ class RayEngine:
             self.model_source = str(folder)
             self.backend = "ray:vllm-engine"
             root = ""
-        self.provenance = {"engine": "ray", "ray_actors": options.actors,
-                           "ray_in_flight": options.in_flight,
-                           **({"generator_root": root} if root else {})}  # fmt: skip
+        self._provenance = {"engine": "ray", "ray_actors": options.actors,
+                            "ray_in_flight": options.in_flight,
+                            **({"generator_root": root} if root else {})}  # fmt: skip
+        self._templates: dict[str, Any] = {}  # the chat-template arguments answers were asked with
         self._recorded: list[RequestKey] | None = None
         self._answers: dict[RequestKey, Generation] = {}
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What label files record of the engine, and how the servers were asked (each actor
+        learns a reasoning model's thinking off itself: `endpoints.ServerTraits`)."""
+        asked = {"chat_template_kwargs": self._templates} if self._templates else {}
+        return {**self._provenance, **asked}
 
     # -- the Generator interface, in record or replay mode -----------------------------------
     def generate(
@@ -283,6 +292,7 @@ class RayEngine:
                 continue
             for n, key in enumerate(plan[qid]):
                 self._answers[key] = _generation(results[n])
+                self._templates.update(json.loads(str(results[n].get("template") or "{}")))
             good.append(by_id[qid])
         if good:
             out.append(compute(good))
