@@ -175,10 +175,13 @@ def test_a_question_file_reads_answer_log_probabilities_under_other_names(tmp_pa
 
 
 def test_a_prediction_cell_is_one_answers_text(tmp_path, capsys):
-    """A chat message or a list of one answer, saved as is, is that answer; several answers in
-    one cell are refused, where their repr was judged and any of them right made the row right."""
+    """A chat message, a chat completion's choice (once refused as "not one answer's text") or
+    a list of one answer, saved as is, is that answer; several answers in one cell are
+    refused, where their repr was judged and any of them right made the row right."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Lyon"},
+              "finish_reason": "stop"}  # fmt: skip
     rows = [{"id": "m1", "prediction": {"role": "assistant", "content": "William Shakespeare"}},
-            {"id": "m2", "prediction": ["Lyon"]}, {"id": "m3", "prediction": 1999}]  # fmt: skip
+            {"id": "m2", "prediction": [choice]}, {"id": "m3", "prediction": 1999}]  # fmt: skip
     assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows)) == 0
     got = _rows(tmp_path)
     assert got["m1"]["prediction"] == "William Shakespeare" and got["m1"]["label"] == 0

@@ -120,6 +120,26 @@ def test_a_run_whose_answer_file_is_no_file_is_refused_not_read_as_no_answers(tm
         ),
         # an empty cell said "no correctness column" of a file that has one
         ("id,correct\nm1,1\nm2,\n", "line 3: the row's 'correct' cell is empty (or NaN)"),
+        # two columns of one field that differ: the second was dropped unseen
+        (
+            "id,correct,is_correct\nm1,yes,1\nm2,1,0\n",
+            "line 3: columns 'correct' and 'is_correct' both give the correct and differ "
+            "('1' vs '0'): name the one to read with --outcome-field correct=COLUMN",
+        ),
+        (
+            "id,correct,prediction,response\nm1,0,Lyon,lyon.\nm2,0,Ottawa,Toronto\n",
+            "line 3: columns 'prediction' and 'response' both give the prediction and differ",
+        ),
+        (
+            "id,prediction,closed_prediction\nm1,Paris,London\n",
+            "columns 'prediction' and 'closed_prediction' both give the prediction",
+        ),
+        # a shuffled id column: the row's outcome went to the id's question
+        (
+            "id,question,correct\nm1,What is the capital of France?,1\n",
+            "line 2: the row's id is question 'm1' ('Who wrote Hamlet?'), and its question "
+            "text is question 'm2''s",
+        ),
     ],
 )
 def test_bad_outcomes_files(tmp_path, capsys, content, message):
@@ -128,6 +148,19 @@ def test_bad_outcomes_files(tmp_path, capsys, content, message):
     assert _label(tmp_path, path) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "labels" / "my-llm" / "closed-book.jsonl").exists()
+
+
+def test_a_row_whose_text_is_not_its_ids_question_is_matched_by_id_and_said(tmp_path, caplog):
+    """A text around the question (a prompt template) is no other question's: the id decides,
+    and the rows are counted in a warning (a text that is another question's is refused:
+    `test_bad_outcomes_files`)."""
+    rows = [{"id": "m1", "question": "Question: Who wrote Hamlet?\nAnswer:", "correct": 1},
+            {"id": "m2", "question": "what is the capital of france", "correct": 0}]  # fmt: skip
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", rows)) == 0
+    assert LabelFile(tmp_path / "labels" / "my-llm" / "closed-book.jsonl").labels() == {
+        "m1": 0, "m2": 1}  # fmt: skip
+    assert "1 outcome rows give a question text that is not their id's question's (the " \
+        "first: line 1, id 'm1'); matched by id" in caplog.text  # fmt: skip
 
 
 def test_two_outcomes_for_one_id_less_question_name_the_id_columns(tmp_path, capsys):
@@ -239,6 +272,38 @@ def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     assert _label(tmp_path, path) == 2
     assert "not made from outcomes is already there" in capsys.readouterr().err
     assert (run / "closed-book.jsonl").read_text() == '{"id": "m1", "label": 1}\n'
+
+
+def test_a_reimport_removes_the_files_of_the_earlier_import_it_does_not_make(
+    tmp_path, caplog, capsys
+):
+    """A second import into the folder that records no answers with retrieval rewrote
+    closed-book.jsonl and left the first import's rag-gain.jsonl (and strategies.jsonl)
+    beside it, whose closed-book correctness `tune` and `evaluate` then read in place of the
+    new one, without a word. They are removed, and said; one a labelling run made is
+    refused, nothing written."""
+    from retrieval_gate.labels.labelling_run import LabellingRun
+
+    folder = tmp_path / "labels" / "my-llm"
+    both = [{"id": q["id"], "no_retrieval_correct": 1, "one_retrieval_correct": 1}
+            for q in QUESTIONS]  # fmt: skip
+    strategies = ("--strategies", "no_retrieval", "one_retrieval")
+    assert _label(tmp_path, write_jsonl(tmp_path / "both.jsonl", both), *strategies) == 0
+    assert {"rag-gain.jsonl", "strategies.jsonl"} <= {p.name for p in folder.iterdir()}
+    closed = write_jsonl(tmp_path / "closed.jsonl", [{"id": q["id"], "correct": 0}
+                                                     for q in QUESTIONS])  # fmt: skip
+    assert _label(tmp_path, closed) == 0
+    assert sorted(p.name for p in folder.glob("*.json*") if not p.name.startswith(".")) == [
+        "closed-book.jsonl", "closed-book.meta.json"]  # fmt: skip
+    assert LabellingRun(folder).outcomes().closed == dict.fromkeys(["m1", "m2", "m3"], False)
+    assert f"removed {folder / 'rag-gain.jsonl'} (from the earlier import of" in caplog.text
+    (folder / "rag-gain.jsonl").write_text('{"id": "m1", "label": 1}\n')  # a labelling run's
+    (folder / "rag-gain.meta.json").write_text('{"policy": "rag-gain"}')
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    assert _label(tmp_path, closed) == 2
+    assert "rag-gain.jsonl: was not made by an outcomes import" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
 
 
 @pytest.mark.parametrize("strategies", [False, True], ids=["outcomes", "strategies"])

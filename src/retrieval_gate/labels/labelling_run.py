@@ -4,6 +4,7 @@ answers recorded with them, read here and nowhere else.
     closed-book.jsonl   closed-book answers: `match`, `mean_logprob`, `idk` (+ label), and
                         `token_logprobs` where recorded (`labels.logprobs.answer_logprobs`)
     rag-gain.jsonl      with-retrieval answers: `closed_correct`, `rag_correct` (+ label)
+    strategies.jsonl    each strategy's correctness and the cheapest correct one (routers)
 
 Adaptive accuracy, the confidence gate, TA-ARE's demonstrations and tuning's content
 identity all come from these two files."""
@@ -21,6 +22,7 @@ from .logprobs import AnswerLogprobs, answer_logprobs
 
 CLOSED_BOOK = "closed-book.jsonl"
 RAG_GAIN = "rag-gain.jsonl"
+STRATEGY_FILE = "strategies.jsonl"
 DEFAULT_RUN_DIR = LABELS_DIR / "smollm2-135m-instruct"  # the committed SmolLM2 run
 
 

@@ -111,7 +111,8 @@ def note_unread(path: str | Path, rows: Sequence[tuple[int, dict]], read: Iterab
 
 def answer_text(value: Any, column: str, path: str | Path, n: int) -> str:
     """A prediction cell as the answer's text: a string or number; a list of one answer, or a
-    chat message / completion choice (`{"content": ...}`, `{"text": ...}`), saved as is. Several
+    chat message / completion choice (`{"content": ...}`, `{"text": ...}`, a chat completion's
+    `{"message": {"content": ...}}`), saved as is. Several
     answers in one cell are refused: judged as their repr, any of them right made the row
     right. A list saved into a text cell (a CSV's: JSON, or pandas' repr `['a', 'b']`) is read
     as that list."""
@@ -123,6 +124,8 @@ def answer_text(value: Any, column: str, path: str | Path, n: int) -> str:
             value = value[0]
         elif isinstance(value, dict) and ("content" in value or "text" in value):
             value = value.get("content", value.get("text"))
+        elif isinstance(value, dict) and isinstance(value.get("message"), dict):
+            value = value["message"]
         else:
             break
     if isinstance(value, str | int | float) and not isinstance(value, bool):

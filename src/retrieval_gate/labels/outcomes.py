@@ -39,7 +39,7 @@ from ..outputs import record_owned, refuse_foreign, vouch_for
 from ..questions import Question, id_text, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, require_ours
-from .labelling_run import CLOSED_BOOK, RAG_GAIN
+from .labelling_run import CLOSED_BOOK, RAG_GAIN, STRATEGY_FILE
 from .lock import single_writer
 from .logprobs import (
     MEAN_LOGPROB,
@@ -84,15 +84,17 @@ def import_outcomes(
     fields: dict[str, str] | None = None,
     locked: bool = False,
     stamp: bool = True,
+    writes_too: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
     `rows` already read from it (the strategy importer passes its first two strategies); with
     `out_file`, the closed-book labels go to that one file (refused, before anything is
     written, when the outcomes also make rag-gain labels). `fields`: outcome field -> the
     file's column it is read from (`--outcome-field`). `locked`: the caller holds the folder's
-    `import_lock` (it writes a third file). `stamp`: each row records its question's
-    `question_sha`, so training on these labels over questions edited since is refused (a
-    release's rows carry none: its questions are read from its own files)."""
+    `import_lock` (it writes a third file, named in `writes_too`). `stamp`: each row records
+    its question's `question_sha`, so training on these labels over questions edited since is
+    refused (a release's rows carry none: its questions are read from its own files). An
+    earlier import's files this one does not write are removed (`_left_behind`)."""
     if rows is None:
         rows = renamed(path, list(read_rows(str(path))), fields or {})
         if rows and "filtered_resps" not in rows[0][1]:
@@ -141,6 +143,8 @@ def import_outcomes(
         made_for = [q for q, _ in matched.values()] if stamp else []
         for target in (closed_file, *([out_dir / RAG_GAIN] if rag else [])):
             replaceable(target)  # both before either is written
+        writes = [CLOSED_BOOK, *([RAG_GAIN] if rag else []), *writes_too]
+        _remove(path, [] if out_file is not None else _left_behind(out_dir, writes))
         written = {"closed-book": _write(closed_file, closed, meta, made_for)}
         if rag:
             rag_meta = {**meta, "policy": "rag-gain", "rows": len(rag),
@@ -170,6 +174,7 @@ def match_rows(
             texts[key] = q if texts.get(key, q) is q else None
     matched: dict[str, tuple[Question, dict]] = {}
     unmatched: list[tuple[int, Any]] = []  # (line, the row's id or text)
+    reworded: list[tuple[int, str]] = []  # (line, id) of rows whose text is not their id's
     for n, row in rows:
         key = row.get("doc") if fmt == "lm-eval-samples" else row
         if not isinstance(key, dict):
@@ -179,7 +184,10 @@ def match_rows(
             raise DataError(_no_question(fmt, key), path, n)
         as_id = id_text(qid)  # true, a list or NaN names no question: matched by text instead
         q = by_id.get(as_id) if as_id is not None else None
-        if q is None and isinstance(text, str):
+        if q is not None and isinstance(text, str) and text.strip():
+            if _other_question(q, text, exact, by_text, path, n):
+                reworded.append((n, q.id))
+        elif q is None and isinstance(text, str):
             q = _by_text(exact, by_text, text, path, n)
         if q is None:
             unmatched.append((n, qid if qid is not None else text))
@@ -204,6 +212,11 @@ def match_rows(
                     f"by id or text and are left out (the first: line {line}, {key!r}); "
                     f"are these the questions they were recorded for (--questions)?"
                     f"{_near_miss(key, questions)}")  # fmt: skip
+    if reworded:  # a prompt template around the question, say: the ids decide
+        line, qid = reworded[0]
+        log.warning(f"{path}: {len(reworded)} outcome rows give a question text that is not "
+                    f"their id's question's (the first: line {line}, id {qid!r}); matched by "
+                    "id")  # fmt: skip
     if lacking := [q.id for q in questions if q.id not in matched]:  # train then used fewer
         log.warning(f"{len(lacking)} of {len(questions)} questions have no outcome row (the "
                     f"first: {lacking[0]!r}) and are left unlabelled")  # fmt: skip
@@ -226,9 +239,9 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
     if fmt == "lm-eval-samples":
         prediction = _lm_eval_answer(row, path, n)
     else:
-        recorded = parse_bool(_first(row, CORRECT), path, n)
+        recorded = parse_bool(_agreed(row, "correct", path, n), path, n)
         if recorded is not None:  # the recorded correctness decides; its answer text is kept
-            said = _first(row, PREDICTION)
+            said = _agreed(row, "prediction", path, n)
             lp = _logprobs(row, path, n, said)
             text = said.strip()[:PREDICTION_CHARS] or None if isinstance(said, str) else None
             judged = None if text is None or not q.answers else correct(
@@ -236,7 +249,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
             return {"id": q.id, "prediction": text, **_recorded(recorded), "idk": None,
                     **lp, "label": int(not recorded),
                     OTHERWISE: judged is not None and judged != recorded}  # fmt: skip
-        prediction = _first(row, PREDICTION)
+        prediction = _agreed(row, "prediction", path, n)
         if prediction is None:
             raise DataError(_no_outcome(row), path, n)
     if not q.answers:
@@ -324,6 +337,31 @@ def _second_outcome(q: Question, first_line: int) -> str:
             f"question (e.g. right in most samples) and record that as its 'correct' value.{text}")  # fmt: skip
 
 
+def _other_question(
+    q: Question,
+    text: str,
+    exact: dict[str, Question | None],
+    by_text: dict[str, Question | None],
+    path,
+    n: int,
+) -> bool:
+    """Whether a row matched by its id gives a question text that is not that question's
+    (True). A text that is another question's is refused: the id and question columns
+    disagree (a column shuffled or sorted alone), and the outcome was taken as the id's."""
+    if normalize_answer(text) == normalize_answer(q.text):
+        return False
+    try:
+        other = _by_text(exact, by_text, text, path, n)
+    except DataError:  # a text of two questions: not this one's, and none named
+        return True
+    if other is not None and other is not q:
+        raise DataError(f"the row's id is question {q.id!r} ({q.text[:60]!r}), and its question "
+                        f"text is question {other.id!r}'s ({text[:60]!r}): the id and question "
+                        "columns disagree (one shuffled or sorted alone?): fix the file so that "
+                        "each row's id and text name one question", path, n)  # fmt: skip
+    return True
+
+
 def _by_text(
     exact: dict[str, Question | None], by_text: dict[str, Question | None], text: str, path, n: int
 ) -> Question | None:
@@ -379,6 +417,24 @@ def _first(row: dict, columns: tuple[str, ...]) -> Any:
     return next((row[c] for c in columns if row.get(c) not in (None, "")), None)
 
 
+def _agreed(row: dict, field: str, path, n: int) -> Any:
+    """`_first` of the field's columns (`correct`, `is_correct`, `closed_correct`; or the
+    prediction's), where every other one that holds a value says the same: a file with two
+    of them that differ had the second dropped unseen."""
+    given = [(c, row[c]) for c in FIELDS[field] if row.get(c) not in (None, "")]
+    same = (lambda v: parse_bool(v, path, n)) if field == "correct" else _said
+    other = next(((c, v) for c, v in given[1:] if same(v) != same(given[0][1])), None)
+    if other is not None:
+        raise DataError(f"columns {given[0][0]!r} and {other[0]!r} both give the {field} and "
+                        f"differ ({str(given[0][1])[:60]!r} vs {str(other[1])[:60]!r}): name "
+                        f"the one to read with --outcome-field {field}=COLUMN", path, n)  # fmt: skip
+    return given[0][1] if given else None
+
+
+def _said(value: Any) -> str:
+    return normalize_answer(str(value))
+
+
 def parse_bool(value: Any, path, n: int, column: str = "correctness") -> bool | None:
     """A recorded correctness cell: true/false, 1/0, yes/no (None when empty)."""
     if value is None or value == "" or isinstance(value, bool):
@@ -405,12 +461,46 @@ def replaceable(path: Path) -> None:
     require_ours(path)
     if not path.exists():
         return
-    previous = LabelFile(path).meta if meta_path(path).exists() else {}
-    if previous.get("source") != "outcomes":
+    if not _imported(path):
         raise DataError("a label file not made from outcomes is already there; pick another "
                         "--labels-dir / --generator name", path)  # fmt: skip
     vouch_for(path)  # an import's from before the folder's ledger: as it is now
     refuse_foreign([path], "--labels-dir")
+
+
+def _imported(path: Path) -> bool:
+    """A label file an outcomes import made (its provenance says so)."""
+    return meta_path(path).exists() and LabelFile(path).meta.get("source") == "outcomes"
+
+
+def _left_behind(out_dir: Path, writes: Sequence[str]) -> list[Path]:
+    """The files beside closed-book.jsonl this import does not write (rag-gain.jsonl,
+    strategies.jsonl), each one an earlier import may leave: read beside the new closed-book
+    answers, they paired them with the old ones (`LabellingRun.outcomes` takes rag-gain's
+    closed-book correctness, where it has one, over closed-book.jsonl's). One a labelling run
+    made is refused."""
+    stale = [out_dir / n for n in (RAG_GAIN, STRATEGY_FILE)
+             if n not in writes and (out_dir / n).exists()]  # fmt: skip
+    for target in stale:
+        require_ours(target)
+        if not _imported(target):
+            raise DataError(f"was not made by an outcomes import, and this import makes no "
+                            f"{target.name} of its own: read beside the new {CLOSED_BOOK}, its "
+                            "rows would pair other answers with these; move it away, or pass "
+                            "another --labels-dir / --generator name", target)  # fmt: skip
+        replaceable(target)
+    return stale
+
+
+def _remove(outcomes: str | Path, stale: list[Path]) -> None:
+    """Removes an earlier import's files (`_left_behind`), said once each."""
+    for target in stale:
+        earlier = LabelFile(target).meta.get("outcomes_file", "?")
+        meta_path(target).unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+        log.warning(f"removed {target} (from the earlier import of {earlier}): {outcomes} makes "
+                    f"no {target.name}, and that one's rows would be read beside the new "
+                    f"{CLOSED_BOOK}")  # fmt: skip
 
 
 def _write(

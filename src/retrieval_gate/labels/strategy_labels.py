@@ -59,6 +59,7 @@ from ..questions import Question
 from ..strategies import BUILTIN, MAX_COST, StrategyRegistry, is_cost
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, missing
+from .labelling_run import STRATEGY_FILE
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, parse_token_logprobs, rounded
 from .outcome_columns import (
     ID,
@@ -73,7 +74,6 @@ from .outcomes import import_lock, import_outcomes, match_rows, parse_bool, repl
 from .policy_loop import provenance
 from .scoring import DEFAULT_CRITERION, correct, judge
 
-STRATEGY_FILE = "strategies.jsonl"
 TARGET_FROM = ("cheapest", "prior", "learned", "fixed", "excluded")
 
 log = logging.getLogger(__name__)
@@ -474,6 +474,7 @@ def _write_all(
         replaceable(target)  # before import_outcomes checks and writes its two
         result = import_outcomes(meta["outcomes_file"], questions, out_dir, generator,
                                  neither_label=neither_label, rows=binary, locked=True,
+                                 writes_too=[STRATEGY_FILE],
                                  extra_meta={**meta, "strategies_file": STRATEGY_FILE},
                                  stamp=stamp)  # fmt: skip
         out = LabelFile(target, replacing=True)
