@@ -163,6 +163,28 @@ def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path
     assert sorted(ids) == sorted(q.id for q in qs)  # every question once: no duplicate rows
 
 
+@pytest.mark.slow
+def test_a_server_that_refuses_every_question_stops_a_ray_run_as_a_local_one(
+    tmp_path, capsys, local_ray
+):
+    """A server refusing every prompt (a base model's without a chat route, say) stopped a
+    local run (exit 3) while a Ray run ended 0 with an empty label file for a script to carry
+    on with. Both stop, their questions listed; a re-run of only listed failures goes on."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    with FakeServer(0.0, refuse="?") as url:  # every question holds one
+        for engine in ([], ["--engine", "ray", "--actors", "1"]):
+            argv = ["label", "--policy", "closed-book", "--questions", str(qs),
+                    "--generator-url", url, "--labels-dir", str(tmp_path / "l"), *engine]  # fmt: skip
+            (tmp_path / "l" / "fake-llm" / "closed-book.failed.jsonl").unlink(missing_ok=True)
+            assert main(argv) == 3, engine
+            assert "the generator refused every" in capsys.readouterr().err
+            failed = (tmp_path / "l" / "fake-llm" / "closed-book.failed.jsonl").read_text()
+            assert len(failed.splitlines()) == len(QUESTIONS)
+            assert main(argv) == 0  # the listed ones again: refused again, as expected
+
+
 def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
     base = ["label", "--policy", "closed-book", "--dataset", "popqa", "--limit", "2",
             "--out", str(tmp_path / "l.jsonl")]  # fmt: skip
@@ -254,11 +276,12 @@ def test_vllm_engine_processor_builds_and_needs_gpus(tmp_path, local_ray):
         _start_ray(RayOptions(backend="vllm", model=str(folder)))
 
 
-def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch):
+def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch, caplog, fresh_notes):
     """A hosted API's rate limit answers 429 with `Retry-After: 20`; the clients retried after
     their own 1, 2, 4 s (0.25-0.75 s in the Ray engine's pool), so the retries were spent
     inside the limit and the run stopped (or its rows failed). They wait what it asks for (at
-    most MAX_RETRY_AFTER), in seconds or as an HTTP date."""
+    most MAX_RETRY_AFTER), in seconds or as an HTTP date; a wait of 10 s or more is said (a
+    run was silent for it), once a server."""
     import email.utils
 
     import httpx
@@ -273,6 +296,12 @@ def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch):
         assert RemoteGenerator(url).generate(["Who wrote Hamlet?"])[0].text
         assert EndpointPool([url], "fake-llm").chat("Who wrote Ulysses?", 8).error is None
     assert [s for s in slept if s] == [7.0, 7.0]  # the server's own latency sleeps 0 s
+    assert "asks to wait" not in caplog.text
+    with FakeServer(0.0, transient=1, retry_after="30") as url:
+        assert RemoteGenerator(url).generate(["Who wrote Hamlet?", "Who wrote Emma?"])[0].text
+        assert EndpointPool([url], "fake-llm").chat("Who wrote Ulysses?", 8).error is None
+    assert caplog.text.count(f"the generator server at {url} asks to wait 30 s before the "
+                             "next attempt (Retry-After, at most 120 s is waited)") == 1  # fmt: skip
     soon = email.utils.format_datetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30),
                                        usegmt=True)  # fmt: skip
     waits = {v: retry_after(httpx.Response(429, headers={"Retry-After": v}))
@@ -281,6 +310,25 @@ def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch):
     assert waits == {"2.5": 2.5, "1e9": MAX_RETRY_AFTER, "-3": 0.0, "nan": 0.0, "soon": 0.0,
                      "": 0.0}  # fmt: skip
     assert retry_after(httpx.Response(400, headers={"Retry-After": "9"})) == 0.0
+
+
+def test_a_server_that_never_answers_is_said_while_it_is_waited_for(
+    monkeypatch, caplog, fresh_notes
+):
+    """A server that took requests and never answered kept `label` silent for the timeout
+    times the attempts (20 minutes by default): the first timeout is said, once a server."""
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation import remote
+    from retrieval_gate.generation.endpoints import EndpointPool
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    with FakeServer(0.5) as url:
+        with pytest.raises(BackendError, match="ReadTimeout|timed out"):
+            RemoteGenerator(url, timeout=0.05).generate(["Who wrote Hamlet?"])
+        pool = EndpointPool([url], "fake-llm", timeout=0.05, retries=1, backoff=0.0)
+        assert "cannot reach" in pool.chat("Who wrote Emma?", 8).error
+    assert caplog.text.count(f"the generator server at {url} gave no answer within the "
+                             "timeout (ReadTimeout): asking again") == 1  # fmt: skip
 
 
 @pytest.mark.parametrize("body", [
@@ -296,27 +344,10 @@ def test_a_rate_limit_is_waited_for_as_long_as_it_asks(monkeypatch):
 def test_a_200_reply_that_is_no_chat_completion_is_a_backend_error(body):
     """Each was a JSONDecodeError, KeyError or IndexError traceback: `label --generator-url`,
     `rag --generator-url` and the Ray engine stopped with 'internal error (a bug)'."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from retrieval_gate.errors import BackendError
     from retrieval_gate.generation.endpoints import EndpointPool
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    try:
+    with replying(body) as url:
         result = EndpointPool([url], "m").chat("Who wrote Hamlet?", 8, logprobs=True)
         assert result.error and "answered 200" in result.error and result.attempts == 1
         remote = RemoteGenerator(url, model="m")
@@ -324,6 +355,124 @@ def test_a_200_reply_that_is_no_chat_completion_is_a_backend_error(body):
             remote.generate(["Who wrote Hamlet?"], logprobs=True)
         (failed,) = remote.try_generate(["Who wrote Hamlet?"], logprobs=True)
         assert isinstance(failed, BackendError)
+
+
+def _choice(message: dict, finish: str = "stop", **more: object) -> bytes:
+    return json.dumps({"choices": [{"message": message, "finish_reason": finish}], **more}).encode()
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    (_choice({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"), "called a tool"),
+    (_choice({"content": None}), "its content is null (finish_reason 'stop')"),
+    (_choice({"content": None, "refusal": "I can't help with that."}), "the model refused: "),
+    (_choice({"content": ""}, "content_filter"), "content filter withheld it"),
+])  # fmt: skip
+def test_a_reply_without_an_answer_is_refused_not_judged_as_the_empty_answer(tmp_path, body, why):
+    """A tool call, a refusal, a content filter's cut: each was judged as the empty answer, a
+    question the model cannot answer (label 1), exit 0 and no failure listed, on both engines.
+    The question is listed as failed, with the server's reason (a chunk refused whole stops
+    the run, its questions listed all the same)."""
+    from retrieval_gate.generation.endpoints import EndpointPool
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    with replying(body, models=["m"]) as url:
+        result = EndpointPool([url], "m").chat("Who wrote Hamlet?", 8)
+        assert f"{url} answered without an answer: " in result.error and why in result.error
+        assert main(["label", "--policy", "closed-book", "--questions", str(qs),
+                     "--generator-url", url, "--labels-dir", str(tmp_path)]) == 3  # fmt: skip
+    failed = (tmp_path / "m" / "closed-book.failed.jsonl").read_text().splitlines()
+    assert not rows_of(tmp_path / "m" / "closed-book.jsonl") and len(failed) == 3
+    assert why in json.loads(failed[0])["error"]
+
+
+def test_a_reply_with_counts_that_are_none_keeps_its_answer():
+    """`usage` null (or a word) refused the whole answer (int(None)): a run whose server says
+    so stopped at its first chunk. Counts are accounting: 0. The completions API's older
+    `token_logprobs` form was refused too (KeyError 'content')."""
+    old = {"tokens": ["Jane"], "token_logprobs": [-0.5]}
+    body = json.loads(_choice({"content": "Jane Austen"},
+                              usage={"prompt_tokens": None, "completion_tokens": "two"}))  # fmt: skip
+    body["choices"][0]["logprobs"] = old
+    with replying(json.dumps(body).encode()) as url:
+        (got,) = RemoteGenerator(url, model="m").generate(["Who wrote Emma?"], logprobs=True)
+    assert (got.text, got.prompt_tokens, got.completion_tokens) == ("Jane Austen", 0, 0)
+    assert got.token_logprobs == [-0.5]
+
+
+def test_a_server_without_a_chat_route_is_named_so():
+    """A base model's server answers 404 on /chat/completions: the error said only that, with
+    no way out."""
+    from retrieval_gate.errors import PromptRefused
+    from retrieval_gate.generation.endpoints import EndpointPool
+
+    with replying(b'{"detail": "Not Found"}', status=404) as url:
+        with pytest.raises(PromptRefused, match="no chat-completions route there: is it a base "):
+            RemoteGenerator(url, model="m").generate(["Who wrote Hamlet?"])
+        error = EndpointPool([url], "m").chat("Who wrote Hamlet?", 8).error
+    assert "--chat-template FILE" in error
+
+
+def test_a_model_listed_without_a_name_is_refused(tmp_path, capsys):
+    """A server listing `{"id": null}` (or 7) was asked for model "None" ("7"), and its labels
+    went to a folder of that name."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    for ids in ([None], [7]):
+        with replying(_choice({"content": "x"}), models=ids) as url:
+            assert main(["label", "--policy", "closed-book", "--questions", str(qs),
+                         "--generator-url", url, "--labels-dir", str(tmp_path)]) == 3  # fmt: skip
+        assert f"{url}/models lists no model by name (ids: {ids[0]!r})" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*/closed-book.jsonl"))
+
+
+def test_documents_of_their_own_are_asked_of_questions_that_carry_them(tmp_path, capsys):
+    """`rag-gain --retriever contexts` over a question file (whose columns give no documents)
+    labelled nothing and ended 0. It is refused, naming the retrievers that read a corpus,
+    before any request."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    server = FakeServer(0.0)
+    with server as url:
+        assert main(["label", "--policy", "rag-gain", "--retriever", "contexts", "--questions",
+                     str(qs), "--generator-url", url, "--labels-dir", str(tmp_path)]) == 2  # fmt: skip
+    assert "none of your 3 questions carries any (a question file's columns give none): " \
+        "retrieve from your documents with --retriever bm25 --corpus FILE" in capsys.readouterr().err  # fmt: skip
+    assert server.served == 0
+
+
+@contextlib.contextmanager
+def replying(body: bytes, models: list | None = None, status: int = 200):  # noqa: ANN201
+    """A server whose every chat reply is `body` (with `status`), listing `models` (ids)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, data: bytes, code: int = 200) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            listed = {"data": [{"id": m} for m in models]} if models is not None else {}
+            self._send(json.dumps(listed).encode())
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._send(body, status)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     finally:
         httpd.shutdown()
 

@@ -121,7 +121,14 @@ def listed_models(
         raise BackendError(f"{url}/models answered {r.status_code}, a redirect to {to}: pass "
                            "the URL the server is at (https:// where it redirects there)")  # fmt: skip
     r.raise_for_status()
-    return {str(entry["id"]): entry for entry in parse_json(r.content)["data"]}
+    entries = parse_json(r.content)["data"]
+    named = {e["id"]: e for e in entries if isinstance(e["id"], str) and e["id"].strip()}
+    if entries and not named:  # a null or numeric id was used as the model "None", or "7"
+        raise BackendError(f"{url}/models lists no model by name (ids: "
+                           f"{', '.join(repr(e['id']) for e in entries[:3])}): fix the "
+                           "server's model list, or name it with --served-model-name on "
+                           "`vllm serve`")  # fmt: skip
+    return named
 
 
 def model_root(entry: dict[str, Any] | None) -> str:
@@ -276,6 +283,7 @@ class EndpointPool:
                 r = self._client.post(f"{url}/chat/completions", json=body)
             except httpx.HTTPError as e:
                 problem = f"cannot reach {url} ({type(e).__name__}: {e})"
+                timed_out_note(url, e)
                 self._mark_down(url)
                 if self._any_up():  # fail over at once: a dead endpoint costs no retry
                     continue
@@ -286,12 +294,13 @@ class EndpointPool:
                         continue
                     return result
                 problem = (key_refused(url, r.status_code, self._keyed)
-                           or f"{url} answered {r.status_code}: {r.text[:200]}")  # fmt: skip
+                           or answered(f"{url}/chat/completions", r))  # fmt: skip
                 if traits.resend(r.status_code, r.text, body):
                     continue  # built again without the field the server refused
                 if r.status_code < 500 and r.status_code != 429:
                     return ChatResult(error=problem, url=url, attempts=attempt)
                 wait = retry_after(r)
+                waiting_note(url, wait)
             failures += 1
             if failures > self.retries:
                 return ChatResult(error=problem, url=url, attempts=attempt)
@@ -409,6 +418,39 @@ def reasoning_note(url: str, why: str) -> None:
               "--default-chat-template-kwargs '{\"enable_thinking\": false}'", url, why)  # fmt: skip
 
 
+def answered(route: str, r: httpx.Response) -> str:
+    """What a server's refusal of a request says, with the way out where its status tells one:
+    a chat route it has not (a base model's server), a redirect (requests are not followed)."""
+    said = f"{route} answered {r.status_code}: {r.text[:200]}"
+    if r.status_code == 404 and route.endswith("/chat/completions"):
+        return (f"{said} (no chat-completions route there: is it a base model served without "
+                "a chat template, or not the /v1 URL of an OpenAI-compatible server? Serve an "
+                "instruct model, or give it one: vllm serve ... --chat-template FILE)")  # fmt: skip
+    if r.is_redirect:
+        return (f"{route} answered {r.status_code}, a redirect to "
+                f"{r.headers.get('location', '?')}: pass the URL the server is at")  # fmt: skip
+    return said
+
+
+def timed_out_note(url: str, e: httpx.HTTPError) -> None:
+    """Says once per server that a request got no answer within the client's timeout (it is
+    asked again): a server that took requests and never answered kept a run silent for the
+    timeout times the attempts."""
+    if isinstance(e, httpx.TimeoutException):
+        note_once(url, "timeout", "the generator server at %s gave no answer within the "
+                  "timeout (%s): asking again; is it overloaded or stuck?", url,
+                  type(e).__name__)  # fmt: skip
+
+
+def waiting_note(url: str, wait: float) -> None:
+    """Says once per server that it asked for a long wait (`Retry-After`): the run was silent
+    for it."""
+    if wait >= 10:
+        note_once(url, "retry-after", "the generator server at %s asks to wait %.0f s before "
+                  "the next attempt (Retry-After, at most %.0f s is waited): waiting", url, wait,
+                  MAX_RETRY_AFTER)  # fmt: skip
+
+
 def note_once(url: str, what: str, message: str, *args: Any) -> None:
     """A warning about a server, said once per server and kind in a process (the request
     threads that meet it together included: it was said twice)."""
@@ -490,8 +532,9 @@ def reply_chat(
     out: dict[str, Any], body: dict[str, Any], traits: ServerTraits
 ) -> Generation | None:
     """`parse_chat`, a reply without a chat completion in it (an error object sent with 200, no
-    choices, a logprob that is no number) said as a `PromptRefused` naming the server; None when
-    the request is to go again with thinking off (`ServerTraits.rethink`)."""
+    choices, a logprob that is no number) or without an answer in it (`no_answer`) said as a
+    `PromptRefused` naming the server; None when the request is to go again with thinking off
+    (`ServerTraits.rethink`)."""
     url = traits.url
     try:
         generation = parse_chat(out, bool(body.get("logprobs")))
@@ -502,22 +545,57 @@ def reply_chat(
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise PromptRefused(f"{url} answered 200 without a chat completion in it "
                             f"({type(e).__name__}: {e}): {str(out)[:200]}") from None  # fmt: skip
-    return None if traits.rethink(body, message) else generation
+    if traits.rethink(body, message):
+        return None
+    if not reasoned(message):  # a reasoning block cut short leaves no answer, as said
+        no_answer(out["choices"][0], url)
+    return generation
+
+
+# Why a reply holds no answer, from its choice's `finish_reason`
+NO_ANSWER = {"content_filter": "the server's content filter withheld it",
+             "tool_calls": "the model called a tool instead"}  # fmt: skip
+
+
+def no_answer(choice: dict[str, Any], url: str) -> None:
+    """A `PromptRefused` for a reply that is no answer of the model's: its content null (tool
+    calls), a refusal (OpenAI's `message.refusal`) or a content filter's cut. Judged as the
+    empty answer, each read as a question the model cannot answer (label 1)."""
+    message = choice.get("message") or {}
+    why = NO_ANSWER.get(str(choice.get("finish_reason")))
+    if message.get("refusal"):
+        why = f"the model refused: {str(message['refusal'])[:200]!r}"
+    elif why is None and message.get("content") is None:
+        why = f"its content is null (finish_reason {choice.get('finish_reason')!r})"
+    if why is not None:
+        raise PromptRefused(f"{url} answered without an answer: {why}")
 
 
 def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
-    """The answer, token counts and (when asked) token log-probabilities of a response."""
+    """The answer, token counts and (when asked) token log-probabilities of a response (its
+    `logprobs` object: the chat API's `content` list, or the completions API's older
+    `token_logprobs`). Token counts are accounting only: a `usage` count that is none (null,
+    a word) is 0 (it refused the answer)."""
     choice = out["choices"][0]
     token_logprobs = None
     if logprobs and choice.get("logprobs"):  # checked as a file's column is: finite, <= 0
-        token_logprobs = parse_token_logprobs(choice["logprobs"]["content"], column="logprobs")
+        token_logprobs = parse_token_logprobs(choice["logprobs"], column="logprobs")
     usage = out.get("usage") or {}
     return Generation(
         text=without_reasoning(content_text(choice["message"]["content"])),
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-        completion_tokens=int(usage.get("completion_tokens", 0)),
+        prompt_tokens=_tokens(usage.get("prompt_tokens")),
+        completion_tokens=_tokens(usage.get("completion_tokens")),
         token_logprobs=token_logprobs,
     )
+
+
+def _tokens(value: Any) -> int:
+    """A `usage` count; 0 for one that is none (null, a word, a negative number)."""
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return max(count, 0)
 
 
 def _result(

@@ -23,6 +23,7 @@ from ..errors import BackendError, PromptRefused
 from .base import Generation
 from .endpoints import (
     ServerTraits,
+    answered,
     bearer,
     key_refused,
     listed_models,
@@ -32,6 +33,8 @@ from .endpoints import (
     reply_chat,
     reply_json,
     retry_after,
+    timed_out_note,
+    waiting_note,
 )
 
 RETRIES = 3
@@ -107,14 +110,16 @@ class RemoteGenerator:
             except httpx.HTTPError as e:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
                 poison = False
+                timed_out_note(self.base_url, e)
             else:
                 poison, wait = r.status_code == 500, retry_after(r)
+                waiting_note(self.base_url, wait)
                 if r.status_code == 200:
                     return reply_json(r, self.base_url)
                 refused = key_refused(self.base_url, r.status_code, self._keyed)
                 if refused:
                     raise BackendError(refused)
-                problem = f"generator server {base}{path} answered {r.status_code}: {r.text[:300]}"
+                problem = f"generator server {answered(base + path, r)}"
                 if chat and self._traits.resend(r.status_code, r.text, body):
                     return None
                 if r.status_code < 500 and r.status_code != 429:

@@ -247,13 +247,29 @@ def _questions(req: LabelRequest) -> list[Question]:
         check_answers(questions, req.policy)
     needs_docs = req.questions is None or req.options.get("retriever") == "contexts"
     if policy_spec(req.policy).needs_retriever and needs_docs:  # only where documents exist
-        questions = [q for q in questions if q.contexts]
+        questions = _carrying_documents(req, questions)
     if req.limit is not None:
         if req.limit > len(questions):
             log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
                      f"available; labelling all {len(questions)}")  # fmt: skip
         questions = questions[: req.limit]
     return questions
+
+
+def _carrying_documents(req: LabelRequest, questions: list[Question]) -> list[Question]:
+    """The questions that carry documents of their own (`contexts`). Of the user's questions
+    none did: a run labelled nothing and ended 0; so it is refused, and a part left out said."""
+    kept = [q for q in questions if q.contexts]
+    if req.questions is None or len(kept) == len(questions):
+        return kept
+    if not kept:
+        raise InputError(f"--retriever contexts reads the documents each question carries, and "
+                         f"none of your {len(questions)} questions carries any (a question "
+                         "file's columns give none): retrieve from your documents with "
+                         "--retriever bm25 --corpus FILE (or dense)")  # fmt: skip
+    log.warning(f"{len(questions) - len(kept)} of {len(questions)} questions carry no "
+                "documents for --retriever contexts and are left out")  # fmt: skip
+    return kept
 
 
 def _expected_meta(req: LabelRequest) -> dict[str, Any]:

@@ -58,11 +58,12 @@ def run_chunked(
         for i in range(0, len(todo), chunk_size):
             part = todo[i : i + chunk_size]
             refused = _append_answered(out, compute, part)
+            failed += refused
             new = [r for r in refused if r["id"] not in listed]
             if len(part) > 1 and len(refused) == len(part) and new:  # the server's doing
+                with_failures({}, out.path, failed)  # listed all the same, earlier chunks' too
                 raise PromptRefused(f"the generator refused every question of a chunk of "
                                     f"{len(part)} (e.g. {new[0]['id']}: {new[0]['error']})")  # fmt: skip
-            failed += refused
             bar.update(len(part))
     seconds = time.perf_counter() - start
     answered = len(todo) - len(failed)

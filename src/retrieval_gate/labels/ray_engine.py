@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from tqdm import tqdm
 
-from ..errors import BackendError, ConfigError
+from ..errors import BackendError, ConfigError, PromptRefused
 from ..generation.base import Generation
 from ..generation.endpoints import (
     check_endpoints,
@@ -195,9 +195,10 @@ class RayEngine:
         chunk_size: int,
         desc: str = "labelling",
     ) -> dict[str, Any]:
-        from .policy_loop import pending, with_failures
+        from .policy_loop import listed_failures, pending, with_failures
 
         todo = pending(questions, out.done_ids())
+        listed = listed_failures(out.path)  # a re-run asks them again: refused again, as expected
         plan = {q.id: self.requests_of(compute, q) for q in todo}
         rows = [
             {"row_id": f"{qid}#{i}", "prompt": k[0], "max_tokens": k[1], "logprobs": k[2]}
@@ -222,6 +223,10 @@ class RayEngine:
             "questions_per_second": round((len(todo) - len(failed)) / seconds, 2) if todo else 0.0,
         }
         stats = with_failures(stats, out.path, failed)
+        new = [f for f in failed if f["id"] not in listed]
+        if len(todo) > 1 and len(failed) == len(todo) and new:  # the server's doing, as local
+            raise PromptRefused(f"the generator refused every one of the {len(todo)} questions "
+                                f"(e.g. {new[0]['id']}: {new[0]['error']})")  # fmt: skip
         if timing:
             stats["steady_state"] = timing
         return stats
