@@ -559,8 +559,8 @@ NO_ANSWER = {"content_filter": "the server's content filter withheld it",
 
 def no_answer(choice: dict[str, Any], url: str) -> None:
     """A `PromptRefused` for a reply that is no answer of the model's: its content null (tool
-    calls), a refusal (OpenAI's `message.refusal`) or a content filter's cut. Judged as the
-    empty answer, each read as a question the model cannot answer (label 1)."""
+    calls), a refusal (OpenAI's `message.refusal`) or a content filter's cut. Each was judged
+    as the empty answer: a question the model cannot answer (label 1)."""
     message = choice.get("message") or {}
     why = NO_ANSWER.get(str(choice.get("finish_reason")))
     if message.get("refusal"):

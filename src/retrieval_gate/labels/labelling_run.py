@@ -4,7 +4,7 @@ answers recorded with them, read here and nowhere else.
     closed-book.jsonl   closed-book answers: `match`, `mean_logprob`, `idk` (+ label), and
                         `token_logprobs` where recorded (`labels.logprobs.answer_logprobs`)
     rag-gain.jsonl      with-retrieval answers: `closed_correct`, `rag_correct` (+ label)
-    strategies.jsonl    each strategy's correctness and the cheapest correct one (routers)
+    strategies.jsonl    each strategy's correctness, for routers (`strategy_labels` reads it)
 
 Adaptive accuracy, the confidence gate, TA-ARE's demonstrations and tuning's content
 identity all come from these two files."""

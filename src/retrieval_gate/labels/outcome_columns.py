@@ -112,10 +112,9 @@ def note_unread(path: str | Path, rows: Sequence[tuple[int, dict]], read: Iterab
 def answer_text(value: Any, column: str, path: str | Path, n: int) -> str:
     """A prediction cell as the answer's text: a string or number; a list of one answer, or a
     chat message / completion choice (`{"content": ...}`, `{"text": ...}`, a chat completion's
-    `{"message": {"content": ...}}`), saved as is. Several
-    answers in one cell are refused: judged as their repr, any of them right made the row
-    right. A list saved into a text cell (a CSV's: JSON, or pandas' repr `['a', 'b']`) is read
-    as that list."""
+    `{"message": {"content": ...}}`), saved as is. Several answers in one cell are refused:
+    judged as their repr, any of them right made the row right. A list saved into a text cell
+    (a CSV's: JSON, or pandas' repr `['a', 'b']`) is read as that list."""
     text = value.strip() if isinstance(value, str) else ""
     if text.startswith("[") and text.endswith("]") and (listed := list_cell(text)) is not None:
         value = listed
