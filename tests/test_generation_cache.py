@@ -402,6 +402,26 @@ def test_answers_held_without_a_store_are_bounded(monkeypatch):
     assert fake.calls[1:] == [["a", "b"]]  # c, d, e held; a and b dropped, so asked again
 
 
+def test_a_failed_prompts_retries_are_not_booked_on_the_answers(store):
+    """A server's call in which one prompt failed after its retries (seconds of pauses): the
+    call's whole time was split over the answers given, so a cached run replayed them about
+    45x slower than a fresh one. The answers are booked until the last of them came back."""
+    from retrieval_gate.errors import PromptRefused
+
+    class Server(FakeGenerator):
+        def try_generate(self, prompts, max_new_tokens=24, logprobs=False):
+            answers = self.generate([p for p in prompts if p != "poison"], max_new_tokens)
+            for g in answers:
+                g.finished = time.perf_counter()
+            time.sleep(0.5)  # the poison prompt's retries
+            return [*answers, PromptRefused("refused")]  # it is asked last
+
+    got = CachedGenerator(Server(), store=store).try_generate(["a b", "c d", "poison"])
+    assert isinstance(got[2], PromptRefused) and sum(g.seconds for g in got[:2]) < 0.25
+    again = CachedGenerator(Server(), store=store).try_generate(["a b", "c d"])
+    assert all(g.cached for g in again) and sum(g.seconds for g in again) < 0.25
+
+
 def test_no_cache_computes_afresh(tmp_path, monkeypatch):
     from retrieval_gate import cli
 
@@ -577,7 +597,8 @@ def test_warming_reads_but_does_not_store(store):
 def test_a_cache_path_that_is_a_file_is_said_plainly(tmp_path, monkeypatch, caplog):
     """$RETRIEVAL_GATE_CACHE naming a file: the model preparation was a NotADirectoryError
     traceback (after the 15 s conversion), the dense retriever's embeddings another. Now the
-    model is refused before converting anything and embeddings are computed, not kept."""
+    model is refused before converting anything and embeddings are computed, not kept; the
+    generation cache's warning named `cache clear` as the fix, which refuses it too."""
     from retrieval_gate.errors import InputError
     from retrieval_gate.generation import model_folders
     from retrieval_gate.retrieval.dense import cached_embeddings
@@ -590,6 +611,9 @@ def test_a_cache_path_that_is_a_file_is_said_plainly(tmp_path, monkeypatch, capl
     caplog.set_level("WARNING", logger="retrieval_gate")
     emb = cached_embeddings(str(tmp_path / "encoder"), ["a", "b"], lambda: np.ones((2, 3)))
     assert emb.shape == (2, 3) and "embeddings not kept in" in caplog.text
+    monkeypatch.setenv(NO_CACHE_ENV, "0")  # the generation cache: said so, not `cache clear`
+    assert default_store() is None and "cache clear" not in caplog.text
+    assert f"{tmp_path / 'cache'} is not a folder: point $RETRIEVAL_GATE_CACHE at" in caplog.text
 
 
 @pytest.mark.parametrize(

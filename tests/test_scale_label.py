@@ -857,3 +857,19 @@ def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path
         longest[window] = max(len(prompt.split()) for prompt in server.requests)
     assert kept[None] == {3} and longest[None] > 120  # whole: past the window
     assert max(kept[120]) < 3 and longest[120] <= 120 - MAX_NEW_TOKENS  # documents dropped
+
+
+def test_a_prompt_refused_in_rags_warm_up_fails_its_question_only(tmp_path, monkeypatch, capsys):
+    """`rag`'s warm-up asks the first questions' prompts: one the server refuses for good there
+    stopped the whole run (exit 3, no table), where later in the run it fails its question
+    only. It fails its question only."""
+    from retrieval_gate.generation import remote
+    from user_files import QUESTIONS, write_jsonl
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    with FakeServer(0.0, always_fail="Hamlet") as url:  # the first question's
+        assert main(["rag", "--questions", str(qs), "--split", "all", "--modes", "never",
+                     "--generator-url", url, "--out", str(tmp_path / "rag.md")]) == 0  # fmt: skip
+    assert "never: 1 of 3 questions got no answer" in capsys.readouterr().err
+    assert (tmp_path / "rag.md").is_file()

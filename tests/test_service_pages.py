@@ -152,3 +152,22 @@ def test_a_closed_connection_is_freed_at_once_not_at_its_deadline(monkeypatch, p
             time.sleep(0.05)
             gc.collect()
         assert len(made) == 5 and not [r for r in made if r() is not None]
+
+
+def test_a_client_gone_before_its_body_came_is_no_server_error(caplog):
+    """A client that sent a request head and half its body, then closed: an ERROR traceback
+    (ClientDisconnect) in the server's log and a 500 in its metrics, each time."""
+    head = (b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n")  # fmt: skip
+    with _serving(_parser("h11")) as port:
+        for part in (b"", b'{"questions": ["Who wr'):
+            with socket.create_connection(("127.0.0.1", port)) as gone:
+                gone.sendall(head + part)
+                time.sleep(0.1)
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            client.settimeout(5)
+            metrics = b"".join(iter(lambda: client.recv(65536), b"")).decode()
+    assert 'endpoint="/score",status="499"} 2.0' in metrics
+    assert 'status="500"' not in metrics and "Exception in ASGI" not in caplog.text

@@ -15,7 +15,9 @@ from ..errors import BackendError
 class Generation:
     """One generated answer with its token accounting. `seconds` (the answer's share of the
     batch that computed it) and `cached` (served from the generation cache) are set by
-    `generation.cache.CachedGenerator`; they are not part of the answer (equality ignores them)."""
+    `generation.cache.CachedGenerator`, `finished` (`time.perf_counter()` when a server's
+    answer came back) by `RemoteGenerator`; they are not part of the answer (equality ignores
+    them)."""
 
     text: str
     prompt_tokens: int
@@ -23,6 +25,7 @@ class Generation:
     token_logprobs: list[float] | None = None
     seconds: float | None = field(default=None, compare=False, repr=False)
     cached: bool = field(default=False, compare=False, repr=False)
+    finished: float | None = field(default=None, compare=False, repr=False)
 
     @property
     def mean_logprob(self) -> float | None:

@@ -376,6 +376,17 @@ def _digest(parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def _answering(raw: Sequence[Any], start: float) -> float:
+    """Seconds the call took to give its answers: where a prompt failed, until the last answer
+    came back (`Generation.finished`), not until the failed one's retries were spent (they
+    were booked on the answers, a cached run's costs 45x a fresh one's)."""
+    end = time.perf_counter()
+    if any(isinstance(g, Exception) for g in raw):
+        done = [g.finished for g in raw if isinstance(g, Generation) and g.finished is not None]
+        end = max(done, default=end)
+    return end - start
+
+
 def _split(seconds: float, weights: Sequence[int]) -> list[float]:
     total = sum(weights)
     if not weights:
@@ -546,7 +557,7 @@ class CachedGenerator:
             raw: list[Any] = list(inner.try_generate(prompts, max_new_tokens, **asked))
         else:
             raw = list(inner.generate(prompts, max_new_tokens, logprobs, **kw))
-        return raw, time.perf_counter() - t
+        return raw, _answering(raw, t)
 
     def _generate(
         self, prompts: Sequence[str], max_new_tokens: int, logprobs: bool, **kw: Any
@@ -718,6 +729,15 @@ _STORES: dict[str, GenerationStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
+def _fix_for(path: Path) -> str:
+    """The way out where the cache cannot be opened: `cache clear` for a damaged file (it
+    sets it aside), another folder where the folder is not one (clear refuses it too)."""
+    if path.parent.exists() and not path.parent.is_dir():
+        return (f"{path.parent} is not a folder: point $RETRIEVAL_GATE_CACHE at a folder this "
+                "user can write")  # fmt: skip
+    return CLEAR_FIX
+
+
 def default_store() -> GenerationStore | None:
     """The process's store at `cache_path()`, or None under `--no-cache`."""
     if not cache_enabled():
@@ -728,10 +748,8 @@ def default_store() -> GenerationStore | None:
             try:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
-                _warn(
-                    f"the generation cache {path} cannot be opened ({e}); computing "
-                    f"everything. {CLEAR_FIX}"
-                )
+                _warn(f"the generation cache {path} cannot be opened ({e}); computing "
+                      f"everything. {_fix_for(Path(path))}")  # fmt: skip
                 return None
         return _STORES[path]
 

@@ -191,7 +191,9 @@ class RemoteGenerator:
         if refusal is not None and time.monotonic() - when < REFUSAL_MEMORY:
             raise refusal
         try:
-            return self._ask(prompt, max_new_tokens, logprobs)
+            answer = self._ask(prompt, max_new_tokens, logprobs)
+            answer.finished = time.perf_counter()
+            return answer
         except PromptRefused as e:
             now = time.monotonic()
             with self._refused_lock:

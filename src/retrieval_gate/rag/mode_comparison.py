@@ -31,7 +31,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .. import work
-from ..errors import InputError
+from ..errors import InputError, PromptRefused
 from ..gates.base import Gate, is_router
 from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
@@ -134,7 +134,11 @@ def _warm_up(gates: dict[str, Gate], questions: Sequence[Question], generator: G
 
     with warming():
         if getattr(generator, "started", True):
-            generator.generate([closed_book_prompt(q.text) for q in questions], max_new_tokens=2)
+            try:
+                generator.generate([closed_book_prompt(q.text) for q in questions],
+                                   max_new_tokens=2)  # fmt: skip
+            except PromptRefused:  # a server's, for this prompt only: its question fails in
+                pass  # the run, as any other's would (the whole run stopped here)
         for gate in gates.values():
             gate.scores(questions)
 

@@ -44,6 +44,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
 from ..errors import BackendError, DataError, InputError, RetrievalGateError
@@ -161,6 +162,7 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body over {limit} bytes (--max-body-bytes)")
 
 
+CLIENT_CLOSED = 499  # a client that went away mid-request (nginx's code): not a server error
 _SEND = 'send a JSON object such as {"questions": ["..."]}'
 _QUERY = ("query parameter %r: a request's fields are read from its JSON body only, e.g. "
           '{"questions": ["..."], "budget": 1.0}')  # fmt: skip
@@ -178,7 +180,10 @@ class StrictJSON(APIRoute):
             if request.method == "POST" and request.query_params:  # `?budget=2` went unread
                 return JSONResponse(status_code=422, content={"detail": _QUERY % next(iter(
                     request.query_params))})  # fmt: skip
-            body = await request.body()  # kept: the handler reads it again from the request
+            try:
+                body = await request.body()  # kept: the handler reads it again from the request
+            except ClientDisconnect:  # gone before its body came: an ERROR traceback and a 500
+                return Response(status_code=CLIENT_CLOSED)  # counted, though nobody reads it
             sent_as = request.headers.get("content-type")
             if body and not _is_json(sent_as):
                 return JSONResponse(status_code=415, content={"detail": _not_json(sent_as)})
