@@ -457,8 +457,9 @@ def _kill_each_once_staged(children: dict[Path, multiprocessing.process.BaseProc
 def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_path):
     """Issue 24 item 7: a SIGKILL while exporting (ONNX files half written in the staging folder)
     leaves the previous export as it was (or none), never half of one; the next export removes
-    what the killed one left. Both cases run at once, each in a child forked from this worker
-    (its imports done: two fresh interpreters spent ~8 s each importing before they traced)."""
+    what the killed one left. Both cases run at once, each in a fresh interpreter (~8 s each
+    importing before it traces): a child forked from this worker, whose OpenMP threads had
+    run the fixtures' exports, hung in its first parallel region (no model staged in 180 s)."""
     import os
 
     run_dir = exports["roberta"][0]
@@ -467,8 +468,8 @@ def test_an_export_killed_mid_way_leaves_the_old_export_or_none(exports, tmp_pat
     (old / "notes.txt").write_text("mine")  # with a file of the user's
     before = {n: sha256_file(old / n) for n in os.listdir(old)}
     (tmp_path / "tmp").mkdir()
-    fork = multiprocessing.get_context("fork")
-    children = {target: fork.Process(target=_export_child, args=(run_dir, target, tmp_path / "tmp"))
+    spawn = multiprocessing.get_context("spawn")
+    children = {target: spawn.Process(target=_export_child, args=(run_dir, target, tmp_path / "tmp"))
                 for target in (none, old)}  # fmt: skip
     for child in children.values():
         child.start()

@@ -220,7 +220,8 @@ def _router_run(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("-1", r"--budget-llm-calls -1\.0: .*from 0"),
+    ("-1", r"--budget-llm-calls -1\.0: .*from the cheapest strategy's \(1\)"),
+    ("0.5", r"--budget-llm-calls 0\.5: .*from the cheapest strategy's \(1\)"),  # a call each
     ("3.4", r"--budget-llm-calls 3\.4: .*\(3\.35\)"),
     ("nan", r"--budget-llm-calls nan"),
 ])  # fmt: skip

@@ -105,6 +105,15 @@ def test_bad_budgets_name_the_flag(budget):
         check_budget(budget, COSTS, "--budget")
 
 
+def test_a_budget_below_the_cheapest_strategy_is_refused():
+    """Costs in milliseconds (120, 450, 1400) and the default budget of 1: every question went
+    to the cheapest strategy, unsaid."""
+    with pytest.raises(InputError, match=r"model.budget 1.0: .* from the cheapest strategy's "
+                       r"\(120\) to the most expensive strategy's \(1400\)"):  # fmt: skip
+        check_budget(1.0, (120, 450, 1400), "model.budget")
+    check_budget(120.0, (120, 450, 1400), "model.budget")
+
+
 def _fake_router_run(folder: Path) -> Path:
     """A run folder whose files say "router" (no weights worth loading): flags are checked
     against it before anything would load."""

@@ -173,6 +173,9 @@ def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
         ("id,cheap_correct,mid_correct\na,1,\n", ["--strategies", "cheap", "mid"],
          "no mid_correct and no mid_prediction value for 'a'"),
         ("id,cheap_correct\na,1\n", ["--strategies", "cheap"], "name two or more distinct"),
+        # imported, trained and exported, its router ran nowhere: no strategies file names it
+        ("id,no ret_correct,one ret_correct\na,1,0\n", ["--strategies", "no ret", "one ret"],
+         "--strategies: 'no ret' is not a plain name: use letters, digits"),
         # the other way round: closed-book.jsonl held the multi-step answers, and "never
         # retrieve" was priced 3.35; or the cost columns said the first was the dearer one
         ("id,multi_step_correct,no_retrieval_correct\na,1,0\n",

@@ -289,6 +289,53 @@ def test_a_router_with_its_own_specs_runs_without_a_file_and_a_budget_is_capped(
     assert run.answers[0].strategy == "bm25_top3" and len(run.answers[0].documents) == 3
 
 
+def test_a_router_of_a_label_files_own_names_runs_with_the_verbs_strategies_file(capsys):
+    """A router trained on a label file's own strategy names exports the names only: `score`
+    refused it, naming a --strategies flag it did not have and a re-export that changed
+    nothing. The verb's --strategies declares them (score has it too)."""
+    from retrieval_gate.cli import build_parser
+    from retrieval_gate.pricing import Calibration
+    from retrieval_gate.rag.decisions import loop_registry
+
+    reg = load_strategies(FOUR)
+    P = np.array([[0.9, 0.5, 0.6, 0.7], [0.1, 0.6, 0.8, 0.9]])
+    cal = Calibration.fit(NAMES, reg.costs(NAMES), P, (P > 0.5).astype(float), budget=1.0)
+
+    class NamesOnly(FourRouter):
+        costs = dict(zip(NAMES, reg.costs(NAMES), strict=True))
+
+        def strategy_registry(self):
+            return cal.registry()
+
+    with pytest.raises(ConfigError, match=r"declare them with --strategies FILE.yaml .* or "
+                       "train with that file as the config's `strategies:`"):  # fmt: skip
+        loop_registry(NamesOnly())
+    assert loop_registry(NamesOnly(), reg)["bm25_top3"].k == 3
+    argv = ["score", "--model", "m", "--input", "q.txt", "--strategies", str(FOUR)]
+    args = build_parser(argv).parse_args(argv)
+    assert args.strategies.names == reg.names
+
+
+def test_a_router_is_scored_on_labels_of_its_own_strategies():
+    """`evaluate` and `tune` of a router on a label file of other strategies: as many, other
+    names were paired by position, unsaid; fewer or more broke the costs' shapes (a
+    traceback, exit 1)."""
+    from retrieval_gate.evaluation.routing_policies import routing_report
+    from retrieval_gate.tuning.router_budgets import same_strategies
+
+    same_strategies(FourRouter(), NAMES)
+    for labels in (NAMES[:3], ("a", "b", "c", "d")):
+        with pytest.raises(ConfigError, match=r"router 'four-router' routes among no_retrieval, "
+                           r"bm25_top3, one_retrieval, multi_step, and the labels hold"):  # fmt: skip
+            same_strategies(FourRouter(), labels)
+
+    class Labels:  # what routing_report reads first
+        strategies = NAMES[:3]
+
+    with pytest.raises(ConfigError, match="evaluate and tune a router on labels of its own"):
+        routing_report(Labels(), Labels(), {"four": FourRouter()}, Path("unused"), "x")
+
+
 def test_adapter_branches_come_from_specs():
     from retrieval_gate.integrations.branches import branch_of
 

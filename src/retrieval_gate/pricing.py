@@ -65,16 +65,19 @@ def check_costs(costs: Sequence[float], strategies: Sequence[str], flag: str = "
 def check_budget(
     budget: float | None, costs: Sequence[float], flag: str = "budget", unit: str = "cost"
 ) -> None:
-    """A budget (mean `unit` per question: cost, or LLM calls) between 0 and the dearest
-    strategy's."""
+    """A budget (mean `unit` per question: cost, or LLM calls) between the cheapest strategy's
+    and the dearest's: below the cheapest (a default of 1 with costs in milliseconds) every
+    question went to it, unsaid."""
     if budget is None:
         return
-    top = max(costs)
+    top, bottom = max(costs), min(costs)
+    bottom = bottom if math.isfinite(bottom) else 0.0  # unknown before a model loads
     ok = isinstance(budget, numbers.Real) and not isinstance(budget, bool)  # np.float32 too
-    if not (ok and math.isfinite(budget) and 0 <= budget <= top):
-        top_known = f" ({top:g})" if math.isfinite(top) else ""  # unknown before a model loads
-        raise InputError(f"{flag} {budget!r}: a budget is a mean {unit} per question from 0 to "
-                         f"the most expensive strategy's{top_known}")  # fmt: skip
+    if not (ok and math.isfinite(budget) and bottom <= budget <= top):
+        top_known = f" ({top:g})" if math.isfinite(top) else ""
+        low = "0" if bottom <= 0 else f"the cheapest strategy's ({bottom:g})"
+        raise InputError(f"{flag} {budget!r}: a budget is a mean {unit} per question from "
+                         f"{low} to the most expensive strategy's{top_known}")  # fmt: skip
 
 
 def llm_calls_for(

@@ -442,7 +442,9 @@ def specs_of(items: Any, names: Sequence[str], where: str) -> StrategyRegistry:
     if unknown:
         raise ConfigError(
             f"{where}: strategy {unknown[0]!r} is not a built-in and the export carries no "
-            "spec for it; pass its spec with --strategies FILE.yaml (or re-export the router)"
+            f"spec for it (a label file's own names, {', '.join(names)}): declare them with "
+            "--strategies FILE.yaml (a strategies: list, docs/router.md), or train with that "
+            "file as the config's `strategies:` so the export carries them"
         )
     return StrategyRegistry(tuple(BUILTIN_BY_NAME[n] for n in names), where)
 

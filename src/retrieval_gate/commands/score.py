@@ -26,7 +26,7 @@ from ..fileio import not_an_input, sha256_file
 from ..gates.onnx_format import VARIANTS
 from ..pricing import check_budget
 from ..resumable_output import ResumableOutput
-from .gate_args import check_threshold
+from .gate_args import add_strategies_option, check_threshold
 from .plan import check_output_file
 from .question_args import add_question_args, questions_from
 
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "questions --model keeps without retrieval, and escalates the unsure ones "
                    "as rag's cascade does (records gain escalated, answer_score); default: "
                    "none")  # fmt: skip
+    add_strategies_option(p)
     p.set_defaults(run=run)
 
 
@@ -154,13 +155,16 @@ def run(args: argparse.Namespace) -> int:
 
     gate = open_onnx(args.model, args.variant, provider=args.provider)
     threshold = gate.threshold if args.threshold is None else args.threshold
+    from ..rag.decisions import loop_registry
+    from ..strategies import BUILTIN
+
+    registry = loop_registry(gate, args.strategies or BUILTIN)  # a router's, before any output
     cascade = None
     if args.answer_gate is not None:
         from ..rag.cascade import Cascade, escalation_strategy
-        from ..rag.decisions import loop_registry
 
         cascade = Cascade(gate, open_onnx(args.answer_gate, provider=args.provider))
-        escalation_strategy(cascade, loop_registry(gate))  # before any output
+        escalation_strategy(cascade, registry)  # before any output
     if questions is None:
         _refuse_side_features(gate, args.input)
         _refuse_answers_unread(cascade.answer_gate if cascade else gate, args.input)
@@ -173,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             i = out.done
             for records in _chunks(itertools.islice(lines(), out.done, None), CHUNK):
                 part = questions[i : i + len(records)] if questions is not None else None
-                out.write(_scored(gate, records, part, threshold, args.budget, cascade))
+                out.write(_scored(gate, records, part, threshold, args.budget, registry,
+                                  cascade))  # fmt: skip
                 i += len(records)
                 bar.update(len(records))
         if _stamp(args.input) != stamp:
@@ -298,13 +303,13 @@ def _scored(
     questions: list | None,
     threshold: float,
     budget: float | None,
+    registry: Any,
     cascade: Any = None,
 ) -> str:
     """The JSON lines of `records` (bad lines as they are), scored in one batch; `questions`:
-    theirs, with their side features, when read from --questions; `cascade`: `gate` with the
-    answer gate of --answer-gate."""
+    theirs, with their side features, when read from --questions; `registry`: what each of a
+    router's strategies retrieves; `cascade`: `gate` with the answer gate of --answer-gate."""
     from ..gates.base import as_questions, is_router
-    from ..rag.decisions import loop_registry
 
     good = [r for r in records if "text" in r]
     texts = [r["text"] for r in good]
@@ -317,25 +322,25 @@ def _scored(
         router = is_router(gate)
         scores = gate.scores(items) if questions is not None or router else gate.score_texts(texts)
         routes = gate.route(items, budget) if router else None
-    specs = loop_registry(gate) if routes is not None else None
+    specs = registry if routes is not None else None
     for i, (rec, score) in enumerate(zip(good, scores, strict=True)):
         rec.update(score=round(float(score), 6), retrieve=bool(score >= threshold))
         if routes is not None and specs is not None:  # a router: its strategy says whether
             rec.update(strategy=routes[i], retrieve=specs[routes[i]].retrieves)  # it retrieves
     if cascade is not None and good:
-        _escalate(cascade, list(items), good, budget)
+        _escalate(cascade, list(items), good, budget, registry)
     return "".join(json.dumps({k: v for k, v in rec.items() if k != "text"},
                               ensure_ascii=False) + "\n" for rec in records)  # fmt: skip
 
 
-def _escalate(cascade: Any, items: list, good: list[dict], budget: float | None) -> None:
+def _escalate(
+    cascade: Any, items: list, good: list[dict], budget: float | None, registry: Any
+) -> None:
     """The cascade on the records of one batch: the questions its first gate keeps
     closed-book have their answers read by its answer gate, and those it escalates (within the
     budget's slack, as rag's cascade picks them) take the next strategy."""
     from ..rag.cascade import escalate_kept, escalation_strategy
-    from ..rag.decisions import loop_registry
 
-    registry = loop_registry(cascade.first)
     closed, up = escalation_strategy(cascade, registry)
     first = [r.get("strategy") or (up if r["retrieve"] else closed) for r in good]
     picked, scores = escalate_kept(cascade, items, first, budget, registry)

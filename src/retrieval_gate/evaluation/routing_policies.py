@@ -39,6 +39,7 @@ from ..pricing import (
 )
 from ..strategies import COST_AXES, StrategyRegistry
 from ..tables import markdown_table
+from ..tuning.router_budgets import same_strategies
 from .answer_gate import (
     ALONE,
     FIRST,
@@ -143,7 +144,7 @@ def gate_policies(
             continue
         P = _strategy_proba(gate, test.questions)
         cal = gate.calibration  # type: ignore[attr-defined]
-        for budget in [*(b for b in BUDGETS if b <= max(cal.costs)), None]:
+        for budget in [*(b for b in BUDGETS if min(cal.costs) <= b <= max(cal.costs)), None]:
             label = f"budget {budget:g}" if budget is not None else (
                 f"default (budget {cal.default_budget:g})")  # fmt: skip
             policy = Policy(f"{name} @ {label}", route_indices(P, cal.price(budget), cal.costs))
@@ -215,6 +216,8 @@ def routing_report(
     `registry` (--strategies) declares the strategies' LLM calls (default: a router's own
     specs, else the built-ins'). `answer` (--answer-gate): each gate's policies are followed
     by their cascade, and the answer gate's AUROC on the recorded answers is listed."""
+    for gate in gates.values():
+        same_strategies(gate, test.strategies)
     costs = tuple(costs) if costs is not None else _costs(gates, test.strategies)
     paid = test.costs_paid(costs)
     per_strategy = _llm_calls(gates, test.strategies, registry)

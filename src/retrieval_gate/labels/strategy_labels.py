@@ -56,7 +56,7 @@ from ..errors import DataError, InputError
 from ..fileio import sha256_file
 from ..outputs import record_owned
 from ..questions import Question
-from ..strategies import BUILTIN, MAX_COST, StrategyRegistry, is_cost
+from ..strategies import BUILTIN, MAX_COST, NAME, StrategyRegistry, is_cost
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
 from .label_files import LabelFile, meta_path, missing
 from .labelling_run import STRATEGY_FILE
@@ -180,6 +180,11 @@ def parse_strategies(items: Sequence[str] | None) -> list[str]:
             "cost order, the cheapest first (e.g. --strategies no_retrieval one_retrieval "
             "multi_step)"
         )
+    plain = next((n for n in names if not NAME.fullmatch(n)), None)
+    if plain is not None:  # no strategies file could declare it: its router ran nowhere
+        raise InputError(f"--strategies: {plain!r} is not a plain name: use letters, digits, "
+                         "'_', '-' and '.', starting with a letter, digit or '_' (a strategy "
+                         "is named so in strategies files, --modes and NAME_correct columns)")  # fmt: skip
     known = [n for n in names if n in BUILTIN]  # their costs are known: their order too
     _refuse_unordered(known, BUILTIN.costs(known), "built-in costs")
     return names

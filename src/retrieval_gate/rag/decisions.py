@@ -50,10 +50,22 @@ def check_strategies(
 
 def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyRegistry:
     """The strategies a loop runs `gate` with: the verb's registry plus the specs a router
-    export carries for strategies the registry lacks (one it has must agree)."""
+    export carries for strategies the registry lacks (one it has must agree). A router
+    trained on a label file's own strategy names carries names only: the verb's registry
+    (--strategies) declares them."""
     if is_router(gate) and isinstance(gate, CarriesStrategies):
+        if all(s in registry for s in gate.strategies) and not _carries_specs(gate):
+            return registry
         return registry.merged(gate.strategy_registry().specs, f"router {gate.name!r}")
     return registry
+
+
+def _carries_specs(gate: CarriesStrategies) -> bool:
+    try:
+        gate.strategy_registry()
+    except ConfigError:  # names only, not built-ins
+        return False
+    return True
 
 
 def check_router(

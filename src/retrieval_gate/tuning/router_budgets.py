@@ -56,6 +56,18 @@ def require_router(gate: Gate) -> Any:
     return gate
 
 
+def same_strategies(gate: Gate, labels: Sequence[str]) -> None:
+    """A router is scored on labels of its own strategies, in its order (its column i is
+    theirs): other ones broke the costs' shapes (a traceback), and other names of as many
+    were paired by position, unsaid."""
+    own = tuple(getattr(gate, "strategies", ())) if is_router(gate) else tuple(labels)
+    if own != tuple(labels):
+        raise ConfigError(f"router {gate.name!r} routes among {', '.join(own)}, and the labels "
+                          f"hold {', '.join(labels)}: evaluate and tune a router on labels of "
+                          "its own strategies (--labels: the strategies.jsonl it was trained "
+                          "on, or another of those strategies)")  # fmt: skip
+
+
 def _point(curve: Curve, i: int, calls: np.ndarray | None) -> dict[str, Any]:
     return {"price": float(curve.price[i]), "mean_cost": float(curve.mean_cost[i]),
             "mean_llm_calls": None if calls is None else float(calls[i]),
@@ -98,6 +110,7 @@ def tune_router(
     if not dev.has_strategies:
         raise MissingInputError("router objectives need strategy labels for dev questions "
                                 "(--labels: a strategies.jsonl, a release folder or adaptive-rag)")  # fmt: skip
+    same_strategies(router, dev.strategies)
     cal: Calibration = router.calibration
     curve, swept = dev_curve(router, dev)
     per_strategy = router_llm_calls(router, registry)
