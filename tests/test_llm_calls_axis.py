@@ -75,6 +75,8 @@ def test_each_strategy_s_llm_calls_come_from_its_spec():
     capped = StrategySpec("capped", 5.0, "default", multi_step=True, max_steps=4)
     declared = StrategySpec("declared", 5.0, "default", multi_step=True, llm_calls=2.5)
     assert (capped.expected_llm_calls, declared.expected_llm_calls) == (4.0, 2.5)
+    in_ms = StrategySpec("in_ms", 1422.86, "default", multi_step=True)  # read as 1422 calls
+    assert in_ms.expected_llm_calls == 10.0  # the most steps any run takes
     assert binary_llm_calls() == (1.0, 1.0)
     reg = registry_from_list([{"name": "no_retrieval"},
                               {"name": "one_retrieval", "llm_calls": 2}], "strategies")  # fmt: skip

@@ -263,6 +263,19 @@ def test_ids_that_miss_by_their_spelling_and_questions_left_out_are_said(tmp_pat
     assert "columns not read as outcomes:  " not in caplog.text  # a blank header: no name
 
 
+def test_a_users_file_in_the_labels_folder_is_refused_naming_the_folders_flag(tmp_path, capsys):
+    """The refusal asked for another --out, which an import of several strategies refuses."""
+    run = tmp_path / "labels" / "my-llm"
+    run.mkdir(parents=True)
+    (run / "closed-book.jsonl").write_text('{"id": "m1", "label": 1}\n')  # no sidecar: theirs
+    rows = [{"id": "m1", "no_retrieval_correct": 1, "one_retrieval_correct": 1}]
+    path = write_jsonl(tmp_path / "o.jsonl", rows)
+    assert _label(tmp_path, path, "--strategies", "no_retrieval", "one_retrieval") == 2
+    assert "refusing to change it: pass another --labels-dir / --generator name or move the " \
+        "file" in capsys.readouterr().err  # fmt: skip
+    assert (run / "closed-book.jsonl").read_text() == '{"id": "m1", "label": 1}\n'
+
+
 def test_outcomes_never_replace_a_labelling_runs_file(tmp_path, capsys):
     run = tmp_path / "labels" / "my-llm"
     run.mkdir(parents=True)

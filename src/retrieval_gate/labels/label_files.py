@@ -385,10 +385,11 @@ def read_labels(path: str | Path) -> dict[str, int]:
     return read_label_file(path).labels()
 
 
-def require_ours(path: Path) -> None:
+def require_ours(path: Path, flag: str = "--out") -> None:
     """Writers change only files a label run made: an existing non-empty file without its
     `.meta.json` (written before the first row) is the user's, never truncated. Checked before
-    the file is read, so a user's text file is named as such, not as malformed rows."""
+    the file is read, so a user's text file is named as such, not as malformed rows. `flag`:
+    what picks another file (an import into a folder: `--labels-dir`)."""
     if path.is_dir():
         raise DataError("is a folder; --out needs a .jsonl file path", path)
     regular_target(path)  # not a device or pipe: rewrite() would replace it
@@ -396,12 +397,12 @@ def require_ours(path: Path) -> None:
     if mp.exists() and not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):
         # every label writer records its policy: without one, a file of the user's name
         raise DataError(f"{mp.name} beside it is not a label file's provenance (no "
-                        "'policy'); refusing to replace it: pass another --out or move it",
+                        f"'policy'); refusing to replace it: pass another {flag} or move it",
                         path)  # fmt: skip
     if path.is_file() and path.stat().st_size and not mp.exists():
         raise DataError(
             f"exists and is not a retrieval-gate label file (no {mp.name} beside it); "
-            "refusing to change it: pass another --out or move the file",
+            f"refusing to change it: pass another {flag} or move the file",
             path,
         )
 

@@ -67,6 +67,7 @@ from .scoring import DEFAULT_CRITERION, correct, judge, measures
 
 log = logging.getLogger(__name__)
 OTHERWISE = "_judged_otherwise"  # a row's flag while importing, never written
+FOLDER = "--labels-dir / --generator name"  # what picks another file of an import's folder
 _TRUE = {"true", "t", "1", "yes", "y", "correct", "right", "1.0"}
 _FALSE = {"false", "f", "0", "no", "n", "incorrect", "wrong", "0.0"}
 
@@ -142,7 +143,7 @@ def import_outcomes(
     with nullcontext() if locked or out_file is not None else import_lock(out_dir):
         made_for = [q for q, _ in matched.values()] if stamp else []
         for target in (closed_file, *([out_dir / RAG_GAIN] if rag else [])):
-            replaceable(target)  # both before either is written
+            replaceable(target, "--out" if target == out_file else FOLDER)  # both, then writes
         writes = [CLOSED_BOOK, *([RAG_GAIN] if rag else []), *writes_too]
         _remove(path, [] if out_file is not None else _left_behind(out_dir, writes))
         written = {"closed-book": _write(closed_file, closed, meta, made_for)}
@@ -454,16 +455,16 @@ def import_lock(target: Path) -> AbstractContextManager[None]:
     return single_writer(target, busy)
 
 
-def replaceable(path: Path) -> None:
+def replaceable(path: Path, flag: str = FOLDER) -> None:
     """A label file an import may replace: none there, or one an earlier import wrote and
     nobody changed since (hand corrections were overwritten without a word); one a labelling
-    run wrote, or the user's, is refused."""
-    require_ours(path)
+    run wrote, or the user's, is refused, naming `flag` (what picks another file)."""
+    require_ours(path, flag)
     if not path.exists():
         return
     if not _imported(path):
-        raise DataError("a label file not made from outcomes is already there; pick another "
-                        "--labels-dir / --generator name", path)  # fmt: skip
+        raise DataError(f"a label file not made from outcomes is already there; pick another "
+                        f"{flag}", path)  # fmt: skip
     vouch_for(path)  # an import's from before the folder's ledger: as it is now
     refuse_foreign([path], "--labels-dir")
 
@@ -482,7 +483,7 @@ def _left_behind(out_dir: Path, writes: Sequence[str]) -> list[Path]:
     stale = [out_dir / n for n in (RAG_GAIN, STRATEGY_FILE)
              if n not in writes and (out_dir / n).exists()]  # fmt: skip
     for target in stale:
-        require_ours(target)
+        require_ours(target, FOLDER)
         if not _imported(target):
             raise DataError(f"was not made by an outcomes import, and this import makes no "
                             f"{target.name} of its own: read beside the new {CLOSED_BOOK}, its "

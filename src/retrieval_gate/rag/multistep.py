@@ -32,10 +32,10 @@ from ..generation.fit import most, most_documents
 from ..generation.prompts import multi_step_prompt
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
+from ..strategies import MAX_STEPS_LIMIT
 from .costs import Meter
 
 DEFAULT_MAX_STEPS = 4
-MAX_STEPS_LIMIT = 10
 _ANSWER = re.compile(r"\b(?:so )?the answer is\s*:?\s*", re.IGNORECASE)
 _ECHO = re.compile(r"^(?:\s*A:)+\s*")  # a chat model may repeat the prompt's "A:" first
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
