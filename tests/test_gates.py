@@ -378,3 +378,12 @@ def test_features_are_read_by_position_from_a_data_frame_or_its_columns():
         as_questions(["a?", "b?"], ["a", "b"])
     with pytest.raises(InputError, match="feature 'views' has 1 values for 2 questions"):
         as_questions(["a?", "b?"], {"views": frame.views[:1]})
+    # a value alone was a TypeError, text was read as one character a question ("500": 5, 0)
+    assert as_questions("a?", {"views": 100000})[0].extra == {"views": 100000}  # one question
+    for features, message in [
+        ({"views": 5}, "feature 'views' is 5: give a list of values"),
+        ({"views": "50"}, "feature 'views' is '50': give a list"),
+        (5, r"features is 5: give a mapping of columns \({name: values}\)"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            as_questions(["a?", "b?"], features)

@@ -102,6 +102,7 @@ def test_haystack_component_with_two_sockets(routed):
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+    from retrieval_gate.errors import ConfigError
     from retrieval_gate.integrations.haystack import RetrievalGateRouter
 
     @component
@@ -137,6 +138,16 @@ def test_haystack_component_with_two_sockets(routed):
         reply = out[ran]["replies"][0]
         assert reply.endswith(f"Q: {question}") and (len(reply) > len(question) + 3) == retrieve
         assert 0.0 <= out["gate"]["probability"] <= 1.0
+    # saved as YAML and loaded again: it failed ("unsupported value of type 'RetrievalGate'")
+    alone = Pipeline()
+    alone.add_component("gate", RetrievalGateRouter(gate, threshold=threshold))
+    again = Pipeline.loads(alone.dumps(), allowed_modules=["retrieval_gate.integrations.haystack"])
+    for question in QUESTIONS:
+        assert again.run({"gate": {"query": question}}) == alone.run({"gate": {"query": question}})
+    built = Pipeline()  # a gate built in Python has no folder to name
+    built.add_component("gate", RetrievalGateRouter(_router()))
+    with pytest.raises(ConfigError, match="has none: load it with RetrievalGate.from_pretrained"):
+        built.dumps()
 
 
 # ------------------------------------------------------------------ a router: three branches
@@ -157,7 +168,7 @@ def _router():
 def test_langchain_router_three_branches():
     from langchain_core.language_models.fake import FakeListLLM
 
-    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.errors import ConfigError, InputError
     from retrieval_gate.integrations.langchain import GateRouter
 
     router = GateRouter(_router(), retrieve=FakeListLLM(responses=["retrieve"] * 3),
@@ -169,6 +180,15 @@ def test_langchain_router_three_branches():
                         direct=FakeListLLM(responses=["direct"] * 3),
                         multi_step=FakeListLLM(responses=["multi_step"]), budget=1.0)  # fmt: skip
     assert capped.batch(ROUTED) == ["direct", "retrieve", "retrieve"]
+    # LangChain's return_exceptions: an empty question is its own output, the others go on
+    # (the gate scored the batch at once: one bad input failed all)
+    tolerant = GateRouter(_router(), retrieve=FakeListLLM(responses=["retrieve"]),
+                          direct=FakeListLLM(responses=["direct"]),
+                          multi_step=FakeListLLM(responses=["multi_step"]))  # fmt: skip
+    with pytest.raises(InputError, match="question 1 is ''"):
+        tolerant.batch([ROUTED[0], "", ROUTED[2]])
+    got = tolerant.batch([ROUTED[0], "", ROUTED[2]], return_exceptions=True)
+    assert got[0] == "direct" and isinstance(got[1], InputError) and got[2] == "multi_step"
     with pytest.raises(ConfigError, match="pass its branch"):
         GateRouter(_router(), retrieve=FakeListLLM(responses=["r"]),
                    direct=FakeListLLM(responses=["d"]))  # fmt: skip

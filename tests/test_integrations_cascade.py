@@ -283,6 +283,10 @@ def test_haystack_answer_gate_router_sends_the_unsure_answers_to_retrieve():
     streamed = ChatMessage.from_assistant("a", meta={"logprobs": [
         {"content": [{"logprob": -2.5}]}, {"content": [{"logprob": -3.0}]}]})  # fmt: skip
     assert router.escalations([QUESTIONS[1]], [streamed]) == [True]
+    from retrieval_gate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="saves its gate by the folder it was loaded from"):
+        router.to_dict()  # a gate built in Python: no folder to save it by
 
 
 def test_haystack_refuses_replies_without_logprobs_and_an_answer_gate_that_reads_none():

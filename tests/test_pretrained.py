@@ -66,6 +66,14 @@ def test_onnx_export_scores_bare_strings(gate_dirs):
     with pytest.raises(AttributeError, match=r"'route' is a router's: .* holds a binary gate"):
         gate.route(TEXTS)
     assert not hasattr(gate, "strategies") and not hasattr(gate, "nope")
+    # pickled for a worker (multiprocessing, Ray) as its folder: an ONNX session cannot be
+    import copy
+    import pickle
+
+    gate.threshold = 0.3
+    for copied in (pickle.loads(pickle.dumps(gate)), copy.deepcopy(gate)):
+        assert copied.threshold == 0.3 and copied.variant == "int8" and copied is not gate
+        np.testing.assert_allclose(copied.predict_proba(TEXTS), probs, atol=1e-6)
 
 
 def test_torch_backend_on_a_run_folder_agrees_with_onnx(gate_dirs):
@@ -130,6 +138,8 @@ def test_what_the_api_would_read_wrongly_is_refused_naming_the_argument(gate_dir
     with pytest.raises(InputError, match=r"features views: .* does not read them \(the columns "
                        r"it reads: none: the question text alone\)"):  # fmt: skip
         gate.predict_proba(TEXTS, features={"views": [1, 2, 3]})  # scored as if absent
+    with pytest.raises(InputError, match=r"features views: .* does not read them"):
+        gate.predict_proba(TEXTS, features=[{"views": 1}, {}, {}])  # one mapping a question
     for kwargs, message in [
         ({"threshold": 0.5}, "unknown argument.*threshold.*set gate.threshold after loading"),
         ({"varient": "int8"}, "unknown argument.*varient"),

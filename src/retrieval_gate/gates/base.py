@@ -68,7 +68,7 @@ def as_questions(
         except TypeError:  # None, a number: not one question nor a list of them
             raise InputError(f"questions is {questions!r}: expected a question string or a list "
                              "of them") from None  # fmt: skip
-    rows = _features_for(features, len(items))
+    rows = _features_for(features, len(items), isinstance(questions, str))
     if token_logprobs is not None:
         one = isinstance(questions, str)
         for row, value in zip(rows, _answers_for(token_logprobs, len(items), one), strict=True):
@@ -132,7 +132,9 @@ def _answers_for(
     return out
 
 
-def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
+def _features_for(features: Features | None, n: int, one: bool = False) -> list[dict[str, Any]]:
+    """One mapping of side values per question, from a mapping of columns (a DataFrame too;
+    for one question string, a mapping of its values) or one mapping per question."""
     if features is None:
         return [{} for _ in range(n)]
     if hasattr(features, "columns") and hasattr(features, "iloc"):  # a pandas DataFrame
@@ -140,20 +142,35 @@ def _features_for(features: Features | None, n: int) -> list[dict[str, Any]]:
     if isinstance(features, Mapping):
         # by position: a pandas Series indexed by its labels (a filtered frame's 3, 7, ...)
         # would otherwise be read at labels 0, 1, ... (a KeyError, or other rows' values)
-        columns = {name: list(column) for name, column in features.items()}
+        columns = {name: _column(name, column, one) for name, column in features.items()}
         for name, column in columns.items():
             if len(column) != n:
                 raise InputError(f"feature {name!r} has {len(column)} values for {n} question"
                                  f"{'s' * (n != 1)}: give one per question (None, null in JSON: "
                                  "unknown)")  # fmt: skip
         return [{name: column[i] for name, column in columns.items()} for i in range(n)]
-    rows = list(features)
+    try:
+        rows = list(features)
+    except TypeError:  # a number: a TypeError from list()
+        raise InputError(f"features is {features!r}: give a mapping of columns ({{name: "
+                         "values}) or one mapping per question") from None  # fmt: skip
     if len(rows) != n:
         raise InputError(f"features has {len(rows)} rows for {n} questions")
     if bad := next((r for r in rows if not isinstance(r, Mapping)), None):
         raise InputError(f"features: a row is {bad!r}; give one mapping per question, or a "
                          "mapping of columns ({name: values})")  # fmt: skip
     return [dict(row) for row in rows]
+
+
+def _column(name: str, values: Any, one: bool) -> list[Any]:
+    """A feature column's values; for one question string, its value may be given alone. Text
+    was split into its characters (one a question), a number was a TypeError."""
+    if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__iter__"):
+        if one:
+            return [values]
+        raise InputError(f"feature {name!r} is {values!r}: give a list of values, one per "
+                         "question (None, null in JSON: unknown)")  # fmt: skip
+    return list(values)
 
 
 # ---------------------------------------------------------------- optional capabilities

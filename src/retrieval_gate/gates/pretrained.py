@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -291,12 +291,17 @@ class RetrievalGate(
 
     def _check_features(self, features: Features | None) -> None:
         """The columns of `features` this gate reads: its data.features, and a two-stage
-        gate's answer columns; any other was scored as if absent."""
-        if features is None or not hasattr(features, "keys"):
-            return  # a per-question list of dicts is checked by as_questions' own reading
+        gate's answer columns; any other was scored as if absent (in one mapping per question
+        too)."""
+        if hasattr(features, "keys"):
+            named = set(features.keys())
+        elif isinstance(features, list | tuple):  # one mapping per question (not an iterator:
+            named = {k for row in features if isinstance(row, Mapping) for k in row}  # read once)
+        else:
+            return
         reads = {*side_columns(self.gate), *((TOKEN_LOGPROBS, MEAN_LOGPROB)
                                             if reads_answers(self.gate) else ())}  # fmt: skip
-        if unread := sorted(str(k) for k in features.keys() if k not in reads):
+        if unread := sorted(str(k) for k in named if k not in reads):
             has = ", ".join(sorted(reads)) or "none: the question text alone"
             raise InputError(f"features {', '.join(unread)}: {self.name!r} does not read them "
                              f"(the columns it reads: {has}); drop them")  # fmt: skip
@@ -378,6 +383,19 @@ class RetrievalGate(
     def __repr__(self) -> str:
         return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "
                 f"variant={self.variant!r}, threshold={self.threshold})")  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (multiprocessing, Ray, Spark and Dask workers; deepcopy) as the folder it
+        loads from, each copy loading its own: an ONNX session cannot be pickled (a raw
+        onnxruntime TypeError)."""
+        return _reloaded, (str(self.folder), self.backend, self.variant, self.threshold)
+
+
+def _reloaded(folder: str, backend: str, variant: str | None, threshold: float) -> RetrievalGate:
+    gate = RetrievalGate.from_pretrained(folder, backend=backend, variant=variant)
+    if gate.threshold != threshold:  # set in code after loading
+        gate.threshold = threshold
+    return gate
 
 
 _ROUTER_ONLY = ("route", "strategy_proba", "strategies", "costs", "budget", "strategy_registry")

@@ -12,7 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from haystack import component
+from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.utils import deserialize_callable, serialize_callable
 
+from ..errors import ConfigError
 from ..gates.base import Gate, is_router
 from .branches import (
     BudgetAccount,
@@ -31,6 +34,48 @@ __all__ = ["AnswerGateRouter", "RetrievalGateRouter", "budget_account", "reply_l
 
 HINT = ("enable log-probabilities on the generator (e.g. OpenAIChatGenerator(generation_kwargs="
         '{"logprobs": True}), which puts them in each reply\'s meta)')  # fmt: skip
+
+
+def _saved_gate(gate: Gate) -> dict[str, Any]:
+    """What a saved pipeline keeps of a gate: the folder it was loaded from
+    (`RetrievalGate.from_pretrained`), its backend, variant and threshold. A gate built in
+    Python has no folder to name: refused, saying so (a pipeline failed to save with
+    Haystack's "unsupported value of type RetrievalGate")."""
+    folder = getattr(gate, "folder", None)
+    if folder is None:
+        raise ConfigError(f"a pipeline saves its gate by the folder it was loaded from, and "
+                          f"{gate.name!r} ({type(gate).__name__}) has none: load it with "
+                          "RetrievalGate.from_pretrained(folder) to save the pipeline")  # fmt: skip
+    return {
+        "folder": str(folder),
+        "backend": getattr(gate, "backend", None),
+        "variant": getattr(gate, "variant", None),
+        "threshold": float(gate.threshold),
+    }
+
+
+def _loaded_gate(saved: dict[str, Any]) -> Gate:
+    """The gate `_saved_gate` named, loaded again, its threshold as it was."""
+    from ..gates.pretrained import RetrievalGate
+
+    gate = RetrievalGate.from_pretrained(saved["folder"], backend=saved.get("backend"),
+                                         variant=saved.get("variant"))  # fmt: skip
+    if gate.threshold != saved["threshold"]:  # set in code after loading
+        gate.threshold = saved["threshold"]
+    return gate
+
+
+def _with_gate(data: dict[str, Any], key: str) -> dict[str, Any]:
+    params = dict(data.get("init_parameters") or {})
+    params[key] = _loaded_gate(params[key])
+    return {**data, "init_parameters": params}
+
+
+def _unshared(account: BudgetAccount | None) -> None:
+    if account is not None:  # one object shared by two components: a copy each on reload
+        raise ConfigError("a pipeline whose routers share a budget account cannot be saved "
+                          "(each would load its own): build it in code, or save it without "
+                          "account=")  # fmt: skip
 
 
 def reply_logprobs(reply: Any) -> list[float] | None:
@@ -58,6 +103,16 @@ class RetrievalGateRouter:
         extra = {"strategy": str} if is_router(gate) else {}
         component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
                                    **extra)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The component in a saved pipeline (`Pipeline.dumps`, YAML): its gate by folder."""
+        _unshared(self.account)
+        return default_to_dict(self, gate=_saved_gate(self.gate), threshold=self.threshold,
+                               budget=self.budget)  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RetrievalGateRouter:
+        return default_from_dict(cls, _with_gate(data, "gate"))
 
     def run(self, query: str) -> dict[str, Any]:
         (branch,), (p,) = routed(self.gate, [query], self.threshold, self.budget)
@@ -87,6 +142,23 @@ class AnswerGateRouter:
     ):
         self.escalator = Escalator(answer_gate, threshold, logprobs_of, reply_logprobs, HINT,
                                    account)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The component in a saved pipeline: its answer gate by folder, `logprobs_of` by its
+        import path."""
+        e = self.escalator
+        _unshared(e.account)
+        reader = serialize_callable(e.logprobs_of) if e.logprobs_of is not None else None
+        return default_to_dict(self, answer_gate=_saved_gate(e.gate), threshold=e.threshold,
+                               logprobs_of=reader)  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AnswerGateRouter:
+        data = _with_gate(data, "answer_gate")
+        reader = data["init_parameters"].get("logprobs_of")
+        if reader is not None:
+            data["init_parameters"]["logprobs_of"] = deserialize_callable(reader)
+        return default_from_dict(cls, data)
 
     def escalations(self, queries: Sequence[str], replies: Sequence[Any]) -> list[bool]:
         """Whether the answer gate escalates each reply (the answer to `queries[i]`)."""

@@ -11,8 +11,8 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from ..errors import ConfigError
-from ..gates.base import Gate
+from ..errors import ConfigError, InputError
+from ..gates.base import Gate, as_questions
 from .branches import (
     DIRECT,
     MULTI,
@@ -104,23 +104,37 @@ class GateRouter(Runnable[Any, Any]):
         config: RunnableConfig | list[RunnableConfig] | None = None,
         **kwargs: Any,
     ) -> list[Any]:
-        if not inputs:
-            return []
-        decisions = self.route(inputs)
-        if self.account is not None:
-            self.account.charge(decisions)
         outputs: list[Any] = [None] * len(inputs)
+        every = list(range(len(inputs)))
+        ok = self._readable(inputs, outputs) if kwargs.get("return_exceptions") else every
+        if not ok:
+            return outputs
+        decisions = dict(zip(ok, self.route([inputs[i] for i in ok]), strict=True))
+        if self.account is not None:
+            self.account.charge(list(decisions.values()))
         runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step,
                      **self.own}  # fmt: skip
         for name, branch in runnables.items():
-            idx = [i for i, d in enumerate(decisions) if d == name]
+            idx = [i for i, d in decisions.items() if d == name]
             self._run(branch, idx, inputs, outputs, config, kwargs)
         if self.escalator is not None:  # the cascade: unsure direct answers go to retrieve
-            direct = [i for i, d in enumerate(decisions) if d == DIRECT]
+            direct = [i for i, d in decisions.items() if d == DIRECT]
             up = self.escalations([inputs[i] for i in direct], [outputs[i] for i in direct])
             idx = [i for i, e in zip(direct, up, strict=True) if e]
             self._run(self.retrieve, idx, inputs, outputs, config, kwargs)
         return outputs
+
+    def _readable(self, inputs: list[Any], outputs: list[Any]) -> list[int]:
+        """The inputs a question can be read from; each other one's error is its output
+        (`return_exceptions`: one empty question failed the whole batch)."""
+        ok = []
+        for i, item in enumerate(inputs):
+            try:
+                as_questions([self._text(item)])
+                ok.append(i)
+            except (InputError, ConfigError) as e:
+                outputs[i] = e
+        return ok
 
     @staticmethod
     def _run(
