@@ -39,3 +39,17 @@ def test_inside_the_checkout_paths_stay_as_written(monkeypatch):
 def test_an_unknown_name_lists_the_examples():
     with pytest.raises(ConfigError, match="examples: .*minilm-closed-book"):
         find_config("minilm-closed-bok")
+
+
+def test_a_mapping_set_for_a_section_is_merged_and_a_value_refused():
+    """`--set "model={dropout: 0.2}"` replaced the whole section: the stacked recipe's
+    `head: stacked` was gone and a full fine-tune ran, unsaid; `model=null` the same."""
+    cfg = load_config("minilm-stacked-closed-book", ["model={dropout: 0.2}"])
+    assert cfg.model.head == "stacked" and cfg.model.dropout == 0.2
+    for value in ("null", "3", "[a]"):
+        with pytest.raises(ConfigError, match=r"model is a section \(.*\), which a value would "
+                           r"drop whole: set its keys, e.g. model\.\w+=VALUE"):  # fmt: skip
+            load_config("minilm-stacked-closed-book", [f"model={value}"])
+    assert (
+        load_config("minilm-stacked-closed-book", ["data.label_file=null"]).data.label_file is None
+    )

@@ -339,6 +339,25 @@ def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"][-1]["epoch"] == 2
 
 
+def test_resume_goes_on_from_the_last_epoch_not_the_best(tmp_path, label_file, body, train_gate):
+    """last.ckpt was written only with a new best (Lightning 2's save_last): a resume went
+    back to the best epoch and trained the epochs after it again, logging them twice. Here
+    nothing improves after epoch 0 (a learning rate too small to move a weight)."""
+    import torch
+
+    cfg = _tiny(body, label_file, tmp_path, max_epochs=3).override(
+        "model.lr=1e-12", "model.head_lr=1e-12", "early_stopping.patience=10")  # fmt: skip
+    run_dir = train_gate(cfg, questions=QUESTIONS)
+
+    def epoch(name: str) -> int:
+        return torch.load(run_dir / "lightning" / name, weights_only=False)["epoch"]
+
+    assert (epoch("best.ckpt"), epoch("latest.ckpt")) == (0, 2)
+    train_gate(cfg.override("trainer.max_epochs=4"), questions=QUESTIONS, resume=True)
+    epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
+    assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]  # one epoch more, none twice
+
+
 def test_a_run_resumes_from_a_mid_epoch_checkpoint(tmp_path, label_file, body, train_gate):
     """A step budget (or val_check_interval < 1) saves last.ckpt mid-epoch; Lightning resumes
     inside that epoch without on_train_epoch_start, and the throughput callback's first batch

@@ -655,7 +655,10 @@ def _parent_config(path: Path, parent: Any) -> Path:
 
 
 def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """`trainer.max_epochs=3`-style overrides; values are parsed as YAML (numbers, null, lists)."""
+    """`trainer.max_epochs=3`-style overrides; values are parsed as YAML (numbers, null, lists).
+    A mapping given for a section is merged into it, as `extends` merges (`model={dropout:
+    0.2}` replaced the whole section: the stacked recipe's `head: stacked` gone, a full
+    fine-tune ran); anything else given for a section is refused."""
     config = copy.deepcopy(dict(config))
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -670,12 +673,24 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a section")
         try:
-            node[leaf] = load_yaml(value)
+            parsed = load_yaml(value)
         except yaml.YAMLError as e:
             raise ConfigError(
                 f"--set {clipped(item)!r}: the value is not valid YAML ({e})"
             ) from None
+        node[leaf] = _over(node.get(leaf), parsed, item, key.strip())
     return config
+
+
+def _over(old: Any, new: Any, item: str, key: str) -> Any:
+    """What `--set key=new` leaves where `old` was: a section merged, a value replaced."""
+    if not isinstance(old, Mapping) or not old:
+        return new
+    if not isinstance(new, Mapping):
+        raise ConfigError(f"--set {clipped(item)!r}: {key} is a section ({', '.join(old)}), "
+                          f"which a value would drop whole: set its keys, e.g. "
+                          f"{key}.{next(iter(old))}=VALUE")  # fmt: skip
+    return deep_merge(old, new)
 
 
 def load_config(

@@ -5,8 +5,9 @@ memory, from a mapping question id -> label; the caller's config is never change
 A run folder belongs to one configuration: `run.json` records the hash of the resolved config
 and of the labels (the label file's bytes). Training into an existing folder is refused unless `overwrite`
 (the run's files are replaced) or `resume` with the same hash (Lightning's
-`lightning/last.ckpt`, written every epoch, is continued; the epochs before it stay in
-`metrics.json` and `logs/metrics.csv`). Early stopping and the kept checkpoint follow
+`lightning/latest.ckpt`, written every epoch, or the `last.ckpt` of a fit's end, whichever
+trained more, is continued; the epochs before it stay in `metrics.json` and
+`logs/metrics.csv`). Early stopping and the kept checkpoint follow
 validation AUROC."""
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class Throughput(pl.Callback):
         )  # fmt: skip
 
 
+LATEST = "latest"  # lightning/latest.ckpt: every epoch's state (`_trainer`)
+
+
 def run_name(config: TrainConfig) -> str:
     if config.run.name:
         return config.run.name
@@ -107,13 +111,14 @@ def run_name(config: TrainConfig) -> str:
 def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
     es = config.early_stopping
     ckpt = ModelCheckpoint(
-        dirpath=run_dir / "lightning",
-        monitor=es.monitor,
-        mode=es.mode,
-        save_top_k=1,
-        save_last=True,
-        filename="best",
-    )
+        dirpath=run_dir / "lightning", monitor=es.monitor, mode=es.mode, save_top_k=1,
+        save_last=True, filename="best",
+    )  # fmt: skip
+    # every epoch's (or mid-epoch validation's) state: Lightning 2's save_last writes last.ckpt
+    # only with a new best (and at the end of a fit), so a resume went back to the best epoch
+    # and trained the epochs after it again, logging them twice (`resume_checkpoint`)
+    last = ModelCheckpoint(dirpath=run_dir / "lightning", filename=LATEST, save_top_k=1,
+                           enable_version_counter=False)  # fmt: skip
     stop = EarlyStopping(monitor=es.monitor, mode=es.mode, patience=es.patience)
     if config.trainer.get("enable_progress_bar", True):  # tqdm: readable in log files too
         callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
@@ -127,7 +132,7 @@ def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -
         **trainer,
         default_root_dir=str(run_dir),
         logger=build_loggers(config.trainer.get("logger", "csv"), run_dir, run_dir.name),
-        callbacks=[ckpt, stop, *callbacks],
+        callbacks=[ckpt, last, stop, *callbacks],
     )
 
 
@@ -296,19 +301,27 @@ def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: boo
 
 
 def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The newest readable Lightning checkpoint (last, else best); an unreadable one is
-    reported and renamed `*.damaged` (never deleted), and training falls back."""
+    """The readable Lightning checkpoint of the most training steps (the latest epoch's, the
+    end of a fit's last.ckpt, else best); an unreadable one is reported and renamed
+    `*.damaged` (never deleted), and training falls back."""
     folder = run_dir / "lightning"
-    for ckpt in [folder / "last.ckpt", *sorted(folder.glob("best*.ckpt"))]:
+    steps: dict[Path, int] = {}
+    for ckpt in [
+        folder / f"{LATEST}.ckpt",
+        folder / "last.ckpt",
+        *sorted(folder.glob("best*.ckpt")),
+    ]:
         if not ckpt.is_file():
             continue
         try:
-            torch.load(ckpt, map_location="cpu", weights_only=False)
-            return ckpt
+            steps[ckpt] = int(torch.load(ckpt, map_location="cpu", weights_only=False)
+                              .get("global_step", 0))  # fmt: skip
         except Exception as e:  # torch raises several types for truncated/garbled files
             aside = ckpt.with_name(ckpt.name + ".damaged")
             ckpt.replace(aside)
             log.warning("%s is damaged (%s); set aside as %s", ckpt, type(e).__name__, aside.name)
+    if steps:
+        return max(steps, key=steps.__getitem__)  # the first of the most steps: latest, last
     if folder.is_dir():
         log.warning("no readable checkpoint in %s; training from scratch", folder)
     return None
