@@ -183,6 +183,55 @@ def test_transfer_on_a_users_file_takes_its_sources_from_the_source_column(tmp_p
     assert code == 2 and "at least two sources" in capsys.readouterr().err
 
 
+def test_transfer_says_what_it_leaves_out_and_refuses_one_held_out_source(tmp_path, caplog):
+    """A source without test questions was left out of the matrix unsaid (one left: a single
+    column, its held-out cell unfittable, exit 0), and so were questions without labels and
+    labels of no question; a learned cell whose dev questions were all the held-out source's
+    stopped the matrix after the other cells had trained (no report): it is a cell that
+    cannot fit."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.evaluation.transfer import CANNOT_FIT, _fittable, _held_out
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.questions import Question
+
+    rows, labels = ["id,question,answer,source,split"], []
+    for i in range(60):
+        source, split = ("wiki", "news", "tiny")[i % 3], ("train", "dev", "test")[i // 3 % 3]
+        split = "train" if source == "tiny" else split  # no test question of its own
+        rows.append(f"u{i},what is the figure of {source} item {i}?,x,{source},{split}")
+        labels.append(json.dumps({"id": f"u{i}", "label": i % 2}))
+    questions = tmp_path / "mine.csv"
+    questions.write_text("\n".join(rows[:-3]) + "\n")  # 3 labelled ids are no question
+    label_file = tmp_path / "mine.jsonl"
+    label_file.write_text("\n".join(labels) + "\n")
+    out = tmp_path / "report"
+    assert main(["transfer", "--questions", str(questions), "--labels", str(label_file),
+                 "--gates", "tfidf", "--out", str(out)]) == 0  # fmt: skip
+    assert "1 sources have no test questions and are not held out (they stay in training): " \
+        "'tiny'" in caplog.text  # fmt: skip
+    assert "3 of 60 label ids are no question of these data (e.g. 'u57')" in caplog.text
+    assert {c["source"] for c in json.loads((out / "transfer.json").read_text())} == {
+        "wiki", "news"}  # fmt: skip
+    sp = load_splits(label_file, None, [q for q in _questions(rows) if q.source != "news"])
+    with pytest.raises(InputError, match=r"needs test questions from at least two sources; "
+                       r"'wiki' has them \(1 without: 'tiny'\)"):  # fmt: skip
+        _held_out(sp, ["wiki", "tiny"])
+    pool = [Question(f"q{i}", "x?", (), "a", split=s) for i, s in enumerate(["train", "test"])]
+    with pytest.raises(CANNOT_FIT, match="without 'b' no dev questions are left"):
+        _fittable(pool, "b")
+
+
+def _questions(rows: list[str]) -> list:
+    from retrieval_gate.questions import Question
+
+    out = []
+    for row in rows[1:]:
+        qid, text, answer, source, split = row.split(",")
+        out.append(Question(qid, text, (answer,), source, split=split))
+    return out
+
+
 # ---------------------------------------------------------------- the evaluate command
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -31,6 +32,8 @@ from ..pricing import outcome, route_indices
 from ..questions import Question
 from ..tables import markdown_table
 from . import plots
+
+log = logging.getLogger(__name__)
 
 # What a gate raises when it cannot be fitted on a cell's data (one label only, no s_pop): the
 # cell says so and the matrix goes on; any other error stops it.
@@ -123,6 +126,7 @@ def transfer_cells(
             f"{', '.join(map(repr, sources)) or 'none'}: give --questions a `source` column "
             "(or --field source=COLUMN)"
         )
+    sources = _held_out(sp, sources)
     cells = []
     for name, fit in fitters.items():
         try:
@@ -133,8 +137,6 @@ def transfer_cells(
             in_domain, why = None, str(e)
         for src in tqdm(sources, desc=f"{name} / {policy}"):
             part = loso(sp, src)
-            if not len(part.test):
-                continue
             if in_domain is None:
                 cells.append(_na(name, policy, "in-domain", part.test, f"cannot fit: {why}"))
             else:
@@ -152,6 +154,23 @@ def transfer_cells(
             cells.append(_routed(_cell(name, policy, "held-out", part.test, s, gate.threshold),
                                  gate, part.test))  # fmt: skip
     return cells
+
+
+def _held_out(sp: Splits, sources: list[str]) -> list[str]:
+    """The sources with test questions, which can be held out; the others are said (they
+    were left out of the matrix unsaid), and fewer than two is refused (one column, its
+    held-out cell unfittable)."""
+    tested = set(sp.test.sources.tolist())
+    kept, left = [s for s in sources if s in tested], [s for s in sources if s not in tested]
+    if len(kept) < 2:
+        raise InputError(f"leave-one-source-out needs test questions from at least two sources; "
+                         f"{', '.join(map(repr, kept)) or 'none'} has them ({len(left)} without: "
+                         f"{', '.join(map(repr, left[:5]))}): label more of each source's "
+                         "questions, or give them a split column with test rows")  # fmt: skip
+    if left:
+        log.warning(f"{len(left)} sources have no test questions and are not held out (they "
+                    f"stay in training): {', '.join(map(repr, left[:10]))}")  # fmt: skip
+    return kept
 
 
 def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Path:
@@ -228,6 +247,18 @@ def run_transfer(
     return write_transfer_report(cells, out_dir, command)
 
 
+def _fittable(pool: Sequence[Question], held_out: str) -> None:
+    """A cell whose questions carry their splits has each of them left without `held_out`
+    (all of a split's questions its own: training refused it after the other cells had
+    trained, and no report was written)."""
+    if not pool or not all(q.split for q in pool):
+        return  # training splits them itself
+    missing = [s for s in ("train", "dev", "test") if s not in {q.split for q in pool}]
+    if missing:
+        raise CANNOT_FIT(f"without {held_out!r} no {' or '.join(missing)} questions are left "
+                         f"(all of them are {held_out!r}'s)")  # fmt: skip
+
+
 def cell_key(config: Any, questions: Sequence[Question]) -> str:
     """12 hex digits of what a transfer cell's run depends on: the whole resolved config (its
     length too), the labels' sha256 and the training questions' ids, texts and splits."""
@@ -268,6 +299,7 @@ def learned_fitter(
         ]
         pool = questions if questions is not None else labelled(policy)
         pool = [q for q in pool if q.source != held_out]
+        _fittable(pool, held_out)
         key = cell_key(load_config(config, sets), pool)
         name = f"transfer-{policy}-without-{held_out or 'nothing'}-{key}"
         run = output_dir / name

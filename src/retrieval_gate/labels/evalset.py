@@ -3,6 +3,7 @@ run's recorded answers (closed-book and with-retrieval correctness) for adaptive
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ from .strategy_labels import (
     labels_release,
     load_strategy_labels,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,30 @@ def load_splits(
             label_path,
         )
     check_made_for(stamped(rows), qs, label_path)  # (a release's rows carry no stamp)
+    if questions is not None:  # the user's: labels of a part of them, or of others too
+        say_unmatched(label_path, qs, labels)
     return split_evalsets(qs, labels, outcomes, strategy_labels)
+
+
+def say_unmatched(
+    path: str | Path, questions: Sequence[Question], labels: Mapping[str, Any]
+) -> None:
+    """Says (once a process) the label ids that are no question of these and the questions
+    without a label, both left out: evaluate, tune and transfer left them out unsaid."""
+    known = {q.id for q in questions}
+    missing = [i for i in labels if i not in known]
+    unlabelled = [q.id for q in questions if q.id not in labels]
+    parts = ([f"{len(missing):,} of {len(labels):,} label ids are no question of these data "
+              f"(e.g. {missing[0]!r})"] if missing else []) + (
+             [f"{len(unlabelled):,} of {len(questions):,} questions have no label (e.g. "
+              f"{unlabelled[0]!r})"] if unlabelled else [])  # fmt: skip
+    note = f"{path}: {'; '.join(parts)}: left out"
+    if parts and note not in _SAID:
+        _SAID.add(note)
+        log.warning(note)
+
+
+_SAID: set[str] = set()
 
 
 def ids_hint(

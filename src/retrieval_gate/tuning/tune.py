@@ -96,6 +96,11 @@ class TuneConfig:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
             check_options([self.gate], self.gate_options)
+        elif self.gate_options.learned_run or self.gate_options.onnx:  # scored, then unread
+            raise ConfigError(f"--objective {' '.join(self.objectives)} trains gates of its "
+                              f"own (hparams: from --config {self.config}), and reads no "
+                              "--learned-run / --onnx: drop it, or add an objective that "
+                              "tunes that gate's threshold (e.g. macro-f1)")  # fmt: skip
         self._check_router()
         self._check_used()
         if "hparams" in self.objectives:
