@@ -388,10 +388,14 @@ class RetrievalGate(
         """Pickled (multiprocessing, Ray, Spark and Dask workers; deepcopy) as the folder it
         loads from, each copy loading its own: an ONNX session cannot be pickled (a raw
         onnxruntime TypeError)."""
-        return _reloaded, (str(self.folder), self.backend, self.variant, self.threshold)
+        return reload_gate, (str(self.folder), self.backend, self.variant, self.threshold)
 
 
-def _reloaded(folder: str, backend: str, variant: str | None, threshold: float) -> RetrievalGate:
+def reload_gate(
+    folder: str, backend: str | None, variant: str | None, threshold: float
+) -> RetrievalGate:
+    """A gate loaded again from the folder a pickled or saved one named, its threshold as it
+    was (one set in code after loading included)."""
     gate = RetrievalGate.from_pretrained(folder, backend=backend, variant=variant)
     if gate.threshold != threshold:  # set in code after loading
         gate.threshold = threshold

@@ -56,13 +56,10 @@ def _saved_gate(gate: Gate) -> dict[str, Any]:
 
 def _loaded_gate(saved: dict[str, Any]) -> Gate:
     """The gate `_saved_gate` named, loaded again, its threshold as it was."""
-    from ..gates.pretrained import RetrievalGate
+    from ..gates.pretrained import reload_gate
 
-    gate = RetrievalGate.from_pretrained(saved["folder"], backend=saved.get("backend"),
-                                         variant=saved.get("variant"))  # fmt: skip
-    if gate.threshold != saved["threshold"]:  # set in code after loading
-        gate.threshold = saved["threshold"]
-    return gate
+    return reload_gate(saved["folder"], saved.get("backend"), saved.get("variant"),
+                       saved["threshold"])  # fmt: skip
 
 
 def _with_gate(data: dict[str, Any], key: str) -> dict[str, Any]:
