@@ -118,9 +118,27 @@ def test_a_run_from_before_the_typed_config_still_loads(chain, tmp_path):
     (old / "metadata.json").write_text(json.dumps(meta))
     (old / "config.yaml").write_text(yaml.safe_dump(config))
     (old / "manifest.json").unlink()  # such runs had none: read from their metadata and config
+    meta.pop("manifest")  # nor did their metadata say they wrote one
+    (old / "metadata.json").write_text(json.dumps(meta))
     qs = [Question(f"n{i}", t, ("x",), "mine", extra={"hits": h})
           for i, (t, h) in enumerate([("who is zorblat quenvik?", 3), ("capital of france?", 4000)])]  # fmt: skip
     np.testing.assert_array_equal(LearnedGate(old).scores(qs), LearnedGate(chain["run"]).scores(qs))
+
+
+def test_a_folder_that_wrote_a_manifest_and_lost_it_is_refused(chain, tmp_path):
+    """Deleting a new export's (or run's) manifest.json turned every checksum check off: it
+    was read as a folder from before manifests, a swapped model file scored unchecked."""
+    import shutil
+
+    from retrieval_gate.artifacts import open_artifact
+    from retrieval_gate.errors import DataError
+
+    for kind in ("run", "export"):
+        copy = Path(shutil.copytree(chain[kind], tmp_path / kind))
+        (copy / "manifest.json").unlink()
+        with pytest.raises(DataError, match=r"manifest.json is missing, and its \w*metadata.json "
+                           f"says this {kind} wrote one"):  # fmt: skip
+            open_artifact(copy)
 
 
 def test_feature_changes_the_score_and_missing_one_is_an_error(chain):

@@ -21,7 +21,8 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       some: nothing to check for the rest)
 
 A folder written before manifests (no manifest.json) is read from its metadata.json (a run)
-or gate_metadata.json (an export), by the same rules. Nothing is guessed: damaged JSON, a
+or gate_metadata.json (an export), by the same rules; one whose metadata says it wrote one
+(`"manifest": "manifest.json"`, every folder since) and has none is refused. Nothing is guessed: damaged JSON, a
 missing or wrongly typed field, an unknown value, or a manifest its metadata contradicts is a
 `DataError` naming the file and field and the fix, never a fallback to another kind.
 
@@ -312,6 +313,11 @@ def open_artifact(path: str | Path, kind: str | None = None, flag: str | None = 
     meta = _read_json(meta_path, FIX[found])
     if found == "run" and isinstance(meta, dict) and "side_features" not in meta:
         meta = {**meta, "side_features": _config_side_features(folder)}
+    if manifest is None and isinstance(meta, dict) and meta.get("manifest") == MANIFEST:
+        raise DataError(f"{MANIFEST} is missing, and its {meta_path.name} says this {found} "
+                        "wrote one: the files' checksums are in it (without it a damaged or "
+                        f"swapped file was read unchecked); restore it, or {FIX[found]} (a run "
+                        "still training writes it before gate.pt)", folder)  # fmt: skip
     present = tuple(v for v, name in VARIANTS.items() if (folder / name).is_file())
     derived = Manifest.from_metadata(meta, found, meta_path, present if found == "export" else ())
     if manifest is not None:

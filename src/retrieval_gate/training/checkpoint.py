@@ -29,6 +29,7 @@ import yaml
 from .. import __version__
 from ..artifacts import (
     FIX,
+    MANIFEST,
     RUN_BACKBONE,
     RUN_TOKENIZER,
     recorded_checksums,
@@ -90,7 +91,8 @@ def save_run(
             "side_features": side.to_dict() if side else None,
             "calibration": calibration,  # dev questions for int8 (export/parity.py)
             "package_version": __version__,
-        }
+            "manifest": MANIFEST,  # this folder has one (an export inherits the key): one gone
+        }  # is damage, not a folder from before manifests (`artifacts.open_artifact`)
     )
     if router is not None:  # strategies, costs, the dev calibration and the default budget
         meta["router"] = router.to_dict()
