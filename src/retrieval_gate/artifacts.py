@@ -20,11 +20,12 @@ THE one reader of what a gate's folder holds (issue 36, part 3). Every verb and
                       than scored with (a folder written before checksums has none, or only
                       some: nothing to check for the rest)
 
-A folder written before manifests (no manifest.json) is read from its metadata.json (a run)
-or gate_metadata.json (an export), by the same rules; one whose metadata says it wrote one
-(`"manifest": "manifest.json"`, every folder since) and has none is refused. Nothing is guessed: damaged JSON, a
-missing or wrongly typed field, an unknown value, or a manifest its metadata contradicts is a
-`DataError` naming the file and field and the fix, never a fallback to another kind.
+A folder written before manifests (no manifest.json) is read from its metadata.json (a run) or
+gate_metadata.json (an export), by the same rules; one whose metadata says it wrote one
+(`"manifest": "manifest.json"`, every folder since) and has none is refused. Nothing is
+guessed: damaged JSON, a missing or wrongly typed field, an unknown value, or a manifest its
+metadata contradicts is a `DataError` naming the file and field and the fix, never a fallback
+to another kind.
 
 No torch and no ONNX Runtime: JSON files only (`pricing` checks a router's calibration), so a
 plan reads it in milliseconds before anything heavy loads."""

@@ -253,7 +253,8 @@ def _fittable(pool: Sequence[Question], held_out: str) -> None:
     trained, and no report was written)."""
     if not pool or not all(q.split for q in pool):
         return  # training splits them itself
-    missing = [s for s in ("train", "dev", "test") if s not in {q.split for q in pool}]
+    have = {q.split for q in pool}
+    missing = [s for s in ("train", "dev", "test") if s not in have]
     if missing:
         raise CANNOT_FIT(f"without {held_out!r} no {' or '.join(missing)} questions are left "
                          f"(all of them are {held_out!r}'s)")  # fmt: skip

@@ -38,7 +38,7 @@ from ..fileio import sha256_file
 from ..outputs import record_owned, refuse_foreign, vouch_for
 from ..questions import Question, id_text, normalize_answer
 from .closed_book import PREDICTION_CHARS, source_frequent_answers
-from .label_files import LabelFile, meta_path, require_ours
+from .label_files import LabelFile, meta_path, read_meta, require_ours
 from .labelling_run import CLOSED_BOOK, RAG_GAIN, STRATEGY_FILE
 from .lock import single_writer
 from .logprobs import (
@@ -455,16 +455,17 @@ def import_lock(target: Path) -> AbstractContextManager[None]:
     return single_writer(target, busy)
 
 
-def replaceable(path: Path, flag: str = FOLDER) -> None:
+def replaceable(path: Path, flag: str = FOLDER, foreign: str | None = None) -> None:
     """A label file an import may replace: none there, or one an earlier import wrote and
     nobody changed since (hand corrections were overwritten without a word); one a labelling
-    run wrote, or the user's, is refused, naming `flag` (what picks another file)."""
+    run wrote, or the user's, is refused, naming `flag` (what picks another file); `foreign`:
+    the refusal of one not made from outcomes, where the caller says more."""
     require_ours(path, flag)
     if not path.exists():
         return
     if not _imported(path):
-        raise DataError(f"a label file not made from outcomes is already there; pick another "
-                        f"{flag}", path)  # fmt: skip
+        raise DataError(foreign or f"a label file not made from outcomes is already there; "
+                        f"pick another {flag}", path)  # fmt: skip
     vouch_for(path)  # an import's from before the folder's ledger: as it is now
     refuse_foreign([path], "--labels-dir")
 
@@ -483,20 +484,17 @@ def _left_behind(out_dir: Path, writes: Sequence[str]) -> list[Path]:
     stale = [out_dir / n for n in (RAG_GAIN, STRATEGY_FILE)
              if n not in writes and (out_dir / n).exists()]  # fmt: skip
     for target in stale:
-        require_ours(target, FOLDER)
-        if not _imported(target):
-            raise DataError(f"was not made by an outcomes import, and this import makes no "
-                            f"{target.name} of its own: read beside the new {CLOSED_BOOK}, its "
-                            "rows would pair other answers with these; move it away, or pass "
-                            "another --labels-dir / --generator name", target)  # fmt: skip
-        replaceable(target)
+        replaceable(target, FOLDER, f"was not made by an outcomes import, and this import makes "
+                    f"no {target.name} of its own: read beside the new {CLOSED_BOOK}, its rows "
+                    f"would pair other answers with these; move it away, or pass another "
+                    f"{FOLDER}")  # fmt: skip
     return stale
 
 
 def _remove(outcomes: str | Path, stale: list[Path]) -> None:
     """Removes an earlier import's files (`_left_behind`), said once each."""
     for target in stale:
-        earlier = LabelFile(target).meta.get("outcomes_file", "?")
+        earlier = read_meta(meta_path(target)).get("outcomes_file", "?")  # checked: an import's
         meta_path(target).unlink(missing_ok=True)
         target.unlink(missing_ok=True)
         log.warning(f"removed {target} (from the earlier import of {earlier}): {outcomes} makes "

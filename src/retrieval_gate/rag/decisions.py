@@ -54,18 +54,14 @@ def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyR
     trained on a label file's own strategy names carries names only: the verb's registry
     (--strategies) declares them."""
     if is_router(gate) and isinstance(gate, CarriesStrategies):
-        if all(s in registry for s in gate.strategies) and not _carries_specs(gate):
-            return registry
-        return registry.merged(gate.strategy_registry().specs, f"router {gate.name!r}")
+        try:
+            carried = gate.strategy_registry().specs
+        except ConfigError:  # names only, not built-ins: the verb's registry must declare them
+            if all(s in registry for s in gate.strategies):
+                return registry
+            raise
+        return registry.merged(carried, f"router {gate.name!r}")
     return registry
-
-
-def _carries_specs(gate: CarriesStrategies) -> bool:
-    try:
-        gate.strategy_registry()
-    except ConfigError:  # names only, not built-ins
-        return False
-    return True
 
 
 def check_router(

@@ -301,16 +301,24 @@ def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: boo
 
 
 def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The readable Lightning checkpoint of the most training steps (the latest epoch's, the
-    end of a fit's last.ckpt, else best); an unreadable one is reported and renamed
+    """The readable Lightning checkpoint of the most training steps (the latest epoch's, or
+    the end of a fit's last.ckpt), else best's; an unreadable one is reported and renamed
     `*.damaged` (never deleted), and training falls back."""
     folder = run_dir / "lightning"
+    newest = [folder / f"{LATEST}.ckpt", folder / "last.ckpt"]
+    for group in (newest, sorted(folder.glob("best*.ckpt"))):  # best: trained no more
+        steps = _readable_steps(group)
+        if steps:
+            return max(steps, key=steps.__getitem__)  # the first of the most steps
+    if folder.is_dir():
+        log.warning("no readable checkpoint in %s; training from scratch", folder)
+    return None
+
+
+def _readable_steps(ckpts: list[Path]) -> dict[Path, int]:
+    """Each readable checkpoint's training steps; an unreadable one set aside, said."""
     steps: dict[Path, int] = {}
-    for ckpt in [
-        folder / f"{LATEST}.ckpt",
-        folder / "last.ckpt",
-        *sorted(folder.glob("best*.ckpt")),
-    ]:
+    for ckpt in ckpts:
         if not ckpt.is_file():
             continue
         try:
@@ -320,11 +328,7 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
             aside = ckpt.with_name(ckpt.name + ".damaged")
             ckpt.replace(aside)
             log.warning("%s is damaged (%s); set aside as %s", ckpt, type(e).__name__, aside.name)
-    if steps:
-        return max(steps, key=steps.__getitem__)  # the first of the most steps: latest, last
-    if folder.is_dir():
-        log.warning("no readable checkpoint in %s; training from scratch", folder)
-    return None
+    return steps
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
