@@ -157,6 +157,35 @@ def test_routers_llm_calls_are_their_routings_shares_of_each_strategy_s(tmp_path
         assert r["overall"]["mean_llm_calls"] == pytest.approx(shares @ np.array([1.0, 1.0, 3.35]))
 
 
+def test_one_price_list_for_the_whole_table(tmp_path):
+    """The fixed policies' costs and LLM calls followed the first router listed, and a
+    router fitted here (router-prior) kept the default costs beside one priced otherwise."""
+    from retrieval_gate.gates.strategy_routers import prior_router
+
+    rng = np.random.default_rng(2)
+    test, dev = _strategy_set("test"), _strategy_set("dev")
+    P = {q.id: rng.random(3) for q in (*test.questions, *dev.questions)}
+    dear = (0.0, 1.0, 5.0)
+
+    def table(costs):
+        return TableRouter(P, Calibration.fit(NAMES, costs, np.array([P[q.id] for q in
+                                                                      dev.questions]), dev.correct))  # fmt: skip
+
+    for order in (("a", "b"), ("b", "a")):
+        gates = dict(zip(order, (table(COSTS), table(dear)), strict=True))
+        with pytest.raises(ConfigError, match=r"routers '.' and '.' declare different costs"):
+            routing_report(test, dev, gates, tmp_path, "t", 20)
+    report = routing_report(test, dev, {"prior": prior_router(dev), "r": table(dear)},
+                            tmp_path, "t", 20)  # fmt: skip
+    assert report["costs"] == list(dear)
+    rows = {r["policy"]: r["overall"] for r in report["policies"]}
+    assert rows["always multi_step"]["mean_cost"] == pytest.approx(5.0)
+    prior = prior_router(dev)
+    assert tuple(prior.at_costs(dear).calibration.costs) == dear and prior.at_costs(COSTS) is prior
+    with pytest.raises(ConfigError, match=r"'r' was calibrated at costs \[0.0, 1.0, 5.0\]"):
+        routing_report(test, dev, {"r": table(dear)}, tmp_path, "t", 20, COSTS)  # --strategies
+
+
 def test_the_cost_axis_is_checked_naming_the_flag(capsys):
     with pytest.raises(ConfigError, match="--cost-axis"):
         check_axis("tokens")

@@ -241,6 +241,9 @@ def test_config_extends_overrides_and_typos(tmp_path):
         load_config(None, ["data.label_file=x", "data.lable_file=y"])
     with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
         load_config(None, ["data.label_file"])
+    for empty in ("run.name=", "run.name= "):  # read as null: the default name, unsaid
+        with pytest.raises(ConfigError, match=r"value is empty .* run.name=null for the default"):
+            load_config(None, ["data.label_file=x", empty])
     # `extends:` takes what --config takes: a file beside it, or an example config by name
     mine = tmp_path / "mine.yaml"
     mine.write_text("extends: minilm-closed-book\ntrainer: {max_epochs: 3}\n")

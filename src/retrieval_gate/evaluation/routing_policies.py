@@ -124,23 +124,28 @@ def matching_price(cal: Calibration, dev: EvalSet) -> tuple[float, float, bool] 
 
 
 def gate_policies(
-    gates: Mapping[str, Gate], test: EvalSet, dev: EvalSet, answer: AnswerGate | None = None
+    gates: Mapping[str, Gate],
+    test: EvalSet,
+    dev: EvalSet,
+    answer: AnswerGate | None = None,
+    costs: Sequence[float] | None = None,
 ) -> list[Policy]:
     """Routers at the budgets, at their default and where they match the best single
     strategy's dev accuracy; binary gates between the first two; recorded strategies as
-    they are. With `answer`, each policy
-    but the matching point is followed by its cascade (evaluation/answer_gate.py)."""
+    they are. With `answer`, each policy but the matching point is followed by its cascade
+    (evaluation/answer_gate.py), escalating to the next strategy by `costs` (the table's)."""
+    costs = tuple(costs) if costs is not None else default_costs(test.strategies)
     out = []
     for name, gate in gates.items():
         if getattr(gate, "routes", None):  # a recorded router's decisions (gates/recorded.py)
             choice = gate.strategy_choice(test.questions, test.strategies)  # type: ignore[attr-defined]
             policy = Policy(f"{name} @ {RECORDED}", choice)
-            out += policy.then(answer, default_costs(test.strategies), None)
+            out += policy.then(answer, costs, None)
             continue
         if not is_router(gate):
             decide = np.asarray(gate.scores(test.questions)) >= gate.threshold
             policy = Policy(f"{name} @ threshold {gate.threshold:.3g}", decide.astype(int))
-            out += policy.then(answer, default_costs(test.strategies), None)
+            out += policy.then(answer, costs, None)
             continue
         P = _strategy_proba(gate, test.questions)
         cal = gate.calibration  # type: ignore[attr-defined]
@@ -218,11 +223,11 @@ def routing_report(
     by their cascade, and the answer gate's AUROC on the recorded answers is listed."""
     for gate in gates.values():
         same_strategies(gate, test.strategies)
-    costs = tuple(costs) if costs is not None else _costs(gates, test.strategies)
+    costs, gates = _priced(gates, test.strategies, costs)
     paid = test.costs_paid(costs)
     per_strategy = _llm_calls(gates, test.strategies, registry)
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
-    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer)
+    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer, costs)
     if answer is not None:  # the answer gate alone: every question answered closed-book first
         policies += alone_policies(answer, test, dev, costs)
     everything = np.arange(len(test))
@@ -268,21 +273,55 @@ def registry_costs(
 def _llm_calls(
     gates: Mapping[str, Gate], strategies: Sequence[str], registry: StrategyRegistry | None
 ) -> tuple[float, ...] | None:
-    """Each strategy's LLM calls per question: --strategies' specs, else the first router's
-    own (of these strategies), else the built-ins'; None: no spec declares them all."""
-    for gate in gates.values():
+    """Each strategy's LLM calls per question: --strategies' specs, else the routers' own (of
+    these strategies; two that declare different ones are refused: the fixed policies' rows
+    would follow whichever came first), else the built-ins'; None: no spec declares them all."""
+    said = {}
+    for name, gate in gates.items():
         cal = gate.calibration if is_router(gate) else None  # type: ignore[attr-defined]
         if cal is not None and tuple(cal.strategies) == tuple(strategies):
-            return cal.llm_calls(registry)
-    return llm_calls_for(strategies, registry)
+            if (calls := cal.llm_calls(registry)) is not None:
+                said[name] = calls
+    _one_list(said, "LLM calls per question", "evaluate them apart, or pass --strategies FILE "
+              "to declare the LLM calls")  # fmt: skip
+    return next(iter(said.values()), None) or llm_calls_for(strategies, registry)
 
 
-def _costs(gates: Mapping[str, Gate], strategies: Sequence[str]) -> tuple[float, ...]:
-    """The routers' own costs (the first router's), else retrievals."""
-    for gate in gates.values():
-        if is_router(gate):
-            return tuple(gate.calibration.costs)  # type: ignore[attr-defined]
-    return default_costs(strategies)
+def _priced(
+    gates: Mapping[str, Gate], strategies: Sequence[str], costs: Sequence[float] | None
+) -> tuple[tuple[float, ...], dict[str, Gate]]:
+    """One price list for every policy: --strategies' (`costs`), else the routers' own (a
+    loaded router's calibration), else retrievals; a router fitted here (router-tfidf,
+    router-prior) is calibrated at it, and a loaded one calibrated at other costs is refused:
+    its budgets would not be the table's."""
+    own = {name: tuple(gate.calibration.costs) for name, gate in gates.items()  # type: ignore[attr-defined]
+           if is_router(gate) and gate.calibration is not None  # type: ignore[attr-defined]
+           and not hasattr(gate, "at_costs")}  # fmt: skip
+    if costs is None:
+        _one_list(own, "costs", "evaluate them apart")
+        costs = next(iter(own.values()), None) or default_costs(strategies)
+    costs = tuple(float(c) for c in costs)
+    if off := {n: c for n, c in own.items() if not np.allclose(c, costs)}:
+        name, theirs = next(iter(off.items()))
+        raise ConfigError(f"router {name!r} was calibrated at costs {list(theirs)} of "
+                          f"{list(strategies)}; --strategies prices them at {list(costs)}, so its "
+                          "budgets are not this table's: pass a strategies file with its costs, "
+                          "or evaluate it without --strategies")  # fmt: skip
+    return costs, {n: g.at_costs(costs) if hasattr(g, "at_costs") else g  # type: ignore[attr-defined]
+                   for n, g in gates.items()}  # fmt: skip
+
+
+def _one_list(said: Mapping[str, tuple[float, ...]], what: str, fix: str) -> None:
+    """Refuses two routers that price the same strategies differently, naming both."""
+    distinct = {}
+    for name, values in said.items():
+        if not any(np.allclose(values, v) for v in distinct.values()):
+            distinct[name] = values
+    if len(distinct) > 1:
+        (a, x), (b, y) = list(distinct.items())[:2]
+        raise ConfigError(f"routers {a!r} and {b!r} declare different {what} for the same "
+                          f"strategies ({list(x)} and {list(y)}): one table needs one list; "
+                          f"{fix}")  # fmt: skip
 
 
 def check_axis(axis: str, flag: str = "--cost-axis") -> str:

@@ -89,9 +89,18 @@ class FittedRouter(RoutingMixin):
         self._predict = predict
         self.strategies = tuple(strategies)
         costs = tuple(costs) if costs is not None else default_costs(self.strategies)
+        self._dev, self._budget = dev, budget
         P = self.strategy_proba(dev.questions)
         self.calibration = Calibration.fit(self.strategies, costs, P, dev.correct,
                                            dev.costs_paid(costs), budget)  # fmt: skip
+
+    def at_costs(self, costs: Sequence[float]) -> FittedRouter:
+        """This router calibrated at `costs` (the price list of the table it stands in):
+        fitted here, it has no costs of its own."""
+        if np.allclose(costs, self.calibration.costs):
+            return self
+        return FittedRouter(self.name, self._predict, self.strategies, self._dev, costs,
+                            self._budget)  # fmt: skip
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         qs = as_questions(questions)

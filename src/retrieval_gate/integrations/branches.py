@@ -51,7 +51,7 @@ def branch_of(spec: StrategySpec) -> str:
 def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:
     """strategy -> branch of every strategy `gate` routes to (a binary gate: none)."""
     check_gate(gate)
-    registry = check_router(gate, budget)
+    registry = check_router(gate, budget, flag="budget")
     if not is_router(gate):
         return {}
     return {s: branch_of(registry[s]) for s in gate.strategies}  # type: ignore[attr-defined]
@@ -201,7 +201,7 @@ def budget_account(gate: Gate, budget: float | None) -> BudgetAccount | None:
     first = gate.first if isinstance(gate, Cascade) else gate
     if budget is None or not is_router(first):
         return None
-    registry = check_router(first, budget)
+    registry = check_router(first, budget, flag="budget")
     by_branch = {b: s for s, b in branch_map(first, budget).items()}
     if DIRECT not in by_branch or RETRIEVE not in by_branch:
         return None

@@ -65,13 +65,14 @@ def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyR
 
 
 def check_router(
-    gate: Gate, budget: Budget = None, registry: StrategyRegistry = BUILTIN
+    gate: Gate, budget: Budget = None, registry: StrategyRegistry = BUILTIN, flag: str = "--budget"
 ) -> StrategyRegistry:
     """A router's strategies are registered ones (or carried by its export), its first (the
     cheapest) one without retrieval; a budget needs a router (a binary gate's operating point
     is its threshold) and stays within its dearest strategy's cost. Returns the registry the
-    loop runs it with."""
-    check_budget_sign(budget)
+    loop runs it with. `flag` names the budget as the caller took it (`--budget` on the command
+    line, `budget` in Python and in requests)."""
+    check_budget_sign(budget, flag)
     registry = loop_registry(gate, registry)
     if is_router(gate):
         strategies = tuple(gate.strategies)  # type: ignore[attr-defined]
@@ -81,16 +82,22 @@ def check_router(
                               "strategy (the cheapest) must be one without retrieval")  # fmt: skip
         if budget is not None:
             costs = strategy_costs(gate, registry)
-            check_budget(budget, list(costs.values()), "--budget")
+            check_budget(budget, list(costs.values()), flag)
     elif budget is not None:
-        raise ConfigError(
-            f"--budget {budget}: {gate.name!r} is a binary gate, which has no retrieval budget "
-            "to meet; its operating point is its threshold (--threshold MODE=VALUE), or pass a "
-            "router export with --router"
-        )
+        raise _binary_budget(gate, budget, flag)
     else:
         registry.binary_pair()
     return registry
+
+
+def _binary_budget(gate: Gate, budget: Budget, flag: str) -> ConfigError:
+    """A budget handed to a binary gate, said in the caller's terms (flags or arguments)."""
+    cli = flag.startswith("--")
+    point = "(--threshold MODE=VALUE)" if cli else "(threshold=)"
+    router = "pass a router export with --router" if cli else "load a router export"
+    return ConfigError(f"{flag} {budget}: {gate.name!r} is a binary gate, which has no retrieval "
+                       f"budget to meet; its operating point is its threshold {point}: pass no "
+                       f"budget, or {router}")  # fmt: skip
 
 
 def check_runnable(specs: Sequence[StrategySpec], retriever: str, where: str) -> None:
@@ -115,11 +122,11 @@ def routed_strategies(gate: Gate, registry: StrategyRegistry = BUILTIN) -> tuple
     return registry.binary_pair()
 
 
-def check_budget_sign(budget: Budget) -> None:
+def check_budget_sign(budget: Budget, flag: str = "--budget") -> None:
     """A budget is 0 or more (its top is the router's dearest cost, known once it loads)."""
     real = isinstance(budget, numbers.Real) and not isinstance(budget, bool)
     if budget is not None and not (real and budget >= 0):  # "1" failed deep inside: TypeError
-        raise ConfigError(f"--budget must be 0 or more (mean cost per question), got {budget!r}")
+        raise ConfigError(f"{flag} must be 0 or more (mean cost per question), got {budget!r}")
 
 
 def decide(
@@ -139,7 +146,7 @@ def decide(
     budgets = list(budget) if isinstance(budget, Sequence) else [budget] * len(questions)
     if not is_router(gate):
         for b in {b for b in budgets if b is not None}:
-            check_router(gate, b, registry)
+            check_router(gate, b, registry, "budget")
         closed, retrieve = registry.binary_pair()
         names = [retrieve if p >= gate.threshold else closed for p in probs]
         return Decision(names, probs.tolist())

@@ -139,7 +139,7 @@ class AdaptiveRAG:
     ):
         if k < 1:
             raise ConfigError(f"k (documents per question) must be >= 1, got {k}")
-        self.registry = check_router(gate, budget, strategies or BUILTIN)
+        self.registry = check_router(gate, budget, strategies or BUILTIN, "budget")
         self.retrievers = dict(retrievers or {})
         self.gate = gate
         self.retriever = retriever

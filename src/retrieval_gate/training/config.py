@@ -664,6 +664,9 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. trainer.max_epochs=2")
+        if not value.strip():  # `--set run.name=$NAME` with NAME unset read as null: a default
+            raise ConfigError(f"--set {item!r}: the value is empty (an unset shell variable?); "
+                              f"give one, or {key.strip()}=null for the default")  # fmt: skip
         *parents, leaf = key.strip().split(".")
         node = config
         for part in parents:
