@@ -428,6 +428,36 @@ def test_label_resume_refuses_other_settings_unless_relabel(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "policy, recorded, options, message",
+    [("rag-gain", {"top_k": 5}, {"k": 1}, "top_k=5, not 1"),
+     ("rag-gain", {"top_k": 5, "neither_label": None}, {"neither_label": 1},
+      "neither_label=None, not 1"),
+     ("rag-gain", {"retriever": "bm25"}, {"retriever": "contexts"}, "retriever='bm25'"),
+     ("rrcp", {"t_ans": 0.15, "evaluator": "overlap"}, {"t_ans": 0.95}, "t_ans=0.15, not 0.95"),
+     ("rrcp", {"t_com": 0.5}, {}, "t_com=0.5, not 0.8"),  # the flag left out: its default
+     ("rrcp", {"evaluator": "mean"}, {}, "evaluator='mean', not 'overlap'"),
+     ("rag-gain", {"corpus_sha256": None}, {"corpus": "CORPUS"}, "corpus_sha256=None")],
+)  # fmt: skip
+def test_a_resume_under_other_document_settings_is_refused(tmp_path, policy, recorded, options,
+                                                           message):  # fmt: skip
+    """Rows made from 5 documents and from 1 (or with another neither label, thresholds,
+    evaluator, retriever or corpus) mixed under one sidecar that claimed the last run's."""
+    out = tmp_path / f"{policy}.jsonl"
+    out.write_text('{"id": "q1", "label": 1}\n')
+    meta = {"policy": policy, "generator": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "criterion": "loose-no-guess", **recorded}  # fmt: skip
+    (tmp_path / f"{policy}.meta.json").write_text(json.dumps(meta))
+    if "corpus" in options:
+        corpus = tmp_path / "docs.jsonl"
+        corpus.write_text('{"id": "d1", "title": "t", "text": "x"}\n')
+        options = {**options, "corpus": corpus}
+    req = LabelRequest(policy, ["popqa"], limit=2, out=out, options=options)
+    with pytest.raises(DataError, match=re.escape(message)):
+        label(req, generator=object(), retriever=object())  # refused before any generation
+    assert out.read_text() == '{"id": "q1", "label": 1}\n'
+
+
+@pytest.mark.parametrize(
     "flags, message",
     [(["--limit", "0"], "--limit"), (["--limit", "-5"], "--limit"),
      (["--chunk-size", "0"], "--chunk-size")],

@@ -63,8 +63,10 @@ _NOTED_PARTIAL: set[tuple[str, int, bytes]] = set()
 TARGET_FIELDS = ("label", "target", "correct", "cost")
 
 # Provenance fields a resumed file must share with the run that started it: rows made under
-# another policy, generator, criterion or prompt would mix while the `.meta.json` claims one.
-RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids")
+# another policy, generator, criterion, prompt or documents (retriever, corpus, k) or another
+# policy option would mix while the `.meta.json` claims one.
+RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids", "retriever",
+               "corpus_sha256", "top_k", "neither_label", "evaluator", "t_ans", "t_com")  # fmt: skip
 
 
 def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:

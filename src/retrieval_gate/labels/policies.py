@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError
-from ..fileio import check_writable
+from ..fileio import check_writable, sha256_file
 from ..generation.base import WindowedGenerator
 from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
@@ -116,6 +116,7 @@ RETRIEVER = PolicyOption(
     "documents for the with-retrieval answers",
     default="bm25",
     choices=("bm25", "dense", "contexts"),
+    meta="retriever",
 )
 CORPUS = PolicyOption(
     "corpus",
@@ -124,26 +125,28 @@ CORPUS = PolicyOption(
     type=Path,
     check=_existing("file", "pass a file of {id, title, text} rows"),
 )
-K = PolicyOption("k", "documents per question", type=int, default=TOP_K, least=1)
+K = PolicyOption("k", "documents per question", type=int, default=TOP_K, least=1, meta="top_k")
 NEITHER_LABEL = PolicyOption(
     "neither_label",
     "rag-gain: label for 'neither' (default: dropped)",
     type=int,
     choices=(0, 1),
+    meta="neither_label",
 )
 EVALUATOR = PolicyOption(
     "evaluator",
-    "rrcp s_i evaluator (default: the policy's, overlap)",
+    "rrcp s_i evaluator",
+    default="overlap",
     choices=("overlap", "llm", "mean"),
+    meta="evaluator",
 )
 NO_LLM_JUDGE = PolicyOption("no_llm_judge", "rrcp: skip the P(Yes) judge", switch=True)
-T_ANS = PolicyOption(
-    "t_ans", "rrcp answerability threshold (default 0.15)", type=float, least=0.0, most=1.0
-)
-T_COM = PolicyOption(
-    "t_com", "rrcp completeness threshold (default 0.80)", type=float, least=0.0, most=1.0
-)
+T_ANS = PolicyOption("t_ans", "rrcp answerability threshold", type=float, default=0.15,
+                     least=0.0, most=1.0, meta="t_ans")  # fmt: skip
+T_COM = PolicyOption("t_com", "rrcp completeness threshold", type=float, default=0.80,
+                     least=0.0, most=1.0, meta="t_com")  # fmt: skip
 WITH_DOCUMENTS = (RETRIEVER, CORPUS, K)
+CORPUS_SHA = "corpus_sha256"  # the sidecar's record of --corpus (None: the datasets' documents)
 
 
 # ---------------------------------------------------------------- label()
@@ -232,7 +235,8 @@ def _check_resume(req: LabelRequest, out: LabelFile, rebuilt: bool) -> None:
     if not meta_path(out.path).exists():
         return
     old = out.meta
-    check_resume(out.path, old, {"policy": req.policy} if rebuilt else _expected_meta(req))
+    expected = {"policy": req.policy} if rebuilt else _expected_meta(req, out.extra_meta)
+    check_resume(out.path, old, expected)
     if not rebuilt:
         _same_generator(out.path, old, req.generator)
 
@@ -272,10 +276,15 @@ def _carrying_documents(req: LabelRequest, questions: list[Question]) -> list[Qu
     return kept
 
 
-def _expected_meta(req: LabelRequest) -> dict[str, Any]:
+def _expected_meta(req: LabelRequest, source: dict[str, Any]) -> dict[str, Any]:
     """The provenance fields of an appending policy comparable before the engine is built (the
-    generator is compared by folder name in `_same_generator`, the prompt id at write_meta)."""
-    return {"policy": req.policy, "criterion": req.value("criterion")}
+    generator is compared by folder name in `_same_generator`, the prompt id at write_meta):
+    its options recorded in the sidecar (`PolicyOption.meta`) and the corpus's checksum of
+    `source` (`_source_meta`; its questions file may differ: more questions labelled later)."""
+    spec = policy_spec(req.policy)
+    recorded = {o.meta: req.value(o.name) for o in spec.options if o.meta}
+    corpus = {k: v for k, v in source.items() if k == CORPUS_SHA}
+    return {"policy": req.policy, "criterion": req.value("criterion"), **recorded, **corpus}
 
 
 def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
@@ -449,8 +458,13 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
 
 def _source_meta(req: LabelRequest) -> dict[str, Any]:
     """The sidecar's `questions_source`: the questions file the labels are about (training
-    on them names it when the config reads other questions)."""
-    return {"questions_source": req.questions_source} if req.questions_source else {}
+    on them names it when the config reads other questions); a policy reading documents, the
+    checksum of its --corpus (None: the datasets' own documents)."""
+    out = {"questions_source": req.questions_source} if req.questions_source else {}
+    if policy_spec(req.policy).needs_retriever:
+        corpus = req.options.get("corpus")
+        out[CORPUS_SHA] = sha256_file(corpus) if corpus else None
+    return out
 
 
 def _unnamed_llm(req: LabelRequest, folder: Path) -> None:

@@ -70,6 +70,9 @@ class PolicyOption:
     required: str = ""  # why the policy cannot run without it ("" = optional)
     # further checks of a given value, before any engine starts: (value, flag) -> None
     check: Callable[[Any, str], None] | None = None
+    # the `.meta.json` key its value is recorded under: a resume under another value is
+    # refused (rows made with 5 documents and with 1 mixed under one `top_k`)
+    meta: str = ""
 
     @property
     def flag(self) -> str:
