@@ -337,7 +337,8 @@ def test_cache_verb_on_a_damaged_file_names_it_and_clear_sets_it_aside(
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(blocker.parent))
     assert main(["cache", "clear"]) == 2
     err = capsys.readouterr().err
-    assert "cannot be opened" in err and "RETRIEVAL_GATE_CACHE" in err and "Traceback" not in err
+    assert f"{blocker}: is a folder" in err and "move or remove it" in err
+    assert "RETRIEVAL_GATE_CACHE" in err and "Traceback" not in err
     assert blocker.is_dir() and not any(blocker.iterdir())
     # a mistyped folder: nothing to clear, said, and nothing made there
     monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "typo" / "sub"))
@@ -685,3 +686,70 @@ def test_a_cache_made_before_crcs_is_read_and_gains_the_column(tmp_path):
     assert GenerationStore(path).get_many(["k"]) == {"k": {"a": 1}}
     GenerationStore(path).put_many({"n": {"b": 2}})
     assert GenerationStore(path).get_many(["k", "n"]) == {"k": {"a": 1}, "n": {"b": 2}}
+
+
+def test_eviction_keeps_the_batch_just_written(tmp_path):
+    """Every entry of one `put_many` / `get_many` shares its `used` time, and eviction deleted
+    all entries up to the cutoff time: a put_many of 15 KB into a 10 KB store left nothing,
+    and 30 entries read in one call then 5 new ones left those 5 (1.4 KB of a 10 KB bound)."""
+    value = {"text": "x" * 980}  # ~1 KB stored
+    s = GenerationStore(tmp_path / "g.sqlite", limit_bytes=10_000)
+    s.put_many({f"a{i:02}": value for i in range(15)})
+    info = s.info()
+    assert 9_000 <= info["stored_bytes"] <= 10_000 and info["entries"] == 10
+    assert set(s.get_many([f"a{i:02}" for i in range(15)])) == {f"a{i:02}" for i in range(5, 15)}
+    s.close()
+    s = GenerationStore(tmp_path / "h.sqlite", limit_bytes=10_000)
+    s.put_many({f"b{i:02}": {"text": "x" * 300} for i in range(30)})  # 9.3 KB: kept
+    assert s.info()["entries"] == 30
+    s.get_many([f"b{i:02}" for i in range(30)])  # one `used` time for all 30
+    s._written = s.limit  # sum at the next write, as a newly opened store does
+    s.put_many({f"c{i}": {"text": "x" * 260} for i in range(5)})
+    info = s.info()
+    assert 8_000 <= info["stored_bytes"] <= 9_000, info  # down to 90% of the bound, not 1.4 KB
+    assert set(s.get_many([f"c{i}" for i in range(5)])) == {f"c{i}" for i in range(5)}
+    # a batch that fits the bound alone stays whole though it is past 90% of it
+    s.put_many({f"d{i}": {"text": "x" * 940} for i in range(10)})  # ~9.5 KB
+    assert set(s.get_many([f"d{i}" for i in range(10)])) == {f"d{i}" for i in range(10)}
+    assert s.info()["stored_bytes"] <= 10_000
+    s.close()
+
+
+@pytest.mark.parametrize("kind", ["folder", "link to a folder", "fifo"])
+def test_a_folder_where_the_cache_file_goes_is_named_with_a_fix_that_works(
+    tmp_path, monkeypatch, capsys, caplog, kind
+):
+    """A folder at $RETRIEVAL_GATE_CACHE/generations.sqlite: verbs warned "unable to open
+    database file" and sent the user to `cache clear`, which then asked for "a writable
+    folder" (the folder was writable). Both now name the path as a folder, not the cache's
+    file, and say to move or remove it; `cache clear` removes nothing it did not make."""
+    from retrieval_gate.cli import main
+
+    path = tmp_path / "generations.sqlite"
+    if kind == "folder":
+        path.mkdir()
+        (path / "mine.txt").write_text("mine")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        path.symlink_to(tmp_path / "elsewhere")
+    word = "a special file" if kind == "fifo" else "a folder"
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    monkeypatch.setenv(NO_CACHE_ENV, "0")
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    assert default_store() is None
+    assert f"{path} is {'a link to ' if 'link' in kind else ''}{word}" in caplog.text
+    assert "not the generation cache's database file" in caplog.text
+    assert "move or remove it" in caplog.text and "cache clear" not in caplog.text
+    for action in ("info", "clear"):
+        assert main(["cache", action]) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: is" in err and word in err and "move or remove it" in err, err
+        assert "writable folder" not in err and "Traceback" not in err
+    assert "removes only what it made" in err  # `clear`'s own reason
+    if kind == "folder":
+        assert (path / "mine.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["generations.sqlite"] + (["elsewhere"] if "link" in kind else [])
+    )

@@ -20,7 +20,8 @@ Storage: one SQLite file, `$RETRIEVAL_GATE_CACHE/generations.sqlite` (default
 ~/.cache/retrieval-gate), in WAL mode with a busy timeout (two processes may read and write at
 once), bounded by `$RETRIEVAL_GATE_CACHE_MB` (default 1024 MB of stored values; the sizes are
 summed after every 5% of the bound written, so it may be passed by that much): past the bound
-the least recently used entries go, down to 90% of it. `--no-cache` (or
+the least recently used entries go, one by one, down to 90% of it (the entries just written
+last: they stay where they fit the bound alone). `--no-cache` (or
 `RETRIEVAL_GATE_NO_CACHE=1`) switches the store off; the wrapper stays and still counts the
 work it computes, and holds the answers of a call that failed on some prompts for that call
 asked again (`_uncached`). `retrieval-gate cache info|clear` shows and empties it.
@@ -114,6 +115,21 @@ CLEAR_FIX = ("If it is damaged, `retrieval-gate cache clear` sets it aside and s
              "one.")  # fmt: skip
 
 
+# what is told where something other than a file stands at the cache file's path
+NOT_A_FILE_FIX = "move or remove it, or point $RETRIEVAL_GATE_CACHE at another folder"
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What stands at the cache file's path where it is not a file (a folder, a FIFO, a link to
+    either), else None. SQLite's words for one ("unable to open database file", "disk I/O
+    error") sent users to `cache clear`, which must not remove what it did not make."""
+    if not path.exists() or path.is_file():
+        return None
+    kind = "a folder" if path.is_dir() else "a special file (a FIFO, socket or device)"
+    link = "a link to " if path.is_symlink() else ""
+    return f"is {link}{kind}, not the generation cache's database file"
+
+
 class GenerationStore:
     """Key -> JSON value (with its CRC-32, checked on reading) in SQLite (WAL, busy timeout),
     least recently used entries evicted past `limit_bytes`. Thread-safe (one connection behind
@@ -202,23 +218,35 @@ class GenerationStore:
             )
             self._written += sum(r[2] for r in rows)
             if self._written > self.limit // 20:  # summing every entry's size: now and then
-                self._evict()
+                self._evict([(r[0], r[2]) for r in rows])
 
-    def _evict(self) -> None:
-        """Past the bound: the least recently used entries go, down to 90% of it."""
+    def _evict(self, batch: list[tuple[str, int]]) -> None:
+        """Past the bound: the least recently used entries go, one by one (a call's entries
+        share one `used` time: ties go in insertion order), down to 90% of it. The batch just
+        written, `batch` (key, bytes), goes last: it stays whole where it fits the bound alone,
+        else its newest entries that do. Runs inside `_put`'s write transaction, so no other
+        process writes between the sum and the deletes."""
         self._written = 0
         (total,) = self._db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()
         if total <= self.limit:
             return
-        excess = total - int(0.9 * self.limit)
-        cutoff = None
-        for used, size in self._db.execute("SELECT used, bytes FROM entries ORDER BY used"):
-            excess -= size
-            cutoff = used
+        size_of_batch = sum(size for _, size in batch)
+        excess = total - max(int(0.9 * self.limit), min(size_of_batch, self.limit))
+        written = {key for key, _ in batch}
+        doomed = []
+        rows = self._db.execute("SELECT rowid, key, bytes FROM entries ORDER BY used, rowid")
+        for rowid, key, size in rows:
             if excess <= 0:
                 break
-        if cutoff is not None:
-            self._db.execute("DELETE FROM entries WHERE used <= ?", (cutoff,))
+            if key not in written:
+                doomed.append((rowid,))
+                excess -= size
+        self._db.executemany("DELETE FROM entries WHERE rowid = ?", doomed)
+        for key, size in batch:  # the batch alone is past the bound: its oldest go
+            if excess <= 0:
+                break
+            self._db.execute("DELETE FROM entries WHERE key = ?", (key,))
+            excess -= size
 
     def info(self) -> dict[str, Any]:
         """Its figures, its pages checked first (a damaged page is a sqlite3.DatabaseError):
@@ -273,6 +301,10 @@ def store_action(action: str) -> dict[str, Any]:
         return {**cleared, "path": str(path), "entries": 0, "stored_bytes": 0,
                 "stored_mb": 0.0, "file_mb": 0.0, "limit_mb": round(max_bytes() / 2**20, 3),
                 "hits": 0, "enabled": cache_enabled(), "exists": False}  # fmt: skip
+    what = _not_a_file(path)
+    if what is not None:  # not ours to remove, nor a cache to set aside: said, left as it is
+        keep = " (`cache clear` removes only what it made)" if action == "clear" else ""
+        raise InputError(f"{what}{keep}: {NOT_A_FILE_FIX}", path)
     try:
         return _on_store(GenerationStore(path), action)
     except (sqlite3.Error, OSError) as e:
@@ -731,7 +763,11 @@ _STORES_LOCK = threading.Lock()
 
 def _fix_for(path: Path) -> str:
     """The way out where the cache cannot be opened: `cache clear` for a damaged file (it
-    sets it aside), another folder where the folder is not one (clear refuses it too)."""
+    sets it aside), another folder where the folder is not one (clear refuses it too), moving
+    it where the file's path holds something else (clear refuses that too)."""
+    what = _not_a_file(path)
+    if what is not None:
+        return f"{path} {what}: {NOT_A_FILE_FIX}"
     if path.parent.exists() and not path.parent.is_dir():
         return (f"{path.parent} is not a folder: point $RETRIEVAL_GATE_CACHE at a folder this "
                 "user can write")  # fmt: skip
@@ -745,6 +781,10 @@ def default_store() -> GenerationStore | None:
     path = str(cache_path())
     with _STORES_LOCK:
         if path not in _STORES:
+            if _not_a_file(Path(path)) is not None:  # said as it is, not in SQLite's words
+                _warn(f"the generation cache cannot be opened; computing everything. "
+                      f"{_fix_for(Path(path))}")  # fmt: skip
+                return None
             try:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
