@@ -66,6 +66,132 @@ def test_a_stopped_score_resumes_to_the_output_of_one_run(
     assert _score(tiny_onnx_export, path, out) == 0  # its own finished file: replaced
 
 
+def _stopped_after_two_chunks(monkeypatch, run) -> None:
+    """`run` (a score of 11 lines, 3 a chunk) stopped on its third chunk: six lines left in its
+    output's partial file."""
+    scored = score_verb._scored
+    calls = []
+
+    def stops_on_the_third_chunk(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return scored(*args)
+
+    with monkeypatch.context() as m:
+        m.setattr(score_verb, "_scored", stops_on_the_third_chunk)
+        assert run() != 0
+
+
+def _line_lost(lines, whole):
+    return lines[:1] + lines[2:]  # the sixth line written twice after it, and the second lost
+
+
+def _line_replaced(lines, whole):
+    return lines[:2] + ["garbage not json\n"] + lines[3:]  # kept in the output
+
+
+def _lines_swapped(lines, whole):
+    return [lines[1], lines[0], *lines[2:]]  # every line valid, two out of place
+
+
+def _lines_added(lines, whole):
+    return lines * 4  # a 28-line output for 11 records
+
+
+def _line_past_the_end(lines, whole):
+    return whole + [whole[-1]]  # every record's line there, and one more
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "said"),
+    [
+        (_line_lost, 2, "this line is not the one written for record 2 of the input (line 2, id "
+                        "'2', no error)"),
+        (_line_replaced, 3, "this line is not a JSON object"),
+        (_lines_swapped, 1, "this line is not the one written for record 1 of the input"),
+        (_lines_added, 7, "this line is not the one written for record 7 of the input"),
+        (_line_past_the_end, 12, "this line is past the input's last record"),
+    ],
+)  # fmt: skip
+def test_a_partial_file_whose_lines_are_not_the_runs_is_not_resumed(
+    tiny_onnx_export, tmp_path, monkeypatch, capsys, small_chunks, edit, line, said
+):
+    """--resume skipped as many records as the partial file had lines, whatever they held: a
+    line lost, edited or added ended in a wrong output, with exit 0."""
+    path = _input(tmp_path)
+    whole = tmp_path / "whole.jsonl"
+    assert _score(tiny_onnx_export, path, whole) == 0
+    out = tmp_path / "out.jsonl"
+    _stopped_after_two_chunks(monkeypatch, lambda: _score(tiny_onnx_export, path, out))
+    partial = tmp_path / "out.jsonl.partial"
+    kept = partial.read_text().splitlines(keepends=True)
+    assert len(kept) == 6
+    partial.write_text("".join(edit(kept, whole.read_text().splitlines(keepends=True))))
+    changed = partial.read_bytes()
+    capsys.readouterr()
+    assert _score(tiny_onnx_export, path, out, "--resume") == 2
+    err = capsys.readouterr().err
+    assert f"{partial}, line {line}: {said}" in err
+    assert "remove out.jsonl.partial and out.jsonl.partial.json to start over" in err
+    assert not out.exists() and partial.read_bytes() == changed  # refused, nothing touched
+    partial.write_text("".join(kept))  # the lines as the run left them: resumed as before
+    assert _score(tiny_onnx_export, path, out, "--resume") == 0
+    assert out.read_text() == whole.read_text()
+
+
+def test_a_questions_output_resumes_with_its_lines_checked(
+    tiny_onnx_export, tmp_path, monkeypatch, capsys, small_chunks
+):
+    """--questions records carry no line number: their lines are checked by id alone."""
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Who wrote book {i}?"})
+                            + "\n" for i in range(11)))  # fmt: skip
+    whole, out = tmp_path / "whole.jsonl", tmp_path / "out.jsonl"
+
+    def score(target, *extra):
+        return main(["score", "--model", str(tiny_onnx_export), "--questions", str(path),
+                     "--output", str(target), *extra])  # fmt: skip
+
+    assert score(whole) == 0
+    _stopped_after_two_chunks(monkeypatch, lambda: score(out))
+    partial = tmp_path / "out.jsonl.partial"
+    kept = partial.read_text()
+    partial.write_text(kept.replace('"q4"', '"q9"'))
+    capsys.readouterr()
+    assert score(out, "--resume") == 2
+    assert (f"{partial}, line 5: this line is not the one written for record 5 of the input "
+            "(id 'q4', no line or error)") in capsys.readouterr().err  # fmt: skip
+    partial.write_text(kept)
+    assert score(out, "--resume") == 0
+    assert out.read_text() == whole.read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "theirs", "ours"),
+    [  # ours: a run stopped after its output was in place, before its sidecar was removed
+        ("out.jsonl.partial.json", '{"my": "notes",\n "keep": 1}\n',
+         json.dumps({"model": "an old one", "input": "x"}, sort_keys=True) + "\n"),
+        (".out.jsonl.lock", "my notes\n", "12345"),  # ours: the pid of a run that ended
+    ],
+)  # fmt: skip
+def test_a_users_file_at_a_name_kept_beside_the_output_is_refused_not_overwritten(
+    tiny_onnx_export, tmp_path, capsys, name, theirs, ours
+):
+    """`<output>.partial.json` was overwritten, then removed, and `.<output>.lock` overwritten
+    with a pid, whatever they held."""
+    path, out, kept = _input(tmp_path), tmp_path / "out.jsonl", tmp_path / name
+    kept.write_text(theirs)
+    assert _score(tiny_onnx_export, path, out) == 2
+    err = capsys.readouterr().err
+    assert f"{kept}: retrieval-gate keeps" in err and "this file is not one it wrote" in err
+    assert kept.read_text() == theirs and not out.exists()
+    assert not (tmp_path / "out.jsonl.partial").exists()
+    kept.write_text(ours)  # one of retrieval-gate's own, left behind: taken over as before
+    assert _score(tiny_onnx_export, path, out) == 0
+    assert len(out.read_text().splitlines()) == 11
+
+
 def test_a_stretch_of_bad_lines_is_written_in_its_place(tiny_onnx_export, tmp_path, small_chunks):
     path = tmp_path / "q.txt"
     path.write_text("Who wrote Hamlet?\n\n\n\n\nWhere is Oslo?\n")  # a chunk of bad lines only
@@ -102,7 +228,7 @@ def test_a_second_run_on_an_output_being_written_is_refused_not_told_to_resume(
     from retrieval_gate.resumable_output import ResumableOutput
 
     path, out = _input(tmp_path), tmp_path / "out.jsonl"
-    writing = ResumableOutput(out, {"model": "the first run"}, False, "--output")
+    writing = ResumableOutput(out, {"model": "the first run"}, False, "--output", records=list)
     for extra in ([], ["--resume"]):  # it was "stopped after 0 lines ... pass --resume"
         assert _score(tiny_onnx_export, path, out, *extra) == 2
         said = capsys.readouterr().err

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         _refuse_answers_unread(cascade.answer_gate if cascade else gate, args.input)
     else:
         _say_answers_read(cascade.answer_gate if cascade else gate, questions)
-    out = _output(args, gate, threshold, cascade)
+    out = _output(args, gate, threshold, lines, cascade)
     try:
         with tqdm(total=total, initial=out.done, desc="score", unit="q",
                   disable=total - out.done <= CHUNK) as bar:  # fmt: skip
@@ -373,9 +373,16 @@ class _Stdout:
 STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
-def _output(args: argparse.Namespace, gate: Any, threshold: float, cascade: Any = None) -> Any:
+def _output(
+    args: argparse.Namespace,
+    gate: Any,
+    threshold: float,
+    lines: Callable[[], Iterator[dict]],
+    cascade: Any = None,
+) -> Any:
     """Where the lines go: --output written as they are made (resumable), else stdout. A
-    partial --output continues only for the same model, input and options."""
+    partial --output continues only for the same model, input and options, and only when each
+    of its lines is the one written for the input's record in its place (`_line_says`)."""
     if not args.output:
         return _Stdout()
     source = Path(args.input or args.questions)
@@ -384,4 +391,13 @@ def _output(args: argparse.Namespace, gate: Any, threshold: float, cascade: Any 
                 "field": sorted(args.field or []), "threshold": threshold, "budget": args.budget}  # fmt: skip
     if cascade is not None:  # only then: a partial file of a run without it resumes as before
         identity["answer_gate"] = cascade.answer_gate.checksum
-    return ResumableOutput(args.output, identity, args.resume, "--output")
+    return ResumableOutput(args.output, identity, args.resume, "--output",
+                           records=lambda: map(_line_says, lines()))  # fmt: skip
+
+
+def _line_says(rec: dict) -> dict[str, Any]:
+    """What the output line of an input record holds of it, checked on each line a resume keeps
+    (cheaply: nothing scored again): its line (absent for --questions) and id, and whether it was
+    scored (a scored record's line has no error, a bad one's no score)."""
+    return {"line": rec.get("line"), "id": rec.get("id"),
+            **({"error": None} if "text" in rec else {"score": None})}  # fmt: skip
