@@ -208,6 +208,53 @@ def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
     assert not (tmp_path / "l.jsonl").exists()  # nothing was labelled
 
 
+@pytest.mark.slow
+def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(tmp_path, local_ray):
+    """`--ray-address host:8265` (the dashboard's port, where 6379 was meant) hung: the port
+    opened, so ray.init retried the "GCS" for ever, the label file's meta.json already
+    written. Something other than a GCS there (an HTTP server, a silent one, Ray Client's
+    gRPC server) is an error in seconds, before any output file; a GCS is joined."""
+    import socket
+
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.labels.ray_engine import check_ray_address
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    out = tmp_path / "out" / "f.jsonl"
+    with FakeServer(0.0) as url:
+        http = url.removeprefix("http://").removesuffix("/v1")  # an HTTP server's host:port
+        argv = ["label", "--policy", "closed-book", "--questions", str(qs), "--out", str(out),
+                "--generator-url", url, "--engine", "ray", "--ray-address", http]  # fmt: skip
+        # a process of its own: the old code never returned (its Ray processes die with it)
+        cmd = [sys.executable, "-m", "retrieval_gate.cli", *argv]
+        run = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            _, err = run.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+        assert run.returncode == 3, err[-2000:]
+        said = f"--ray-address {http}: something answers there, but not a Ray cluster's GCS"
+        assert said in err and "does not speak gRPC" in err and "port 6379" in err, err[-2000:]
+        assert not out.parent.exists()  # no meta.json, no lock: nothing written
+        with pytest.raises(BackendError, match="but not a Ray Client server .it does not speak"):
+            check_ray_address(f"ray://{http}")
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    check_ray_address(gcs)  # a GCS answers
+    with pytest.raises(BackendError, match="not a Ray Client server .a gRPC server of another"):
+        check_ray_address(f"ray://{gcs}")  # gRPC, but the GCS's
+    with socket.socket() as silent:  # takes connections, says nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        where = f"127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(BackendError, match="GCS .it said nothing in 5 s"):
+            check_ray_address(where)
+
+
 def test_a_server_that_wants_a_key_gets_it_from_the_environment(tmp_path, capsys, monkeypatch):
     """A server started with `vllm serve --api-key` answered 401 to everything: nothing sent a
     key, and `label`, `rag` and `serve` said 'could not list models ... is --generator-url an

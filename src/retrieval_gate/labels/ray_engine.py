@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from tqdm import tqdm
 
-from ..errors import BackendError, ConfigError, PromptRefused
+from ..errors import BackendError, ConfigError, PromptRefused, clipped
 from ..generation.base import Generation
 from ..generation.endpoints import (
     check_endpoints,
@@ -98,7 +98,9 @@ class RayOptions:
 
 
 def check_ray_address(address: str | None) -> None:
-    """A clear error for a Ray address nothing listens on (ray.init would wait a minute)."""
+    """A clear error for a Ray address nothing listens on, or where something other than a
+    Ray cluster answers (the dashboard's 8265, say): ray.init would wait a minute on the one
+    and retry for ever on the other. Runs before any output file is written."""
     if address in (None, "auto", "local"):
         return
     parsed = urlparse(address if "://" in address else f"ray-gcs://{address}")
@@ -119,6 +121,64 @@ def check_ray_address(address: str | None) -> None:
             "`ray start --head` (or check the address and port), or drop --ray-address to "
             "start a local Ray"
         ) from None
+    _check_ray_answers(address, parsed.hostname, port, client=parsed.scheme == "ray")
+
+
+# A port that answers is not yet a Ray cluster: ray.init retries a GCS that is an HTTP server
+# for ever, and a Ray Client address for 30 s. The one call each makes first, with a deadline.
+PROBE_SECONDS = 5.0
+GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+CLIENT_PROBE = "/ray.rpc.RayletDriver/ClusterInfo"
+
+
+def _check_ray_answers(address: str, host: str, port: int, client: bool) -> None:
+    """The GCS (host:port) or Ray Client server (ray://) answers its first gRPC call."""
+    import ray  # noqa: F401  (not installed: the CLI names the extra)
+
+    try:  # Ray's own channel: TLS (RAY_USE_TLS) and token auth as ray.init sets them
+        import grpc
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import ray_client_pb2
+    except ImportError:  # a Ray whose internals moved: ray.init is left to find out
+        return
+    if client:  # the ping Ray Client's proxy answers before any session
+        ping = ray_client_pb2.ClusterInfoType.PING
+        method, request = CLIENT_PROBE, ray_client_pb2.ClusterInfoRequest(type=ping)
+    else:
+        method, request = GCS_PROBE, None  # GetClusterIdRequest has no fields
+    payload = request.SerializeToString() if request is not None else b""
+    channel = init_grpc_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    try:
+        channel.unary_unary(method)(payload, timeout=PROBE_SECONDS)
+        return
+    except grpc.RpcError as e:  # a failed call's error is also its grpc.Call
+        # "failed to connect to all addresses; last error: ...: Failed parsing HTTP/2 (...)"
+        code, said = e.code(), " ".join(str(e.details() or "").split()).rsplit(": ", 1)[-1]
+    finally:
+        channel.close()
+    # any other status (an auth token refused, say) came from the server asked: ray.init says
+    if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.UNIMPLEMENTED):  # fmt: skip
+        return
+    what = "a Ray Client server" if client else "a Ray cluster's GCS"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        why = "a gRPC server of another kind"
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        why = f"it said nothing in {PROBE_SECONDS:g} s"
+    else:
+        why = "it does not speak gRPC, as an HTTP server such as Ray's dashboard (8265)"
+        why += f": {clipped(said, 60)}" if said else ""
+    usual = (
+        "Ray Client listens on the head's port 10001 (ray://host:10001; the GCS's host:6379 "
+        "goes without ray://)"
+        if client
+        else "the GCS listens on the head's port 6379 unless `ray start --head --port` says "
+        "otherwise (it prints the address to join; Ray Client's 10001 takes ray://)"
+    )
+    raise BackendError(
+        f"--ray-address {address}: something answers there, but not {what} ({why}); "
+        f"{usual}; or drop --ray-address to start a local Ray"
+    )
 
 
 class RayEngine:
