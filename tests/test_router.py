@@ -142,8 +142,8 @@ def test_tune_refuses_a_budget_above_the_dearest_strategy_before_loading(tmp_pat
     # hparams trains gates of its own: the run was scored, then unread, unsaid
     hparams = TuneConfig(gate="learned", labels=Path("adaptive-rag"), objectives=["hparams"],
                          storage=tmp_path / "s.db", gate_options=GateOptions(learned_run=str(run)))  # fmt: skip
-    with pytest.raises(ConfigError, match=r"--objective hparams trains gates of its own .*reads "
-                       r"no --learned-run / --onnx: drop it"):  # fmt: skip
+    with pytest.raises(ConfigError, match=r"--objective hparams builds gates of its own .*reads "
+                       r"no --learned-run: drop it"):  # fmt: skip
         hparams.check()
 
 

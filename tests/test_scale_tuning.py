@@ -39,12 +39,14 @@ def pg_url():
 @pytest.mark.slow  # waits out the grace period (4 s)
 def test_a_dead_workers_trial_is_found_by_heartbeat_and_rerun(tmp_path, fast_heartbeat):
     db = tmp_path / "s.db"
-    study = open_study("cut", db, optuna.samplers.RandomSampler(seed=0), ["maximize"])
+    study = open_study("cut", db, lambda s: optuna.samplers.RandomSampler(seed=s), 0, ["maximize"])
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     cut = study.ask()  # a trial whose process died: one heartbeat, then silence
     cut.suggest_float("x", 0, 1)
     study._storage.record_heartbeat(cut._trial_id)
-    reopened = open_study("cut", db, optuna.samplers.RandomSampler(seed=0), ["maximize"])
+    reopened = open_study(
+        "cut", db, lambda s: optuna.samplers.RandomSampler(seed=s), 0, ["maximize"]
+    )
     # still beating: a RUNNING trial is another worker's live trial, not stale
     optuna.storages.fail_stale_trials(reopened)
     assert counts(reopened) == (2, 1)

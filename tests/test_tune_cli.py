@@ -5,6 +5,7 @@ said to be unused there. The tf-idf gate keeps it to a second."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ def test_tune_without_recorded_answers_names_the_flag(tmp_path, monkeypatch, cap
     assert any(k.startswith("macro-f1") for k in result["thresholds"])
 
 
+@pytest.mark.slow  # tunes popularity twice: about 9 s
 @pytest.mark.parametrize("as_url", [False, True])
 def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys, as_url):
     """--storage the user names is checked before any work, also when only exact 1-D
@@ -77,9 +79,13 @@ def test_a_named_storage_is_checked_even_for_exact_objectives(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert str(folder) in err and "is a folder; name a SQLite file in it" in err, err
     argv[argv.index("--storage") + 1] = f"sqlite:///{tmp_path}/no-such-folder/studies.db"
-    assert main(argv) == 3  # a SQLite file is no server: the fix is its folder
+    assert main(argv) == 0  # unused by exact objectives: neither made nor reached
+    assert "--storage is not used" in capsys.readouterr().err
+    assert not (tmp_path / "no-such-folder").exists()
+    argv[argv.index("macro-f1")] = "pareto"
+    assert main([*argv[:-1], str(tmp_path / "out2")]) == 3  # a SQLite file is no server: its folder
     assert "check that its folder exists and may be written" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out2").exists()
 
 
 @pytest.mark.parametrize(
@@ -107,3 +113,82 @@ def test_objectives_without_recorded_answers_are_refused_before_the_gate(objecti
         return
     with pytest.raises(MissingInputError, match="no answer with retrieval.*nothing tuned"):
         _refuse_untunable(cfg, dev, objectives)
+
+
+LABELS = "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+
+
+def _tune(tmp_path: Path, *flags: str) -> list[str]:
+    return ["tune", "--gate", "popularity", "--labels", LABELS, "--out", str(tmp_path / "out"),
+            *flags]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [("{tmp}/afile/x.db", "its folder cannot be made"),
+     ("journal:/dev/null", "device, pipe or socket, not a journal"),
+     ("/dev/null", "device, pipe or socket, not a SQLite file"),
+     ("Journl:{tmp}/x.journal", "'Journl' is no storage kind")],
+)  # fmt: skip
+def test_a_storage_that_cannot_be_a_study_file_is_refused(tmp_path, capsys, storage, message):
+    """A file where its folder goes, a device (fsync failed after the gate scored dev: exit
+    1) or a FIFO (hung), a misspelt kind (made a SQLite file named 'Journl:...')."""
+    (tmp_path / "afile").write_text("mine")
+    fifo = tmp_path / "fifo.journal"
+    os.mkfifo(fifo)
+    for spec in (storage.format(tmp=tmp_path), f"journal:{fifo}"):
+        assert main(_tune(tmp_path, "--objective", "pareto", "--storage", spec)) == 2, spec
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and (message in err or "pipe or socket" in err), err
+    assert not (tmp_path / "out").exists() and (tmp_path / "afile").read_text() == "mine"
+    assert not list(Path.cwd().glob("Journl*"))
+
+
+def test_journal_in_capitals_is_a_journal(tmp_path):
+    from retrieval_gate.tuning.storage import storage_url
+
+    assert storage_url(f"JOURNAL:{tmp_path}/x.journal") == f"journal:{tmp_path}/x.journal"
+
+
+def test_a_database_password_is_hidden_in_reports_and_messages():
+    """The report kept the command line word for word; a password with '/', '#' or '?'
+    (which SQLAlchemy reads as the password) was shown whole."""
+    from retrieval_gate.tuning.storage import shown, shown_arg
+
+    for url in ("postgresql://rg:se/cret@127.0.0.1:5/db", "postgresql://rg:s#e?c@h/db",
+                "postgresql://rg:secret@h/db"):  # fmt: skip
+        for said in (shown(url), shown_arg(url), shown_arg(f"--storage={url}")):
+            assert "***" in said and "se/cret" not in said and "secret" not in said, said
+            assert "s#e?c" not in said and said.endswith("/db"), said
+    assert shown_arg("--objective") == "--objective" and shown("a/b.db") == "a/b.db"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--objective", "relations", "--feature", "o_pop"], "reads no --feature"),
+     (["--objective", "pareto", "--target", "0.5"], "--target is read by")],
+)  # fmt: skip
+def test_flags_no_study_reads_are_refused(tmp_path, capsys, flags, message):
+    """The relations study thresholds s_pop alone; the Pareto front reads no target."""
+    assert main(_tune(tmp_path, *flags)) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_run_makes_no_folder(tmp_path, capsys):
+    """--workers 2 with SQLite was refused after the storage's folder had been made."""
+    out = tmp_path / "o12" / "sub"
+    argv = _tune(tmp_path, "--objective", "pareto", "--workers", "2", "--storage",
+                 str(out / "s.db"))  # fmt: skip
+    assert main(argv) == 2 and "SQLite serves one process" in capsys.readouterr().err
+    assert not (tmp_path / "o12").exists()
+
+
+def test_a_users_file_named_like_the_dev_score_cache_is_kept(tmp_path, capsys):
+    """tune replaced it with its .npz and exited 0."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "popularity-closed-book.dev-scores.npz"
+    mine.write_text("my precious notes")
+    assert main(_tune(tmp_path, "--objective", "macro-f1")) == 2
+    assert mine.read_text() == "my precious notes" and str(mine) in capsys.readouterr().err

@@ -4,6 +4,7 @@ popularity study vs brute force, and a real (tiny) Lightning hyper-parameter stu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -300,25 +301,51 @@ def test_retrained_gate_under_the_same_name_is_tuned_afresh(tmp_path, capsys, tr
     assert second["threshold"] == pytest.approx(best)
     assert read_metadata(runs[1])["threshold"] == pytest.approx(best)
     # the identity the Pareto/relations studies are named by differs too
-    ids = {tuning_identity(labels, tmp_path, LearnedGate(r)) for r in runs}
+    sp = load_splits(labels, tmp_path / "no-run")
+    ids = {tuning_identity((sp.train, sp.dev), tmp_path, LearnedGate(r)) for r in runs}
     assert len(ids) == 2
 
 
 def test_the_tuning_identity_is_the_questions_not_their_ids(tmp_path):
     """Studies and dev scores were named by the label file, the run and the gate: a questions
     file edited under the same ids (`tune --questions`) reused the old questions' trials."""
+    from retrieval_gate.labels.evalset import build_evalset
     from retrieval_gate.questions import Question
 
-    labels = tmp_path / "labels.jsonl"
-    labels.write_text('{"id": "1", "label": 1}\n')
-
-    def identity(*texts: str) -> str:
+    def identity(*texts: str, label: int = 1) -> str:
         qs = [Question(id=str(i), text=t, answers=("x",), source="user")
               for i, t in enumerate(texts, start=1)]  # fmt: skip
-        return tuning_identity(labels, tmp_path, questions=qs)
+        return tuning_identity((build_evalset(qs, {"1": label}),), tmp_path)
 
     assert identity("Who wrote Hamlet?") == identity("Who wrote Hamlet?")
     assert identity("Who wrote Hamlet?") != identity("Who wrote Macbeth?")
+    assert identity("Who wrote Hamlet?") != identity("Who wrote Hamlet?", label=0)
+
+
+@pytest.mark.slow
+def test_a_popularity_feature_is_its_own_study_and_dev_scores(tmp_path, capsys):
+    """--feature was keyed by nothing: an o_pop run read the s_pop run's cached dev scores
+    (534 thresholds tried, where o_pop's own have 329) and would resume its Pareto study."""
+    labels = Path(__file__).parents[1] / "data/labels/smollm2-135m-instruct/closed-book.jsonl"
+    out = tmp_path / "tune"
+    for feature in ("s_pop", "o_pop"):
+        argv = ["tune", "--gate", "popularity", "--labels", str(labels), "--objective",
+                "macro-f1", "--feature", feature, "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+        fresh = tmp_path / f"fresh-{feature}"
+        assert main([*argv[:-1], str(fresh)]) == 0, capsys.readouterr().err
+        kept = json.loads((out / "tune-popularity-closed-book.json").read_text())["thresholds"]
+        alone = json.loads((fresh / "tune-popularity-closed-book.json").read_text())["thresholds"]
+        assert kept == alone, feature
+
+
+def test_a_release_folder_or_name_as_labels_is_tuned_not_a_traceback(tmp_path, capsys):
+    """sha256 of `adaptive-rag` (a name) or a release folder: FileNotFoundError,
+    IsADirectoryError (exit 1)."""
+    argv = ["tune", "--gate", "router-tfidf", "--labels", "adaptive-rag", "--objective",
+            "macro-f1", "--out", str(tmp_path / "tune")]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "tune").glob("tune-router-tfidf-*.md")]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "flipped"])
@@ -362,6 +389,72 @@ def test_the_hparams_study_is_keyed_by_the_resolved_config_not_its_name(tmp_path
     assert lora != study("minilm-lora-closed-book", "data.max_length=32")
     # the same config by name and by path is the same study
     assert lora == study("configs/experiments/minilm-lora-closed-book.yaml")
+
+
+def test_the_hparams_study_is_keyed_by_content_not_paths(tmp_path, monkeypatch):
+    """Edited questions (same label file) and a backbone re-initialised in place resumed the
+    old trials; the label file by another path spelling lost them."""
+    from retrieval_gate.labels.evalset import build_evalset
+    from retrieval_gate.tuning.tune import TuneConfig, hparams_study
+
+    body = tmp_path / "body"
+    body.mkdir()
+    (body / "model.safetensors").write_bytes(b"weights A")
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"id": "1", "label": 1}\n')
+
+    def study(path: Path, text: str = "Who wrote Hamlet?") -> str:
+        qs = [Question(id="1", text=text, answers=("x",), source="user", split="train")]
+        cfg = TuneConfig(gate="learned", labels=path, objectives=["hparams"], out=tmp_path,
+                         config="minilm-lora-closed-book", overrides=[f"model.name={body}"])  # fmt: skip
+        return hparams_study(cfg, (build_evalset(qs, {"1": 1}),))
+
+    first = study(labels)
+    monkeypatch.chdir(tmp_path)  # the same file by a relative path
+    assert study(Path("labels.jsonl")) == first
+    assert study(labels, "Who wrote Macbeth?") != first
+    (body / "model.safetensors").write_bytes(b"weights B")
+    assert study(labels) != first
+
+
+def test_a_seeded_study_resumed_samples_new_points(tmp_path):
+    """A resumed study (or a second tune on the same storage) replayed the first run's
+    parameters: trials 5-9 were trials 0-4 again."""
+    from retrieval_gate.tuning.studies import open_study
+
+    def run(n: int) -> list[float]:
+        study = open_study("s", tmp_path / "s.db", lambda s: optuna.samplers.RandomSampler(seed=s),
+                           0, ["maximize"])  # fmt: skip
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=n)
+        return [t.params["x"] for t in study.trials]
+
+    first = run(5)
+    both = run(5)
+    assert both[:5] == first and len(set(both)) == 10
+    assert run_fresh(tmp_path / "t.db")[:5] == first  # a new study is reproducible by its seed
+
+
+def run_fresh(db: Path) -> list[float]:
+    from retrieval_gate.tuning.studies import open_study
+
+    study = open_study("s", db, lambda s: optuna.samplers.RandomSampler(seed=s), 0, ["maximize"])
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    return [t.params["x"] for t in study.trials]
+
+
+def test_hparams_with_one_class_on_dev_is_refused():
+    """Dev AUROC is undefined there: the study ran and reported best_dev_auroc 0.0."""
+    from retrieval_gate.errors import MissingInputError
+    from retrieval_gate.labels.evalset import Splits
+    from retrieval_gate.tuning.tune import check_dev
+
+    qs = tuple(Question(id=f"q{i}", text=f"q{i}?", answers=("x",), source="s") for i in range(3))
+    y = np.zeros(3)
+    dev = EvalSet(qs, y, y, y)
+    sp = Splits(dev, dev, dev)
+    check_dev(sp)  # thresholds: said, not refused
+    with pytest.raises(MissingInputError, match="hparams maximises dev AUROC.*undefined"):
+        check_dev(sp, auroc=True)
 
 
 def test_hparams_searches_only_what_the_config_trains():

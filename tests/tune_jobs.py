@@ -17,7 +17,9 @@ def sleepy_study(name: str, storage: str, n_trials: int, seed: int = 0, workers:
     if workers > 1:
         return run_workers(sleepy_study, {"name": name, "storage": storage, "n_trials": n_trials,
                            "seed": seed, "seconds": seconds}, workers)  # fmt: skip
-    study = open_study(name, storage, optuna.samplers.RandomSampler(seed=seed), ["minimize"])
+    study = open_study(
+        name, storage, lambda s: optuna.samplers.RandomSampler(seed=s), seed, ["minimize"]
+    )
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("pid", os.getpid())

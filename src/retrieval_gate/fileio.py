@@ -195,6 +195,7 @@ def staged_folder(target: str | Path) -> Iterator[Path]:
     a kill, `target` is untouched; the next call removes folders that killed runs left."""
     target = Path(target)
     make_parent(target)
+    refuse_link(target)
     if target.exists() and not target.is_dir():
         raise InputError("is a file, not a folder; choose another output", target)
     _remove_abandoned(target)
@@ -208,8 +209,40 @@ def staged_folder(target: str | Path) -> Iterator[Path]:
             yield stage
             replace_folder(stage, target)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        remove_entry(stage, ignore_errors=True)
         raise
+
+
+def refuse_link(target: str | Path, output: str = "the output") -> None:
+    """Refuses (an InputError naming `target` and the fix) a whole folder's target that is a
+    symbolic link: `staged_folder` replaces what is at the path, so the link itself would
+    become a folder (the one it points to left holding the old content), never what was meant.
+    `output`: what the user passes to name it (a flag)."""
+    target = Path(target)
+    if not target.is_symlink():
+        return
+    to = os.readlink(target)
+    if not target.exists():
+        raise InputError(f"is a symbolic link to {to}, which does not exist; a folder written "
+                         f"here would replace the link: remove it, or pass another {output}",
+                         target)  # fmt: skip
+    raise InputError(f"is a symbolic link to {to}; a folder written here would replace the "
+                     f"link, not the folder it points to: write to that folder "
+                     f"({os.path.realpath(target)}) instead, or remove the link, or pass "
+                     f"another {output}", target)  # fmt: skip
+
+
+def remove_entry(path: Path, ignore_errors: bool = False) -> None:
+    """Removes what is at `path`: a symbolic link (or a file) itself, never what it points
+    to (rmtree refuses a link), or a real folder with everything in it."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=ignore_errors)
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def _stage_prefix(target: Path) -> str:
@@ -218,12 +251,14 @@ def _stage_prefix(target: Path) -> str:
 
 def _remove_abandoned(target: Path) -> None:
     """Staging folders of `target` whose process is gone (a killed export): ours, and never
-    renamed into place, so nothing in them was ever a result."""
+    renamed into place, so nothing in them was ever a result. A symbolic link of that name
+    (an old target a swap left there) goes as the link, never what it points to."""
     pattern = re.compile(re.escape(f".{target.name}{STAGING}") + r"(\d+)-")
     for entry in target.parent.iterdir():
         match = pattern.match(entry.name)
-        if match and entry.is_dir() and not process_alive(int(match.group(1))):
-            shutil.rmtree(entry, ignore_errors=True)
+        if match and (entry.is_symlink() or entry.is_dir()):
+            if not process_alive(int(match.group(1))):
+                remove_entry(entry, ignore_errors=True)
 
 
 def process_alive(pid: int) -> bool:
@@ -241,12 +276,13 @@ def replace_folder(new: Path, target: Path) -> None:
     """Puts the folder `new` at `target`: a rename, or an atomic swap with an existing
     `target` (Linux renameat2 RENAME_EXCHANGE) whose old content is then removed. Where the
     swap is unsupported, the old folder is renamed aside first (a kill between the two renames
-    leaves no `target`, never a mixed one)."""
-    if not target.exists():
+    leaves no `target`, never a mixed one). A symbolic link at `target` is replaced as the
+    link: what it points to is never removed."""
+    if not os.path.lexists(target):  # a link to nothing counts: a rename onto it fails
         os.rename(new, target)
         return
     if _exchange(new, target):
-        shutil.rmtree(new)  # `new` now holds the old folder
+        remove_entry(new)  # `new` now holds what was at `target`: the old folder, or a link
         return
     aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=_stage_prefix(target)))
     os.rename(target, aside / "old")
@@ -308,11 +344,16 @@ def read_json(path: Path, missing: str = "missing file") -> Any:
 def write_arrays(path: str | Path, **arrays: Any) -> Path:
     """Named numpy arrays as one `.npz`, atomically; zip's CRC-32 per array lets
     `read_arrays` tell a damaged file from data."""
+    return write_bytes(path, arrays_bytes(**arrays))
+
+
+def arrays_bytes(**arrays: Any) -> bytes:
+    """The `.npz` bytes `write_arrays` writes (for a writer that checks ownership first)."""
     import numpy as np
 
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    return write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def read_arrays(path: str | Path) -> dict[str, Any] | None:

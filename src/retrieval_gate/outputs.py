@@ -58,6 +58,27 @@ def write_owned(path: str | Path, data: str | bytes, flag: str = "--out") -> Pat
     return Path(path)
 
 
+def refuse_unrecorded(path: str | Path, flag: str = "--out") -> None:
+    """A cache file of ours is one whose name the folder's ledger records, whatever it holds
+    now (a damaged one is computed and written again); any other file by its name is the
+    user's, refused before the work that would replace it."""
+    target = regular_target(path)
+    if target.exists() and target.name not in _ledger(target.parent):
+        raise InputError(f"already exists, and retrieval-gate did not write it, so it will not "
+                         f"replace it: move it away, or pass another {flag}", path)  # fmt: skip
+
+
+def write_cache(path: str | Path, data: bytes, flag: str = "--out") -> Path:
+    """`write_owned` for a cache file (`refuse_unrecorded`'s rule)."""
+    make_parent(Path(path))
+    target = regular_target(path)
+    with _locked(target.parent):
+        refuse_unrecorded(path, flag)
+        write_bytes(path, data)
+        _record(target, hashlib.sha256(data).hexdigest())
+    return Path(path)
+
+
 def adopt_owned(source: Path, path: str | Path, flag: str = "--out") -> Path:
     """Moves a finished file of ours (`source`, in the same folder) to `path`, under the same
     rule as `write_owned`, without reading it into memory: a long output written as it went."""

@@ -128,7 +128,7 @@ def check_plan(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tuning.storage import shown
+    from ..tuning.storage import shown, shown_arg
     from ..tuning.tune import SAMPLED, TuneConfig, run_tuning
     from .gate_args import gate_options
     from .question_args import questions_from
@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      budget=args.budget, calibrate_on=args.calibrate_on,
                      budget_llm_calls=args.budget_llm_calls, strategies=args.strategies,
-                     command="retrieval-gate " + shlex.join(sys.argv[1:]), **sampling)  # fmt: skip
+                     command="retrieval-gate " + shlex.join(map(shown_arg, sys.argv[1:])),
+                     **sampling)  # fmt: skip
     cfg.check()  # every flag, before the questions are read
     cfg.questions = questions_from(args)
     for report in run_tuning(cfg):

@@ -3,6 +3,7 @@ run's recorded answers (closed-book and with-retrieval correctness) for adaptive
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -72,6 +73,16 @@ class EvalSet:
         if self.paid is None:
             return default
         return np.where(np.isnan(self.paid), default, self.paid)
+
+    def digest(self) -> str:
+        """A hash of what a study reads of these questions, by content: each question's key,
+        its label, recorded correctness, strategies and costs (a label file's bytes keyed a
+        release folder or `adaptive-rag` by nothing, and another path to it as other labels)."""
+        h = hashlib.sha256("\n".join(q.key() for q in self.questions).encode())
+        h.update("|".join(self.strategies).encode())
+        for array in (self.y, self.closed_correct, self.rag_correct, self.correct, self.paid):
+            h.update(b"-" if array is None else np.ascontiguousarray(array, float).tobytes())
+        return h.hexdigest()[:16]
 
     def subset(self, mask: np.ndarray) -> EvalSet:
         idx = np.flatnonzero(mask)

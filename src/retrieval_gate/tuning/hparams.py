@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 
 from ..errors import TrainingDiverged
 from ..training.config import TrainConfig
-from .studies import open_study
+from .studies import open_study, tpe
 from .workers import optimize_until, run_workers
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def tune_hparams(
                            "storage": storage, "n_trials": n_trials, "config": config,
                            "overrides": list(overrides), "max_epochs": max_epochs,
                            "seed": seed, "questions": list(questions)}, workers)  # fmt: skip
-    study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
+    study = open_study(name, storage, tpe, seed, ["maximize"])
     # the pruner is not stored with the study: set it on every (re)open
     study.pruner = optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
 

@@ -15,7 +15,7 @@ from ..errors import MissingInputError
 from ..gates.popularity import PopularityGate, candidate_cuts, fit_popularity
 from ..labels.evalset import EvalSet
 from ..metrics import adaptive_accuracy
-from .studies import open_study, require_no_test
+from .studies import open_study, require_no_test, tpe
 from .workers import optimize_until, run_workers
 
 
@@ -57,7 +57,7 @@ def tune_relations(
         d = gate.scores(part.questions) >= 0.5
         return float(adaptive_accuracy(d, part.closed_correct, part.rag_correct))
 
-    study = open_study(name, storage, optuna.samplers.TPESampler(seed=seed), ["maximize"])
+    study = open_study(name, storage, tpe, seed, ["maximize"])
 
     def trial_value(trial: optuna.Trial) -> float:
         return accuracy(gate_for({r: trial.suggest_categorical(r, cands[r]) for r in relations}))

@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 
@@ -42,24 +41,51 @@ log = logging.getLogger(__name__)
 
 
 def storage_url(spec: str | Path) -> str:
-    """The storage URL of a `--storage` value: a plain path is a SQLite file (made absolute,
-    its folder created), `journal:PATH` and URLs are kept."""
+    """The storage URL of a `--storage` value: a plain path is a SQLite file (made absolute;
+    its folder is made when the study opens), `journal:PATH` and URLs are kept. Nothing is
+    created here: a refused run leaves no folder."""
     spec = str(spec)
     if "://" in spec:
         url = _checked_url(spec)
         if url.startswith("sqlite:///"):  # the URL form of a path: a folder is refused alike
             _not_a_folder(Path(url.removeprefix("sqlite:///").split("?")[0]))
         return url
+    prefix = re.match(r"([A-Za-z][\w+.-]*):", spec)
+    if prefix and prefix.group(0).lower() == JOURNAL and prefix.group(0) != JOURNAL:
+        spec = JOURNAL + spec[len(JOURNAL) :]  # JOURNAL:x made a SQLite file named so
+    elif prefix and prefix.group(0) != JOURNAL:  # a misspelt kind, not a file name
+        raise InputError(f"--storage {shown(spec)!r}: {prefix.group(1)!r} is no storage kind; "
+                         "pass a SQLite file path, journal:PATH or a database URL "
+                         "(postgresql://user:pass@host/db); a file whose name holds ':' as "
+                         f"./{spec}")  # fmt: skip
     if spec.startswith(JOURNAL):  # its path may not be empty or a folder (".": "Is a directory")
         journal = spec.removeprefix(JOURNAL)
         if not journal.strip() or Path(journal).is_dir():
             raise InputError(f"--storage {spec!r} names no journal file; pass journal:PATH, e.g. "
                              "journal:studies.journal")  # fmt: skip
+        _a_file_or_none(Path(journal), "journal")
         return spec
     path = Path(spec)
     _not_a_folder(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _a_file_or_none(path, "SQLite file")
     return f"sqlite:///{path.resolve()}"
+
+
+def _a_file_or_none(path: Path, what: str) -> None:
+    """A storage file is a regular file or none yet (a FIFO hung the journal's reader, a
+    device failed its fsync after the gate was scored)."""
+    if path.exists() and not path.is_file():
+        raise InputError(f"--storage names a device, pipe or socket, not a {what}; name a file",
+                         path)  # fmt: skip
+
+
+def _made_folder(path: Path) -> None:
+    """The storage file's folder, made where missing (a file in its way is said)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--storage: its folder cannot be made ({e.strerror}); name a file in "
+                         "a folder that exists or can be made", path) from None  # fmt: skip
 
 
 def _not_a_folder(path: Path) -> None:
@@ -92,17 +118,28 @@ def is_sqlite(spec: str | Path) -> bool:
 
 
 def shown(spec: str | Path) -> str:
-    """The storage for messages and reports, password hidden."""
+    """The storage for messages and reports, password hidden. SQLAlchemy reads the URL (a
+    password may hold '/', '#' or '?', which urlsplit takes for the path); one it cannot read
+    has whatever stands between the user's ':' and the last '@' hidden."""
     url = str(spec)
-    try:
-        parts = urlsplit(url) if "://" in url else None
-        password = parts.password if parts else None
-    except ValueError:  # not a URL that parses: hide whatever stands between ':' and '@'
-        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-    if parts is None or not password:
+    if "://" not in url:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 (any parse failure: hide by pattern)
+        parsed = None
+    if parsed is not None and parsed.password:
+        return parsed.render_as_string(hide_password=True)
+    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
+
+
+def shown_arg(arg: str) -> str:
+    """A command-line word as reports record it: a storage URL's password hidden (the report
+    kept `--storage postgresql://user:secret@...` word for word), `--storage=URL` too."""
+    flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    return flag + sep + shown(value)
 
 
 def heartbeat_s() -> int:
@@ -128,7 +165,10 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
     import sqlalchemy.exc
 
     if url.startswith("sqlite:///"):
-        _check_sqlite(Path(url.removeprefix("sqlite:///").split("?")[0]).resolve(), url)
+        path = Path(url.removeprefix("sqlite:///").split("?")[0]).resolve()
+        if "://" not in str(spec):  # a plain path's folder is made; a URL's must exist
+            _made_folder(path)
+        _check_sqlite(path, url)
     engine_kwargs: dict = {"pool_pre_ping": True}  # a dropped connection is re-opened
     if url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
@@ -208,8 +248,8 @@ def _journal(path: Path) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     _check_journal(path)
+    _made_folder(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(path)
         return JournalStorage(JournalFileBackend(str(path)))
     except OSError as e:

@@ -1,10 +1,14 @@
-"""Optuna studies: one study per gate x label file x objective x content identity (checksums of
-the label file, the recorded answers and the gate's weights), resumed by name (a stopped run
-loses no finished trial; rerunning adds only the missing trials). Where they live (a SQLite
+"""Optuna studies: one study per gate x label file x objective x content identity (the questions
+and labels studied, the recorded answers, the gate's weights and options), resumed by name (a
+stopped run loses no finished trial; rerunning adds only the missing trials). Where they live (a SQLite
 file by default, a PostgreSQL/MySQL URL or a journal file for several workers): storage.py."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -22,14 +26,32 @@ def study_name(gate: str, label_file: str, objective: str, identity: str) -> str
     return f"{gate}|{label_file}|{objective}|{identity}"
 
 
-def open_study(name: str, storage: str | Path, sampler, directions: list[str]) -> optuna.Study:
-    return optuna.create_study(
+def tpe(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_study(
+    name: str,
+    storage: str | Path,
+    sampler: Callable[[int], optuna.samplers.BaseSampler],
+    seed: int,
+    directions: list[str],
+) -> optuna.Study:
+    """The study, created or resumed, sampling with `sampler(seed)` when new, and with a seed
+    of its own when it holds trials already: a resumed study, or a second `tune` on the same
+    storage, replayed the first run's parameters (trials 5-9 were trials 0-4 again)."""
+    study = optuna.create_study(
         study_name=name,
         storage=open_storage(storage),
-        sampler=sampler,
+        sampler=sampler(seed),
         directions=directions,
         load_if_exists=True,
     )
+    held = len(study.get_trials(deepcopy=False))
+    if held:  # not reproducible by nature (whoever ran what): new points, not the old ones
+        mixed = hashlib.sha256(f"{seed}|{held}|{os.getpid()}|{time.time_ns()}".encode())
+        study.sampler = sampler(int.from_bytes(mixed.digest()[:4], "big"))
+    return study
 
 
 def require_no_test(evalset: EvalSet, what: str = "tuning") -> EvalSet:

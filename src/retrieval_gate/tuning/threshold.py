@@ -52,6 +52,10 @@ def tune_threshold(obj: Objective, dev: DevData) -> ThresholdResult:
     )
 
 
+def _nsga(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
+
+
 def pareto_front(
     dev: DevData,
     name: str,
@@ -67,8 +71,7 @@ def pareto_front(
     if workers > 1:
         return run_workers(pareto_front, {"dev": dev, "name": name, "storage": storage,
                            "n_trials": n_trials, "seed": seed}, workers)  # fmt: skip
-    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
-    study = open_study(name, storage, sampler, ["maximize", "minimize"])
+    study = open_study(name, storage, _nsga, seed, ["maximize", "minimize"])
     cands = candidate_thresholds(dev.scores)
 
     def trial_values(trial: optuna.Trial) -> tuple[float, float]:

@@ -4,6 +4,7 @@ chosen thresholds to test afterwards, through `tuning.tuned_report`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -12,28 +13,46 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingInputError
-from ..fileio import content_id, read_arrays, sha256_file, write_arrays
+from ..fileio import arrays_bytes, content_id, read_arrays, sha256_file
 from ..gates.base import Gate, gate_checksum
 from ..gates.registry import GateContext, GateOptions, build_gate
 from ..labels.evalset import EvalSet
 from ..labels.labelling_run import LabellingRun
-from ..questions import Question
+from ..outputs import refuse_unrecorded, write_cache
 from .objectives import DevData, objective
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
 
 
 def tuning_identity(
-    label_file: Path, run_dir: Path, gate: Gate | None = None, questions: Iterable[Question] = ()
+    sets: Iterable[EvalSet],
+    run_dir: Path,
+    gate: Gate | None = None,
+    options: GateOptions | None = None,
 ) -> str:
-    """What threshold studies and dev scores depend on, by content: the label file, the
+    """What threshold studies and dev scores depend on, by content: the questions and labels
+    studied (`EvalSet.digest`: the train split a gate fits on, the dev split it scores), the
     labelling run's recorded answers, (when it has one) the gate's weights checksum, and the
-    questions the gate was fitted on and scores (`Question.digest`: a questions file edited
-    under the same ids is another study)."""
+    options its spec reads (a popularity gate has no weights: its s_pop dev scores were
+    reused for --feature o_pop; a file option by its content)."""
     sums = LabellingRun(run_dir).checksums()
-    asked = content_id(*(q.key() for q in questions))
-    return content_id(sha256_file(Path(label_file)), *sums, gate_checksum(gate) if gate else None,
-                      asked)  # fmt: skip
+    read = _options_read(gate.name, options) if gate is not None and options else ""
+    return content_id(*(s.digest() for s in sets), *sums, gate_checksum(gate) if gate else None,
+                      read)  # fmt: skip
+
+
+def _options_read(name: str, options: GateOptions) -> str:
+    """The values of the options gate `name` reads, files by their sha256 (folders are keyed
+    by the gate's weights checksum)."""
+    from ..gates.registry import GATES
+
+    spec = GATES.get(name)
+    values = {}
+    for field in spec.options if spec else ():
+        value = getattr(options, field, None)
+        is_file = isinstance(value, str | Path) and Path(value).is_file()
+        values[field] = sha256_file(Path(value)) if is_file else value
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 def dev_scores(
@@ -42,6 +61,8 @@ def dev_scores(
     """The gate's dev scores, cached (prompt gates cost minutes of LLM time) and reused only
     for the same question ids and the same `identity` (see `tuning_identity`)."""
     require_no_test(dev)
+    if cache is not None:  # a file of the user's by its name: refused before scoring
+        refuse_unrecorded(cache)
     stored = read_arrays(cache) if cache is not None else None  # damaged: scored again
     if stored is not None and {"identity", "ids", "scores"} <= stored.keys():
         same = str(stored["identity"]) == identity and list(stored["ids"]) == dev.ids
@@ -49,7 +70,8 @@ def dev_scores(
             return stored["scores"]
     scores = np.asarray(gate.scores(dev.questions), float)
     if cache is not None:
-        write_arrays(cache, ids=np.array(dev.ids), scores=scores, identity=np.array(identity))
+        raw = arrays_bytes(ids=np.array(dev.ids), scores=scores, identity=np.array(identity))
+        write_cache(cache, raw)
     return scores
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_bu
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from ..tables import markdown_table
-from .storage import check_storage
+from .storage import check_storage, storage_url
 from .studies import STUDIES_FILE, study_name
 
 log = logging.getLogger(__name__)
@@ -90,17 +90,19 @@ class TuneConfig:
         # A --storage the user named is reached before any work. The default file in --out is
         # made by the first study, once the labels have been read (a bad label file leaves no
         # folder and no database); exact sweeps alone leave it unmade.
-        if set(self.objectives) & set(SAMPLED) or self.storage_named:
+        if set(self.objectives) & set(SAMPLED):
             check_storage(self.storage, self.workers, reach=self.storage_named)
+        elif self.storage_named:  # unused (the command says so): its form checked, nothing made
+            storage_url(self.storage)
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
             check_options([self.gate], self.gate_options)
-        elif self.gate_options.learned_run or self.gate_options.onnx:  # scored, then unread
-            raise ConfigError(f"--objective {' '.join(self.objectives)} trains gates of its "
-                              f"own (hparams: from --config {self.config}), and reads no "
-                              "--learned-run / --onnx: drop it, or add an objective that "
-                              "tunes that gate's threshold (e.g. macro-f1)")  # fmt: skip
+        elif given := _gate_flags_given(self.gate_options):  # read by no study here
+            raise ConfigError(f"--objective {' '.join(self.objectives)} builds gates of its "
+                              f"own (hparams: from --config {self.config}; relations: on "
+                              f"s_pop), and reads no {' / '.join(given)}: drop it, or add an "
+                              "objective that tunes that gate's threshold (e.g. macro-f1)")  # fmt: skip
         self._check_router()
         self._check_used()
         if "hparams" in self.objectives:
@@ -136,7 +138,7 @@ class TuneConfig:
         """A flag set away from its default that none of the objectives reads is refused (it
         went unused: --budget beside macro-f1 changed nothing)."""
         defaults = TuneConfig(gate="", labels=Path())
-        readers = {"target": ("min-retrieval", "pareto", "min-cost", "min-llm-calls"),
+        readers = {"target": ("min-retrieval", "min-cost", "min-llm-calls"),
                    "budget": ("budget-accuracy",), "config": ("hparams",),
                    "overrides": ("hparams",), "max_epochs": ("hparams",),
                    "workers": SAMPLED}  # fmt: skip
@@ -196,6 +198,12 @@ class TuneConfig:
                          "number of LLM calls")  # fmt: skip
 
 
+def _gate_flags_given(options: GateOptions) -> list[str]:
+    """The gate flags set away from their defaults (`--learned-run`, `--feature`, ...)."""
+    return [f"--{f.name.replace('_', '-')}" for f in fields(options)
+            if getattr(options, f.name) != f.default]  # fmt: skip
+
+
 def _declared_router(gate: str, options: GateOptions) -> dict[str, Any] | None:
     """A learned router run's or router export's calibration, from its manifest
     (`artifacts.open_artifact`); None for a gate, or a folder not given or not there (the
@@ -229,12 +237,11 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
     cfg.check()
     splits = load_splits(cfg.labels, cfg.run_dir, cfg.questions)  # a bad label file: no folder
-    if any(o != "hparams" for o in cfg.objectives) or cfg.calibrate_on:
-        check_dev(splits)
+    check_dev(splits, auroc="hparams" in cfg.objectives)
     cfg.out.mkdir(parents=True, exist_ok=True)
     written = []
     if "hparams" in cfg.objectives:
-        written.append(_hparams(cfg))
+        written.append(_hparams(cfg, splits))
     if "relations" in cfg.objectives:
         written.append(_relations(cfg, splits))
     thresholds = [o for o in cfg.objectives if o in THRESHOLDS]
@@ -246,10 +253,12 @@ def run_tuning(cfg: TuneConfig) -> list[Path]:
     return written
 
 
-def check_dev(sp: Splits) -> None:
+def check_dev(sp: Splits, auroc: bool = False) -> None:
     """Thresholds and operating points are chosen on dev: none is refused (it was an internal
-    error, "index -1 is out of bounds"), one class alone is said (any threshold separates it
-    perfectly, and the one saved means nothing)."""
+    error, "index -1 is out of bounds"; hparams's came from inside its first trial, a FAIL
+    trial and a traceback), one class alone is said (any threshold separates it perfectly,
+    and the one saved means nothing) and refused where dev AUROC is the objective (`auroc`:
+    hparams, whose "best" trial scored 0.0 of an undefined AUROC)."""
     counts = f"train {len(sp.train)}, dev {len(sp.dev)}, test {len(sp.test)}"
     if not len(sp.dev):
         raise MissingInputError(f"tune chooses on the dev split, and these labels give none "
@@ -258,6 +267,10 @@ def check_dev(sp: Splits) -> None:
     if sp.dev.strategies or len(np.unique(sp.dev.y)) > 1:
         return
     what = "needs retrieval" if sp.dev.y[0] else "needs no retrieval"
+    if auroc:
+        raise MissingInputError(f"--objective hparams maximises dev AUROC, and every dev "
+                                f"question {what} ({counts}), where AUROC is undefined: label "
+                                "more questions, or give dev rows of both labels")  # fmt: skip
     log.warning(f"every dev question {what} ({counts}): a threshold chosen there separates "
                 "nothing, and its dev figures say nothing of the test split; label more "
                 "questions")  # fmt: skip
@@ -314,13 +327,13 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     _refuse_untunable(cfg, sp.dev, objectives)  # before the gate is built and scores dev
     records = LabellingRun(cfg.run_dir).records()
     gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
-    asked = (*sp.train.questions, *sp.dev.questions)  # what the gate fits on and scores
-    identity = tuning_identity(cfg.labels, cfg.run_dir, gate, asked)  # content, not names
     calls = binary_llm_calls(sp.dev.strategies, cfg.strategies)  # the LLM-calls axis
     if reads_answers(gate):  # a two-stage gate: tuned on what it reads, the recorded answers
         dev, test = (with_recorded_answers(s, cfg.labels) for s in (sp.dev, sp.test))
         sp = replace(sp, dev=dev, test=test)
         calls = answer_read_calls(calls)
+    # what the gate fits on and scores (its answers too), by content, not names
+    identity = tuning_identity((sp.train, sp.dev), cfg.run_dir, gate, cfg.gate_options)
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, cfg.storage,
                                   cfg.out, cfg.trials, cfg.target, cfg.seed, identity,
                                   cfg.workers, calls)  # fmt: skip
@@ -368,7 +381,7 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
     from .threshold_studies import tuning_identity
 
     policy = policy_name(cfg.labels)
-    identity = tuning_identity(cfg.labels, cfg.run_dir, questions=sp.dev.questions)
+    identity = tuning_identity((sp.dev,), cfg.run_dir)
     name = study_name("popularity", policy, "relations", identity)
     res = tune_relations(sp.dev, name, cfg.storage, cfg.trials, cfg.seed, workers=cfg.workers)
     gate = res.pop("gate")
@@ -382,20 +395,31 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
     return _write(cfg, f"tune-popularity-relations-{policy}", res, md)
 
 
-def hparams_study(cfg: TuneConfig) -> str:
-    """The hparams study's name: its trials depend on the label file's content, the training
-    config as resolved (its `extends` and --set; a config passed by name was keyed by
-    nothing, so another config's study resumed) and the search space."""
-    resolved = json.dumps(cfg.hparams_config().to_dict(), sort_keys=True, default=str)
-    identity = content_id(sha256_file(cfg.labels), resolved, str(cfg.max_epochs))
+def hparams_study(cfg: TuneConfig, sets: Sequence[EvalSet] = ()) -> str:
+    """The hparams study's name: its trials depend on the questions and labels trained and
+    judged on (`sets`, by content: an edited questions file resumed the old one's trials), the
+    training config as resolved (its `extends` and --set; a config passed by name was keyed by
+    nothing, so another config's study resumed) without its file paths, a local backbone by
+    its weights (re-initialised in place, it resumed; the label file under another path
+    spelling lost its trials), and the search space."""
+    from ..generation.model_folders import folder_checksum
+
+    resolved = cfg.hparams_config().to_dict()
+    data = {k: v for k, v in resolved["data"].items() if k not in ("label_file", "questions")}
+    model = dict(resolved["model"])
+    if Path(str(model.get("name"))).is_dir():
+        model["name"] = folder_checksum(Path(model["name"]))
+    keyed = json.dumps({**resolved, "data": data, "model": model}, sort_keys=True, default=str)
+    labels = [s.digest() for s in sets] or [sha256_file(cfg.labels)]
+    identity = content_id(*labels, keyed, str(cfg.max_epochs))
     return study_name("learned-hparams", policy_name(cfg.labels), "dev-auroc", identity)
 
 
-def _hparams(cfg: TuneConfig) -> Path:
+def _hparams(cfg: TuneConfig, sp: Splits) -> Path:
     from .hparams import tune_hparams  # torch and Lightning: only for this study
 
     policy = policy_name(cfg.labels)
-    name = hparams_study(cfg)
+    name = hparams_study(cfg, (sp.train, sp.dev))
     res = tune_hparams(cfg.labels, name, cfg.storage, cfg.trials, cfg.config, list(cfg.overrides),
                        cfg.max_epochs, cfg.seed, cfg.questions, cfg.workers)  # fmt: skip
     md = (f"# Hyper-parameter study of the learned gate\n\n`{cfg.command}`\n\n"
