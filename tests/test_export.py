@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -504,3 +506,177 @@ def test_a_variant_that_cannot_run_is_reported_even_with_an_empty_message(
     report = parity.check_parity(run_dir, copy, TEXTS[:8])
     assert report["variants"]["int8"] == {"runnable": False, "error": "RuntimeError"}
     assert report["variants"]["fp32"]["max_abs_diff"] <= 1e-4
+
+
+# ------------------------------------------------------------------ symbolic links
+
+
+def test_an_export_to_a_symbolic_link_is_refused_before_any_work(tmp_path, capsys):
+    """Bug 2: `--name current` where `current` is a link to another export went through the
+    whole export, then failed ("Cannot call rmtree on a symbolic link", exit 1), left `current`
+    a real folder and a staging link behind; a link to nothing was a NotADirectoryError."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.export.onnx_export import check_export_target
+
+    out = tmp_path / "ex"
+    (out / "rob").mkdir(parents=True)
+    (out / "rob" / "notes.txt").write_text("mine")
+    (out / "current").symlink_to("rob")
+    (out / "dangling").symlink_to(tmp_path / "nowhere")
+    no_run = tmp_path / "no-run"  # refused before the run is read, let alone exported
+    cases = [("current", "is a symbolic link to rob; .* write to that folder"),
+             ("dangling", "is a symbolic link to .*nowhere, which does not exist")]  # fmt: skip
+    for name, said in cases:
+        argv = ["export", "--run", str(no_run), "--out-dir", str(out), "--name", name]
+        assert main(argv) == 2
+        assert re.search(f"{out / name}: {said}", capsys.readouterr().err)
+        with pytest.raises(DataError, match="symbolic link"):  # the API's check too
+            check_export_target(out / name, ["fp32"])
+    assert sorted(p.name for p in out.iterdir()) == ["current", "dangling", "rob"]
+    assert (out / "current").is_symlink() and (out / "dangling").is_symlink()
+    assert [p.name for p in (out / "rob").iterdir()] == ["notes.txt"]
+
+
+def test_staged_folder_never_removes_through_a_symbolic_link(tmp_path):
+    """Bug 2: a link at the target (or a staging link an aborted swap left) was given to
+    rmtree; a rename onto a link to nothing failed. Links go as links; what they point to
+    stays."""
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.fileio import replace_folder, staged_folder
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "keep.txt").write_text("mine")
+    link = tmp_path / "g"
+    link.symlink_to("real")
+    with pytest.raises(InputError, match="is a symbolic link to real"), staged_folder(link):
+        pass
+    for target in (link, tmp_path / "dangling"):  # one appearing while a folder was staged
+        if not target.is_symlink():
+            target.symlink_to(tmp_path / "nowhere")
+        new = tmp_path / "new"
+        new.mkdir()
+        (new / "model.onnx").write_text("new")
+        replace_folder(new, target)
+        assert not target.is_symlink() and os.listdir(target) == ["model.onnx"]
+    stale = tmp_path / ".out.staging-999999999-abc"  # a killed run's swapped-out link
+    stale.symlink_to("real")
+    with staged_folder(tmp_path / "out") as stage:
+        (stage / "x").write_text("1")
+    assert not os.path.lexists(stale)
+    assert sorted(os.listdir(tmp_path)) == ["dangling", "g", "out", "real"]
+    assert os.listdir(real) == ["keep.txt"] and (real / "keep.txt").read_text() == "mine"
+
+
+@pytest.fixture
+def other_fs(tmp_path) -> Iterator[Path | None]:
+    """A folder on another file system than tmp_path's (under /dev/shm), or None."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)) or (
+        shm.stat().st_dev == tmp_path.stat().st_dev
+    ):
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _users_files(old: Path, tmp_path: Path, other_fs: Path | None) -> dict[str, Path]:
+    """The user's files and links added to the export folder `old` (made if missing); returns
+    the folders the links point to: one on this file system, `other_fs` on another."""
+    same = tmp_path / "same"
+    for folder in (old, same):
+        folder.mkdir(parents=True, exist_ok=True)
+    (same / "a.txt").write_text("a")
+    (old / "notes.txt").write_text("mine")
+    (old / "mine").mkdir()
+    (old / "mine" / "m.txt").write_text("m")
+    (old / "mine" / "rel").symlink_to("../../../same")
+    (old / "samelink").symlink_to(same)
+    (old / "to-nothing").symlink_to(tmp_path / "nowhere")
+    targets = {"samelink": same}
+    if other_fs is not None:
+        (other_fs / "b.txt").write_text("b")
+        (old / "otherfs").symlink_to(other_fs)
+        targets["otherfs"] = other_fs
+    return targets
+
+
+def _users_export(tmp_path: Path, other_fs: Path | None) -> tuple[Path, Path, dict[str, Path]]:
+    """(an old export folder with the user's files, an empty stage beside it, the links'
+    folders)."""
+    old, stage = tmp_path / "ex" / "g", tmp_path / "ex" / ".g.staging"
+    stage.mkdir(parents=True)
+    targets = _users_files(old, tmp_path, other_fs)
+    (old / VARIANTS["fp32"]).write_text("the old export's")  # an export's own: not carried
+    return old, stage, targets
+
+
+def test_re_exporting_keeps_the_users_links_as_links(tmp_path, other_fs):
+    """Bug 3: a link of the user's in an old export to a folder was copied as a folder of hard
+    links (same file system) or failed with "Invalid cross-device link" after the whole
+    export (another one, e.g. /dev/shm): kept as the same link now."""
+    from retrieval_gate.export.onnx_export import keep_users_files
+
+    old, stage, targets = _users_export(tmp_path, other_fs)
+    keep_users_files(old, stage)
+    for name, target in targets.items():
+        assert (stage / name).is_symlink() and os.readlink(stage / name) == str(target)
+    assert os.readlink(stage / "to-nothing") == str(tmp_path / "nowhere")
+    assert os.readlink(stage / "mine" / "rel") == "../../../same"
+    for name in ("notes.txt", "mine/m.txt"):  # hard links: no space, instant
+        assert (stage / name).stat().st_ino == (old / name).stat().st_ino
+    assert not (stage / VARIANTS["fp32"]).exists()
+    assert os.listdir(tmp_path / "same") == ["a.txt"]
+
+
+def test_a_file_that_cannot_be_hard_linked_is_copied_or_named(tmp_path, monkeypatch, other_fs):
+    """Bug 3: a hard link the file system refuses (another device mounted in the folder) was a
+    raw OSError after the whole export: the file is copied now, and a file that cannot be
+    copied either is a DataError naming it."""
+    import errno
+
+    from retrieval_gate.export.onnx_export import keep_users_files
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    old, stage, _ = _users_export(tmp_path, other_fs)
+    monkeypatch.setattr(os, "link", refused)
+    keep_users_files(old, stage)
+    for name in ("notes.txt", "mine/m.txt"):
+        assert (stage / name).read_text() == (old / name).read_text()
+        assert (stage / name).stat().st_ino != (old / name).stat().st_ino
+    assert os.readlink(stage / "mine" / "rel") == "../../../same"
+    shutil.rmtree(stage)
+    stage.mkdir()
+
+    def unreadable(src, dst, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(src))
+
+    monkeypatch.setattr(shutil, "copy2", unreadable)
+    with pytest.raises(DataError, match=r"/(notes\.txt|mine): cannot carry this file of yours "
+                       r"into the new export \(.*Permission denied.*\); move it out"):  # fmt: skip
+        keep_users_files(old, stage)
+
+
+@pytest.mark.slow  # an export
+def test_an_export_replaced_keeps_the_users_links(minilm_gate_dirs, tmp_path, other_fs):
+    """Bugs 2 and 3 end to end: exporting again over an export holding the user's links keeps
+    them as links; exporting to a link is refused and leaves it as it was."""
+    run_dir, _ = minilm_gate_dirs
+    old = tmp_path / "ex" / "g"
+    build_export(run_dir, old, ("fp32",), parity=PARITY)
+    targets = _users_files(old, tmp_path, other_fs)
+    old.parent.joinpath("current").symlink_to("g")
+    build_export(run_dir, old, ("fp32",), parity=PARITY)
+    for name, target in targets.items():
+        assert os.readlink(old / name) == str(target)
+    assert (old / "notes.txt").read_text() == "mine" and (old / "mine" / "m.txt").is_file()
+    assert (old / VARIANTS["fp32"]).stat().st_size > 1000  # the new export's
+    with pytest.raises(DataError, match="is a symbolic link to g"):
+        build_export(run_dir, old.parent / "current", ("fp32",), parity=PARITY)
+    assert sorted(os.listdir(old.parent)) == ["current", "g"]

@@ -54,7 +54,7 @@ def check_run(run_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..fileio import plain_name
+    from ..fileio import plain_name, refuse_link
 
     # every flag, then the run's files, before torch and onnx load (seconds)
     check_output_dir(Path(args.out_dir), "--out-dir")
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--parity-limit must be 0 (all) or more, got {args.parity_limit}")
     run_dir = Path(args.run_dir)
     out = Path(args.out_dir) / plain_name(args.name or run_dir.resolve().name, "--name")
+    refuse_link(out, "--name")  # the export would replace the link, after all its work
     questions = questions_from(args)
     check_run(run_dir)
     from ..export.build import build_export

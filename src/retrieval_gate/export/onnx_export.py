@@ -38,7 +38,7 @@ from ..artifacts import (
     export_manifest,
 )
 from ..errors import DataError
-from ..fileio import sha256_file, staged_folder, write_json
+from ..fileio import refuse_link, sha256_file, staged_folder, write_json
 from ..gates.onnx_format import FORMAT, ROUTER_OUTPUT, VARIANTS
 from ..training.checkpoint import load_run, read_provenance
 from .parity import calibration_set
@@ -261,10 +261,12 @@ def to_fp16(src: Path, dst: Path) -> None:
 
 
 def check_export_target(out_dir: Path, variants: Sequence[str]) -> None:
-    """Refuses unknown variants and a non-empty folder that is not an export."""
+    """Refuses unknown variants, a symbolic link (the export would replace the link, after all
+    its work) and a non-empty folder that is not an export."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise DataError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    refuse_link(out_dir, "export folder")
     if (
         out_dir.is_dir()
         and any(out_dir.iterdir())
@@ -278,19 +280,49 @@ def check_export_target(out_dir: Path, variants: Sequence[str]) -> None:
 
 
 def keep_users_files(old: Path, stage: Path) -> None:
-    """Links what the user put into an older export folder (not an export's own file) into the
-    new one, so replacing the folder removes only what an export wrote."""
-    if not old.is_dir():
+    """Carries what the user put into an older export folder (not an export's own file) into
+    the new one, so replacing the folder removes only what an export wrote: a symbolic link as
+    the same link (never a copy of what it points to, which may be on another disk), a file as
+    a hard link, or a copy where the file system refuses one. What cannot be carried is a
+    DataError naming it, the old export left as it was."""
+    if old.is_symlink() or not old.is_dir():
         return
     for entry in old.iterdir():
         if entry.name in EXPORT_FILES or entry.name in TOKENIZER_FILES:
             continue
-        if (stage / entry.name).exists():
+        dest = stage / entry.name
+        if os.path.lexists(dest):
             continue
-        if entry.is_dir():
-            shutil.copytree(entry, stage / entry.name, copy_function=os.link, symlinks=True)
-        else:
-            os.link(entry, stage / entry.name, follow_symlinks=False)
+        try:
+            if entry.is_symlink():  # copytree would copy the folder it points to
+                os.symlink(os.readlink(entry), dest)
+            elif entry.is_dir():
+                shutil.copytree(entry, dest, symlinks=True, copy_function=_link_or_copy)
+            else:
+                _link_or_copy(entry, dest)
+        except OSError as e:  # shutil.Error (copytree's list of failures) is one too
+            said = (f"cannot carry this file of yours into the new export ({_why(e)}); "
+                    f"move it out of {old}, then export again")  # fmt: skip
+            raise DataError(said, entry) from None
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> str | Path:
+    """A hard link (instant, no space); a copy where the file system refuses one (another
+    device mounted inside the folder, another user's file under protected_hardlinks)."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+    return dst
+
+
+def _why(error: OSError) -> str:
+    """An OSError's reason in a few words: copytree's shutil.Error holds a list of
+    (source, destination, reason) for every file that failed: the first one's."""
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        src, _, why = error.args[0][0]
+        return f"{src}: {why}"
+    return error.strerror or str(error) or type(error).__name__
 
 
 def write_export(

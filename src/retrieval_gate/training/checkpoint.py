@@ -223,6 +223,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
     meta = read_metadata(run_dir)
     recorded = recorded_checksums(run_dir)
     for name in (n for n in recorded if n.startswith(RUN_BACKBONE)):
+        _check_run_file(run_dir, name)
         verified_sha256(run_dir, name, recorded, "run")
     module = RetrievalGateModule(
         config.model,
@@ -231,6 +232,7 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
         side_features=run_side_features(meta, side),
         task=TASKS[meta["task"]],
     )
+    _check_run_file(run_dir, RunFolder.WEIGHTS)
     sha = verified_sha256(run_dir, RunFolder.WEIGHTS, recorded, "run")
     try:
         state = torch.load(run_dir / "gate.pt", map_location="cpu", weights_only=True)
@@ -247,6 +249,23 @@ def load_run(run_dir: str | Path) -> tuple[RetrievalGateModule, Any, dict[str, A
     module.threshold = float(meta.get("threshold", 0.5))
     module.weights_sha256 = sha  # hashed to check it: the gate's checksum, not hashed again
     return module.eval(), _run_tokenizer(run_dir, recorded), meta
+
+
+def _check_run_file(run_dir: Path, name: str) -> None:
+    """`name` in the run folder is a regular file, or a DataError says what is there instead:
+    hashing it was a raw FileNotFoundError or IsADirectoryError (and a pipe never ends)."""
+    path = run_dir / name
+    if path.is_file():
+        return
+    folder, _, file = name.rpartition("/")
+    if path.exists():
+        what = "a folder" if path.is_dir() else "a device, pipe or socket"
+        said = f"the run's {name} is {what}, not a file"
+    elif folder:  # the wording of the tokenizer's (`_run_tokenizer`)
+        said = f"the run's {folder}/ lacks {file}, which its manifest records"
+    else:
+        said = f"the run lacks {name}"
+    raise DataError(f"{said}; {FIX['run']}", run_dir)
 
 
 def _run_tokenizer(run_dir: Path, recorded: dict[str, str]) -> Any:
