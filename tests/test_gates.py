@@ -4,6 +4,7 @@ TF-IDF, the registry."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -387,3 +388,52 @@ def test_features_are_read_by_position_from_a_data_frame_or_its_columns():
     ]:
         with pytest.raises(InputError, match=message):
             as_questions(["a?", "b?"], features)
+
+
+def word_gate(max_length: int):
+    """An `EncoderGate` over a real `tokenizers` tokenizer (word level, truncating at
+    max_length, as `OnnxGate`'s), its score a function of the ids it read in order; `seen`:
+    the longest text each `encode` was given."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from retrieval_gate.gates.encoder import EncoderGate
+
+    class WordGate(EncoderGate):
+        name, threshold, batch_size, pad_id, side_features = "words", 0.5, 64, 0, None
+        device = "CPUExecutionProvider"
+
+        def encode(self, texts):
+            self.seen.append(max(len(t) for t in texts))
+            return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+        def run_batch(self, input_ids, mask, features):
+            weights = np.arange(1, input_ids.shape[1] + 1)
+            return ((input_ids * mask * weights).sum(1) % 997 / 997).astype(np.float32)
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "who", "wrote", "hamlet", "?", "the"], 1)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.enable_truncation(max_length)
+    gate = WordGate()
+    gate.tokenizer, gate.max_length, gate.seen = tok, max_length, []
+    return gate
+
+
+def test_encoder_gates_cut_a_huge_text_before_tokenising_it():
+    """The whole text was tokenised before truncation to max_length: a 10 MB line took 17 s
+    and 2 GB, tens of MB killed the process. Now each text is cut to max_length x
+    CHARS_PER_TOKEN characters first; the scores of every other text are as they were."""
+    from retrieval_gate.gates.encoder import CHARS_PER_TOKEN, pad_right
+
+    gate = word_gate(max_length=16)
+    bound = 16 * CHARS_PER_TOKEN
+    normal = ["who wrote hamlet ?", "the the who", "x " * 40 + "hamlet", " " * (bound - 7) + "who"]
+    whole = [e.ids for e in gate.tokenizer.encode_batch(normal)]  # tokenised whole, as before
+    before = [gate.run_batch(*pad_right([ids], 0), None)[0] for ids in whole]
+    np.testing.assert_array_equal(gate.score_texts(normal), np.float32(before))
+    huge = "who wrote hamlet ? " * 60_000  # 1.1 MB on one line
+    start = time.monotonic()
+    scores = gate.score_texts([huge, "who wrote hamlet ?"])
+    assert gate.seen[-1] <= bound  # the tokenizer never read the whole megabyte
+    assert time.monotonic() - start < 1.0
+    assert scores[0] == gate.score_texts([huge[:200]])[0]  # its first 16 tokens, as before

@@ -116,3 +116,108 @@ def test_label_with_a_cached_hub_generator_and_no_network(tmp_path):
     assert "Hub cannot be reached (hub.invalid" in done.stderr
     row = json.loads((tmp_path / "labels" / "smol" / "closed-book.jsonl").read_text())
     assert row["id"] == "q1" and row["prediction"]
+
+
+def test_malformed_gate_hub_ids_are_refused_before_any_network(tmp_path, monkeypatch):
+    """What the Hub's rules refuse got past a looser pattern: snapshot_download's raw
+    HFValidationError (a ValueError) escaped. Now an InputError naming the id and the form,
+    without asking the network."""
+    import huggingface_hub
+    from huggingface_hub.errors import HFValidationError
+
+    from retrieval_gate import RetrievalGate
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("asked the network")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    monkeypatch.chdir(tmp_path)  # no folder "a" here
+    too_long = "owner/" + "n" * 97
+    form = r"no such folder, and not a Hub id of the form owner/name, each part letters"
+    for bad in ("owner/na..me", "a/..", "owner/name--x", "owner/-name", "owner/name.git",
+                too_long, "owner/a b", "a/b/c"):  # fmt: skip
+        with pytest.raises(InputError, match=form) as e:
+            RetrievalGate.from_pretrained(bad)
+        assert str(e.value).startswith(f"{bad}: no such folder")
+
+    # another of the Hub's checks (a revision, a token) is said as clearly
+    def invalid(**kwargs):
+        raise HFValidationError("Invalid revision: 'a..b'.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", invalid)
+    monkeypatch.setattr("retrieval_gate.gates.pretrained.offline_when_unreachable", lambda: None)
+    with pytest.raises(InputError, match=r"owner/name: .*Hub refuses: Invalid revision"):
+        RetrievalGate.from_pretrained("owner/name", revision="a..b", local_files_only=True)
+
+
+@pytest.fixture
+def silent_hub(tmp_path, monkeypatch):
+    """A Hub endpoint that takes connections and never answers (a stalled proxy or mirror),
+    huggingface_hub's metadata timeout 1 s, an empty Hub cache: its URL."""
+    from huggingface_hub import constants
+
+    from retrieval_gate import hub
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # connections wait in the backlog, never accepted
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(hub, "_WENT_OFFLINE", {})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield url
+    listener.close()  # resets what waits: a load still hung (the bug) ends
+
+
+def within(seconds: float, load):
+    """`load()`'s result, or its error, where it ends within `seconds` (it hung for good)."""
+    import threading
+
+    done = {}
+
+    def run():
+        try:
+            done["value"] = load()
+        except Exception as e:  # noqa: BLE001  (handed to the test)
+            done["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting on the Hub after {seconds} s"
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+def test_a_hub_that_never_answers_is_given_its_timeout(silent_hub):
+    """snapshot_download's repo_info has no timeout: a Hub id hung for good (4.5 minutes and
+    counting) on an endpoint that never answers. Now a BackendError naming the endpoint after
+    HF_HUB_ETAG_TIMEOUT."""
+    from retrieval_gate import RetrievalGate
+    from retrieval_gate.errors import BackendError
+
+    start = time.monotonic()
+    said = (
+        rf"owner/name: .*the Hub at {silent_hub} gave no answer within 1 s "
+        r"\(HF_HUB_ETAG_TIMEOUT\), and the gate is not in the local Hub cache.*HF_HUB_OFFLINE=1"
+    )
+    with pytest.raises(BackendError, match=said):
+        within(15, lambda: RetrievalGate.from_pretrained("owner/name"))
+    assert time.monotonic() - start < 5
+
+
+def test_a_cached_gate_loads_when_the_hub_never_answers(silent_hub, minilm_gate_dirs, tmp_path):
+    """As huggingface_hub does where its requests time out: the cache's copy, at once."""
+    from huggingface_hub import constants
+
+    from retrieval_gate import RetrievalGate
+
+    cached_hub_model(Path(constants.HF_HUB_CACHE).parent, "acme/gate", minilm_gate_dirs[1])
+    gate = within(30, lambda: RetrievalGate.from_pretrained("acme/gate"))
+    assert gate.threshold == pytest.approx(0.42)
+    assert gate.predict_proba("Who wrote Hamlet?") >= 0

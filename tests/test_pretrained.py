@@ -292,6 +292,71 @@ def test_bad_folders_and_backends(gate_dirs, tmp_path):
         RetrievalGate.from_pretrained(export_dir, variant="fp16")
 
 
+def test_unknown_or_unavailable_torch_devices_and_a_file_in_the_save_path(
+    gate_dirs, tmp_path, monkeypatch
+):
+    """device="gpu" was torch's raw RuntimeError and "cuda" on a torch without CUDA an
+    AssertionError ("Torch not compiled with CUDA enabled"), where the ONNX backend says which
+    provider is missing; a file among the folders of save_pretrained's path was a raw
+    NotADirectoryError."""
+    import torch
+
+    from retrieval_gate.errors import BackendError
+
+    run_dir, export_dir = gate_dirs
+    for device in ("gpu", "tpu", "cuda:x", "meta"):
+        with pytest.raises(InputError, match=rf"unknown device '{device}': choose cpu or cuda"):
+            RetrievalGate.from_pretrained(run_dir, device=device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(BackendError, match=rf"device '{device}': CUDA is not available"):
+            RetrievalGate.from_pretrained(run_dir, device=device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(BackendError, match=r"'cuda:3': there is no GPU 3 \(torch sees 1\)"):
+        RetrievalGate.from_pretrained(run_dir, device="cuda:3")
+    assert RetrievalGate.from_pretrained(run_dir, device="CPU").device == "cpu"  # as ONNX's
+    gate = RetrievalGate.from_pretrained(export_dir)
+    (tmp_path / "a-file").write_text("x")
+    for target in ("a-file/sub", "a-file/sub/deeper"):
+        with pytest.raises(InputError, match=rf"{target}: .*a-file is a file, not a folder"):
+            gate.save_pretrained(tmp_path / target)
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
+class ReadTexts:
+    """A gate's tokenizer (either backend's), noting the longest text it was given."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.longest = tokenizer, 0
+
+    def __call__(self, texts, **kw):  # transformers' (the run's)
+        self.longest = max(self.longest, *map(len, texts))
+        return self.tokenizer(texts, **kw)
+
+    def encode_batch(self, texts):  # tokenizers' (the export's)
+        self.longest = max(self.longest, *map(len, texts))
+        return self.tokenizer.encode_batch(texts)
+
+
+def test_a_huge_text_is_cut_before_tokenising_on_both_backends(gate_dirs):
+    """One 10 MB line took 17 s and 2 GB, tokenised whole before truncation (tens of MB
+    killed the process); now cut to max_length x CHARS_PER_TOKEN characters first: its score
+    is its start's, the other texts' as they were."""
+    from retrieval_gate.gates.encoder import CHARS_PER_TOKEN
+
+    run_dir, export_dir = gate_dirs
+    huge = "Who wrote Hamlet, and where was it first staged? " * 20_000  # 1 MB
+    for gate in (RetrievalGate.from_pretrained(export_dir),
+                 RetrievalGate.from_pretrained(run_dir, device="cpu")):  # fmt: skip
+        alone = gate.predict_proba(TEXTS)
+        gate.gate.tokenizer = read = ReadTexts(gate.gate.tokenizer)
+        got = gate.predict_proba([huge, *TEXTS])
+        assert read.longest <= gate.gate.max_length * CHARS_PER_TOKEN < 100_000
+        np.testing.assert_allclose(got[1:], alone, atol=1e-5)
+        assert got[0] == pytest.approx(gate.predict_proba(huge[:2000]), abs=1e-5)
+
+
 def test_model_card_front_matter(gate_dirs):
     from huggingface_hub import ModelCard
 
@@ -384,3 +449,24 @@ def test_router_protocol_is_a_gate_with_strategies():
     router = TwoStep()
     assert isinstance(router, Router) and isinstance(router, Gate) and is_router(router)
     assert not is_router(always_gate())
+
+
+def test_a_run_missing_a_backbone_file_or_with_a_folder_for_its_weights_is_named(
+    gate_dirs, tmp_path
+):
+    """Bug 4: a run whose backbone/ lacks a file its manifest records was a raw
+    FileNotFoundError (the tokenizer/'s was named), and gate.pt replaced by a folder a raw
+    IsADirectoryError: both are DataErrors naming the file now, worded as the tokenizer's."""
+    import os
+
+    run_dir, _ = gate_dirs
+    no_config = shutil.copytree(run_dir, tmp_path / "no-config", copy_function=os.link)
+    (no_config / "backbone" / "config.json").unlink()  # the link: the shared run keeps its own
+    with pytest.raises(InputError, match=r"no-config: the run's backbone/ lacks config.json, "
+                       r"which its manifest records; re-train it"):  # fmt: skip
+        RetrievalGate.from_pretrained(no_config)
+    weights_folder = shutil.copytree(run_dir, tmp_path / "weights-folder", copy_function=os.link)
+    (weights_folder / "gate.pt").unlink()
+    (weights_folder / "gate.pt").mkdir()
+    with pytest.raises(InputError, match=r"the run's gate.pt is a folder, not a file; re-train"):
+        RetrievalGate.from_pretrained(weights_folder)

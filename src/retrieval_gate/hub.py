@@ -3,7 +3,9 @@ resolve), `datasets` and transformers retried it for about 24 s before saying so
 listing a cached model's files, for minutes before failing. So the first load of a Hub name
 checks the Hub once and, where it cannot be reached, turns offline mode on for the rest of the
 process and the engines it starts: what the Hugging Face cache holds loads at once, anything
-else fails at once, and the caller names why."""
+else fails at once, and the caller names why. A gate's Hub id also asks the Hub's endpoint
+for an answer within huggingface_hub's metadata timeout (`silent`): one that takes the
+connection and never answers hung `snapshot_download` for good."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import logging
 import os
 import socket
 import sys
+import urllib.error
+import urllib.request
 from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,34 @@ def unreachable() -> str | None:
     except OSError as e:
         return f"{host}: {e.strerror or e}"
     return None
+
+
+def silent(endpoint: str | None = None) -> str | None:
+    """Why the Hub's endpoint did not answer in time, or None: it answered (any HTTP status),
+    or failed at once (refused, no route: huggingface_hub fails as fast there, and falls back
+    to its cache). `snapshot_download` first asks `repo_info` through a client with no timeout,
+    so a host that takes the connection and never answers (a stalled proxy or mirror, a
+    firewall that drops) hung a load for good. One HEAD request, bounded as huggingface_hub
+    bounds its own metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default) for the connection
+    and for the answer; the environment's proxies apply, as they do to huggingface_hub."""
+    from huggingface_hub import constants
+
+    url = (endpoint or constants.ENDPOINT).rstrip("/") + "/"
+    timeout = float(getattr(constants, "HF_HUB_ETAG_TIMEOUT", 10) or 10)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except TimeoutError:  # the connection taken, no answer
+        pass
+    except urllib.error.HTTPError as e:  # an answer, if an error status
+        e.close()
+        return None
+    except urllib.error.URLError as e:
+        if not isinstance(e.reason, TimeoutError):  # else: no connection within the timeout
+            return None
+    except (OSError, ValueError):  # refused, reset, a malformed endpoint: left to the Hub's
+        return None  # own client, which says so at once
+    return f"no answer within {timeout:g} s (HF_HUB_ETAG_TIMEOUT)"
 
 
 _WENT_OFFLINE: dict[str, str] = {}  # "why": set once this process turned offline mode on

@@ -1,5 +1,6 @@
 """The scoring path `OnnxGate` and `LearnedGate` share: strings or `Question`s in, the side
-features (for a gate trained with them) beside the text, token ids batched in length order so
+features (for a gate trained with them) beside the text, each text cut to what its first
+max_length tokens can span before tokenising, token ids batched in length order so
 each batch pads only to similar lengths (right padding, as training), scores back in input
 order. A backend implements two things: `encode` (token ids per text, truncated) and
 `run_batch` (P(needs retrieval) of one padded batch)."""
@@ -48,6 +49,14 @@ def pad_right(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np
 MAX_BATCH_TOKENS = 512
 
 
+# A text is cut to max_length * CHARS_PER_TOKEN characters before it is tokenised: the whole
+# of it was tokenised before truncation, so one 10 MB line took 17 s and 2 GB (tens of MB, the
+# process killed). Tokens of normal text run 3-6 characters; 32 a token leaves room for long
+# words, numbers and runs of spaces, so the first max_length tokens, all a gate reads, are
+# the same, and a text within the bound (every question) is not touched.
+CHARS_PER_TOKEN = 32
+
+
 class EncoderGate(ABC):
     """A `Gate` over a text encoder; subclasses set `name`, `threshold`, `batch_size`,
     `pad_id` and `side_features` (None: text only)."""
@@ -56,6 +65,7 @@ class EncoderGate(ABC):
     threshold: float
     batch_size: int
     pad_id: int
+    max_length: int  # tokens the encoder reads of a text
     side_features: GateFeatures | None  # a user's columns, or a stacked router's text features
     device: Any  # where it runs: a torch device, or the ONNX Runtime execution provider
 
@@ -68,6 +78,15 @@ class EncoderGate(ABC):
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None
     ) -> np.ndarray:
         """P(needs retrieval) of one right-padded batch (float32, one per row)."""
+
+    def clip(self, texts: Sequence[str]) -> list[str]:
+        """Each text cut to what its first `max_length` tokens span at most (`CHARS_PER_TOKEN`),
+        for `encode`: the texts within that bound as they are."""
+        max_length = getattr(self, "max_length", None)  # a subclass of its own may lack one
+        if max_length is None:
+            return list(texts)
+        bound = max_length * CHARS_PER_TOKEN
+        return [text[:bound] for text in texts]
 
     def scores(self, questions: Questions) -> np.ndarray:
         return self.score_texts(*self.features_of(questions))
@@ -130,7 +149,7 @@ class EncoderGate(ABC):
                 f"gate {self.name} needs the side features {', '.join(side.names)}:"
                 " score Questions (with them in Question.extra), not bare texts"
             )
-        ids = self.encode(texts)
+        ids = self.encode(self.clip(texts))  # the side features saw them whole
         work.add(questions_scored=len(ids))
         out = np.empty((len(ids), *row_shape), dtype=np.float32)
         for idx in self.batches([len(row) for row in ids]):

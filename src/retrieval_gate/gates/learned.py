@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..artifacts import open_artifact
+from ..errors import BackendError, InputError
 from ..pricing import Calibration
 from ..training.checkpoint import load_run
 from .base import Questions
@@ -20,6 +21,36 @@ from .strategy_routers import RoutingMixin
 def default_device() -> str:
     """CUDA when torch sees a GPU, else CPU."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def checked_device(device: Any) -> torch.device:
+    """The torch device to score on (None: `default_device`), refused as the ONNX backend
+    refuses a provider: an unknown name ("gpu") was torch's raw RuntimeError, and CUDA on a
+    torch without it an AssertionError ("Torch not compiled with CUDA enabled")."""
+    if not device:  # as the ONNX backend: "" too
+        return torch.device(default_device())
+    try:
+        dev = torch.device(device.lower() if isinstance(device, str) else device)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda", "mps"):  # "meta": no real scores
+        raise InputError(f"unknown device {device!r}: choose cpu or cuda (cuda:N for the "
+                         "N-th GPU)")  # fmt: skip
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise BackendError(f"device {device!r}: this torch cannot use Apple's MPS here; use "
+                           "device='cpu'")  # fmt: skip
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "a torch built without CUDA" if torch.version.cuda is None else "no GPU seen"
+            raise BackendError(
+                f"device {device!r}: CUDA is not available ({why}); use "
+                "device='cpu', or a CUDA build of torch on a GPU machine"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BackendError(f"device {device!r}: there is no GPU {dev.index} (torch sees "
+                               f"{torch.cuda.device_count()}); use cuda:0 to "
+                               f"cuda:{torch.cuda.device_count() - 1}")  # fmt: skip
+    return dev
 
 
 class LearnedGate(EncoderGate):
@@ -36,7 +67,7 @@ class LearnedGate(EncoderGate):
         device: str | None = None,
     ):
         self.run_dir = Path(run_dir)
-        self.device = torch.device(device or default_device())
+        self.device = checked_device(device)
         module, self.tokenizer, self.metadata = load_run(self.run_dir)
         self.module = module.to(self.device)
         self.threshold = float(self.metadata.get("threshold", 0.5))

@@ -190,7 +190,8 @@ class OnnxGate(EncoderGate):
         return self.provider
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+        # cut first: the tokenizer reads a whole text before it truncates (`EncoderGate.clip`)
+        return [e.ids for e in self.tokenizer.encode_batch(self.clip(texts))]
 
     def run_batch(
         self, input_ids: np.ndarray, mask: np.ndarray, features: np.ndarray | None,

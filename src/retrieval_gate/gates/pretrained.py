@@ -14,7 +14,6 @@ path); `save_pretrained` and `push_to_hub` are the mixin's around `_save_pretrai
 from __future__ import annotations
 
 import inspect
-import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,8 +24,8 @@ from huggingface_hub import ModelCard, ModelHubMixin
 
 from ..artifacts import EXPORT_FILES, TOKENIZER_FILES, VARIANTS, open_artifact
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
-from ..errors import BackendError, InputError, first_line
-from ..hub import offline_when_unreachable
+from ..errors import BackendError, InputError, clipped, first_line
+from ..hub import offline_when_unreachable, silent
 from ..questions import Question
 from ..run_folder import RunFolder
 from ..strategies import StrategyRegistry, specs_of
@@ -65,7 +64,35 @@ gate = RetrievalGate.from_pretrained("<this folder or Hub id>")
 gate.predict_proba(["Who wrote Hamlet?"])
 ```
 """
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+# The Hub's rules for a repo id (huggingface_hub's validator says which is broken)
+_REPO_ID_RULES = (
+    "owner/name, each part letters, digits, '-', '_' or '.', not starting or ending with '-' "
+    "or '.', at most 96 characters, without '--' or '..', the name not ending in '.git'"
+)
+
+
+def _check_repo_id(name: str) -> None:
+    """Refuses what is not a Hub id before any network: a looser pattern let "owner/na..me"
+    or "owner/-name" through to snapshot_download, whose HFValidationError (a raw ValueError)
+    escaped. Checked by huggingface_hub's own validator, plus the owner/ part: a bare name is
+    more likely a mistyped local folder than a Hub id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    why = None
+    if name.count("/") != 1:
+        why = f"it has {name.count('/')} '/', not one"
+    else:
+        try:
+            validate_repo_id(name)
+        except HFValidationError as e:  # its reason, without the id again
+            why = first_line(e).replace(f": '{name}'", "").removesuffix(".")
+    if why is not None:
+        raise InputError(
+            f"no such folder, and not a Hub id of the form {_REPO_ID_RULES} ({why}): "
+            "give an export folder (`retrieval-gate export`), a run folder (`retrieval-gate "
+            "train`) or a Hub id",
+            clipped(name),
+        )
 
 
 def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
@@ -80,29 +107,38 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
     if path.exists():
         raise InputError("expected a folder (an export or a training run), got a file", path)
     name = str(path_or_repo_id)
-    if not _REPO_ID.match(name):
-        raise InputError(
-            "no such folder, and not a Hub id of the form owner/name: give an export folder "
-            "(`retrieval-gate export`), a run folder (`retrieval-gate train`) or a Hub id",
-            name,
-        )
-    from huggingface_hub import snapshot_download
+    _check_repo_id(name)
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
+        HFValidationError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
 
     not_local = f"no local folder {name!r}, so it was taken as a Hub id"
     unreachable = offline_when_unreachable()
+    endpoint = hub_kwargs.get("endpoint") or constants.ENDPOINT
+    no_answer = None
+    if not (constants.HF_HUB_OFFLINE or hub_kwargs.get("local_files_only")):
+        no_answer = silent(endpoint)  # else snapshot_download may wait on it for good
     try:
+        if no_answer:  # as snapshot_download does when its requests time out: the cache alone
+            return Path(snapshot_download(repo_id=name, **{**hub_kwargs, "local_files_only": True}))
         return Path(snapshot_download(repo_id=name, **hub_kwargs))
     except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
+        if no_answer:
+            raise BackendError(f"{name}: {not_local}, but the Hub at {endpoint} gave {no_answer}, "
+                               "and the gate is not in the local Hub cache: check the network "
+                               "(and HF_ENDPOINT), load a local folder, or set HF_HUB_OFFLINE=1 "
+                               "to read the Hugging Face cache alone") from None  # fmt: skip
         hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
         raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
                          f"be downloaded ({first_line(e)}{hub})", name) from None  # fmt: skip
     except HfHubHTTPError as e:
         raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
+    except HFValidationError as e:  # another argument of the Hub's (a revision)
+        raise InputError(f"{not_local}, which the Hub refuses: {first_line(e)}", name) from None
 
 
 def _load_gate(
@@ -337,6 +373,14 @@ class RetrievalGate(
         if not isinstance(save_directory, str | Path) or not str(save_directory).strip():
             raise InputError(f"save_directory is {save_directory!r}: give a new folder's path")
         out = Path(save_directory).expanduser()  # "~/x" made a folder named "~" here
+        for parent in out.parents:  # the mixin makes them: a file among them was a raw
+            if parent.is_symlink() and not parent.exists():  # NotADirectoryError
+                raise InputError(f"{parent} is a broken link: give a path in a folder", out)
+            if parent.exists():
+                if not parent.is_dir():
+                    raise InputError(f"{parent} is a file, not a folder: give a new or empty "
+                                     "folder's path in a folder", out)  # fmt: skip
+                break
         if out.exists() and not out.is_dir():
             raise InputError("is a file: give a new or empty folder's path", out)
         if out.exists() and any(out.iterdir()):
