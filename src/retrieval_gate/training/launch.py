@@ -40,6 +40,20 @@ def one_of_many(env: Mapping[str, str] = os.environ) -> bool:
     return launched_world(env) is not None or any(env.get(k) for k in LIGHTNING_RANK_ENV)
 
 
+def rank_zero(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is global rank zero of its run (a plain process is): srun's
+    SLURM_PROCID, torchrun's RANK, else Lightning's own processes (LOCAL_RANK on NODE_RANK,
+    which its launcher sets in the processes it starts, or GROUP_RANK, as Lightning reads it).
+    Read from the environment: the run folder is claimed before any process group exists."""
+    world = launched_world(env)
+    if world is not None and world[0] == "slurm":
+        return int(env.get("SLURM_PROCID") or 0) == 0
+    if env.get("RANK"):  # torchrun's global rank (a node's first process may be another's)
+        return int(env["RANK"]) == 0
+    node = env.get("NODE_RANK") or env.get("GROUP_RANK")
+    return int(node or 0) == 0 and int(env.get("LOCAL_RANK") or 0) == 0
+
+
 def launcher_trainer(
     trainer: dict[str, Any], env: Mapping[str, str] = os.environ, cuda_devices: int | None = None
 ) -> dict[str, Any]:

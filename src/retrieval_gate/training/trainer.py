@@ -32,6 +32,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+from torch.utils.data import DataLoader, DistributedSampler
 
 from .. import work
 from ..errors import ConfigError, first_line
@@ -50,7 +51,7 @@ from .checkpoint import read_run_json, save_run
 from .config import TrainConfig
 from .datamodule import GateDataModule
 from .heads import HEADS
-from .launch import one_of_many
+from .launch import rank_zero
 from .loggers import build_loggers
 from .module import RetrievalGateModule
 
@@ -65,8 +66,9 @@ RUN_FILES = RunFolder.WRITTEN  # what a training run writes (all that `overwrite
 
 
 class Throughput(pl.Callback):
-    """Training examples/s and wall time per epoch (the figures the issue asks for). Its list
-    is saved in Lightning's checkpoints, so a resumed run keeps the epochs before it."""
+    """Training examples/s and wall time per epoch (the figures the issue asks for), of all
+    ranks together under DDP. Its list is saved in Lightning's checkpoints, so a resumed run
+    keeps the epochs before it."""
 
     def __init__(self) -> None:
         self.epochs: list[dict[str, float]] = []
@@ -92,9 +94,13 @@ class Throughput(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         wall = time.perf_counter() - self._start
+        n = self._n
+        if trainer.world_size > 1:  # each rank read its share of the epoch (rank 0: half of 2)
+            mine = torch.tensor(n, device=module.device)  # NCCL reduces CUDA tensors only
+            n = int(trainer.strategy.reduce(mine, reduce_op="sum"))
         self.epochs.append(
-            {"epoch": trainer.current_epoch, "examples": self._n, "train_seconds": wall,
-             "examples_per_s": self._n / max(wall, 1e-9)}
+            {"epoch": trainer.current_epoch, "examples": n, "train_seconds": wall,
+             "examples_per_s": n / max(wall, 1e-9)}
         )  # fmt: skip
 
 
@@ -182,6 +188,28 @@ def _defined_only(metrics: dict[str, float], split: dict[str, int], name: str) -
     log.warning(f"the {name} split's {split['n']} questions are all of one class: its {what} "
                 "undefined and not reported")  # fmt: skip
     return {k: v for k, v in metrics.items() if k not in undefined}
+
+
+def _evaluated(
+    trainer: pl.Trainer, module: RetrievalGateModule, dm: GateDataModule, stage: str
+) -> dict[str, float]:
+    """The fitted module's figures on dev (`stage` "val") or test, every question counted once,
+    as one process scores them. Under DDP Lightning's DistributedSampler pads a split to a
+    multiple of the ranks by repeating questions (15 test questions scored as 16, and the
+    figures moved): there every rank reads the whole split instead, through a sampler of one
+    replica (which Lightning keeps), so the figures synced across ranks are those of identical
+    copies, which are the one process's (each is a mean, a ratio of counts or a ranking: the
+    same for the split read twice). It takes one process's time; the run's loggers still
+    record the figures, and every rank runs the same batches (as FSDP needs)."""
+    read = trainer.validate if stage == "val" else trainer.test
+    if trainer.world_size == 1:
+        return _stage_metrics(read(module, datamodule=dm, verbose=False), stage)
+    loader = dm.val_dataloader() if stage == "val" else dm.test_dataloader()
+    whole = DistributedSampler(loader.dataset, num_replicas=1, rank=0, shuffle=False)
+    loader = DataLoader(loader.dataset, loader.batch_size, sampler=whole,
+                        num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                        pin_memory=loader.pin_memory)  # fmt: skip
+    return _stage_metrics(read(module, dataloaders=loader, verbose=False), stage)
 
 
 def _stage_metrics(results: list[dict[str, float]], stage: str) -> dict[str, float]:
@@ -300,14 +328,15 @@ def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: boo
                "started": datetime.now(UTC).isoformat(timespec="seconds")})  # fmt: skip
 
 
-def resume_checkpoint(run_dir: Path) -> Path | None:
+def resume_checkpoint(run_dir: Path, set_aside: bool = True) -> Path | None:
     """The readable Lightning checkpoint of the most training steps (the latest epoch's, or
     the end of a fit's last.ckpt), else best's; an unreadable one is reported and renamed
-    `*.damaged` (never deleted), and training falls back."""
+    `*.damaged` (never deleted; not `set_aside`: only skipped, as a DDP run's other ranks do,
+    which leave the folder to rank zero), and training falls back."""
     folder = run_dir / "lightning"
     newest = [folder / f"{LATEST}.ckpt", folder / "last.ckpt"]
     for group in (newest, sorted(folder.glob("best*.ckpt"))):  # best: trained no more
-        steps = _readable_steps(group)
+        steps = _readable_steps(group, set_aside)
         if steps:
             return max(steps, key=steps.__getitem__)  # the first of the most steps
     if folder.is_dir():
@@ -315,7 +344,7 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def _readable_steps(ckpts: list[Path]) -> dict[Path, int]:
+def _readable_steps(ckpts: list[Path], set_aside: bool = True) -> dict[Path, int]:
     """Each readable checkpoint's training steps; an unreadable one set aside, said."""
     steps: dict[Path, int] = {}
     for ckpt in ckpts:
@@ -325,6 +354,8 @@ def _readable_steps(ckpts: list[Path]) -> dict[Path, int]:
             steps[ckpt] = int(torch.load(ckpt, map_location="cpu", weights_only=False)
                               .get("global_step", 0))  # fmt: skip
         except Exception as e:  # torch raises several types for truncated/garbled files
+            if not set_aside:
+                continue
             aside = ckpt.with_name(ckpt.name + ".damaged")
             ckpt.replace(aside)
             log.warning("%s is damaged (%s); set aside as %s", ckpt, type(e).__name__, aside.name)
@@ -522,8 +553,11 @@ def without_known_warnings() -> Iterator[None]:
 def one_trainer(run_dir: Path) -> Iterator[None]:
     """One training process writes a run folder at a time: two started at once had both found
     it empty and written into it. The lock is `.<run name>.lock` beside the folder (the
-    labelling runs' `single_writer`); a distributed run's ranks are not locked."""
-    if one_of_many():
+    labelling runs' `single_writer`). A distributed run's rank zero holds it for all its ranks,
+    which share the folder: Lightning's own launch locks before it starts the other ranks, and
+    under torchrun or srun rank zero locks too (no rank did, and a second `train --overwrite`
+    deleted the checkpoints under a running torchrun job)."""
+    if not rank_zero():
         yield
         return
     busy = (f"another training run (pid {{pid}}) is writing the run folder {run_dir.name} now; "
@@ -542,20 +576,26 @@ def _fit(
     except OSError as e:
         raise ConfigError(f"cannot create the run folder {run_dir} ({e.strerror}); pass "
                           "another run.output_dir") from None  # fmt: skip
-    claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite)
+    # Rank zero alone claims the folder (the lock is its): the other ranks of a torchrun job
+    # refused the lock would delete the running job's files with --overwrite before torchrun
+    # stopped them, and a second history kept would log a resumed run's epochs twice.
+    writer = rank_zero()
+    if writer:
+        claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite)
     throughput = Throughput()
-    start_from = resume_checkpoint(run_dir)
-    earlier = keep_csv_history(run_dir)
+    # overwrite: nothing to resume (rank zero's claim removes lightning/, perhaps not yet)
+    start_from = None if overwrite else resume_checkpoint(run_dir, set_aside=writer)
+    earlier = keep_csv_history(run_dir) if writer else None
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
     head = HEADS[config.model.head]
     with module.body_memo(head.frozen_body):  # a frozen body encodes each batch once
         # by epochs, or (a stacked head) closed-form on the frozen body
         out_of_fold = head.fit(trainer, module, dm, config, start_from)
-        dev = _stage_metrics(trainer.validate(module, datamodule=dm, verbose=False), "val")
+        dev = _evaluated(trainer, module, dm, "val")
         if out_of_fold is not None:  # fitted on dev: its figures there are in-sample
             dev = out_of_fold_metrics(out_of_fold, "dev", config.model.threshold)
-        test = _stage_metrics(trainer.test(module, datamodule=dm, verbose=False), "test")
+        test = _evaluated(trainer, module, dm, "test")
         fit_seconds = time.perf_counter() - started
         counts = dm.summary()
         dev, test = (
@@ -565,9 +605,9 @@ def _fit(
         router = calibrate_router(module, dm, config, out_of_fold) if dm.task.routes else None
         figures = None if router is None else router_figures(module, dm, router, out_of_fold)
     # Under DDP every rank runs this function; validate/test metrics are already gathered
-    # across ranks (torchmetrics sync), and only rank zero writes the run folder (all ranks
-    # writing it would race on the same *.tmp files). The barrier keeps the other ranks
-    # from returning a folder that is not written yet.
+    # across ranks (torchmetrics sync, `_evaluated`), and only rank zero writes the run folder
+    # (all ranks writing it would race on the same *.tmp files). The barrier keeps the other
+    # ranks from returning a folder that is not written yet.
     metrics = {
         "dev": dev,
         "test": test,
@@ -583,7 +623,8 @@ def _fit(
     if figures is not None:
         metrics["router"] = figures
     if trainer.is_global_zero:
-        merge_csv_history(run_dir, earlier)
+        if earlier is not None:  # kept by rank zero (`writer`): the same process
+            merge_csv_history(run_dir, earlier)
         labels_json = {**dm.provenance, "counts": counts}
         save_run(run_dir, config, module, tokenizer, labels_json, metrics,
                  dm.calibration_sample(), router)  # fmt: skip
