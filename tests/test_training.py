@@ -300,7 +300,7 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
     with pytest.raises(ConfigError, match="another config or label file"):
         train_gate(other, questions=QUESTIONS, resume=True)
     for name in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LOCAL_RANK", "NODE_RANK"):
-        monkeypatch.delenv(name, raising=False)  # a plain process (launch.one_of_many)
+        monkeypatch.delenv(name, raising=False)  # a plain process (launch.rank_zero)
     with one_trainer(run_dir):  # another training process, as far as the lock can tell
         busy = f"another training run \\(pid {os.getpid()}\\) is writing the run folder x"
         with pytest.raises(InputError, match=busy):

@@ -34,12 +34,6 @@ def launched_world(env: Mapping[str, str] = os.environ) -> tuple[str, int, int] 
 LIGHTNING_RANK_ENV = ("LOCAL_RANK", "NODE_RANK")
 
 
-def one_of_many(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this process is one rank of a distributed run (a launcher's, or Lightning's
-    own): the ranks share one run folder by design, and rank zero alone writes it."""
-    return launched_world(env) is not None or any(env.get(k) for k in LIGHTNING_RANK_ENV)
-
-
 def rank_zero(env: Mapping[str, str] = os.environ) -> bool:
     """Whether this process is global rank zero of its run (a plain process is): srun's
     SLURM_PROCID, torchrun's RANK, else Lightning's own processes (LOCAL_RANK on NODE_RANK,
