@@ -353,5 +353,14 @@ def test_data_summary_cli(capsys):
     assert "total questions: 29273" in out
 
 
+@pytest.mark.parametrize("flag", [["--dataset", "popqa"], ["--skip-bad-rows"]])
+def test_data_summary_of_a_file_refuses_the_bundled_datasets_flags(tmp_path, capsys, flag):
+    """--dataset beside --questions was dropped unsaid: the file alone was summarised."""
+    qs = tmp_path / "q.txt"
+    qs.write_text("Who wrote Hamlet?\n")
+    assert main(["data", "summary", "--questions", str(qs), *flag]) == 2
+    assert f"{flag[0]} is for the bundled datasets" in capsys.readouterr().err
+
+
 def test_load_all_matches_sum():
     assert len(load_all()) == sum(EXPECTED_ROWS.values())

@@ -507,6 +507,20 @@ def test_a_label_file_named_in_another_case_is_pointed_at(tmp_path, capsys):
         )
 
 
+def test_a_column_whose_few_values_equal_label_ids_is_not_named_as_the_ids():
+    """4 of 40 view counts equal to label ids: the hint named `views`, and following it gave 4
+    questions other questions' labels."""
+    from retrieval_gate.labels.evalset import ids_hint
+    from retrieval_gate.questions import Question
+
+    qs = [Question(id=f"q-{i}", text=f"Q{i}?", answers=("x",), source="s",
+                   extra={"views": i * 10, "qid": f"m{i}"}) for i in range(40)]  # fmt: skip
+    labels = {str(i): 1 for i in range(40)}  # 0, 10, 20, 30 are view counts too
+    assert "column 'views'" not in ids_hint(qs, labels)
+    assert "is this the questions file" in ids_hint(qs, labels)
+    assert "column 'qid'" in ids_hint(qs, {f"m{i}": 1 for i in range(10)})  # labels of a part
+
+
 def test_labels_of_a_file_whose_id_column_is_named_otherwise_name_that_column(tmp_path, capsys):
     """Labels made with --field id=qid, then evaluated (or trained) without it: the questions
     get ids made from their text, and the error said only "no label id is a question id"."""
@@ -559,3 +573,52 @@ def test_report_reads_the_labels_dir_generator_and_questions_given(tmp_path, cap
         in capsys.readouterr().err  # fmt: skip
     assert main([*report, "--generator", "other", "--questions", qs]) == 2
     assert "no label file of generator 'other' here" in capsys.readouterr().err
+
+
+def test_recorded_answers_of_other_questions_under_the_same_ids_are_left_out(tmp_path, caplog):
+    """Hand-written labels (no run beside them) over the user's questions that reuse bundled
+    ids: the committed SmolLM2 run's answers to the bundled questions made their adaptive
+    accuracy; a run whose rows are stamped for another text the same."""
+    import json
+
+    import numpy as np
+
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.labels.label_files import question_sha
+    from retrieval_gate.labels.labelling_run import DEFAULT_RUN_DIR
+    from retrieval_gate.questions import Question
+
+    ids = ["popqa-4382392", "popqa-1223902"]  # answered in the committed run
+    labels = write_jsonl(tmp_path / "mine.jsonl", [{"id": i, "label": 1} for i in ids])
+    qs = [Question(id=i, text=f"My own question {n}?", answers=("x",), source="mine",
+                   split="test") for n, i in enumerate(ids)]  # fmt: skip
+    sp = load_splits(labels, DEFAULT_RUN_DIR, qs)
+    assert np.isnan(sp.test.closed_correct).all() and np.isnan(sp.test.rag_correct).all()
+    assert "2 of the 2 recorded answers" in caplog.text and "--run-dir" in caplog.text
+    run = tmp_path / "run"
+    run.mkdir()
+    other = Question(id=ids[0], text="Another text?", answers=("x",), source="mine")
+    (run / "closed-book.jsonl").write_text(
+        json.dumps({"id": ids[0], "label": 1, "match": True, "question_sha": question_sha(other)})
+        + "\n"
+    )
+    sp = load_splits(labels, run, qs)
+    assert np.isnan(sp.test.closed_correct).all()
+    same = json.dumps(
+        {"id": ids[0], "label": 1, "match": True, "question_sha": question_sha(qs[0])}
+    )
+    (run / "closed-book.jsonl").write_text(same + "\n")
+    assert load_splits(labels, run, qs).test.closed_correct[0] == 1.0  # its own: kept
+
+
+def test_test_questions_whose_labels_are_all_null_are_named_as_such(tmp_path):
+    """It said the questions were too few for the split, with 10 test rows in the file."""
+    from retrieval_gate.labels.evalset import load_splits
+    from retrieval_gate.questions import Question
+
+    qs = [Question(id=f"q{i}", text=f"Q{i}?", answers=("x",), source="s",
+                   split="test" if i < 10 else "train") for i in range(30)]  # fmt: skip
+    rows = [{"id": f"q{i}", "label": None if i < 10 else i % 2} for i in range(30)]
+    labels = write_jsonl(tmp_path / "l.jsonl", rows)
+    with pytest.raises(DataError, match="none of the 10 test questions has a label"):
+        load_splits(labels, None, qs)

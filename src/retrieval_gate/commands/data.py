@@ -13,6 +13,7 @@ from ..data import (
     resolve_data_dir,
     summary_rows,
 )
+from ..errors import InputError
 from .question_args import add_data_dir, add_dataset_arg, add_question_args, questions_from
 
 
@@ -30,6 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_summary(args: argparse.Namespace) -> int:
+    bundled = [flag for flag, given in (("--dataset", args.datasets),
+                                        ("--skip-bad-rows", args.skip_bad_rows)) if given]  # fmt: skip
+    if bundled and args.questions is not None:  # it summarised the file alone, unsaid
+        raise InputError(f"{bundled[0]} is for the bundled datasets, and --questions summarises "
+                         "your file: drop one of them")  # fmt: skip
     questions = questions_from(args)
     if questions is not None:
         print(f"questions: {args.questions}")

@@ -17,7 +17,7 @@ from ..data.adaptive_rag import ReleaseSplit
 from ..errors import DataError
 from ..questions import Question
 from ..strict_rows import parse_json
-from .label_files import check_made_for, meta_path, read_label_file, stamped
+from .label_files import check_made_for, made_for_others, meta_path, read_label_file, stamped
 from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
 from .strategy_labels import (
@@ -147,12 +147,16 @@ def split_evalsets(
         )  # fmt: skip
         for s in ("train", "dev", "test")
     }
-    if not len(parts["test"]):  # two causes, told apart by the counts
+    if not len(parts["test"]):  # three causes, told apart by the counts
         matched = sum(len(p) for p in parts.values())
+        tests = sum(q.split == "test" for q in questions)
         why = ("the questions are too few for the split to give the test part any: label more, "
                "or give the questions a `split` column with test rows" if matched
                else "no labelled id is one of the questions: do the label file's ids match the "
                "data (--questions)?")  # fmt: skip
+        if tests and matched:  # the test rows are there, their labels are not (null or none)
+            why = (f"none of the {tests} test questions has a label (a null label is left "
+                   "out): label them, or give other rows the test split")  # fmt: skip
         counts = f"train {len(parts['train'])}, dev {len(parts['dev'])}, test 0"
         raise DataError(f"no labelled test questions ({len(labels)} labels; {counts}): {why}")
     return Splits(**parts)
@@ -179,8 +183,10 @@ def load_splits(
     else:
         label_file = read_label_file(label_path)
         labels, rows = label_file.labels(), label_file.rows
-        outcomes = LabellingRun(Path(run_dir)).outcomes() if run_dir else Outcomes.empty()
+        outcomes = Outcomes.empty()
     qs = questions if questions is not None else canonical_questions()
+    if run_dir and strategy_labels is None:
+        outcomes = answers_for(LabellingRun(Path(run_dir)), qs, questions is not None)
     if not any(q.id in labels for q in qs):
         raise DataError(
             "no label id is a question id of the questions given"
@@ -195,6 +201,29 @@ def load_splits(
     if questions is not None:  # the user's: labels of a part of them, or of others too
         say_unmatched(label_path, qs, labels)
     return split_evalsets(qs, labels, outcomes, strategy_labels)
+
+
+def answers_for(run: LabellingRun, questions: Sequence[Question], users: bool) -> Outcomes:
+    """The run's recorded outcomes of these very questions: a row stamped for another text or
+    other gold answers under the same id is left out, and so, for the user's questions
+    (`users`), is a row of the committed SmolLM2 run (unstamped) whose bundled question under
+    that id is another; said. Another run's answers to other questions made the adaptive
+    accuracy of a hand-written label file, unsaid."""
+    outcomes = run.outcomes()
+    answered = outcomes.closed.keys() | outcomes.rag.keys()
+    asked = [q for q in questions if q.id in answered]
+    other = set(made_for_others(run.stamps(), asked))
+    if users and Path(run.folder).resolve() == DEFAULT_RUN_DIR.resolve():
+        bundled = {q.id: q for q in canonical_questions()}
+        other |= {q.id for q in asked if q.id not in bundled or bundled[q.id].text != q.text}
+    if not other:
+        return outcomes
+    log.warning(f"{len(other):,} of the {len(asked):,} recorded answers in {run.folder} for "
+                f"these question ids were given to other questions under those ids (e.g. "
+                f"{sorted(other)[0]!r}): left out; pass --run-dir with the labelling run that "
+                "answered these questions")  # fmt: skip
+    return Outcomes({i: v for i, v in outcomes.closed.items() if i not in other},
+                    {i: v for i, v in outcomes.rag.items() if i not in other})  # fmt: skip
 
 
 def say_unmatched(
@@ -226,9 +255,16 @@ def ids_hint(
     that names it."""
     said = (f" (label ids read like {next(iter(labels))!r}, question ids like "
             f"{questions[0].id!r})" if labels and questions else "")  # fmt: skip
+    best, hits = None, 0
     for column in dict.fromkeys(k for q in questions[:50] for k in q.extra):
-        if any(str(q.extra.get(column)) in labels for q in questions[:50]):
-            return f"{said}: the labels' ids are in column {column!r}: pass {flag.format(column)}"
+        values = {str(q.extra[column]) for q in questions if q.extra.get(column) is not None}
+        found = len(values & labels.keys())
+        # most of one side matches: 4 of 40 view counts equal to label ids named `views`,
+        # and following the hint gave 4 questions other questions' labels
+        if found > hits and found >= 0.5 * min(len(values), len(labels)):
+            best, hits = column, found
+    if best is not None:
+        return f"{said}: the labels' ids are in column {best!r}: pass {flag.format(best)}"
     return f"{said}: is this the questions file the labels were made from?"
 
 

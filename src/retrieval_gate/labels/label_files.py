@@ -316,6 +316,11 @@ def check_made_for(
         )
 
 
+def made_for_others(recorded: Mapping[str, Stamp], questions: Iterable[Question]) -> list[str]:
+    """The ids of `questions` whose stamped row (`stamped`) was made for another question."""
+    return _made_for_others(recorded, questions)
+
+
 def _made_for_others(
     recorded: Mapping[str, Stamp], questions: Iterable[Question], exact: bool = False
 ) -> list[str]:

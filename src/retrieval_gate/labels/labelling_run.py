@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..fileio import not_a_file, sha256_file
-from .label_files import LABELS_DIR, LabelFile
+from .label_files import LABELS_DIR, LabelFile, Stamp, stamped
 from .logprobs import AnswerLogprobs, answer_logprobs
 
 CLOSED_BOOK = "closed-book.jsonl"
@@ -83,6 +83,14 @@ class LabellingRun:
                 if row.get("closed_correct") is not None:
                     closed[i] = bool(row["closed_correct"])
         return Outcomes(closed, rag)
+
+    def stamps(self) -> dict[str, Stamp]:
+        """id -> the stamp of its answer rows (`label_files.stamped`), rag-gain's over
+        closed-book's, as `outcomes` reads them."""
+        out = stamped(self.records())
+        if holds_answers(self.rag_gain):
+            out |= stamped(LabelFile(self.rag_gain).rows)
+        return out
 
     def answer_logprobs(self) -> dict[str, AnswerLogprobs]:
         """The closed-book answers' recorded log-probabilities by question id (tokens, or the
