@@ -264,7 +264,15 @@ def test_router_trains_exports_and_round_trips(router_dirs, tmp_path, monkeypatc
             router.route(texts, budget=-1)
     onnx_router = RetrievalGate.from_pretrained(export)
     torch_router = RetrievalGate.from_pretrained(run, device="cpu")
-    assert onnx_router.route(texts) == torch_router.route(texts)
+    # the same routes, but where two strategies tie within the backends' float noise (a
+    # loaded CI machine flipped one: torch's thread count changes its sums' order)
+    P = torch_router.strategy_proba(texts)
+    cal = torch_router.gate.calibration
+    utility = np.sort(P - cal.price(None) * np.asarray(cal.costs), axis=1)
+    gap = utility[:, -1] - utility[:, -2]
+    pairs = zip(onnx_router.route(texts), torch_router.route(texts), strict=True)
+    differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+    assert all(gap[i] < 1e-4 for i in differ), (differ, gap)
     int8 = RetrievalGate.from_pretrained(export, variant="int8")
     assert int8.strategy_proba(texts).shape == (12, 3)
     # the Hub round trip (a local folder stands for the Hub)
