@@ -120,6 +120,19 @@ def _generic(tmp_path: Path, content: str, *extra: str) -> int:
                   "--generator", "my-llm", "--labels-dir", str(tmp_path / "labels"), *extra)  # fmt: skip
 
 
+def test_a_strategies_import_counts_the_rows_no_question_matched(tmp_path, capsys):
+    """The closed-book and rag-gain sidecars and the printed summary said 3 outcome rows, 0
+    unmatched, where 2 more rows matched no question (strategies.meta.json said 2)."""
+    content = "id,cheap_correct,dear_correct\na,1,1\nb,0,1\nc,0,0\nzz1,1,1\nzz2,0,1\n"
+    assert _generic(tmp_path, content, "--strategies", "cheap", "dear") == 0
+    out = capsys.readouterr().out
+    assert '"outcome_rows": 5' in out and '"unmatched": 2' in out, out
+    folder = tmp_path / "labels" / "my-llm"
+    for name in ("closed-book", "rag-gain", "strategies"):
+        meta = json.loads((folder / f"{name}.meta.json").read_text())
+        assert meta["unmatched_rows"] == 2, name
+
+
 def test_generic_file_with_strategies_costs_and_judged_answers(tmp_path):
     content = (
         "id,cheap_correct,mid_prediction,dear_correct,cheap_cost,mid_cost,dear_cost\n"

@@ -331,3 +331,22 @@ def test_the_columns_score_peeks_at_in_an_input_file(tmp_path):
     assert _columns(tmp_path / "c.jsonl") == ["question", "logprobs"]
     assert _columns(tmp_path / "d.jsonl") == _columns(tmp_path / "e.txt") == []
     assert _columns(tmp_path / "missing.csv") == []
+
+
+def test_the_answer_level_fits_with_three_or_four_answers_of_a_kind():
+    """3 right answers passed the check (at least 3 of each), then the choice of inputs asked
+    scikit-learn for 5 stratified folds: a traceback (exit 1)."""
+    from scipy.sparse import csr_matrix
+
+    from retrieval_gate.training.stacked import _second_level
+
+    rng = np.random.default_rng(0)
+    n = 40
+    y = np.array([1] * 30 + [0] * 10, float)
+    answered = np.zeros(n, bool)
+    answered[[0, 1, 2, 30, 31, 32, 33]] = True  # 3 needing retrieval, 4 not
+    conf = np.where(y > 0, -2.0, -0.1) + rng.normal(0, 0.1, n)
+    rest = np.column_stack([conf * answered, answered.astype(float)])
+    X = csr_matrix(rng.normal(size=(n, 5)))
+    w, bias = _second_level(X, y, rest, 0, None, seed=0)
+    assert w.shape == (3,) and np.isfinite(w).all() and np.isfinite(bias)

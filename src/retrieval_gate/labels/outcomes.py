@@ -86,6 +86,7 @@ def import_outcomes(
     locked: bool = False,
     stamp: bool = True,
     writes_too: Sequence[str] = (),
+    dropped: int = 0,
 ) -> dict[str, Any]:
     """Writes out_dir/closed-book.jsonl (and rag-gain.jsonl) from an outcomes file, or from
     `rows` already read from it (the strategy importer passes its first two strategies); with
@@ -95,7 +96,9 @@ def import_outcomes(
     `import_lock` (it writes a third file, named in `writes_too`). `stamp`: each row records
     its question's `question_sha`, so training on these labels over questions edited since is
     refused (a release's rows carry none: its questions are read from its own files). An
-    earlier import's files this one does not write are removed (`_left_behind`)."""
+    earlier import's files this one does not write are removed (`_left_behind`). `dropped`:
+    the rows of the file that `rows` left out (the strategy importer's unmatched ones), counted
+    in `outcome_rows` and `unmatched` (its sidecars said 0 of 40 unmatched)."""
     if rows is None:
         rows = renamed(path, list(read_rows(str(path))), fields or {})
         if rows and "filtered_resps" not in rows[0][1]:
@@ -104,6 +107,7 @@ def import_outcomes(
         raise DataError("the outcomes file has no rows", path)
     fmt = "lm-eval-samples" if "filtered_resps" in rows[0][1] else "generic"
     matched, unmatched = match_rows(path, rows, questions, fmt)
+    unmatched += dropped
     frequent = source_frequent_answers([q for q, _ in matched.values()])
     closed, rag, otherwise = [], [], []  # otherwise: recorded against the judge's reading
     for q, row in matched.values():
@@ -153,7 +157,7 @@ def import_outcomes(
             written["rag-gain"] = _write(out_dir / RAG_GAIN, rag, rag_meta, made_for)
     return {
         "format": fmt,
-        "outcome_rows": len(rows),
+        "outcome_rows": len(rows) + dropped,
         "matched": len(matched),
         "unmatched": unmatched,
         **{f"{k}_file": str(v) for k, v in written.items()},

@@ -481,7 +481,7 @@ def _write_all(
                                  neither_label=neither_label, rows=binary, locked=True,
                                  writes_too=[STRATEGY_FILE],
                                  extra_meta={**meta, "strategies_file": STRATEGY_FILE},
-                                 stamp=stamp)  # fmt: skip
+                                 stamp=stamp, dropped=unmatched)  # fmt: skip
         out = LabelFile(target, replacing=True)
         out.write_meta(full_meta)
         out.made_for(questions if stamp else [])

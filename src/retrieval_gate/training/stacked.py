@@ -467,7 +467,10 @@ def _strongest(
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import StratifiedKFold
 
-    folds = list(StratifiedKFold(SELECT_FOLDS, shuffle=True, random_state=seed).split(Z, y))
+    # as many folds as the rarer answer allows (3 to 4 of a kind passed `_second_level`'s
+    # check, and 5 folds were a scikit-learn traceback)
+    n = min(SELECT_FOLDS, int(np.bincount(y, minlength=2).min()))
+    folds = list(StratifiedKFold(n, shuffle=True, random_state=seed).split(Z, y))
     oof = np.zeros(len(y))
 
     def auc(choice: tuple[int, float]) -> float:
