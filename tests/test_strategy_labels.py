@@ -453,3 +453,37 @@ def test_an_import_into_a_folder_another_import_writes_is_refused_and_writes_not
     assert not folder.exists()  # nothing of this one's
     assert _generic(tmp_path, content, "--strategies", "cheap", "dear") == 0  # free again
     assert {p.name for p in folder.iterdir()} >= {"closed-book.jsonl", "strategies.jsonl"}
+
+
+@pytest.mark.slow  # evaluate twice and tune: about 6 s
+def test_baseline_routers_fit_on_your_own_strategy_names(tmp_path, capsys):
+    """router-tfidf / router-prior refused strategies named s0 s1 s2: "has no default cost:
+    give each strategy's cost (model.costs / --costs ...)", a flag no verb has, though
+    --strategies FILE priced them (and the labels carried per-question costs)."""
+    import random
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "your-data"
+    questions = str(examples / "questions.csv")
+    ids = [line.split(",")[0] for line in (examples / "questions.csv").read_text().splitlines()[1:]]
+    rng = random.Random(0)
+    rows = ["id,s0_correct,s1_correct,s2_correct,s0_cost,s1_cost,s2_cost"]
+    rows += [f"{i},{rng.random() < 0.4},{rng.random() < 0.6},{rng.random() < 0.7},0.05,1.0,3.4"
+             for i in ids]  # fmt: skip
+    outcomes = _csv(tmp_path / "st.csv", "\n".join(rows) + "\n")
+    assert _label("--outcomes", str(outcomes), "--questions", questions, "--strategies", "s0",
+                  "s1", "s2", "--generator", "b", "--labels-dir", str(tmp_path / "L")) == 0  # fmt: skip
+    spec = tmp_path / "basic.yaml"
+    spec.write_text("strategies:\n  - {name: s0, cost: 0.0}\n  - {name: s1, cost: 1.0, retriever: default}\n"
+                    "  - {name: s2, cost: 3.0, retriever: default, steps: multi}\n")  # fmt: skip
+    labels = str(tmp_path / "L" / "b" / "strategies.jsonl")
+    for extra in ([], ["--strategies", str(spec)]):
+        capsys.readouterr()
+        assert main(["evaluate", "--labels", labels, "--questions", questions, "--gates",
+                     "router-tfidf", "router-prior", "--no-cost", "--out",
+                     str(tmp_path / f"rep{len(extra)}"), *extra]) == 0, capsys.readouterr().err  # fmt: skip
+        report = json.loads((tmp_path / f"rep{len(extra)}" / "results.json").read_text())
+        costs = next(iter(report["policies"].values()))["routing"]["costs"]
+        assert costs == ([0.0, 1.0, 3.0] if extra else pytest.approx([0.05, 1.0, 3.4])), costs
+    assert main(["tune", "--gate", "router-prior", "--labels", labels, "--questions", questions,
+                 "--strategies", str(spec), "--objective", "budget-accuracy", "--budget", "1",
+                 "--out", str(tmp_path / "tune")]) == 0, capsys.readouterr().err  # fmt: skip

@@ -47,8 +47,10 @@ def default_costs(strategies: Sequence[str]) -> tuple[float, ...]:
     unknown = [s for s in strategies if s not in DEFAULT_COSTS]
     if unknown:
         raise InputError(
-            f"strategy {unknown[0]!r} has no default cost: give each strategy's cost "
-            f"(model.costs / --costs, in cost order of {', '.join(strategies)})"
+            f"strategy {unknown[0]!r} has no default cost: give each strategy's cost, in cost "
+            f"order of {', '.join(strategies)} (a strategies file's `cost:` entries with "
+            "--strategies FILE, per-question `<strategy>_cost` columns in the outcomes, or "
+            "model.costs in a training config)"
         )
     return tuple(DEFAULT_COSTS[s] for s in strategies)
 

@@ -136,7 +136,11 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     )
     cfg.out_dir.mkdir(parents=True, exist_ok=True)  # once the inputs read: no empty folder
     for policy, sp in splits.items():
-        ctx = GateContext(sp.train, sp.dev, records, generator)
+        # the routers fitted here are priced as the table is: --strategies' costs
+        priced = (
+            registry_costs(cfg.strategies, sp.test.strategies) if sp.test.has_strategies else None
+        )
+        ctx = GateContext(sp.train, sp.dev, records, generator, costs=priced)
         results, built = [], {}
         calls = binary_llm_calls(sp.test.strategies, cfg.strategies)  # LLM calls/q of a decision
         for name in tqdm(gates, desc=f"gates on {policy}"):
@@ -177,7 +181,6 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             raise ConfigError(f"no gate could be evaluated on {policy} ({reasons})")
         report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
-            priced = registry_costs(cfg.strategies, tests[policy].strategies)  # --strategies
             answer = None if answer_gate is None else answer_gate_scores(
                 answer_gate, tests[policy], sp.dev, files[policy])  # fmt: skip
             report["policies"][policy]["routing"] = routing_report(

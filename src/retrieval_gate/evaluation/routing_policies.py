@@ -28,6 +28,7 @@ from .. import metrics as M
 from ..errors import ConfigError
 from ..figures import panels, save_figure
 from ..gates.base import Gate, is_router
+from ..gates.strategy_routers import labels_costs
 from ..labels.evalset import EvalSet
 from ..pricing import (
     Calibration,
@@ -223,7 +224,7 @@ def routing_report(
     by their cascade, and the answer gate's AUROC on the recorded answers is listed."""
     for gate in gates.values():
         same_strategies(gate, test.strategies)
-    costs, gates = _priced(gates, test.strategies, costs)
+    costs, gates = _priced(gates, dev, costs)
     paid = test.costs_paid(costs)
     per_strategy = _llm_calls(gates, test.strategies, registry)
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
@@ -288,18 +289,20 @@ def _llm_calls(
 
 
 def _priced(
-    gates: Mapping[str, Gate], strategies: Sequence[str], costs: Sequence[float] | None
+    gates: Mapping[str, Gate], dev: EvalSet, costs: Sequence[float] | None
 ) -> tuple[tuple[float, ...], dict[str, Gate]]:
     """One price list for every policy: --strategies' (`costs`), else the routers' own (a
-    loaded router's calibration), else retrievals; a router fitted here (router-tfidf,
-    router-prior) is calibrated at it, and a loaded one calibrated at other costs is refused:
-    its budgets would not be the table's."""
+    loaded router's calibration), else the labels' per-question costs or retrievals
+    (`labels_costs`); a router fitted here (router-tfidf, router-prior) is calibrated at it,
+    and a loaded one calibrated at other costs is refused: its budgets would not be the
+    table's."""
+    strategies = dev.strategies
     own = {name: tuple(gate.calibration.costs) for name, gate in gates.items()  # type: ignore[attr-defined]
            if is_router(gate) and gate.calibration is not None  # type: ignore[attr-defined]
            and not hasattr(gate, "at_costs")}  # fmt: skip
     if costs is None:
         _one_list(own, "costs", "evaluate them apart")
-        costs = next(iter(own.values()), None) or default_costs(strategies)
+        costs = next(iter(own.values()), None) or labels_costs(dev)
     costs = tuple(float(c) for c in costs)
     if off := {n: c for n, c in own.items() if not np.allclose(c, costs)}:
         name, theirs = next(iter(off.items()))

@@ -67,6 +67,9 @@ class GateContext:
     generator: LazyGenerator = field(default_factory=LazyGenerator)
     # an already running generator (the RAG loop passes its own engine)
     _generator: InitVar[Generator | None] = None
+    # the strategies' costs the routers fitted here are calibrated at (--strategies FILE's;
+    # None: the labels' own per-question costs, else the built-ins')
+    costs: tuple[float, ...] | None = None
 
     def __post_init__(self, _generator: Generator | None) -> None:
         if _generator is not None:
@@ -284,13 +287,13 @@ def _check_recorded_questions(
 def _router_tfidf(ctx: GateContext, opts: GateOptions) -> Gate:
     from .strategy_routers import tfidf_router
 
-    return tfidf_router(ctx.train, ctx.dev)
+    return tfidf_router(ctx.train, ctx.dev, costs=ctx.costs)
 
 
 def _router_prior(ctx: GateContext, opts: GateOptions) -> Gate:
     from .strategy_routers import prior_router
 
-    return prior_router(ctx.dev)
+    return prior_router(ctx.dev, ctx.costs)
 
 
 GATES: dict[str, GateSpec] = {

@@ -88,7 +88,7 @@ class FittedRouter(RoutingMixin):
         self.threshold = 0.5
         self._predict = predict
         self.strategies = tuple(strategies)
-        costs = tuple(costs) if costs is not None else default_costs(self.strategies)
+        costs = tuple(costs) if costs is not None else labels_costs(dev)
         self._dev, self._budget = dev, budget
         P = self.strategy_proba(dev.questions)
         self.calibration = Calibration.fit(self.strategies, costs, P, dev.correct,
@@ -107,7 +107,21 @@ class FittedRouter(RoutingMixin):
         return self._predict(qs) if qs else np.zeros((0, len(self.strategies)))
 
 
-def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> FittedRouter:
+def labels_costs(dev: EvalSet) -> tuple[float, ...]:
+    """A fitted router's costs where none are given: the mean of the labels' per-question
+    costs where they carry them for every strategy, else the built-ins' (other names are
+    refused, saying where costs come from)."""
+    if dev.paid is not None and len(dev) and not np.isnan(dev.paid).all(axis=0).any():
+        return tuple(float(c) for c in np.nanmean(dev.paid, axis=0))
+    return default_costs(dev.strategies)
+
+
+def tfidf_router(
+    train: EvalSet | None,
+    dev: EvalSet | None,
+    c: float = 0.1,
+    costs: Sequence[float] | None = None,
+) -> FittedRouter:
     """One logistic head per strategy over word (1-2) and character (2-5, case kept) TF-IDF
     n-grams: case and punctuation tell the question sets apart."""
     from scipy.sparse import hstack
@@ -141,10 +155,10 @@ def tfidf_router(train: EvalSet | None, dev: EvalSet | None, c: float = 0.1) -> 
                 for h in heads]  # fmt: skip
         return np.stack(cols, axis=1)
 
-    return FittedRouter("router-tfidf", predict, train.strategies, dev)
+    return FittedRouter("router-tfidf", predict, train.strategies, dev, costs)
 
 
-def prior_router(dev: EvalSet | None) -> FittedRouter:
+def prior_router(dev: EvalSet | None, costs: Sequence[float] | None = None) -> FittedRouter:
     """Each source's mean correctness per strategy on dev (Adaptive-RAG's per-dataset prior,
     chosen on dev): at price 0 the best strategy per dataset. It reads `Question.source`, a
     side signal bare questions lack (they get the overall means)."""
@@ -156,4 +170,4 @@ def prior_router(dev: EvalSet | None) -> FittedRouter:
     def predict(qs):  # noqa: ANN001, ANN202
         return np.stack([table.get(q.source, overall) for q in qs])
 
-    return FittedRouter("router-prior", predict, dev.strategies, dev)
+    return FittedRouter("router-prior", predict, dev.strategies, dev, costs)

@@ -131,9 +131,15 @@ def tune_gate_thresholds(
 
 
 def build_for_tuning(
-    name: str, train: EvalSet, dev: EvalSet, records: dict, options: GateOptions | None = None
+    name: str,
+    train: EvalSet,
+    dev: EvalSet,
+    records: dict,
+    options: GateOptions | None = None,
+    costs: tuple[float, ...] | None = None,
 ) -> Gate:
-    """A gate fitted on train/dev only (the context never holds test questions)."""
+    """A gate fitted on train/dev only (the context never holds test questions); `costs`:
+    --strategies' prices of a router fitted here."""
     require_no_test(train, "gate fitting")
     require_no_test(dev)
-    return build_gate(name, GateContext(train, dev, records), options)
+    return build_gate(name, GateContext(train, dev, records, costs=costs), options)

@@ -292,7 +292,13 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     policy = policy_name(cfg.labels)
     traffic = question_set(cfg.calibrate_on) if cfg.calibrate_on else ()  # read before the model
     cfg.check_llm_budget_for(sp.dev.strategies)  # before the router is built
-    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options)
+    costs = None
+    if cfg.strategies is not None:  # its prices, for a router fitted here (router-tfidf)
+        cfg.strategies.check(
+            sp.dev.strategies, f"the label file's strategies ({cfg.strategies.source})"
+        )
+        costs = tuple(cfg.strategies.costs(sp.dev.strategies))
+    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs)
     result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
                          cfg.strategies)  # fmt: skip
     test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
