@@ -213,7 +213,7 @@ def answers_for(run: LabellingRun, questions: Sequence[Question], users: bool) -
     answered = outcomes.closed.keys() | outcomes.rag.keys()
     asked = [q for q in questions if q.id in answered]
     other = set(made_for_others(run.stamps(), asked))
-    if users and Path(run.folder).resolve() == DEFAULT_RUN_DIR.resolve():
+    if users and asked and Path(run.folder).resolve() == DEFAULT_RUN_DIR.resolve():
         bundled = {q.id: q for q in canonical_questions()}
         other |= {q.id for q in asked if q.id not in bundled or bundled[q.id].text != q.text}
     if not other:
