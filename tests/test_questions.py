@@ -65,3 +65,15 @@ def test_a_feature_cell_is_a_finite_number_or_unknown():
         with pytest.raises(InputError, match=r"question 'q1': feature column 'views' .* not a "
                            "finite number"):  # fmt: skip
             feature_value(q(bad), "views")
+
+
+def test_a_feature_cell_of_an_integer_past_the_float_range_is_refused():
+    """JSON reads 10**400 exactly, and float() of it raised OverflowError (exit 1, a bug)."""
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.questions import Question, feature_value, id_text
+
+    big = -(10**400)
+    q = Question(id="q1", text="Q?", answers=(), source="s", extra={"views": big})
+    with pytest.raises(InputError, match=r"'views' .* holds -1000.*\(402 characters\), not a fin"):
+        feature_value(q, "views")
+    assert id_text(10**400) == "1" + "0" * 400  # an id: its digits, exactly

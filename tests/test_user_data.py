@@ -622,3 +622,44 @@ def test_test_questions_whose_labels_are_all_null_are_named_as_such(tmp_path):
     labels = write_jsonl(tmp_path / "l.jsonl", rows)
     with pytest.raises(DataError, match="none of the 10 test questions has a label"):
         load_splits(labels, None, qs)
+
+
+def test_a_recorded_score_or_answer_log_probability_past_the_float_range_is_refused(
+    tmp_path, capsys
+):
+    """JSON reads 10**400 exactly; float() of it raised OverflowError: exit 1, a traceback."""
+    from retrieval_gate.gates.recorded import RecordedGate
+
+    big = "1" + "0" * 400
+    recorded = tmp_path / "rec.jsonl"
+    recorded.write_text(f'{{"id": "m1", "score": {big}}}\n')
+    with pytest.raises(DataError, match=r"rec.jsonl, line 1: score 1000.* is not a probability"):
+        RecordedGate(recorded)
+    outcomes = tmp_path / "out.jsonl"
+    outcomes.write_text(f'{{"id": "m1", "prediction": "x", "token_logprobs": [-{big}]}}\n')
+    assert _label(tmp_path, outcomes) == 2
+    assert "out.jsonl, line 1: column 'token_logprobs', token 1: is -inf" in capsys.readouterr().err
+
+
+def test_nan_and_float_gold_answers_judge_as_no_answer_and_their_numbers(tmp_path, capsys):
+    """`"answers": NaN` was the gold answer "nan", which "a banana" holds; a data frame's int
+    column with a missing value is floats, and "1999.0" was in no prediction ("It was 1999.")."""
+    import pandas as pd
+
+    from retrieval_gate.labels.label_files import read_labels
+
+    pd.DataFrame({"id": ["y", "n", "c"], "question": ["Year?", "Which?", "How many?"],
+                  "answers": [1999, None, 42]}).to_parquet(tmp_path / "q.parquet")  # fmt: skip
+    outcomes = write_jsonl(tmp_path / "out.jsonl", [{"id": "y", "prediction": "It was 1999."},
+                                                    {"id": "c", "prediction": "42"}])  # fmt: skip
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(outcomes), "--questions",
+                 str(tmp_path / "q.parquet"), "--generator", "my-llm", "--labels-dir",
+                 str(tmp_path / "labels")]) == 0  # fmt: skip
+    labels = read_labels(tmp_path / "labels" / "my-llm" / "closed-book.jsonl")
+    assert labels == {"y": 0, "c": 0}  # answered right: no retrieval needed
+    (tmp_path / "nan.jsonl").write_text('{"id": "1", "question": "Who?", "answers": NaN}\n')
+    banana = write_jsonl(tmp_path / "b.jsonl", [{"id": "1", "prediction": "a banana"}])
+    assert main(["label", "--policy", "outcomes", "--outcomes", str(banana), "--questions",
+                 str(tmp_path / "nan.jsonl"), "--generator", "my-llm", "--labels-dir",
+                 str(tmp_path / "labels2")]) == 2  # fmt: skip
+    assert "question '1' has no gold answers" in capsys.readouterr().err

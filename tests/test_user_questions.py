@@ -379,3 +379,190 @@ def test_a_lone_answer_holding_a_separator_is_warned_about(tmp_path, caplog):
         "2 question(s) have one gold answer holding '|' or ';' (line 2: 'Shakespeare |"
         in caplog.text
     )
+
+
+BIG = "1" + "0" * 400  # an integer JSON reads exactly, past the float range (1e400 is inf)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        # an integer past the float range: an OverflowError (exit 1) where 1e400 was refused
+        ("bigpop.jsonl", f'{{"question": "a?", "s_pop": {BIG}}}\n',
+         r"line 1: column 's_pop' must be a finite number, got 1000.*\(401 characters\)"),
+        ("bigtok.jsonl", f'{{"question": "a?", "token_logprobs": [-{BIG}]}}\n',
+         r"line 1: column 'token_logprobs', token 1: is -inf \(an integer past the float"),
+        ("bigmean.jsonl", f'{{"question": "a?", "mean_logprob": -{BIG}}}\n',
+         r"line 1: column 'mean_logprob': is -inf \(an integer past the float range\)"),
+        # a quote left open read the rows after it into one cell: one question, or one answer
+        ("open.csv", 'id,question,answers\n1,"Who wrote Hamlet?,x\n2,What?,y\n3,Why?,z\n',
+         "line 2: a quoted cell opened on this line is never closed"),
+        ("open2.csv", 'id,question,answers\n1,Who?,x\n2,What?,"y\n3,Why?,z\n',
+         "line 3: a quoted cell opened on this line is never closed"),
+        # closed by a later quote, it went on past it: the rows between in one cell
+        ("open3.csv", 'id,question,answers\n1,"Who?,x\n2,"What?",y\n',
+         r"line 2: a quoted cell opened on this line ends with a '\"' followed by 'W' \(line 3\)"),
+        ("open.tsv", 'id\tquestion\n1\t"Who?\n2\tWhat?\n', "line 2: a quoted cell opened on"),
+        # a row short of a cell was padded: its question read as the id, its answer as the question
+        ("short.csv", "id,question,answers\nWho wrote Hamlet?,Shakespeare\n2,What?,y\n",
+         r"line 2: row has 2 cells but the header has 3: a cell left out moves"),
+        # two files joined with cat: the second header read as the question "question"
+        ("cat.csv", "id,question\n1,Who?\nid,question\n2,What?\n",
+         r"line 3: this row repeats the header: a second header \(files joined with cat\?\)"),
+        ("catbom.csv", "id,question\n1,Who?\n\ufeffid,question\n2,What?\n",
+         "line 3: this row repeats the header"),
+        # a list, object or true/false in a text column was read as its Python spelling
+        ("rel.jsonl", '{"question": "a?", "relation": ["a", "b"]}\n',
+         r"line 1: column 'relation' holds \[\"a\", \"b\"\], not text"),
+        ("src.jsonl", '{"question": "a?"}\n{"question": "b?", "source": {"x": 1}}\n',
+         r"line 2: column 'source' holds \{\"x\": 1\}, not text"),
+        ("ent.jsonl", '{"question": "a?", "entity": true}\n', "line 1: column 'entity' holds true"),
+        ("date.jsonl", '{"question": "a?", "date": [2020]}\n', "line 1: column 'date' holds"),
+        ("infans.jsonl", '{"question": "a?", "answers": [1e400]}\n',
+         "line 1: answers cell holds inf, not an answer"),
+        # a one-line {"data": [...]}: "no question column (columns: data)", without the fix
+        ("wrapped1.json", '{"data": [{"question": "a?"}]}', "its 'data' holds a list of objects"),
+    ],
+)  # fmt: skip
+def test_more_bad_files_name_the_file_and_row(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=message) as err:
+        read_questions(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_an_integer_id_past_the_float_range_is_its_digits(tmp_path):
+    """JSON reads 10**400 exactly: as an id it is its digits (it crashed in float())."""
+    path = tmp_path / "q.jsonl"
+    path.write_text(f'{{"id": {BIG}, "question": "a?"}}\n')
+    assert read_questions(str(path))[0].id == BIG
+
+
+def test_quoted_cells_over_lines_read_and_rows_say_the_line_they_start_on(tmp_path):
+    """A quoted cell may hold line breaks and quotes; the strict reading that refuses a quote
+    left open reads it, and a bad row is named by the line it starts on (it said line 4)."""
+    path = tmp_path / "q.csv"
+    path.write_text('id,question,answers\n1,"Who wrote\nthe ""play""\nHamlet?",x\n'
+                    '2,"What, then?",y\n3,Why?,z\n')  # fmt: skip
+    qs = read_questions(str(path))
+    assert [q.text for q in qs] == ['Who wrote\nthe "play"\nHamlet?', "What, then?", "Why?"]
+    assert [r["line"] for r in read_question_lines(path)] == [2, 5, 6]
+    bad = tmp_path / "bad.csv"
+    bad.write_text('id,question,split\n1,"Who wrote\nthe play\nHamlet?",bogus\n2,What?,test\n')
+    with pytest.raises(DataError, match="bad.csv, line 2: split 'bogus'"):
+        read_questions(str(bad))
+
+
+def test_only_cells_of_unnamed_columns_may_be_left_out(tmp_path):
+    """A header's trailing separator names no column: rows may leave that cell out."""
+    path = tmp_path / "q.csv"
+    path.write_text("id,question,answers,\n1,Who?,x\n2,What?,y,\n")
+    assert [(q.id, q.answers) for q in read_questions(str(path))] == [("1", ("x",)), ("2", ("y",))]
+
+
+def test_score_input_refuses_a_quote_left_open_and_says_rows_of_other_cells(tmp_path):
+    """`score --input` read the same files: a quote left open took the rest into one question;
+    a short row scored its answer as the question, a second header the word "question"."""
+    from retrieval_gate.errors import InputError
+
+    path = tmp_path / "open.csv"
+    path.write_text('id,question\n1,"Who?\n2,What?\n')
+    with pytest.raises(InputError, match="open.csv, line 2: a quoted cell opened on this line"):
+        read_question_lines(path)
+    path = tmp_path / "rows.csv"
+    path.write_text("id,question\n1,Who?\nWhat?\nid,question\n4,Why?,x\n5,When?\n")
+    records = read_question_lines(path)
+    assert [r.get("text") for r in records] == ["Who?", None, None, None, "When?"]
+    assert records[1]["error"].startswith("row has 1 cells but the header has 2: a cell left")
+    assert records[2]["error"].startswith("this row repeats the header: a second header")
+    assert (
+        records[3]["error"] == "row has 3 cells but the header has 2; quote cells that hold commas"
+    )
+
+
+def test_nan_and_float_answers_are_no_answer_and_their_numbers(tmp_path):
+    """NaN was the gold answer "nan" ("a banana" held it); a data frame's int column with a
+    missing value is stored as floats, and "1999.0" was in no prediction."""
+    import pandas as pd
+
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"id": "1", "question": "a?", "answers": NaN}\n'
+                    '{"id": "2", "question": "b?", "answers": [NaN, 1.5, 2.0, "x"]}\n')  # fmt: skip
+    assert [q.answers for q in read_questions(str(path))] == [(), ("1.5", "2", "x")]
+    frame = pd.DataFrame({"id": ["1", "2", "3"], "question": ["Year?", "Which?", "How many?"],
+                          "answers": [1999, None, 42]})  # fmt: skip
+    assert frame.answers.dtype == "float64"
+    frame.to_parquet(tmp_path / "q.parquet")
+    assert [q.answers for q in read_questions(str(tmp_path / "q.parquet"))] == [
+        ("1999",),
+        (),
+        ("42",),
+    ]
+
+
+def test_text_columns_of_parquet_lists_are_refused_and_nan_is_empty(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"question": ["a?", "b?"], "entity": [["x", "y"], ["x"]]}).to_parquet(
+        tmp_path / "e.parquet"
+    )
+    with pytest.raises(DataError, match=r"e.parquet, line 1: column 'entity' holds \[\"x\""):
+        read_questions(str(tmp_path / "e.parquet"))
+    pd.DataFrame({"question": ["a?", "b?"], "relation": ["r", float("nan")]}).to_parquet(
+        tmp_path / "r.parquet"
+    )
+    assert [q.relation for q in read_questions(str(tmp_path / "r.parquet"))] == ["r", None]
+
+
+def test_a_parquet_column_named_twice_is_named(tmp_path):
+    """Arrow's own error printed the whole schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = [pa.array(["1"]), pa.array(["a?"]), pa.array(["x"]), pa.array(["y"])]
+    pq.write_table(pa.Table.from_arrays(cols, names=["id", "question", "answers", "answers"]),
+                   tmp_path / "d.parquet")  # fmt: skip
+    with pytest.raises(DataError) as err:
+        read_questions(str(tmp_path / "d.parquet"))
+    assert (
+        str(err.value)
+        == f"{tmp_path / 'd.parquet'}: the file names column 'answers' twice; rename one"
+    )
+
+
+def test_a_dataset_dict_is_read_split_by_split(tmp_path):
+    """Splits whose columns differ in type (an int id and a text one, a list of answers and a
+    lone one) could not be joined into one table, nor could a split that has an `hf_split`."""
+    from datasets import Dataset, DatasetDict
+
+    DatasetDict({"train": Dataset.from_list([{"id": 1, "question": "a?", "answers": ["x"]}]),
+                 "test": Dataset.from_list([{"id": "t2", "question": "b?", "answers": "y"}])}
+                ).save_to_disk(str(tmp_path / "dd"))  # fmt: skip
+    qs = read_questions(str(tmp_path / "dd"))
+    assert [(q.id, q.answers, q.extra["hf_split"]) for q in qs] == [
+        ("1", ("x",), "train"), ("t2", ("y",), "test")
+    ]  # fmt: skip
+    saved = Dataset.from_list([{"question": "a?", "hf_split": "train"}])  # read and saved again
+    DatasetDict({"train": saved}).save_to_disk(str(tmp_path / "again"))
+    assert read_questions(str(tmp_path / "again"))[0].extra == {"hf_split": "train"}
+    other = Dataset.from_list([{"question": "a?", "hf_split": "z"}])
+    DatasetDict({"train": other}).save_to_disk(str(tmp_path / "own"))
+    with pytest.raises(DataError, match="own: split 'train' has its own 'hf_split' column"):
+        read_questions(str(tmp_path / "own"))
+
+
+def test_empty_split_and_source_cells_filled_in_are_said(tmp_path, caplog):
+    """Rows with an empty `split` beside rows with one got a drawn split, and an empty `source`
+    the file's name, without a word."""
+    rows = [{"question": f"Question {i}?", "split": "test" if i % 2 else None,
+             "source": "news" if i < 3 else ""} for i in range(6)]  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    read_questions(str(_jsonl(tmp_path / "mine.jsonl", rows)))
+    assert "mine.jsonl: 3 of 6 rows have an empty 'split' cell (the first: line 1) and get a " \
+           "drawn split" in caplog.text  # fmt: skip
+    assert "3 of 6 rows have an empty 'source' cell (the first: line 4) and get source 'mine'" \
+           in caplog.text  # fmt: skip
+    caplog.clear()
+    read_questions(str(_jsonl(tmp_path / "plain.jsonl", [{"question": "a?"}])))
+    assert "empty" not in caplog.text  # no such columns: filled in, as documented

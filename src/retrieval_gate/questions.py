@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, clipped
 
 # One rule for "the model declined", used by label files (`idk`) and the confidence gate alike.
 _IDK = re.compile(
@@ -164,12 +164,13 @@ def feature_value(q: Question, name: str) -> float | None:
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past the floats
         number = math.inf  # refused below, as an infinite one is (the scaling would be NaN)
     if math.isinf(number):
         raise InputError(
             f"question {q.id!r}: feature column {name!r} (--feature / data.features) holds "
-            f"{value!r}, not a finite number; fix the cell or leave it empty (= unknown)"
+            f"{clipped(repr(value), 40)}, not a finite number; fix the cell or leave it empty "
+            "(= unknown)"
         )
     return None if number != number else number  # NaN counts as missing
 
@@ -190,6 +191,8 @@ def id_text(value: Any) -> str | None:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's too
         return None
+    if isinstance(value, numbers.Integral):  # exact at any size (10**400: no float, no crash)
+        return str(value)
     return str(value) if math.isfinite(value) else None
 
 

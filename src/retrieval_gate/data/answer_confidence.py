@@ -44,9 +44,14 @@ def _number(value: Any, what: str, path: str | Path | None, line: int | None) ->
     """One log-probability: a finite real number from LOWEST to 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DataError(f"{what} {value!r} is not a number", path, line)
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int past the float range (JSON reads -10**400 exactly)
+        x = math.inf if value > 0 else -math.inf
     if not math.isfinite(x):
-        raise DataError(f"{what} is {x}: a log-probability is a finite number <= 0", path, line)
+        shown = f"{x} (an integer past the float range)" if isinstance(value, int) else x
+        raise DataError(f"{what} is {shown}: a log-probability is a finite number <= 0",
+                        path, line)  # fmt: skip
     if x > 0:
         raise DataError(
             f"{what} is {x:g}, above 0: a log-probability (natural log of a probability) is "

@@ -128,14 +128,19 @@ def read_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def refuse_one_object(text: str, path: Path) -> None:
     """A `.json` file that is one object over several lines (`{"data": [...]}`, a pretty-printed
-    row) is not rows; read as JSONL its first line was "malformed JSON"."""
+    row) is not rows; read as JSONL its first line was "malformed JSON". On one line it is
+    refused when it holds a list of objects and nothing a row has beside it (an id, a text):
+    it was read as one row, of no question column."""
     try:
         whole = loads(text)
     except ValueError:
         return  # one object a line (JSONL), or broken: the line reader names the line
-    if not isinstance(whole, dict) or "\n" not in text.strip():
+    if not isinstance(whole, dict):
         return
     lists = [k for k, v in whole.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+    wrapper = lists and all(isinstance(v, list | dict) or v is None for v in whole.values())
+    if "\n" not in text.strip() and not wrapper:
+        return
     hint = (
         f"; its {lists[0]!r} holds a list of objects: save that list as the file" if lists else ""
     )

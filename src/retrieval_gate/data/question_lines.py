@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -228,7 +229,9 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
     text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
     allow_long_cells()
     try:
-        yield from _csv_records(csv.reader(text, delimiter=delimiter), path, delimiter)
+        # strict: a quote left open ends in an error, where it read the rest of the file
+        rows = csv.reader(text, delimiter=delimiter, strict=True)
+        yield from _csv_records(rows, path, delimiter)
     except UnicodeDecodeError:  # said with its place in the whole file, read again for it
         data = path.read_bytes()
         try:
@@ -237,7 +240,7 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
             raise InputError(not_utf8(data, e.start, path), path) from None
         raise
     except csv.Error as e:
-        raise InputError(f"not a readable CSV file ({e})", path) from None
+        raise csv_error(e, path, delimiter) from None
     finally:
         text.detach()  # the caller closes the file
 
@@ -261,6 +264,13 @@ def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, An
     for row in rows:
         rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
         lineno = rows.line_num + 1
+        # a row of other cells than the header's has its question in another column (a
+        # cell left out shifted the rest: the answer was scored), or is a second header
+        why = (cell_count_problem(len(row), first, delimiter) or second_header(row, first)
+               if row else None)  # fmt: skip
+        if why:
+            yield {**rec, "error": why}
+            continue
         if id_col is not None and id_col < len(row) and row[id_col].strip():
             rec["id"] = row[id_col]
         question = row[col] if col < len(row) else ""
@@ -269,3 +279,87 @@ def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, An
             continue
         ok = has_text(question)
         yield {**rec, "text": question} if ok else {**rec, "error": "empty question"}
+
+
+def cell_count_problem(cells: int, header: list[str], delimiter: str) -> str | None:
+    """What is wrong with a CSV row of `cells` cells under `header`, or None. Missing cells of
+    unnamed columns only (a header's trailing separators) are not; others are: Python's csv
+    padded a short row, so a row that left out its first cell read its question as the id and
+    its answer as the question."""
+    named = max((i + 1 for i, h in enumerate(header) if h.strip()), default=0)
+    if named <= cells <= len(header):
+        return None
+    said = f"row has {cells} cells but the header has {len(header)}"
+    if cells > len(header):
+        return f"{said}; quote cells that hold {SEPARATOR_NAMES.get(delimiter, delimiter)}"
+    return (f"{said}: a cell left out moves the ones after it into other columns; write every "
+            f"cell, an empty one for a missing value (a{delimiter}{delimiter}c)")  # fmt: skip
+
+
+def second_header(row: list[str], header: list[str]) -> str | None:
+    """A row that repeats the header (with the second file's byte-order mark, if it had one):
+    two CSV files joined as they are (`cat a.csv b.csv`); read as a question "question"."""
+    if row and [row[0].removeprefix("\ufeff"), *row[1:]] == header:
+        return (
+            "this row repeats the header: a second header (files joined with cat?); "
+            "remove it, or join the files without it (tail -n +2 b.csv >> a.csv)"
+        )
+    return None
+
+
+def csv_error(error: csv.Error, path: Path, delimiter: str, line: int | None = None) -> InputError:
+    """The csv module's error (strict) as the user's: where a quoted cell was left open, or
+    was closed and went on (`"a"b`), is found again in the file; else its own message (at
+    `line`, where the reader stopped)."""
+    found = quote_left_open(path.read_text("utf-8-sig", errors="replace"), delimiter)
+    if found is None:  # a cell past the limit
+        return InputError(f"not a readable CSV file ({error})", path, line)
+    opened, line, after = found
+    if not after:
+        return InputError("a quoted cell opened on this line is never closed, so the rest of "
+                          "the file would read as that one cell; add its closing '\"' (a '\"' "
+                          "inside a quoted cell is written '\"\"')", path, opened)  # fmt: skip
+    at = "" if line == opened else f" (line {line})"
+    return InputError(f"a quoted cell opened on this line ends with a '\"' followed by "
+                      f"{after!r}{at}, not by {SEPARATOR_NAMES.get(delimiter, delimiter)} or "
+                      "the row's end: quote the whole cell and double each '\"' inside it "
+                      '("say ""hi"" twice"), or close the quote left open before it', path,
+                      opened)  # fmt: skip
+
+
+def quote_left_open(text: str, delimiter: str) -> tuple[int, int, str] | None:
+    """The first quoted cell of a CSV text that is never closed, or whose closing quote is
+    followed by more than a separator or the row's end (both refused by csv's strict mode):
+    (the line where it opened, the line of its closing quote, the character after it: "" at
+    the end of the file); None if none. Read as the csv module reads it (a `"` inside an
+    unquoted cell is text, `""` inside a quoted one a quote)."""
+    ends = re.compile('\r\n|[\r\n"' + re.escape(delimiter) + "]")
+    line, pos, cell = 1, 0, 0  # cell: where the cell being read starts
+    while (m := ends.search(text, pos)) is not None:
+        token, pos = m.group(), m.end()
+        if token != '"':
+            line += token != delimiter
+            cell = pos
+            continue
+        if m.start() != cell:  # a quote inside an unquoted cell
+            continue
+        opened = line
+        while True:  # to the closing quote, over the doubled ones
+            close = text.find('"', pos)
+            if close < 0:
+                return opened, line, ""
+            line += _breaks(text, pos, close)
+            pos = close + 1
+            if not text.startswith('"', pos):
+                break
+            pos += 1
+        after = text[pos : pos + 1]
+        if after not in ("", delimiter, "\r", "\n"):
+            return opened, line, after
+    return None
+
+
+def _breaks(text: str, start: int, end: int) -> int:
+    """The line breaks in text[start:end] (CRLF, LF or a lone CR: csv reads each as one)."""
+    return (text.count("\n", start, end) + text.count("\r", start, end)
+            - text.count("\r\n", start, end))  # fmt: skip

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import numbers
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -40,9 +41,12 @@ from .question_lines import (
     CSV_DELIMITERS,
     HEADER_WORDS,
     JSONL_SUFFIXES,
+    cell_count_problem,
     columns_in_any_case,
+    csv_error,
     refuse_other_separator,
     refuse_structured_text,
+    second_header,
 )
 from .splits import SPLITS, canonical_questions, group_splits
 
@@ -118,7 +122,24 @@ def read_questions(
     default_source = _default_source(spec)
     numbered = [(n, _question(spec, n, row, columns, default_source)) for n, row in rows]
     _note_joined_answers(spec, numbered)
+    _note_filled_in(spec, rows, columns, default_source)
     return spec_splits(_drop_duplicates(spec, numbered), seed)
+
+
+def _note_filled_in(
+    spec: str, rows: list[Row], columns: dict[str, tuple[str, ...]], source: str
+) -> None:
+    """A `split` or `source` column with empty cells: those rows get a drawn split, or the
+    file's name as their source, beside the other rows' own; said, as it was not (a test set
+    of the rows that name it and some drawn ones)."""
+    for field, given in (("split", "a drawn split (seeded)"), ("source", f"source {source!r}")):
+        if not columns[field]:  # no such column: every row's is filled in, as documented
+            continue
+        empty = [n for n, row in rows if _blank(_cell(row, columns, field)[1])]
+        if empty:
+            log.warning(f"{spec}: {len(empty)} of {len(rows)} rows have an empty "
+                        f"{' or '.join(columns[field])!r} cell (the first: line {empty[0]}) "
+                        f"and get {given}; fill them in to choose it")  # fmt: skip
 
 
 def _note_joined_answers(spec: str, numbered: Sequence[tuple[int, Question]]) -> None:
@@ -232,30 +253,34 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
             raise DataError("this looks like JSON, not CSV; name the file .jsonl", path, 1)
         f.seek(0)
         allow_long_cells()
-        reader = csv.DictReader(f, delimiter=delimiter)
+        # strict: a quote left open is an error, where it read the rest of the file as a cell
+        reader = csv.reader(f, delimiter=delimiter, strict=True)
         try:
             yield from _csv_dicts(reader, path, delimiter)
-        except csv.Error as e:  # a cell past the limit; DictReader's own count lags a line
-            raise DataError(
-                f"not a readable CSV file ({e})", path, reader.reader.line_num
-            ) from None
+        except csv.Error as e:  # that, or a cell past the limit
+            raise csv_error(e, path, delimiter, reader.line_num) from None
 
 
-def _csv_dicts(reader: csv.DictReader[str], path: Path, delimiter: str) -> Iterator[Row]:
-    """The rows of a CSV file after its header, each with its line number."""
-    refuse_other_separator(list(reader.fieldnames or []), path, delimiter)
+def _csv_dicts(reader: Any, path: Path, delimiter: str) -> Iterator[Row]:
+    """The rows of a CSV file (a csv.reader) after its header, each with the line it starts
+    on (a quoted cell may hold line breaks: the reader's count is where the row ends)."""
+    header = next(reader, None)
+    if header is None:
+        return
+    refuse_other_separator(header, path, delimiter)
     # empty header cells (a spreadsheet's trailing columns) name nothing
-    if repeated := first_repeated([n for n in reader.fieldnames or [] if n.strip()]):
+    if repeated := first_repeated([n for n in header if n.strip()]):
         raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
-    for row in reader:
-        if None in row:
-            raise DataError(
-                f"row has {len(reader.fieldnames or []) + len(row[None])} cells but the "
-                f"header has {len(reader.fieldnames or [])}; quote cells that hold commas",
-                path,
-                reader.line_num,
-            )
-        yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
+    start = reader.line_num + 1
+    for cells in reader:
+        n, start = start, reader.line_num + 1
+        if not cells:  # a blank line, as csv.DictReader skipped it
+            continue
+        # a short row was padded: one that left out its id read its question as the id
+        if why := cell_count_problem(len(cells), header, delimiter) or second_header(cells, header):
+            raise DataError(why, path, n)
+        padded = [*cells, *[""] * (len(header) - len(cells))]  # unnamed columns only
+        yield n, {k: (v if v != "" else None) for k, v in zip(header, padded, strict=True)}
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:
@@ -263,6 +288,9 @@ def _parquet_rows(path: Path) -> Iterator[Row]:
     import pyarrow.parquet as pq
 
     try:
+        # a column named twice: reading the table said so in a page of Arrow's schema
+        if repeated := first_repeated(pq.read_schema(path).names):
+            raise DataError(f"the file names column {repeated!r} twice; rename one", path)
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise DataError(f"not a readable Parquet file ({e})", path) from None
@@ -277,7 +305,8 @@ def _disk_rows(path: Path) -> Iterator[Row]:
     except (FileNotFoundError, ValueError) as e:
         raise DataError(f"not a `datasets` save_to_disk folder ({e})", path) from None
     if isinstance(ds, DatasetDict):
-        ds = _with_split_column(ds)
+        yield from _split_rows(ds, path)
+        return
     assert isinstance(ds, Dataset)
     yield from _dataset_rows(ds)
 
@@ -305,17 +334,31 @@ def _hf_rows(spec: str) -> Iterator[Row]:
             spec,
         ) from None
     if isinstance(ds, DatasetDict):
-        ds = _with_split_column(ds)
+        yield from _split_rows(ds, spec)
+        return
     yield from _dataset_rows(ds)
 
 
-def _with_split_column(dd: Any) -> Any:
-    """A DatasetDict as one Dataset; its split names become the `hf_split` column (kept in
-    extra: Hub splits are not the project's train/dev/test)."""
-    from datasets import concatenate_datasets
+HF_SPLIT = "hf_split"
 
-    parts = [dd[name].add_column("hf_split", [name] * len(dd[name])) for name in dd]
-    return concatenate_datasets(parts)
+
+def _split_rows(dd: Any, where: str | Path) -> Iterator[Row]:
+    """A DatasetDict's rows, split after split, each with its split's name in the `hf_split`
+    column (kept in extra: Hub splits are not the project's train/dev/test). Read as Python
+    values a split at a time, not joined as one Arrow table: splits whose columns differ in
+    type (an int id here, a text one there; a list of answers and a lone one) cannot be."""
+    n = 0
+    for name in dd:
+        split = dd[name]
+        # a row's own hf_split that is not its split's name: which one the column means is
+        # not clear (one of the same name is a folder this reading saved)
+        if HF_SPLIT in split.column_names and any(v != name for v in split[HF_SPLIT]):
+            raise DataError(f"split {name!r} has its own {HF_SPLIT!r} column, which reading a "
+                            "DatasetDict fills with each row's split name; rename that "
+                            "column", where)  # fmt: skip
+        for row in split:
+            n += 1
+            yield n, {**row, HF_SPLIT: name}
 
 
 def _dataset_rows(ds: Any) -> Iterator[Row]:
@@ -370,7 +413,7 @@ def _question(
     spec: str, n: int, row: dict[str, Any], columns: dict[str, tuple[str, ...]], source: str
 ) -> Question:
     def get(field: str) -> Any:
-        return next((row[c] for c in columns[field] if row.get(c) not in (None, "")), None)
+        return _cell(row, columns, field)[1]
 
     text = get("text")
     if text is not None and not isinstance(text, str):
@@ -393,15 +436,26 @@ def _question(
         id=as_id,
         text=text.strip(),
         answers=_answers(get("answers"), spec, n),
-        source=str(get("source") or source),
+        source=_text_or_none(_cell(row, columns, "source"), spec, n) or source,
         split=split,
-        relation=_str_or_none(get("relation")),
-        entity=_str_or_none(get("entity")),
+        relation=_text_or_none(_cell(row, columns, "relation"), spec, n),
+        entity=_text_or_none(_cell(row, columns, "entity"), spec, n),
         s_pop=_int_or_none(get("s_pop"), "s_pop", spec, n),
         o_pop=_int_or_none(get("o_pop"), "o_pop", spec, n),
-        date=_str_or_none(get("date")),
+        date=_text_or_none(_cell(row, columns, "date"), spec, n),
         extra=_answer_columns({**rest, **answer}, spec, n),
     )
+
+
+def _cell(row: dict[str, Any], columns: dict[str, tuple[str, ...]], field: str) -> tuple[str, Any]:
+    """(column, value) of the first of a field's columns that is not empty (None or "") in
+    the row; ("", None) when none is."""
+    return next(((c, row[c]) for c in columns[field] if row.get(c) not in (None, "")), ("", None))
+
+
+def _blank(value: Any) -> bool:
+    """An empty cell: None, "" or NaN (a data frame's missing value)."""
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
 
 
 def _answer_columns(extra: dict[str, Any], spec: str, n: int) -> dict[str, Any]:
@@ -443,7 +497,28 @@ def _answers(value: Any, spec: str, n: int) -> tuple[str, ...]:
     if nested is not None:  # read as its repr it would be an "answer" no prediction contains
         raise DataError(f"answers cell holds {nested!r}, not text: write the gold answers as a "
                         'string or a list of strings, ["a", "b"]', spec, n)  # fmt: skip
-    return tuple(str(a) for a in value if a is not None and str(a).strip())
+    texts = (_answer_text(a, spec, n) for a in value)
+    return tuple(a for a in texts if a is not None and a.strip())
+
+
+def _answer_text(value: Any, spec: str, n: int) -> str | None:
+    """One gold answer as text; None for a missing one. A number that is not an int is a
+    data frame's (an int column with a missing value is stored as floats): NaN, the missing
+    value, is no answer (read as "nan", "a banana" held it), and a whole number is spelled
+    as one ("1999", where "1999.0" was in no prediction)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
+        return None if value is None else str(value)
+    number = float(value)
+    if math.isnan(number):
+        return None
+    if math.isinf(number):
+        raise DataError(f"answers cell holds {number}, not an answer (1e400 is past the float "
+                        "range): write the answer as text", spec, n)  # fmt: skip
+    if number.is_integer():
+        return str(int(number))
+    # the shortest spelling that reads back as the value: Python's repr for a float, numpy's
+    # str for its own types (float32's 0.1 is "0.1", not 0.10000000149011612)
+    return repr(number) if isinstance(value, float) else str(value)
 
 
 def _answer_texts(value: dict[str, Any]) -> Any:
@@ -458,8 +533,18 @@ def _answer_texts(value: dict[str, Any]) -> Any:
     return value
 
 
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
+def _text_or_none(cell: tuple[str, Any], spec: str, n: int) -> str | None:
+    """A text cell (source, relation, entity, date) as text, a number as written; None when
+    empty or NaN. A list, an object or true/false is refused, as such an id is: read as its
+    Python spelling it named a relation "['a', 'b']" or an entity "True" nobody wrote."""
+    column, value = cell
+    if _blank(value):
+        return None
+    if isinstance(value, bool | list | tuple | dict | set) or getattr(value, "ndim", 0):
+        shown = json.dumps(value, ensure_ascii=False, default=repr)
+        raise DataError(f"column {column!r} holds {clipped(shown, 40)}, not text: write one "
+                        "text (or number) a cell", spec, n)  # fmt: skip
+    return str(value)
 
 
 def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
@@ -468,6 +553,8 @@ def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
         return None
     try:
         number = float(value)
+    except OverflowError:  # an int past the float range (JSON reads 10**400 exactly)
+        number = math.inf
     except (TypeError, ValueError):
         raise DataError(
             f"column {column!r} must be a number, got {clipped(repr(value), 40)}", spec, n

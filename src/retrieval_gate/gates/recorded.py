@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..data.user_questions import read_rows
-from ..errors import DataError
+from ..errors import DataError, clipped
 from ..fileio import content_id
 from ..labels.outcomes import parse_bool
 from ..questions import Question, row_id
@@ -164,7 +164,8 @@ def _score(row: dict[str, Any], path: Path, n: int, routed: bool = False) -> flo
         raise DataError(f"score {value!r} is not a number (a decision goes in "
                         f"'{RETRIEVE}')", path, n)  # fmt: skip
     if not (math.isfinite(score) and 0 <= score <= 1):
-        raise DataError(f"score {score:g} is not a probability from 0 to 1 (P(needs "
+        shown = clipped(repr(value), 40) if isinstance(value, int) else f"{score:g}"
+        raise DataError(f"score {shown} is not a probability from 0 to 1 (P(needs "
                         "retrieval)); record a decision as 'retrieve' instead", path, n)  # fmt: skip
     return score
 
@@ -174,5 +175,7 @@ def _number(value: Any) -> float | None:
         return None
     try:
         return float(value)
+    except OverflowError:  # an int past the float range (JSON reads 10**400 exactly)
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         return None
