@@ -3,6 +3,7 @@ provider selection, torch-free scoring and bad inputs (real ONNX Runtime, no moc
 
 from __future__ import annotations
 
+import csv
 import json
 import multiprocessing
 import os
@@ -680,3 +681,57 @@ def test_an_export_replaced_keeps_the_users_links(minilm_gate_dirs, tmp_path, ot
     with pytest.raises(DataError, match="is a symbolic link to g"):
         build_export(run_dir, old.parent / "current", ("fp32",), parity=PARITY)
     assert sorted(os.listdir(old.parent)) == ["current", "g"]
+
+
+def _question_file(path: Path, texts: list[str]) -> Path:
+    """QUESTIONS as a CSV question file, `texts` under their ids."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        rows = [
+            (q.id, text, json.dumps(q.answers)) for q, text in zip(QUESTIONS, texts, strict=True)
+        ]
+        csv.writer(f).writerows([("id", "question", "answers"), *rows])
+    return path
+
+
+@pytest.mark.slow  # a training run
+def test_export_finds_the_runs_question_file_where_it_trained_and_refuses_others(
+    tmp_path, monkeypatch
+):
+    """A run trained from its folder with a relative data.questions: export elsewhere read that
+    path from the current folder, failing with a bare `file not found`, or, where a folder held
+    another file of that name (the same ids, other texts), computing parity and the card's
+    AUROC on it without a word (`--questions` of other questions too). The file is now found
+    where the run trained, as its label file is, and questions its labels' stamps were not made
+    for are refused, as evaluate and train refuse them."""
+    from retrieval_gate.data.user_questions import question_set
+    from retrieval_gate.export.parity import parity_set
+    from retrieval_gate.labels.label_files import question_sha, text_sha
+
+    home, other = tmp_path / "project", tmp_path / "other"
+    mine = _question_file(home / "questions.csv", TEXTS)
+    shuffled = _question_file(other / "questions.csv", TEXTS[1:] + TEXTS[:1])
+    with open(home / "labels.jsonl", "w") as f:  # rows stamped as `label` stamps them
+        for q in question_set(str(mine)):
+            row = {"id": q.id, "label": LABELS[q.id], "question_sha": question_sha(q),
+                   "text_sha": text_sha(q)}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+    model = str(tiny_backbone("roberta", tmp_path / "roberta", TEXTS))
+    monkeypatch.chdir(home)
+    cfg = tiny_config(Path("labels.jsonl"), tmp_path / "ck", "encoder", model, pooling="cls")
+    run = Path(train(cfg.override("data.questions=questions.csv", "run.name=relative")))
+    texts, labels, _ = parity_set(run)
+    monkeypatch.chdir(tmp_path)  # no questions.csv here
+    assert parity_set(run)[:2] == (texts, labels)
+    monkeypatch.chdir(other)  # another questions.csv here: the run's is read all the same
+    assert parity_set(run)[:2] == (texts, labels)
+    with pytest.raises(DataError, match=r"labelled for other questions under the same ids.*"
+                       r"the questions given.*export --questions FILE"):  # fmt: skip
+        parity_set(run, questions=question_set(str(shuffled)))
+    mine.rename(home / "moved.csv")  # only the other file is left: refused, not read
+    with pytest.raises(DataError, match=r"labelled for other questions.*data\.questions"):
+        parity_set(run)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=r"^questions\.csv: the run's question file \(data\."
+                       r"questions, from the run's config .*export --questions FILE"):  # fmt: skip
+        parity_set(run)

@@ -22,11 +22,12 @@ from ..gates.base import is_router
 from ..gates.learned import load_learned
 from ..gates.onnx import open_onnx
 from ..gates.onnx_format import VARIANTS
+from ..labels.label_files import Stamp, check_made_for, made_for_others
 from ..labels.logprobs import with_answer_logprobs
 from ..pricing import route_indices
 from ..questions import Question
 from ..training.checkpoint import read_provenance, read_run_json, run_side_features
-from ..training.config import read_run_config
+from ..training.config import DataConfig, read_run_config
 from ..training.datamodule import CALIBRATION_QUESTIONS, needs_retrieval
 from ..training.provenance import label_source
 from ..training.sources import training_questions
@@ -59,14 +60,18 @@ def parity_set(
         label_source(provenance, run_dir, task.labels_sha256) if provenance.get("path") else None
     )
     if source:
-        labels = task.read(source).labels
+        targets = task.read(source)
     else:  # labels given to train() in memory travel in labels.json
-        labels = task.from_memory(provenance.get("labels") or {}).labels
+        targets = task.from_memory(provenance.get("labels") or {})
+    labels, shas = targets.labels, targets.question_shas
     if questions is None and config.data.task_spec.routes and not config.data.questions:
         questions = training_questions(config.data)  # e.g. the release a router learned from
     if questions is None:
-        questions = question_set(config.data.questions, config.data.fields)
-    elif not all(q.split for q in questions):  # the split training gave them
+        questions = _run_questions(config.data, provenance, run_dir, shas, source)
+    else:  # --questions (or a router's release): refused, as evaluate and train refuse them,
+        # where the labels' stamps say they are other questions under the same ids
+        _check_made_for(shas, questions, source, "the questions given")
+    if not all(q.split for q in questions):  # the split training gave them
         questions = with_splits(questions, assign_splits(questions, seed=config.data.split_seed))
     rows = [q for q in questions if q.id in labels and q.split == split]
     if limit and len(rows) > limit:
@@ -84,6 +89,72 @@ def parity_set(
         rows = list(kept.values())
     features = side.matrix(rows, strict=False) if side else None
     return [q.text for q in rows], [int(needs_retrieval(labels[q.id])) for q in rows], features
+
+
+def _run_questions(
+    data: DataConfig,
+    provenance: dict[str, Any],
+    run_dir: Path,
+    shas: dict[str, Stamp],
+    source: str | None,
+) -> Sequence[Question]:
+    """The run's `data.questions` (the bundled datasets where unset), found the way
+    `label_source` finds its label file: where the run trained, as given (the current folder),
+    or under a folder above the run; the first whose questions the labels' stamps accept.
+    Read from the current folder alone, another file of that name (the same ids, other texts)
+    gave parity and the model card's AUROC on questions the run never saw."""
+    given = data.questions
+    if not given or given.startswith("hf:"):
+        questions = question_set(given, data.fields)
+        _check_made_for(shas, questions, source, f"the run's data.questions ({given})")
+        return questions
+    trained = _trained_in(provenance)  # (an absolute `given` stays itself in each join)
+    places = [str(Path(trained) / given)] if trained else []
+    places += [given, *(str(folder / given) for folder in Path(run_dir).resolve().parents)]
+    found: dict[str, str] = {}  # resolved -> the first place naming it (a file read once)
+    for place in places:
+        if Path(place).exists():
+            found.setdefault(str(Path(place).resolve()), place)
+    other: tuple[str, Sequence[Question]] | None = None  # the first found of other questions
+    for resolved, place in found.items():
+        questions = question_set(place, data.fields)
+        if not made_for_others(shas, questions):
+            return questions
+        other = other or (resolved, questions)
+    if other:
+        _check_made_for(shas, other[1], source, f"the run's data.questions ({given}) at {other[0]}")
+    where = f" ({trained})" if trained else ""
+    raise DataError(f"the run's question file (data.questions, from the run's config "
+                    f"{run_dir}/config.yaml) is not found here, nor where the run trained{where}, "
+                    "nor under a folder above the run: pass the questions it was trained on "
+                    "(export --questions FILE), or run this from the folder the run trained in",
+                    given)  # fmt: skip
+
+
+def _trained_in(provenance: dict[str, Any]) -> str | None:
+    """The folder training ran in, where labels.json tells it: its label file's relative path
+    as given and where that resolved then (None for an absolute path, `..` or a link)."""
+    given, resolved = provenance.get("path"), provenance.get("resolved")
+    if not given or not resolved or Path(given).is_absolute() or ".." in Path(given).parts:
+        return None
+    parts, full = Path(given).parts, Path(resolved).parts
+    if len(full) <= len(parts) or full[-len(parts) :] != parts:
+        return None
+    return str(Path(*full[: -len(parts)]))
+
+
+def _check_made_for(
+    shas: dict[str, Stamp], questions: Sequence[Question], source: str | None, what: str
+) -> None:
+    """`check_made_for` of the run's label file, saying which questions export read."""
+    if not source or not shas:  # labels in memory, or rows written before stamps
+        return
+    try:
+        check_made_for(shas, questions, source)
+    except DataError as e:
+        raise DataError(f"{e}; these were {what}: parity and the model card's AUROC would be "
+                        "computed on them; pass the questions the run trained on "
+                        "(export --questions FILE)") from None  # fmt: skip
 
 
 def calibration_set(
