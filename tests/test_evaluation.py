@@ -553,3 +553,25 @@ def test_no_test_split_says_which_cause():
         split_evalsets(qs, {"q0": 1, "q1": 0, "q2": 1})
     with pytest.raises(DataError, match="no labelled id is one of the questions"):
         split_evalsets(qs, {"x": 1})
+
+
+def test_a_learned_runs_own_questions_scored_as_test_are_said(caplog):
+    """A questions file splitting the run's questions otherwise scored its training questions
+    as test (AUROC 1.000 where the run's own test said 0.906), unsaid."""
+    import numpy as np
+
+    from retrieval_gate.evaluation.gate_comparison import _say_fitted
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.questions import Question
+
+    qs = tuple(Question(id=f"q{i}", text=f"Q{i}?", answers=("x",), source="s") for i in range(4))
+    test = EvalSet(qs, np.zeros(4), np.zeros(4), np.zeros(4))
+
+    class Run:
+        name = "learned:mine"
+
+        def fitted_among(self, questions):  # noqa: ANN001, ANN202
+            return sum(q.text in ("Q0?", "Q1?") for q in questions)
+
+    _say_fitted(Run(), test, "test")
+    assert "learned:mine: 2 of the 4 test questions are ones it was trained" in caplog.text

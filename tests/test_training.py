@@ -90,6 +90,11 @@ def test_train_reload_gives_identical_predictions(trained, key):
     assert metrics["epochs"][0]["examples"] == 3 * 16  # limit_train_batches=3, batch 16
     provenance = json.loads((run_dir / "labels.json").read_text())
     assert provenance["meta"] == {"policy": "synthetic"} and len(provenance["sha256"]) == 64
+    # the questions it fitted and chose on, said where evaluate scores them as test
+    fitted = [q for q in QUESTIONS if SPLITS[q.id] in ("train", "dev")]
+    unseen = [q for q in QUESTIONS if SPLITS[q.id] == "test"]
+    assert LearnedGate(run_dir).fitted_among(fitted) == len(fitted)
+    assert LearnedGate(run_dir).fitted_among(unseen) == 0
 
     a, b = LearnedGate(run_dir), LearnedGate(run_dir)
     first, second = a.scores(QUESTIONS[:40]), b.scores(QUESTIONS[:40])

@@ -157,6 +157,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 if spec.label_free
                 else None
             )
+            _say_fitted(gate, tests[policy], "test")
             answered = _with_answers(gate, tests[policy], files[policy])
             if answered is not None:  # a two-stage gate: its question-only score beside it
                 alone = evaluate_gate(gate, bare[policy], cfg.n_resamples, scores, calls)
@@ -192,6 +193,19 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         report["mallen_protocol"] = _mallen(splits)
     write_owned(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
     return write_owned(cfg.out_dir / "report.md", _markdown(report, cfg))
+
+
+def _say_fitted(gate: Gate, questions: EvalSet, split: str) -> None:
+    """Warns where a learned run was fitted or chosen on some of the questions it is scored
+    on here (a questions file that splits the run's questions otherwise: its training
+    questions scored as test, AUROC 1.000 where the run's own test said 0.906)."""
+    among = getattr(gate, "fitted_among", None)
+    n = among(questions.questions) if among is not None else 0
+    if n:
+        log.warning(f"{gate.name}: {n:,} of the {len(questions):,} {split} questions are ones "
+                    "it was trained or chosen on (its train and dev splits), so its figures "
+                    "here flatter it: evaluate on questions it never saw (the split it was "
+                    "trained with)")  # fmt: skip
 
 
 def asks_generator(gates: Sequence[str]) -> list[str]:

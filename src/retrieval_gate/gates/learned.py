@@ -12,8 +12,8 @@ import torch
 from ..artifacts import open_artifact
 from ..errors import BackendError, InputError
 from ..pricing import Calibration
-from ..training.checkpoint import load_run
-from .base import Questions
+from ..training.checkpoint import fitted_among, load_run
+from .base import Questions, as_questions
 from .encoder import EncoderGate
 from .strategy_routers import RoutingMixin
 
@@ -82,6 +82,11 @@ class LearnedGate(EncoderGate):
         """The weights' identity: tuning keys its studies and caches by it, not by the folder
         name. The sha256 `load_run` took of gate.pt to check it against the run's manifest."""
         return str(self.module.weights_sha256)
+
+    def fitted_among(self, questions: Questions) -> int:
+        """How many of `questions` this run was fitted or chosen on (its train and dev
+        questions): scored as test, they flatter it."""
+        return fitted_among(self.run_dir, as_questions(questions))
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)

@@ -19,6 +19,7 @@ them, never a half-written one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,12 @@ from ..data.gate_features import GateFeatures, features_from_dict
 from ..errors import DataError, clipped, first_line
 from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_json, write_text
 from ..pricing import Calibration
+from ..questions import Question
 from ..run_folder import RunFolder
 from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
+from .provenance import text_digest
 
 REQUIRED = RunFolder.REQUIRED
 BINARY_SCORE = "P(needs retrieval) = 1 - P(no_retrieval); retrieve iff score >= threshold"
@@ -145,7 +148,7 @@ def read_metadata(run_dir: str | Path) -> dict[str, Any]:
 # labels.json: each key training writes and its types (path null: labels given in memory)
 PROVENANCE_KEYS: dict[str, tuple[type, ...]] = {
     "path": (str, type(None)), "sha256": (str,), "resolved": (str,),
-    "meta": (dict, type(None)), "counts": (dict,), "labels": (dict,),
+    "meta": (dict, type(None)), "counts": (dict,), "labels": (dict,), "fitted": (list,),
 }  # fmt: skip
 PROVENANCE_REQUIRED = ("path", "sha256")
 DESCRIBED = {str: "a string", dict: "an object"}
@@ -166,6 +169,13 @@ def read_provenance(run_dir: str | Path) -> dict[str, Any]:
             raise DataError(f"field {key!r} {said}: the file is damaged; re-train the run "
                             "(`retrieval-gate train`)", path)  # fmt: skip
     return value
+
+
+def fitted_among(run_dir: str | Path, questions: Sequence[Question]) -> int:
+    """How many of `questions` the run fitted on or chose on (its train and dev texts, kept
+    in labels.json by runs trained since; 0 for older runs)."""
+    fitted = set(read_provenance(run_dir).get("fitted") or ())
+    return sum(text_digest(q.text) in fitted for q in questions)
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ..data.features import SideFeatures
 from ..data.gate_features import GateFeatures
 from ..questions import Question
 from .config import TASKS, DataConfig
+from .provenance import text_digest
 from .sources import check_splits, labelled_questions
 
 # Class index -> meaning, per task (also written into checkpoints and ONNX metadata).
@@ -117,6 +118,13 @@ class GateDataModule(pl.LightningDataModule):
         rows = _subsample(self.rows["dev"], n, self.seed)
         features = [row[2].tolist() for row in rows] if self.side_features else None
         return {"split": "dev", "texts": [row[1] for row in rows], "features": features}
+
+    def fitted_digests(self) -> list[str]:
+        """Short hashes of the texts of the questions fitted on (train) and chosen on (dev),
+        kept in the run's labels.json: evaluate says where its test questions are among them
+        (another split of the same questions scored training questions as test, unsaid)."""
+        texts = {row[1] for split in ("train", "dev") for row in self.rows[split]}
+        return sorted(text_digest(t) for t in texts)
 
     def class_counts(self) -> list[int]:
         """Train questions a class (a router: questions each strategy answers)."""

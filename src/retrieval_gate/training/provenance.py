@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,9 @@ def _is_name(given: str, digest: Callable[[str], str], want: str) -> bool:
         return digest(given) == want
     except (DataError, OSError):  # a file's path that is gone
         return False
+
+
+def text_digest(text: str) -> str:
+    """A question text's short hash (`GateDataModule.fitted_digests`): 12 hex digits of its
+    sha256, whitespace-trimmed."""
+    return hashlib.sha256(text.strip().encode()).hexdigest()[:12]

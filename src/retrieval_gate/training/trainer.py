@@ -625,7 +625,7 @@ def _fit(
     if trainer.is_global_zero:
         if earlier is not None:  # kept by rank zero (`writer`): the same process
             merge_csv_history(run_dir, earlier)
-        labels_json = {**dm.provenance, "counts": counts}
+        labels_json = {**dm.provenance, "counts": counts, "fitted": dm.fitted_digests()}
         save_run(run_dir, config, module, tokenizer, labels_json, metrics,
                  dm.calibration_sample(), router)  # fmt: skip
     trainer.strategy.barrier("run folder written")
