@@ -10,6 +10,7 @@ the backlog without timing assumptions."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -161,6 +162,13 @@ def test_variant_is_served(tiny_onnx_export):
         # only control characters or zero-width marks: no text for the tokenizer, yet scored
         ('{"questions": [" \\u0000 "]}', "questions.0: is empty or only whitespace or control"),
         ('{"questions": ["\\u200b\\u200d\\u2060"]}', "questions.0: is empty or only"),
+        # direction and format marks, variation selectors, Hangul fillers, tag characters:
+        # no text either, yet they were scored
+        ('{"questions": ["\\u2066\\u2069"]}', "questions.0: is empty or only"),
+        ('{"questions": ["ok?", "\\u061c"]}', "questions.1: is empty or only"),
+        ('{"questions": ["\\u180e\\ufe0f\\u034f"]}', "questions.0: is empty or only"),
+        ('{"questions": ["\\u3164\\u115f\\u1160\\uffa0"]}', "questions.0: is empty or only"),
+        ('{"questions": ["\\udb40\\udc41\\udb40\\udc7f"]}', "questions.0: is empty or only"),
     ],
 )
 def test_bad_requests_get_a_4xx_with_reason(gate, body, reason):
@@ -689,7 +697,8 @@ def test_a_multi_step_question_counts_its_steps_against_the_backlog():
     from routers import ScriptedGenerator
 
     blocking = BlockingGenerator(ScriptedGenerator())
-    limits = Limits(max_questions=2, max_batch=8, max_backlog=4, request_timeout=60)
+    # one question a request: two multi-step ones (8 steps) could never fit a backlog of 4
+    limits = Limits(max_questions=1, max_batch=8, max_backlog=4, request_timeout=60)
     app = create_app(_router_rag(blocking, multi_step=MultiStepConfig(max_steps=4)), limits)
 
     async def scenario():
@@ -738,3 +747,218 @@ def test_schemathesis_gate_mode_cascade():
     # one token_logprobs entry per question is a rule between two fields, which JSON Schema
     # cannot state: a schema-valid request with another count gets its 422 by design
     _fuzz(create_app(cascade, Limits(max_questions=3)), 60, (positive_data_acceptance,))
+
+
+# ------------------------------------------------------------------ hunt E: serve's failures
+
+
+def _asgi_post(app, path: str, body: dict, gone: asyncio.Event | None = None):
+    """POST `body` to `app` as uvicorn would: after the body, the connection reports
+    `http.disconnect` once `gone` is set (a client that left). The messages the app sent."""
+    raw = json.dumps(body).encode()
+    sent: list[dict] = []
+    first = True
+
+    async def receive() -> dict:
+        nonlocal first
+        if first:
+            first = False
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await (gone or asyncio.Event()).wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80)}  # fmt: skip
+    return app(scope, receive, send), sent
+
+
+def test_a_gone_clients_questions_leave_the_engine_backlog():
+    """Starlette does not cancel a handler whose client left: its questions stayed queued,
+    were generated anyway, and live clients got 429 meanwhile. Now they leave (499)."""
+    from routers import ScriptedGenerator
+
+    blocking = BlockingGenerator(ScriptedGenerator())
+    limits = Limits(max_questions=1, max_batch=1, max_backlog=2, request_timeout=60)
+    app = create_app(_router_rag(blocking, multi_step=MultiStepConfig(max_steps=2)), limits)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            first = asyncio.create_task(client.post("/answer", json={"questions": ["first?"]}))
+            await asyncio.to_thread(blocking.entered.wait, 30)  # the engine is busy
+            gone = asyncio.Event()
+            calls = [_asgi_post(app, "/answer", {"questions": [q]}, gone) for q in ("b?", "c?")]
+            left = [asyncio.create_task(call) for call, _ in calls]
+            while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 2:
+                await asyncio.sleep(0.01)
+            gone.set()  # both clients leave
+            await asyncio.wait_for(asyncio.gather(*left), 10)
+            waiting = (await client.get("/health")).json()["queue"]["engine"]["waiting"]
+            live = asyncio.create_task(client.post("/answer", json={"questions": ["live?"]}))
+            await asyncio.sleep(0.1)
+            blocking.release.set()
+            metrics = (await client.get("/metrics")).text
+            return waiting, [m for _, m in calls], await first, await live, metrics
+
+    waiting, gone_sent, first, live, metrics = asyncio.run(scenario())
+    asked = [p for call in blocking.inner.calls for p in call]
+    assert waiting == 0
+    assert [m[0]["status"] for m in gone_sent] == [499, 499]
+    assert first.status_code == 200 and live.status_code == 200, live.text
+    assert not any("b?" in p or "c?" in p for p in asked)  # never generated
+    assert 'status="499"' in metrics
+
+
+def test_retry_after_on_a_cold_server_prices_calls_of_their_own_size():
+    """Only the warm-up's lone question measured (5 s a call): 12 questions in calls of 4 take
+    about 15 s, not the 61 s that the lone call's rate said."""
+    batcher = Batcher(lambda items: items, max_batch=4, max_backlog=8, max_wait=60)
+    batcher.rates = {1: 0.2}
+    batcher.backlog, batcher.running = 8, 4
+    assert 14 <= batcher.retry_after() <= 16
+    batcher.close()
+
+
+def test_a_request_that_can_never_fit_the_backlog_is_not_told_to_retry():
+    """Two 5-step questions weigh 10 > a backlog of 8: a 429 "retry in 1 s" forever. Now the
+    batcher says it never fits, and such limits are refused at start."""
+    from retrieval_gate.errors import ConfigError, InputError
+
+    batcher = Batcher(lambda items: items, max_batch=8, max_backlog=8, weight=lambda _: 5)
+    with pytest.raises(InputError, match="send at most 1 questions of 5 steps") as never:
+        asyncio.run(batcher.submit(["a", "b"]))
+    assert not isinstance(never.value, Busy)
+    batcher.close()
+    limits = Limits(max_questions=4, max_batch=4, max_backlog=8)
+    fix = r"--max-backlog 20, or a lower --max-steps or --max-questions 1"
+    with pytest.raises(
+        ConfigError, match=r"--max-backlog \(8\) must hold one full request.*" + fix
+    ):
+        limits.check(5)
+    with pytest.raises(ConfigError, match="--max-questions 4 multi-step questions of 5 steps"):
+        create_app(_router_rag(multi_step=MultiStepConfig(max_steps=5)), limits)
+    create_app(_router_rag(multi_step=MultiStepConfig(max_steps=2)), limits)  # 8: fits
+
+
+def test_unknown_keys_are_named_up_to_a_cap(gate):
+    """100,000 unknown keys made a 6.5 MB 422, one reason each."""
+    body = {"questions": ["ok?"], **{f"k{i}": 1 for i in range(2_000)}}
+    with TestClient(create_app(gate)) as client:
+        r = client.post("/score", json=body)
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and detail.endswith("; and 1990 more") and len(detail) < 3_000
+    assert detail.startswith("k0: not a key this request takes")
+
+
+def test_serve_warms_up_before_uvicorn_and_bounds_its_shutdown(monkeypatch, gate):
+    """A client that never read its response held uvicorn's graceful shutdown for good."""
+    import uvicorn
+
+    from retrieval_gate.rag.service import serve
+
+    started = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(kw))
+    serve(gate, limits=Limits(request_timeout=8))
+    assert started["timeout_graceful_shutdown"] == 8
+    serve(gate)
+    assert started["timeout_graceful_shutdown"] == 30
+
+
+def test_a_stuck_engine_fails_the_warm_up_and_is_reported_by_health(monkeypatch):
+    """A generator that took the call and never answered: `serve` never opened its port (the
+    warm-up waited 300 s a try), and /health said "ok" while every /answer got 504."""
+    import uvicorn
+
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.rag.service import serve
+    from routers import ScriptedGenerator
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    blocking = BlockingGenerator(ScriptedGenerator())
+    rag = _router_rag(blocking)
+    start = time.perf_counter()
+    with pytest.raises(BackendError, match=r"did not answer the warm-up question within 0.3 s"):
+        serve(rag, limits=Limits(request_timeout=0.3))
+    assert time.perf_counter() - start < 5
+    blocking.release.set()  # the warm-up's call ends
+    blocking = BlockingGenerator(ScriptedGenerator())
+    with TestClient(create_app(_router_rag(blocking), Limits(request_timeout=0.2))) as client:
+        assert client.post("/answer", json={"questions": ["a?"]}).status_code == 504
+        assert blocking.entered.is_set()  # the call under way, held
+        deadline = time.perf_counter() + 5
+        while (health := client.get("/health")).status_code == 200:  # until 2 x 0.2 s pass
+            assert health.json()["status"] == "ok" and time.perf_counter() < deadline
+            time.sleep(0.02)
+        assert health.status_code == 503 and health.json()["status"] == "stuck"
+        assert "engine call under way" in health.json()["stuck"]
+        blocking.release.set()
+        while client.get("/health").json()["queue"]["engine"]["running"]:
+            time.sleep(0.01)
+        assert client.get("/health").json()["status"] == "ok"
+
+
+def test_a_remote_generator_gives_up_within_its_deadline():
+    """A server that takes the request and never answers: 300 s a try, 4 tries, before."""
+    import http.server
+
+    from retrieval_gate.errors import BackendError
+    from retrieval_gate.generation.remote import RemoteGenerator
+
+    hold = threading.Event()
+
+    class Wedged(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # the model list answers
+            reply = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def do_POST(self):  # a generation never does
+            hold.wait(30)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Wedged)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        generator = RemoteGenerator(url, "m", deadline=1.0)
+        start = time.perf_counter()
+        with pytest.raises(BackendError, match=r"within 1 s\)"):
+            generator.generate(["Who wrote Hamlet?"])
+        assert time.perf_counter() - start < 3
+        generator.close()
+    finally:
+        hold.set()
+        server.shutdown()
+
+
+def test_the_request_timeout_counts_from_arrival_not_per_wait(gate):
+    """Routing 0.6 s, then generating 0.6 s, with --request-timeout 1: answered after 1.2 s
+    (each wait was given the whole second). Now the engine waits what routing left: 504."""
+    from routers import ScriptedGenerator
+
+    class Slow(BlockingGate):
+        def scores(self, questions):
+            time.sleep(0.6)
+            return self.inner.scores(questions)
+
+    slow = BlockingGenerator(ScriptedGenerator())
+    slow.release.set()
+    slow.generate = lambda prompts, *a, **k: (time.sleep(0.6), slow.inner.generate(prompts))[1]
+    rag = AdaptiveRAG(Slow(gate), BM25Retriever(DOCS), slow, k=2)
+    with TestClient(create_app(rag, Limits(request_timeout=1.0))) as client:
+        start = time.perf_counter()
+        r = client.post("/answer", json={"questions": ["Who wrote Hamlet?"]})
+        took = time.perf_counter() - start
+    assert r.status_code == 504 and "within 1 s (--request-timeout)" in r.json()["detail"]
+    assert took < 1.15

@@ -25,12 +25,22 @@ _IDK = re.compile(
 )
 
 
-# A visible character: not whitespace (what str.isspace calls so, and U+FEFF), not a control
-# character, not a zero-width or direction mark. A question of only those ("\x00", U+200B)
-# has no text for a tokenizer, yet was scored. Listed one by one so that the pattern means the
-# same to Python's re, pydantic's Rust regex and a client's ECMA regex (the HTTP schema's).
-VISIBLE = (r"[^\x00-\x20\x7f-\xa0\xad\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2064"
-           r"\u3000\ufeff]")  # fmt: skip
+# A visible character: any but those of Unicode's categories Cc (controls), Cf (format: zero-
+# width, direction and tag marks), Zs, Zl, Zp (spaces, separators), and the few others that
+# render as nothing: the combining grapheme joiner U+034F, variation selectors (FE00-FE0F,
+# E0100-E01EF, Mongolian 180B-180F), Khmer's inherent vowels 17B4-17B5, the Hangul fillers
+# (115F, 1160, 3164, FFA0) and the blank braille pattern U+2800. A question of only those
+# ("\x00", U+200B, U+2066) has no text for a tokenizer, yet was scored. A combining mark on a
+# letter is text: the letter is visible. Ranges listed (Unicode 14) so that the pattern means
+# the same to Python's re, pydantic's Rust regex and a client's ECMA regex (the HTTP schema's,
+# `u` flag: the astral ranges are the characters themselves, as no escape is read by all three).
+VISIBLE = (
+    r"[^\x00-\x20\x7f-\xa0\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    r"\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u2064"
+    r"\u2066-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
 
 
 def has_text(text: str) -> bool:

@@ -186,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens,
             mode_options=options,
             multi_step=multi_step,
+            # a remote generator's request (retries included) gives up when the HTTP request
+            # it serves has: a stuck server held the engine 20 minutes a call
+            deadline=checked.request_timeout,
             **engine,
         )
     serve(service, args.host, args.port, checked, args.api_key, options.strategies,

@@ -53,7 +53,10 @@ class RemoteGenerator:
 
     `base_url` ends in `/v1` (e.g. `http://localhost:8000/v1`); `model` defaults to the one
     model the server lists at `/v1/models` (`endpoints.pick_model`); `api_key` goes with every
-    request (`rag.backends.open_generator` passes `endpoints.server_key()`)."""
+    request (`rag.backends.open_generator` passes `endpoints.server_key()`). `timeout`: the
+    seconds an attempt may wait for an answer; `deadline`: the seconds one request may take,
+    its retries included (None: RETRIES + 1 attempts of `timeout` each, 20 minutes for a server
+    that takes requests and never answers; `serve` passes its --request-timeout)."""
 
     # part of the generation cache's key: answers cached before a reasoning model was asked
     # with thinking off (`ServerTraits`) were its reasoning's remains, and choice scores its
@@ -67,8 +70,10 @@ class RemoteGenerator:
         api_key: str | None = None,
         concurrency: int = 32,
         timeout: float = 300.0,
+        deadline: float | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        self.timeout, self.deadline = timeout, deadline
         self._traits = ServerTraits(self.base_url)  # what the server takes, learned as it goes
         self._refused: dict[tuple[str, int, bool], tuple[float, PromptRefused]] = {}
         self._refused_lock = threading.Lock()  # the request threads share it
@@ -103,14 +108,17 @@ class RemoteGenerator:
         for the caller to send the request again as the server takes it."""
         base = self.base_url.removesuffix("/v1") if root else self.base_url
         poison = False  # the last attempt got a 500: this prompt's, not a lost connection's
+        start, attempts = time.monotonic(), 0
         for attempt in range(RETRIES + 1):
             wait = 0.0  # what a rate limit asks for (`Retry-After`)
+            attempts += 1
             try:
-                r = self._client.post(f"{base}{path}", json=body)
+                r = self._client.post(f"{base}{path}", json=body, timeout=self._left(start))
             except httpx.HTTPError as e:
                 problem = f"cannot reach the generator server at {self.base_url} ({e})"
                 poison = False
-                timed_out_note(self.base_url, e)
+                if attempt < RETRIES and self._left(start) > RETRY_PAUSE * 2**attempt:
+                    timed_out_note(self.base_url, e)  # "asking again": only where it will
             else:
                 poison, wait = r.status_code == 500, retry_after(r)
                 waiting_note(self.base_url, wait)
@@ -124,10 +132,20 @@ class RemoteGenerator:
                     return None
                 if r.status_code < 500 and r.status_code != 429:
                     raise PromptRefused(problem)
-            if attempt < RETRIES:
-                time.sleep(max(RETRY_PAUSE * 2**attempt, wait))
+            pause = max(RETRY_PAUSE * 2**attempt, wait)
+            if attempt == RETRIES or self._left(start) <= pause:  # no time for another
+                break
+            time.sleep(pause)
         failed = PromptRefused if poison else BackendError  # 429/503: busy, not refusing
-        raise failed(f"{problem} (after {RETRIES + 1} attempts)")
+        within = "" if self.deadline is None else f" within {self.deadline:g} s"
+        raise failed(f"{problem} (after {attempts} attempt{'s' * (attempts > 1)}{within})")
+
+    def _left(self, start: float) -> float:
+        """The timeout of an attempt begun now, in a request begun at `start`: `timeout`,
+        or what is left of `deadline` where that is less."""
+        if self.deadline is None:
+            return self.timeout
+        return max(0.0, min(self.timeout, self.deadline - (time.monotonic() - start)))
 
     def _listed(self, required: bool = True) -> dict[str, dict[str, Any]]:
         """The models the server lists. A server that does not answer within LIST_TIMEOUT is

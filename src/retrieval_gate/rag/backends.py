@@ -35,10 +35,13 @@ def open_generator(
     model: str | None = None,
     tensor_parallel_size: int = 1,
     data_parallel_size: int = 1,
+    deadline: float | None = None,
 ) -> Generator:
     """The remote server at `generator_url` when given, else the local vLLM engine (SmolLM2 by
     default) with the requested parallelism; either behind the generation cache
-    (`generation/cache.py`: the local engine starts on the first cache miss)."""
+    (`generation/cache.py`: the local engine starts on the first cache miss). `deadline`: the
+    seconds a request to the server may take, retries included (`serve`'s --request-timeout:
+    a server that took requests and never answered held the engine 20 minutes a call)."""
     from ..generation.cache import cached, lazy_generator
 
     check_engine(generator_url, model, tensor_parallel_size, data_parallel_size)
@@ -46,7 +49,8 @@ def open_generator(
         from ..generation.endpoints import server_key
         from ..generation.remote import RemoteGenerator
 
-        return cached(RemoteGenerator(generator_url, model, api_key=server_key()))
+        remote = RemoteGenerator(generator_url, model, api_key=server_key(), deadline=deadline)
+        return cached(remote)
     engine: dict[str, Any] = {}
     if tensor_parallel_size > 1:
         engine["tensor_parallel_size"] = tensor_parallel_size

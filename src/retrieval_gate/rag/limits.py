@@ -28,9 +28,11 @@ class Limits:
     # the measured rate is refused at once (429) rather than left to time out (504)
     request_timeout: float = 120.0
 
-    def check(self) -> None:
+    def check(self, heaviest: int = 1) -> None:
         """Refuses a limit that is not positive (or not finite), or a count past `MAX_COUNT`,
-        naming its flag."""
+        naming its flag; and a backlog that cannot hold one full request, `heaviest`: what
+        the dearest question weighs (a multi-step one: its --max-steps steps), since a request
+        that can never fit was told "retry" (429) forever."""
         for f in fields(self):
             value = getattr(self, f.name)
             flag = "--" + f.name.replace("_", "-")
@@ -42,4 +44,13 @@ class Limits:
             raise ConfigError(
                 f"--max-backlog ({self.max_backlog}) must hold one full request "
                 f"(--max-questions {self.max_questions})"
+            )
+        full = self.max_questions * heaviest
+        if full > self.max_backlog:
+            raise ConfigError(
+                f"--max-backlog ({self.max_backlog}) must hold one full request: "
+                f"--max-questions {self.max_questions} multi-step questions of {heaviest} steps "
+                f"(--max-steps; a question counts as its steps) weigh {full}; pass "
+                f"--max-backlog {full}, or a lower --max-steps"
+                + (f" or --max-questions {fit}" if (fit := self.max_backlog // heaviest) else "")
             )

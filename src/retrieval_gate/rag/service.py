@@ -53,7 +53,7 @@ from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads, lone_surrogate_at
 from . import slow_clients
-from .batcher import Batcher, Busy
+from .batcher import Batcher, Busy, TooHeavy
 from .cascade import Cascade, answer_gate_of, escalate_kept, escalation_strategy
 from .decisions import (
     Decision,
@@ -72,6 +72,16 @@ log = logging.getLogger(__name__)
 
 
 WARM_UP = "Who wrote Hamlet?"
+# Seconds between checks that a waiting request's client is still there (`_wait`).
+DISCONNECT_POLL = 0.25
+# /health says an engine is stuck when its call under way has run this many request timeouts:
+# every request in it has had its 504 long since (a generator that took the call, never answered).
+STUCK_AFTER = 2.0
+# The most validation problems one 422 names: 100,000 unknown keys made a 6.5 MB reply.
+MAX_REASONS = 10
+# Seconds uvicorn waits, on SIGTERM or Ctrl-C, for requests under way (at most the request
+# timeout): a client that never read its response held the shutdown for good.
+SHUTDOWN_GRACE = 30.0
 
 
 class ScoreItem(BaseModel):
@@ -149,7 +159,7 @@ _ERRORS = {
         400: "unreadable body",
         401: "missing or wrong bearer token",
         413: "body larger than the limit",
-        422: "invalid request (the reason names the field)",
+        422: "invalid request (the reason names the field), or one too heavy for the backlog",
         429: "backlog full; retry after `Retry-After` seconds",
         503: "the engine failed",
         504: "not answered within the request timeout",
@@ -417,30 +427,54 @@ def create_app(
     answerer = None
     if rag:
         steps = {s.name: rag.steps_config(s).max_steps if s.multi_step else 1 for s in registry}
+        # a full request of the dearest questions must fit the engine's backlog
+        limits.check(max(steps.get(s, 1) for s in strategies_served))
         answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
                            weight=lambda r: steps.get(r.strategy, 1))  # fmt: skip
 
-    async def route(sent: dict[str, Any]) -> tuple[list[_Routed], float]:
+    async def route(sent: dict[str, Any], client: Request) -> tuple[list[_Routed], float]:
         """`sent`: the request as a dict (`model_dump`): its questions, a router's budget, the
-        side features and answer log-probabilities the served gate reads."""
+        side features and answer log-probabilities the served gate reads; `client`: its
+        connection, watched while it waits."""
         budget = _budget_of(sent, default_budget)
         items = [(q, budget) for q in _as_questions(
             sent["questions"], sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
-        routed, _ = await _wait(scorer, items, limits.request_timeout)
+        routed, _ = await _wait(scorer, items, limits.request_timeout, client)
         traffic.routed([r.strategy for r in routed])
         decided = routed[0].seconds if routed else 0.0
         metrics.routed_questions([r.strategy for r in routed], decided)
         metrics.escalations.inc(sum(r.escalated is True for r in routed))  # gate-mode cascade
         return routed, decided
 
+    async def warm() -> None:
+        """One question through the gate and the engine: their first-call cost paid, their
+        rate measured. Each within the request timeout (the gate may ask the generator too),
+        else `BackendError`: a generator that took the call and never answered held the
+        startup silent (no port, no log) for 300 s."""
+        unknown = {c: [None] for c in columns}  # a side feature's value unknown
+        questions = _as_questions([WARM_UP], unknown if columns else None)
+        timeout = limits.request_timeout
+        where = getattr(rag.generator, "base_url", None) if rag else None
+        try:
+            async with asyncio.timeout(timeout):
+                routed, _ = await scorer.submit([(q, None) for q in questions])
+            if answerer:
+                async with asyncio.timeout(timeout):
+                    await answerer.submit(routed)
+        except TimeoutError:
+            engine = f"the generator server at {where}" if where else "the engine"
+            raise BackendError(
+                f"{engine} did not answer the warm-up question within {timeout:g} s "
+                "(--request-timeout) at startup: is it stuck or overloaded? (or raise "
+                "--request-timeout)"
+            ) from None
+        except RetrievalGateError as e:
+            raise BackendError(f"the warm-up question failed at startup: {e}") from None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if warm_up:  # the engines' first-call cost paid here, and their rate measured
-            unknown = {c: [None] for c in columns}  # a side feature's value unknown
-            warm = _as_questions([WARM_UP], unknown if columns else None)
-            routed, _ = await scorer.submit([(q, None) for q in warm])
-            if answerer:
-                await answerer.submit(routed)
+        if warm_up:  # the engines' first-call cost paid here (`serve` pays it before)
+            await warm()
         yield
         for batcher in (scorer, answerer):
             if batcher:
@@ -454,6 +488,7 @@ def create_app(
         docs_url=None,  # FastAPI's /docs and /redoc load their assets from a CDN: see _docs
         redoc_url=None,
     )
+    app.state.warm_up = warm  # `serve` warms up before uvicorn starts: a failure is one line
     app.router.route_class = StrictJSON  # the routes below: a key twice is refused
     _docs(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
@@ -467,7 +502,13 @@ def create_app(
         # One readable sentence per problem, naming the field (instead of the nested default).
         body = bodies.get(request.url.path)
         keys = list(body.model_fields) if body else []
-        reasons = dict.fromkeys(_reason(e, keys, columns) for e in exc.errors())  # once each
+        errors = exc.errors()
+        reasons: dict[str, None] = {}  # once each, the first MAX_REASONS of them
+        for i, e in enumerate(errors):
+            if len(reasons) == MAX_REASONS:
+                reasons[f"and {len(errors) - i} more"] = None
+                break
+            reasons[_reason(e, keys, columns)] = None
         return JSONResponse(status_code=422, content={"detail": "; ".join(reasons)})
 
     @app.exception_handler(StarletteHTTPException)
@@ -478,10 +519,19 @@ def create_app(
                                          exc.headers)  # fmt: skip
         return await http_exception_handler(request, exc)
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
+    def stuck() -> list[str]:
+        """The workers whose call under way has run STUCK_AFTER request timeouts."""
+        now, late = time.perf_counter(), STUCK_AFTER * limits.request_timeout
+        return [name for name, b in (("gate", scorer), ("engine", answerer))
+                if b and b.call_started is not None and now - b.call_started > late]  # fmt: skip
+
+    @app.get("/health", responses={503: {"description": "a worker's call is stuck"}})
+    async def health() -> Any:
+        """`status` "ok", or "stuck" (503) while the gate's or engine's call under way has run
+        STUCK_AFTER request timeouts (a generator that took it and never answers)."""
+        late, now = stuck(), time.perf_counter()
+        body = {
+            "status": "stuck" if late else "ok",
             "mode": "answer" if rag else "gate",
             "gate": gate.name,
             "threshold": float(gate.threshold),
@@ -494,13 +544,23 @@ def create_app(
             MULTI_STEP: asdict(rag.multi_step) if rag else None,  # the reasoner's settings
             "limits": asdict(limits),
             "queue": {
-                name: {"waiting": b.backlog, "running": b.running}
+                name: {
+                    "waiting": b.backlog,
+                    "running": b.running,
+                    "running_seconds": _since(b.call_started, now),
+                }  # fmt: skip
                 for name, b in (("gate", scorer), ("engine", answerer))
                 if b
             },
             "traffic": traffic.snapshot(),
             "metrics": metrics.totals(),  # GET /metrics's counters, as JSON
         }
+        if late:
+            body["stuck"] = (f"the {' and '.join(late)} call under way has run over "
+                             f"{STUCK_AFTER:g} x --request-timeout ({limits.request_timeout:g} s)"
+                             ": is the generator stuck?")  # fmt: skip
+            return JSONResponse(status_code=503, content=body)
+        return body
 
     # HEAD too: uptime monitors and load balancers often probe with it (it was a 405); out of
     # the schema, where it would repeat GET's operation id
@@ -518,11 +578,14 @@ def create_app(
     bodies["/score"] = score_request
 
     @app.post("/score", response_model=ScoreResponse, responses=_ERRORS, dependencies=guarded)
-    async def score(request: score_request) -> ScoreResponse:  # type: ignore[valid-type]
+    async def score(
+        request: score_request,  # type: ignore[valid-type]
+        client: Request,
+    ) -> ScoreResponse:
         """The gate's probability, retrieve decision and strategy per question (one batched
         call; a router routes at the request's `budget`)."""
         sent = request.model_dump()
-        routed, _ = await route(sent)
+        routed, _ = await route(sent, client)
         return ScoreResponse(
             gate=gate.name,
             threshold=float(gate.threshold),
@@ -546,12 +609,18 @@ def create_app(
         bodies["/answer"] = answer_request
 
         @app.post("/answer", response_model=AnswerResponse, responses=_ERRORS, dependencies=guarded)
-        async def answer(request: answer_request) -> AnswerResponse:  # type: ignore[valid-type]
+        async def answer(
+            request: answer_request,  # type: ignore[valid-type]
+            client: Request,
+        ) -> AnswerResponse:
             """Gate or router -> strategy -> retrieve -> generate for each question; queued
             questions of concurrent requests share one batched generator call (a step)."""
+            arrived = time.perf_counter()
             sent = request.model_dump()
-            routed, decided = await route(sent)
-            done, waited = await _wait(answerer, routed, limits.request_timeout)
+            routed, decided = await route(sent, client)
+            # the engine waits what is left of the request timeout, not all of it again
+            left = limits.request_timeout - (time.perf_counter() - arrived)
+            done, waited = await _wait(answerer, routed, left, client, limits.request_timeout)
             costs = done[0][1]
             answers = [a for a, _ in done]
             traffic.answered(len(answers), sum(a.retrievals for a in answers),
@@ -719,20 +788,46 @@ def _as_questions(
     return [replace(q, id=f"request-{i}", source="http") for i, q in enumerate(qs)]
 
 
-async def _wait(batcher: Batcher, items: list[Question], timeout: float) -> tuple[list, float]:
-    """The batcher's results, or the HTTP error that says why there are none."""
+async def _wait(
+    batcher: Batcher,
+    items: list[Any],
+    timeout: float,
+    client: Request | None = None,
+    limit: float | None = None,
+) -> tuple[list, float]:
+    """The batcher's results, or the HTTP error that says why there are none. `timeout`:
+    the seconds left of the request's `limit` (--request-timeout; default: `timeout`);
+    `client`: watched while it waits, its request withdrawn from the backlog if it leaves
+    (499): Starlette does not cancel a handler whose client left, so a gone client's questions
+    were generated anyway while live clients got 429."""
+    said = limit or timeout
+    late = HTTPException(504, f"not answered within {said:g} s (--request-timeout); retry later")
+    if timeout <= 0:
+        raise late
+    work = asyncio.ensure_future(batcher.submit(items))
     try:
-        return await asyncio.wait_for(batcher.submit(items), timeout)
+        async with asyncio.timeout(timeout):
+            while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL))[0]:
+                if client is not None and await client.is_disconnected():
+                    raise HTTPException(CLIENT_CLOSED, "the client closed the connection")
+            return work.result()
     except Busy as e:
         raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    except TooHeavy as e:  # never fits: not worth a retry
+        raise HTTPException(422, str(e)) from None
     except TimeoutError:
-        raise HTTPException(
-            504, f"not answered within {timeout:g} s (--request-timeout); retry later"
-        ) from None
+        raise late from None
     except BackendError as e:
         raise HTTPException(503, f"the engine failed: {e}") from None
     except RetrievalGateError as e:
         raise HTTPException(422, str(e)) from None
+    finally:
+        work.cancel()  # a request given up (timeout, client gone) leaves the backlog
+
+
+def _since(start: float | None, now: float) -> float | None:
+    """Seconds from `start` to `now` (None: no call under way)."""
+    return None if start is None else round(now - start, 3)
 
 
 def _item(a: Answer) -> AnswerItem:
@@ -894,7 +989,10 @@ def serve(
     default budget (`--budget`; a RAG loop has its own)."""
     import uvicorn
 
-    app = create_app(service, limits, api_key, warm_up=True, strategies=strategies,
-                     budget=budget)  # fmt: skip
+    limits = limits or Limits()
+    app = create_app(service, limits, api_key, strategies=strategies, budget=budget)
+    log.info("warming up: one question through the gate and the engine")
+    asyncio.run(app.state.warm_up())  # before the port opens: a failure is one clear line
     protocol = slow_clients.head_deadline_protocol()
-    uvicorn.run(app, host=host, port=port, workers=1, http=protocol)
+    uvicorn.run(app, host=host, port=port, workers=1, http=protocol,
+                timeout_graceful_shutdown=min(SHUTDOWN_GRACE, limits.request_timeout))  # fmt: skip
