@@ -14,6 +14,7 @@ import pytest
 
 from retrieval_gate.cli import main
 from retrieval_gate.errors import BackendError, ConfigError, DataError, InputError
+from retrieval_gate.generation.base import Generation
 from retrieval_gate.generation.prompts import ANSWER_MARKER
 from retrieval_gate.questions import Question
 from retrieval_gate.rag import AdaptiveRAG, OracleGate, comparison_rows
@@ -146,6 +147,126 @@ def test_strategies_a_router_names_must_be_known():
         AdaptiveRAG(two, ret, gen).run([q(1, "Who wrote Hamlet?")])
     with pytest.raises(ConfigError, match="^budget must be 0 or more"):
         AdaptiveRAG(LengthRouter(), ret, gen, budget=-1.0)
+
+
+QUESTIONS = ["Capital of France?", "Who wrote the tragedy Hamlet in London?",
+             "Who founded the city where the tragedy Hamlet was written, and when?"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "given, strategies",
+    [
+        (QUESTIONS, ["no_retrieval", "one_retrieval", "multi_step"]),  # bare strings
+        ("Capital of France?", ["no_retrieval"]),  # one string is one question
+        (
+            np.array([q(i, t) for i, t in enumerate(QUESTIONS)], dtype=object),
+            ["no_retrieval", "one_retrieval", "multi_step"],
+        ),  # fmt: skip
+        (
+            (q(i, t) for i, t in enumerate(QUESTIONS)),
+            ["no_retrieval", "one_retrieval", "multi_step"],
+        ),
+    ],
+    ids=["strings", "one-string", "array", "generator"],
+)
+def test_the_loop_takes_questions_as_every_gate_does(given, strategies):
+    rag = AdaptiveRAG(LengthRouter(), BM25Retriever(DOCS), ScriptedGenerator(), k=2)
+    answers = rag.answer(given)
+    assert [a.strategy for a in answers] == strategies
+    assert all(a.error is None and a.answer for a in answers)
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ([1.0], "^budget: 1 budgets for 3 questions"),
+        ([1.0] * 4, "^budget: 4 budgets for 3 questions"),
+        (np.array([1.0, 1.0]), "^budget: 2 budgets for 3 questions"),
+        ("1.0", "^budget '1.0' is a string"),
+        (float("nan"), "^budget must be 0 or more"),
+        ([0.0, float("nan"), 1.0], r"^budget\[1\] must be 0 or more"),
+        ((0.0, -1.0, 1.0), r"^budget\[1\] must be 0 or more"),
+    ],
+)
+def test_a_run_budget_is_checked_like_the_constructors(budget, message):
+    questions = [q(i, t) for i, t in enumerate(QUESTIONS)]
+    rag = AdaptiveRAG(LengthRouter(), BM25Retriever(DOCS), ScriptedGenerator(), k=2)
+    with pytest.raises(ConfigError, match=message):
+        rag.run(questions, budget=budget)
+    with pytest.raises(ConfigError, match=message):
+        rag.decide(questions, budget)
+
+
+def test_a_run_budget_may_be_a_numpy_array_of_one_per_question():
+    questions = [q(i, t) for i, t in enumerate(QUESTIONS)]
+    rag = AdaptiveRAG(LengthRouter(), BM25Retriever(DOCS), ScriptedGenerator(), k=2)
+    run = rag.run(questions, budget=np.array([3.35, 0.0, 3.35]))
+    assert [a.strategy for a in run.answers] == ["no_retrieval", "no_retrieval", "multi_step"]
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"k": "5"}, r"^k \(documents per question\) must be a whole number >= 1, got '5'"),
+        ({"k": None}, "^k .* got None"),
+        ({"k": 2.5}, "^k .* got 2.5"),
+        ({"k": True}, "^k .* got True"),
+        ({"max_new_tokens": -1}, "^max_new_tokens .* got -1"),
+        ({"doc_words": -3}, "^doc_words .* got -3"),
+        ({"doc_words": 0}, "^doc_words .* got 0"),
+        ({"retriever": None}, "^retriever must be a retriever .* got None"),
+        ({"generator": None}, "^generator must be a generator .* got None"),
+    ],
+)
+def test_the_loop_refuses_bad_arguments_by_name(given, message):
+    args = {"gate": LengthRouter(), "retriever": BM25Retriever(DOCS),
+            "generator": ScriptedGenerator(), **given}  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        AdaptiveRAG(**args)
+
+
+class _Returns:
+    """A retriever and generator that return what the test gives them (a misbehaving backend)."""
+
+    name = checksum = "returns"
+
+    def __init__(self, hits=None, generations=None):
+        self.hits, self.generations = hits, generations
+
+    def retrieve(self, questions, k=5):
+        if self.hits is None:
+            return BM25Retriever(DOCS).retrieve(questions, k)
+        return self.hits(questions, k)
+
+    def generate(self, prompts, max_new_tokens=24, logprobs=False):
+        if self.generations is None:
+            return ScriptedGenerator().generate(prompts, max_new_tokens)
+        return self.generations(prompts)
+
+
+@pytest.mark.parametrize(
+    "backend, message",
+    [
+        (_Returns(generations=lambda p: None),
+         "generator 'returns' returned None .*expected a list of Generation, one per prompt"),
+        (_Returns(generations=lambda p: ["Paris"] * len(p)),
+         "generator 'returns' returned 'Paris' .*for prompt 0: expected a Generation"),
+        (_Returns(generations=lambda p: [Generation(None, 1, 1)] * len(p)),
+         "a Generation whose text is None .*expected its text a str"),
+        (_Returns(hits=lambda qs, k: None),
+         "retriever 'returns' returned None .*expected a list of Hit lists, one per question"),
+        (_Returns(hits=lambda qs, k: [None] * len(qs)),
+         "returned None .*for question 0 .*expected a list of Hit"),
+        (_Returns(hits=lambda qs, k: [DOCS[:k]] * len(qs)),
+         r"returned Document\(id='d0'.* for question 0 .*expected a list of Hit"),
+    ],
+    ids=["gen-none", "gen-strings", "gen-text-none", "ret-none", "ret-none-per-q", "ret-docs"],
+)  # fmt: skip
+def test_malformed_backend_results_say_what_was_expected(backend, message):
+    questions = [q(i, t) for i, t in enumerate(QUESTIONS)]
+    rag = AdaptiveRAG(LengthRouter(), backend, backend, k=2)
+    with pytest.raises(BackendError, match=message):
+        rag.run(questions)
 
 
 @pytest.mark.parametrize("steps", [0, 11, -1])

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-from ..errors import BackendError
+from ..errors import BackendError, clipped
 from ..generation.base import Generation, Generator, PartialGenerator
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
@@ -162,7 +162,9 @@ class Meter:
         if not queries:
             return []
         call = partial(retriever.retrieve, list(queries), k=k)
-        hits, seconds = _timed(call, len(queries), f"retriever {retriever.name!r}")
+        what = f"retriever {retriever.name!r}"
+        raw, seconds = _timed(call, len(queries), what, "a list of Hit lists, one per question")
+        hits = [_hits(h, what, i, q) for i, (h, q) in enumerate(zip(raw, queries, strict=True))]
         self.costs.retrieval_calls += 1
         self.costs.retrieval_seconds += seconds
         self._split("retrieval", seconds, strategies, [1] * len(queries))
@@ -187,7 +189,10 @@ class Meter:
         )
         extra = {"logprobs": True} if self.logprobs and _takes_logprobs(method) else {}
         call = partial(method, list(prompts), max_new_tokens=max_new_tokens, **extra)
-        raw, seconds = _timed(call, len(prompts), f"generator {generator.name!r}")
+        what = f"generator {generator.name!r}"
+        raw, seconds = _timed(call, len(prompts), what, "a list of Generation, one per prompt")
+        for i, g in enumerate(raw):
+            _check_generation(g, what, i)
         self.costs.generation_calls += 1
         self.costs.generation_seconds += seconds
         out = [g if isinstance(g, Generation) else f"the generator failed: {g}" for g in raw]
@@ -222,14 +227,55 @@ class Meter:
             setattr(c, f"{part}_seconds", getattr(c, f"{part}_seconds") + seconds * share)
 
 
-def _timed(call: Any, n: int, what: str) -> tuple[list[Any], float]:
-    """`call()`'s results and seconds; one result per input, or the backend misbehaved."""
+def _timed(call: Any, n: int, what: str, expected: str) -> tuple[list[Any], float]:
+    """`call()`'s results and seconds; one result per input, or the backend misbehaved (None
+    or a str back was a raw TypeError, or a list of characters)."""
     t = time.perf_counter()
-    out = list(call())
+    got = call()
+    try:
+        out = None if isinstance(got, str | bytes) else list(got)
+    except TypeError:
+        out = None
     seconds = time.perf_counter() - t
+    if out is None:
+        raise BackendError(f"{what} returned {_shown(got)}: expected {expected}")
     if len(out) != n:
         raise BackendError(f"{what} returned {len(out)} results for {n} inputs")
     return out, seconds
+
+
+def _shown(value: Any) -> str:
+    return f"{clipped(repr(value), 60)} (a {type(value).__name__})"
+
+
+def _hits(found: Any, what: str, i: int, query: Question) -> list[Hit]:
+    """Query i's hits as a list, or the retriever misbehaved: None, or Documents for Hits,
+    failed later as a raw TypeError or AttributeError inside the loop."""
+    try:
+        hits = None if isinstance(found, str | bytes) else list(found)
+    except TypeError:
+        hits = None
+    bad = found if hits is None else next((h for h in hits if not isinstance(h, Hit)), None)
+    if hits is None or bad is not None:
+        raise BackendError(f"{what} returned {_shown(bad)} for question {i} "
+                           f"({clipped(query.text, 40)!r}): expected a list of Hit (a Document "
+                           "and its score) per question, best first")  # fmt: skip
+    return hits
+
+
+def _check_generation(g: Any, what: str, i: int) -> None:
+    """A generation with its text a str, or the error that ended that prompt (a
+    `PartialGenerator`'s). A plain str was reported as "the generator failed: <the answer>",
+    and text None failed as a raw TypeError when a multi-step reply was parsed."""
+    if isinstance(g, Exception):
+        return
+    if not isinstance(g, Generation):
+        raise BackendError(f"{what} returned {_shown(g)} for prompt {i}: expected a "
+                           "Generation (its text, prompt_tokens, completion_tokens) per "
+                           "prompt")  # fmt: skip
+    if not isinstance(g.text, str):
+        raise BackendError(f"{what} returned a Generation whose text is {_shown(g.text)} for "
+                           f"prompt {i}: expected its text a str")  # fmt: skip
 
 
 def _takes_logprobs(method: Any) -> bool:

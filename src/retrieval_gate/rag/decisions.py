@@ -129,6 +129,29 @@ def check_budget_sign(budget: Budget, flag: str = "--budget") -> None:
         raise ConfigError(f"{flag} must be 0 or more (mean cost per question), got {budget!r}")
 
 
+def checked_budgets(
+    budget: Budget | Sequence[Budget] | np.ndarray, n: int, flag: str = "budget"
+) -> Budget | list[Budget]:
+    """The budget of a batch of `n` questions: one (None: the default) or a list of one per
+    question (a list, tuple or numpy array; None in it: the default), each 0 or more. Unchecked,
+    a list too short blamed the router, one too long or an array failed raw, NaN reached the
+    router and a str was read as one budget per character."""
+    if isinstance(budget, np.ndarray):
+        budget = budget.tolist()  # a 0-d array is one number, plain floats either way
+    if isinstance(budget, str | bytes):
+        raise ConfigError(f"{flag} {budget!r} is a string: pass a number (e.g. {flag}=1.0), "
+                          "or a list of one per question")  # fmt: skip
+    if not isinstance(budget, Sequence):
+        check_budget_sign(budget, flag)
+        return budget
+    if len(budget) != n:
+        raise ConfigError(f"{flag}: {len(budget)} budgets for {n} questions: pass one per "
+                          "question, or one number for all")  # fmt: skip
+    for i, b in enumerate(budget):
+        check_budget_sign(b, f"{flag}[{i}]")
+    return list(budget)
+
+
 def decide(
     gate: Gate,
     questions: Questions,
@@ -138,12 +161,13 @@ def decide(
     """Each question's strategy: the router's `route` (per question budget allowed: one
     `route` call per distinct budget), else the binary gate at its threshold."""
     questions = as_questions(questions)
+    budget = checked_budgets(budget, len(questions))  # before the gate spends its time
+    budgets = budget if isinstance(budget, list) else [budget] * len(questions)
     probs = np.asarray(gate.scores(questions), dtype=float)
     if probs.shape != (len(questions),):
         raise BackendError(
             f"gate {gate.name!r} returned {probs.shape} scores for {len(questions)} questions"
         )
-    budgets = list(budget) if isinstance(budget, Sequence) else [budget] * len(questions)
     if not is_router(gate):
         for b in {b for b in budgets if b is not None}:
             check_router(gate, b, registry, "budget")

@@ -26,15 +26,16 @@ question, tokens, and the seconds of the calls it took part in (shared calls spl
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import BackendError, ConfigError
-from ..gates.base import Gate, as_questions
+from ..gates.base import Gate, Questions, as_questions
 from ..generation.base import Generation, Generator
 from ..generation.fit import FittedPrompt, fit_prompts, most_documents
 from ..generation.prompts import DOC_WORDS
@@ -47,6 +48,7 @@ from .decisions import (
     Budget,
     Decision,
     check_router,
+    checked_budgets,
     decide,
     routed_strategies,
 )
@@ -56,6 +58,27 @@ DEFAULT_K = 5  # RetrievalQA's top-5 documents
 DEFAULT_MAX_NEW_TOKENS = 24
 
 __all__ = ["AdaptiveRAG", "Answer", "Costs", "RagRun", "StrategyCosts"]
+
+
+@runtime_checkable
+class _Generating(Protocol):
+    """What the loop calls on its generator: `name` (in messages) and `generate` (a
+    `PartialGenerator`'s `try_generate` too); `checksum` and `choice_probs` it never calls."""
+
+    name: str
+
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
+    ) -> list[Generation]: ...
+
+
+def _whole(value: Any, name: str, what: str, default: int) -> int:
+    """A count argument: a whole number >= 1. "5" and None failed at the first comparison,
+    2.5 deep in numpy at run time, and doc_words=-3 cut each document's LAST 3 words."""
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+        raise ConfigError(f"{name} ({what}) must be a whole number >= 1, got {value!r}: "
+                          f"pass e.g. {name}={default} (the default)")  # fmt: skip
+    return int(value)
 
 
 @dataclass
@@ -137,8 +160,19 @@ class AdaptiveRAG:
         retrievers: Mapping[str, Retriever] | None = None,
         logprobs: bool = False,
     ):
-        if k < 1:
-            raise ConfigError(f"k (documents per question) must be >= 1, got {k}")
+        k = _whole(k, "k", "documents per question", DEFAULT_K)
+        max_new_tokens = _whole(max_new_tokens, "max_new_tokens", "tokens generated per answer",
+                                DEFAULT_MAX_NEW_TOKENS)  # fmt: skip
+        doc_words = _whole(doc_words, "doc_words", "words kept of each document", DOC_WORDS)
+        # checked here: None failed mid-run (a KeyError, an AttributeError) after the gate ran
+        if not isinstance(retriever, Retriever):
+            raise ConfigError(f"retriever must be a retriever (an object with a name and "
+                              f"retrieve(questions, k)), e.g. BM25Retriever(documents); got "
+                              f"{retriever!r}")  # fmt: skip
+        if not isinstance(generator, _Generating):
+            raise ConfigError(f"generator must be a generator (an object with a name and "
+                              f"generate(prompts, max_new_tokens)), e.g. open_generator(...); "
+                              f"got {generator!r}")  # fmt: skip
         self.registry = check_router(gate, budget, strategies or BUILTIN, "budget")
         self.retrievers = dict(retrievers or {})
         self.gate = gate
@@ -180,27 +214,35 @@ class AdaptiveRAG:
         own = replace(self._multi_step, max_steps=spec.max_steps or self._multi_step.max_steps)
         return own.resolved(spec.documents(self.k))
 
-    def answer(self, questions: Sequence[Question]) -> list[Answer]:
-        """Answers for `questions`, in order."""
+    def answer(self, questions: str | Questions) -> list[Answer]:
+        """Answers for `questions` (as `run` takes them), in order."""
         return self.run(questions).answers
 
     def decide(
-        self, questions: Sequence[Question], budget: Budget | Sequence[Budget] = None
+        self, questions: str | Questions, budget: Budget | Sequence[Budget] = None
     ) -> Decision:
         """Each question's strategy; a budget left None (per question too) is this loop's."""
-        if isinstance(budget, Sequence):
+        questions = as_questions(questions)
+        budget = checked_budgets(budget, len(questions))
+        if isinstance(budget, list):
             budget = [self.budget if b is None else b for b in budget]
         return decide(self.gate, questions, self.budget if budget is None else budget,
                       self.registry)  # fmt: skip
 
     def run(
         self,
-        questions: Sequence[Question],
+        questions: str | Questions,
         budget: Budget | Sequence[Budget] = None,
         decision: Decision | None = None,
     ) -> RagRun:
-        """Answers plus the measured cost of producing them. `decision`: strategies already
-        chosen (the service routes before it queues, so no decision time is counted here)."""
+        """Answers plus the measured cost of producing them. `questions`: as every gate takes
+        them (`Question`s or strings, a list, array or generator; one string is one question).
+        `budget`: one, or one per question. `decision`: strategies already chosen (the service
+        routes before it queues, so no decision time is counted here)."""
+        # converted once and kept: strings reached the retriever as such, a str was read as
+        # characters, and a generator was spent by the first pass over it
+        questions = as_questions(questions)
+        budget = checked_budgets(budget, len(questions))
         costs = Costs(questions=len(questions))
         if not questions:
             return RagRun([], costs)
@@ -213,7 +255,7 @@ class AdaptiveRAG:
                                "questions")  # fmt: skip
         meter = Meter(costs, self.logprobs)
         if isinstance(self.gate, Cascade):
-            scalar = None if isinstance(budget, Sequence) else budget
+            scalar = None if isinstance(budget, list) else budget
             answers = self._cascade(self.gate, questions, decision.strategies, meter,
                                     self.budget if scalar is None else scalar)  # fmt: skip
         else:
