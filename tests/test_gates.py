@@ -437,3 +437,29 @@ def test_encoder_gates_cut_a_huge_text_before_tokenising_it():
     assert gate.seen[-1] <= bound  # the tokenizer never read the whole megabyte
     assert time.monotonic() - start < 1.0
     assert scores[0] == gate.score_texts([huge[:200]])[0]  # its first 16 tokens, as before
+
+
+def test_pandas_and_numpy_missing_markers_are_unknown_feature_values():
+    """pd.NA (a nullable Int64 / Float64 / string column's missing cell) was a raw TypeError,
+    "boolean value of NA is ambiguous", where None and NaN are read as unknown; pd.NaT was
+    refused as not a number, numpy's masked element read as NaN with a warning."""
+    import warnings
+
+    import pandas as pd
+
+    from retrieval_gate.gates.base import as_questions
+    from retrieval_gate.questions import feature_value
+
+    texts = ["a?", "b?", "c?"]
+    columns = [
+        pd.DataFrame({"hits": pd.array([1, None, 3], dtype="Int64")}),
+        {"hits": pd.array([1.0, None, 3.0], dtype="Float64")},
+        {"hits": pd.Series([1, pd.NA, 3], dtype="object")},
+        {"hits": [1, pd.NaT, 3]},
+        {"hits": np.ma.array([1.0, 2.0, 3.0], mask=[False, True, False])},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "converting a masked element to nan"
+        for features in columns:
+            got = [feature_value(q, "hits") for q in as_questions(texts, features)]
+            assert got == [1.0, None, 3.0], features

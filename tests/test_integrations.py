@@ -314,3 +314,76 @@ def test_adapters_refuse_what_they_would_route_wrongly(routed):
                         multi_step=FakeListLLM(responses=["multi_step"]),
                         budget=np.float32(1.0))  # fmt: skip
     assert capped.batch(ROUTED) == ["direct", "retrieve", "retrieve"]
+
+
+def test_langchain_branches_are_runnables_and_a_config_list_fits_the_inputs():
+    """retrieve=None (or direct=None) was taken and every question routed there got None as
+    its output; a plain function was a raw AttributeError at the first batch, a config list
+    of the wrong length a raw IndexError. Functions are coerced, as RunnableBranch does."""
+    from langchain_core.language_models.fake import FakeListLLM
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    llm = FakeListLLM(responses=["x"] * 3)
+    for bad in ({"retrieve": None}, {"direct": None}, {"multi_step": "a chain"},
+                {"branches": {"bm25_top3": None}}):  # fmt: skip
+        wired = {"retrieve": llm, "direct": llm, "multi_step": llm, **bad}
+        name = next(iter(bad)) if "branches" not in bad else r"branches\['bm25_top3'\]"
+        with pytest.raises(ConfigError, match=f"^{name} is (NoneType|str): give a Runnable"):
+            GateRouter(_router(), **wired)
+    router = GateRouter(_router(), retrieve=lambda q: f"retrieve: {q}",
+                        direct=lambda q: f"direct: {q}", multi_step=lambda q: "multi_step")  # fmt: skip
+    assert router.batch(ROUTED) == [f"direct: {ROUTED[0]}", f"retrieve: {ROUTED[1]}",
+                                    "multi_step"]  # fmt: skip
+    assert router.batch(ROUTED, config=[{}, {}, {}])[2] == "multi_step"
+    with pytest.raises(ConfigError, match="config has 1 entries for 3 inputs"):
+        router.batch(ROUTED, config=[{}])
+
+
+def test_llamaindex_names_its_own_arguments_and_refuses_missing_engines():
+    """A router routing to multi-step without its engine was told to pass `multi_step=`, which
+    gated_query_engine does not take (it is multi_step_engine=); retrieval_engine=None was
+    taken and each question sent there was a raw AttributeError."""
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.query_engine import CustomQueryEngine
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.llamaindex import gated_query_engine
+
+    class Echo(CustomQueryEngine):
+        def custom_query(self, query_str: str) -> str:
+            return query_str
+
+    llm = MockLLM()
+    with pytest.raises(ConfigError, match=r"pass its branch \(multi_step_engine=\.\.\.\)"):
+        gated_query_engine(_router(), Echo(), llm)
+    for wired, name in [({"retrieval_engine": None}, "retrieval_engine"),
+                        ({"multi_step_engine": "engine"}, "multi_step_engine"),
+                        ({"engines": {"bm25_top3": None}}, r"engines\['bm25_top3'\]")]:  # fmt: skip
+        args = {"retrieval_engine": Echo(), "multi_step_engine": Echo(), **wired}
+        with pytest.raises(ConfigError, match=f"^{name} is (NoneType|str), not a query engine"):
+            gated_query_engine(_router(), llm=llm, **args)
+
+
+def test_haystack_saves_a_relatively_loaded_gate_by_its_absolute_folder(
+    minilm_gate_dirs, tmp_path, monkeypatch
+):
+    """A gate loaded from a relative path was saved as `folder: <that path>`, which failed to
+    load from another working folder ("no such folder, and not a Hub id")."""
+    from haystack import Pipeline
+
+    from retrieval_gate.integrations.haystack import RetrievalGateRouter
+
+    export = minilm_gate_dirs[1]
+    monkeypatch.chdir(export.parent)
+    pipe = Pipeline()
+    gate = RetrievalGate.from_pretrained(export.name, batch_size=8)
+    pipe.add_component("gate", RetrievalGateRouter(gate))
+    saved = pipe.dumps()
+    monkeypatch.chdir(tmp_path)
+    again = Pipeline.loads(saved, allowed_modules=["retrieval_gate.integrations.haystack"])
+    loaded = again.get_component("gate").gate
+    assert loaded.folder == export.resolve() and loaded.gate.batch_size == 8
+    asked = {"gate": {"query": QUESTIONS[0]}}
+    assert again.run(asked) == pipe.run(asked)

@@ -470,3 +470,57 @@ def test_a_run_missing_a_backbone_file_or_with_a_folder_for_its_weights_is_named
     (weights_folder / "gate.pt").mkdir()
     with pytest.raises(InputError, match=r"the run's gate.pt is a folder, not a file; re-train"):
         RetrievalGate.from_pretrained(weights_folder)
+
+
+def test_a_gate_loaded_from_a_relative_path_is_found_from_any_working_folder(
+    gate_dirs, tmp_path, monkeypatch
+):
+    """Its folder was kept relative: unpickled (a worker) or saved after a chdir, it was "no
+    such folder, and not a Hub id" / "the gate's files are gone"."""
+    import pickle
+
+    shutil.copytree(gate_dirs[1], tmp_path / "here" / "gate")
+    monkeypatch.chdir(tmp_path / "here")
+    gate = RetrievalGate.from_pretrained("gate")
+    assert gate.folder == tmp_path / "here" / "gate" and gate.folder.is_absolute()
+    blob = pickle.dumps(gate)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert pickle.loads(blob).folder == gate.folder
+    assert (gate.save_pretrained(tmp_path / "copy") / "model.onnx").is_file()
+
+
+def test_a_pickled_or_copied_gate_keeps_its_device_and_batch_size(gate_dirs):
+    """Its copies were loaded with backend, variant and threshold only: batch_size=4 came back
+    64, and device="cpu" (the GPU left to the LLM) came back on CUDA where there is one."""
+    import copy
+    import pickle
+
+    gate = RetrievalGate.from_pretrained(gate_dirs[1], batch_size=4, device="cpu")
+    for copied in (pickle.loads(pickle.dumps(gate)), copy.deepcopy(gate)):
+        assert copied.gate.batch_size == 4 and copied.device == "CPUExecutionProvider"
+        assert copied.load_options == gate.load_options == {"device": "cpu", "batch_size": 4}
+
+
+class SideGate:
+    """A gate reading the side column `hits` (as a `data.features` gate): its score is the
+    number of rows that have a value for it."""
+
+    name, threshold = "side", 0.5
+    side_features = SimpleNamespace(names=("hits",), from_text=False)
+
+    def scores(self, questions):
+        return np.array([0.0 if q.extra.get("hits") is None else 1.0 for q in questions])
+
+
+def test_features_given_as_an_iterator_of_rows_are_checked_as_a_list_is(tmp_path):
+    """A column the gate does not read was refused in a list of rows and silently ignored in
+    a generator of the same rows (it was not read, to leave it to the scoring)."""
+    gate = RetrievalGate(SideGate(), tmp_path, "onnx")
+    rows = [{"hits": 1, "views": 9}, {"hits": None, "views": 2}]
+    for given in (rows, iter(rows), (dict(r) for r in rows)):
+        with pytest.raises(InputError, match=r"features views: 'side' does not read them"):
+            gate.predict_proba(TEXTS[:2], features=given)
+    kept = [{"hits": 1}, {"hits": None}]
+    for given in (kept, iter(kept), (dict(r) for r in kept)):  # read once, then scored
+        assert gate.predict_proba(TEXTS[:2], features=given).tolist() == [1.0, 0.0]

@@ -693,6 +693,18 @@ def test_binary_gate_service_takes_no_budget(gate):
         assert ok["strategies"] == ["no_retrieval", "one_retrieval"]
 
 
+def test_what_is_not_a_gate_is_refused_when_the_app_is_made():
+    """A folder's path (or None) was taken as the service: every /score was then a 500
+    ("'str' object has no attribute 'scores'")."""
+    from retrieval_gate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"service is str, not a gate: load it first, "
+                       r"RetrievalGate.from_pretrained\('export/gate'\)"):  # fmt: skip
+        create_app("export/gate")
+    with pytest.raises(ConfigError, match="service is NoneType, not a gate"):
+        create_app(None)
+
+
 def test_a_multi_step_question_counts_its_steps_against_the_backlog():
     from routers import ScriptedGenerator
 

@@ -8,6 +8,7 @@ import math
 import numbers
 import re
 import string
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -165,12 +166,22 @@ def token_f1(prediction: str, answers: Iterable[str]) -> float:
 _FIELDS = {f.name for f in fields(Question)}
 
 
+def _missing_marker(value: Any) -> bool:
+    """pandas' pd.NA (a nullable Int64 / Float64 / string column's missing cell) or pd.NaT,
+    or numpy's masked element: unknown, as None and NaN are (`pd.NA == ""` was a raw
+    TypeError, "boolean value of NA is ambiguous"). Looked up among the loaded modules, not
+    imported: such a value exists only once its library is."""
+    pd, ma = sys.modules.get("pandas"), sys.modules.get("numpy.ma")
+    markers = (getattr(pd, "NA", None), getattr(pd, "NaT", None), getattr(ma, "masked", None))
+    return any(value is m for m in markers if m is not None)
+
+
 def feature_value(q: Question, name: str) -> float | None:
     """A numeric side signal of a question: its own field (`s_pop`, `o_pop`) or a column of
     your question file kept in `extra`. None when the question has no value for it; a value
     that is not a number is an error naming the question and the column."""
     value = getattr(q, name) if name in _FIELDS else q.extra.get(name)
-    if value is None or value == "":
+    if value is None or (isinstance(value, str) and value == "") or _missing_marker(value):
         return None
     try:
         number = float(value)

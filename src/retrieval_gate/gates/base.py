@@ -9,12 +9,13 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
-from ..errors import DataError, InputError
+from ..errors import ConfigError, DataError, InputError
 from ..generation.base import Generator
 from ..questions import Question
 from ..strategies import StrategyRegistry
@@ -270,3 +271,13 @@ def side_columns(gate: object) -> tuple[str, ...]:
 def is_router(gate: object) -> bool:
     """Whether `gate` also routes between strategies (see `Router`)."""
     return isinstance(gate, Router)
+
+
+def check_gate(gate: Any, what: str = "gate") -> None:
+    """Refuses what is not a loaded `Gate` (`scores` and `threshold`): a folder's path was
+    taken by the adapters and by `create_app`, and failed at the first question ("'str'
+    object has no attribute 'scores'"). Here, below both (rag must not import integrations)."""
+    if not callable(getattr(gate, "scores", None)) or not hasattr(gate, "threshold"):
+        load = (f": load it first, RetrievalGate.from_pretrained({str(gate)!r})"
+                if isinstance(gate, str | PurePath) else "")  # fmt: skip
+        raise ConfigError(f"{what} is {type(gate).__name__}, not a gate{load}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -96,14 +96,14 @@ def _check_repo_id(name: str) -> None:
 
 
 def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
-    """A local folder as is; an `owner/name` Hub id through `snapshot_download` (its cache,
-    `local_dir`, `revision`, `token`, `local_files_only` pass through `hub_kwargs`)."""
+    """A local folder, made absolute; an `owner/name` Hub id through `snapshot_download` (its
+    cache, `local_dir`, `revision`, `token`, `local_files_only` pass through `hub_kwargs`)."""
     if not str(path_or_repo_id).strip():  # Path("") is the working folder: loaded silently
         raise InputError("the gate's path is empty: give an export folder (`retrieval-gate "
                          "export`), a run folder (`retrieval-gate train`) or a Hub id")  # fmt: skip
     path = Path(path_or_repo_id).expanduser()
-    if path.is_dir():
-        return path
+    if path.is_dir():  # absolute: a copy loaded in another working folder (a pickled one in a
+        return path.resolve()  # worker, a saved pipeline) must find the same files
     if path.exists():
         raise InputError("expected a folder (an export or a training run), got a file", path)
     name = str(path_or_repo_id)
@@ -124,8 +124,9 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
         no_answer = silent(endpoint)  # else snapshot_download may wait on it for good
     try:
         if no_answer:  # as snapshot_download does when its requests time out: the cache alone
-            return Path(snapshot_download(repo_id=name, **{**hub_kwargs, "local_files_only": True}))
-        return Path(snapshot_download(repo_id=name, **hub_kwargs))
+            found = snapshot_download(repo_id=name, **{**hub_kwargs, "local_files_only": True})
+            return Path(found).resolve()
+        return Path(snapshot_download(repo_id=name, **hub_kwargs)).resolve()
     except (LocalEntryNotFoundError, RepositoryNotFoundError) as e:
         if no_answer:
             raise BackendError(f"{name}: {not_local}, but the Hub at {endpoint} gave {no_answer}, "
@@ -196,9 +197,18 @@ class RetrievalGate(
     `scores`): evaluation, tuning, `AdaptiveRAG` and `create_app` take it as it is. It wraps
     an `OnnxGate` or a `LearnedGate` (`.gate`)."""
 
-    def __init__(self, gate: Gate, folder: Path, backend: str, variant: str | None = None):
+    def __init__(
+        self,
+        gate: Gate,
+        folder: Path,
+        backend: str,
+        variant: str | None = None,
+        load_options: Mapping[str, Any] | None = None,
+    ):
         self.gate = gate
-        self.folder = folder
+        self.folder = Path(folder).expanduser().absolute()  # see resolve_folder
+        # from_pretrained's device and batch_size: a pickled copy (a worker's) loads with them
+        self.load_options = dict(load_options or {})
         self.backend = backend
         self.variant = variant
         self._saved_threshold = float(gate.threshold)  # what its files say (save_pretrained)
@@ -262,7 +272,8 @@ class RetrievalGate(
                                 **hub_kwargs)  # fmt: skip
         gate, backend = _load_gate(folder, backend, variant, device, batch_size=batch_size)
         kind = RetrievalRouter if is_router(gate) else RetrievalGate
-        return kind(gate, folder, backend, (variant or "fp32") if backend == "onnx" else None)
+        return kind(gate, folder, backend, (variant or "fp32") if backend == "onnx" else None,
+                    {"device": device, "batch_size": batch_size})  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -321,26 +332,29 @@ class RetrievalGate(
         answer's `token_logprobs` (one list per question, None where there is no answer: that
         question gets the question-only score); other gates ignore them. A `features` column
         the gate does not read is refused (it changed nothing)."""
-        self._check_features(features)
+        features = self._check_features(features)
         scores = self.scores(as_questions(questions, features, token_logprobs))
         return float(scores[0]) if isinstance(questions, str) else scores
 
-    def _check_features(self, features: Features | None) -> None:
-        """The columns of `features` this gate reads: its data.features, and a two-stage
-        gate's answer columns; any other was scored as if absent (in one mapping per question
-        too)."""
+    def _check_features(self, features: Features | None) -> Features | None:
+        """`features`, refused if it has a column this gate does not read (its data.features,
+        and a two-stage gate's answer columns): any other was scored as if absent (in one
+        mapping per question too). Rows given by an iterator (a generator) come back as a
+        list: they are read once, here, and were not checked at all."""
         if hasattr(features, "keys"):
             named = set(features.keys())
-        elif isinstance(features, list | tuple):  # one mapping per question (not an iterator:
-            named = {k for row in features if isinstance(row, Mapping) for k in row}  # read once)
-        else:
-            return
+        elif isinstance(features, Iterable) and not isinstance(features, str | bytes):
+            features = list(features)  # one mapping per question
+            named = {k for row in features if isinstance(row, Mapping) for k in row}
+        else:  # a number: as_questions says what is wrong
+            return features
         reads = {*side_columns(self.gate), *((TOKEN_LOGPROBS, MEAN_LOGPROB)
                                             if reads_answers(self.gate) else ())}  # fmt: skip
         if unread := sorted(str(k) for k in named if k not in reads):
             has = ", ".join(sorted(reads)) or "none: the question text alone"
             raise InputError(f"features {', '.join(unread)}: {self.name!r} does not read them "
                              f"(the columns it reads: {has}); drop them")  # fmt: skip
+        return features
 
     @overload
     def predict(
@@ -431,16 +445,23 @@ class RetrievalGate(
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled (multiprocessing, Ray, Spark and Dask workers; deepcopy) as the folder it
         loads from, each copy loading its own: an ONNX session cannot be pickled (a raw
-        onnxruntime TypeError)."""
-        return reload_gate, (str(self.folder), self.backend, self.variant, self.threshold)
+        onnxruntime TypeError), with the device and batch size it was loaded with."""
+        args = (str(self.folder), self.backend, self.variant, self.threshold, self.load_options)
+        return reload_gate, args
 
 
 def reload_gate(
-    folder: str, backend: str | None, variant: str | None, threshold: float
+    folder: str,
+    backend: str | None,
+    variant: str | None,
+    threshold: float,
+    load_options: Mapping[str, Any] | None = None,
 ) -> RetrievalGate:
-    """A gate loaded again from the folder a pickled or saved one named, its threshold as it
-    was (one set in code after loading included)."""
-    gate = RetrievalGate.from_pretrained(folder, backend=backend, variant=variant)
+    """A gate loaded again from the folder a pickled or saved one named, with its load options
+    (`device`, `batch_size`) and its threshold as it was (one set in code after loading
+    included)."""
+    options = dict(load_options or {})
+    gate = RetrievalGate.from_pretrained(folder, backend=backend, variant=variant, **options)
     if gate.threshold != threshold:  # set in code after loading
         gate.threshold = threshold
     return gate
@@ -486,7 +507,7 @@ class RetrievalRouter(RetrievalGate):
 
     def strategy_proba(self, questions: Questions, features: Features | None = None) -> np.ndarray:
         """P(correct | strategy) per question, columns in `strategies` order."""
-        self._check_features(features)
+        features = self._check_features(features)
         qs = as_questions(questions, features)
         return np.asarray(self.gate.strategy_proba(qs), np.float32)  # type: ignore[attr-defined]
 
@@ -494,6 +515,6 @@ class RetrievalRouter(RetrievalGate):
         self, questions: Questions, budget: float | None = None, features: Features | None = None
     ) -> list[str]:
         """One strategy name per question (a list, also for one string), for `budget`."""
-        self._check_features(features)
+        features = self._check_features(features)
         qs = as_questions(questions, features)
         return list(self.gate.route(qs, budget))  # type: ignore[attr-defined]

@@ -13,28 +13,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..gates.base import Gate, as_questions, checked_threshold, is_router, side_columns
+from ..gates.base import (  # check_gate: in gates.base, as `create_app` uses it too
+    Gate,
+    as_questions,
+    check_gate,
+    checked_threshold,
+    is_router,
+    side_columns,
+)
 from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalations
 from ..rag.decisions import check_router, strategy_costs
 from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
 
 DIRECT, RETRIEVE, MULTI = "direct", "retrieve", MULTI_STEP  # multi-step: the built-in's name
 BUILT_IN_BRANCHES = (DIRECT, RETRIEVE, MULTI)
-
-
-def check_gate(gate: Any, what: str = "gate") -> None:
-    """An adapter's gate is a loaded `Gate`: a folder's path was taken and failed at the first
-    question ("'str' object has no attribute 'scores'")."""
-    if not callable(getattr(gate, "scores", None)) or not hasattr(gate, "threshold"):
-        load = (f": load it first, RetrievalGate.from_pretrained({str(gate)!r})"
-                if isinstance(gate, str | PurePath) else "")  # fmt: skip
-        raise ConfigError(f"{what} is {type(gate).__name__}, not a gate{load}")
 
 
 def branch_of(spec: StrategySpec) -> str:
@@ -63,13 +60,17 @@ def branches_of(
     budget: float | None = None,
     extra: Sequence[str] = (),
     threshold: float | None = None,
+    multi_arg: str = MULTI,
+    extra_arg: str = "branches",
 ) -> list[str]:
     """The branches `gate` can send questions down, checked against what the caller wired:
     a router that routes to multi-step needs that branch, one with a strategy of its own
     (`branch_of`) needs that branch among `extra`; a binary gate takes no multi-step branch
     and no budget (`budget`: a router's operating point), a router no `threshold`. A gate that
     also reads columns of the user's data (`data.features`) is refused: a framework hands the
-    adapter the question alone."""
+    adapter the question alone. `multi_arg` / `extra_arg`: the caller's own parameters for the
+    multi-step branch and for the strategies' own branches, which the errors name (a
+    fixed `multi_step=` sent LlamaIndex users to an argument it does not have)."""
     check_gate(gate)
     if threshold is not None:
         checked_threshold(threshold)
@@ -96,13 +97,14 @@ def branches_of(
     names = list(dict.fromkeys(mapping.values()))
     if MULTI in names and not has_multi_step:
         raise ConfigError(
-            f"router {gate.name!r} routes questions to {MULTI}: pass its branch (multi_step=...)"
+            f"router {gate.name!r} routes questions to {MULTI}: pass its branch ({multi_arg}=...)"
         )
     own = [b for b in names if b not in BUILT_IN_BRANCHES and b not in extra]
     if own:
         raise ConfigError(
             f"router {gate.name!r} routes questions to strategy {own[0]!r}, which retrieves in "
-            f"its own way (its own retriever or k): pass a branch for it ({own[0]}=...)"
+            f"its own way (its own retriever or k): pass a branch for it ({extra_arg}: "
+            f"{own[0]}=...)"
         )
     return names
 

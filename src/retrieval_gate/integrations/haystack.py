@@ -9,6 +9,7 @@ replies out of `answer`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from haystack import component
@@ -38,7 +39,9 @@ HINT = ("enable log-probabilities on the generator (e.g. OpenAIChatGenerator(gen
 
 def _saved_gate(gate: Gate) -> dict[str, Any]:
     """What a saved pipeline keeps of a gate: the folder it was loaded from
-    (`RetrievalGate.from_pretrained`), its backend, variant and threshold. A gate built in
+    (`RetrievalGate.from_pretrained`), absolute (a relative one named another folder, or none,
+    when the pipeline was loaded elsewhere), its backend, variant, threshold and load options
+    (device, batch_size), as a pickled gate keeps them. A gate built in
     Python has no folder to name: refused, saying so (a pipeline failed to save with
     Haystack's "unsupported value of type RetrievalGate")."""
     folder = getattr(gate, "folder", None)
@@ -47,10 +50,11 @@ def _saved_gate(gate: Gate) -> dict[str, Any]:
                           f"{gate.name!r} ({type(gate).__name__}) has none: load it with "
                           "RetrievalGate.from_pretrained(folder) to save the pipeline")  # fmt: skip
     return {
-        "folder": str(folder),
+        "folder": str(Path(folder).expanduser().absolute()),
         "backend": getattr(gate, "backend", None),
         "variant": getattr(gate, "variant", None),
         "threshold": float(gate.threshold),
+        "load_options": dict(getattr(gate, "load_options", None) or {}),
     }
 
 
@@ -59,7 +63,7 @@ def _loaded_gate(saved: dict[str, Any]) -> Gate:
     from ..gates.pretrained import reload_gate
 
     return reload_gate(saved["folder"], saved.get("backend"), saved.get("variant"),
-                       saved["threshold"])  # fmt: skip
+                       saved["threshold"], saved.get("load_options"))  # fmt: skip
 
 
 def _with_gate(data: dict[str, Any], key: str) -> dict[str, Any]:

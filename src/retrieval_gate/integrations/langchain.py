@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.base import coerce_to_runnable
 
 from ..errors import ConfigError, InputError
 from ..gates.base import Gate, as_questions
@@ -36,6 +37,19 @@ def message_logprobs(output: Any) -> list[float] | None:
     return openai_logprobs(meta.get("logprobs"))
 
 
+def _branch(value: Any, what: str) -> Runnable:
+    """A wired branch as a Runnable: a function (or a dict of them) coerced as LangChain's
+    own RunnableBranch does (`coerce_to_runnable`: RunnableLambda, RunnableParallel). None was
+    taken, and every question routed there got None as its output; a function was a raw
+    AttributeError ("'function' object has no attribute 'batch") at the first batch."""
+    if isinstance(value, Runnable):
+        return value
+    if value is not None and (callable(value) or isinstance(value, Mapping)):
+        return coerce_to_runnable(value)
+    raise ConfigError(f"{what} is {type(value).__name__}: give a Runnable (a chain, an LLM) "
+                      "or a function of the input for that branch")  # fmt: skip
+
+
 class GateRouter(Runnable[Any, Any]):
     """`retrieve` gets the questions the gate flags, `direct` the rest; a router (a
     `RetrievalGate` of a router export) also sends questions to `multi_step`. The input is a
@@ -46,7 +60,8 @@ class GateRouter(Runnable[Any, Any]):
     one. `answer_gate` (a two-stage gate; or `gate` a `rag.cascade.Cascade`): the cascade's
     second step, at `answer_threshold` (None: its own), reading each direct output with
     `logprobs_of` (default `message_logprobs`); with a router's `budget`, escalations are paid
-    from what its choices left (`branches.BudgetAccount`), the unsurest answers first."""
+    from what its choices left (`branches.BudgetAccount`), the unsurest answers first. Each
+    branch is a Runnable, or a function (a dict of them) made one as RunnableBranch does."""
 
     def __init__(
         self,
@@ -62,11 +77,17 @@ class GateRouter(Runnable[Any, Any]):
         answer_threshold: float | None = None,
         logprobs_of: LogprobsOf | None = None,
     ):
-        self.gate, self.retrieve, self.direct, self.multi_step = gate, retrieve, direct, multi_step
-        self.question_key, self.threshold, self.budget = question_key, threshold, budget
-        self.own = dict(branches or {})
+        self.gate, self.question_key = gate, question_key
+        self.threshold, self.budget = threshold, budget
+        self.retrieve, self.direct = _branch(retrieve, "retrieve"), _branch(direct, "direct")
+        self.multi_step = None if multi_step is None else _branch(multi_step, MULTI)
+        if branches is not None and not isinstance(branches, Mapping):
+            raise ConfigError(f"branches is {type(branches).__name__}: give a mapping of "
+                              "strategy name -> Runnable")  # fmt: skip
+        self.own = {name: _branch(b, f"branches[{name!r}]") for name, b in (branches or {}).items()}
         self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own),
-                                    threshold=threshold)  # fmt: skip
+                                    threshold=threshold, multi_arg=MULTI,  # its parameter
+                                    extra_arg="branches")  # fmt: skip
         self.account = budget_account(gate, budget)  # escalations paid from the budget
         self.escalator = escalator(gate, answer_gate, answer_threshold, logprobs_of,
                                    message_logprobs, HINT, self.account)  # fmt: skip
@@ -104,6 +125,9 @@ class GateRouter(Runnable[Any, Any]):
         config: RunnableConfig | list[RunnableConfig] | None = None,
         **kwargs: Any,
     ) -> list[Any]:
+        if isinstance(config, list) and len(config) != len(inputs):  # was a raw IndexError
+            raise ConfigError(f"config has {len(config)} entries for {len(inputs)} inputs: give "
+                              "one RunnableConfig per input, or one for all")  # fmt: skip
         outputs: list[Any] = [None] * len(inputs)
         every = list(range(len(inputs)))
         ok = self._readable(inputs, outputs) if kwargs.get("return_exceptions") else every

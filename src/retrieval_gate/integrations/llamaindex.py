@@ -47,7 +47,8 @@ class GateSelector(BaseSelector):
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account  # charged with each choice: escalations are paid from it
         # a router's choices must include multi-step when it routes there
-        branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold)
+        branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold,
+                               extra_arg="own")  # fmt: skip
         self.multi = shared.MULTI in branches
         order = [shared.RETRIEVE, shared.DIRECT, *([shared.MULTI] if self.multi else []), *own]
         self.index = {b: i for i, b in enumerate(order)}
@@ -140,6 +141,14 @@ class LLMQueryEngine(CustomQueryEngine):
         return response
 
 
+def _check_engine(engine: Any, what: str) -> None:
+    """A query engine (`.query`): None was taken, and each question routed there failed with
+    a raw AttributeError ("'NoneType' object has no attribute 'query'")."""
+    if not callable(getattr(engine, "query", None)):
+        raise ConfigError(f"{what} is {type(engine).__name__}, not a query engine: give one "
+                          "(e.g. index.as_query_engine())")  # fmt: skip
+
+
 def gated_query_engine(
     gate: Gate,
     retrieval_engine: Any,
@@ -160,6 +169,14 @@ def gated_query_engine(
     with `logprobs_of` (default `completion_logprobs`), go to `retrieval_engine` too; with a
     router's `budget`, only as many as the selector's choices so far left budget for."""
     engines = dict(engines or {})
+    _check_engine(retrieval_engine, "retrieval_engine")
+    if multi_step_engine is not None:
+        _check_engine(multi_step_engine, "multi_step_engine")
+    for name, engine in engines.items():
+        _check_engine(engine, f"engines[{name!r}]")
+    # what was wired, checked first: the errors name this function's parameters
+    branches_of(gate, multi_step_engine is not None, budget, extra=list(engines),
+                threshold=threshold, multi_arg="multi_step_engine", extra_arg="engines")  # fmt: skip
     answer_gate = answer_gate_of(gate) if answer_gate is None else answer_gate
     account = budget_account(gate, budget) if answer_gate is not None else None
     selector = GateSelector(gate, threshold, budget, own=list(engines), account=account)
@@ -174,7 +191,8 @@ def gated_query_engine(
     ]  # fmt: skip
     if multi_step_engine is not None or selector.multi:
         if multi_step_engine is None or not selector.multi:
-            branches_of(gate, multi_step_engine is not None, budget)  # says what is wrong
+            branches_of(gate, multi_step_engine is not None, budget,  # says what is wrong
+                        multi_arg="multi_step_engine", extra_arg="engines")  # fmt: skip
         tools.append(QueryEngineTool.from_defaults(multi_step_engine, name=shared.MULTI,
                      description="answer by retrieving and reasoning in several steps"))  # fmt: skip
     for name, engine in engines.items():

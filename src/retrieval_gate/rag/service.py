@@ -48,7 +48,15 @@ from starlette.requests import ClientDisconnect
 
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
 from ..errors import BackendError, DataError, InputError, RetrievalGateError
-from ..gates.base import AsksGenerator, Gate, as_questions, is_router, reads_answers, side_columns
+from ..gates.base import (
+    AsksGenerator,
+    Gate,
+    as_questions,
+    check_gate,
+    is_router,
+    reads_answers,
+    side_columns,
+)
 from ..questions import VISIBLE, Question, has_text
 from ..strategies import BUILTIN, MULTI_STEP, StrategyRegistry
 from ..strict_rows import RepeatedKeyError, UnreadableJSONError, loads, lone_surrogate_at
@@ -401,6 +409,8 @@ def create_app(
     `warm_up`, one question goes through the gate (and the engine) at startup. `strategies`:
     the registry a gate alone is served with (a RAG loop has its own); `budget`: a router's
     budget for the requests that send none (`serve --budget`; a RAG loop has its own)."""
+    if not isinstance(service, AdaptiveRAG):  # a folder's path was served: every /score a 500
+        check_gate(service, "service")
     limits = limits or Limits()
     limits.check()
     rag = service if isinstance(service, AdaptiveRAG) else None
