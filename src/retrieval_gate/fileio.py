@@ -395,12 +395,13 @@ def writer_busy(who: str, flag: str, path: str | Path) -> str:
 
 
 @contextlib.contextmanager
-def one_writer(target: Path, busy: str) -> Iterator[None]:
+def one_writer(target: Path, busy: str, shown: Path | None = None) -> Iterator[None]:
     """Holds `target`'s writer lock (`take_writer_lock`) for the block, or refuses at once."""
-    fd = take_writer_lock(target, busy)
+    fd = take_writer_lock(target, busy, shown)
     try:
         yield
     finally:
+        _held_locks.pop(fd, None)
         os.close(fd)  # closing releases the flock
 
 
@@ -408,9 +409,17 @@ def lock_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.lock")
 
 
-def take_writer_lock(target: Path, busy: str) -> int:
+# The lock descriptors this process took: fd -> (st_dev, st_ino) of its lock file. A forked
+# child closes its copies (`close_inherited_locks`): the flock belongs to the open file, so a
+# child still running after its parent died would otherwise hold the parent's lock.
+_held_locks: dict[int, tuple[int, int]] = {}
+
+
+def take_writer_lock(target: Path, busy: str, shown: Path | None = None) -> int:
     """The one-writer lock of `target`: an advisory `flock` on the hidden `.<name>.lock` beside
-    it, taken at once or refused (an InputError: `busy`, with the holder's pid for `{pid}`).
+    it, taken at once or refused (an InputError: `busy`, with the holder's pid for `{pid}`,
+    naming `shown`, else `target`: a lock named for a folder's own output, as the demo's
+    `<out>/demo`, is no path a user could look for).
     Returns its descriptor: closing it releases the lock, as the end of the process does, however
     it ends (kill -9 included), so a stale lock never blocks a resume. The lock file stays:
     removing it would let two runs lock two different files of the same name."""
@@ -425,7 +434,25 @@ def take_writer_lock(target: Path, busy: str) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise InputError(busy.replace("{pid}", holder), target) from None  # a path may hold braces
+        where = target if shown is None else shown
+        raise InputError(busy.replace("{pid}", holder), where) from None  # a path may hold braces
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
+    st = os.fstat(fd)
+    _held_locks[fd] = (st.st_dev, st.st_ino)
     return fd
+
+
+def close_inherited_locks() -> None:
+    """In a forked child: closes its copies of the parent's lock descriptors. The parent's
+    flock stays held (its own descriptor still refers to the lock), but no longer also for as
+    long as the child runs. A descriptor closed elsewhere without `one_writer` (and maybe
+    reused) is closed only if it still refers to the same lock file."""
+    for fd, file_id in list(_held_locks.items()):
+        del _held_locks[fd]
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue  # closed since
+        if (st.st_dev, st.st_ino) == file_id:
+            os.close(fd)

@@ -14,6 +14,7 @@ with `RETRIEVAL_GATE_PRELOAD=0`, each stage is a fresh interpreter, as before.""
 from __future__ import annotations
 
 import atexit
+import ctypes
 import functools
 import gc
 import importlib
@@ -91,10 +92,11 @@ class ForkedStage:
         # the imported heap frozen, as CPython's gc docs advise before a fork: the stage's
         # collections neither walk it nor write into its pages (copy-on-write)
         gc.freeze()
+        parent, prctl = os.getpid(), _prctl()  # looked up before the fork, not in the child
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            _child(list(argv), env, write, main)  # never returns
+            _child(list(argv), env, write, main, parent, prctl)  # never returns
         os.close(write)
         self.pid = pid
         self.args = ["retrieval-gate", *argv]
@@ -127,13 +129,56 @@ class ForkedStage:
         self.send_signal(signal.SIGKILL)
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's `prctl`, on Linux; None elsewhere (no such call: macOS, the BSDs)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent(parent: int, prctl: Callable[..., int] | None) -> None:
+    """Makes the kernel SIGKILL this child when the demo (`parent`) dies, kill -9 included.
+    Orphaned, a stage went on writing into the demo's folder for half a minute (until a write
+    to its dead pipe failed) while holding the demo's `.demo.lock` open, so a rerun was refused
+    in the name of a dead pid. SIGKILL, not SIGTERM: a stage's libraries may install their own
+    SIGTERM handler, and the parent's stages write their files atomically."""
+    if prctl is None:
+        # Not Linux: no parent-death signal to ask for, and nothing to do: `available()` forks
+        # stages only on Linux, elsewhere each stage is a fresh interpreter.
+        return
+    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        from .errors import RetrievalGateError
+
+        err = ctypes.get_errno()
+        raise RetrievalGateError(
+            f"prctl(PR_SET_PDEATHSIG) failed ({os.strerror(err)}): a forked stage could outlive "
+            f"the demo; set {PRELOAD_ENV}=0 to run each stage in a fresh interpreter"
+        )
+    if os.getppid() != parent:
+        os._exit(1)  # the parent died before prctl: no signal will come, so stop now
+
+
 def _child(
-    argv: list[str], env: dict[str, str], write: int, main: Callable[[list[str]], int] | None
+    argv: list[str],
+    env: dict[str, str],
+    write: int,
+    main: Callable[[list[str]], int] | None,
+    parent: int,
+    prctl: Callable[..., int] | None,
 ) -> None:
     """The forked stage: output to the pipe, the stage's environment, the verb, the exit
-    handlers, then `os._exit`, so the parent's stack never resumes in this process."""
+    handlers, then `os._exit`, so the parent's stack never resumes in this process. It dies
+    with `parent` (`_die_with_parent`) and drops its copies of the parent's writer locks."""
     code = 1
     try:
+        _die_with_parent(parent, prctl)
+        from .fileio import close_inherited_locks
+
+        close_inherited_locks()  # the stage takes its own locks; the parent's are not its own
         os.dup2(write, 1)
         os.dup2(write, 2)
         os.close(write)
