@@ -78,11 +78,15 @@ def _finished(out, stages=STAGES, seconds=1.5):
         inputs = inputs_key(stage.argv(out), shared, [markers[n] for n in upstream(stage)], out)
         done = {"argv": stage.argv(out), "seconds": seconds, "inputs": inputs}
         markers[stage.name].write_text(json.dumps(done))
+        for path in stage.outputs(out):  # and the files it made (reused only while there)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                path.write_text("")
 
 
 def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
     _finished(tmp_path)
-    (tmp_path / "evaluate").mkdir()
+    (tmp_path / "evaluate").mkdir(exist_ok=True)
     (tmp_path / "evaluate" / "report.md").write_text(
         "# Gates\n\n| gate | auroc |\n|---|---|\n| tfidf | 0.8 |\n"
     )
@@ -427,6 +431,127 @@ def test_a_second_demo_in_the_same_folder_is_refused_at_once(tmp_path, monkeypat
 
     monkeypatch.setattr(demo, "run_stage", lambda *a, **k: pytest.fail("a stage ran"))
     with single_writer(tmp_path / "demo"):  # the first demo, running
-        with pytest.raises(InputError, match=f"another demo \\(pid {os.getpid()}\\) is running in"):
+        with pytest.raises(InputError, match=f"another demo \\(pid {os.getpid()}\\) is running in"
+                           ) as refused:  # fmt: skip
             run_demo(tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path}: ")  # it said <out>/demo, no such path
     assert not list(tmp_path.glob("*.done.json"))
+
+
+def _fake_stages(monkeypatch):
+    import retrieval_gate.demo as demo
+
+    ran = []
+    monkeypatch.setattr(demo, "run_stage", lambda argv, name, *a, **k: ran.append(name) or 0)
+    return ran
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("work", ["x"]), ("work", {"train_examples": "12"}), ("argv", [1]), ("seconds", True),
+     ("seconds", "2"), ("inputs", 5)],
+)  # fmt: skip
+def test_a_marker_whose_fields_are_of_other_types_is_damaged_and_its_stage_runs_again(
+    tmp_path, monkeypatch, capsys, field, value
+):
+    """An edited field (work ["x"] or {"train_examples": "12"}) passed as a marker: the stage
+    was reused, then the report crashed (AttributeError, TypeError) on every later run."""
+    from retrieval_gate.stage_markers import read_marker
+
+    ran = _fake_stages(monkeypatch)
+    _finished(tmp_path)
+    done = tmp_path / "router-evaluate.done.json"
+    done.write_text(json.dumps({**json.loads(done.read_text()), field: value}))
+    assert read_marker(done) is None
+    assert run_demo(tmp_path) == 0 and ran == ["router-evaluate"]
+    assert "note: stage router-evaluate's marker " in capsys.readouterr().out
+    assert read_marker(done) is not None  # written anew: the next run reuses it
+
+
+def test_a_folder_in_place_of_a_marker_is_refused_by_name_before_any_stage(tmp_path, monkeypatch):
+    """A folder at a marker's path was an IsADirectoryError (exit 1) from its unlink."""
+    from retrieval_gate.errors import InputError
+
+    ran = _fake_stages(monkeypatch)
+    _finished(tmp_path)
+    for name in ("router-evaluate.done.json", "rag.work.json"):
+        (tmp_path / name).unlink(missing_ok=True)
+        (tmp_path / name).mkdir()
+        with pytest.raises(InputError, match=f"{name}: a folder where the demo keeps .*move it"):
+            run_demo(tmp_path)
+        (tmp_path / name).rmdir()
+    assert ran == []
+
+
+def test_a_folder_in_place_of_a_stage_report_is_refused_by_name(tmp_path, monkeypatch):
+    """A folder at evaluate/report.md was an IsADirectoryError (exit 1) from the report."""
+    from retrieval_gate.errors import InputError
+
+    ran = _fake_stages(monkeypatch)
+    _finished(tmp_path)
+    report = tmp_path / "evaluate" / "report.md"
+    report.unlink()
+    report.mkdir()
+    with pytest.raises(InputError, match="report.md: a folder where the demo keeps stage evalu"):
+        run_demo(tmp_path)
+    assert ran == []
+    for writer in (write_report, headline):
+        with pytest.raises(InputError, match="report.md: a folder where the demo keeps"):
+            writer(tmp_path)
+
+
+def test_a_stage_whose_outputs_are_gone_or_edited_runs_again(tmp_path, monkeypatch, capsys):
+    """Every stage was reused by its marker alone: with the gate's run and exports removed,
+    a section's folder replaced by a file or a stage's report edited, the demo still said
+    "reused" and printed a report of what was not there."""
+    import shutil
+
+    from retrieval_gate.outputs import write_owned
+
+    ran = _fake_stages(monkeypatch)
+    _finished(tmp_path)
+    shutil.rmtree(tmp_path / "export")
+    shutil.rmtree(tmp_path / "checkpoints" / "minilm-closed-book")
+    assert run_demo(tmp_path) == 0
+    both = ["train", "tune", "export", "evaluate", "rag", "router-export", "router-evaluate"]
+    assert ran == both  # the two exports and the gate's run gone, and the stages reading them
+    out = capsys.readouterr().out
+    assert "note: stage train: its output " in out and "is missing: running it again" in out
+    _finished(tmp_path)  # as a demo leaves them again
+    ran.clear()
+    assert run_demo(tmp_path) == 0 and ran == []
+    shutil.rmtree(tmp_path / "tune")
+    (tmp_path / "tune").write_text("not a folder")
+    assert run_demo(tmp_path) == 0 and ran[:2] == ["tune", "export"] and "train" not in ran
+    (tmp_path / "tune").unlink()
+    _finished(tmp_path)
+    (tmp_path / "evaluate" / "report.md").unlink()  # _finished's stand-in: now the stage's
+    write_owned(tmp_path / "evaluate" / "report.md", "# Gates\n\n| gate |\n|---|\n| tfidf |\n")
+    ran.clear()
+    assert run_demo(tmp_path) == 0 and ran == []  # the ledger's record matches
+    (tmp_path / "evaluate" / "report.md").write_text("# Gates\n\n| gate |\n|---|\n| mine |\n")
+    capsys.readouterr()
+    assert run_demo(tmp_path) == 0 and ran == ["evaluate"]
+    out = capsys.readouterr().out
+    assert "note: stage evaluate: its output " in out and "was changed since it wrote it" in out
+
+
+@pytest.mark.parametrize("how", [{"force": True}, {"only": "labels"}])
+def test_a_forced_or_requested_labels_stage_labels_its_sample_anew(tmp_path, monkeypatch, how):
+    """--force and --stage labels passed the label verb the same --out, which it resumes:
+    an edited row of the sample survived them."""
+    import retrieval_gate.demo as demo
+
+    _finished(tmp_path)
+    sample = tmp_path / "labels-sample" / "closed-book.jsonl"
+    sample.write_text('{"id": "q1", "label": 1, "edited": true}\n')
+    sample.with_name("closed-book.meta.json").write_text("{}\n")
+    seen = {}
+
+    def stage(argv, name, *a, **k):
+        seen[name] = sample.exists() or sample.with_name("closed-book.meta.json").exists()
+        return 0
+
+    monkeypatch.setattr(demo, "run_stage", stage)
+    assert run_demo(tmp_path, **how) == 0
+    assert seen["labels"] is False  # removed before the verb ran: it labels the sample anew

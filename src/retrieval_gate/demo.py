@@ -2,7 +2,8 @@
 writing under `runs/demo/` (on Linux forked from this one, which imports torch, transformers
 and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json`
 (command, seconds, a checksum of its inputs: `stage_markers`) and is reused on the next run
-while its inputs are unchanged; `--stage NAME` re-runs one stage alone, `--force` all of them.
+while its inputs are unchanged and the files it made (`Stage.outputs`) are there as it left
+them; `--stage NAME` re-runs one stage alone, `--force` all of them.
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
 it prints, once a minute, where it is and how long it still needs, read from the last progress
@@ -27,13 +28,13 @@ from pathlib import Path
 
 from . import preload, work
 from .errors import ConfigError, InputError
-from .fileio import write_text
+from .fileio import one_writer, write_text
 from .labels import LABELS_DIR
-from .labels.lock import single_writer
 from .outputs import refuse_foreign, vouch_for, write_owned
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
-from .stage_markers import MARKER, inputs_key, read_marker, shared_key
+from .run_folder import RunFolder
+from .stage_markers import MARKER, damaged_output, inputs_key, read_marker, shared_key
 from .strict_rows import parse_json
 from .tables import markdown_table
 
@@ -45,6 +46,7 @@ CLOSED_BOOK = os.path.relpath(LABELS_DIR / "smollm2-135m-instruct" / "closed-boo
 EVAL_QUESTIONS = 600
 RAG_QUESTIONS = 60
 NOTE_EVERY = 60.0  # seconds between "still running" notes once a stage is past its budget
+MANIFEST = RunFolder.MANIFEST  # every run and export folder holds one (`artifacts`)
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,32 @@ class Stage:
     # the stages whose results it reads: it runs again when one of them (or theirs) did
     reads: tuple[str, ...] = ()
     preload: bool = True  # forked from the process that imported torch once (`preload`)
+    # the files it makes, given the demo folder (a run's or export's manifest for the folder):
+    # it is reused only while they are there as it left them (`stage_markers.damaged_output`)
+    outputs: Callable[[Path], list[Path]] = lambda out: []
+    # files a forced or requested run removes first: the verb would resume from them
+    fresh: Callable[[Path], list[Path]] = lambda out: []
+
+
+def _sample(out: Path) -> Path:
+    return out / "labels-sample" / "closed-book.jsonl"
 
 
 def _label_sample(out: Path) -> list[str]:
     # Re-label a small sample to show the step works; the committed labels are reused below.
-    sample = out / "labels-sample" / "closed-book.jsonl"
     return [
         *"label --policy closed-book --dataset retrievalqa --limit 24".split(),
         "--out",
-        str(sample),
+        str(_sample(out)),
     ]
+
+
+def _sample_files(out: Path) -> list[Path]:
+    # the label verb resumes a label file (an edited row survived `--force`): a forced run
+    # removes it, its provenance and its list of failed questions, and labels the sample anew
+    sample = _sample(out)
+    stem = sample.name.removesuffix(".jsonl")
+    return [sample, sample.with_name(f"{stem}.meta.json"), sample.with_name(f"{stem}.failed.jsonl")]
 
 
 def _run_dir(out: Path) -> Path:
@@ -177,21 +195,26 @@ STAGES = [
     Stage("data", "data summary", lambda out: ["data", "summary"], 10, preload=False),
     Stage("models", "model preparation", lambda out: ["models", "prepare"], 40),
     Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 60,
-          ("models",)),
-    Stage("train", "train the MiniLM gate", _train, 80, ("models",)),
+          ("models",), outputs=lambda out: [_sample(out)], fresh=_sample_files),
+    Stage("train", "train the MiniLM gate", _train, 80, ("models",),
+          outputs=lambda out: [_run_dir(out) / MANIFEST]),
     # tune saves the threshold into the run, which export carries
-    Stage("tune", "tune its threshold (Optuna)", _tune, 50, ("train",)),
-    Stage("export", "export ONNX (+int8)", _export, 40, ("tune",)),
-    Stage("evaluate", "evaluate against every baseline", _evaluate, 280, ("export",)),
-    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 215, ("export",)),
+    Stage("tune", "tune its threshold (Optuna)", _tune, 50, ("train",),
+          outputs=lambda out: [_section(out, "tune")]),
+    Stage("export", "export ONNX (+int8)", _export, 40, ("tune",),
+          outputs=lambda out: [_export_dir(out) / MANIFEST]),
+    Stage("evaluate", "evaluate against every baseline", _evaluate, 280, ("export",),
+          outputs=lambda out: [_section(out, "evaluate")]),
+    Stage("rag", "adaptive RAG loop on held-out questions", _rag, 215, ("export",),
+          outputs=lambda out: [_section(out, "rag")]),
     Stage("router-train", "train the Llama-3.1-8B router (no / one / multi-step retrieval)",
-          _router_train, 45, ("models",)),
+          _router_train, 45, ("models",), outputs=lambda out: [_router_run(out) / MANIFEST]),
     Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 10,
-          ("router-train",)),
+          ("router-train",), outputs=lambda out: [_section(out, "router-tune")]),
     Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 40,
-          ("router-tune",)),
+          ("router-tune",), outputs=lambda out: [_router_export(out) / MANIFEST]),
     Stage("router-evaluate", "every routing policy on the bundle's test split", _router_evaluate,
-          20, ("router-export",)),
+          20, ("router-export",), outputs=lambda out: [_section(out, "router-evaluate")]),
 ]  # fmt: skip
 
 
@@ -226,7 +249,8 @@ def run_demo(out: Path, only: str | None = None, force: bool = False) -> int:
     check_inputs(out)
     refuse_foreign_report(out)
     where = str(out).replace("{", "{{").replace("}", "}}")  # the lock formats in the pid
-    with single_writer(out / "demo", busy=DEMO_BUSY.format(out=where)):  # .demo.lock in `out`
+    # .demo.lock in `out`; the refusal names `out` (it said "runs/demo/demo", no such path)
+    with one_writer(out / "demo", DEMO_BUSY.format(out=where), shown=out):
         return _run_stages(out, only, force)
 
 
@@ -249,22 +273,34 @@ def check_inputs(out: Path) -> None:
 def _run_stages(out: Path, only: str | None, force: bool) -> int:
     shared = shared_key(_data_dir())
     markers = {s.name: out / MARKER.format(s.name) for s in STAGES}
+    for stage in STAGES:  # before the first stage, not as a traceback at the stage's end
+        _not_a_folder(markers[stage.name], f"stage {stage.name}'s done marker")
+        _not_a_folder(out / f"{stage.name}.work.json", f"stage {stage.name}'s work counters")
+        for path in stage.outputs(out):  # a stage would fail on it, or the report read it
+            _not_a_folder(path, f"stage {stage.name}'s output")
     for i, stage in enumerate(STAGES, start=1):
         if only is not None and stage.name != only:
             continue
         argv, done = stage.argv(out), markers[stage.name]
         inputs = inputs_key(argv, shared, [markers[n] for n in upstream(stage)], out)
         marker = read_marker(done) if not force and only is None else None
-        if marker is not None and marker.get("inputs") == inputs:
+        damage = damaged_output(stage.outputs(out)) if marker is not None else None
+        if marker is not None and marker.get("inputs") == inputs and damage is None:
             print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {marker['seconds']:.0f} s)")
             continue
-        if marker is not None:
+        if marker is not None and marker.get("inputs") == inputs:  # never reused without it
+            print(f"note: stage {stage.name}: {damage}: running it again", flush=True)
+        elif marker is not None:
             print(f"note: stage {stage.name} ran on other inputs (code, data, its command or "
                   "files, or a stage it reads): running it again", flush=True)  # fmt: skip
         elif done.exists() and not force and only is None:  # said, not re-run without a word
             print(f"note: stage {stage.name}'s marker {done} cannot be read (cut short or "
                   "damaged): running it again", flush=True)  # fmt: skip
         done.unlink(missing_ok=True)  # a re-run stage is unfinished until it ends again
+        if force or only is not None:  # asked for: computed anew, not resumed
+            for path in stage.fresh(out):
+                _not_a_folder(path, f"stage {stage.name}'s output")
+                path.unlink(missing_ok=True)
         print(
             f"== stage {i}/{len(STAGES)}: {stage.title} (budget {stage.budget:.0f} s)\n"
             f"$ retrieval-gate {' '.join(argv)}",
@@ -297,6 +333,14 @@ def _run_stages(out: Path, only: str | None, force: bool) -> int:
     report = write_report(out)
     print(f"\n{headline(out)}\n{stage_times(out)}\nfull report: {report}")
     return 0
+
+
+def _not_a_folder(path: Path, what: str) -> None:
+    """A folder where the demo keeps a file of its own: an InputError with the fix (it was an
+    IsADirectoryError when the demo went to replace the file)."""
+    if path.is_dir():
+        raise InputError(f"a folder where the demo keeps {what}: move it away or remove it, "
+                         "then run the demo again", path)  # fmt: skip
 
 
 def run_stage(
@@ -462,8 +506,8 @@ def write_report(out: Path) -> Path:
         lines += ["", "## The saving: routing Llama-3.1-8B-Instruct's retrieval (test split)",
                   "", SAVING_NOTE, "", saving]  # fmt: skip
     for title, path in _sections(out):
-        if path.exists():
-            lines += ["", f"## {title}", "", _demote(path.read_text().strip())]
+        if text := _read_section(path):
+            lines += ["", f"## {title}", "", _demote(text.strip())]
     return write_owned(out / REPORT, "\n".join(lines) + "\n")
 
 
@@ -495,8 +539,7 @@ SAVING_NOTE = (
 
 def saving_table(out: Path) -> str:
     """The router stage's saving table (empty before that stage ran)."""
-    path = out / "router" / "report.md"
-    text = path.read_text() if path.exists() else ""
+    text = _read_section(_section(out, "router-evaluate"))
     return first_table(text.split(SAVING, 1)[1]) if SAVING in text else ""
 
 
@@ -510,7 +553,7 @@ def headline(out: Path) -> str:
         else []
     )
     for title, path in _sections(out):
-        table = first_table(path.read_text()) if path.exists() else ""
+        table = first_table(_read_section(path))
         if table and title not in ("Threshold tuning", "Router tuning", ROUTER_SECTION):
             parts += [f"## {title}", "", table, ""]
     return "\n".join(parts)
@@ -536,12 +579,36 @@ def _demote(markdown: str) -> str:
 
 def _sections(out: Path) -> list[tuple[str, Path]]:
     return [
-        ("Evaluation: every gate on the test split", out / "evaluate" / "report.md"),
-        ("Threshold tuning", out / "tune" / "tune-learned-closed-book.md"),
-        ("Router tuning", out / "router-tune" / "tune-router-learned-adaptive-rag.md"),
-        ("Adaptive RAG on held-out questions", out / "rag" / "rag.md"),
-        (ROUTER_SECTION, out / "router" / "report.md"),
+        ("Evaluation: every gate on the test split", _section(out, "evaluate")),
+        ("Threshold tuning", _section(out, "tune")),
+        ("Router tuning", _section(out, "router-tune")),
+        ("Adaptive RAG on held-out questions", _section(out, "rag")),
+        (ROUTER_SECTION, _section(out, "router-evaluate")),
     ]
+
+
+def _section(out: Path, stage: str) -> Path:
+    """The report a stage writes, which REPORT.md copies (one of the stage's `outputs`)."""
+    return (
+        out
+        / {
+            "evaluate": "evaluate/report.md",
+            "tune": "tune/tune-learned-closed-book.md",
+            "router-tune": "router-tune/tune-router-learned-adaptive-rag.md",
+            "rag": "rag/rag.md",
+            "router-evaluate": "router/report.md",
+        }[stage]
+    )
+
+
+def _read_section(path: Path) -> str:
+    """A stage's report ("" before the stage ran); a folder in its place is refused by name
+    (it was an IsADirectoryError: a re-run of that stage replaces it, once it is moved)."""
+    _not_a_folder(path, "a stage's report")
+    try:
+        return path.read_text(errors="replace")
+    except (FileNotFoundError, NotADirectoryError):  # not written, or a file holds its folder
+        return ""
 
 
 ROUTER_SECTION = "Router on Llama-3.1-8B-Instruct's outcomes: every routing policy"

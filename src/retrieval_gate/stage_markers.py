@@ -5,13 +5,15 @@ over the package's code and the data folder (`shared_key`, once per demo run), t
 every file it names and every file a YAML config it names points at, and the markers of the
 stages whose results it reads (`demo.upstream`). A stage is reused only while its `inputs`
 match: after an edited config or label file, new code or new data it runs again, and so does
-every stage that reads it (its marker changed). A marker that cannot be read is no marker:
-the stage runs (`demo` notes it)."""
+every stage that reads it (its marker changed), and so does a stage whose outputs are not as
+it left them (`damaged_output`). A marker that cannot be read, or whose fields are not of the
+types written, is no marker: the stage runs (`demo` notes it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import yaml
 
 from .fileio import sha256_file
+from .outputs import _ledger  # the folder's ledger, read as `outputs` reads it
 from .strict_rows import parse_json
 from .yaml_files import read_yaml
 
@@ -26,13 +29,44 @@ MARKER = "{}.done.json"
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
-    """The marker's record, or None when it is missing, cut short or not a marker."""
+    """The marker's record, or None when it is missing, cut short or not a marker: a field
+    not of the type `demo` writes is damage too (an edited one crashed every later report)."""
     try:
         info = parse_json(path.read_bytes())
     except (OSError, ValueError):
         return None
-    whole = isinstance(info, dict) and isinstance(info.get("argv"), list)
-    return info if whole and isinstance(info.get("seconds"), int | float) else None
+    if not isinstance(info, dict):
+        return None
+    argv, work = info.get("argv"), info.get("work", {})  # no `work`: an older demo's marker
+    whole = (
+        isinstance(argv, list)
+        and all(isinstance(a, str) for a in argv)
+        and _number(info.get("seconds"))
+        and isinstance(info.get("inputs", ""), str)  # no `inputs`: an older demo's marker
+        and isinstance(work, dict)
+        and all(isinstance(k, str) and _number(v) for k, v in work.items())
+    )
+    return info if whole else None
+
+
+def _number(value: Any) -> bool:
+    """A finite number of seconds or of work (a bool is an int to Python, not to a marker)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return ok and math.isfinite(value) and value >= 0
+
+
+def damaged_output(paths: Sequence[Path]) -> str | None:
+    """Why the files a finished stage made (`demo.Stage.outputs`) are not as it left them, or
+    None when they are: one missing or not a file (a folder removed or replaced), or one the
+    folder's ledger records with other contents (edited since: `outputs`). A stage is reused
+    only while they are: a report built on the files would describe what is not there."""
+    for path in paths:
+        if not path.is_file():
+            return f"its output {path} is missing"
+        recorded = _ledger(path.parent).get(path.name)
+        if recorded is not None and recorded != sha256_file(path):
+            return f"its output {path} was changed since it wrote it"
+    return None
 
 
 def shared_key(data_dir: Path | None) -> str:
