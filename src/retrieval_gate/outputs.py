@@ -116,6 +116,12 @@ def _record(target: Path, digest: str) -> None:
     write_bytes(target.parent / LEDGER, raw)
 
 
+def recorded_digest(path: Path) -> str | None:
+    """The sha256 the folder's ledger records for the file retrieval-gate wrote at `path`
+    (None: none recorded)."""
+    return _ledger(Path(path).parent).get(Path(path).name)
+
+
 def _owned(target: Path) -> bool:
     recorded = _ledger(target.parent).get(target.name)
     return recorded is not None and target.is_file() and recorded == sha256_file(target)

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .fileio import sha256_file
-from .outputs import _ledger  # the folder's ledger, read as `outputs` reads it
+from .outputs import recorded_digest
 from .strict_rows import parse_json
 from .yaml_files import read_yaml
 
@@ -63,7 +63,7 @@ def damaged_output(paths: Sequence[Path]) -> str | None:
     for path in paths:
         if not path.is_file():
             return f"its output {path} is missing"
-        recorded = _ledger(path.parent).get(path.name)
+        recorded = recorded_digest(path)
         if recorded is not None and recorded != sha256_file(path):
             return f"its output {path} was changed since it wrote it"
     return None
