@@ -135,12 +135,15 @@ def run(args: argparse.Namespace) -> int:
 
     check_plan(args)
     sampled = set(args.objective) & set(SAMPLED)
-    study_flags = {"--trials": args.trials, "--seed": args.seed, "--storage": args.storage}
+    study_flags = {"--trials": args.trials, "--seed": args.seed}
     unused = [flag for flag, value in study_flags.items() if value is not None]
     if unused and not sampled:
         log.info(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used: the 1-D "
                  "threshold objectives try every distinct dev score (exact), they need no "
                  "sampled study")  # fmt: skip
+    if args.storage is not None and not sampled:  # checked and made, as named: a typo is
+        log.info("--storage is checked and made ready, but no study is stored in it: the 1-D "
+                 "threshold objectives are exact")  # fmt: skip
     sampling = {k: v for k, v in (("trials", args.trials), ("seed", args.seed)) if v is not None}
     cfg = TuneConfig(gate=args.gate, labels=args.labels, objectives=args.objective,
                      target=args.target, storage=args.storage,

@@ -27,7 +27,7 @@ from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_bu
 from ..questions import Question
 from ..strategies import StrategyRegistry
 from ..tables import markdown_table
-from .storage import check_storage, storage_url
+from .storage import check_storage
 from .studies import STUDIES_FILE, study_name
 
 log = logging.getLogger(__name__)
@@ -87,13 +87,12 @@ class TuneConfig:
             raise InputError(f"--trials must be from 1 to {MAX_TRIALS:,}, got {self.trials}")
         if not 0 <= self.seed < 2**32:  # Optuna's samplers seed numpy's legacy generator
             raise InputError(f"--seed {self.seed}: expected a whole number from 0 to 4294967295")
-        # A --storage the user named is reached before any work. The default file in --out is
-        # made by the first study, once the labels have been read (a bad label file leaves no
-        # folder and no database); exact sweeps alone leave it unmade.
-        if set(self.objectives) & set(SAMPLED):
+        # A --storage the user named is reached (and made) before any work, also beside the
+        # exact objectives alone (a typo is said now, not at the next sampled study). The
+        # default file in --out is made by the first study, once the labels have been read (a
+        # bad label file leaves no folder and no database); exact sweeps alone leave it unmade.
+        if set(self.objectives) & set(SAMPLED) or self.storage_named:
             check_storage(self.storage, self.workers, reach=self.storage_named)
-        elif self.storage_named:  # unused (the command says so): its form checked, nothing made
-            storage_url(self.storage)
         if not 0.0 < self.target <= 1.0:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
