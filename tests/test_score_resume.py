@@ -37,22 +37,11 @@ def test_a_stopped_score_resumes_to_the_output_of_one_run(
     assert _score(tiny_onnx_export, path, whole) == 0
     assert not (tmp_path / "whole.jsonl.partial").exists()
     out = tmp_path / "out.jsonl"
-    scored = score_verb._scored
-    calls = []
-
-    def stops_on_the_third_chunk(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return scored(*args)
-
-    monkeypatch.setattr(score_verb, "_scored", stops_on_the_third_chunk)
-    assert _score(tiny_onnx_export, path, out) != 0
+    _stopped_after_two_chunks(monkeypatch, lambda: _score(tiny_onnx_export, path, out))
     partial = tmp_path / "out.jsonl.partial"
     assert not out.exists() and len(partial.read_text().splitlines()) == 6  # two chunks kept
     with partial.open("a") as f:
         f.write('{"line": 7, "id": "7", "sc')  # the stop came while a line was written
-    monkeypatch.setattr(score_verb, "_scored", scored)
     capsys.readouterr()
     assert _score(tiny_onnx_export, path, out) == 2  # not silently started over
     assert "stopped after 6 lines and left them here: pass --resume" in capsys.readouterr().err

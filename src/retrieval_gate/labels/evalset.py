@@ -209,10 +209,10 @@ def answers_for(run: LabellingRun, questions: Sequence[Question], users: bool) -
     (`users`), is a row of the committed SmolLM2 run (unstamped) whose bundled question under
     that id is another; said. Another run's answers to other questions made the adaptive
     accuracy of a hand-written label file, unsaid."""
-    outcomes = run.outcomes()
+    outcomes, stamps = run.answered()  # each answer file read once
     answered = outcomes.closed.keys() | outcomes.rag.keys()
     asked = [q for q in questions if q.id in answered]
-    other = set(made_for_others(run.stamps(), asked))
+    other = set(made_for_others(stamps, asked))
     if users and asked and Path(run.folder).resolve() == DEFAULT_RUN_DIR.resolve():
         bundled = {q.id: q for q in canonical_questions()}
         other |= {q.id for q in asked if q.id not in bundled or bundled[q.id].text != q.text}

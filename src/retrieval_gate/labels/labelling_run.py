@@ -71,26 +71,21 @@ class LabellingRun:
         """closed-book `match` and rag-gain `closed_correct`/`rag_correct` (rag-gain wins where
         both record a closed-book answer: it is the row that also has the with-retrieval
         answer)."""
-        closed: dict[str, bool] = {}
-        rag: dict[str, bool] = {}
-        for i, row in self.records().items():
-            if row.get("match") is not None:
-                closed[i] = bool(row["match"])
-        if holds_answers(self.rag_gain):
-            for i, row in LabelFile(self.rag_gain).rows.items():
-                if row.get("rag_correct") is not None:
-                    rag[i] = bool(row["rag_correct"])
-                if row.get("closed_correct") is not None:
-                    closed[i] = bool(row["closed_correct"])
-        return Outcomes(closed, rag)
+        return self.answered()[0]
 
-    def stamps(self) -> dict[str, Stamp]:
-        """id -> the stamp of its answer rows (`label_files.stamped`), rag-gain's over
-        closed-book's, as `outcomes` reads them."""
-        out = stamped(self.records())
-        if holds_answers(self.rag_gain):
-            out |= stamped(LabelFile(self.rag_gain).rows)
-        return out
+    def answered(self) -> tuple[Outcomes, dict[str, Stamp]]:
+        """`outcomes`, and id -> the stamp of its answer rows (`label_files.stamped`),
+        rag-gain's over closed-book's: each file read once for both."""
+        closed_rows = self.records()
+        rag_rows = LabelFile(self.rag_gain).rows if holds_answers(self.rag_gain) else {}
+        closed = {i: bool(r["match"]) for i, r in closed_rows.items() if r.get("match") is not None}
+        rag: dict[str, bool] = {}
+        for i, row in rag_rows.items():
+            if row.get("rag_correct") is not None:
+                rag[i] = bool(row["rag_correct"])
+            if row.get("closed_correct") is not None:
+                closed[i] = bool(row["closed_correct"])
+        return Outcomes(closed, rag), stamped(closed_rows) | stamped(rag_rows)
 
     def answer_logprobs(self) -> dict[str, AnswerLogprobs]:
         """The closed-book answers' recorded log-probabilities by question id (tokens, or the
