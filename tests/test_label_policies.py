@@ -222,3 +222,113 @@ def test_rag_gain_drops_the_documents_a_prompt_has_no_room_for():
 
     rag_gain_rows(gen, Counting(), [short], {}, {}, k=10**12)
     assert asked == [240]
+
+
+# ---------------------------------------------------------------- --relabel: which file
+
+RELABEL_LLM = "relabel-test-llm"  # its folder under the project's data/labels must stay absent
+
+
+@pytest.fixture
+def project_labels():
+    """The project's own data/labels/<RELABEL_LLM>: the file --relabel rewrote whatever
+    --out or --labels-dir said; removed should a run make it, so the checkout stays clean."""
+    import shutil
+
+    from retrieval_gate.labels.label_files import LABELS_DIR
+
+    folder = LABELS_DIR / RELABEL_LLM
+    assert not folder.exists(), f"{folder}: left by an earlier run; remove it"
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_labels(path, rows, policy="closed-book"):
+    """A label file in the shape `label` writes: rows keeping their measures + provenance."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    meta = {"policy": policy, "generator": RELABEL_LLM, "criterion": "loose-no-guess"}
+    path.with_name(path.name.removesuffix(".jsonl") + ".meta.json").write_text(json.dumps(meta))
+
+
+def _measures(em: bool) -> dict:
+    return {"match": True, "em": em, "f1": 1.0 if em else 0.5, "guess": False}
+
+
+CLOSED_ROWS = [{"id": "q1", "label": 0, **_measures(False)},
+               {"id": "q2", "label": 0, **_measures(True)}]  # fmt: skip
+# rag-gain rows keep their own closed-book measures: no closed-book file is read
+RAG_ROWS = [{"id": "q1", "label": 0, "rag_match": True, "rag_em": True, "rag_f1": 1.0,
+             "closed": _measures(False)}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "policy, rows, where",
+    [
+        ("closed-book", CLOSED_ROWS, "labels-dir"),
+        ("closed-book", CLOSED_ROWS, "out"),
+        ("rag-gain", RAG_ROWS, "out"),
+    ],
+    ids=["closed-book-labels-dir", "closed-book-out", "rag-gain-out"],
+)
+def test_relabel_rewrites_the_file_out_or_labels_dir_names(
+    policy, rows, where, tmp_path, capsys, project_labels
+):
+    """`--relabel` rewrote data/labels/<generator>/<policy>.jsonl whatever --out or
+    --labels-dir named (or failed there, leaving an empty file in the checkout)."""
+    import json
+
+    from retrieval_gate.labels.label_files import LabelFile
+
+    if where == "out":
+        path, flags = tmp_path / "mine.jsonl", ["--out", str(tmp_path / "mine.jsonl")]
+    else:
+        path = tmp_path / "L" / RELABEL_LLM / f"{policy}.jsonl"
+        flags = ["--labels-dir", str(tmp_path / "L")]
+    _write_labels(path, rows, policy)
+    argv = ["label", "--policy", policy, "--relabel", "--criterion", "em", *flags,
+            "--generator", RELABEL_LLM]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["path"] == str(path) and result["labels_changed"] == 1
+    relabelled = LabelFile(path)
+    assert relabelled.rows["q1"]["label"] == 1  # not an exact match: needs retrieval / helps
+    assert relabelled.meta["criterion"] == "em"
+    assert not project_labels.exists()
+
+
+@pytest.mark.parametrize(
+    "made, argv, message",
+    [
+        (None, ["--labels-dir", "{tmp}/L"], "{tmp}/L/relabel-test-llm/closed-book.jsonl: label "
+         "file not found; --relabel rewrites an existing label file: name a closed-book file"),
+        (None, ["--out", "{tmp}/mine.jsonl"], "{tmp}/mine.jsonl: label file not found"),
+        ("empty", ["--out", "{tmp}/mine.jsonl"], "{tmp}/mine.jsonl: label file has no "
+         "provenance file mine.meta.json beside it: name a closed-book file that `label` wrote "
+         "with --out FILE or --labels-dir DIR"),
+        ("rag-gain", ["--out", "{tmp}/mine.jsonl"], "made by --policy rag-gain, not "
+         "closed-book: pass --policy rag-gain"),
+        ("closed-book", ["--out", "{tmp}/mine.jsonl", "--questions", "q.csv"], "--questions "
+         "picks the questions to label, and --relabel rewrites the rows already in the label "
+         "file"),
+    ],
+    ids=["no-file-in-labels-dir", "no-out-file", "no-provenance", "other-policy", "questions"],
+)  # fmt: skip
+def test_relabel_refuses_a_file_it_cannot_relabel_and_creates_none(
+    made, argv, message, tmp_path, capsys, project_labels
+):
+    """Refused with the path and the fix (exit 2), before any file is made or changed."""
+    mine = tmp_path / "mine.jsonl"
+    if made == "empty":
+        mine.touch()
+    elif made:
+        _write_labels(mine, RAG_ROWS if made == "rag-gain" else CLOSED_ROWS, made)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(["label", "--policy", "closed-book", "--relabel", "--criterion", "em", *argv,
+                 "--generator", RELABEL_LLM]) == 2  # fmt: skip
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "L").exists() and not project_labels.exists()

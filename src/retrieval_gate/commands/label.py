@@ -76,7 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--relabel",
         action="store_true",
         help="recompute --policy's labels under --criterion from its stored measures "
-        "(no generation)",
+        "(no generation), in the file --out names, else <labels-dir>/<generator>/<policy>.jsonl",
     )
     p.add_argument(
         "--throughput",
@@ -124,9 +124,11 @@ def _not_a_file_name(labels_dir: Path) -> None:
 def _request(args: argparse.Namespace) -> Any:
     """The policy's request: its flags paired with it and in bounds, its own checks passed."""
     from ..labels.policies import validate_request
-    from ..labels.policy_registry import POLICIES, policy_spec, request
+    from ..labels.policy_registry import policy_spec, request
 
     spec = policy_spec(args.policy)
+    if args.relabel:  # first: the other checks speak of questions it does not label
+        _check_relabel(args, spec)
     _check_selection(args, spec)
     if args.out and args.labels_dir and not spec.reads_closed_book:  # else one was ignored
         raise InputError(f"--out and --labels-dir both say where --policy {spec.name} writes, "
@@ -140,12 +142,30 @@ def _request(args: argparse.Namespace) -> Any:
     if args.labels_dir:
         shared["labels_dir"] = args.labels_dir
     req = request(args.policy, given_options(args), **shared)
-    if args.relabel and not spec.relabel:
+    validate_request(req)
+    return req
+
+
+def _check_relabel(args: argparse.Namespace, spec: Any) -> None:
+    """--relabel rewrites the rows already in a label file from their stored measures: a
+    policy whose rows keep none, or a flag picking questions (it reads none), is refused."""
+    from ..labels.policy_registry import POLICIES
+
+    if not spec.relabel:
         names = ", ".join(n for n, s in POLICIES.items() if s.relabel)
         raise InputError(f"--relabel recomputes labels from the measures a policy's rows keep: "
                          f"it works on {names}, not --policy {spec.name}")  # fmt: skip
-    validate_request(req)
-    return req
+    picks = {"--questions": args.questions, "--field": args.field, "--dataset": args.datasets,
+             "--limit": args.limit, "--eq-sample": args.eq_sample, "--seed": args.seed}  # fmt: skip
+    given = [flag for flag, value in picks.items() if value is not None]
+    if given:
+        raise InputError(f"{given[0]} picks the questions to label, and --relabel rewrites "
+                         "the rows already in the label file (named by --out, or by "
+                         "--labels-dir and --generator), reading no questions: "
+                         "drop it")  # fmt: skip
+    if args.generator_url:
+        raise InputError("--generator-url asks a server for answers, and --relabel generates "
+                         "none: drop it; --generator NAME names the labels' folder")  # fmt: skip
 
 
 def _check_selection(args: argparse.Namespace, spec: Any) -> None:
@@ -188,20 +208,25 @@ def run(args: argparse.Namespace) -> int:
         gen = build_generator(args.generator, args.backend)
         print(json.dumps(throughput(gen, args.throughput), indent=2))
         return 0
+    if args.relabel and req is not None:  # loads no model: --generator names the folder
+        return _relabel(req)
     from ..generation.model_folders import check_model_folder
 
     if not args.generator_url:  # a local engine: its folder exists (before any lock or engine)
         check_model_folder(args.generator)
     if req is None:
         raise DataError("pass --policy (or --report); see `retrieval-gate label -h`")
-    if args.relabel:
-        from ..labels.policies import relabel
-
-        result = relabel(args.policy, req.value("criterion"), args.generator,
-                         neither_label=args.neither_label)  # fmt: skip
-        print(json.dumps(result, indent=2))
-        return 0
     return _label(args, req)
+
+
+def _relabel(req: Any) -> int:
+    """Relabels the file `label` would write (--out, else under --labels-dir)."""
+    from ..labels.policies import relabel
+
+    result = relabel(req.policy, req.value("criterion"), req.generator, req.labels_dir,
+                     req.options.get("neither_label"), out=req.out)  # fmt: skip
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def _label(args: argparse.Namespace, req: Any) -> int:

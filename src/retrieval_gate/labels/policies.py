@@ -14,7 +14,15 @@ from ..generation.base import WindowedGenerator
 from ..generation.prompts import closed_book_prompt
 from ..models import SMOLLM2
 from ..questions import Question
-from .label_files import LABELS_DIR, LabelFile, check_resume, meta_path, require_ours
+from .label_files import (
+    LABELS_DIR,
+    LabelFile,
+    check_resume,
+    meta_path,
+    missing,
+    read_meta,
+    require_ours,
+)
 from .lock import single_writer
 from .policy_registry import (
     POLICIES,
@@ -521,34 +529,71 @@ def relabel(
     generator: str = SMOLLM2,
     labels_dir: Path = LABELS_DIR,
     neither_label: int | None = None,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     """Recomputes a generator policy's labels under `criterion` from the measures its rows
-    keep (no generation) and records the criterion in the provenance."""
+    keep (no generation) and records the criterion in the provenance. The file is `out`, else
+    `<labels_dir>/<generator>/<policy>.jsonl`, as `label` resolves where it writes; rag-gain
+    and rrcp rows without their own closed-book measures read them from `labels_dir`."""
     from .rag_gain import judge_gain
     from .rrcp import rrcp_label3
     from .scoring import correct
 
-    out = LabelFile(label_path(policy, generator, labels_dir), replacing=True)
-    closed = LabelFile(label_path("closed-book", generator, labels_dir))
-    if policy == "closed-book":
-        rows = [{**r, "label": int(not correct(r, criterion))} for r in out.rows.values()]
-    elif policy == "rag-gain":
-        rows = [
-            judge_gain(r, closed.rows[i], criterion, neither_label) for i, r in out.rows.items()
-        ]
-    elif policy == "rrcp":
-        rows = []
-        for i, r in out.rows.items():
-            l3 = rrcp_label3(correct(closed.rows[i], criterion), r["ans"], r["complex"])
-            rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
-    else:
+    if policy not in POLICIES or not policy_spec(policy).relabel:
         raise DataError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
-    before = out.labels()
-    out.rewrite(rows)
-    meta = {**out.meta, "criterion": criterion}
+    path = Path(out) if out is not None else label_path(policy, generator, labels_dir)
+    meta = _relabelled_meta(path, policy)  # before anything is written
+    out_file = LabelFile(path, replacing=True)
+    if policy == "closed-book":
+        rows = [{**r, "label": int(not correct(r, criterion))} for r in out_file.rows.values()]
+    else:
+        closed = _closed_measures(out_file, label_path("closed-book", generator, labels_dir))
+        rows = []
+        for i, r in out_file.rows.items():
+            if policy == "rag-gain":
+                rows.append(judge_gain(r, closed[i], criterion, neither_label))
+                continue
+            l3 = rrcp_label3(correct(closed[i], criterion), r["ans"], r["complex"])
+            rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
+    before = out_file.labels()
+    out_file.rewrite(rows)
+    meta["criterion"] = criterion
     if policy == "rag-gain":
         meta["neither_label"] = neither_label
-    out.write_meta(meta)
-    after = out.labels()
+    out_file.write_meta(meta)
+    after = out_file.labels()
     changed = sum(before.get(i) != after.get(i) for i in set(before) | set(after))
-    return {"path": str(out.path), "rows": len(rows), "labels_changed": changed}
+    return {"path": str(path), "rows": len(rows), "labels_changed": changed}
+
+
+def _relabelled_meta(path: Path, policy: str) -> dict[str, Any]:
+    """The provenance of the label file --relabel rewrites, refused (nothing created) unless
+    `label` wrote that file under `policy`: its rows keep the measures relabelling reads."""
+    named = f"name a {policy} file that `label` wrote with --out FILE or --labels-dir DIR"
+    if not path.is_file():
+        fix = f"--relabel rewrites an existing label file: {named}, or label it first"
+        raise DataError(missing(path, fix=fix), path)
+    require_ours(path)  # a user's file (rows, no provenance) or a folder
+    mp = meta_path(path)
+    if not mp.is_file():
+        raise DataError(f"label file has no provenance file {mp.name} beside it: {named}", path)
+    meta = read_meta(mp)
+    if meta.get("policy") != policy:
+        raise DataError(f"this label file was made by --policy {meta.get('policy')}, not "
+                        f"{policy}: pass --policy {meta.get('policy')}, or {named}",
+                        path)  # fmt: skip
+    return meta
+
+
+def _closed_measures(out: LabelFile, closed_path: Path) -> dict[str, dict[str, Any]]:
+    """Each row's closed-book measures: its own copy (`closed`), else the closed-book file's
+    row (rows written before the copy), refused by id where neither has them."""
+    own = {i: r["closed"] for i, r in out.rows.items() if isinstance(r.get("closed"), dict)}
+    if len(own) == len(out.rows):
+        return own
+    closed = {**LabelFile(closed_path).rows, **own}
+    if lacking := [i for i in out.rows if i not in closed]:
+        raise DataError(f"row {lacking[0]!r} of {out.path} keeps no closed-book measures and "
+                        f"the closed-book file has no row for it: pass the --labels-dir that "
+                        "holds the closed-book file it was labelled from", closed_path)  # fmt: skip
+    return closed
