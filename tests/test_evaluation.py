@@ -281,7 +281,11 @@ def test_evaluate_command_writes_report_and_plots(tmp_path):
     assert results["n_test"] == len([q for q in qs if q.split == "test"])
 
 
-@pytest.mark.parametrize("damage", ['{"q1": 0.5', "[1, 2]", '{"q1": "abc"}', "[" * 100_000])
+@pytest.mark.parametrize(
+    "damage",
+    ['{"q1": 0.5', "[1, 2]", '{"q1": "abc"}', "[" * 100_000],
+    ids=["cut-short", "a-list", "a-text-score", "nested-past-the-recursion-limit"],
+)
 def test_a_damaged_score_cache_is_scored_again_not_an_internal_error(tmp_path, caplog, damage):
     """evaluate keeps each gate's scores in OUT/scores/; one cut short or edited stopped the
     next run with a traceback (or mixed a list into the scores)."""
