@@ -181,6 +181,7 @@ def test_choice_backend_follows_the_cpu(monkeypatch):
         choice_backend(cuda=False, dtype="float32")
 
 
+@pytest.mark.slow  # resolves the bundled SmolLM2 folder (its conversion: ~15 s cold)
 def test_choice_scores_go_to_their_own_engine(store, monkeypatch):
     """Where transformers scores the choices beside vLLM: a choice-only run starts it alone
     (never vLLM), generation starts vLLM, and the scores are keyed by the engine that computed
@@ -753,3 +754,34 @@ def test_a_folder_where_the_cache_file_goes_is_named_with_a_fix_that_works(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["generations.sqlite"] + (["elsewhere"] if "link" in kind else [])
     )
+
+
+def test_an_answer_stored_without_logprobs_is_asked_again_when_they_are_asked_for(store):
+    """A server that gave no log-probabilities (it refused them), fixed, was never asked again:
+    the answers stored without them were replayed to calls that ask for them ("8 LLM calls (8
+    cached)", no answer confidence recorded). They are computed again (and stored with them);
+    an empty answer, which has no tokens, is replayed as it is."""
+
+    class Server(FakeGenerator):
+        gives_logprobs = False
+
+        def generate(self, prompts, max_new_tokens=24, logprobs=False):
+            out = super().generate(prompts, max_new_tokens, logprobs and self.gives_logprobs)
+            for g in out:
+                g.text = "" if g.text.startswith("silent") else g.text
+            return out
+
+    refusing = Server()
+    CachedGenerator(refusing, store=store).generate(["q1", "q2", "silent"], 8, logprobs=True)
+    fixed = Server()
+    fixed.gives_logprobs = True
+    gen = CachedGenerator(fixed, store=store)
+    out = gen.generate(["q1", "q2", "silent"], 8, logprobs=True)
+    assert fixed.calls == [["q1", "q2"]]  # the empty answer is replayed
+    assert [g.cached for g in out] == [False, False, True]
+    assert all(g.token_logprobs for g in out[:2]) and out[2].text == ""
+    again = gen.generate(["q1", "q2"], 8, logprobs=True)  # stored with them now
+    assert fixed.calls == [["q1", "q2"]] and again == out[:2]
+    gen.generate(["q3"], 8)  # not asked for: an answer without them serves the call
+    gen.generate(["q3"], 8)
+    assert fixed.calls[1:] == [["q3"]]

@@ -8,7 +8,8 @@ template is the server's), max_new_tokens, whether log-probabilities were asked 
 `choice_probs` the choices instead). All keys are looked up first; only the misses go to the
 wrapped generator, in ONE batch (choice scores: batches of `STORE_CHUNK`, each stored as it is
 scored), each distinct prompt once (duplicates inside a batch are computed once). Decoding is
-greedy everywhere, so an answer is a function of its key.
+greedy everywhere, so an answer is a function of its key. An answer stored without the
+log-probabilities asked for (its server gave none) is a miss while they are asked for.
 
 Stored with each answer: its text, token counts, token log-probabilities (when asked for) and
 the seconds it took when it was computed (its batch's wall time split by its prompt + generated
@@ -603,7 +604,8 @@ class CachedGenerator:
         keys = self._keys(self._prompt_ids(prompts),
                           {"kind": "generate", "max_new_tokens": int(max_new_tokens),
                            "logprobs": bool(logprobs), "greedy": True})  # fmt: skip
-        stored = {k: _from_value(v) for k, v in store.get_many(keys).items()}
+        stored = {k: _from_value(v) for k, v in store.get_many(keys).items()
+                  if not (logprobs and _without_logprobs(v))}  # fmt: skip
         first = {}  # each missing key's first prompt
         for i, k in enumerate(keys):
             if k not in stored and k not in first:
@@ -750,6 +752,13 @@ def _to_value(g: Generation) -> dict[str, Any]:
     return {"text": g.text, "prompt_tokens": g.prompt_tokens,
             "completion_tokens": g.completion_tokens, "token_logprobs": g.token_logprobs,
             "seconds": g.seconds}  # fmt: skip
+
+
+def _without_logprobs(v: dict[str, Any]) -> bool:
+    """An answer stored without the log-probabilities it was asked with (its server gave none
+    then): no answer to a call that asks for them, which computes it again (the server may give
+    them now; one that was fixed had its answers replayed without them, unsaid)."""
+    return bool(v.get("text")) and not v.get("token_logprobs")
 
 
 def _from_value(v: dict[str, Any]) -> Generation:

@@ -537,7 +537,7 @@ def reply_chat(
     (`ServerTraits.rethink`)."""
     url = traits.url
     try:
-        generation = parse_chat(out, bool(body.get("logprobs")))
+        generation = parse_chat(out, bool(body.get("logprobs")), body.get(traits.length_field), url)
         message = out["choices"][0].get("message")
     except DataError as e:  # NaN, a value above 0: a label file stored them as numbers
         raise PromptRefused(f"{url} answered 200 with a token log-probability that is none: "
@@ -571,22 +571,112 @@ def no_answer(choice: dict[str, Any], url: str) -> None:
         raise PromptRefused(f"{url} answered without an answer: {why}")
 
 
-def parse_chat(out: dict[str, Any], logprobs: bool) -> Generation:
+# Characters of text kept per token asked for, where a reply holds more tokens than asked (a
+# server that ignores max_tokens): a token's text is rarely longer
+TOKEN_CHARS = 16
+
+
+def parse_chat(
+    out: dict[str, Any], logprobs: bool, max_tokens: int | None = None, url: str = "the server"
+) -> Generation:
     """The answer, token counts and (when asked) token log-probabilities of a response (its
     `logprobs` object: the chat API's `content` list, or the completions API's older
-    `token_logprobs`). Token counts are accounting only: a `usage` count that is none (null,
-    a word) is 0 (it refused the answer)."""
+    `token_logprobs`): those of the answer only, a reasoning block's cut off with its text
+    (`answer_entries`). A reply of more tokens than `max_tokens` is clipped to them (`clipped`);
+    asked-for log-probabilities a reply lacks are said once (`logprob_entries`). Token counts
+    are accounting only: a `usage` count that is none (null, a word) is 0 (it refused the
+    answer)."""
     choice = out["choices"][0]
-    token_logprobs = None
-    if logprobs and choice.get("logprobs"):  # checked as a file's column is: finite, <= 0
-        token_logprobs = parse_token_logprobs(choice["logprobs"], column="logprobs")
     usage = out.get("usage") or {}
+    completion_tokens = _tokens(usage.get("completion_tokens"))
+    text = content_text(choice["message"]["content"])
+    entries = logprob_entries(choice.get("logprobs"), bool(text), url) if logprobs else None
+    if max_tokens and max(completion_tokens, len(entries or ())) > max_tokens:
+        text, entries = clipped(text, entries, completion_tokens, max_tokens, url)
+    answer = without_reasoning(text)
+    cut = text.lstrip().startswith(THINK_OPEN)
+    if entries is not None and (cut or reasoned(choice["message"])):
+        entries = answer_entries(entries, answer, url, required=cut)
+    token_logprobs = None  # checked as a file's column is: finite, <= 0
+    if entries is not None:
+        token_logprobs = parse_token_logprobs(entries, column="logprobs")
     return Generation(
-        text=without_reasoning(content_text(choice["message"]["content"])),
+        text=answer,
         prompt_tokens=_tokens(usage.get("prompt_tokens")),
-        completion_tokens=_tokens(usage.get("completion_tokens")),
+        completion_tokens=completion_tokens,
         token_logprobs=token_logprobs,
     )
+
+
+def logprob_entries(value: Any, answered: bool, url: str) -> list[Any] | None:
+    """A reply's `logprobs` as its list of token entries (chat's `content`, the completions
+    API's `token_logprobs`). None, said once (`no_logprobs_note`), where a reply asked for them
+    holds none (null, a null list, an empty one beside an answer): such a server's rows had all
+    recorded no answer confidence, unsaid, and the confidence gate scored every question 1."""
+    if isinstance(value, dict):
+        value = value.get("content", value.get("token_logprobs"))
+    if value is None or (value == [] and answered):
+        said = "logprobs null" if value is None else "an empty logprobs list beside its answer"
+        no_logprobs_note(url, f"a 200 with {said}")
+        return None
+    if not isinstance(value, list):
+        raise DataError(f"its logprobs hold {str(value)[:60]!r}, not a list of token entries")
+    return value
+
+
+def clipped(
+    text: str, entries: list[Any] | None, tokens: int, max_tokens: int, url: str
+) -> tuple[str, list[Any] | None]:
+    """A reply of more tokens than asked for, cut to them: the first `max_tokens` entries, and
+    at most TOKEN_CHARS characters of text per token (200,000 tokens answered to a 24-token
+    request were stored and judged whole: a gold answer anywhere in them counted); said once."""
+    given = max(tokens, len(entries or ()))
+    note_once(url, "too-long", "the generator server at %s answered %d tokens where at most %d "
+              "were asked for (does it ignore max_tokens?): its replies are cut to %d tokens' "
+              "text", url, given, max_tokens, max_tokens)  # fmt: skip
+    return text[: max_tokens * TOKEN_CHARS], None if entries is None else entries[:max_tokens]
+
+
+def answer_entries(entries: list[Any], answer: str, url: str, required: bool) -> list[Any] | None:
+    """The entries of the answer a reasoning block was cut off (`without_reasoning`): those
+    after the one whose running token text reaches `</think>`, less the whitespace-only ones
+    the kept answer was stripped of (its leading ones); the reasoning's had counted in the
+    answer's confidence. None where no answer was kept, and (said once) where none follow
+    `</think>` or, for a block in the reply's text (`required`), no token's text reaches it;
+    a reasoning parser's reply whose entries never reach it keeps them (the answer's alone)."""
+    if not answer:
+        return None
+    tail = ""  # the running text's last characters: a `</think>` may span tokens
+    for i, entry in enumerate(entries):
+        token = _token_text(entry)
+        if token is None:
+            break
+        if THINK_CLOSE in tail + token:
+            start = i + 1
+            while start < len(entries) and _blank(entries[start]):
+                start += 1
+            return entries[start:] or _unmatched(url)
+        tail = (tail + token)[-(len(THINK_CLOSE) - 1) :]
+    return _unmatched(url) if required else entries
+
+
+def _unmatched(url: str) -> None:
+    note_once(url, "reasoning-logprobs", "the generator server at %s gives token "
+              "log-probabilities that do not show where a reply's reasoning (%s) ends: its "
+              "answers are recorded without them (no answer confidence)", url,
+              THINK_CLOSE)  # fmt: skip
+
+
+def _token_text(entry: Any) -> str | None:
+    """A chat token entry's text (None for an entry without one, such as a bare number)."""
+    token = entry.get("token") if isinstance(entry, dict) else None
+    return token if isinstance(token, str) else None
+
+
+def _blank(entry: Any) -> bool:
+    """A token entry whose text is whitespace alone (an answer's strip dropped it)."""
+    token = _token_text(entry)
+    return token is not None and not token.strip()
 
 
 def _tokens(value: Any) -> int:
