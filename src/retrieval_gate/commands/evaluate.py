@@ -51,7 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "accuracy, confidence records, TA-ARE demonstrations; default: the folder of the first "
         "--labels file when it holds one, else the bundled SmolLM2 run)",
     )
-    p.add_argument("--generator", help="generator model (default: the labelling generator)")
+    p.add_argument("--generator", metavar="MODEL",
+                   help="generator model, a name or folder (default: the labelling generator, "
+                   "the one the first --labels file's .meta.json names, else its labelling "
+                   "run's; one labelled through a server or imported has no local copy: its "
+                   "recorded answers are read, and timing it or answering anew needs this "
+                   "flag)")  # fmt: skip
     p.add_argument(
         "--resamples",
         type=int,

@@ -25,8 +25,10 @@ from ..gates.registry import (
     GateOptions,
     GateSpec,
     LazyGenerator,
+    RecordedGenerator,
     build_gate,
     check_options,
+    labelling_generator,
 )
 from ..labels.evalset import (
     DEFAULT_RUN_DIR,
@@ -116,6 +118,8 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     # each gate's flags and paths before the labels are read (7 s for SmolLM2's): a bad one is
     # refused first; a gate without its flag is skipped, with the reason
     gates = _gates_with_options(cfg, skipped)
+    generator, named_by = _generator(cfg, gates)  # one engine for every gate
+    _check_generator_runs(cfg, gates, generator)  # before the labels are read
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
     splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
@@ -123,14 +127,17 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     # the questions alone, though a questions file may carry its answers' log-probabilities:
     # what the label-free scores and a two-stage gate's question-only row are computed on
     bare = {k: without_answers(t) for k, t in tests.items()}
-    records = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR).records()
-    generator = LazyGenerator(**cfg.generator_options)  # one engine for every gate
+    run = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR)
+    records = run.records()
+    _check_recorded_answers(gates, tests, records, generator, run.closed_book)
     costs: dict[str, float] = {}
     report: dict[str, Any] = {
         "label_files": [str(p) for p in cfg.label_files],
         "policies": {},
         "skipped": skipped,
     }
+    if asks_generator(gates):  # which model the gates asked, and their costs were timed with
+        report["generator"] = {"name": generator.name, "chosen": named_by}
     answer_gate = (
         None if cfg.answer_gate is None else RetrievalGate.from_pretrained(cfg.answer_gate)
     )
@@ -211,6 +218,65 @@ def _say_fitted(gate: Gate, questions: EvalSet, split: str) -> None:
 def asks_generator(gates: Sequence[str]) -> list[str]:
     """The gates that ask the generator for each decision (an LLM call of their own)."""
     return [g for g in gates if g in GATES and "generator" in GATES[g].needs]
+
+
+def _generator(cfg: EvaluationConfig, gates: Sequence[str]) -> tuple[LazyGenerator, str]:
+    """--generator's model, else the labelling generator (the one the labels' provenance
+    names), and how it was chosen; said in the log where a gate asks it."""
+    if cfg.generator_options:
+        generator, named_by = LazyGenerator(**cfg.generator_options), "--generator"
+    else:
+        generator, named_by = labelling_generator(
+            cfg.label_files[0], cfg.run_dir or DEFAULT_RUN_DIR
+        )
+    asked = asks_generator(gates)
+    if asked:
+        log.info(f"generator for {' / '.join(asked)}: {generator.name} ({named_by})")
+    return generator, named_by
+
+
+def _check_generator_runs(
+    cfg: EvaluationConfig, gates: Sequence[str], generator: LazyGenerator
+) -> None:
+    """A labelling generator with no local copy (labels made through a server, or imported)
+    lends only its identity: a gate that asks it for every question, or timing a gate that
+    asks it, is refused here, before any label file is read or engine starts."""
+    if not isinstance(generator, RecordedGenerator):
+        return
+    asked = asks_generator(gates)
+    prompting = [g for g in asked if not GATES[g].recorded_answers]
+    if prompting:
+        raise ConfigError(f"{generator.unavailable()}; the {' / '.join(prompting)} gate asks it "
+                          "for every question: pass --generator MODEL (a local copy of it), "
+                          "or drop the gate")  # fmt: skip
+    if asked and cfg.measure_cost:
+        raise ConfigError(f"{generator.unavailable()}; timing the {' / '.join(asked)} gate's "
+                          "cost runs it (a deployed gate asks it for each answer): pass "
+                          "--generator MODEL (a local copy of it), or --no-cost")  # fmt: skip
+
+
+def _check_recorded_answers(
+    gates: Sequence[str],
+    tests: dict[str, EvalSet],
+    records: dict[str, dict],
+    generator: LazyGenerator,
+    answers: Path,
+) -> None:
+    """With a `RecordedGenerator`, a gate that reads the recorded closed-book answers needs
+    one for every test question: the rest would ask a generator there is no copy of."""
+    if not isinstance(generator, RecordedGenerator):
+        return
+    for name in asks_generator(gates):
+        for policy, test in tests.items():
+            missing = [q.id for q in test.questions if q.id not in records]
+            if missing:
+                raise MissingInputError(
+                    f"{len(missing)} of the {len(test)} test questions of {policy} have no "
+                    f"recorded closed-book answer in {answers} (e.g. {missing[0]}), and the "
+                    f"{name} gate would ask the generator for them; {generator.unavailable()}; "
+                    f"label them with it into that file (`retrieval-gate label --policy "
+                    "closed-book`), or pass --generator MODEL (a local copy of it)"
+                )
 
 
 def _check_gate_questions(gates: Sequence[str], options: GateOptions,
@@ -395,6 +461,10 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
         f"the generator to decide, {', '.join(asks_generator(cfg.gates)) or 'none here'}, also "
         "makes one call a question, in its cost ms)."
     )
+    if "generator" in report:  # which model answered them, and so was timed
+        gen = report["generator"]
+        timed = " (their cost ms are its)" if cfg.measure_cost else ""
+        lines += ["", f"The generator those gates ask{timed}: `{gen['name']}` ({gen['chosen']})."]
     for policy, pr in report["policies"].items():
         lines += [
             "",

@@ -22,8 +22,11 @@ from ..errors import BackendError, ConfigError, DataError, MissingInputError
 from ..generation.base import Generator
 from ..generation.hidden_states import DTYPES
 from ..labels.evalset import EvalSet
+from ..labels.label_files import meta_path
+from ..labels.labelling_run import CLOSED_BOOK, RAG_GAIN
 from ..models import SMOLLM2
 from ..run_folder import RunFolder
+from ..strict_rows import parse_json
 from .base import Gate, Questions
 from .onnx_format import VARIANTS
 
@@ -57,6 +60,91 @@ class LazyGenerator:
 
         model = resolve_generator_model(self.options["name_or_path"])
         return folder_checksum(Path(model)) if Path(model).is_dir() else model
+
+    @property
+    def name(self) -> str:
+        """The running engine's name, else the model asked for."""
+        started = self._generator
+        return str(started.name if started is not None else self.options["name_or_path"])
+
+
+class RecordedGenerator(LazyGenerator):
+    """The labelling generator where no local copy of it is known (its answers came from a
+    server, or were imported): gates read its recorded answers, and their score caches are
+    keyed by its recorded identity; asking it for new answers is refused, naming the fix."""
+
+    def __init__(self, name: str, identity: str, why: str, named_by: Path):
+        super().__init__(name_or_path=name)
+        self.identity = identity
+        self.why = why
+        self.named_by = named_by
+
+    @property
+    def checksum(self) -> str:
+        return self.identity
+
+    @property
+    def weights_known(self) -> bool:
+        """Its identity is a weights checksum (a local folder's), which a copy can match."""
+        return not self.identity.startswith(("remote:", "recorded:"))
+
+    def unavailable(self) -> str:
+        """Why it cannot run here, in a refusal's words."""
+        return (f"the labels' generator {self.name} ({self.named_by}) has no local copy here: "
+                f"{self.why}")  # fmt: skip
+
+    def __call__(self) -> Generator:
+        raise MissingInputError(f"{self.unavailable()}; this step generates with it: pass "
+                                f"--generator MODEL (a local copy of {self.name})")  # fmt: skip
+
+
+def labelling_generator(label_file: str | Path, run_dir: str | Path) -> tuple[LazyGenerator, str]:
+    """The generator whose answers the labels judge and where that was read: the first
+    `.meta.json` naming one (the label file's, else its labelling run's closed-book or
+    rag-gain file's). A model that resolves here runs when asked; one that does not (a
+    server's, an import's) is a `RecordedGenerator`. None named: SmolLM2, the bundled run's."""
+    run = Path(run_dir)
+    for path in (Path(label_file), run / CLOSED_BOOK, run / RAG_GAIN):
+        meta = _provenance(meta_path(path))
+        if meta.get("generator"):
+            return _named(meta, meta_path(path)), f"named by {meta_path(path)}"
+    return LazyGenerator(), f"no label provenance names one: {SMOLLM2}"
+
+
+def _provenance(path: Path) -> dict[str, Any]:
+    """A `.meta.json`; {} where there is none or it is unreadable (`_label_name` reads it so)."""
+    try:
+        meta = parse_json(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _named(meta: dict[str, Any], path: Path) -> LazyGenerator:
+    name, checksum = str(meta["generator"]), meta.get("generator_checksum")
+    why = _no_local_copy(name, checksum, meta.get("source"))
+    if why is None:
+        return LazyGenerator(name_or_path=SMOLLM2 if name == "smollm2" else name)
+    identity = checksum if isinstance(checksum, str) and checksum else f"recorded:{name}"
+    return RecordedGenerator(name, identity, why, path)
+
+
+def _no_local_copy(name: str, checksum: Any, source: Any) -> str | None:
+    """Why the named generator cannot run here; None where it resolves as `--generator` would
+    (SmolLM2, a Hub name: an engine's checksum is its name, a folder with those weights)."""
+    if not isinstance(checksum, str) or not checksum:
+        if source == "outcomes":
+            return "its answers were imported (label --policy outcomes)"
+        return "its labels record no weights checksum"
+    if checksum.startswith("remote:"):
+        return f"its answers came from a server ({checksum}), which evaluate does not ask"
+    if name in (SMOLLM2, "smollm2") or checksum == name:
+        return None
+    from ..generation.model_folders import folder_checksum
+
+    if Path(name).is_dir() and folder_checksum(Path(name)) == checksum:
+        return None
+    return "its labels keep a model folder's name and weights checksum, not its path"
 
 
 @dataclass
@@ -174,6 +262,9 @@ class GateSpec:
     # refuses test questions it cannot score (and, on strategy labels, route) before any
     # gate is built: (options, questions, the labels' strategies or ())
     check_questions: Callable[[GateOptions, Questions, Sequence[str]], None] | None = None
+    # asks the generator only for questions without a recorded closed-book answer (the
+    # labelling run's): with a `RecordedGenerator` it scores from those answers alone
+    recorded_answers: bool = False
 
 
 def _always(ctx: GateContext, opts: GateOptions) -> Gate:
@@ -250,9 +341,14 @@ def _probe(ctx: GateContext, opts: GateOptions) -> Gate:
     from .probe import fit_probe
 
     train, dev = ctx.need("train", "probe"), ctx.need("dev", "probe")
-    gen = ctx.generator  # the serving model's name: the running engine's, else the one asked
-    name = gen._generator.name if gen._generator is not None else gen.options["name_or_path"]
-    serving = gen.checksum, str(name)
+    gen = ctx.generator  # the serving model: the running engine's, else the one asked
+    serving: tuple[str, str] | None = (gen.checksum, gen.name)
+    if isinstance(gen, RecordedGenerator) and not gen.weights_known:
+        if opts.probe_model is None:  # SmolLM2's states for another model's labels
+            flag = option_flag("probe_model")
+            raise MissingInputError(f"{gen.unavailable()}; the probe reads its hidden states: "
+                                    f"pass {flag} FOLDER (a local copy)")  # fmt: skip
+        serving = None  # a server's weights: nothing here to compare the folder's with
     return fit_probe(train, dev, opts.probe_model, opts.probe_layers, serving, opts.probe_dtype)
 
 
@@ -311,7 +407,7 @@ GATES: dict[str, GateSpec] = {
                  "demonstrations (TA-ARE)", frozenset({"generator", "labels"}), label_free=True,
                  options=("date",)),
         GateSpec("confidence", _confidence, "the generator's closed-book answer confidence",
-                 frozenset({"generator"}), label_free=True),
+                 frozenset({"generator"}), label_free=True, recorded_answers=True),
         GateSpec("tfidf", _tfidf, "TF-IDF + logistic regression fitted on train",
                  frozenset({"labels"})),
         GateSpec("length", _length, "question length (words), logistic regression fitted on "
