@@ -82,6 +82,15 @@ def check_budget(
                          f"{low} to the most expensive strategy's{top_known}")  # fmt: skip
 
 
+def default_budget(costs: Sequence[float]) -> float:
+    """The default budget of a router fitted without one (router-tfidf, router-prior): one
+    retrieval a question, model.budget's default, where the costs span it; else (costs in
+    milliseconds, tokens, money) halfway from the cheapest strategy's cost to the dearest's,
+    not 1, which lay outside them and was refused naming a flag those verbs lack."""
+    bottom, top = min(costs), max(costs)
+    return 1.0 if bottom <= 1.0 <= top else (bottom + top) / 2
+
+
 def llm_calls_for(
     names: Sequence[str], *registries: StrategyRegistry | None
 ) -> tuple[float, ...] | None:

@@ -16,7 +16,7 @@ import numpy as np
 from ..blas import one_blas_thread
 from ..errors import MissingInputError
 from ..labels.evalset import EvalSet
-from ..pricing import Calibration, default_costs, route_indices
+from ..pricing import Calibration, default_budget, default_costs, route_indices
 from ..strategies import StrategyRegistry
 from .base import Questions, as_questions
 
@@ -80,19 +80,20 @@ def _need_strategies(split: EvalSet | None, gate: str) -> EvalSet:
 
 class FittedRouter(RoutingMixin):
     """A router whose P(correct | strategy) comes from a fitted function of the questions,
-    calibrated on dev at `budget`."""
+    calibrated on dev at `budget` (None: `pricing.default_budget` of its costs)."""
 
     def __init__(self, name: str, predict, strategies: Sequence[str], dev: EvalSet,  # noqa: ANN001
-                 costs: Sequence[float] | None = None, budget: float = 1.0):  # fmt: skip
+                 costs: Sequence[float] | None = None, budget: float | None = None):  # fmt: skip
         self.name = name
         self.threshold = 0.5
         self._predict = predict
         self.strategies = tuple(strategies)
         costs = tuple(costs) if costs is not None else labels_costs(dev)
-        self._dev, self._budget = dev, budget
+        self._dev, self._budget = dev, budget  # None kept: re-read at other costs (`at_costs`)
         P = self.strategy_proba(dev.questions)
+        at = budget if budget is not None else default_budget(costs)
         self.calibration = Calibration.fit(self.strategies, costs, P, dev.correct,
-                                           dev.costs_paid(costs), budget)  # fmt: skip
+                                           dev.costs_paid(costs), at)  # fmt: skip
 
     def at_costs(self, costs: Sequence[float]) -> FittedRouter:
         """This router calibrated at `costs` (the price list of the table it stands in):
@@ -101,6 +102,14 @@ class FittedRouter(RoutingMixin):
             return self
         return FittedRouter(self.name, self._predict, self.strategies, self._dev, costs,
                             self._budget)  # fmt: skip
+
+    def at_budget(self, budget: float) -> FittedRouter:
+        """This router with its default operating point at `budget` (tune's --budget): fitted
+        here, it has no model.budget of its own."""
+        if budget == self.calibration.default_budget:
+            return self
+        return FittedRouter(self.name, self._predict, self.strategies, self._dev,
+                            self.calibration.costs, budget)  # fmt: skip
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         qs = as_questions(questions)

@@ -18,7 +18,7 @@ import numpy as np
 from ..artifacts import open_artifact
 from ..errors import ConfigError, InputError, MissingInputError
 from ..fileio import content_id, sha256_file
-from ..gates.base import reads_answers
+from ..gates.base import Gate, reads_answers
 from ..gates.registry import GateOptions, check_options
 from ..labels.evalset import EvalSet, Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
@@ -297,7 +297,8 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
             sp.dev.strategies, f"the label file's strategies ({cfg.strategies.source})"
         )
         costs = tuple(cfg.strategies.costs(sp.dev.strategies))
-    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs)
+    gate = _at_budget(build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs),
+                      cfg, objectives)  # fmt: skip
     result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
                          cfg.strategies)  # fmt: skip
     test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
@@ -317,6 +318,19 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
         log.info(f"saved the router's default operating point ({calibration.objective}, price "
                  f"{calibration.default_price:.4g}) into {cfg.gate_options.learned_run}")  # fmt: skip
     return _write(cfg, f"tune-router-{cfg.gate}-{policy.replace('/', '-')}", result, md)
+
+
+def _at_budget(gate: Gate, cfg: TuneConfig, objectives: list[str]) -> Gate:
+    """A router fitted here (router-tfidf, router-prior) at --budget where this run reads it,
+    checked against its costs now they are known (before, a budget outside them was met by
+    routing every question to the cheapest strategy, unsaid); other gates as they are."""
+    from ..gates.strategy_routers import FittedRouter
+
+    if not isinstance(gate, FittedRouter) or not ("budget-accuracy" in objectives
+                                                  or cfg.calibrate_on):  # fmt: skip
+        return gate
+    check_budget(cfg.budget, gate.calibration.costs, "--budget")
+    return gate.at_budget(cfg.budget)
 
 
 def _write(cfg: TuneConfig, stem: str, data: dict[str, Any], markdown: str) -> Path:
