@@ -79,8 +79,9 @@ def check_plan(args: argparse.Namespace) -> None:
         if not is_strategy_source(path):
             check_input_file(path, "--labels", "pass a label file that `retrieval-gate label` "
                              "wrote (or a strategy label source)")  # fmt: skip
-    from ..evaluation.transfer import WRITES
+    from ..evaluation.transfer import WRITES, named_label_files
 
+    named_label_files(args.labels)  # one name each: a report's sections are keyed by it
     check_output_dir(args.out, "--out", WRITES)
     check_run_dir(args.run_dir)
     if args.learned:
@@ -105,9 +106,8 @@ def _learned_flags_unused(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.transfer import learned_fitter, run_transfer
+    from ..evaluation.transfer import learned_fitter, named_label_files, run_transfer
     from ..fileio import one_writer, writer_busy
-    from ..labels.evalset import policy_name
     from ..labels.labelling_run import run_dir_for
     from .gate_args import check_feature, gate_options
     from .question_args import questions_from
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     check_feature(options, questions)
     extra = {}
     if args.learned:
-        files = {policy_name(p): p for p in args.labels}
+        files = named_label_files(args.labels)
         extra["learned"] = learned_fitter(
             files, args.learned_config, args.learned_set, args.learned_out, questions
         )

@@ -121,11 +121,7 @@ def transfer_cells(
     """Every gate in-domain and held-out on each source (default: the questions' sources)."""
     sources = sources_of(sp) if sources is None else list(sources)
     if len(sources) < 2:
-        raise InputError(
-            f"leave-one-source-out needs questions from at least two sources; these have "
-            f"{', '.join(map(repr, sources)) or 'none'}: give --questions a `source` column "
-            "(or --field source=COLUMN)"
-        )
+        raise InputError(_one_source(sources))
     sources = _held_out(sp, sources)
     cells = []
     for name, fit in fitters.items():
@@ -154,6 +150,18 @@ def transfer_cells(
             cells.append(_routed(_cell(name, policy, "held-out", part.test, s, gate.threshold),
                                  gate, part.test))  # fmt: skip
     return cells
+
+
+def _one_source(sources: list[str]) -> str:
+    """Why a matrix needs two sources, and how to get them (a file whose `source` column held
+    one value was told to add the column it had)."""
+    if not sources:
+        return "leave-one-source-out needs questions from at least two sources; these have none"
+    return (f"leave-one-source-out needs questions from at least two sources, and every "
+            f"labelled question here has source {sources[0]!r}: give --questions a `source` "
+            "column with two or more values (or --field source=COLUMN naming one; without "
+            "such a column a file's questions all take its name), or label questions of a "
+            "second source")  # fmt: skip
 
 
 def _held_out(sp: Splits, sources: list[str]) -> list[str]:
@@ -220,6 +228,23 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
     return path
 
 
+def named_label_files(label_files: Sequence[str | Path]) -> dict[str, Path]:
+    """Each label file by its policy name (`closed-book`), which names its report section,
+    figure, cells and learned runs. Two files of one name are refused: the second's cells were
+    filed under the first's section, its figures dropped, and --learned trained on one only."""
+    named: dict[str, Path] = {}
+    for path in map(Path, label_files):
+        name = policy_name(path)
+        if name in named:
+            raise ConfigError(f"--labels {named[name]} and {path} share the name {name!r}, "
+                              "which names a transfer report's section, figure and cells: "
+                              "one file's results would be filed as the other's. Run transfer "
+                              "once per file (each with its own --out), or rename one of them "
+                              "(and its .meta.json beside it)")  # fmt: skip
+        named[name] = path
+    return named
+
+
 def run_transfer(
     label_files: Sequence[Path],
     gates: Sequence[str],
@@ -233,15 +258,15 @@ def run_transfer(
     """The matrix over `questions` (default: the bundled datasets), one held-out source a cell;
     `options`: the gates' flags (`feature` for the popularity gates)."""
     cells = []
-    for path in label_files:
+    for name, path in named_label_files(label_files).items():
         sp = load_splits(path, run_dir, questions)
         fitters: dict[str, Any] = {g: registry_fitter(g, options) for g in gates}
         fitters |= extra_fitters or {}
-        found = transfer_cells(sp, policy_name(path), fitters)
+        found = transfer_cells(sp, name, fitters)
         if found and all(c.auroc is None and c.note.startswith("cannot fit") for c in found):
             # a matrix of "n/a" cells, exit 0 (router gates on binary labels): said, as
             # evaluate says it, before any report is written
-            raise ConfigError(f"no gate could be fitted on {policy_name(path)} ("
+            raise ConfigError(f"no gate could be fitted on {name} ("
                               f"{found[0].note.removeprefix('cannot fit: ')})")  # fmt: skip
         cells += found
     return write_transfer_report(cells, out_dir, command)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..questions import Question
 from .base import Document, Hit
 
@@ -27,6 +27,8 @@ class BM25Retriever:
         tokens = bm25s.tokenize(
             [d.as_prompt_text() for d in self.documents], stopwords="en", show_progress=False
         )
+        if not tokens.vocab:  # bm25s failed on it: "max() arg is an empty sequence"
+            raise InputError(_no_words(self.documents))
         self.index.index(tokens, show_progress=False)
 
     def retrieve(self, questions: Sequence[Question], k: int = 5) -> list[list[Hit]]:
@@ -38,6 +40,15 @@ class BM25Retriever:
         )
         idx, scores = self.index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
         return [_hits(self.documents, i, s) for i, s in zip(idx, scores, strict=True)]
+
+
+def _no_words(documents: list[Document]) -> str:
+    first = documents[0]
+    return (f"no document of the corpus (--corpus) has an indexable word: BM25 skips English "
+            f"stop words and one-character words, and that is all its {len(documents)} "
+            f"document(s) hold (the first: id {first.id!r}, "
+            f"{clipped(repr(first.as_prompt_text()), 60)}); give documents with words to "
+            "search, or --retriever dense")  # fmt: skip
 
 
 def _hits(documents: list[Document], idx: np.ndarray, scores: np.ndarray) -> list[Hit]:
