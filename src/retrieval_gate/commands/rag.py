@@ -203,8 +203,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        help="write the table (.md) and results (.json); each mode is saved as it finishes "
-        "(.modes.jsonl) and a rerun resumes from there (default: print only)",
+        help="file name of the table (.md) and results (.json); each mode is saved as it "
+        "finishes (.modes.jsonl) and a rerun with the same inputs resumes from there (a .md or "
+        ".json suffix is replaced, any other kept; default: print only)",
     )
     add_question_args(p)
     add_data_dir(p)
@@ -314,7 +315,8 @@ def run(args: argparse.Namespace) -> int:
     from ..rag.experiment import Pipeline, check_progress_file
 
     if args.out:  # before the run, not after it
-        for path in (args.out.with_suffix(".md"), args.out.with_suffix(".json")):
+        _check_out_name(args.out)
+        for path in (_out_file(args.out, ".md"), _out_file(args.out, ".json")):
             check_output_file(path, "--out")
         check_output_file(_progress(args), "--out", replaces_only_its_own=False)
     engine = generator_kwargs(args)
@@ -329,14 +331,33 @@ def run(args: argparse.Namespace) -> int:
         return _compare(args, engine, pipeline, options)
 
 
+def _check_out_name(out: Path) -> None:
+    """--out names the files' stem: a path without a name (`.`, `..`, `/`) or a folder was a
+    traceback, or `...md` written beside it."""
+    if out.name in ("", ".", "..") or out.is_dir():
+        raise ConfigError(f"--out {out} names a folder, and --out is the report's file name "
+                          f"(its .md, .json and .modes.jsonl are written beside it): pass a "
+                          f"file name, e.g. --out {out / 'report'}")  # fmt: skip
+
+
+def _out_file(out: Path, suffix: str) -> Path:
+    """One of --out's files: a `.md` or `.json` of its own is replaced, any other dot is part
+    of the name (`--out r1/run3.v2` wrote run3.md and resumed run3.modes.jsonl, another
+    --out's)."""
+    stem = out.with_suffix("") if out.suffix in (".md", ".json") else out
+    return stem.with_name(stem.name + suffix)
+
+
 def _progress(args: argparse.Namespace) -> Path:
-    """Each mode's result as it finishes, appended: its rows say it is ours."""
-    return args.out.with_suffix(".modes.jsonl")
+    """Each mode's result as it finishes, appended: the folder's ledger says it is ours."""
+    return _out_file(args.out, ".modes.jsonl")
 
 
 def _compare(args: argparse.Namespace, engine: dict, pipeline: Any, options: ModeOptions) -> int:
+    from ..cache_settings import cache_enabled
     from ..rag.experiment import Sample, run_comparison
 
+    # without the generation cache (--no-cache) costs are measured now: no saved mode is kept
     report = run_comparison(
         args.modes,
         Sample(args.dataset, args.split, args.limit, args.seed, args.with_contexts),
@@ -344,12 +365,14 @@ def _compare(args: argparse.Namespace, engine: dict, pipeline: Any, options: Mod
         mode_options=options,
         engine=engine,
         progress_file=_progress(args) if args.out else None,
+        resume=cache_enabled(),
     )
     print(format_table(report["table"]))
     print(report["note"])
     if args.out:
         table = format_table(report["table"]) + "\n\n" + report["note"] + "\n"
-        write_owned(args.out.with_suffix(".md"), table)
-        write_owned(args.out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
-        print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
+        md, full = _out_file(args.out, ".md"), _out_file(args.out, ".json")
+        write_owned(md, table)
+        write_owned(full, json.dumps(report, indent=1, default=str))
+        print(f"wrote {md} and {full}")
     return 0

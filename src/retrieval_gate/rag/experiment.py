@@ -5,27 +5,34 @@ reproduce it (settings, versions, per-mode costs and answers)."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import platform
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..data.splits import canonical_questions
 from ..errors import InputError
-from ..fileio import content_id, disk_errors_named
-from ..gates.base import Gate, gate_checksum, is_router
+from ..fileio import content_id, disk_errors_named, regular_target, sha256_file
+from ..gates.base import CarriesStrategies, Gate, gate_checksum, is_router
+from ..gates.registry import GATES
 from ..generation.base import Generator
 from ..generation.fit import check_room
-from ..labels.label_files import LabelFile
+from ..labels.label_files import LabelFile, meta_path
+from ..labels.labelling_run import LabellingRun
+from ..outputs import record_owned, recorded_digest, vouch_for
 from ..questions import Question
+from ..retrieval import BM25Retriever, DenseRetriever
 from ..retrieval.base import Retriever
 from ..strict_rows import parse_json
 from .backends import check_answers_readable, open_generator, open_retriever
-from .cascade import CASCADE
+from .cascade import CASCADE, answer_gate_of
 from .mode_comparison import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,
@@ -36,6 +43,7 @@ from .modes import (
     oracle_from_run,
 )
 from .multistep import MultiStepConfig
+from .oracle import OracleGate, OracleRouter
 from .sample import select_questions
 
 log = logging.getLogger(__name__)
@@ -72,12 +80,14 @@ def run_comparison(
     generator: Generator | None = None,
     engine: dict[str, Any] | None = None,
     progress_file: Path | None = None,
+    resume: bool = True,
 ) -> dict[str, Any]:
     """The comparison table (rows as dicts), a note on what ran, and the full results.
     `generator`: an engine already running, else one is started with `engine`
     (`rag.backends.open_generator`'s options). `progress_file`: each mode's result is appended
-    there as it finishes, and a rerun with the same settings and questions keeps those modes
-    instead of running them again."""
+    there as it finishes, and a rerun with the same inputs (by content: questions, corpus,
+    label files, settings) keeps those modes instead of running them again (`resume` False:
+    every mode runs again, `rag --no-cache`'s costs measured now)."""
     mode_options = mode_options or ModeOptions()
     check_modes(modes, mode_options)
     pipeline.multi_step.check()
@@ -94,8 +104,10 @@ def run_comparison(
     setup_seconds = time.perf_counter() - started
     # each question by id and content: one edited under its id is another experiment
     asked = [q.key() for q in questions]
-    progress = Progress(progress_file, asked, ret.name, pipeline, generator,
-                        mode_options.budget)  # fmt: skip
+    multi = asdict(pipeline.multi_step.resolved(pipeline.k))
+    shared = [asked, ret.name, _corpus_id(ret, pipeline.corpus), pipeline.k,
+              pipeline.max_new_tokens, generator.checksum, multi]  # fmt: skip
+    progress = Progress(progress_file, shared, mode_options, keep=resume)
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options.budget)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
@@ -213,70 +225,129 @@ def _multi_note(pipeline: Pipeline) -> str:
 
 
 class Progress:
-    """Modes finished by an earlier run with the same settings and questions (`asked`: each
-    one's `Question.key`), saved one JSON line each (`path` None: nothing is saved or
-    reused)."""
+    """Modes finished by an earlier run with the same inputs, saved one JSON line each (`path`
+    None: nothing is saved or reused). `shared`: what every mode's result depends on (the
+    questions asked, each one's `Question.key`, the retriever and its documents by content,
+    the generation settings); `keep` False: every mode runs again (its result still saved)."""
 
     def __init__(
-        self,
-        path: Path | None,
-        asked: list[str],
-        retriever: str,
-        pipeline: Pipeline,
-        generator: Generator,
-        budget: float | None = None,
+        self, path: Path | None, shared: list[Any], options: ModeOptions, keep: bool = True
     ):
-        self.path = path
-        multi = asdict(pipeline.multi_step.resolved(pipeline.k))
-        self.context = [asked, retriever, pipeline.k, pipeline.max_new_tokens, generator.checksum,
-                        multi, budget]  # fmt: skip
+        self.path, self.shared, self.options, self.keep = path, shared, options, keep
         self.keys: dict[str, str] = {}
         self.kept: list[str] = []
 
     def saved(self, gates: dict[str, Gate], done: dict[str, ModeResult]) -> dict[str, ModeResult]:
         """The saved results of these modes whose key still matches (`done`: run just now)."""
-        self.keys.update((m, self._key(g)) for m, g in gates.items())
-        saved = _read_progress(self.path, self.keys)
+        self.keys.update((m, self._key(m, g)) for m, g in gates.items() if m not in self.keys)
+        saved = _read_progress(self.path, self.keys)  # read (and checked) even when not kept
+        if not self.keep:
+            return {}
         self.kept.extend(m for m in saved if m not in done and m not in self.kept)
         return saved
 
     def append(self, result: ModeResult) -> None:
         _append_progress(self.path, self.keys[result.mode], result)
 
-    def _key(self, gate: Gate) -> str:
-        """What a mode's result depends on; a saved result is reused only under the same key."""
-        *shared, budget = self.context
-        what = [gate.name, float(gate.threshold), *shared, budget if is_router(gate) else None]
+    def _key(self, mode: str, gate: Gate) -> str:
+        """What a mode's result depends on, by content; a saved result is reused only under the
+        same key (the gate's name alone kept a tfidf fitted on other labels, or the answers
+        retrieved from another corpus of the same file name)."""
+        budget = self.options.budget if is_router(gate) else None
+        what = [gate.name, float(gate.threshold), *self.shared, budget, *self._inputs(mode, gate)]
         return content_id(json.dumps(what), gate_checksum(gate))
+
+    def _inputs(self, mode: str, gate: Gate) -> list[str | None]:
+        """What the gate was built from, beyond its checksum (None for a fitted gate, an
+        oracle): the decisions it follows, the label files, recorded answers and questions it
+        was fitted on, its options, and the strategies it routes between."""
+        answer = answer_gate_of(gate)
+        out = [_decisions_id(gate), gate_checksum(answer) if answer is not None else None]
+        spec = GATES.get(mode)
+        if spec is not None:
+            # a file's gate (recorded, learned, onnx) is in its checksum; these are values
+            out += [f"{name}={getattr(self.options, name)}" for name in spec.options]
+            if "labels" in spec.needs:
+                out += self._fitted_on
+        if isinstance(gate, CarriesStrategies):  # a --strategies file's specs, not their names
+            out.append(json.dumps([asdict(s) for s in gate.strategy_registry()], default=str))
+        return out
+
+    @cached_property
+    def _fitted_on(self) -> list[str | None]:
+        """The label file (and its provenance), the labelling run's answer files and the
+        question pool a fitted gate's train/dev splits come from, by content."""
+        labels = Path(self.options.labels)
+        pool = self.options.questions
+        pool = canonical_questions() if pool is None else pool  # the splits' questions
+        return [sha256_file(labels), _file_id(meta_path(labels)),
+                *LabellingRun(Path(self.options.run_dir)).checksums(),
+                content_id(*(q.key(leave_out=()) for q in pool))]  # fmt: skip
+
+
+def _corpus_id(ret: Retriever, corpus: str | None) -> str | None:
+    """The documents retrieved from, by content: the --corpus file's sha256, or the datasets'
+    documents'; None for the questions' own contexts (part of each question's key)."""
+    if not isinstance(ret, BM25Retriever | DenseRetriever):
+        return None
+    if corpus is not None:
+        return sha256_file(Path(corpus))
+    return content_id(*(json.dumps([d.id, d.title, d.text]) for d in ret.documents))
+
+
+def _decisions_id(gate: Gate) -> str | None:
+    """An oracle's decisions (it has no checksum): a label file's, or this run's answers'."""
+    if isinstance(gate, OracleGate):
+        return content_id(json.dumps(gate.labels, sort_keys=True))
+    if isinstance(gate, OracleRouter):
+        return content_id(json.dumps(gate.picks, sort_keys=True))
+    return None
+
+
+def _file_id(path: Path) -> str | None:
+    """A file's sha256; None where there is none."""
+    return sha256_file(path) if path.is_file() else None
 
 
 def check_progress_file(path: Path) -> None:
     """`rag --out`'s progress file, before any engine: absent, or one `rag` wrote (it is
     appended to, so a file of the user's of that name would be changed), every saved result
-    whole."""
+    whole. One of whole saved rows that the folder's ledger does not record (`rag` wrote it
+    before it kept one) is recorded now, as it is."""
     for _ in _saved_results(path):
         pass
+    if path.is_file() and recorded_digest(regular_target(path)) is None:
+        vouch_for(path)
+
+
+def _cut_by_us(path: Path, data: bytes) -> bool:
+    """The last line is one `rag` was saving when it stopped: the rows before it are the file
+    as `_append_progress` last recorded it in the folder's ledger (a file of the user's that
+    ends without a newline is not, and is never cut)."""
+    whole = data[: data.rfind(b"\n") + 1]
+    return recorded_digest(regular_target(path)) == hashlib.sha256(whole).hexdigest()
 
 
 def _saved_results(path: Path) -> Iterator[tuple[str, ModeResult]]:
     """(key, result) of each saved mode; a half-written last line (an interrupted run) is not
     one. A line that is not a saved mode's row is refused (not our file), and so is a damaged
     one (never read as a result)."""
-    lines = path.read_bytes().split(b"\n") if path.is_file() else []
+    data = path.read_bytes() if path.is_file() else b""
+    lines = data.split(b"\n") if data else []
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
             row = parse_json(raw)
         except ValueError:  # bad JSON or UTF-8
-            if lineno == len(lines):  # no newline after it: cut when the next mode is saved
+            if lineno == len(lines) and _cut_by_us(path, data):  # cut when the next is saved
                 continue
             row = None
         if not (isinstance(row, dict) and isinstance(row.get("key"), str)
                 and isinstance(row.get("mode"), str)):  # fmt: skip
             raise InputError(f"line {lineno} is not a mode's result that `rag` saved, so this "
-                             "is not its progress file; move the file or pass another --out",
-                             path)  # fmt: skip
+                             "is not its progress file (each mode's result is appended there):"
+                             " move it away, or pass another --out", path)  # fmt: skip
         try:
             yield row["key"], ModeResult.from_dict(row)
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -301,6 +372,8 @@ def _append_progress(path: Path | None, key: str, result: ModeResult) -> None:
         f.seek(0)
         f.truncate(f.read().rfind(b"\n") + 1)  # after the last whole row: a half-written one is cut
         f.write(line.encode("utf-8"))  # O_APPEND: at the end
+        f.flush()
+        record_owned(path)  # in the folder's ledger: a later run may continue it (and cut it)
 
 
 def _environment() -> dict[str, str]:
