@@ -5,6 +5,7 @@ default prior of a source without one; and no module outside the registry naming
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +154,23 @@ strategies:
          "does not fit what it runs"),
         ("other: 1\n", "top-level strategies: list"),
         ("strategies: [\n", "not valid YAML"),
+        ("strategies:\n  - {name: a, cost: 1, retriever: default, steps: multi, max_steps: 50}\n",
+         "strategies[0] (a).max_steps: 50 is past 10"),
+        ("strategies:\n  - {name: a, cost: 1, retriever: default, steps: 11}\n",
+         "strategies[0] (a).steps: 11 is past 10"),
+        ("strategies:\n  - {name: a, cost: 1e3}\n", "strategies[0] (a).cost: '1e3' is read by "
+         "YAML as text, not a number: write it as 1000 or 1.0e+3"),
+        ("strategies:\n  - {name: a, cost: 2.5e3}\n", "write it as 2500 or 2.5e+3"),
+        ("strategies:\n  - {name: a,\n     cost: 1:30}\n",
+         "line 3: 1:30 is a base-60 number to YAML 1.1 (read as 90)"),
+        ("strategies:\n  - {name: s0, cost: 0}\n  - {name: direct, cost: 1, retriever: bm25, "
+         "k: 3}\n", "strategies[1] (direct): 'direct' is the name of a framework adapter's "
+         "built-in branch (direct, retrieve, multi_step), and this strategy retrieves in its "
+         "own way (its retriever or k): an adapter would send its questions down the direct "
+         "branch"),
+        ("strategies:\n  - {name: s0, cost: 0}\n  - {name: multi_step, cost: 1, steps: 1}\n",
+         "strategies[1] (multi_step): 'multi_step' is the name of a framework adapter's"),
+        ("strategies:\n  - {name: retrieve, cost: 0}\n", "runs what the direct branch runs"),
     ],
 )  # fmt: skip
 def test_bad_strategy_files_are_refused_naming_file_and_key(tmp_path, text, message):
@@ -160,6 +178,100 @@ def test_bad_strategy_files_are_refused_naming_file_and_key(tmp_path, text, mess
     with pytest.raises(ConfigError, match=re.escape(message)) as e:
         load_strategies(path)
     assert str(path) in str(e.value)
+
+
+def test_names_of_adapter_branches_that_fit_and_a_sexagesimal_free_file_load(tmp_path):
+    reg = load_strategies(write(tmp_path, """
+strategies:
+  - {name: direct, cost: 0}
+  - {name: retrieve, cost: 1, retriever: default, generator: 'http://127.0.0.1:8000/v1'}
+  - {name: multi_step, max_steps: 4}
+"""))  # fmt: skip
+    assert reg.names == ("direct", "retrieve", "multi_step") and reg["multi_step"].max_steps == 4
+
+
+def test_a_branch_name_on_another_run_is_refused_in_python_too():
+    """A spec built in Python skips the file's check: `branch_of` refuses it (it returned the
+    name, and `branches_of` dropped it as a built-in branch: its questions ran `direct`)."""
+    from retrieval_gate.integrations.branches import branch_of
+    from retrieval_gate.strategies import StrategySpec
+
+    with pytest.raises(ConfigError, match="'direct' is the name of a framework adapter's"):
+        branch_of(StrategySpec("direct", 1.0, "bm25", 3))
+    assert branch_of(StrategySpec("direct", 0.0)) == "direct"
+
+
+def test_duplicate_names_are_found_in_linear_time():
+    """registry_from_list compared each name with every earlier one: 20,000 took 65 s."""
+    import time
+
+    from retrieval_gate.strategies import registry_from_list
+
+    items = [{"name": f"s{i}", "cost": i} for i in range(10_000)]
+    start = time.perf_counter()
+    assert len(registry_from_list(items, "strategies")) == 10_000
+    assert time.perf_counter() - start < 3.0  # 0.13 s; quadratic, 16 s
+
+
+SWAPPED = ("strategies:\n  - {name: s0, cost: 0}\n"
+           "  - {name: s2, cost: 1, retriever: default, steps: multi}\n"
+           "  - {name: s1, cost: 3, retriever: default}\n")  # fmt: skip
+
+
+def test_costs_out_of_the_label_files_order_are_refused(tmp_path):
+    """A file pricing s0 0, s2 1, s1 3 against labels ordered s0, s1, s2: train calibrated the
+    router at [0, 3, 1] and evaluate's oracle picked the dearer strategy, unsaid."""
+    path = write(tmp_path, SWAPPED)
+    said = f"labels: the registry ({path}) prices them s0 0, s1 3, s2 1, not cheapest first"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_strategies(path).costs_in_order(("s0", "s1", "s2"), "labels")
+    assert load_strategies(path).costs_in_order(("s0", "s2", "s1"), "x") == (0.0, 1.0, 3.0)
+
+
+def test_a_strategies_file_pricing_a_routers_strategies_otherwise_is_refused(tmp_path):
+    """score, serve and rag took a file whose costs were not the router's: the budget was read
+    in the router's unit, /health showed the file's costs."""
+    from retrieval_gate.rag.decisions import loop_registry
+
+    spec = "  - {{name: s0, cost: 0}}\n  - {{name: s1, cost: {}, retriever: default}}\n"
+    own = load_strategies(write(tmp_path, "strategies:\n" + spec.format(1)))
+    path = tmp_path / "other.yaml"
+    path.write_text("strategies:\n" + spec.format(50))
+
+    class Carrying(FourRouter):
+        costs = dict(zip(own.names, own.costs(own.names), strict=True))
+
+        def __init__(self):
+            self.strategies = own.names
+
+        def strategy_registry(self):
+            return own
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "router 'four-router' was calibrated at costs [0.0, 1.0] of ['s0', 's1']; "
+            f"--strategies ({path}) prices them at [0.0, 50.0]")):  # fmt: skip
+        check_router(Carrying(), None, load_strategies(path))
+    assert loop_registry(Carrying(), own) == own  # the same costs
+
+    class NamesOnly(Carrying):  # a router of a label file's own names carries no specs
+        def strategy_registry(self):
+            raise ConfigError("names only")
+
+    assert loop_registry(NamesOnly(), own).costs(own.names) == (0.0, 1.0)
+    with pytest.raises(ConfigError, match=r"prices them at \[0.0, 50.0\]"):
+        loop_registry(NamesOnly(), load_strategies(path))
+
+    class Priced(FourRouter):  # built-in names at the router's own costs (model.costs)
+        costs = dict(zip(BUILTIN.names[:2], (0.0, 7.0), strict=True))
+
+        def __init__(self):
+            self.strategies = BUILTIN.names[:2]
+
+        def strategy_registry(self):
+            return StrategyRegistry(tuple(replace(BUILTIN[n], cost=c)
+                                          for n, c in self.costs.items()), "own")  # fmt: skip
+
+    assert check_router(Priced()) == BUILTIN  # without --strategies: the router's own costs
 
 
 @pytest.mark.parametrize("verb", ["rag", "serve", "evaluate", "tune"])
@@ -336,6 +448,23 @@ def test_a_router_is_scored_on_labels_of_its_own_strategies():
         routing_report(Labels(), Labels(), {"four": FourRouter()}, Path("unused"), "x")
 
 
+def test_train_and_evaluate_price_a_label_files_strategies_in_its_order(tmp_path):
+    """`train` (its config check, before the frozen-body pass) and `evaluate` / `tune`'s
+    pricing refuse costs out of the label file's strategy order."""
+    from retrieval_gate.evaluation.routing_policies import registry_costs
+    from retrieval_gate.training.config import TrainConfig
+
+    path = write(tmp_path, SWAPPED)
+    said = re.escape(f"the registry ({path}) prices them s0 0, s1 3, s2 1, not cheapest first")
+    with pytest.raises(ConfigError, match="the label file's strategies: " + said):
+        registry_costs(load_strategies(path), ("s0", "s1", "s2"))
+    config = TrainConfig.from_dict({"strategies": str(path), "data": {"label_file": "l.jsonl"}})
+    with pytest.raises(ConfigError, match=r"data.label_file l.jsonl \(its strategies\): " + said):
+        config.router_costs(("s0", "s1", "s2"))
+    assert config.router_costs(("s0", "s2", "s1")) == (0.0, 1.0, 3.0)
+    assert registry_costs(load_strategies(path), ("s0", "s2", "s1")) == (0.0, 1.0, 3.0)
+
+
 def test_adapter_branches_come_from_specs():
     from retrieval_gate.integrations.branches import branch_of
 
@@ -434,6 +563,29 @@ def test_adapters_route_a_fourth_strategy_down_its_own_branch():
                         branches={"bm25_top3": branch("bm25_top3")})  # fmt: skip
     assert router.batch(items) == ["direct", "bm25_top3", "retrieve", "multi"]
     assert router.decide(items) == [False, True, True, True]
+
+
+def test_a_langchain_router_refuses_a_strategy_named_after_a_branch_it_does_not_run():
+    """A bm25 top-3 strategy named `direct`: GateRouter's branches were ['direct',
+    'multi_step'] and its questions ran the no-retrieval chain, unsaid."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.runnables import RunnableLambda
+
+    from retrieval_gate.integrations.langchain import GateRouter
+    from retrieval_gate.strategies import StrategySpec
+
+    specs = (*BUILTIN.specs[:1], StrategySpec("direct", 1.0, "bm25", 3), *BUILTIN.specs[2:])
+
+    class Clashing(FourRouter):
+        def __init__(self):
+            self.strategies = tuple(s.name for s in specs)
+
+        def strategy_registry(self):
+            return StrategyRegistry(specs, "python")
+
+    chain = RunnableLambda(lambda x: x)
+    with pytest.raises(ConfigError, match="strategy 'direct': 'direct' is the name of a "):
+        GateRouter(Clashing(), chain, chain, chain)
 
 
 def test_haystack_has_an_output_socket_for_the_fourth_strategy():

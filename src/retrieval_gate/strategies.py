@@ -56,6 +56,11 @@ KEYS = ("name", "cost", "retriever", "k", "steps", "max_steps", "prompt", "gener
         "llm_calls", "description")  # fmt: skip
 MULTI = "multi"  # `steps: multi`
 MAX_STEPS_LIMIT = 10  # the most steps (LLM calls) a multi-step question takes (--max-steps)
+# The framework adapters' branches (integrations/branches.py), each read from what a strategy
+# runs: no retrieval, the verb's retriever and k in one call, multi-step; any other strategy
+# has a branch named after it, so a strategy named after one of these must run what it runs.
+DIRECT_BRANCH, RETRIEVE_BRANCH = "direct", "retrieve"
+BRANCHES = (DIRECT_BRANCH, RETRIEVE_BRANCH, MULTI_STEP)
 COST_AXES = ("retrievals", "llm_calls")  # the cost model's axes (rag/costs.py's vocabulary)
 
 
@@ -123,6 +128,39 @@ class StrategySpec:
 
 def implied_prompt(retriever: str | None, multi_step: bool) -> str:
     return PROMPTS[2] if multi_step else PROMPTS[1] if retriever is not None else PROMPTS[0]
+
+
+def _branch_run(spec: StrategySpec) -> str | None:
+    """The built-in branch whose run `spec` runs (None: a run of its own)."""
+    if not spec.retrieves:
+        return DIRECT_BRANCH
+    if spec.multi_step:
+        return MULTI_STEP
+    if spec.retriever == DEFAULT_RETRIEVER and spec.k is None:
+        return RETRIEVE_BRANCH
+    return None
+
+
+def adapter_branch(spec: StrategySpec) -> str:
+    """A strategy's branch in the framework adapters, from what it runs (never its name):
+    `direct`, `retrieve` or `multi_step`, else a branch of its own named after it."""
+    return _branch_run(spec) or spec.name
+
+
+def check_branch_name(spec: StrategySpec, where: str, path: str | Path | None = None) -> None:
+    """A strategy named after an adapter branch runs that branch's run: a bm25 top-3 strategy
+    named `direct` had its questions sent down the adapters' no-retrieval branch, unsaid."""
+    runs = _branch_run(spec)
+    if spec.name in BRANCHES and runs != spec.name:
+        does = (
+            f"runs what the {runs} branch runs"
+            if runs
+            else "retrieves in its own way (its retriever or k)"
+        )
+        raise ConfigError(f"{where}: {spec.name!r} is the name of a framework adapter's built-in "
+                          f"branch ({', '.join(BRANCHES)}), and this strategy {does}: an "
+                          f"adapter would send its questions down the {spec.name} branch, which "
+                          "does not run it; rename the strategy", path)  # fmt: skip
 
 
 BUILTINS: tuple[StrategySpec, ...] = (
@@ -193,6 +231,23 @@ class StrategyRegistry:
     def costs(self, names: Sequence[str]) -> tuple[float, ...]:
         return tuple(self[n].cost for n in names)
 
+    def costs_in_order(self, names: Sequence[str], where: str) -> tuple[float, ...]:
+        """The costs of a label file's strategies (`names`, in its order: its targets are the
+        cheapest strategy that answered, in that order), each registered and cheapest first;
+        priced out of order, a router was calibrated at costs [0, 3, 1] and its oracle picked
+        the dearer strategy."""
+        self.check(names, where)
+        costs = self.costs(names)
+        if list(costs) != sorted(costs):
+            said = ", ".join(f"{n} {c:g}" for n, c in zip(names, costs, strict=True))
+            raise ConfigError(
+                f"{where}: the registry ({self.source}) prices them {said}, not cheapest first "
+                "in the label file's strategy order (its targets are the cheapest strategy that "
+                "answered, in that order): give the strategies costs in that order, or label "
+                "again with the strategies listed cheapest first"
+            )
+        return costs
+
     def llm_calls(self, names: Sequence[str]) -> tuple[float, ...]:
         """Each strategy's expected LLM calls per question (`StrategySpec.expected_llm_calls`)."""
         return tuple(self[n].expected_llm_calls for n in names)
@@ -218,7 +273,10 @@ class StrategyRegistry:
 
     def merged(self, specs: Iterable[StrategySpec], where: str) -> StrategyRegistry:
         """This registry plus `specs` it lacks (a router export's own); a spec registered here
-        under the same name must agree on what it runs (retriever, k, steps, prompt)."""
+        under the same name must agree on what it runs (retriever, k, steps, prompt) and, in
+        a registry the user declared (not the built-ins, whose costs a router's replace), on
+        its cost: else a budget in the router's unit was read in the file's."""
+        specs = list(specs)
         extra = []
         for s in specs:
             if s.name not in self:
@@ -228,10 +286,25 @@ class StrategyRegistry:
                     f"{where}: strategy {s.name!r} runs {_runs(s)} there but {_runs(self[s.name])}"
                     f" in the registry ({self.source}); rename one of them"
                 )
+        self._check_costs([s for s in specs if s.name in self], where)
         if not extra:
             return self
         specs_all = sorted((*self.specs, *extra), key=lambda s: s.cost)  # stable: ties keep order
         return StrategyRegistry(tuple(specs_all), f"{self.source} + {where}")
+
+    def _check_costs(self, specs: Sequence[StrategySpec], where: str) -> None:
+        """`specs` (a router's) cost what this registry declares (`merged`)."""
+        if self == BUILTIN:  # no --strategies: the router's own costs price its strategies
+            return
+        ours = self.costs([s.name for s in specs])
+        if not all(math.isclose(s.cost, c, rel_tol=1e-5, abs_tol=1e-8)
+                   for s, c in zip(specs, ours, strict=True)):  # fmt: skip
+            raise ConfigError(
+                f"{where} was calibrated at costs {[s.cost for s in specs]} of "
+                f"{[s.name for s in specs]}; --strategies ({self.source}) prices them at "
+                f"{list(ours)}, so its budgets are not in the file's unit: pass a strategies "
+                "file with its costs, or leave --strategies out"
+            )
 
     def to_list(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
         return [self[n].to_dict() for n in (names or self.names)]
@@ -303,9 +376,11 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
     generator = item.get("generator")
     if generator is not None and (not isinstance(generator, str) or not generator.strip()):
         raise ConfigError(f"{where}.generator: an OpenAI-compatible URL or a model folder", path)
-    return StrategySpec(name, cost, None if retriever == "none" else retriever, k, multi,
+    spec = StrategySpec(name, cost, None if retriever == "none" else retriever, k, multi,
                         max_steps, prompt, generator, llm_calls,
                         str(item.get("description") or ""))  # fmt: skip
+    check_branch_name(spec, where, path)
+    return spec
 
 
 def is_cost(value: float) -> bool:
@@ -314,6 +389,11 @@ def is_cost(value: float) -> bool:
 
 
 def _number(value: Any, where: str, path) -> float:
+    if isinstance(value, str) and (read := _float(value)) is not None and is_cost(read):
+        # YAML 1.1 reads `1e3` as text: its floats need a dot and a signed exponent
+        plain = f"{read:.0f} or " if read.is_integer() else ""
+        raise ConfigError(f"{where}: {value!r} is read by YAML as text, not a number: write it "
+                          f"as {plain}{_exponent_form(read)}", path)  # fmt: skip
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: {value!r} is not a number (a cost is 0 or more)", path)
     if not is_cost(value):
@@ -322,17 +402,61 @@ def _number(value: Any, where: str, path) -> float:
     return float(value)
 
 
-def _count(value: Any, where: str, path) -> int | None:
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _exponent_form(value: float) -> str:
+    """`value` as YAML 1.1 reads a float with an exponent: 1000 -> 1.0e+3."""
+    mantissa, exponent = f"{value:e}".split("e")
+    mantissa = f"{float(mantissa):.15g}"
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{int(exponent):+d}"
+
+
+_BASE_60 = re.compile(r"\d:[0-5]?\d")  # `1:30`: a number to YAML 1.1 (90)
+
+
+def _refuse_base_60(text: str, path: Path) -> None:
+    """A number written base 60 (`cost: 1:30`), which YAML 1.1 reads as 90, is refused: a
+    cost or a count meant as 1:30 was read silently as 90."""
+    import yaml
+
+    if not _BASE_60.search(text):  # most files: no second pass
+        return
+    nodes, seen = [yaml.compose(text, Loader=yaml.SafeLoader)], set()
+    while nodes:
+        node = nodes.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag.endswith((":int", ":float")) and ":" in node.value:
+                raise ConfigError(f"{node.value} is a base-60 number to YAML 1.1 (read as "
+                                  f"{yaml.safe_load(node.value)}): write the number you mean "
+                                  "(quote it if it is text)", path, node.start_mark.line + 1)  # fmt: skip
+        elif isinstance(node, yaml.SequenceNode):
+            nodes.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            nodes.extend(n for pair in node.value for n in pair)
+
+
+def _count(value: Any, where: str, path, top: int | None = None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: {value!r} must be a whole number of 1 or more", path)
+    if top is not None and value > top:  # said here, not as a --max-steps never passed
+        raise ConfigError(f"{where}: {value} is past {top}: a multi-step strategy takes 1 to "
+                          f"{top} steps (LLM calls per question, as --max-steps)", path)  # fmt: skip
     return value
 
 
 def _steps(steps: Any, max_steps: Any, where: str, path) -> tuple[bool, int | None]:
     if steps == MULTI:
-        return True, _count(max_steps, f"{where}.max_steps", path)
+        return True, _count(max_steps, f"{where}.max_steps", path, MAX_STEPS_LIMIT)
     if isinstance(steps, bool) or not isinstance(steps, int):
         raise ConfigError(f"{where}.steps: {steps!r}: 1, or {MULTI} (the multi-step reasoner)",
                           path)  # fmt: skip
@@ -340,6 +464,7 @@ def _steps(steps: Any, max_steps: Any, where: str, path) -> tuple[bool, int | No
         raise ConfigError(f"{where}.steps: {steps} is below 1: 1, or {MULTI} (the multi-step "
                           "reasoner, max_steps: N caps its LLM calls)", path)  # fmt: skip
     if steps > 1:  # `steps: 4` = the multi-step reasoner with at most 4 steps
+        _count(steps, f"{where}.steps", path, MAX_STEPS_LIMIT)
         if max_steps is not None and max_steps != steps:
             raise ConfigError(f"{where}: steps: {steps} and max_steps: {max_steps} disagree",
                               path)  # fmt: skip
@@ -356,10 +481,12 @@ def registry_from_list(items: Any, where: str, path: str | Path | None = None) -
         raise ConfigError(f"{where}: a non-empty list of strategies (each a mapping with name: "
                           "and cost:), cheapest first", path)  # fmt: skip
     specs: list[StrategySpec] = []
+    seen: set[str] = set()  # a set: any() over the specs so far took 65 s for 20,000
     for i, item in enumerate(items):
         spec = spec_from_mapping(item, f"{where}[{i}]", path)
-        if any(s.name == spec.name for s in specs):
+        if spec.name in seen:
             raise ConfigError(f"{where}[{i}]: duplicate name {spec.name!r}", path)
+        seen.add(spec.name)
         if specs and spec.cost < specs[-1].cost:
             raise ConfigError(
                 f"{where}[{i}] ({spec.name}): cost {spec.cost:g} is below {specs[-1].name}'s "
@@ -382,6 +509,7 @@ def load_strategies(path: str | Path) -> StrategyRegistry:
         raw = read_yaml(path)
     except yaml.YAMLError as e:
         raise ConfigError(f"strategies file is not valid YAML: {e}", path) from None
+    _refuse_base_60(path.read_text(encoding="utf-8-sig"), path)
     if not isinstance(raw, Mapping) or "strategies" not in raw:
         raise ConfigError("a strategies file is a YAML mapping with a top-level strategies: "
                           "list", path)  # fmt: skip

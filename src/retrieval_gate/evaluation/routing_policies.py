@@ -264,11 +264,11 @@ def registry_costs(
     registry: StrategyRegistry | None, strategies: Sequence[str]
 ) -> tuple[float, ...] | None:
     """`--strategies FILE.yaml`'s costs of a label file's strategies (None: no file given);
-    a strategy the file does not declare is refused, naming it."""
+    a strategy the file does not declare, or costs not cheapest first in the label file's
+    order, is refused, naming it."""
     if registry is None:
         return None
-    registry.check(strategies, f"the label file's strategies ({registry.source})")
-    return registry.costs(strategies)
+    return registry.costs_in_order(strategies, "the label file's strategies")
 
 
 def _llm_calls(

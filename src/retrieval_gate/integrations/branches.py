@@ -28,21 +28,26 @@ from ..gates.base import (  # check_gate: in gates.base, as `create_app` uses it
 )
 from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalations
 from ..rag.decisions import check_router, strategy_costs
-from ..strategies import DEFAULT_RETRIEVER, MULTI_STEP, StrategySpec
+from ..strategies import (
+    BRANCHES,
+    DIRECT_BRANCH,
+    MULTI_STEP,
+    RETRIEVE_BRANCH,
+    StrategySpec,
+    adapter_branch,
+    check_branch_name,
+)
 
-DIRECT, RETRIEVE, MULTI = "direct", "retrieve", MULTI_STEP  # multi-step: the built-in's name
-BUILT_IN_BRANCHES = (DIRECT, RETRIEVE, MULTI)
+DIRECT, RETRIEVE, MULTI = DIRECT_BRANCH, RETRIEVE_BRANCH, MULTI_STEP  # the registry's names
+BUILT_IN_BRANCHES = BRANCHES
 
 
 def branch_of(spec: StrategySpec) -> str:
-    """A strategy's branch, from what it does (never from its name)."""
-    if not spec.retrieves:
-        return DIRECT
-    if spec.multi_step:
-        return MULTI
-    if spec.retriever == DEFAULT_RETRIEVER and spec.k is None:
-        return RETRIEVE
-    return spec.name
+    """A strategy's branch, from what it does (never from its name); a strategy named after a
+    built-in branch it does not run is refused (a spec built in Python, past the registry's
+    own check), else it went down that branch unsaid."""
+    check_branch_name(spec, f"strategy {spec.name!r}")
+    return adapter_branch(spec)
 
 
 def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import BackendError, ConfigError
 from ..gates.base import CarriesStrategies, Gate, Questions, Router, as_questions, is_router
 from ..pricing import check_budget
-from ..strategies import BUILTIN, DEFAULT_COSTS, StrategyRegistry, StrategySpec
+from ..strategies import BUILTIN, DEFAULT_COSTS, StrategyRegistry, StrategySpec, with_cost
 
 Budget = float | None
 
@@ -50,15 +50,18 @@ def check_strategies(
 
 def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyRegistry:
     """The strategies a loop runs `gate` with: the verb's registry plus the specs a router
-    export carries for strategies the registry lacks (one it has must agree). A router
+    export carries for strategies the registry lacks (one it has must agree on what it runs
+    and, where --strategies declares it, on its cost: `StrategyRegistry.merged`). A router
     trained on a label file's own strategy names carries names only: the verb's registry
-    (--strategies) declares them."""
+    (--strategies) declares them, at the router's costs."""
     if is_router(gate) and isinstance(gate, CarriesStrategies):
         try:
             carried = gate.strategy_registry().specs
         except ConfigError:  # names only, not built-ins: the verb's registry must declare them
             if all(s in registry for s in gate.strategies):
-                return registry
+                priced = strategy_costs(gate, registry).items()
+                return registry.merged([with_cost(registry[s], c) for s, c in priced],
+                                       f"router {gate.name!r}")  # fmt: skip
             raise
         return registry.merged(carried, f"router {gate.name!r}")
     return registry

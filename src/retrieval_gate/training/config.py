@@ -520,10 +520,11 @@ class TrainConfig:
         if self.model.costs is not None:
             check_costs(self.model.costs, strategies, "model.costs")
             return tuple(self.model.costs)
-        if self.strategies is not None:
-            registry = self.registry()
-            registry.check(strategies, f"the label file's strategies ({registry.source})")
-            return registry.costs(strategies)
+        if self.strategies is not None:  # priced in the label file's order: cheapest first
+            label_file = self.data.label_file
+            where = f"data.label_file {label_file} (its strategies)" if label_file else (
+                "the labels' strategies")  # fmt: skip
+            return self.registry().costs_in_order(strategies, where)
         if question_costs and train_ids and all(i in question_costs for i in train_ids):
             return tuple(np.mean([question_costs[i] for i in train_ids], axis=0).tolist())
         return default_costs(strategies)
