@@ -26,9 +26,12 @@ from ..gates.registry import (
     GateSpec,
     LazyGenerator,
     RecordedGenerator,
+    asks_generator,
     build_gate,
     check_options,
+    check_recorded_answers,
     labelling_generator,
+    refuse_prompting,
 )
 from ..labels.evalset import (
     DEFAULT_RUN_DIR,
@@ -54,6 +57,7 @@ from .gate_tables import comparison_table, per_source_table
 from .routing_policies import check_axis, registry_costs, routing_markdown, routing_report
 
 log = logging.getLogger(__name__)
+LOCAL_COPY = "--generator MODEL (a local copy of it)"  # the fix where no copy is known
 # the shapes of the names the report folder gets (`<label file>-roc-pr.png`...): a file of the
 # user's with one of them there is refused when the command starts (outputs.refuse_foreign_in)
 WRITES = ("report.md", "results.json", "*-roc-pr.png", "*-reliability.png", "*-mallen.png",
@@ -215,11 +219,6 @@ def _say_fitted(gate: Gate, questions: EvalSet, split: str) -> None:
                     "trained with)")  # fmt: skip
 
 
-def asks_generator(gates: Sequence[str]) -> list[str]:
-    """The gates that ask the generator for each decision (an LLM call of their own)."""
-    return [g for g in gates if g in GATES and "generator" in GATES[g].needs]
-
-
 def _generator(cfg: EvaluationConfig, gates: Sequence[str]) -> tuple[LazyGenerator, str]:
     """--generator's model, else the labelling generator (the one the labels' provenance
     names), and how it was chosen; said in the log where a gate asks it."""
@@ -243,16 +242,12 @@ def _check_generator_runs(
     asks it, is refused here, before any label file is read or engine starts."""
     if not isinstance(generator, RecordedGenerator):
         return
+    refuse_prompting(generator, gates, f"pass {LOCAL_COPY}, or drop the gate")
     asked = asks_generator(gates)
-    prompting = [g for g in asked if not GATES[g].recorded_answers]
-    if prompting:
-        raise ConfigError(f"{generator.unavailable()}; the {' / '.join(prompting)} gate asks it "
-                          "for every question: pass --generator MODEL (a local copy of it), "
-                          "or drop the gate")  # fmt: skip
     if asked and cfg.measure_cost:
         raise ConfigError(f"{generator.unavailable()}; timing the {' / '.join(asked)} gate's "
                           "cost runs it (a deployed gate asks it for each answer): pass "
-                          "--generator MODEL (a local copy of it), or --no-cost")  # fmt: skip
+                          f"{LOCAL_COPY}, or --no-cost")  # fmt: skip
 
 
 def _check_recorded_answers(
@@ -264,19 +259,8 @@ def _check_recorded_answers(
 ) -> None:
     """With a `RecordedGenerator`, a gate that reads the recorded closed-book answers needs
     one for every test question: the rest would ask a generator there is no copy of."""
-    if not isinstance(generator, RecordedGenerator):
-        return
-    for name in asks_generator(gates):
-        for policy, test in tests.items():
-            missing = [q.id for q in test.questions if q.id not in records]
-            if missing:
-                raise MissingInputError(
-                    f"{len(missing)} of the {len(test)} test questions of {policy} have no "
-                    f"recorded closed-book answer in {answers} (e.g. {missing[0]}), and the "
-                    f"{name} gate would ask the generator for them; {generator.unavailable()}; "
-                    f"label them with it into that file (`retrieval-gate label --policy "
-                    "closed-book`), or pass --generator MODEL (a local copy of it)"
-                )
+    scored = {f"test questions of {policy}": test for policy, test in tests.items()}
+    check_recorded_answers(gates, scored, records, generator, answers, f"pass {LOCAL_COPY}")
 
 
 def _check_gate_questions(gates: Sequence[str], options: GateOptions,

@@ -137,7 +137,7 @@ def _no_local_copy(name: str, checksum: Any, source: Any) -> str | None:
             return "its answers were imported (label --policy outcomes)"
         return "its labels record no weights checksum"
     if checksum.startswith("remote:"):
-        return f"its answers came from a server ({checksum}), which evaluate does not ask"
+        return f"its answers came from a server ({checksum}), which this command does not ask"
     if name in (SMOLLM2, "smollm2") or checksum == name:
         return None
     from ..generation.model_folders import folder_checksum
@@ -447,6 +447,51 @@ def gate_spec(name: str) -> GateSpec:
 def needing(what: str, names: Sequence[str] | None = None) -> list[str]:
     """The gates (of `names`, default all) that need `what` (a `NEEDS` key)."""
     return [n for n in (names or GATES) if n in GATES and what in GATES[n].needs]
+
+
+def asks_generator(gates: Sequence[str]) -> list[str]:
+    """The gates that ask the generator for each decision (an LLM call of their own)."""
+    return [g for g in gates if g in GATES and "generator" in GATES[g].needs]
+
+
+def refuse_prompting(generator: LazyGenerator, gates: Sequence[str], fix: str) -> None:
+    """A labelling generator with no local copy (labels made through a server, or imported)
+    lends only its identity and recorded answers: a gate that asks it for every question is
+    refused, naming `fix` (the command's way out), before any label file is read or engine
+    starts (`evaluate`, `tune`)."""
+    if not isinstance(generator, RecordedGenerator):
+        return
+    prompting = [g for g in asks_generator(gates) if not GATES[g].recorded_answers]
+    if prompting:
+        raise ConfigError(f"{generator.unavailable()}; the {' / '.join(prompting)} gate asks it "
+                          f"for every question: {fix}")  # fmt: skip
+
+
+def check_recorded_answers(
+    gates: Sequence[str],
+    scored: dict[str, EvalSet],
+    records: dict[str, dict],
+    generator: LazyGenerator,
+    answers: Path,
+    otherwise: str = "",
+) -> None:
+    """With a `RecordedGenerator`, a gate that reads the recorded closed-book answers needs
+    one for every question it scores (`scored`: "test questions of <policy>" -> them): the
+    rest would ask a generator there is no copy of. `otherwise`: a fix besides labelling
+    them."""
+    if not isinstance(generator, RecordedGenerator):
+        return
+    for name in asks_generator(gates):
+        for what, split in scored.items():
+            missing = [q.id for q in split.questions if q.id not in records]
+            if missing:
+                raise MissingInputError(
+                    f"{len(missing)} of the {len(split)} {what} have no recorded closed-book "
+                    f"answer in {answers} (e.g. {missing[0]}), and the {name} gate would ask "
+                    f"the generator for them; {generator.unavailable()}; label them with it "
+                    "into that file (`retrieval-gate label --policy closed-book`)"
+                    + (f", or {otherwise}" if otherwise else "")
+                )
 
 
 def _required(opts: GateOptions, gate: str, option: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import MissingInputError
 from ..fileio import arrays_bytes, content_id, read_arrays, sha256_file
 from ..gates.base import Gate, gate_checksum
-from ..gates.registry import GateContext, GateOptions, build_gate
+from ..gates.registry import GateContext, GateOptions, LazyGenerator, build_gate
 from ..labels.evalset import EvalSet
 from ..labels.labelling_run import LabellingRun
 from ..outputs import refuse_unrecorded, write_cache
@@ -137,9 +137,12 @@ def build_for_tuning(
     records: dict,
     options: GateOptions | None = None,
     costs: tuple[float, ...] | None = None,
+    generator: LazyGenerator | None = None,
 ) -> Gate:
     """A gate fitted on train/dev only (the context never holds test questions); `costs`:
-    --strategies' prices of a router fitted here."""
+    --strategies' prices of a router fitted here; `generator`: the one its gate asks and keys
+    its cached scores by, the labelling one (default SmolLM2, the bundled labels')."""
     require_no_test(train, "gate fitting")
     require_no_test(dev)
-    return build_gate(name, GateContext(train, dev, records, costs=costs), options)
+    generator = generator if generator is not None else LazyGenerator()
+    return build_gate(name, GateContext(train, dev, records, generator, costs=costs), options)

@@ -19,9 +19,18 @@ from ..artifacts import open_artifact
 from ..errors import ConfigError, InputError, MissingInputError
 from ..fileio import content_id, sha256_file
 from ..gates.base import Gate, reads_answers
-from ..gates.registry import GateOptions, check_options
+from ..gates.registry import (
+    GateOptions,
+    LazyGenerator,
+    asks_generator,
+    check_options,
+    check_recorded_answers,
+    labelling_generator,
+    refuse_prompting,
+)
 from ..labels.evalset import EvalSet, Splits, load_splits, policy_name, with_recorded_answers
 from ..labels.labelling_run import LabellingRun, run_dir_for
+from ..models import SMOLLM2
 from ..outputs import write_owned
 from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_budget, llm_calls_for
 from ..questions import Question
@@ -44,6 +53,10 @@ TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questi
 SAMPLED = ("pareto", *OWN_STUDIES)
 MAX_TRIALS = 100_000  # trials of one run (a tf-idf trial takes ~0.05 s, a training one minutes)
 WRITES = ("tune-*.json", "tune-*.md", "pareto-*.png")  # checked when the command starts
+# where the labels' generator has no local copy: tune asks the labelling one (no --generator)
+NO_COPY = ("tune asks the labels' own generator: tune a gate that reads its recorded answers "
+           "(confidence) or the labels alone (e.g. tfidf), or label with one that runs here "
+           f"(`retrieval-gate label --generator MODEL`: {SMOLLM2} or a Hub name)")  # fmt: skip
 
 
 @dataclass
@@ -77,6 +90,15 @@ class TuneConfig:
         self.storage_named = self.storage is not None  # checked even when no study opens it
         if self.storage is None:  # beside the reports, not in a folder of its own
             self.storage = Path(self.out) / STUDIES_FILE
+        self._labelling: tuple[LazyGenerator, str] | None = None
+
+    def generator(self) -> tuple[LazyGenerator, str]:
+        """The labelling generator (the label file's .meta.json names it, else its run's) and
+        where that was read: the one the gate asks and keys its cached scores by (it was
+        SmolLM2 whatever made the labels). Read once: a local folder's weights are hashed."""
+        if self._labelling is None:
+            self._labelling = labelling_generator(self.labels, self.run_dir)
+        return self._labelling
 
     def check(self) -> None:
         """Values and combinations, before any gate is built or study opened."""
@@ -97,6 +119,8 @@ class TuneConfig:
             raise InputError(f"--target must be in (0, 1], got {self.target}")
         if set(self.objectives) - set(OWN_STUDIES):
             check_options([self.gate], self.gate_options)
+            if set(self.objectives) & set(THRESHOLDS) and asks_generator([self.gate]):
+                refuse_prompting(self.generator()[0], [self.gate], NO_COPY)  # labels unread
         elif given := _gate_flags_given(self.gate_options):  # read by no study here
             raise ConfigError(f"--objective {' '.join(self.objectives)} builds gates of its "
                               f"own (hparams: from --config {self.config}; relations: on "
@@ -297,8 +321,9 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
             sp.dev.strategies, f"the label file's strategies ({cfg.strategies.source})"
         )
         costs = tuple(cfg.strategies.costs(sp.dev.strategies))
-    gate = _at_budget(build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs),
-                      cfg, objectives)  # fmt: skip
+    built = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs,
+                             cfg.generator()[0])  # fmt: skip
+    gate = _at_budget(built, cfg, objectives)
     result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
                          cfg.strategies)  # fmt: skip
     test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
@@ -344,8 +369,11 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
 
     policy = policy_name(cfg.labels)
     _refuse_untunable(cfg, sp.dev, objectives)  # before the gate is built and scores dev
-    records = LabellingRun(cfg.run_dir).records()
-    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options)
+    run = LabellingRun(cfg.run_dir)
+    records = run.records()
+    generator = _asked_generator(cfg, policy, sp, records, run.closed_book)
+    gate = build_for_tuning(cfg.gate, sp.train, sp.dev, records, cfg.gate_options,
+                            generator=generator)  # fmt: skip
     calls = binary_llm_calls(sp.dev.strategies, cfg.strategies)  # the LLM-calls axis
     if reads_answers(gate):  # a two-stage gate: tuned on what it reads, the recorded answers
         dev, test = (with_recorded_answers(s, cfg.labels) for s in (sp.dev, sp.test))
@@ -359,9 +387,26 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     # tuning is over: only now are the chosen thresholds applied to the test split
     result["rows"] = rows = dev_test_rows(result, gate, sp.test)
     md = f"# Tuned thresholds\n\n`{cfg.command}`\n\n" + tuned_markdown(result, rows)
+    if asks_generator([cfg.gate]):  # which model scored dev and test
+        result["generator"] = {"name": generator.name, "chosen": cfg.generator()[1]}
+        md += f"\nThe generator the gate asked: `{generator.name}` ({cfg.generator()[1]}).\n"
     if cfg.save_objective in THRESHOLDS:  # only when asked: tuning alone never changes a run
         _save_threshold(cfg, result)
     return _write(cfg, f"tune-{cfg.gate}-{policy}", result, md)
+
+
+def _asked_generator(
+    cfg: TuneConfig, policy: str, sp: Splits, records: dict[str, dict], answers: Path
+) -> LazyGenerator:
+    """The labelling generator, said where the gate asks it; one with no local copy must have
+    a recorded answer for every dev and test question the gate scores (checked before it is
+    built: nothing prepared or started)."""
+    generator, named_by = cfg.generator()
+    if asks_generator([cfg.gate]):
+        log.info(f"generator for {cfg.gate}: {generator.name} ({named_by})")
+    scored = {f"{split} questions of {policy}": getattr(sp, split) for split in ("dev", "test")}
+    check_recorded_answers([cfg.gate], scored, records, generator, answers)
+    return generator
 
 
 def _refuse_untunable(cfg: TuneConfig, dev: EvalSet, objectives: list[str]) -> None:
