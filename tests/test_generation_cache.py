@@ -785,3 +785,121 @@ def test_an_answer_stored_without_logprobs_is_asked_again_when_they_are_asked_fo
     gen.generate(["q3"], 8)  # not asked for: an answer without them serves the call
     gen.generate(["q3"], 8)
     assert fixed.calls[1:] == [["q3"]]
+
+
+def _hold_a_write(path: Path, held, release) -> None:
+    """Another writer: its write transaction open on `path` until `release` is set."""
+    import sqlite3
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("INSERT INTO entries (key, value, bytes, created, used, crc) "
+               "VALUES ('theirs', '{}', 2, 0, 0, NULL)")  # fmt: skip
+    held.set()
+    release.wait(300)  # the old code waited out its 60 s busy timeout, twice for a lookup
+    db.execute("COMMIT")
+    db.close()
+
+
+@pytest.fixture
+def busy_cache(tmp_path, monkeypatch):
+    """A cache of 10 entries under $RETRIEVAL_GATE_CACHE, a short busy timeout, and `hold()`:
+    a thread holding a write transaction on it until the test ends."""
+    import threading
+
+    from retrieval_gate.generation import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "BUSY_SECONDS", 0.3, raising=False)
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    path = tmp_path / "generations.sqlite"
+    s = GenerationStore(path)
+    s.put_many({f"k{i}": {"text": "a", "prompt_tokens": 1, "completion_tokens": 1}
+                for i in range(10)})  # fmt: skip
+    s.close()
+    held, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_hold_a_write, args=(path, held, release), daemon=True)
+
+    def hold() -> None:
+        thread.start()
+        assert held.wait(30)
+
+    yield path, hold
+    release.set()
+    if thread.is_alive():
+        thread.join(30)
+
+
+def test_clear_refuses_a_cache_another_process_is_writing(busy_cache, capsys):
+    """`cache clear` on a cache another process held a write transaction on: after the busy
+    timeout it renamed the intact database and its -wal / -shm files aside as "damaged" (while
+    the writer still wrote to them) and said `cleared: 0`. Now refused, nothing moved."""
+    from retrieval_gate.cli import main
+
+    path, hold = busy_cache
+    hold()
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: the cache is in use by another process" in err and "try again" in err
+    assert "Traceback" not in err
+    assert not [p.name for p in path.parent.iterdir() if "damaged" in p.name]
+    assert GenerationStore(path).get_many(["k0", "k9"]).keys() == {"k0", "k9"}
+
+
+def test_a_busy_cache_read_by_a_verb_is_not_called_damaged(busy_cache, caplog):
+    """A lookup that waited out the busy timeout warned "If it is damaged, `retrieval-gate
+    cache clear` sets it aside": a cache in use is intact, so it is said so instead."""
+    path, hold = busy_cache
+    store = GenerationStore(path)
+    gen = CachedGenerator(FakeGenerator(), store=store)
+    gen.generate(["a"], 8)
+    hold()
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    out = gen.generate(["a", "b"], 8)  # the hit's use time: a write, which waits
+    assert [g.text for g in out] == ["a|8|weights-a", "b|8|weights-a"]
+    assert "could not be read" in caplog.text and "not damaged" in caplog.text
+    assert "cache clear" not in caplog.text
+    store.close()
+    assert not [p.name for p in path.parent.iterdir() if "damaged" in p.name]
+
+
+def test_a_cache_that_cannot_be_written_is_not_set_aside(tmp_path, monkeypatch, capsys):
+    """Only a damaged file is set aside: one SQLite could not write (disk full, read-only) was
+    renamed as "damaged" too. Now refused with the error, nothing moved."""
+    import sqlite3
+
+    from retrieval_gate.cli import main
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    GenerationStore().put_many({"k": {"text": "x"}})
+
+    def full(self):
+        e = sqlite3.OperationalError("database or disk is full")
+        e.sqlite_errorcode = sqlite3.SQLITE_FULL
+        raise e
+
+    monkeypatch.setattr(GenerationStore, "clear", full)
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err
+    assert "(database or disk is full); nothing was moved" in err and "free disk space" in err
+    assert not [p.name for p in tmp_path.iterdir() if "damaged" in p.name]
+    assert GenerationStore().get_many(["k"]) == {"k": {"text": "x"}}
+
+
+def test_two_clears_within_a_second_keep_both_copies_set_aside(tmp_path, monkeypatch, capsys):
+    """Two clears of a damaged cache within one second named the same copy, and the second
+    rename replaced the first: a copy set aside is never deleted, so each gets its own name."""
+    from retrieval_gate.cli import main
+    from retrieval_gate.generation import cache as cache_module
+
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache_module.time, "strftime", lambda fmt, *t: "20261202-055005")
+    path = tmp_path / "generations.sqlite"
+    copies = []
+    for n in range(3):
+        path.write_bytes(f"not a database {n} ".encode() * 100)
+        assert main(["cache", "clear"]) == 0
+        copies.append(Path(json.loads(capsys.readouterr().out)["set_aside"]))
+    assert len(set(copies)) == 3
+    for n, copy in enumerate(copies):
+        assert copy.name.startswith("generations.sqlite.damaged-20261202-055005")
+        assert copy.read_bytes() == f"not a database {n} ".encode() * 100

@@ -38,8 +38,10 @@ docs/prompt-gates.md), started on their first miss and keyed by its identity."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -70,6 +72,8 @@ STORE_CHUNK = 512
 HELD_MAX = 4096
 # attributes of a local engine that start a lazy one when asked for
 ENGINE_ATTRS = ("llm", "model", "model_path", "settings", "cuda", "device", "batch_size")
+# how long a store waits for another process's write transaction before SQLite says "locked"
+BUSY_SECONDS = 60.0
 
 
 _MODE = threading.local()  # this thread's use of the store: None (read and write), or below
@@ -142,10 +146,10 @@ class GenerationStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._written = self.limit  # bytes written since the size was last summed: sum first
-        self._db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout = 60000")
+        self._db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, check_same_thread=False)
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
         self._db.execute("PRAGMA synchronous = NORMAL")
-        _retry_locked(self._setup)
+        _retry_locked(self._setup, BUSY_SECONDS)
 
     def _setup(self) -> None:
         # switching to WAL takes an exclusive lock and SQLite answers "locked" at once, without
@@ -176,9 +180,8 @@ class GenerationStore:
         try:
             self._get(keys, found)
         except sqlite3.Error as e:  # a cache is never a reason to fail: compute instead
-            _warn(
-                f"the generation cache {self.path} could not be read ({e}); computing. {CLEAR_FIX}"
-            )
+            _warn(f"the generation cache {self.path} could not be read ({e}); computing. "
+                  f"{_fix_of(e)}")  # fmt: skip
         return found
 
     def _get(self, keys: list[str], found: dict[str, dict[str, Any]]) -> None:
@@ -208,7 +211,7 @@ class GenerationStore:
         try:
             self._put(rows)
         except sqlite3.Error as e:
-            _warn(f"the generation cache {self.path} could not be written ({e}). {CLEAR_FIX}")
+            _warn(f"the generation cache {self.path} could not be written ({e}). {_fix_of(e)}")
 
     def _put(self, rows: list[tuple[str, str, int, float, float, int]]) -> None:
         with self._lock, self._db:
@@ -255,7 +258,7 @@ class GenerationStore:
         with self._lock:
             (check,) = self._db.execute("PRAGMA quick_check(1)").fetchone()
             if check != "ok":
-                raise sqlite3.DatabaseError(f"damaged: {check.splitlines()[-1]}")
+                raise _PagesDamaged(f"damaged: {check.splitlines()[-1]}")
             n, size, hits = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(bytes), 0), COALESCE(SUM(hits), 0) FROM entries"
             ).fetchone()
@@ -290,7 +293,9 @@ class GenerationStore:
 def store_action(action: str) -> dict[str, Any]:
     """`retrieval-gate cache info|clear` on the default store, as a JSON-able dict. A cache
     file that is not one (damaged, or someone else's): `info` names it and the fix, `clear`
-    renames it beside itself (never deleted: it may not be ours) and starts an empty one."""
+    renames it beside itself (never deleted: it may not be ours) and starts an empty one. One
+    that is intact but could not be used (in use by another process, not writable) is refused
+    as it is: nothing moved."""
     path = cache_path()
     if path.parent.exists() and not path.parent.is_dir():  # every verb would refuse it too
         raise InputError("is not a folder: the cache ($RETRIEVAL_GATE_CACHE, else "
@@ -309,19 +314,83 @@ def store_action(action: str) -> dict[str, Any]:
     try:
         return _on_store(GenerationStore(path), action)
     except (sqlite3.Error, OSError) as e:
-        if not path.is_file():  # not the file: its folder (e.g. not writable)
-            raise InputError(f"the generation cache cannot be opened ({e}): set "
-                             "$RETRIEVAL_GATE_CACHE to a writable folder", path) from None  # fmt: skip
-        if action != "clear":
-            raise InputError(f"the generation cache is damaged or unreadable ({e}): "
-                             "`retrieval-gate cache clear` sets it aside and starts an empty "
-                             "one (verbs compute without it meanwhile)", path) from None  # fmt: skip
-        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        for suffix in ("", "-wal", "-shm"):  # SQLite's write-ahead log files go with it
-            part = path.with_name(path.name + suffix)
-            if part.exists():
-                part.rename(aside.with_name(aside.name + suffix))
-        return {"set_aside": str(aside), **_on_store(GenerationStore(path), action)}
+        refused = _refusal(e, path, action)
+        if refused is not None:
+            raise refused from None
+        return {"set_aside": str(_set_aside(path)), **_on_store(GenerationStore(path), action)}
+
+
+class _PagesDamaged(sqlite3.DatabaseError):
+    """`PRAGMA quick_check` found a damaged page (`GenerationStore.info`)."""
+
+
+def _sqlite_code(e: BaseException) -> int | None:
+    """SQLite's primary result code of `e` (its extended code's low byte), None if it has none."""
+    code = getattr(e, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _in_use(e: BaseException) -> bool:
+    """SQLite's busy / locked: another connection held its lock past the busy timeout. The
+    file is intact: `cache clear` set such a cache aside as damaged while its writer wrote on."""
+    return _sqlite_code(e) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _damaged(e: BaseException) -> bool:
+    """The file is not a working cache: damaged pages, not SQLite, or not this cache's tables
+    (someone else's database, another version's)."""
+    if isinstance(e, _PagesDamaged):
+        return True
+    if _sqlite_code(e) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return True
+    return _sqlite_code(e) == sqlite3.SQLITE_ERROR and str(e).startswith(
+        ("no such column", "no such table")
+    )
+
+
+# what a busy cache is told: it is intact, so `cache clear` is no fix for it
+IN_USE_FIX = "Another process is writing it: it is not damaged, try again when that finishes."
+
+
+def _fix_of(e: BaseException) -> str:
+    return IN_USE_FIX if _in_use(e) else CLEAR_FIX
+
+
+def _refusal(e: BaseException, path: Path, action: str) -> InputError | None:
+    """Why `cache info|clear` stops on `e` with nothing moved; None where the file is damaged
+    and `clear` sets it aside."""
+    if not path.is_file():  # not the file: its folder (e.g. not writable)
+        return InputError(f"the generation cache cannot be opened ({e}): set "
+                          "$RETRIEVAL_GATE_CACHE to a writable folder", path)  # fmt: skip
+    if _in_use(e):
+        return InputError(f"the cache is in use by another process ({e}): try again when it "
+                          "finishes (nothing was moved)", path)  # fmt: skip
+    if not _damaged(e):  # intact as far as SQLite says (not writable, disk full, I/O error)
+        return InputError(f"the generation cache could not be used ({e}); nothing was moved: "
+                          "check its permissions and the free disk space, or point "
+                          "$RETRIEVAL_GATE_CACHE at another folder", path)  # fmt: skip
+    if action != "clear":
+        return InputError(f"the generation cache is damaged or unreadable ({e}): "
+                          "`retrieval-gate cache clear` sets it aside and starts an empty "
+                          "one (verbs compute without it meanwhile)", path)  # fmt: skip
+    return None
+
+
+def _set_aside(path: Path) -> Path:
+    """Renames the cache file and SQLite's write-ahead log files beside themselves, under a
+    name no copy has yet (the time, this process's id, a counter): two clears within one
+    second named the same copy, and the second rename replaced the first."""
+    stem = f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    suffixes = ("", "-wal", "-shm")
+    for n in itertools.count(1):
+        aside = path.with_name(stem if n == 1 else f"{stem}-{n}")
+        if not any(os.path.lexists(f"{aside}{s}") for s in suffixes):
+            break
+    for suffix in suffixes:
+        part = path.with_name(path.name + suffix)
+        if part.exists():
+            part.rename(aside.with_name(aside.name + suffix))
+    return aside
 
 
 def _on_store(store: GenerationStore, action: str) -> dict[str, Any]:
@@ -351,7 +420,7 @@ def _intact_rows(rows: list[tuple[str, str, int | None]], path: Path) -> dict[st
     return found
 
 
-def _retry_locked(step: Callable[[], None], seconds: float = 60.0) -> None:
+def _retry_locked(step: Callable[[], None], seconds: float = BUSY_SECONDS) -> None:
     """`step()`, again after a short sleep while SQLite says the file is locked."""
     deadline = time.monotonic() + seconds
     pause = 0.01
@@ -797,8 +866,9 @@ def default_store() -> GenerationStore | None:
             try:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
+                fix = IN_USE_FIX if _in_use(e) else _fix_for(Path(path))
                 _warn(f"the generation cache {path} cannot be opened ({e}); computing "
-                      f"everything. {_fix_for(Path(path))}")  # fmt: skip
+                      f"everything. {fix}")  # fmt: skip
                 return None
         return _STORES[path]
 
