@@ -88,3 +88,26 @@ def test_evaluate_fits_the_baselines_on_costs_in_milliseconds_or_a_file_s(tmp_pa
         text = (out / "report.md").read_text()
         for gate in ("router-tfidf", "router-prior"):
             assert f"{gate} @ default (budget {budget}" in text
+
+
+def test_tune_refuses_a_strategies_file_pricing_a_routers_strategies_otherwise(tmp_path):
+    """tune took a --strategies file whose costs were not a loaded router's own: --budget was
+    read in the router's unit, its LLM calls in the file's (score, serve and rag refuse it)."""
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.strategies import load_strategies
+    from retrieval_gate.tuning.tune import priced_alike
+
+    spec = (
+        "strategies:\n  - {{name: s0, cost: 0}}\n  - {{name: s1, cost: {}, retriever: default}}\n"
+    )
+    for cost in (1, 50):
+        (tmp_path / f"s{cost}.yaml").write_text(spec.format(cost))
+
+    class Loaded:  # a learned router's shape: its own costs by strategy
+        name = "learned"
+        costs = {"s0": 0.0, "s1": 1.0}
+
+    priced_alike(Loaded(), load_strategies(tmp_path / "s1.yaml"))  # the same costs
+    priced_alike(Loaded(), None)  # no --strategies: the router's own
+    with pytest.raises(ConfigError, match=r"prices them at \[0.0, 50.0\]"):
+        priced_alike(Loaded(), load_strategies(tmp_path / "s50.yaml"))

@@ -34,7 +34,7 @@ from ..models import SMOLLM2
 from ..outputs import write_owned
 from ..pricing import Calibration, answer_read_calls, binary_llm_calls, check_budget, llm_calls_for
 from ..questions import Question
-from ..strategies import StrategyRegistry
+from ..strategies import StrategyRegistry, with_cost
 from ..tables import markdown_table
 from .storage import check_storage
 from .studies import STUDIES_FILE, study_name
@@ -317,12 +317,12 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     cfg.check_llm_budget_for(sp.dev.strategies)  # before the router is built
     costs = None
     if cfg.strategies is not None:  # its prices, for a router fitted here (router-tfidf)
-        cfg.strategies.check(
+        costs = cfg.strategies.costs_in_order(
             sp.dev.strategies, f"the label file's strategies ({cfg.strategies.source})"
         )
-        costs = tuple(cfg.strategies.costs(sp.dev.strategies))
     built = build_for_tuning(cfg.gate, sp.train, sp.dev, {}, cfg.gate_options, costs,
                              cfg.generator()[0])  # fmt: skip
+    priced_alike(built, cfg.strategies)
     gate = _at_budget(built, cfg, objectives)
     result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
                          cfg.strategies)  # fmt: skip
@@ -343,6 +343,17 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
         log.info(f"saved the router's default operating point ({calibration.objective}, price "
                  f"{calibration.default_price:.4g}) into {cfg.gate_options.learned_run}")  # fmt: skip
     return _write(cfg, f"tune-router-{cfg.gate}-{policy.replace('/', '-')}", result, md)
+
+
+def priced_alike(gate: Gate, registry: StrategyRegistry | None) -> None:
+    """A router's own costs are those --strategies declares for its strategies (`merged`):
+    a file pricing them otherwise had tune read --budget in the router's unit and the LLM
+    calls in the file's (score, serve and rag refuse it so)."""
+    own = getattr(gate, "costs", None)
+    if registry is None or not own:
+        return
+    registry.merged([with_cost(registry[s], c) for s, c in dict(own).items() if s in registry],
+                    f"router {gate.name!r}")  # fmt: skip
 
 
 def _at_budget(gate: Gate, cfg: TuneConfig, objectives: list[str]) -> Gate:
