@@ -578,4 +578,11 @@ def specs_of(items: Any, names: Sequence[str], where: str) -> StrategyRegistry:
 
 
 def with_cost(spec: StrategySpec, cost: float) -> StrategySpec:
-    return replace(spec, cost=float(cost))
+    """`spec` at another cost (a router's, or the labels' mean per-question cost) making the
+    LLM calls it made: a multi-step spec without `llm_calls` read them off its cost, so the
+    calls of a fixed policy moved with the costs its table was priced at. They are declared
+    only where the cost moved them (the same spec stays equal to, and exports as, itself)."""
+    moved = replace(spec, cost=float(cost))
+    if moved.expected_llm_calls == spec.expected_llm_calls:
+        return moved
+    return replace(moved, llm_calls=spec.expected_llm_calls)

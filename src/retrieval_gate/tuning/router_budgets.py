@@ -163,7 +163,8 @@ def _reaching(out: dict[str, Any], curve: Curve, calls: np.ndarray | None, name:
 
 
 def test_figures(gate: Gate, result: dict[str, Any], test: EvalSet) -> None:
-    """After tuning: test accuracy and mean cost at each chosen price (and the front's)."""
+    """After tuning: test accuracy, mean cost, LLM calls and shares of each strategy at each
+    chosen price (and the front's)."""
     router = require_router(gate)
     if not test.has_strategies:
         return
@@ -176,8 +177,10 @@ def test_figures(gate: Gate, result: dict[str, Any], test: EvalSet) -> None:
         choice = route_indices(P, price, costs)
         ok, cost = outcome(choice, test.correct, paid)
         llm = None if calls is None else float(np.asarray(calls, float)[choice].mean())
+        # the test routing's own shares: the point's "shares" are those of the tuned-on curve
+        shares = np.bincount(choice, minlength=P.shape[1]) / max(len(choice), 1)
         return {"accuracy": float(ok.mean()), "mean_cost": float(cost.mean()),
-                "mean_llm_calls": llm}  # fmt: skip
+                "mean_llm_calls": llm, "shares": shares.tolist()}  # fmt: skip
 
     for point in [*result["chosen"].values(), *result.get("pareto", [])]:
         point["test"] = at(point["price"])
@@ -209,15 +212,18 @@ def shown_front(front: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def router_markdown(result: dict[str, Any]) -> str:
     where = result.get("swept", "dev")  # the questions swept: dev, or out-of-fold train+dev
+    names = result["strategies"]
+    # each routing's shares on both: the tuned-on curve's, then the test routing's
     header = ["objective", "price", f"{where} accuracy", f"{where} mean cost",
               f"{where} LLM calls/q", "test accuracy", "test mean cost", "test LLM calls/q",
-              *(f"% {s}" for s in result["strategies"])]  # fmt: skip
+              *(f"{where} % {s}" for s in names), *(f"test % {s}" for s in names)]  # fmt: skip
 
     def row(name: str, p: dict[str, Any]) -> list[Any]:
         t = p.get("test", {})
         return [name, p["price"], p["accuracy"], p["mean_cost"], p.get("mean_llm_calls"),
                 t.get("accuracy"), t.get("mean_cost"), t.get("mean_llm_calls"),
-                *(f"{100 * v:.0f}" for v in p["shares"])]  # fmt: skip
+                *_percents(p["shares"], len(names)),
+                *_percents(t.get("shares"), len(names))]  # fmt: skip
 
     lines = [f"## Router {result['gate']}: price for a budget", "",
              f"{_axes(result)}. Exact sweep over the {result['n_prices']} distinct routings one "
@@ -244,6 +250,11 @@ def router_markdown(result: dict[str, Any]) -> str:
                   f"{t['mean_cost']:.3f}" + ("" if calls is None else f", LLM calls/q {calls:.3f}")
                   + f"; the dev price for it: {t['dev_price']:.4g})."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _percents(shares: Sequence[float] | None, n: int) -> list[str | None]:
+    """Shares as whole percents (None, n/a: no test labels)."""
+    return [None] * n if shares is None else [f"{100 * v:.0f}" for v in shares]
 
 
 def _axes(result: dict[str, Any]) -> str:
