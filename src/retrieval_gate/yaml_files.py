@@ -3,12 +3,14 @@ key given twice in one mapping is an error naming the key and both lines. PyYAML
 last one silently, so a config with two `trainer:` sections trained with the second alone.
 A document is refused, before anything uses it, when its aliases expand past a million values
 or hold themselves; nesting past 100 levels and a string escaping a lone surrogate are refused
-as they are read."""
+as they are read. `misreads` lists the plain scalars YAML 1.1 reads as something other than
+what was likely meant (`010` as 8, `1:30` as 90, `yes` as true), for a reader to refuse."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -140,17 +142,76 @@ for _kind in ("int", "timestamp"):  # the SafeLoader's scalars that call int() o
     _StrictLoader.add_constructor(_tag, _guarded(_StrictLoader.yaml_constructors[_tag]))
 
 
-def load_yaml(text: str) -> Any:
+class Misread(NamedTuple):
+    """A plain scalar that YAML 1.1 reads otherwise than most people (and YAML 1.2) do."""
+
+    path: tuple[Any, ...]  # the keys (and list indexes) from the document's top
+    text: str  # as written
+    value: Any  # as read
+    kind: str  # "an octal number", "a hex number", "a binary number", "a base-60 number",
+    # "a boolean"
+    line: int
+
+
+def _yaml11_kind(node: yaml.ScalarNode) -> str | None:
+    """What YAML 1.1 alone reads a plain scalar as: `010` octal (8), `0x3` hex, `0b11` binary,
+    `1:30` base 60 (90), `yes`/`no`/`on`/`off` a boolean; None for anything else."""
+    if node.style is not None:  # quoted or a block scalar: text, as written
+        return None
+    kind = node.tag.rsplit(":", 1)[-1]
+    text = node.value.lstrip("+-")
+    if kind == "bool":
+        return None if text.lower() in ("true", "false") else "a boolean"
+    if kind not in ("int", "float"):
+        return None
+    if ":" in text:
+        return "a base-60 number"
+    if kind == "int" and text[:2] in ("0x", "0b"):
+        return "a hex number" if text[1] == "x" else "a binary number"
+    return "an octal number" if kind == "int" and len(text) > 1 and text[0] == "0" else None
+
+
+def yaml11_misreads(node: yaml.Node | None) -> Iterator[Misread]:
+    """The scalars under `node` (a composed document) that YAML 1.1 misreads; a value an
+    alias repeats is named at its first place. Mappings merged in (`<<: *x`) keep the path."""
+    stack: list[tuple[yaml.Node | None, tuple[Any, ...]]] = [(node, ())]
+    seen: set[int] = set()
+    while stack:
+        item, path = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, yaml.ScalarNode):
+            if (kind := _yaml11_kind(item)) is not None:
+                value = yaml.safe_load(item.value)  # the plain scalar, read alone
+                yield Misread(path, item.value, value, kind, item.start_mark.line + 1)
+        elif isinstance(item, yaml.SequenceNode):
+            stack += [(n, (*path, i)) for i, n in reversed(list(enumerate(item.value)))]
+        elif isinstance(item, yaml.MappingNode):
+            for key, value in reversed(item.value):
+                merged = key.tag == "tag:yaml.org,2002:merge"
+                stack.append((value, path if merged else (*path, key.value)))
+
+
+def load_yaml(text: str, misreads: list[Misread] | None = None) -> Any:
     """The parsed document, as `yaml.safe_load` gives it; a repeated key, nesting past
     `MAX_DEPTH` (`[[[[...`), aliases past `MAX_VALUES` or holding their own value, or a scalar
-    Python cannot convert, is a `yaml.YAMLError`."""
+    Python cannot convert, is a `yaml.YAMLError`. `misreads`, when given, is extended with the
+    scalars YAML 1.1 misreads (`yaml11_misreads`), for the caller to judge by key."""
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader)
+        node = loader.get_single_node()
+        value = None if node is None else loader.construct_document(node)
+        if misreads is not None:
+            misreads.extend(yaml11_misreads(node))
+        return value
     except RecursionError:
         raise yaml.YAMLError("nested too deeply to read") from None  # past Python's stack
+    finally:
+        loader.dispose()
 
 
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: Path, misreads: list[Misread] | None = None) -> Any:
     """`load_yaml` of a file; one that is not UTF-8 text is a `yaml.YAMLError` too (it was a
     UnicodeDecodeError, an internal error, for a config saved as Latin-1 or damaged)."""
     data = Path(path).read_bytes()
@@ -160,4 +221,4 @@ def read_yaml(path: Path) -> Any:
         raise yaml.YAMLError(not_utf8(data, e.start, path)) from None
     if why := nul_byte(data, path):  # PyYAML said "unacceptable character #x0000" alone
         raise yaml.YAMLError(why)
-    return load_yaml(text)
+    return load_yaml(text, misreads)

@@ -24,7 +24,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +41,7 @@ from ..strategies import (
     registry_from_list,
 )
 from ..strict_rows import first_repeated
-from ..yaml_files import load_yaml, read_yaml
+from ..yaml_files import Misread, load_yaml, read_yaml
 from .tasks import TASKS, Task
 
 
@@ -608,10 +608,14 @@ SECTIONS: dict[str, type] = {"run": RunConfig, "data": DataConfig, "model": Mode
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` merged into `base`, key by key. An empty (null) section in `over` keeps the base
+    one: a child config's `model:` with every key commented out is null to YAML, and it
+    dropped the parent's whole section (a stacked recipe trained as a full fine-tune). A null
+    value still replaces a value (`max_train_examples: null` lifts the parent's cap)."""
     out = copy.deepcopy(dict(base))
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
+        if isinstance(out.get(key), Mapping) and (value is None or isinstance(value, Mapping)):
+            out[key] = deep_merge(out[key], value or {})
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -626,18 +630,35 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         kind = not_a_file(path)
         what = f"is {kind}, not a YAML config file" if path.exists() else "config file not found"
         raise ConfigError(f"{what}{named}", path)
+    misreads: list[Misread] = []
     try:
-        raw = read_yaml(path) or {}
+        raw = read_yaml(path, misreads) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config is not valid YAML: {e}", path) from None
     if not isinstance(raw, dict):
         raise ConfigError("config must be a YAML mapping", path)
+    for misread in misreads:
+        if why := _misread_why(misread, ()):
+            raise ConfigError(why, path, misread.line)
     raw = _project_paths(raw, path)
-    parents = raw.pop("extends", []) or []
     merged: dict[str, Any] = {}
-    for parent in [parents] if isinstance(parents, str) else parents:
+    for parent in _parents(raw.pop("extends", None), path):
         merged = deep_merge(merged, _read_yaml(_parent_config(path, parent), (*seen, path)))
     return deep_merge(merged, raw)
+
+
+def _parents(extends: Any, path: Path) -> list[str]:
+    """What `extends:` names, as a list: `extends: 5` was a traceback, and `extends: {x: 1}`
+    was read as `extends: x`."""
+    if extends is None:  # none, or `extends:` left empty
+        return []
+    if isinstance(extends, str):
+        return [extends]
+    if not isinstance(extends, list) or not all(isinstance(p, str) for p in extends):
+        raise ConfigError(f"`extends: {clipped(repr(extends))}`: name a config file or an "
+                          "example config, or a list of them (extends: [../base.yaml, minilm])",
+                          path)  # fmt: skip
+    return extends
 
 
 def _parent_config(path: Path, parent: Any) -> Path:
@@ -661,6 +682,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
     0.2}` replaced the whole section: the stacked recipe's `head: stacked` gone, a full
     fine-tune ran); anything else given for a section is refused."""
     config = copy.deepcopy(dict(config))
+    given: dict[str, tuple[str, bool]] = {}  # leaf key -> the item that set it, via a mapping
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -676,25 +698,95 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
             node = node[part]
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a section")
+        misreads: list[Misread] = []
         try:
-            parsed = load_yaml(value)
+            parsed = load_yaml(value, misreads)
         except yaml.YAMLError as e:
             raise ConfigError(
                 f"--set {clipped(item)!r}: the value is not valid YAML ({e})"
             ) from None
+        _refuse_misreads(misreads, key.strip(), item)
+        _set_once(given, key.strip(), parsed, item)
         node[leaf] = _over(node.get(leaf), parsed, item, key.strip())
     return config
 
 
+def _set_once(given: dict[str, tuple[str, bool]], key: str, value: Any, item: str) -> None:
+    """Records the keys `item` sets; one a mapping sets too (`model.lr=1e-3 "model={lr:
+    2e-2}"`) is refused, as a key given twice is: the last one won, unsaid. Plain repeats are
+    the command's to refuse (`check_overrides`): callers append their own (`run.name=...`)."""
+    mapping = isinstance(value, Mapping) and bool(value)
+    for leaf in _leaves(key, value):
+        before, by_mapping = given.get(leaf, (None, False))
+        if before is not None and (mapping or by_mapping):
+            raise ConfigError(f"--set gives {leaf} more than once ({clipped(before)!r} and "
+                              f"{clipped(item)!r}); keep one")  # fmt: skip
+        given[leaf] = (item, mapping)
+
+
+def _leaves(key: str, value: Any) -> Iterator[str]:
+    """The dotted keys a `--set key=value` sets: `model={lora: {r: 4}}` sets model.lora.r."""
+    if not isinstance(value, Mapping) or not value:
+        yield key
+        return
+    for sub, inner in value.items():
+        yield from _leaves(f"{key}.{sub}", inner)
+
+
+def _refuse_misreads(misreads: Iterable[Misread], key: str, item: str) -> None:
+    for misread in misreads:
+        if why := _misread_why(misread, tuple(key.split(".")), cli=True):
+            raise ConfigError(f"--set {clipped(item)!r}: {why}")
+
+
+def _misread_why(misread: Misread, prefix: tuple[Any, ...], cli: bool = False) -> str | None:
+    """Why a scalar YAML 1.1 misreads is refused (None: it is not, a yes/no for a true/false
+    key): `run.seed=010` trained with seed 8, `data.max_train_examples=1:30` with 90 examples,
+    and `run.name=yes` was "run.name=True: expected a string", a value never typed."""
+    path = (*prefix, *misread.path)
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    keyed = cli and not any(isinstance(p, int) for p in path)  # a list item: no KEY=VALUE
+    quoted = f"{where}=\"'{misread.text}'\"" if keyed else f"'{misread.text}'"
+    read = f"{where or 'the value'}: YAML 1.1 reads {misread.text} as {misread.kind} " + (
+        f"({misread.value})")  # fmt: skip
+    target = _strip_none(_target(path))
+    if misread.kind == "a boolean" and target in (None, bool):  # a flag: what yes/on mean
+        return None
+    if misread.kind == "a boolean" or target is str:
+        return f"{read}; quote it if it is text: {quoted}"
+    plain = misread.text.replace("_", "")
+    number = int(plain) if misread.kind == "an octal number" else misread.value
+    return f"{read}; write it in decimal (e.g. {number}), or quote it if it is text: {quoted}"
+
+
+def _target(path: Sequence[Any]) -> Any:
+    """The annotated type of a config key (keys and list indexes from the top), or None where
+    it is open: a `trainer` argument of no known type, `strategies`, `extends`."""
+    if path and path[0] == "trainer":
+        return TRAINER_TYPES.get(path[1]) if len(path) == 2 else None
+    hint: Any = SECTIONS.get(path[0]) if path else None
+    for part in path[1:]:
+        hint = _strip_none(hint)
+        if dataclasses.is_dataclass(hint):
+            hint = typing.get_type_hints(hint).get(part)
+        elif typing.get_origin(hint) in (tuple, dict):
+            hint = typing.get_args(hint)[0 if typing.get_origin(hint) is tuple else 1]
+        else:
+            return None
+    return hint
+
+
 def _over(old: Any, new: Any, item: str, key: str) -> Any:
-    """What `--set key=new` leaves where `old` was: a section merged, a value replaced."""
+    """What `--set key=new` leaves where `old` was: a section merged, a value replaced. A
+    section inside one is merged likewise (`model={lora: null}` is refused as `model.lora=null`
+    is)."""
     if not isinstance(old, Mapping) or not old:
         return new
     if not isinstance(new, Mapping):
         raise ConfigError(f"--set {clipped(item)!r}: {key} is a section ({', '.join(old)}), "
                           f"which a value would drop whole: set its keys, e.g. "
                           f"{key}.{next(iter(old))}=VALUE")  # fmt: skip
-    return deep_merge(old, new)
+    return {**old, **{sub: _over(old.get(sub), v, item, f"{key}.{sub}") for sub, v in new.items()}}
 
 
 def load_config(
