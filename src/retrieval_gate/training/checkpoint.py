@@ -13,12 +13,15 @@
                        (`artifacts.Manifest`, rewritten whenever metadata.json's router is)
 
 `save_threshold` lets tuning record a tuned threshold; `LearnedGate` and the exporter read it.
+A tuned threshold is for the weights it was tuned on: `save_run` drops it once gate.pt's
+weights change (a resume that trained on), back to the config's.
 Every file and folder is written atomically (a temporary one beside it, renamed into place) and
 gate.pt last: a run killed while saving has no gate.pt (`load_run` calls it incomplete) or all of
 them, never a half-written one."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +50,8 @@ from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
 from .provenance import text_digest
+
+log = logging.getLogger(__name__)
 
 REQUIRED = RunFolder.REQUIRED
 BINARY_SCORE = "P(needs retrieval) = 1 - P(no_retrieval); retrieve iff score >= threshold"
@@ -82,6 +87,8 @@ def save_run(
         tokenizer.save_pretrained(stage)
     meta_file = run_dir / "metadata.json"
     meta = read_run_json(meta_file) if meta_file.is_file() else {}
+    state = module.state_dict()
+    _forget_tuning(meta, run_dir / RunFolder.WEIGHTS, state)
     side = module.side_features
     meta.update(
         {
@@ -100,18 +107,47 @@ def save_run(
     if router is not None:  # strategies, costs, the dev calibration and the default budget
         meta["router"] = router.to_dict()
     meta.setdefault("threshold", config.model.threshold)
-    meta.setdefault("objective", "default 0.5 (not tuned)")
+    meta.setdefault("objective", UNTUNED)
     write_json(meta_file, meta)
     if metrics is not None:
         write_json(run_dir / "metrics.json", metrics)
     with atomic_path(run_dir / RunFolder.WEIGHTS) as tmp:  # last: it says the run is whole
-        torch.save(module.state_dict(), tmp)
+        torch.save(state, tmp)
         # loading checks the weights and the tokenizer's files against these
         sums = {RunFolder.WEIGHTS: sha256_file(tmp),
                 RunFolder.CONFIG: sha256_file(run_dir / RunFolder.CONFIG),
                 **_folder_sums(run_dir, RUN_TOKENIZER),
                 **_folder_sums(run_dir, RUN_BACKBONE)}  # fmt: skip
         run_manifest(meta, run_dir, sums).write(run_dir)  # before gate.pt appears
+
+
+UNTUNED = "default 0.5 (not tuned)"
+TUNING_KEYS = ("threshold", "objective", "dev_figures", "tuned_at")  # `save_threshold`'s
+
+
+def _forget_tuning(meta: dict[str, Any], weights: Path, state: dict[str, Any]) -> None:
+    """Drops the tuned threshold (and what chose it) from `meta` when `state` is not the
+    weights in `weights` it was tuned on: a resume that trained on kept a threshold tuned for
+    the earlier weights, and the export carried it. An untuned one is the config's anyway."""
+    tuned = "tuned_at" in meta or meta.get("objective", UNTUNED) != UNTUNED
+    if not tuned or _same_weights(weights, state):
+        return
+    for key in TUNING_KEYS:
+        meta.pop(key, None)
+    what = "router's tuned calibration" if "router" in meta else "tuned threshold"
+    log.warning(f"{weights.parent}: the {what} was for the earlier weights: re-run tune "
+                "(the new weights have the default threshold until then)")  # fmt: skip
+
+
+def _same_weights(path: Path, state: dict[str, Any]) -> bool:
+    """Whether gate.pt at `path` holds `state`'s tensors (its bytes differ at each save)."""
+    try:
+        old = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001  (none yet, or damaged: not the same weights)
+        return False
+    return old.keys() == state.keys() and all(
+        torch.equal(old[k], state[k].detach().cpu()) for k in state
+    )
 
 
 def _folder_sums(run_dir: Path, prefix: str) -> dict[str, str]:
