@@ -91,17 +91,25 @@ def unread_note(overrides: Sequence[str] | None, config: Any) -> None:
 def check_labels(config: Any) -> None:
     """`data.label_file` read as the task reads it, and laid on its questions' split (a missing
     file, a row that is not one of the task's labels, ids of other data, a split left without
-    labels: refused naming the file and row, in seconds); a router's costs and budget against
-    the file's strategies (they were checked once training had ended). Labels handed in memory
-    (the Python API) are checked by `train` itself."""
+    labels, a dev split of one class under an AUROC or AP monitor, a recorded answer
+    log-probability that is none: refused naming the file and row, in seconds); a router's
+    costs and budget against the file's strategies (they were checked once training had
+    ended). Labels handed in memory (the Python API) are checked by `train` itself."""
     from ..pricing import check_budget
-    from ..training.sources import check_splits, labelled_questions
+    from ..training.sources import (
+        check_answer_logprobs,
+        check_monitor,
+        check_splits,
+        labelled_questions,
+    )
 
     data = config.data
     if not data.label_file:
         raise ConfigError("config needs data.label_file (e.g. --set data.label_file=PATH)")
     targets, rows, _ = labelled_questions(data)
     check_splits(rows, Path(data.label_file))
+    check_monitor(rows, config, Path(data.label_file))
+    check_answer_logprobs(data)
     if targets.strategies:
         train_ids = [row[0] for row in rows.get("train", ())]
         costs = config.router_costs(targets.strategies, targets.costs, train_ids)

@@ -11,7 +11,9 @@ A label row may hold, beside its answer:
 
 Both are optional: older label files (the committed SmolLM2 labels hold only `mean_logprob`)
 load as before. A log-probability is a finite number <= 0 (0.0, a token of probability 1, is
-valid); anything else is refused naming the file, row and column.
+valid); anything else is refused naming the file, line, id and column, and so is an empty list
+beside an answer (the row's `prediction`, unless recorded empty) or a `{strategy: list}` cell in
+a file whose sidecar names no strategies.
 
 `answer_logprobs(path)` reads them back per question id; `logprob_features` turns one answer's
 into the four numbers a two-stage gate reads (mean, min, first token, length)."""
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +35,9 @@ from ..data.answer_confidence import (  # noqa: F401  (the label rows' vocabular
     parse_mean_logprob,
     parse_token_logprobs,
 )
-from ..questions import Question
+from ..errors import DataError
+from ..questions import Question, id_text
+from ..strict_rows import loads
 from .label_files import LabelFile, meta_path
 
 DECIMALS = 4
@@ -64,27 +69,80 @@ def answer_logprobs(path: str | Path, strategy: str | None = None) -> dict[str, 
     """Per question id, the recorded log-probabilities of a label file's answer: a closed-book
     file's (`closed-book.jsonl`, also one made by `label --policy outcomes`), or in a
     `strategies.jsonl` the answer of `strategy` (default: the file's first strategy, the one
-    without retrieval). Rows without any are left out; a file recording none gives {}."""
+    without retrieval). Rows without any are left out; a file recording none gives {}. A bad
+    cell is refused naming its line and id."""
     label_file = LabelFile(path)
     if strategy is None and meta_path(label_file.path).exists():
         names = label_file.meta.get("strategies") or []
         strategy = names[0] if names else None
     out: dict[str, AnswerLogprobs] = {}
     for qid, row in label_file.rows.items():
-        tokens = row.get(TOKEN_LOGPROBS)
-        if isinstance(tokens, Mapping):
-            tokens = tokens.get(strategy) if strategy is not None else None
-        mean = row.get(MEAN_LOGPROB)
-        if isinstance(mean, Mapping):
-            mean = mean.get(strategy) if strategy is not None else None
-        tokens = parse_token_logprobs(tokens, label_file.path, None, TOKEN_LOGPROBS)
-        mean = parse_mean_logprob(mean, label_file.path, None, MEAN_LOGPROB)
-        if not tokens and mean is None:
-            continue
-        if mean is None:
-            mean = mean_of(tokens)
-        out[qid] = AnswerLogprobs(tuple(tokens) if tokens else None, mean)
+        try:
+            record = _recorded(row, strategy)
+        except DataError as e:
+            line = _line_of(label_file.path, qid)
+            raise DataError(f"id {qid!r}: {e.args[0]}", label_file.path, line) from None
+        if record is not None:
+            out[qid] = record
     return out
+
+
+def _recorded(row: Mapping[str, Any], strategy: str | None) -> AnswerLogprobs | None:
+    """One label row's answer log-probabilities (None: it records none); a bad cell raises a
+    DataError the caller places. Without `strategy` (a closed-book file) a mapping is read as
+    an OpenAI-compatible `logprobs` object, else refused: a `{strategy: list}` cell belongs to
+    a strategies.jsonl, whose sidecar names the strategies."""
+    cells = [_cell(row, column, strategy) for column in (TOKEN_LOGPROBS, MEAN_LOGPROB)]
+    try:
+        tokens = parse_token_logprobs(cells[0], None, None, TOKEN_LOGPROBS)
+    except DataError as e:
+        if not isinstance(cells[0], Mapping):
+            raise
+        raise DataError(f"{e.args[0]}; a {{strategy: list}} mapping is read only in a router's "
+                        "strategies.jsonl, whose .meta.json names the strategies: give this "
+                        "answer's list here") from None  # fmt: skip
+    mean = parse_mean_logprob(cells[1], None, None, MEAN_LOGPROB)
+    if tokens == [] and _answered(row, strategy):  # read as no answer, said nowhere
+        raise DataError(f"column {TOKEN_LOGPROBS!r} is an empty list, but the row has an "
+                        "answer (its `prediction` is not recorded empty): record its tokens' "
+                        "log-probabilities, or leave the cell null")  # fmt: skip
+    if not tokens and mean is None:
+        return None
+    return AnswerLogprobs(tuple(tokens) if tokens else None, mean if mean is not None
+                          else mean_of(tokens))  # fmt: skip
+
+
+def _cell(row: Mapping[str, Any], column: str, strategy: str | None) -> Any:
+    """The column's cell, in a strategies.jsonl row its `strategy`'s."""
+    value = row.get(column)
+    if strategy is not None and isinstance(value, Mapping):
+        return value.get(strategy)
+    return value
+
+
+def _answered(row: Mapping[str, Any], strategy: str | None) -> bool:
+    """Whether the row holds an answer: any row but one whose `prediction` (a strategies row:
+    `strategy`'s) is recorded empty. A label row judges an answer; one without the column
+    still had one."""
+    if "prediction" not in row:
+        return True
+    answer = _cell(row, "prediction", strategy)
+    return not (answer is None or (isinstance(answer, str) and not answer.strip()))
+
+
+def _line_of(path: Path, qid: str) -> int | None:
+    """The line of `qid`'s row (the last one, which LabelFile keeps): read again only to name
+    a refused row."""
+    found = None
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                row = loads(raw)
+            except ValueError:  # a half-written last line, which LabelFile skipped
+                continue
+            if isinstance(row, dict) and id_text(row.get("id")) == qid:
+                found = n
+    return found
 
 
 def feature_matrix(records: Mapping[str, AnswerLogprobs], ids: Sequence[str]) -> np.ndarray:

@@ -15,9 +15,10 @@ from typing import Any
 from ..data import DataError, assign_splits, load_all
 from ..data.dataset_registry import OPTIONAL
 from ..data.splits import canonical_questions, with_splits
+from ..errors import ConfigError
 from ..labels.label_files import check_made_for
 from ..questions import Question
-from .config import DataConfig
+from .config import DataConfig, TrainConfig
 from .tasks import Targets
 
 log = logging.getLogger(__name__)
@@ -207,3 +208,41 @@ def check_splits(rows: dict[str, list], path: Path | None) -> None:
             "(questions that need retrieval and questions that do not); label more questions",
             path,
         )
+
+
+# Monitors a dev split of one class leaves undefined: torchmetrics logs AUROC 0.0 and AP a
+# constant, so no epoch improved on the first and early stopping kept it.
+NEEDS_BOTH_CLASSES = ("val/auroc", "val/ap")
+
+
+def check_monitor(rows: dict[str, list], config: TrainConfig, path: Path | None) -> None:
+    """Early stopping and the kept checkpoint follow `early_stopping.monitor` on dev: AUROC or
+    AP there needs dev questions of both kinds (a stacked head, fitted in closed form, reads
+    no monitor; a router's rows, vectors of correctness, are not checked here)."""
+    monitor = config.early_stopping.monitor
+    if config.model.head == "stacked" or monitor not in NEEDS_BOTH_CLASSES:
+        return
+    kinds = {int(row[-1]) > 0 for row in rows["dev"] if isinstance(row[-1], Integral)}
+    if len(kinds) != 1:
+        return
+    which = "need retrieval" if kinds.pop() else "do not need retrieval"
+    raise ConfigError(
+        f"the dev split's {len(rows['dev'])} labelled questions all {which}, "
+        f"and early stopping and the kept epoch follow early_stopping.monitor={monitor}, "
+        "undefined on one class (logged as 0.0: the first epoch would be kept whatever came "
+        "after); label dev questions of both kinds (a questions file's `split` column says "
+        "which are dev), or --set early_stopping.monitor=val/loss early_stopping.mode=min",
+        path,
+    )
+
+
+def check_answer_logprobs(data: DataConfig) -> None:
+    """The answers' log-probabilities the label file recorded (`token_logprobs`,
+    `mean_logprob`), each row's checked naming its line and id, before any model loads: a
+    two-stage gate reads them once its frozen body has run, and a question-only gate's note
+    counts them (a binary gate's or a router's file; a release folder records none)."""
+    from ..labels.logprobs import answer_logprobs
+
+    path = data.label_file
+    if data.task in ("binary", "strategies") and path and Path(path).is_file():
+        answer_logprobs(path)

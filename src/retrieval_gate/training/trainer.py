@@ -3,8 +3,9 @@ metrics beside it, returned as a `TrainedRun`. Labels come from `data.label_file
 memory, from a mapping question id -> label; the caller's config is never changed.
 
 A run folder belongs to one configuration: `run.json` records the hash of the resolved config
-and of the labels (the label file's bytes). Training into an existing folder is refused unless `overwrite`
-(the run's files are replaced) or `resume` with the same hash (Lightning's
+and of the labels (the label file's bytes), and the questions file's checksum. Training into an
+existing folder is refused unless `overwrite` (the run's files are replaced) or `resume` with the
+same hash and questions (Lightning's
 `lightning/latest.ckpt`, written every epoch, or the `last.ckpt` of a fit's end, whichever
 trained more, is continued; the epochs before it stay in `metrics.json` and
 `logs/metrics.csv`). Early stopping and the kept checkpoint follow
@@ -36,7 +37,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from .. import work
 from ..errors import ConfigError, first_line
-from ..fileio import disk_errors_named, nearest_existing, write_json, write_text
+from ..fileio import disk_errors_named, nearest_existing, sha256_file, write_json, write_text
 from ..known_noise import LinesStartingWith, warnings_hidden
 from ..labels.lock import single_writer
 from ..questions import Question
@@ -54,6 +55,7 @@ from .heads import HEADS
 from .launch import rank_zero
 from .loggers import build_loggers
 from .module import RetrievalGateModule
+from .sources import check_monitor
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +262,23 @@ def config_hash(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def questions_sha256(config: TrainConfig) -> str | None:
+    """The checksum of the questions file a run reads (`data.questions`; a save_to_disk
+    folder: of its files): an edited file keeps its path, which alone the config hash holds,
+    and its new texts or `split` column moved questions trained on into test. None for the
+    bundled datasets and hf:NAME."""
+    spec = config.data.questions
+    path = Path(spec) if spec else None
+    if path is None or not path.exists():
+        return None
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(path)}\0{sha256_file(file)}\n".encode())
+    return h.hexdigest()
+
+
 def check_run_dir(
     run_dir: Path,
     config: TrainConfig,
@@ -267,16 +286,15 @@ def check_run_dir(
     resume: bool = False,
     labels: Mapping[str, int] | None = None,
     digest: str | None = None,
+    questions_digest: str | None = None,
 ) -> str:
-    """Refuses an existing run unless `overwrite` or `resume` with the same config hash (checked
-    before any data or model is loaded); returns this config's hash (`digest`: the hash an
-    earlier check computed, so that a router's release is not read again for it)."""
+    """Refuses an existing run unless `overwrite` or `resume` with the same config hash and
+    questions (`questions_digest`, `questions_sha256`; None: not compared) (checked before any
+    data or model is loaded); returns this config's hash (`digest`: the hash an earlier check
+    computed, so that a router's release is not read again for it)."""
     if overwrite and resume:
         raise ConfigError("pass --overwrite or --resume, not both")
-    there = nearest_existing(run_dir)
-    if not there.is_dir():
-        raise ConfigError(f"run.output_dir: {there} is a file, so the run folder {run_dir} "
-                          "cannot go under it; pass another run.output_dir")  # fmt: skip
+    _check_placeable(run_dir)
     if labels is None:
         if not config.data.label_file:
             raise ConfigError(
@@ -300,14 +318,45 @@ def check_run_dir(
             "continue it (same config), --overwrite to replace it, or another run.name"
         )
     run_json = run_dir / "run.json"
-    old = read_run_json(run_json).get("config_sha256") if run_json.is_file() else None
+    recorded = read_run_json(run_json) if run_json.is_file() else {}
+    old = recorded.get("config_sha256")
     if old != digest and old != config_hash(config, labels, placed=True):  # hashed again only then
         raise ConfigError(
             f"run folder {run_dir} was trained with another config or label file "
             f"({'no run.json' if old is None else 'config hash differs'}); --resume continues "
             "the same run only: pass --overwrite or another run.name"
         )
+    _check_same_questions(run_dir, config, recorded.get("questions_sha256"), questions_digest)
     return digest
+
+
+def _check_placeable(run_dir: Path) -> None:
+    """The run folder can be made: no file in its place, nor in the place of a folder above."""
+    there = nearest_existing(run_dir)
+    if there.is_dir():
+        return
+    if there == run_dir:  # the run folder's own place: the run's name is what clashes
+        raise ConfigError(f"run.name: {run_dir} is a file, where the run folder would go; pass "
+                          "another run.name, or move the file away")  # fmt: skip
+    raise ConfigError(f"run.output_dir: {there} is a file, so the run folder {run_dir} "
+                      "cannot go under it; pass another run.output_dir")  # fmt: skip
+
+
+def _check_same_questions(
+    run_dir: Path, config: TrainConfig, recorded: Any, now: str | None
+) -> None:
+    """A resumed run reads the questions it trained on: an edited questions file (reworded,
+    a `split` column added) keeps its path, and its new split put questions the first epochs
+    trained on into test. Runs whose run.json records no checksum (before it) resume as
+    before; so do questions handed in memory (`now` None)."""
+    if not isinstance(recorded, str) or now is None or recorded == now:
+        return
+    raise ConfigError(
+        f"data.questions: {config.data.questions} changed since the run in {run_dir} trained "
+        "on it (its checksum differs from run.json's), so its split and texts are no longer "
+        "that run's; --resume continues the same run only: train into another run.name, or "
+        "pass --overwrite"
+    )
 
 
 def _run_files(run_dir: Path) -> list[str]:
@@ -315,9 +364,12 @@ def _run_files(run_dir: Path) -> list[str]:
     return [n for n in RUN_FILES if n != "run.json" and (run_dir / n).exists()]
 
 
-def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: bool) -> None:
+def claim_run_dir(
+    run_dir: Path, digest: str, labels_digest: str, overwrite: bool,
+    questions_digest: str | None = None,
+) -> None:  # fmt: skip
     """With `overwrite`, removes the files a run writes (RUN_FILES; nothing else in the folder),
-    then records this run's identity in run.json."""
+    then records this run's identity in run.json (`questions_digest`: `questions_sha256`)."""
     for name in RUN_FILES if overwrite else ():
         target = run_dir / name
         if target.is_dir():
@@ -325,6 +377,7 @@ def claim_run_dir(run_dir: Path, digest: str, labels_digest: str, overwrite: boo
         elif target.exists():
             target.unlink()
     write_json(run_dir / "run.json", {"config_sha256": digest, "label_sha256": labels_digest,
+               "questions_sha256": questions_digest,
                "started": datetime.now(UTC).isoformat(timespec="seconds")})  # fmt: skip
 
 
@@ -435,8 +488,11 @@ def prepare(
     config: TrainConfig,
     questions: Sequence[Question] | None = None,
     labels: Mapping[str, int] | None = None,
+    monitored: bool = False,
 ) -> tuple[Any, GateDataModule, RetrievalGateModule]:
-    """Seeded tokenizer, data module and module for `config` (training and tuning trials)."""
+    """Seeded tokenizer, data module and module for `config` (training and tuning trials);
+    `monitored`: early stopping follows `early_stopping.monitor` on dev, checked against the
+    dev split before the model loads."""
     pl.seed_everything(config.run.seed, workers=True)
     if config.run.num_threads:  # on a shared CPU fewer threads than cores can be faster
         torch.set_num_threads(config.run.num_threads)
@@ -444,6 +500,8 @@ def prepare(
     tokenizer = load_tokenizer(folder)
     check_max_length(config.data.max_length, config.model.name, folder, tokenizer)
     dm = GateDataModule(tokenizer, config.data, config.run.seed, questions, labels)
+    if monitored:
+        check_monitor(dm.rows, config, dm.path)
     module = RetrievalGateModule(config.model, dm.num_classes, dm.class_weights(),
                                  side_features=dm.side_features, task=dm.task)  # fmt: skip
     return tokenizer, dm, module
@@ -470,37 +528,38 @@ def train(
         log.info("labels given in memory: data.label_file %s is not read", config.data.label_file)
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, label_file=None))
     run_dir = Path(config.run.output_dir) / run_name(config)
-    digest = check_run_dir(run_dir, config, overwrite, resume, labels)
+    asked = questions_sha256(config) if questions is None else None
+    digest = check_run_dir(run_dir, config, overwrite, resume, labels, questions_digest=asked)
     if resume and not _run_files(run_dir):  # said, not warned: the demo resumes on purpose
         log.info("--resume: the run folder %s holds no run yet; training from the start",
                  run_dir)  # fmt: skip
     check_trainer_here(config)
-    tokenizer, dm, module = prepare(config, questions, labels)
-    _say_answers_unread(config)
+    _say_answers_unread(config)  # reads them: a bad cell is refused before the model loads
+    tokenizer, dm, module = prepare(config, questions, labels, monitored=True)
     with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
         # a run may have ended since (the labels were read and hashed above: not again)
-        check_run_dir(run_dir, config, overwrite, resume, labels, digest)
+        check_run_dir(run_dir, config, overwrite, resume, labels, digest, asked)
         with disk_errors_named(run_dir):  # Lightning's checkpoints and logs too
-            return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite)
+            return _fit(run_dir, config, digest, tokenizer, dm, module, overwrite, asked)
 
 
 def _say_answers_unread(config: TrainConfig) -> None:
     """A gate or router that reads the question alone, trained on labels that recorded the
     closed-book answers' log-probabilities (the user's LLM's own confidence): say what reads
-    them (a two-stage gate; behind a router, its --answer-gate)."""
+    them (a two-stage gate; behind a router, its --answer-gate). A two-stage gate's are read
+    here too: each row's are checked before the model loads (a bad cell was refused once the
+    frozen body had run, without its row)."""
     from ..labels.logprobs import answer_logprobs
 
     path = config.data.label_file
-    question_only = (
-        config.data.task in ("binary", "strategies") and not config.model.answer_confidence
-    )
-    readable = question_only and path and Path(path).is_file()  # a release records none
-    said = readable and _file_key(Path(path), config.data.task)
+    readable = config.data.task in ("binary", "strategies") and path and Path(path).is_file()
+    # a release records none; a two-stage gate's read counts apart from a question-only one's
+    said = readable and (*_file_key(Path(path), config.data.task), config.model.answer_confidence)
     if not said or said in _SAID:  # `transfer --learned` trains one gate a cell: say it once
         return
     _SAID.add(said)
     carried = len(answer_logprobs(path))
-    if not carried:
+    if not carried or config.model.answer_confidence:
         return
     router = config.data.task == "strategies"
     reads = ("a two-stage gate trained on the closed-book.jsonl beside it (`--config "
@@ -512,7 +571,7 @@ def _say_answers_unread(config: TrainConfig) -> None:
              f"which this config does not read: {reads}")  # fmt: skip
 
 
-_SAID: set[tuple[str, int, int, str]] = set()  # label files whose note this process gave
+_SAID: set[tuple[str, int, int, str, bool]] = set()  # label files this process read for it
 
 
 def _file_key(path: Path, task: str) -> tuple[str, int, int, str]:
@@ -568,7 +627,7 @@ def one_trainer(run_dir: Path) -> Iterator[None]:
 
 def _fit(
     run_dir: Path, config: TrainConfig, digest: str, tokenizer: Any, dm: GateDataModule,
-    module: RetrievalGateModule, overwrite: bool,
+    module: RetrievalGateModule, overwrite: bool, questions_digest: str | None = None,
 ) -> TrainedRun:  # fmt: skip
     """Trains into `run_dir` (checked, and locked) and writes it; returns the run."""
     try:
@@ -581,7 +640,7 @@ def _fit(
     # stopped them, and a second history kept would log a resumed run's epochs twice.
     writer = rank_zero()
     if writer:
-        claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite)
+        claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite, questions_digest)
     throughput = Throughput()
     # overwrite: nothing to resume (rank zero's claim removes lightning/, perhaps not yet)
     start_from = None if overwrite else resume_checkpoint(run_dir, set_aside=writer)
