@@ -83,7 +83,7 @@ def test_a_moved_folders_checkpoint_state_is_read_as_its_own(tmp_path):
     """The checkpoint callbacks' state, saved in another folder, is mapped into this one: the
     kept best and its score survive (a tie does not replace it), without Lightning's warning;
     checkpoints written by Lightning's own callback restore into it and back."""
-    from retrieval_gate.training.heads import follow_moves  # new with the fix
+    from retrieval_gate.training.heads import RunCheckpoint  # new with the fix
 
     old, new = tmp_path / "old" / "lightning", tmp_path / "new" / "lightning"
     args = {"monitor": "val/auroc", "mode": "max", "save_top_k": 1, "save_last": True,
@@ -93,8 +93,7 @@ def test_a_moved_folders_checkpoint_state_is_read_as_its_own(tmp_path):
     saved.best_k_models, saved.kth_best_model_path = {best: torch.tensor(0.9)}, best
     saved.best_model_path, saved.best_model_score = best, torch.tensor(0.9)
     saved.last_model_path = str(Path(saved.dirpath) / "last.ckpt")
-    callback = ModelCheckpoint(dirpath=new, **args)
-    follow_moves(SimpleNamespace(checkpoint_callbacks=[callback]))
+    callback = RunCheckpoint(dirpath=new, **args)  # as the trainer builds it
     assert callback.state_key == saved.state_key
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "The dirpath has changed ..."

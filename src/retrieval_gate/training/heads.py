@@ -62,7 +62,6 @@ class GradientHead:
     def fit(
         self, trainer: pl.Trainer, module: Any, dm: Any, config: Any, start_from: Path | None
     ) -> OutOfFold | None:
-        follow_moves(trainer)
         with interrupt_as_ctrl_c(trainer):
             trainer.fit(module, datamodule=dm, ckpt_path=str(start_from) if start_from else None)
         kept = trainer.checkpoint_callback
@@ -106,14 +105,6 @@ def moved_state(state: dict[str, Any], was: str, now: str) -> dict[str, Any]:
 
 def _under(path: str, folder: str) -> bool:
     return Path(path).is_relative_to(folder)
-
-
-def follow_moves(trainer: pl.Trainer) -> None:
-    """The trainer's checkpoint callbacks read a moved run folder's state as their own: the
-    trainer builds Lightning's, and `RunCheckpoint` adds nothing to it but that reading."""
-    for callback in trainer.checkpoint_callbacks:
-        if type(callback) is ModelCheckpoint:
-            callback.__class__ = RunCheckpoint
 
 
 def best_weights(best: str, folder: str | None) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+from pytorch_lightning.callbacks import EarlyStopping, TQDMProgressBar
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .. import work
@@ -51,7 +51,7 @@ from .calibrate_router import (
 from .checkpoint import read_run_json, save_run
 from .config import TrainConfig
 from .datamodule import GateDataModule
-from .heads import HEADS
+from .heads import HEADS, RunCheckpoint
 from .launch import rank_zero
 from .loggers import build_loggers
 from .module import RetrievalGateModule
@@ -118,15 +118,15 @@ def run_name(config: TrainConfig) -> str:
 
 def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -> pl.Trainer:
     es = config.early_stopping
-    ckpt = ModelCheckpoint(
+    ckpt = RunCheckpoint(  # a moved run folder's checkpoints are read as its own
         dirpath=run_dir / "lightning", monitor=es.monitor, mode=es.mode, save_top_k=1,
         save_last=True, filename="best",
     )  # fmt: skip
     # every epoch's (or mid-epoch validation's) state: Lightning 2's save_last writes last.ckpt
     # only with a new best (and at the end of a fit), so a resume went back to the best epoch
     # and trained the epochs after it again, logging them twice (`resume_checkpoint`)
-    last = ModelCheckpoint(dirpath=run_dir / "lightning", filename=LATEST, save_top_k=1,
-                           enable_version_counter=False)  # fmt: skip
+    last = RunCheckpoint(dirpath=run_dir / "lightning", filename=LATEST, save_top_k=1,
+                         enable_version_counter=False)  # fmt: skip
     stop = EarlyStopping(monitor=es.monitor, mode=es.mode, patience=es.patience)
     if config.trainer.get("enable_progress_bar", True):  # tqdm: readable in log files too
         callbacks = [*callbacks, TQDMProgressBar(refresh_rate=10)]
