@@ -11,6 +11,8 @@ holds `dev_500`):
         prediction__<...>_chains.txt      (no-retrieval folder only)         each question's text
 
 with <strategy> `nor` (no retrieval), `oner` (one BM25 retrieval) and `ircot` (multi-step IRCoT).
+Any other folder of a split folder (a fourth strategy's, a misspelt prefix) is not read: a
+warning names it, once.
 A question's id is `adaptive-rag-<dataset>-<release id>`, its `source` the dataset name
 (nq, squad, trivia, hotpotqa, 2wikimultihopqa, musique).
 
@@ -20,6 +22,7 @@ else $RETRIEVAL_GATE_ADAPTIVE_RAG, else `adaptive-rag-llama8b/` in the data fold
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -36,6 +39,7 @@ from .bad_rows import BadRows
 from .dataset_registry import register
 from .paths import resolve_data_dir
 
+log = logging.getLogger(__name__)
 DATASET_NAME = "adaptive-rag"
 BUNDLE_FOLDER = "adaptive-rag-llama8b"
 ENV_VAR = "RETRIEVAL_GATE_ADAPTIVE_RAG"
@@ -141,17 +145,21 @@ def find_release(
     among several LLMs (default: the only one)."""
     folder = _split_folder(release_root(path), split)
     found: dict[str, dict[tuple[str, str], list[Path]]] = {}
+    unread: list[str] = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         m = _FOLDER.match(sub.name)
         if m:
             key = (m["dataset"], PREFIXES[m["prefix"]])
             found.setdefault(m["llm"], {}).setdefault(key, []).append(sub)
+        else:
+            unread.append(sub.name)
     if not found:
         raise DataError(
             "no <nor|oner|ircot>_qa_<llm>_<dataset>____* folders: not a split folder of the "
             "Adaptive-RAG release layout",
             folder,
         )
+    _say_unread(folder, unread)  # before a strategy said missing: a misspelt one is among them
     name = _pick("LLM", _spelt_as_here(llm, found), sorted(found), folder, "with --generator NAME")
     folders = found[name]
     for (dataset, strategy), paths in sorted(folders.items()):
@@ -171,6 +179,26 @@ def find_release(
                     folder,
                 )
     return ReleaseSplit(folder, folder.name, name, {k: v[0] for k, v in folders.items()})
+
+
+_SAID: set[tuple[str, tuple[str, ...]]] = set()  # (split folder, names) warned about
+
+
+def _say_unread(folder: Path, names: list[str]) -> None:
+    """Warns, once per process, of a split folder's folders the layout does not read (a fourth
+    strategy's `flare_qa_<llm>_*`, a misspelt `IRCoT_qa_*`): they were skipped unsaid, and a
+    router trained on the rest of the folder, without that strategy."""
+    key = (str(folder.resolve()), tuple(names))
+    if not names or key in _SAID:
+        return
+    _SAID.add(key)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    log.warning(f"{folder}: {len(names)} folder(s) not read: {shown}. A release is read from its "
+                "<nor|oner|ircot>_qa_<llm>_<dataset>____* folders only (no_retrieval, "
+                "one_retrieval, multi_step; the prefix in lower case); to import another "
+                "strategy, write every strategy's outcomes into one generic file "
+                "(`<strategy>_correct` columns) and run `label --policy outcomes --outcomes "
+                "FILE --strategies <names, cheapest first>` (docs/label.md)")  # fmt: skip
 
 
 def load_release(

@@ -197,7 +197,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 answer_gate, tests[policy], sp.dev, files[policy])  # fmt: skip
             report["policies"][policy]["routing"] = routing_report(
                 tests[policy], sp.dev, built, cfg.out_dir, policy.replace("/", "-"), cfg.n_resamples,
-                priced, cfg.strategies, cfg.cost_axis, answer)  # fmt: skip
+                priced, cfg.strategies, cfg.cost_axis, answer, files[policy])  # fmt: skip
         report["policies"][policy]["label_file"] = _provenance(files[policy])
         report["policies"][policy]["llm_calls_without_with_retrieval"] = calls
     if any(g.startswith("popularity") for g in cfg.gates):

@@ -40,7 +40,7 @@ from ..pricing import (
 )
 from ..strategies import COST_AXES, StrategyRegistry
 from ..tables import markdown_table
-from ..tuning.router_budgets import same_strategies
+from ..tuning.router_budgets import other_labels, same_strategies
 from .answer_gate import (
     ALONE,
     FIRST,
@@ -130,11 +130,14 @@ def gate_policies(
     dev: EvalSet,
     answer: AnswerGate | None = None,
     costs: Sequence[float] | None = None,
+    labels: str | Path | None = None,
 ) -> list[Policy]:
     """Routers at the budgets, at their default and where they match the best single
     strategy's dev accuracy; binary gates between the first two; recorded strategies as
     they are. With `answer`, each policy but the matching point is followed by its cascade
-    (evaluation/answer_gate.py), escalating to the next strategy by `costs` (the table's)."""
+    (evaluation/answer_gate.py), escalating to the next strategy by `costs` (the table's).
+    `labels` (where `test` comes from): a router trained on other labels is scored here, its
+    matching row named for the labels its stored curve was read on (`_calibrated_on`)."""
     costs = tuple(costs) if costs is not None else default_costs(test.strategies)
     out = []
     for name, gate in gates.items():
@@ -150,6 +153,7 @@ def gate_policies(
             continue
         P = _strategy_proba(gate, test.questions)
         cal = gate.calibration  # type: ignore[attr-defined]
+        where = _calibrated_on(gate, cal, labels)  # its stored curve: of these labels?
         for budget in [*(b for b in BUDGETS if min(cal.costs) <= b <= max(cal.costs)), None]:
             label = f"budget {budget:g}" if budget is not None else (
                 f"default (budget {cal.default_budget:g})")  # fmt: skip
@@ -158,12 +162,25 @@ def gate_policies(
         match = matching_price(cal, dev)
         if match is not None:
             price, cost, reached = match
-            where = cal.calibrated_on
             label = f"{MATCH} {where}" if reached else (
                 f"{BEST_DEV} {where}, short of the best single strategy's")  # fmt: skip
             out.append(Policy(f"{name} @ {label} (budget there {cost:.2f})",
                               route_indices(P, price, cal.costs)))  # fmt: skip
     return out
+
+
+def _calibrated_on(gate: Gate, cal: Calibration, labels: str | Path | None) -> str:
+    """Where a router's stored curve was read: its calibration questions, and, for a router
+    trained on other labels than these (legitimate: a router judged on another LLM's outcomes
+    or other questions), that they are of those labels, said once with both checksums."""
+    other = None if labels is None else other_labels(gate, labels)
+    if other is None:
+        return cal.calibrated_on
+    log.warning(f"{other[0]}: its budget prices and its matching row are read on its own "
+                f"{cal.calibrated_on} calibration curve, of the labels it was trained on; "
+                "its test figures are these labels'. Retrain it on these labels to calibrate "
+                "it on them")  # fmt: skip
+    return f"{cal.calibrated_on} of the labels it was trained on"
 
 
 def alone_policies(
@@ -216,19 +233,22 @@ def routing_report(
     registry: StrategyRegistry | None = None,
     axis: str = "retrievals",
     answer: AnswerGate | None = None,
+    labels: str | Path | None = None,
 ) -> dict[str, Any]:
     """Every policy on `test`: overall and per source, with CIs; AUROC of "the no-retrieval
     answer is wrong" per gate; the accuracy-vs-cost figure (x: `axis`, one of AXES).
     `registry` (--strategies) declares the strategies' LLM calls (default: a router's own
     specs, else the built-ins'). `answer` (--answer-gate): each gate's policies are followed
-    by their cascade, and the answer gate's AUROC on the recorded answers is listed."""
+    by their cascade, and the answer gate's AUROC on the recorded answers is listed.
+    `labels`: the label file `test` comes from (`gate_policies`)."""
     for gate in gates.values():
         same_strategies(gate, test.strategies)
     costs, gates = _priced(gates, dev, costs)
     paid = test.costs_paid(costs)
     per_strategy = _llm_calls(gates, test.strategies, registry)
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
-    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer, costs)
+    policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer, costs,
+                                                         labels)  # fmt: skip
     if answer is not None:  # the answer gate alone: every question answered closed-book first
         policies += alone_policies(answer, test, dev, costs)
     everything = np.arange(len(test))

@@ -13,7 +13,9 @@ Every chosen row and the front name both axes (mean cost and LLM calls per quest
 One price parameter decides a router's routing, so each is an exact sweep over every price at
 which some dev question's routing changes (`pricing.sweep`): no sampler. `--calibrate-on FILE`
 re-reads the price of the budget on a user's own unlabelled questions (their traffic,
-RouteLLM-style). Test questions are routed only after tuning, at the prices chosen on dev."""
+RouteLLM-style). Test questions are routed only after tuning, at the prices chosen on dev.
+A router fitted on dev is swept on its stored out-of-fold curve, which is of the labels it
+was trained on: other `--labels` (their sha256, `other_labels`) are refused there."""
 
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, MissingInputError
-from ..gates.base import Gate, is_router
+from ..errors import ConfigError, DataError, MissingInputError
+from ..fileio import read_json
+from ..gates.base import Gate, HasMetadata, is_router
 from ..labels.evalset import EvalSet
+from ..labels.strategy_labels import load_strategy_labels, strategy_labels_sha256
 from ..pricing import (
     Calibration,
     Curve,
@@ -37,7 +41,9 @@ from ..pricing import (
     sweep,
 )
 from ..questions import Question
+from ..run_folder import RunFolder
 from ..strategies import StrategyRegistry
+from ..strict_rows import parse_json
 from ..tables import markdown_table
 from .studies import require_no_test
 
@@ -82,15 +88,89 @@ def router_llm_calls(
     return require_router(gate).calibration.llm_calls(registry)
 
 
-def dev_curve(router: Any, dev: EvalSet) -> tuple[Curve, str]:
+def trained_labels(gate: Gate) -> dict[str, Any] | None:
+    """The labels a trained router's stored calibration curve was read on: its export's
+    `label_provenance` or its run's labels.json (path, sha256), with `recorded_in` (where that
+    is written). None for a router fitted here (router-tfidf, router-prior: on the labels
+    given) or one trained on labels given in memory (no file to compare with)."""
+    if isinstance(gate, HasMetadata) and "label_provenance" in gate.metadata:  # an export
+        try:
+            recorded = parse_json(gate.metadata["label_provenance"])
+        except ValueError:  # unreadable: the export's own loader names damaged metadata
+            return None
+        where = f"{getattr(gate, 'path', gate.name)} (its label_provenance)"
+    elif (run := getattr(gate, "run_dir", None)) is not None:  # a run (gates/learned.py)
+        path = Path(run) / RunFolder.LABELS
+        if not path.is_file():  # a run written without one: nothing to compare with
+            return None
+        recorded, where = read_json(path), str(path)
+    else:
+        return None
+    if not isinstance(recorded, dict) or not recorded.get("path"):
+        return None
+    sha = recorded.get("sha256")
+    return {**recorded, "recorded_in": where} if isinstance(sha, str) else None
+
+
+def other_labels(gate: Gate, labels: str | Path) -> tuple[str, str] | None:
+    """Where a trained router's stored calibration curve was read on other labels than
+    `labels` (its recorded sha256 against theirs, computed as training computes it:
+    `strategy_labels_sha256`): a sentence naming both, and how to pass the labels it was
+    trained on (their path, or, where these are that path rewritten, to restore it).
+    None where they are the same, or not known (`trained_labels`)."""
+    recorded = trained_labels(gate)
+    if recorded is None:
+        return None
+    now = strategy_labels_sha256(load_strategy_labels(labels))
+    if now == recorded["sha256"]:
+        return None
+    said = (
+        f"router {gate.name!r} was trained and calibrated on labels with sha256 "
+        f"{recorded['sha256'][:12]}... ({recorded['path']}, as {recorded['recorded_in']} "
+        f"records), and these labels ({labels}) have sha256 {now[:12]}..."
+    )
+    trained = str(recorded["path"])
+    if str(labels) in (trained, recorded.get("resolved")) or _same_file(trained, labels):
+        trained = f"{trained} as it was when the router trained: restore it"
+    else:
+        trained = f"--labels {trained}"
+    return said, trained
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file or folder (a relative and an absolute spelling)."""
+    try:
+        return Path(a).exists() and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def dev_curve(router: Any, dev: EvalSet, labels: str | Path | None = None) -> tuple[Curve, str]:
     """The curve the objectives sweep, and what it is on: the router's scores of the dev
     questions ("dev"), or, for a router fitted on dev, its stored out-of-fold calibration
-    curve ("out-of-fold train+dev": re-scoring questions it was fitted on would be in-sample)."""
+    curve ("out-of-fold train+dev": re-scoring questions it was fitted on would be in-sample).
+    `labels` (where `dev` comes from): a stored curve read on other labels is refused."""
     cal: Calibration = router.calibration
     if cal.fitted_on_dev:  # stored with its single strategies' accuracy and size (`n`)
+        _stored_curve_is_these_labels(router, cal, labels)
         return cal.dev, cal.calibrated_on
     P = router.strategy_proba(dev.questions)
     return sweep(P, cal.costs, dev.correct, dev.costs_paid(cal.costs)), "dev"
+
+
+def _stored_curve_is_these_labels(router: Any, cal: Calibration, labels: str | Path | None,
+                                  ) -> None:  # fmt: skip
+    """Refuses a stored curve read on other labels than `labels`: its figures and the prices
+    chosen on them were the old labels', the test figures beside them these labels'."""
+    other = None if labels is None else other_labels(router, labels)
+    if other is None:
+        return
+    said, trained = other
+    raise DataError(f"{said}: its {cal.calibrated_on} calibration curve is of those labels, "
+                    "so the prices tuned on it and its figures would not be these labels'. "
+                    "Retrain the router on these labels (`retrieval-gate train --config ... "
+                    f"--set data.label_file={labels}`), or tune it on the labels it was "
+                    f"trained on ({trained})", labels)  # fmt: skip
 
 
 def tune_router(
@@ -101,10 +181,12 @@ def tune_router(
     target: float,
     budget_llm_calls: float | None = None,
     registry: StrategyRegistry | None = None,
+    labels: str | Path | None = None,
 ) -> dict[str, Any]:
     """Each router objective's price and dev figures (mean cost and LLM calls), and the dev
     Pareto front; `registry` (--strategies) declares the strategies' LLM calls (default: the
-    router's own specs)."""
+    router's own specs); `labels` (--labels, where `dev` comes from) is checked against the
+    labels a stored out-of-fold curve was read on."""
     require_no_test(dev)
     router = require_router(gate)
     if not dev.has_strategies:
@@ -112,7 +194,7 @@ def tune_router(
                                 "(--labels: a strategies.jsonl, a release folder or adaptive-rag)")  # fmt: skip
     same_strategies(router, dev.strategies)
     cal: Calibration = router.calibration
-    curve, swept = dev_curve(router, dev)
+    curve, swept = dev_curve(router, dev, labels)
     per_strategy = router_llm_calls(router, registry)
     calls = None if per_strategy is None else curve.mean_llm_calls(per_strategy)
     out: dict[str, Any] = {"gate": gate.name, "strategies": list(cal.strategies),

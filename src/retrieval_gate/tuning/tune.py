@@ -325,7 +325,7 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     priced_alike(built, cfg.strategies)
     gate = _at_budget(built, cfg, objectives)
     result = tune_router(gate, sp.dev, objectives, cfg.budget, cfg.target, cfg.budget_llm_calls,
-                         cfg.strategies)  # fmt: skip
+                         cfg.strategies, cfg.labels)  # fmt: skip
     test_figures(gate, result, sp.test)  # tuning is over: only now are test questions routed
     calibration = None
     if cfg.calibrate_on:
