@@ -420,12 +420,14 @@ def test_a_router_reads_the_questions_of_the_release_its_labels_come_from(tmp_pa
     # a gate on every bundled dataset (data.datasets unset) reads them as before
     bundled = config_questions(DataConfig(label_file=str(label_file)))
     assert len(bundled) > len(ids) and not {q.id for q in bundled} & ids
-    # $RETRIEVAL_GATE_ADAPTIVE_RAG is the user's own choice: kept (the bundle has none of these)
+    # $RETRIEVAL_GATE_ADAPTIVE_RAG naming another release than the labels' is refused, naming
+    # both (train split its questions where evaluate split the labels' release)
     monkeypatch.setenv(
         "RETRIEVAL_GATE_ADAPTIVE_RAG", str(resolve_data_dir() / "adaptive-rag-llama8b")
     )
     data = DataConfig(label_file=str(label_file), task="strategies", datasets=("adaptive-rag",))
-    with pytest.raises(DataError, match="none of the .* label ids is a known question id"):
+    with pytest.raises(DataError, match=r"\$RETRIEVAL_GATE_ADAPTIVE_RAG names the Adaptive-RAG "
+                                        r"release .* but these labels come from"):  # fmt: skip
         labelled_questions(data)
     # the release changed since the import: its rows may be other questions now
     monkeypatch.delenv("RETRIEVAL_GATE_ADAPTIVE_RAG")

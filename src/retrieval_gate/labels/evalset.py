@@ -18,7 +18,7 @@ from ..errors import DataError
 from ..questions import Question
 from ..strict_rows import parse_json
 from .label_files import check_made_for, made_for_others, meta_path, read_label_file, stamped
-from .labelling_run import DEFAULT_RUN_DIR, LabellingRun, Outcomes
+from .labelling_run import DEFAULT_RUN_DIR, STRATEGY_FILE, LabellingRun, Outcomes
 from .logprobs import MEAN_LOGPROB, TOKEN_LOGPROBS, with_answer_logprobs
 from .strategy_labels import (
     RELEASE_LABELS,
@@ -177,9 +177,9 @@ def load_splits(
         outcomes = Outcomes.empty()  # the labels carry the outcomes themselves
         meta = strategy_labels.meta
         if questions is None and (release := labels_release(label_path)) is not None:
-            questions = release_question_set(release)  # the release's own questions
+            questions = release_question_set(release)  # the release's own questions, as train
         elif questions is None and meta.get("outcomes_format") == "adaptive-rag-release":
-            questions = release_question_set(meta["outcomes_file"])  # names the missing folder
+            questions = release_question_set(meta["outcomes_file"])  # `adaptive-rag`'s release
     else:
         label_file = read_label_file(label_path)
         labels, rows = label_file.labels(), label_file.rows
@@ -301,6 +301,8 @@ def label_file_names(paths: Sequence[str | Path]) -> dict[str, Path]:
 
 
 def _label_name(path: Path) -> str:
+    if path.is_dir():  # a release folder: named as its import is, by the release's LLM
+        return _release_name(path)
     try:
         meta = parse_json(meta_path(path).read_bytes())
     except (OSError, ValueError):  # no or unreadable provenance: the file's own name
@@ -309,6 +311,18 @@ def _label_name(path: Path) -> str:
     policy = str(meta.get("policy") or path.stem)
     generator = meta.get("generator")
     return f"{Path(str(generator)).name.lower()}/{policy}" if generator else policy
+
+
+def _release_name(folder: Path) -> str:
+    """`<llm>/strategies` for a release folder (`relA` named no LLM); the folder's own name
+    where no one LLM's release is found there (`load_splits` then says why)."""
+    from ..data.adaptive_rag import find_release, is_release
+
+    try:
+        llm = find_release(folder).llm if is_release(folder) else None
+    except DataError:
+        llm = None
+    return f"{llm.lower()}/{Path(STRATEGY_FILE).stem}" if llm else folder.name
 
 
 def policy_name(label_path: str | Path) -> str:

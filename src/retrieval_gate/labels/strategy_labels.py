@@ -41,6 +41,7 @@ Questions no strategy answers (`--unanswered`):
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.adaptive_rag import MULTI_HOP, SINGLE_HOP, ReleaseSplit, load_release
+from ..data.adaptive_rag import ENV_VAR, MULTI_HOP, SINGLE_HOP, ReleaseSplit, load_release
 from ..data.user_questions import read_rows
 from ..errors import DataError, InputError
 from ..fileio import sha256_file
@@ -590,24 +591,44 @@ RELEASE_LABELS = "adaptive-rag"
 
 
 def labels_release(source: str | Path) -> ReleaseSplit | None:
-    """The Adaptive-RAG release strategy labels are about, whose questions they need: the
-    release folder given as labels, or the one a label file imported (its sidecar names it).
-    None for `adaptive-rag` (the release at its default place), other labels, or an import
-    whose folder is no longer there. A release changed since the import is refused: its rows
-    may no longer be these questions."""
+    """The Adaptive-RAG release strategy labels are about, whose questions (and split) train,
+    tune and evaluate all read: the release folder given as labels, or the one a label file
+    imported (its sidecar names it). None for `adaptive-rag` (the release at its default
+    place) and labels of no release: there $RETRIEVAL_GATE_ADAPTIVE_RAG names the release.
+    Refused: an imported release no longer where the sidecar says, one changed since the
+    import (its rows may no longer be these questions), and $RETRIEVAL_GATE_ADAPTIVE_RAG
+    naming another release (train read its questions, evaluate the labels')."""
     from ..data.adaptive_rag import find_release, is_release
 
     path = Path(source)
     if str(source) == RELEASE_LABELS:
         return None
     if path.is_dir():
-        return find_release(path) if is_release(path) else None
+        release = find_release(path) if is_release(path) else None
+    else:
+        release = _imported_release(path)
+    if release is not None:
+        _refuse_other_env_release(release, path)
+    return release
+
+
+def _imported_release(path: Path) -> ReleaseSplit | None:
+    """The release a label file's sidecar says it was imported from (None: not an import of
+    a release), found as it was then: its split, its LLM, its checksum."""
+    from ..data.adaptive_rag import find_release
+
     if not (path.is_file() and meta_path(path).is_file()):
         return None
     meta = LabelFile(path).meta
-    folder = meta.get("outcomes_file")
-    if meta.get("outcomes_format") != "adaptive-rag-release" or not Path(str(folder)).is_dir():
+    if meta.get("outcomes_format") != "adaptive-rag-release":
         return None
+    folder = str(meta.get("outcomes_file"))
+    if not Path(folder).is_dir():  # read as "no release", train split the bundled one
+        raise DataError(f"these labels were imported from the Adaptive-RAG release {folder} "
+                        "(their sidecar's outcomes_file), which is no longer there: their "
+                        "questions and split are that release's; put the folder back, or "
+                        "import it again from where it is now with `retrieval-gate label "
+                        "--policy outcomes --outcomes FOLDER`", path)  # fmt: skip
     release = find_release(folder, meta.get("release_split"), meta.get("generator"))
     if release.checksum() != meta.get("outcomes_sha256"):
         raise DataError(f"the release {folder} changed since these labels were imported from "
@@ -615,6 +636,29 @@ def labels_release(source: str | Path) -> ReleaseSplit | None:
                         "it again with `retrieval-gate label --policy outcomes --outcomes "
                         f"{folder}`", path)  # fmt: skip
     return release
+
+
+def _refuse_other_env_release(release: ReleaseSplit, path: Path) -> None:
+    """$RETRIEVAL_GATE_ADAPTIVE_RAG naming another release than the labels': train followed
+    the variable and evaluate the labels, so the two split different questions. The same
+    release (its folder, root or predictions/, or a copy of its files) is no conflict."""
+    from ..data.adaptive_rag import find_release
+
+    env = os.environ.get(ENV_VAR)
+    if not env:
+        return
+    try:
+        named = find_release(env, llm=release.llm)
+    except DataError:  # no release there, or none of this LLM: not the labels' release
+        named = None
+    if named is not None and (named.path.resolve() == release.path.resolve()
+                              or named.checksum() == release.checksum()):  # fmt: skip
+        return
+    raise DataError(f"${ENV_VAR} names the Adaptive-RAG release {env}, but these labels come "
+                    f"from the release {release.path} ({release.llm}): train, tune and "
+                    "evaluate read the questions and split of the labels' own release; unset "
+                    f"${ENV_VAR}, or label from the release it names (`retrieval-gate label "
+                    f"--policy outcomes --outcomes {env}`) and use those labels", path)  # fmt: skip
 
 
 def is_strategy_source(path: str | Path) -> bool:

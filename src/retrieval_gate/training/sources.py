@@ -6,7 +6,6 @@ all in one split, is refused there rather than after the imports)."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -153,22 +152,22 @@ def config_questions(data: DataConfig) -> Sequence[Question]:
 
 
 def _labels_release(data: DataConfig) -> Sequence[Question] | None:
-    """A router on the `adaptive-rag` dataset whose labels come from another release (the
-    folder as data.label_file, or a label file imported from one): that release's questions,
-    split as evaluate and tune split them. None where $RETRIEVAL_GATE_ADAPTIVE_RAG names the
-    release (the user's own choice) or the labels name none."""
-    from ..data.adaptive_rag import DATASET_NAME, ENV_VAR
+    """A router on the `adaptive-rag` dataset whose labels come from a release (the folder as
+    data.label_file, or a label file imported from one): that release's questions, split as
+    evaluate and tune split them. Resolved as they resolve it (`labels_release`): an imported
+    release no longer there, or $RETRIEVAL_GATE_ADAPTIVE_RAG naming another, is refused, also
+    beside other datasets. None where the labels name no release: the adaptive-rag dataset is
+    then the variable's release, else the bundle's."""
+    from ..data.adaptive_rag import DATASET_NAME
     from ..labels.evalset import release_question_set
     from ..labels.strategy_labels import labels_release
 
-    if (
-        list(data.datasets or ()) != [DATASET_NAME]
-        or os.environ.get(ENV_VAR)
-        or not data.label_file
-    ):
+    if DATASET_NAME not in (data.datasets or ()) or not data.label_file:
         return None
     release = labels_release(data.label_file)
-    return None if release is None else release_question_set(release, data.split_seed)
+    if release is None or list(data.datasets) != [DATASET_NAME]:
+        return None
+    return release_question_set(release, data.split_seed)
 
 
 def _bundle_with_splits(seed: int) -> Sequence[Question]:
