@@ -496,7 +496,8 @@ def test_a_label_file_named_in_another_case_is_pointed_at(tmp_path, capsys):
     outcomes.write_text("id,correct\nm1,1\nm2,0\n")
     assert _label(tmp_path, outcomes) == 0
     typed = tmp_path / "labels" / "My-LLM" / "closed-book.jsonl"
-    assert main(["evaluate", "--labels", str(typed), "--gates", "always"]) == 2
+    out = tmp_path / "report"  # not the working folder's reports/
+    assert main(["evaluate", "--labels", str(typed), "--gates", "always", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"did you mean {tmp_path / 'labels' / 'my-llm' / 'closed-book.jsonl'}?" in err
     assert "run `retrieval-gate label`" in not_found(tmp_path / "labels" / "other" / "x.jsonl")
