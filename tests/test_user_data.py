@@ -664,3 +664,12 @@ def test_nan_and_float_gold_answers_judge_as_no_answer_and_their_numbers(tmp_pat
                  str(tmp_path / "nan.jsonl"), "--generator", "my-llm", "--labels-dir",
                  str(tmp_path / "labels2")]) == 2  # fmt: skip
     assert "question '1' has no gold answers" in capsys.readouterr().err
+
+
+def test_a_refused_evaluate_leaves_no_report_folder(tmp_path, monkeypatch, capsys):
+    """A --labels file that is not there was refused while the labels were read, after the
+    report folder's lock was taken: reports/.evaluate.lock stayed in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--labels", "nosuch.jsonl", "--gates", "always"]) == 2
+    assert "nosuch.jsonl: label file not found" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, DataError, InputError
 from ..strategies import COST_AXES, StrategyRegistry
 from .plan import Distinct
 
@@ -100,6 +100,18 @@ def check_label_strategies(label_files: Sequence[Path], registry: StrategyRegist
             registry.check(named, f"--labels {path} (its strategies) against --strategies")
 
 
+def _refuse_missing_labels(label_files: Sequence[Path]) -> None:
+    """A --labels path that is not there, refused before the report folder is locked: the
+    refusal came from reading the labels, and left reports/.evaluate.lock (and the folder) in
+    the working folder."""
+    from ..labels.label_files import missing
+    from ..labels.strategy_labels import RELEASE_LABELS
+
+    for path in label_files:
+        if str(path) != RELEASE_LABELS and not Path(path).exists():
+            raise DataError(missing(Path(path)), path)
+
+
 def _flags_used(args: argparse.Namespace) -> None:
     """Flags that this run would leave unused are refused (a missing --generator folder
     passed unseen beside gates that never ask it)."""
@@ -174,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         cost_axis=args.cost_axis,
         answer_gate=args.answer_gate,
     )
+    _refuse_missing_labels(args.labels)  # before the lock: a refusal leaves no folder made
     # two runs writing one report folder would leave one's report beside the other's figures
     with one_writer(args.out, writer_busy("evaluate run", "--out", args.out)):
         path = run_evaluation(cfg)
