@@ -221,3 +221,16 @@ def tiny_onnx_export(tmp_path_factory) -> Path:
         return (export_gate(run_dir, work / "export", variants=("fp32", "int8")),)
 
     return built_once(tmp_path_factory, "onnx-gate", build)[0]
+
+
+@pytest.fixture
+def no_generator(monkeypatch):
+    """Any engine start or SmolLM2 preparation fails the test (a labelling generator with no
+    local copy lends only its recorded answers: tests/recorded_runs.py)."""
+    from retrieval_gate.generation import cache, model_folders
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a generator was built or SmolLM2 prepared")
+
+    monkeypatch.setattr(cache, "lazy_generator", refuse)
+    monkeypatch.setattr(model_folders, "prepare_smollm2", refuse)

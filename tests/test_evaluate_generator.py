@@ -12,55 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recorded_runs import QUESTIONS, REMOTE, ROOT, labelled_run
 from retrieval_gate.cli import main
 from retrieval_gate.data.user_questions import question_set
 from retrieval_gate.errors import MissingInputError
 from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.models import SMOLLM2
-
-ROOT = Path(__file__).resolve().parents[1]
-QUESTIONS = str(ROOT / "examples" / "your-data" / "questions.csv")
-REMOTE = "remote:http://127.0.0.1:18431/v1:stub-llm:/models/stub"
-
-
-@pytest.fixture
-def no_generator(monkeypatch):
-    """Any engine start or SmolLM2 preparation fails the test."""
-    from retrieval_gate.generation import cache, model_folders
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a generator was built or SmolLM2 prepared")
-
-    monkeypatch.setattr(cache, "lazy_generator", refuse)
-    monkeypatch.setattr(model_folders, "prepare_smollm2", refuse)
-
-
-def _labelled(folder: Path, checksum: str | None = REMOTE, skip: int = 0) -> Path:
-    """A closed-book labelling run as `label --generator-url` writes one, in
-    `folder`/stub-llm/; `skip` > 0: its answers miss the first `skip` test questions, and
-    a label file of every question (another policy's) is returned beside them."""
-    run = folder / "stub-llm"
-    run.mkdir(parents=True)
-    qs = question_set(QUESTIONS)
-    left_out = sorted(q.id for q in qs if q.split == "test")[:skip]
-    rows = []
-    for i, q in enumerate(qs):
-        wrong = i % 2
-        rows.append({"id": q.id, "label": wrong, "match": not wrong, "idk": False,
-                     "mean_logprob": -1.5 if wrong else -0.1, "prediction": "x"})  # fmt: skip
-    meta = {"policy": "closed-book", "generator": "stub-llm", "generator_checksum": checksum,
-            "backend": "RemoteGenerator"}  # fmt: skip
-    answered = [r for r in rows if r["id"] not in left_out]
-    _write(run / "closed-book.jsonl", answered, meta)
-    if not skip:
-        return run / "closed-book.jsonl"
-    _write(run / "other.jsonl", rows, {**meta, "policy": "other"})
-    return run / "other.jsonl"
-
-
-def _write(path: Path, rows: list[dict], meta: dict) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path.with_suffix(".meta.json").write_text(json.dumps(meta))
 
 
 def _evaluate(labels: Path, out: Path, *extra: str) -> int:
@@ -69,7 +26,7 @@ def _evaluate(labels: Path, out: Path, *extra: str) -> int:
 
 
 def test_server_labels_score_the_confidence_gate_from_their_answers_alone(tmp_path, no_generator):
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     out = tmp_path / "report"
     assert _evaluate(labels, out, "--gates", "confidence", "--no-cost") == 0
     results = json.loads((out / "results.json").read_text())
@@ -84,7 +41,7 @@ def test_server_labels_score_the_confidence_gate_from_their_answers_alone(tmp_pa
 def test_timing_a_server_labelled_generator_is_refused_before_anything_runs(
     tmp_path, no_generator, capsys
 ):
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     out = tmp_path / "report"
     assert _evaluate(labels, out, "--gates", "confidence", "--cost-questions", "6") == 2
     err = capsys.readouterr().err
@@ -94,7 +51,7 @@ def test_timing_a_server_labelled_generator_is_refused_before_anything_runs(
 
 
 def test_prompt_gates_on_server_labels_are_refused(tmp_path, no_generator, capsys):
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     argv = ["--gates", "prompt-vanilla", "tfidf", "--no-cost"]
     assert _evaluate(labels, tmp_path / "report", *argv) == 2
     err = capsys.readouterr().err
@@ -103,7 +60,7 @@ def test_prompt_gates_on_server_labels_are_refused(tmp_path, no_generator, capsy
 
 
 def test_test_questions_without_a_recorded_answer_are_refused(tmp_path, no_generator, capsys):
-    labels = _labelled(tmp_path, skip=2)
+    labels = labelled_run(tmp_path, unanswered="test")
     first = sorted(q.id for q in question_set(QUESTIONS) if q.split == "test")[0]
     assert _evaluate(labels, tmp_path / "report", "--gates", "confidence", "--no-cost") == 2
     err = capsys.readouterr().err
@@ -124,7 +81,7 @@ def test_imported_outcomes_name_their_generator(tmp_path, no_generator):
 
 
 def test_generator_flag_still_chooses_a_local_copy(tmp_path, no_generator):
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     out = tmp_path / "report"
     argv = ["--gates", "confidence", "--no-cost", "--generator", "org/stub-llm-copy"]
     assert _evaluate(labels, out, *argv) == 0  # a Hub name: its checksum is its name
@@ -145,9 +102,9 @@ def test_the_bundled_labels_and_local_generators_resolve_as_before(tmp_path):
     assert named_by.startswith("named by ")
     bare = tmp_path / "bare.jsonl"  # no provenance here or in its run: SmolLM2, as before
     assert labelling_generator(bare, tmp_path)[0].options == {"name_or_path": SMOLLM2}
-    hub = _labelled(tmp_path / "hub", checksum="stub-llm")  # a Hub name a local engine ran
+    hub = labelled_run(tmp_path / "hub", checksum="stub-llm")  # a Hub name a local engine ran
     assert type(labelling_generator(hub, hub.parent)[0]) is LazyGenerator
-    folder = _labelled(tmp_path / "folder", checksum="ab" * 32)  # a folder's name, not path
+    folder = labelled_run(tmp_path / "folder", checksum="ab" * 32)  # a folder's name, not path
     recorded = labelling_generator(folder, folder.parent)[0]
     assert isinstance(recorded, RecordedGenerator) and recorded.weights_known
     assert recorded.checksum == "ab" * 32
@@ -161,7 +118,7 @@ def test_the_probe_on_server_labels_needs_its_model_folder(tmp_path, no_generato
         labelling_generator,
     )
 
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     generator = labelling_generator(labels, labels.parent)[0]
     qs = question_set(QUESTIONS)[:10]
     split = EvalSet(tuple(qs), np.arange(10) % 2, np.full(10, np.nan), np.full(10, np.nan))

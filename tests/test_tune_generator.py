@@ -11,52 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from recorded_runs import QUESTIONS, REMOTE, ROOT, labelled_run
 from retrieval_gate.cli import main
 from retrieval_gate.data.user_questions import question_set
 from retrieval_gate.models import SMOLLM2
-
-ROOT = Path(__file__).resolve().parents[1]
-QUESTIONS = str(ROOT / "examples" / "your-data" / "questions.csv")
-REMOTE = "remote:http://127.0.0.1:18431/v1:stub-llm:/models/stub"
-
-
-@pytest.fixture
-def no_generator(monkeypatch):
-    """Any engine start or SmolLM2 preparation fails the test."""
-    from retrieval_gate.generation import cache, model_folders
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a generator was built or SmolLM2 prepared")
-
-    monkeypatch.setattr(cache, "lazy_generator", refuse)
-    monkeypatch.setattr(model_folders, "prepare_smollm2", refuse)
-
-
-def _labelled(folder: Path, unanswered: str | None = None) -> Path:
-    """A closed-book labelling run as `label --generator-url` writes one, in
-    `folder`/stub-llm/; `unanswered` (a split): its answers miss two of that split's
-    questions, and a label file of every question (another policy's) is returned beside."""
-    run = folder / "stub-llm"
-    run.mkdir(parents=True)
-    qs = question_set(QUESTIONS)
-    left_out = sorted(q.id for q in qs if q.split == unanswered)[:2]
-    rows = []
-    for i, q in enumerate(qs):
-        wrong = i % 2
-        rows.append({"id": q.id, "label": wrong, "match": not wrong, "idk": False,
-                     "mean_logprob": -1.5 if wrong else -0.1, "prediction": "x"})  # fmt: skip
-    meta = {"policy": "closed-book", "generator": "stub-llm", "generator_checksum": REMOTE,
-            "backend": "RemoteGenerator"}  # fmt: skip
-    _write(run / "closed-book.jsonl", [r for r in rows if r["id"] not in left_out], meta)
-    if unanswered is None:
-        return run / "closed-book.jsonl"
-    _write(run / "other.jsonl", rows, {**meta, "policy": "other"})
-    return run / "other.jsonl"
-
-
-def _write(path: Path, rows: list[dict], meta: dict) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path.with_suffix(".meta.json").write_text(json.dumps(meta))
 
 
 def _tune(gate: str, labels: Path, out: Path, *extra: str) -> int:
@@ -65,7 +23,7 @@ def _tune(gate: str, labels: Path, out: Path, *extra: str) -> int:
 
 
 def test_server_labels_tune_the_confidence_gate_from_their_answers_alone(tmp_path, no_generator):
-    labels = _labelled(tmp_path)
+    labels = labelled_run(tmp_path)
     out = tmp_path / "tune"
     assert _tune("confidence", labels, out) == 0
     result = json.loads((out / "tune-confidence-closed-book.json").read_text())
@@ -86,7 +44,7 @@ def test_prompt_gates_on_server_labels_are_refused_before_the_labels_are_read(
 
     monkeypatch.setattr(tune, "load_splits", unread)
     out = tmp_path / "tune"
-    assert _tune("prompt-vanilla", _labelled(tmp_path), out) == 2
+    assert _tune("prompt-vanilla", labelled_run(tmp_path), out) == 2
     err = capsys.readouterr().err
     assert "stub-llm" in err and REMOTE in err
     assert "the prompt-vanilla gate asks it for every question" in err
@@ -98,7 +56,7 @@ def test_prompt_gates_on_server_labels_are_refused_before_the_labels_are_read(
 def test_questions_scored_without_a_recorded_answer_are_refused(
     tmp_path, no_generator, capsys, split
 ):
-    labels = _labelled(tmp_path, unanswered=split)
+    labels = labelled_run(tmp_path, unanswered=split)
     ids = sorted(q.id for q in question_set(QUESTIONS) if q.split == split)
     first = ids[0]
     assert _tune("confidence", labels, tmp_path / "tune") == 2
@@ -115,7 +73,7 @@ def test_the_probe_on_server_labels_needs_its_model_folder(
 
     # its own flag check resolves the probe model (SmolLM2 by default) before any gate
     monkeypatch.setattr(probe, "check_probe_options", lambda *args: None)
-    assert _tune("probe", _labelled(tmp_path), tmp_path / "tune") == 2
+    assert _tune("probe", labelled_run(tmp_path), tmp_path / "tune") == 2
     assert "--probe-model FOLDER" in capsys.readouterr().err  # not SmolLM2's hidden states
 
 
