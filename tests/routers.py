@@ -16,6 +16,7 @@ from retrieval_gate.data.text_features import TextFeatures, TokenLayout
 from retrieval_gate.errors import BackendError
 from retrieval_gate.gates.base import Questions, as_questions
 from retrieval_gate.generation.base import Generation
+from retrieval_gate.pricing import Calibration, route_indices
 from retrieval_gate.retrieval import Document
 
 STRATEGIES = ("no_retrieval", "one_retrieval", "multi_step")
@@ -60,6 +61,26 @@ class LengthRouter:
         return np.array(
             [min(1.0, len(q.text.split()) / self.long) for q in as_questions(questions)]
         )
+
+
+class TableRouter:
+    """A router whose P(correct | strategy) is a given table (rows by question id), routed at
+    its calibration's price for a budget."""
+
+    name, threshold = "table-router", 0.5
+
+    def __init__(self, P: dict[str, np.ndarray], calibration: Calibration):
+        self.P, self.calibration, self.strategies = P, calibration, calibration.strategies
+
+    def strategy_proba(self, questions):
+        return np.array([self.P[q.id] for q in questions])
+
+    def scores(self, questions):
+        return 1 - self.strategy_proba(questions)[:, 0]
+
+    def route(self, questions, budget=None):
+        P, cal = self.strategy_proba(questions), self.calibration
+        return [self.strategies[i] for i in route_indices(P, cal.price(budget), cal.costs)]
 
 
 class ScriptedGenerator:

@@ -24,6 +24,7 @@ from retrieval_gate.questions import Question
 from retrieval_gate.strategies import BUILTIN, StrategySpec, registry_from_list
 from retrieval_gate.tuning.objectives import DevData, figures
 from retrieval_gate.tuning.router_budgets import router_markdown, tune_router
+from routers import TableRouter
 from user_files import placeholder_weights
 
 NAMES = ("no_retrieval", "one_retrieval", "multi_step")
@@ -45,26 +46,6 @@ class ScoreGate:
 
     def scores(self, questions):
         return self._scores[: len(questions)]
-
-
-class TableRouter:
-    """A router whose P(correct | strategy) is a given table (rows by question id)."""
-
-    name, threshold = "table-router", 0.5
-
-    def __init__(self, P: dict[str, np.ndarray], calibration: Calibration):
-        self.P, self.calibration, self.strategies = P, calibration, calibration.strategies
-
-    def strategy_proba(self, questions):
-        return np.array([self.P[q.id] for q in questions])
-
-    def scores(self, questions):
-        return 1 - self.strategy_proba(questions)[:, 0]
-
-    def route(self, questions, budget=None):
-        P = self.strategy_proba(questions)
-        return [self.strategies[i] for i in route_indices(P, self.calibration.price(budget),
-                                                          self.calibration.costs)]  # fmt: skip
 
 
 # ---------------------------------------------------------------- specs

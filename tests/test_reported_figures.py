@@ -18,6 +18,7 @@ from retrieval_gate.tuning.objectives import objective as make_objective
 from retrieval_gate.tuning.router_budgets import router_markdown, tune_router
 from retrieval_gate.tuning.router_budgets import test_figures as route_test  # not a test
 from retrieval_gate.tuning.threshold import tune_threshold
+from routers import TableRouter
 
 NAMES = ("no_retrieval", "one_retrieval", "multi_step")
 COSTS = (0.0, 1.0, 3.35)
@@ -31,25 +32,6 @@ def _questions(n: int, split: str, sources: tuple[str, ...] = ("a",)) -> tuple[Q
 def _evalset(qs: tuple[Question, ...], correct: np.ndarray, paid: np.ndarray | None = None):
     c = np.asarray(correct, float)
     return EvalSet(qs, 1 - c[:, 0], c[:, 0], c[:, 1], NAMES, c, paid)
-
-
-class TableRouter:
-    """A router whose P(correct | strategy) is a given table (rows by question id)."""
-
-    name, threshold = "table-router", 0.5
-
-    def __init__(self, P: dict[str, np.ndarray], calibration: Calibration):
-        self.P, self.calibration, self.strategies = P, calibration, calibration.strategies
-
-    def strategy_proba(self, questions):
-        return np.array([self.P[q.id] for q in questions])
-
-    def scores(self, questions):
-        return 1 - self.strategy_proba(questions)[:, 0]
-
-    def route(self, questions, budget=None):
-        P, cal = self.strategy_proba(questions), self.calibration
-        return [self.strategies[i] for i in route_indices(P, cal.price(budget), cal.costs)]
 
 
 # ---------------------------------------------------------------- 1. tune's share columns
