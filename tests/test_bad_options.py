@@ -219,6 +219,8 @@ CASES = {
     "rag-threshold-unknown-mode": C("rag --modes never --threshold bogus=0.5", "bogus", "--threshold"),
     "rag-threshold-twice": C("rag --modes never --threshold never=0.2 --threshold never=0.6", "--threshold never is given more than once"),
     "rag-out-under-a-file": C("rag --modes never --out {t}/file.txt/report", "--out", "file.txt"),
+    # a trailing slash names a folder (an existing one is refused): `new/` wrote new.md
+    "rag-out-new-folder": C("rag --modes never --out {t}/new/", "/new/ names a folder", "pass a file name, e.g. --out ", "/new/report"),
     "rag-out-is-a-file-of-yours": C("rag --modes never --out {t}/mine/report", "report.md", "did not write it", "--out"),
     "rag-onnx-is-a-file": C("rag --modes onnx --onnx {t}/file.txt", "file.txt"),
     "rag-onnx-empty-export": C("rag --modes onnx --onnx {t}/export_empty", "export_empty"),

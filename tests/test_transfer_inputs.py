@@ -60,6 +60,25 @@ def test_two_label_files_of_one_name_are_refused_before_any_cell(tmp_path, capsy
         "closed-book", "rag-gain"]  # fmt: skip
 
 
+def test_two_label_file_names_differing_only_in_case_are_refused(tmp_path, capsys):
+    """`A.jsonl` and `a.jsonl` ran with exit 0, writing transfer-A.png and transfer-a.png (and
+    learned runs transfer-A-... and transfer-a-...): one file where case is ignored (macOS,
+    Windows), so one label file's figure overwrote the other's. Refused, naming both."""
+    questions, files = _user_files(tmp_path, ["wiki", "news"], labels=("A", "a"))
+    out = tmp_path / "report"
+    code = main(["transfer", "--questions", str(questions), "--labels", *map(str, files),
+                 "--gates", "tfidf", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists(), err
+    assert (
+        f"--labels {files[0]} and {files[1]} have names ('A', 'a') that differ only in "
+        "letter case" in err
+    ), err
+    assert "transfer-a.png" in err and "Rename one of them" in err
+    with pytest.raises(ConfigError, match="differ only in letter case"):
+        transfer.named_label_files(files)  # the API refuses them too
+
+
 def test_a_pipe_or_a_newline_in_a_name_stays_in_its_cell(tmp_path):
     """A source `a|b` made a transfer table row one cell longer than its header (`c\\|d` was
     read as c|d): every report's table writer escapes `|`, keeps a typed `\\|` as typed, and

@@ -98,6 +98,12 @@ def check_plan(args: argparse.Namespace) -> Any:
     from .plan import check_counts, check_output_dir, check_output_file
 
     check_counts(args, {"--limit": 1, "--eq-sample": 0, "--throughput": 1})
+    if args.relabel and not args.policy:  # else it labelled, or reported, ignoring it
+        from ..labels.policy_registry import POLICIES
+
+        names = " / ".join(n for n, s in POLICIES.items() if s.relabel)
+        raise InputError(f"--relabel recomputes the labels of --policy's file: pass --policy "
+                         f"{names}")  # fmt: skip
     req = _request(args) if args.policy else None
     for url in args.generator_url or []:
         check_engine(generator_url=url)
@@ -166,6 +172,28 @@ def _check_relabel(args: argparse.Namespace, spec: Any) -> None:
     if args.generator_url:
         raise InputError("--generator-url asks a server for answers, and --relabel generates "
                          "none: drop it; --generator NAME names the labels' folder")  # fmt: skip
+    _refuse_unread_by_relabel(args)
+
+
+# what --relabel reads; every other label flag it would ignore, so it is refused
+RELABEL_READS = {"policy", "relabel", "criterion", "neither_label", "generator", "labels_dir",
+                 "out"}  # fmt: skip
+
+
+def _refuse_unread_by_relabel(args: argparse.Namespace) -> None:
+    """A flag --relabel never reads (`--chunk-size`, `--k`, `--backend vllm`, `--report`...),
+    given other than its default, is refused: the run would look as if it had applied it."""
+    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
+    add_parser(sub)  # the flags and their defaults, as `label` declares them
+    for action in sub.choices["label"]._actions:
+        if action.dest in RELABEL_READS or not action.option_strings:
+            continue
+        if getattr(args, action.dest, action.default) != action.default:
+            flag = action.option_strings[0]
+            raise InputError(f"{flag} is not read by --relabel, which recomputes the labels "
+                             "already in the label file from the measures its rows keep, "
+                             "reading only --policy, --criterion, --neither-label (rag-gain), "
+                             f"--out or --labels-dir, and --generator: drop {flag}")  # fmt: skip
 
 
 def _check_selection(args: argparse.Namespace, spec: Any) -> None:

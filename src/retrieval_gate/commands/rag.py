@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -202,7 +203,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=str,  # as typed: a trailing slash (a folder) is refused, and a Path drops it
         help="file name of the table (.md) and results (.json); each mode is saved as it "
         "finishes (.modes.jsonl) and a rerun with the same inputs resumes from there (a .md or "
         ".json suffix is replaced, any other kept; default: print only)",
@@ -315,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     from ..rag.experiment import Pipeline, check_progress_file
 
     if args.out:  # before the run, not after it
-        _check_out_name(args.out)
+        args.out = _out_stem(args.out)
         for path in (_out_file(args.out, ".md"), _out_file(args.out, ".json")):
             check_output_file(path, "--out")
         check_output_file(_progress(args), "--out", replaces_only_its_own=False)
@@ -331,13 +332,16 @@ def run(args: argparse.Namespace) -> int:
         return _compare(args, engine, pipeline, options)
 
 
-def _check_out_name(out: Path) -> None:
-    """--out names the files' stem: a path without a name (`.`, `..`, `/`) or a folder was a
-    traceback, or `...md` written beside it."""
-    if out.name in ("", ".", "..") or out.is_dir():
+def _out_stem(out: str | Path) -> Path:
+    """--out as the files' stem. A path without a name (`.`, `..`, `/`) or a folder was a
+    traceback, or `...md` written beside it; a folder-to-be (`new/`: a trailing slash, which a
+    Path drops) had `new.md` written beside it."""
+    path = Path(out)
+    if str(out)[-1:] in ("/", os.sep) or path.name in ("", ".", "..") or path.is_dir():
         raise ConfigError(f"--out {out} names a folder, and --out is the report's file name "
                           f"(its .md, .json and .modes.jsonl are written beside it): pass a "
-                          f"file name, e.g. --out {out / 'report'}")  # fmt: skip
+                          f"file name, e.g. --out {path / 'report'}")  # fmt: skip
+    return path
 
 
 def _out_file(out: Path, suffix: str) -> Path:

@@ -231,8 +231,10 @@ def write_transfer_report(cells: list[Cell], out_dir: Path, command: str) -> Pat
 def named_label_files(label_files: Sequence[str | Path]) -> dict[str, Path]:
     """Each label file by its policy name (`closed-book`), which names its report section,
     figure, cells and learned runs. Two files of one name are refused: the second's cells were
-    filed under the first's section, its figures dropped, and --learned trained on one only."""
+    filed under the first's section, its figures dropped, and --learned trained on one only;
+    names that differ only in case too (their figures are one file where case is ignored)."""
     named: dict[str, Path] = {}
+    folded: dict[str, str] = {}  # casefolded -> as named
     for path in map(Path, label_files):
         name = policy_name(path)
         if name in named:
@@ -241,7 +243,16 @@ def named_label_files(label_files: Sequence[str | Path]) -> dict[str, Path]:
                               "one file's results would be filed as the other's. Run transfer "
                               "once per file (each with its own --out), or rename one of them "
                               "(and its .meta.json beside it)")  # fmt: skip
-        named[name] = path
+        other = folded.get(name.casefold())
+        if other is not None:  # transfer-A.png, transfer-a.png: one file where case is ignored
+            raise ConfigError(f"--labels {named[other]} and {path} have names ({other!r}, "
+                              f"{name!r}) that differ only in letter case, and the name names "
+                              f"the report's figure (transfer-{name}.png) and learned runs: on "
+                              "a file system that ignores case (macOS, Windows) one file's "
+                              "would overwrite the other's. Rename one of them (and its "
+                              ".meta.json beside it), or run transfer once per file (each with "
+                              "its own --out)")  # fmt: skip
+        named[name], folded[name.casefold()] = path, name
     return named
 
 

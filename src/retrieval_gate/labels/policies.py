@@ -534,36 +534,58 @@ def relabel(
     """Recomputes a generator policy's labels under `criterion` from the measures its rows
     keep (no generation) and records the criterion in the provenance. The file is `out`, else
     `<labels_dir>/<generator>/<policy>.jsonl`, as `label` resolves where it writes; rag-gain
-    and rrcp rows without their own closed-book measures read them from `labels_dir`."""
+    and rrcp rows without their own closed-book measures read them from `labels_dir`. Refused
+    while another run holds the file's writer lock."""
+    if policy not in POLICIES or not policy_spec(policy).relabel:
+        raise DataError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
+    path = Path(out) if out is not None else label_path(policy, generator, labels_dir)
+    _relabelled_meta(path, policy)  # refused before a lock file is made beside it
+    # the writer lock `label` takes: a run appending meanwhile would lose its rows to the rewrite
+    with single_writer(path, RELABEL_BUSY):
+        meta = _relabelled_meta(path, policy)  # as it is now that no other run writes it
+        out_file = LabelFile(path, replacing=True)
+        closed_path = label_path("closed-book", generator, labels_dir)
+        rows = _relabelled_rows(out_file, policy, criterion, closed_path, neither_label)
+        before = out_file.labels()
+        out_file.rewrite(rows)
+        meta["criterion"] = criterion
+        if policy == "rag-gain":
+            meta["neither_label"] = neither_label
+        out_file.write_meta(meta)
+        after = out_file.labels()
+    changed = sum(before.get(i) != after.get(i) for i in set(before) | set(after))
+    return {"path": str(path), "rows": len(rows), "labels_changed": changed}
+
+
+RELABEL_BUSY = (
+    "another labelling run (pid {pid}, local or --engine ray) is writing this label file now, "
+    "and --relabel rewrites it whole: wait for that run to finish, then relabel"
+)
+
+
+def _relabelled_rows(
+    out_file: LabelFile,
+    policy: str,
+    criterion: str,
+    closed_path: Path,
+    neither_label: int | None,
+) -> list[dict[str, Any]]:
+    """`out_file`'s rows with their labels recomputed under `criterion`."""
     from .rag_gain import judge_gain
     from .rrcp import rrcp_label3
     from .scoring import correct
 
-    if policy not in POLICIES or not policy_spec(policy).relabel:
-        raise DataError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
-    path = Path(out) if out is not None else label_path(policy, generator, labels_dir)
-    meta = _relabelled_meta(path, policy)  # before anything is written
-    out_file = LabelFile(path, replacing=True)
     if policy == "closed-book":
-        rows = [{**r, "label": int(not correct(r, criterion))} for r in out_file.rows.values()]
-    else:
-        closed = _closed_measures(out_file, label_path("closed-book", generator, labels_dir))
-        rows = []
-        for i, r in out_file.rows.items():
-            if policy == "rag-gain":
-                rows.append(judge_gain(r, closed[i], criterion, neither_label))
-                continue
-            l3 = rrcp_label3(correct(closed[i], criterion), r["ans"], r["complex"])
-            rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
-    before = out_file.labels()
-    out_file.rewrite(rows)
-    meta["criterion"] = criterion
-    if policy == "rag-gain":
-        meta["neither_label"] = neither_label
-    out_file.write_meta(meta)
-    after = out_file.labels()
-    changed = sum(before.get(i) != after.get(i) for i in set(before) | set(after))
-    return {"path": str(path), "rows": len(rows), "labels_changed": changed}
+        return [{**r, "label": int(not correct(r, criterion))} for r in out_file.rows.values()]
+    closed = _closed_measures(out_file, closed_path)
+    rows = []
+    for i, r in out_file.rows.items():
+        if policy == "rag-gain":
+            rows.append(judge_gain(r, closed[i], criterion, neither_label))
+            continue
+        l3 = rrcp_label3(correct(closed[i], criterion), r["ans"], r["complex"])
+        rows.append({**r, "label3": l3, "label": None if l3 is None else int(l3 > 0)})
+    return rows
 
 
 def _relabelled_meta(path: Path, policy: str) -> dict[str, Any]:
