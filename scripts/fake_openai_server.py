@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MODEL = "fake-llm"
+POLL = 0.02  # seconds between serve_forever's checks for a stop
 WORDS = ("Paris", "London", "politician", "1984", "football", "Jupiter", "I don't know")
 
 
@@ -104,7 +105,8 @@ class FakeServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._httpd.daemon_threads = True
         self._httpd.request_queue_size = 256
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: 0.5 s by default, on every stop
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(POLL,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from fake_openai_server import FakeServer, answer  # noqa: E402
+from fake_openai_server import POLL, FakeServer, answer  # noqa: E402
 
 from retrieval_gate.cli import main  # noqa: E402
 from retrieval_gate.generation.prompts import closed_book_prompt  # noqa: E402
@@ -135,7 +135,9 @@ def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path
 
         # the driver joins this process's Ray (one Ray start less; --ray-address checked too)
         address = ray.get_runtime_context().gcs_address
-        ray_args = [*args, "--engine", "ray", "--actors", "2", "--in-flight", "1"]
+        # one actor with two requests in flight: the 20 requests a second of two actors with
+        # one each, and one Ray worker process to start per run, not two
+        ray_args = [*args, "--engine", "ray", "--actors", "1", "--in-flight", "2"]
         cmd = [sys.executable, "-m", "retrieval_gate.cli", *ray_args, "--ray-address", address]
         first = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE)  # fmt: skip
@@ -155,6 +157,7 @@ def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path
         before = set(rows_of(out))
         assert 8 <= len(before) < len(qs)
         sent_before = dict(server.requests)
+        server.latency = 0.01  # the slow server held the first run mid-way; the re-run need not
         assert main(ray_args) == 0  # the re-run (on this process's Ray: one start less)
         sent_after = dict(server.requests)
     resent = {p for p in sent_after if sent_after[p] > sent_before.get(p, 0)}
@@ -209,7 +212,9 @@ def test_engine_flags_and_endpoints_are_checked_before_work(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(tmp_path, local_ray):
+def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(
+    tmp_path, local_ray, monkeypatch
+):
     """`--ray-address host:8265` (the dashboard's port, where 6379 was meant) hung: the port
     opened, so ray.init retried the "GCS" for ever, the label file's meta.json already
     written. Something other than a GCS there (an HTTP server, a silent one, Ray Client's
@@ -217,6 +222,7 @@ def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(tmp_path,
     import socket
 
     from retrieval_gate.errors import BackendError
+    from retrieval_gate.labels import ray_engine
     from retrieval_gate.labels.ray_engine import check_ray_address
     from user_files import QUESTIONS, write_jsonl
 
@@ -247,11 +253,13 @@ def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(tmp_path,
     check_ray_address(gcs)  # a GCS answers
     with pytest.raises(BackendError, match="not a Ray Client server .a gRPC server of another"):
         check_ray_address(f"ray://{gcs}")  # gRPC, but the GCS's
+    # a silent server is waited for PROBE_SECONDS (5 s): 1 s here, the same deadline path
+    monkeypatch.setattr(ray_engine, "PROBE_SECONDS", 1.0)
     with socket.socket() as silent:  # takes connections, says nothing
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         where = f"127.0.0.1:{silent.getsockname()[1]}"
-        with pytest.raises(BackendError, match="GCS .it said nothing in 5 s"):
+        with pytest.raises(BackendError, match="GCS .it said nothing in 1 s"):
             check_ray_address(where)
 
 
@@ -517,7 +525,7 @@ def replying(body: bytes, models: list | None = None, status: int = 200):  # noq
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(POLL,), daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     finally:
@@ -543,7 +551,7 @@ def test_a_server_that_redirects_is_named_with_where_it_redirects(tmp_path, caps
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(POLL,), daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
     local = ["label", "--policy", "closed-book", "--questions", str(qs), "--generator-url", url,

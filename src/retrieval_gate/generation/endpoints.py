@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import functools
 import logging
 import math
 import os
 import random
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -87,6 +89,21 @@ def retry_after(r: httpx.Response) -> float:
         when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
         seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
     return min(max(seconds, 0.0), MAX_RETRY_AFTER) if math.isfinite(seconds) else 0.0
+
+
+def http_client(api_key: str | None = None, **options: Any) -> httpx.Client:
+    """An HTTP client carrying `api_key`, on the process's one TLS context: httpx builds a
+    context per client by default, reading certifi's CA bundle anew (some 60 ms a client, and
+    a run opens one per server listing, generator and endpoint pool)."""
+    env = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))  # as httpx reads
+    return httpx.Client(headers=bearer(api_key), verify=_tls_context(*env), **options)
+
+
+@functools.cache
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """httpx's default context (SSL_CERT_FILE, SSL_CERT_DIR or certifi), one per value of
+    the variables it reads."""
+    return httpx.create_ssl_context()
 
 
 def bearer(api_key: str | None) -> dict[str, str]:
@@ -198,9 +215,9 @@ def served_models(
 ) -> dict[str, dict[str, Any]] | None:
     """`listed_models`, or None when the endpoint cannot be reached or does not answer like an
     OpenAI-compatible server (a refused key or a redirect is an error)."""
-    with httpx.Client(headers=bearer(api_key)) as client:
+    with http_client(api_key) as http:
         try:
-            return listed_models(client, url, bool(api_key), timeout)
+            return listed_models(http, url, bool(api_key), timeout)
         except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
             return None
 
@@ -250,7 +267,7 @@ class EndpointPool:
         self.retries, self.backoff, self.cooldown = retries, backoff, cooldown
         self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
+        self._client = http_client(api_key, timeout=timeout, limits=limits)
         self._next = start % len(self.urls)
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()

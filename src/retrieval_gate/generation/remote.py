@@ -24,7 +24,7 @@ from .base import Generation
 from .endpoints import (
     ServerTraits,
     answered,
-    bearer,
+    http_client,
     key_refused,
     listed_models,
     model_root,
@@ -79,7 +79,7 @@ class RemoteGenerator:
         self._refused_lock = threading.Lock()  # the request threads share it
         self._keyed = bool(api_key)
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._client = httpx.Client(headers=bearer(api_key), timeout=timeout, limits=limits)
+        self._client = http_client(api_key, timeout=timeout, limits=limits)
         self.concurrency = concurrency
         listed = self._listed(required=model is None)
         self.name = pick_model(self.base_url, listed, model)
