@@ -63,7 +63,7 @@ def test_questions_scored_without_a_recorded_answer_are_refused(
     err = capsys.readouterr().err
     assert f"2 of the {len(ids)} {split} questions of other have no recorded" in err
     assert f"(e.g. {first})" in err and "label them with it" in err
-    assert "--generator MODEL (a local copy" not in err  # evaluate's flag: tune has none
+    assert "pass --generator MODEL (a local copy of it)" in err  # the fix, as evaluate's
 
 
 def test_the_probe_on_server_labels_needs_its_model_folder(

@@ -84,6 +84,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="labelling run with the recorded answers (closed-book.jsonl, rag-gain.jsonl; "
         "default: the folder of --labels when it holds one, else the bundled SmolLM2 run)",
     )
+    p.add_argument("--generator", metavar="MODEL",
+                   help="threshold objectives of a gate that asks the generator (prompt, "
+                   "confidence, probe): a local copy of the labelling generator, a name or "
+                   "folder (default: the one the --labels file's .meta.json names, else its "
+                   "labelling run's; one labelled through a server, imported or from a model "
+                   "folder elsewhere has no local copy: its recorded answers are read, and a "
+                   "prompt gate needs this flag; a folder other than the one whose weights "
+                   "made the labels is refused)")  # fmt: skip
     p.add_argument(
         "--save-objective",
         help="objective whose threshold (a router: its price, or `traffic` for "
@@ -119,9 +127,13 @@ def check_plan(args: argparse.Namespace) -> None:
     check_at_most("--workers", args.workers, cpus, f"workers are processes on this machine, "
                   f"which offers {cpus} CPU(s) (start more on other machines with the same "
                   "--storage)")  # fmt: skip
-    from ..tuning.tune import WRITES
+    from ..outputs import refuse_foreign
+    from ..tuning.tune import writes
 
-    check_output_dir(args.out, "--out", WRITES)
+    check_output_dir(args.out, "--out")
+    # the files this run writes, by name: a file of the user's beside them is left alone
+    names = writes(args.gate, args.labels, args.objective, args.calibrate_on)
+    refuse_foreign([args.out / name for name in names], "--out")
     check_run_dir(args.run_dir)
     # a router's costs, before --budget
     check_gate_folders([args.gate], gate_options(args, [args.gate]))
@@ -153,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
                      config=args.config, overrides=args.set, max_epochs=args.max_epochs,
                      budget=args.budget, calibrate_on=args.calibrate_on,
                      budget_llm_calls=args.budget_llm_calls, strategies=args.strategies,
+                     generator_model=args.generator,
                      command="retrieval-gate " + shlex.join(map(shown_arg, sys.argv[1:])),
                      **sampling)  # fmt: skip
     cfg.check()  # every flag, before the questions are read

@@ -24,6 +24,7 @@ import pytorch_lightning as pl
 
 from ..errors import TrainingDiverged
 from ..training.config import TrainConfig
+from ..training.heads import interrupt_as_ctrl_c
 from .studies import open_study, tpe
 from .workers import optimize_until, run_workers
 
@@ -90,7 +91,8 @@ def fit_trial(config: TrainConfig, trial: optuna.Trial, questions: Sequence | No
         callbacks=[LightningPruning(trial)],
     )
     try:
-        trainer.fit(module, datamodule=dm)
+        with interrupt_as_ctrl_c(trainer):  # Ctrl-C: exit 130 as `train`, not Lightning's 1
+            trainer.fit(module, datamodule=dm)
     except TrainingDiverged as e:  # that trial's settings, not the study: the next one goes on
         log.warning("trial %d pruned: %s", trial.number, e)
         raise optuna.TrialPruned(str(e)) from e
@@ -110,7 +112,8 @@ def tune_hparams(
     workers: int = 1,
 ) -> dict[str, Any]:
     """A resumable study maximising dev AUROC, run by `workers` processes (one study, shared
-    storage; tuning/workers.py); returns best params and wall time."""
+    storage; tuning/workers.py); returns best params and wall time. Ctrl-C fails the running
+    trial and goes on as a KeyboardInterrupt (the CLI's exit 130); the finished trials stay."""
     from ..training.config import load_config
     from ..training.sources import config_questions
 

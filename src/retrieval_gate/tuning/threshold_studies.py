@@ -89,11 +89,13 @@ def tune_gate_thresholds(
     identity: str = "",
     workers: int = 1,
     llm_calls: tuple[float, float] | None = (1.0, 1.0),
+    plot_name: str | None = None,
 ) -> dict[str, Any]:
     """The best threshold per objective (and the Pareto front study if `pareto` is asked) on
     dev scores; the Pareto study and the score cache are keyed by `identity` (see
     `tuning_identity`). `llm_calls`: a question's LLM calls without and with retrieval (the
-    binary pair's specs), reported beside the retrieval rate."""
+    binary pair's specs), reported beside the retrieval rate. `plot_name`: the Pareto
+    figure's file name in `out_dir` (default pareto-<gate name>-<policy>.png)."""
     require_no_test(train, "gate fitting")
     cache = out_dir / f"{gate.name}-{policy}.dev-scores.npz"
     scores = dev_scores(gate, dev, cache, identity)
@@ -124,8 +126,9 @@ def tune_gate_thresholds(
             out["skipped"]["pareto"] = str(e)
         else:
             known = ~np.isnan(data.closed) & ~np.isnan(data.rag)
+            plot = out_dir / (plot_name or f"pareto-{gate.name}-{policy}.png")
             png = plot_pareto(front, trials, float(data.rag[known].mean()), float(data.closed[known].mean()),
-                              out_dir / f"pareto-{gate.name}-{policy}.png", f"{gate.name}, labels {policy} (dev)")  # fmt: skip
+                              plot, f"{gate.name}, labels {policy} (dev)")  # fmt: skip
             out["pareto"] = {"front": front, "n_trials": len(trials), "plot": png.name}
     return out
 

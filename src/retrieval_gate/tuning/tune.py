@@ -22,10 +22,12 @@ from ..gates.base import Gate, reads_answers
 from ..gates.registry import (
     GateOptions,
     LazyGenerator,
+    RecordedGenerator,
     asks_generator,
     check_options,
     check_recorded_answers,
     labelling_generator,
+    needing,
     refuse_prompting,
 )
 from ..labels.evalset import EvalSet, Splits, load_splits, policy_name, with_recorded_answers
@@ -52,9 +54,9 @@ TRAFFIC = "traffic"  # --save-objective: the price read on --calibrate-on questi
 # price sweep) are exact
 SAMPLED = ("pareto", *OWN_STUDIES)
 MAX_TRIALS = 100_000  # trials of one run (a tf-idf trial takes ~0.05 s, a training one minutes)
-WRITES = ("tune-*.json", "tune-*.md", "pareto-*.png")  # checked when the command starts
-# where the labels' generator has no local copy: tune asks the labelling one (no --generator)
-NO_COPY = ("tune asks the labels' own generator: tune a gate that reads its recorded answers "
+LOCAL_COPY = "--generator MODEL (a local copy of it)"  # the fix where no copy is known
+# where the labels' generator has no local copy: a prompt gate asks it for every question
+NO_COPY = (f"pass {LOCAL_COPY}, or tune a gate that reads its recorded answers "
            "(confidence) or the labels alone (e.g. tfidf), or label with one that runs here "
            f"(`retrieval-gate label --generator MODEL`: {SMOLLM2} or a Hub name)")  # fmt: skip
 
@@ -84,6 +86,7 @@ class TuneConfig:
     calibrate_on: str | None = None  # router: a user's unlabelled questions (their traffic)
     budget_llm_calls: float | None = None  # router: mean LLM calls a question (llm-budget-...)
     strategies: StrategyRegistry | None = None  # --strategies: specs (LLM calls) of the labels'
+    generator_model: str | None = None  # --generator: the labels' generator's local copy
 
     def __post_init__(self) -> None:
         self.run_dir = run_dir_for(self.labels, self.run_dir)
@@ -93,11 +96,16 @@ class TuneConfig:
         self._labelling: tuple[LazyGenerator, str] | None = None
 
     def generator(self) -> tuple[LazyGenerator, str]:
-        """The labelling generator (the label file's .meta.json names it, else its run's) and
-        where that was read: the one the gate asks and keys its cached scores by (it was
-        SmolLM2 whatever made the labels). Read once: a local folder's weights are hashed."""
+        """--generator's model (checked against the labels'), else the labelling generator
+        (the label file's .meta.json names it, else its run's), and where that was read: the
+        one the gate asks and keys its cached scores by (it was SmolLM2 whatever made the
+        labels). Read once: a local folder's weights are hashed."""
         if self._labelling is None:
-            self._labelling = labelling_generator(self.labels, self.run_dir)
+            labelling = labelling_generator(self.labels, self.run_dir)
+            if self.generator_model is not None:
+                check_local_copy(self.generator_model, *labelling)
+                labelling = LazyGenerator(name_or_path=self.generator_model), "--generator"
+            self._labelling = labelling
         return self._labelling
 
     def check(self) -> None:
@@ -128,6 +136,7 @@ class TuneConfig:
                               "objective that tunes that gate's threshold (e.g. macro-f1)")  # fmt: skip
         self._check_router()
         self._check_used()
+        self._check_generator_used()
         if "hparams" in self.objectives:
             self.hparams_config()
         if self.save_objective:
@@ -182,6 +191,18 @@ class TuneConfig:
                               f"this run tunes {' '.join(self.objectives)}: drop it, or add "
                               "the objective")  # fmt: skip
 
+    def _check_generator_used(self) -> None:
+        """--generator is read where a threshold objective scores a gate that asks the
+        generator (as `evaluate` refuses it beside gates that never ask it)."""
+        if self.generator_model is None:
+            return
+        if set(self.objectives) & set(THRESHOLDS) and asks_generator([self.gate]):
+            return
+        raise ConfigError(f"--generator is asked by the {' / '.join(needing('generator'))} "
+                          f"gates' threshold objectives, and this run tunes {self.gate} "
+                          f"({' '.join(self.objectives)}): drop it, or tune one of those "
+                          "gates")  # fmt: skip
+
     def _check_router(self) -> None:
         """--budget and --budget-llm-calls against the router's own costs and LLM calls (from
         its files, before it is loaded)."""
@@ -219,6 +240,40 @@ class TuneConfig:
         if self.budget_llm_calls is not None and calls:
             check_budget(self.budget_llm_calls, calls, "--budget-llm-calls",
                          "number of LLM calls")  # fmt: skip
+
+
+def check_local_copy(model: str, labelling: LazyGenerator, named_by: str) -> None:
+    """--generator MODEL must be a model this machine can load (checked in milliseconds) and,
+    where the labels record their model folder's weights checksum, hold those weights: a
+    prompt gate's threshold tuned on another model's answers to labels it did not make means
+    nothing. A server's or a Hub name's labels record no weights to compare (as `evaluate`)."""
+    from ..generation.model_folders import CAN_LOAD, check_model_folder, folder_checksum
+
+    check_model_folder(model, "pass --generator " + CAN_LOAD.removeprefix("pass "))
+    expected = _labels_weights(labelling)
+    if expected is None:
+        return
+    got = folder_checksum(Path(model)) if Path(model).is_dir() else None
+    if got == expected:
+        return
+    has = f"holds weights {got[:12]}" if got else "is not a model folder here"
+    raise ConfigError(f"--generator {model} is not the model that made the labels: "
+                      f"{labelling.name} ({named_by}) had weights {expected[:12]}, and {model} "
+                      f"{has}: pass the folder holding those weights (a copy of "
+                      f"{labelling.name}), or label with {model} first")  # fmt: skip
+
+
+def _labels_weights(labelling: LazyGenerator) -> str | None:
+    """The weights checksum the labels' generator is known by (a local model folder's); None
+    where it is known by a name or a server only."""
+    if isinstance(labelling, RecordedGenerator):
+        return labelling.identity if labelling.weights_known else None
+    name = Path(str(labelling.options["name_or_path"]))
+    if not name.is_dir():
+        return None
+    from ..generation.model_folders import folder_checksum
+
+    return folder_checksum(name)
 
 
 def _gate_flags_given(options: GateOptions) -> list[str]:
@@ -312,7 +367,6 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     )
     from .threshold_studies import build_for_tuning
 
-    policy = policy_name(cfg.labels)
     traffic = question_set(cfg.calibrate_on) if cfg.calibrate_on else ()  # read before the model
     cfg.check_llm_budget_for(sp.dev.strategies)  # before the router is built
     costs = None
@@ -342,7 +396,7 @@ def _router(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
         save_router(cfg.gate_options.learned_run, calibration)
         log.info(f"saved the router's default operating point ({calibration.objective}, price "
                  f"{calibration.default_price:.4g}) into {cfg.gate_options.learned_run}")  # fmt: skip
-    return _write(cfg, f"tune-router-{cfg.gate}-{policy.replace('/', '-')}", result, md)
+    return _write(cfg, "router", result, md)
 
 
 def priced_alike(gate: Gate, registry: StrategyRegistry | None) -> None:
@@ -369,7 +423,39 @@ def _at_budget(gate: Gate, cfg: TuneConfig, objectives: list[str]) -> Gate:
     return gate.at_budget(cfg.budget)
 
 
-def _write(cfg: TuneConfig, stem: str, data: dict[str, Any], markdown: str) -> Path:
+def report_stems(
+    gate: str, labels: Path, objectives: Sequence[str], calibrate_on: str | None = None
+) -> dict[str, str]:
+    """The stem of each report this run writes (`<out>/<stem>.md` and `.json`), by study:
+    known before any work, so the report folder check names these files and no others (a
+    user's own `tune-notes.md` there had refused every run)."""
+    policy = policy_name(labels)
+    stems = {"hparams": f"tune-hparams-{policy}",
+             "relations": f"tune-popularity-relations-{policy}",
+             "thresholds": f"tune-{gate}-{policy}",
+             "router": f"tune-router-{gate}-{policy.replace('/', '-')}"}  # fmt: skip
+    runs = {"hparams": "hparams" in objectives, "relations": "relations" in objectives,
+            "thresholds": bool(set(objectives) & set(THRESHOLDS)),
+            "router": bool(set(objectives) & set(ROUTER) or calibrate_on)}  # fmt: skip
+    return {study: stem for study, stem in stems.items() if runs[study]}
+
+
+def pareto_plot(gate: str, labels: Path) -> str:
+    """The Pareto front's figure, named by the gate tuned (not its run) and the labels."""
+    return f"pareto-{gate}-{policy_name(labels)}.png"
+
+
+def writes(
+    gate: str, labels: Path, objectives: Sequence[str], calibrate_on: str | None = None
+) -> list[str]:
+    """The names of the files this run writes in --out (checked when the command starts)."""
+    stems = report_stems(gate, labels, objectives, calibrate_on).values()
+    names = [f"{stem}.{ext}" for stem in stems for ext in ("json", "md")]
+    return names + ([pareto_plot(gate, labels)] if "pareto" in objectives else [])
+
+
+def _write(cfg: TuneConfig, study: str, data: dict[str, Any], markdown: str) -> Path:
+    stem = report_stems(cfg.gate, cfg.labels, cfg.objectives, cfg.calibrate_on)[study]
     write_owned(cfg.out / f"{stem}.json", json.dumps(data, indent=2, default=str))
     return write_owned(cfg.out / f"{stem}.md", markdown)
 
@@ -394,7 +480,8 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     identity = tuning_identity((sp.train, sp.dev), cfg.run_dir, gate, cfg.gate_options)
     result = tune_gate_thresholds(gate, sp.train, sp.dev, policy, objectives, cfg.storage,
                                   cfg.out, cfg.trials, cfg.target, cfg.seed, identity,
-                                  cfg.workers, calls)  # fmt: skip
+                                  cfg.workers, calls,
+                                  pareto_plot(cfg.gate, cfg.labels))  # fmt: skip
     # tuning is over: only now are the chosen thresholds applied to the test split
     result["rows"] = rows = dev_test_rows(result, gate, sp.test)
     md = f"# Tuned thresholds\n\n`{cfg.command}`\n\n" + tuned_markdown(result, rows)
@@ -403,7 +490,7 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
         md += f"\nThe generator the gate asked: `{generator.name}` ({cfg.generator()[1]}).\n"
     if cfg.save_objective in THRESHOLDS:  # only when asked: tuning alone never changes a run
         _save_threshold(cfg, result)
-    return _write(cfg, f"tune-{cfg.gate}-{policy}", result, md)
+    return _write(cfg, "thresholds", result, md)
 
 
 def _asked_generator(
@@ -416,7 +503,7 @@ def _asked_generator(
     if asks_generator([cfg.gate]):
         log.info(f"generator for {cfg.gate}: {generator.name} ({named_by})")
     scored = {f"{split} questions of {policy}": getattr(sp, split) for split in ("dev", "test")}
-    check_recorded_answers([cfg.gate], scored, records, generator, answers)
+    check_recorded_answers([cfg.gate], scored, records, generator, answers, f"pass {LOCAL_COPY}")
     return generator
 
 
@@ -467,7 +554,7 @@ def _relations(cfg: TuneConfig, sp: Splits) -> Path:
           f"Adaptive accuracy on dev: Optuna {res['optuna_accuracy']:.4f}, brute force "
           f"{res['brute_force_accuracy']:.4f}; global fallback threshold {gate.global_threshold:g}.\n\n"
           + markdown_table(["relation", "brute-force threshold", "Optuna threshold"], body) + "\n")  # fmt: skip
-    return _write(cfg, f"tune-popularity-relations-{policy}", res, md)
+    return _write(cfg, "relations", res, md)
 
 
 def hparams_study(cfg: TuneConfig, sets: Sequence[EvalSet] = ()) -> str:
@@ -493,10 +580,9 @@ def hparams_study(cfg: TuneConfig, sets: Sequence[EvalSet] = ()) -> str:
 def _hparams(cfg: TuneConfig, sp: Splits) -> Path:
     from .hparams import tune_hparams  # torch and Lightning: only for this study
 
-    policy = policy_name(cfg.labels)
     name = hparams_study(cfg, (sp.train, sp.dev))
     res = tune_hparams(cfg.labels, name, cfg.storage, cfg.trials, cfg.config, list(cfg.overrides),
                        cfg.max_epochs, cfg.seed, cfg.questions, cfg.workers)  # fmt: skip
     md = (f"# Hyper-parameter study of the learned gate\n\n`{cfg.command}`\n\n"
           + "\n".join(f"- {k}: {v}" for k, v in res.items()) + "\n")  # fmt: skip
-    return _write(cfg, f"tune-hparams-{policy}", res, md)
+    return _write(cfg, "hparams", res, md)
