@@ -360,7 +360,7 @@ def run_stage(
         proc = preload.ForkedStage(argv, env)
     else:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "retrieval_gate.cli", *argv],
+            preload.fresh_command(argv),  # it dies with the demo, as a forked stage does
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,

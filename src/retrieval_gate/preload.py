@@ -129,6 +129,37 @@ class ForkedStage:
         self.send_signal(signal.SIGKILL)
 
 
+# A stage in a fresh interpreter: `fresh_stage` asks to die with the demo, then runs the CLI.
+_FRESH = "import sys; from retrieval_gate.preload import fresh_stage; sys.exit(fresh_stage())"
+
+
+def fresh_command(argv: Sequence[str]) -> list[str]:
+    """The command line of a stage run in a fresh interpreter (`RETRIEVAL_GATE_PRELOAD=0`, or
+    a stage not forked): `cli.main(argv)` in a child that dies with this process, kill -9
+    included, as a forked stage does. Started as `-m retrieval_gate.cli`, a stage went on as
+    an orphan after the demo was killed (SIGTERM or SIGKILL), writing into its folder. The
+    parent-death signal follows the thread that starts the child: start it from the demo's
+    main thread."""
+    return [sys.executable, "-c", _FRESH, str(os.getpid()), *argv]
+
+
+def fresh_stage() -> int:
+    """The fresh interpreter's side of `fresh_command` (argv: the demo's pid, then the verb's
+    arguments): dies with the demo (`_die_with_parent`), then runs the verb."""
+    from .errors import RetrievalGateError
+
+    parent, *argv = sys.argv[1:]
+    try:
+        _die_with_parent(int(parent), _prctl())  # first: the demo may be killed any time
+    except RetrievalGateError as e:
+        print(f"retrieval-gate: error: {e}", file=sys.stderr)
+        return e.exit_code
+    from . import cli
+
+    sys.argv = ["retrieval-gate", *argv]
+    return cli.main(argv)
+
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 

@@ -7,10 +7,11 @@ import ipaddress
 import logging
 import os
 import socket
-from dataclasses import fields
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..gates.registry import gate_names, gate_spec
+from ..gates.registry import gate_names, gate_spec, needing
 from ..rag.cascade import CASCADE
 from ..rag.limits import Limits
 from .question_args import add_data_dir
@@ -22,6 +23,11 @@ from .rag import (
     mode_options,
     multi_step_config,
 )
+
+if TYPE_CHECKING:
+    from ..gates.base import Gate
+    from ..rag.modes import ModeOptions
+    from ..rag.multistep import MultiStepConfig
 
 log = logging.getLogger(__name__)
 API_KEY_ENV = "RETRIEVAL_GATE_API_KEY"
@@ -162,6 +168,37 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _gate_before_engine(
+    mode: str, options: ModeOptions, multi_step: MultiStepConfig, checked: Limits
+) -> tuple[str, ModeOptions]:
+    """The gate of `mode` built now, before the engine, when it does not ask the generator,
+    and the backlog checked against the strategies it routes to: a router's multi-step
+    questions weigh their steps, and a --max-backlog too small for one full request of them
+    was refused only once the engine had started (minutes on a CPU). Returns the mode and
+    options that hand `open_rag` the loaded gate (the router mode takes a loaded router or
+    gate; the cascade a loaded router and answer gate), so it is not loaded twice."""
+    from ..rag.cascade import Cascade
+    from ..rag.modes import ROUTER, build_mode_gates
+
+    if needing("generator", [mode]):  # a binary gate: a question is one step (checked)
+        return mode, options
+    built = build_mode_gates([mode], None, options)[mode]
+    checked.check(_heaviest(built, options, multi_step))
+    if isinstance(built, Cascade):
+        return mode, replace(options, router=built.first, answer_gate=built.answer_gate)
+    return ROUTER, replace(options, router=built)
+
+
+def _heaviest(gate: Gate, options: ModeOptions, multi_step: MultiStepConfig) -> int:
+    """The steps of the dearest question `gate` can route (as the service weighs it,
+    `AdaptiveRAG.steps_config`): a multi-step strategy's own max_steps, else --max-steps."""
+    from ..rag.decisions import check_router, routed_strategies
+
+    registry = check_router(gate, options.budget, options.strategies)
+    specs = [registry[s] for s in routed_strategies(gate, registry)]
+    return max((s.max_steps or multi_step.max_steps for s in specs if s.multi_step), default=1)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..rag.backends import open_gate, open_rag
     from ..rag.service import serve
@@ -178,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "gate":
         service = open_gate(gate, options)
     else:
+        gate, options = _gate_before_engine(gate, options, multi_step, checked)
         service = open_rag(
             gate,
             retriever=args.retriever,
