@@ -178,7 +178,9 @@ def test_two_workers_on_postgres_survive_a_kill_9(pg_url, fast_heartbeat):
     open_storage(pg_url)  # Optuna's tables, before the watching thread reads them
     killer = threading.Thread(target=kill_the_worker_mid_trial)
     killer.start()
-    ran_here = sleepy_study("kill9", pg_url, 8, workers=2, seconds=0.5)
+    # 0.8 s trials: this process alone takes ~6 s for the 8, the time the spawned worker has
+    # to start (imports; 1-2.6 s here under load) and be caught in its second trial
+    ran_here = sleepy_study("kill9", pg_url, 8, workers=2, seconds=0.8)
     killer.join()
     assert killed, "the worker was never caught in a trial"
     trials = optuna.load_study(study_name="kill9", storage=pg_url).trials
