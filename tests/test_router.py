@@ -451,16 +451,20 @@ def test_the_shipped_router_config_trains_on_the_bundle_from_the_text_alone(tmp_
     Llama-3.1-8B outcomes, fitted on train and dev): it ranks "the no-retrieval answer is
     wrong" at least as well as the published T5-large classifier (0.683) on the seeded test
     split, meets its default budget on its out-of-fold predictions, and beats answering
-    without retrieval on test."""
+    without retrieval on test. The one key set: fitted on 1,000 of the 2,099 train questions
+    (dev's 451 and test's 450 whole), since MiniLM encoding all 3,000 was most of the run
+    (~33 s on 2 cores); the figures are those of the whole train split (test AUROC 0.736 for
+    0.726, accuracy 0.324 for 0.320; at seeds 1 and 2, 0.722 and 0.720, 0.318 and 0.322)."""
     from retrieval_gate.training import load_config, train
 
-    cfg = load_config("router-adaptive-rag-llama8b", [f"run.output_dir={tmp_path}"])
+    cfg = load_config("router-adaptive-rag-llama8b",
+                      [f"run.output_dir={tmp_path}", "data.max_train_examples=1000"])  # fmt: skip
     assert cfg.model.head == "stacked" and cfg.data.features is None
     assert cfg.model.fit_on == ("train", "dev")
     figures = train(cfg).metrics["router"]
     assert figures["test"]["auroc_no_retrieval_wrong"] >= 0.683
-    calibration = figures["out-of-fold train+dev"]  # 2,550 questions, each scored unseen
-    assert calibration["n"] == 2550 and calibration["mean_cost"] <= cfg.model.budget + 1e-9
+    calibration = figures["out-of-fold train+dev"]  # 1,000 + 451 questions, each scored unseen
+    assert calibration["n"] == 1451 and calibration["mean_cost"] <= cfg.model.budget + 1e-9
     assert figures["test"]["accuracy"] > 0.30  # no retrieval: 0.276 on these 450 questions
     assert 0 < figures["test"]["shares"]["multi_step"] < 0.5
 

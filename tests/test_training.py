@@ -116,12 +116,13 @@ def test_lora_trains_only_adapters_and_head(trained):
     assert lora["parameters"] > full["parameters"]  # adapters are extra weights
 
 
-def test_minilm_learns_the_synthetic_rule(workdir, label_file, train_gate):
-    cfg = tiny_config(label_file, workdir / "ck", "encoder", str(minilm_path()))
-    cfg = cfg.override("run.name=minilm-learns", "trainer.limit_train_batches=null",
-                       "trainer.max_epochs=1")  # fmt: skip
-    run_dir = train_gate(cfg, questions=QUESTIONS)
-    test = json.loads((run_dir / "metrics.json").read_text())["test"]
+def test_minilm_learns_the_synthetic_rule(trained):
+    """MiniLM fine-tuned on the module's 3 batches of 16 ranks the unseen test questions by the
+    rule. The module's run, not one of its own: a whole epoch (7 batches) trained for this
+    alone reached the same AUROC, 1.0, as 3 batches do at seeds 0 to 3; the same run
+    untrained (learning rates 1e-12) gives 0.25 and 0.89 at seeds 0 and 1, on shuffled
+    labels 0.61."""
+    test = json.loads((trained["minilm-full"] / "metrics.json").read_text())["test"]
     assert test["auroc"] > 0.9, test
 
 
