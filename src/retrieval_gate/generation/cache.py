@@ -152,6 +152,7 @@ class GenerationStore:
         _retry_locked(self._setup, BUSY_SECONDS)
 
     def _setup(self) -> None:
+        _check_ours(self._db)  # before anything writes: someone else's file is left as it is
         # switching to WAL takes an exclusive lock and SQLite answers "locked" at once, without
         # its busy handler, while another process opens the same new file: hence the retries
         self._db.execute("PRAGMA journal_mode = WAL")
@@ -324,6 +325,32 @@ class _PagesDamaged(sqlite3.DatabaseError):
     """`PRAGMA quick_check` found a damaged page (`GenerationStore.info`)."""
 
 
+class _NotOurs(sqlite3.DatabaseError):
+    """An SQLite file whose tables are not the generation cache's (`_check_ours`)."""
+
+
+# the objects a generation cache holds (the autoindex is its primary key's) and the columns of
+# its `entries` table (`crc`: added when entries began carrying their CRC)
+OUR_OBJECTS = {("table", "entries"), ("index", "entries_used"),
+               ("index", "sqlite_autoindex_entries_1")}  # fmt: skip
+OUR_COLUMNS = {"key", "value", "bytes", "created", "used", "hits"}
+# what is told where the file is someone else's database: it is never written
+FOREIGN_FIX = ("point $RETRIEVAL_GATE_CACHE at another folder, or `retrieval-gate cache clear` "
+               "sets it aside unchanged and starts an empty cache")  # fmt: skip
+
+
+def _check_ours(db: sqlite3.Connection) -> None:
+    """Raises `_NotOurs` where the file holds anything but the cache's table (an empty file is
+    a new cache). Only reads: `clear` deleted the rows of someone else's `entries` table, and
+    opening added our index and column to it, before its other columns failed a query."""
+    objects = set(db.execute("SELECT type, name FROM sqlite_master").fetchall())
+    columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+    if not objects <= OUR_OBJECTS or (columns and columns - {"crc"} != OUR_COLUMNS):
+        found = ", ".join(sorted(name for _, name in objects)) or "none"
+        raise _NotOurs(f"not a generation cache: someone else's SQLite database (its tables "
+                       f"and indexes: {found}); nothing in it was changed. {FOREIGN_FIX}")  # fmt: skip
+
+
 def _sqlite_code(e: BaseException) -> int | None:
     """SQLite's primary result code of `e` (its extended code's low byte), None if it has none."""
     code = getattr(e, "sqlite_errorcode", None)
@@ -339,7 +366,7 @@ def _in_use(e: BaseException) -> bool:
 def _damaged(e: BaseException) -> bool:
     """The file is not a working cache: damaged pages, not SQLite, or not this cache's tables
     (someone else's database, another version's)."""
-    if isinstance(e, _PagesDamaged):
+    if isinstance(e, (_PagesDamaged, _NotOurs)):
         return True
     if _sqlite_code(e) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
         return True
@@ -369,6 +396,8 @@ def _refusal(e: BaseException, path: Path, action: str) -> InputError | None:
         return InputError(f"the generation cache could not be used ({e}); nothing was moved: "
                           "check its permissions and the free disk space, or point "
                           "$RETRIEVAL_GATE_CACHE at another folder", path)  # fmt: skip
+    if action != "clear" and isinstance(e, _NotOurs):  # its own words name the fix
+        return InputError(str(e), path)
     if action != "clear":
         return InputError(f"the generation cache is damaged or unreadable ({e}): "
                           "`retrieval-gate cache clear` sets it aside and starts an empty "
@@ -867,6 +896,7 @@ def default_store() -> GenerationStore | None:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
                 fix = IN_USE_FIX if _in_use(e) else _fix_for(Path(path))
+                fix = "" if isinstance(e, _NotOurs) else fix  # its own words name the fix
                 _warn(f"the generation cache {path} cannot be opened ({e}); computing "
                       f"everything. {fix}")  # fmt: skip
                 return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.splits import canonical_questions
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..fileio import content_id, disk_errors_named, regular_target, sha256_file
 from ..gates.base import CarriesStrategies, Gate, gate_checksum, is_router
 from ..gates.registry import GATES
@@ -93,7 +93,10 @@ def run_comparison(
     pipeline.multi_step.check()
     questions, among = _questions(modes, sample, mode_options)
     started = time.perf_counter()
-    ret = open_retriever(pipeline.retriever, pipeline.corpus)  # a bad --corpus: before the engine
+    # a bad --corpus: before the engine; none where no mode retrieves (`rag --modes never`
+    # loaded every shipped document and built BM25 over them for nothing)
+    ret = (open_retriever(pipeline.retriever, pipeline.corpus)
+           if _retrieves(modes, mode_options) else NoRetriever())  # fmt: skip
     running = generator
     gates, generator = build_gates_then_engine(
         modes, lambda: running or open_generator(**(engine or {})), mode_options
@@ -105,6 +108,7 @@ def run_comparison(
     # each question by id and content: one edited under its id is another experiment
     asked = [q.key() for q in questions]
     multi = asdict(pipeline.multi_step.resolved(pipeline.k))
+    # the retriever's name and corpus id at RETRIEVAL_ITEMS
     shared = [asked, ret.name, _corpus_id(ret, pipeline.corpus), pipeline.k,
               pipeline.max_new_tokens, generator.checksum, multi]  # fmt: skip
     progress = Progress(progress_file, shared, mode_options, keep=resume)
@@ -129,6 +133,28 @@ def run_comparison(
         "question_ids": [q.id for q in questions],
         "modes": {r.mode: {"accuracy": r.run.accuracy(), **r.to_dict()} for r in results},
     }
+
+
+# the retriever's name and corpus id in `run_comparison`'s `shared` key items
+RETRIEVAL_ITEMS = slice(1, 3)
+
+
+class NoRetriever:
+    """The retriever of a run whose modes never retrieve: named `none` in its report and its
+    progress keys (a bm25 run's saved modes are not its), never asked for documents."""
+
+    name = "none"
+
+    def retrieve(self, questions: Sequence[Question], k: int = 5) -> list[list[Any]]:
+        raise ConfigError("this run has no retriever: none of its modes retrieves")
+
+
+def _retrieves(modes: Sequence[str], options: ModeOptions) -> bool:
+    """Whether some mode may retrieve: all but `never` and the strategies that retrieve
+    nothing (as `rag` decides which runs take --retriever and --corpus)."""
+    strategies = options.strategies
+    return any(m != "never" and not (m in strategies and not strategies[m].retrieves)
+               for m in modes)  # fmt: skip
 
 
 def _questions(
@@ -254,7 +280,10 @@ class Progress:
         same key (the gate's name alone kept a tfidf fitted on other labels, or the answers
         retrieved from another corpus of the same file name)."""
         budget = self.options.budget if is_router(gate) else None
-        what = [gate.name, float(gate.threshold), *self.shared, budget, *self._inputs(mode, gate)]
+        shared = list(self.shared)
+        if mode == "never":  # retrieves nothing: a never-only run (no retriever) and a
+            shared[RETRIEVAL_ITEMS] = [None, None]  # retrieving run share its result
+        what = [gate.name, float(gate.threshold), *shared, budget, *self._inputs(mode, gate)]
         return content_id(json.dumps(what), gate_checksum(gate))
 
     def _inputs(self, mode: str, gate: Gate) -> list[str | None]:
