@@ -412,13 +412,24 @@ def test_a_damaged_prepared_model_is_converted_again(tmp_path, monkeypatch, capl
 
 
 @pytest.mark.slow  # the real conversion of the GGUF (about 8 s)
-def test_the_conversion_is_quiet_and_makes_the_committed_labels_generator(tmp_path):
+def test_the_conversion_is_quiet_and_makes_the_committed_labels_generator(tmp_path, monkeypatch):
     """transformers warned on every fresh machine that a GGUF 'with its weights packed is
     fastest in float32' and to pass dtype=float32 (the conversion never keeps them packed).
     It now dequantises in float32 and casts to bf16: no warning, and the very weights (and
-    config) the committed label files name as their generator."""
+    config) the committed label files name as their generator. transformers' GGUF parse,
+    repeated for the tokenizer, the config and the weights, now turns each value once."""
     import logging
 
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    parsed: list = []  # each value transformers' parser was given, held (ids stay unique)
+    parse = gguf_utils._gguf_parse_value
+
+    def counted(value, types):
+        parsed.append(value)
+        return parse(value, types)
+
+    monkeypatch.setattr(gguf_utils, "_gguf_parse_value", counted)
     said: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
@@ -432,3 +443,5 @@ def test_the_conversion_is_quiet_and_makes_the_committed_labels_generator(tmp_pa
     meta = Path(__file__).parent.parent / "data/labels/smollm2-135m-instruct/closed-book.meta.json"
     assert folder_checksum(folder) == json.loads(meta.read_text())["generator_checksum"]
     assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    assert len(parsed) > 49_152 and len({id(v) for v in parsed}) == len(parsed)  # vocab once
+    assert gguf_utils._gguf_parse_value is counted  # transformers' own parser is back

@@ -11,7 +11,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -148,6 +148,7 @@ def _gguf_read_once() -> Iterator[None]:
     and one map per architecture serve them all (both are only read)."""
     import gguf
 
+    restore_parsing = _parse_values_once()
     reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     gguf.GGUFReader = lru_cache(maxsize=2)(reader)  # type: ignore[misc]
     gguf.get_tensor_name_map = lru_cache(maxsize=8)(name_map)  # type: ignore[assignment]
@@ -155,6 +156,39 @@ def _gguf_read_once() -> Iterator[None]:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
+        restore_parsing()
+
+
+def _parse_values_once() -> Callable[[], None]:
+    """transformers' load_gguf_checkpoint, called for the tokenizer, the config and the
+    weights, turns each of the (cached) reader's values into Python, the vocabulary's 49k
+    tokens and merges one at a time (~0.5 CPU-s a call). Patched here, each value is
+    parsed once and its result (an int, float, bool or str, never changed) serves all three;
+    the dicts each call returns, which transformers then edits, are still its own. Returns
+    what puts transformers' own parser back."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+        parse = gguf_utils._gguf_parse_value
+    except (ImportError, AttributeError):
+        # a transformers that parses GGUF values elsewhere: the conversion is the same, slower
+        return lambda: None
+    kept: list[Any] = []  # every array parsed, held: no id is reused while the cache lives
+    parsed: dict[int, dict[int, Any]] = {}  # id of a field's types -> id of a value -> parsed
+
+    def parse_once(value: Any, types: Any) -> Any:
+        of_field = parsed.get(id(types))
+        if of_field is None:
+            of_field = parsed[id(types)] = {}
+            kept.append(types)
+        result = of_field.get(id(value), kept)  # `kept`: a result no parse gives
+        if result is kept:
+            kept.append(value)
+            result = of_field[id(value)] = parse(value, types)
+        return result
+
+    gguf_utils._gguf_parse_value = parse_once
+    return lambda: setattr(gguf_utils, "_gguf_parse_value", parse)
 
 
 def publish(tmp: Path, target: Path, force: bool = False) -> Path:
