@@ -35,7 +35,7 @@ from retrieval_gate.gc_thresholds import raise_for_imports
 # fixture -> what makes a test that uses it slow
 SLOW_FIXTURES = {
     "vllm_generator": "starts the vLLM engine",
-    "vllm_server": "starts a vLLM server in a subprocess",
+    "vllm_server": "starts a vLLM server (its engine core in a subprocess)",
     "hf_generator": "loads SmolLM2 as a transformers generator",
     "minilm_gate_dirs": "a training run and an export",
     "tiny_onnx_export": "a training run and an export",

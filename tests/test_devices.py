@@ -102,6 +102,11 @@ def test_learned_gate_default_device_follows_cuda():
 DDP_SCRIPT = """
 import json, sys
 from pathlib import Path
+# the CLI's collector thresholds (cli.main sets them): both ranks import torch & co without a
+# full collection walking them ten times (~2.5 s of each rank's start), nor one at exit
+from retrieval_gate.gc_thresholds import freeze_at_exit, raise_for_imports
+raise_for_imports()
+freeze_at_exit()
 from tiny_backbones import synthetic_questions, tiny_backbone, tiny_config, write_label_file
 from retrieval_gate.training import train
 

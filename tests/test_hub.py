@@ -108,6 +108,7 @@ def test_label_with_a_cached_hub_generator_and_no_network(tmp_path):
                                      "answers": ["Shakespeare"]}) + "\n")  # fmt: skip
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "https://hub.invalid"}
     env.pop("HF_HUB_OFFLINE", None)
+    env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # as the session's engine: 1 GiB to allocate, not 2
     cmd = [sys.executable, "-m", "retrieval_gate.cli", "label", "--policy", "closed-book",
            "--questions", str(questions), "--labels-dir", str(tmp_path / "labels"),
            "--generator", "some-org/smol", "--no-cache"]  # fmt: skip

@@ -9,13 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 
-import httpx
 import numpy as np
 import pytest
 
@@ -242,39 +237,37 @@ SERVER_KEY = "rg-test-key"  # the server wants it, as `vllm serve --api-key` doe
 
 @pytest.fixture(scope="module")
 def vllm_server(vllm_generator, tmp_path_factory) -> str:
-    """A real vLLM OpenAI-compatible server for SmolLM2 in a subprocess; yields its /v1 URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+    """A real vLLM OpenAI-compatible server for SmolLM2; yields its /v1 URL. vLLM's own API
+    server, from the command line's arguments, on a thread of this process, where the session's
+    engine has imported vLLM already (tests/vllm_server.py; a `python -m
+    vllm.entrypoints.openai.api_server` process imported it again: its start took ~12 s
+    longer); its engine core runs in a process of its own, as under `vllm serve`."""
+    import vllm.envs
+
+    from vllm_server import InProcessServer, free_port
+
+    server = InProcessServer([
         "--model", vllm_generator.model, "--served-model-name", "smollm2",
-        "--port", str(port), "--dtype", cpu_dtype(), "--enforce-eager", "--max-model-len", "2048",
-        "--api-key", SERVER_KEY,
-    ]  # fmt: skip
+        "--host", "127.0.0.1", "--port", str(free_port()), "--dtype", cpu_dtype(),
+        "--enforce-eager", "--max-model-len", "2048", "--api-key", SERVER_KEY,
+    ])  # fmt: skip
     # As docs/scale.md starts a CPU server. TORCHDYNAMO_DISABLE: the first logprobs request
     # compiled vLLM's sampler helper with Inductor (a 12 s C++ header, then the kernel) on a
     # fresh machine: eager, as in-process. VLLM_ENABLE_V1_MULTIPROCESSING=0: the model runs in
-    # the engine's process, not a third one that imports vLLM again (~12 s sooner)
-    # TMPDIR: the server leaves its ZeroMQ sockets in it when terminated (3 a run in /tmp)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCHDYNAMO_DISABLE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-           "TMPDIR": str(tmp_path_factory.mktemp("vllm-server"))}  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        proc.kill()
-        raise RuntimeError(f"vLLM server did not start: {proc.stderr.read().decode()[-2000:]}")
-    yield f"{url}/v1"
-    proc.terminate()
-    proc.wait(timeout=30)
+    # the engine core's process, not a third one that imports vLLM again (~12 s sooner). The
+    # engine core's process inherits them at its start; this one has them until then.
+    # TMPDIR, VLLM_RPC_BASE_PATH (read once in this process: vLLM caches its settings): the
+    # ZeroMQ sockets between the two, which vLLM leaves behind (3 a run in /tmp).
+    tmp = str(tmp_path_factory.mktemp("vllm-server"))
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCHDYNAMO_DISABLE": "1",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": tmp}  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        mp.setattr(vllm.envs, "VLLM_RPC_BASE_PATH", tmp, raising=False)
+        server.start(timeout=240)
+    yield f"{server.url}/v1"
+    server.stop()
 
 
 def test_remote_generator_against_real_vllm_server(vllm_server, vllm_generator, onnx_gate):
