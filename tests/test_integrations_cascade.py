@@ -354,7 +354,7 @@ def test_one_question_adapters_keep_a_running_budget_account():
     assert account is not None and account.extra == 1.0
     taken = []
     for q in SHORT:  # one at a time, as LlamaIndex's selector and Haystack's components see them
-        account.charge(["direct"])
+        account.charge(["no_retrieval"])  # the strategy it picked
         taken += escalate(AnswerConfidenceGate(), [q], [SHORT_LOGPROBS[q]], account=account)
     # 0.5 a question: the first escalation waits for the second question's share
     assert taken == [False, False, True, False, True]

@@ -974,3 +974,40 @@ def test_the_request_timeout_counts_from_arrival_not_per_wait(gate):
         took = time.perf_counter() - start
     assert r.status_code == 504 and "within 1 s (--request-timeout)" in r.json()["detail"]
     assert took < 1.15
+
+
+def test_a_request_refused_by_the_engine_backlog_is_not_counted_as_routed():
+    """/health's `traffic.routed` and `routed_questions_total` counted a question the router
+    decided whose request the engine's backlog then refused with 429: figures docs/serve.md
+    calls realised. Now only questions the engine admitted are counted."""
+    from routers import ScriptedGenerator
+
+    blocking = BlockingGenerator(ScriptedGenerator())
+    limits = Limits(max_questions=1, max_batch=8, max_backlog=4, request_timeout=60)
+    app = create_app(_router_rag(blocking, multi_step=MultiStepConfig(max_steps=4)), limits)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            def ask(q):
+                return asyncio.create_task(client.post("/answer", json={"questions": [q]}))
+
+            first = ask(ROUTED[0])
+            await asyncio.to_thread(blocking.entered.wait, 30)  # the engine is busy
+            long = ask(ROUTED[2])  # multi-step: 4 steps, the whole backlog
+            while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 4:
+                await asyncio.sleep(0.01)
+            refused = await client.post("/answer", json={"questions": [ROUTED[1]]})
+            blocking.release.set()
+            await first, await long
+            return refused, (await client.get("/health")).json(), await client.get("/metrics")
+
+    refused, health, metrics = asyncio.run(scenario())
+    assert refused.status_code == 429
+    routed = health["traffic"]["routed"]
+    assert routed["questions"] == 2, routed  # the refused one-retrieval question is not in it
+    assert routed["by_strategy"].get("one_retrieval", 0) == 0, routed
+    lines = [x for x in metrics.text.splitlines() if x.startswith(
+        "retrieval_gate_routed_questions_total{")]  # fmt: skip
+    assert sum(float(x.split()[-1]) for x in lines) == 2.0, lines

@@ -75,7 +75,9 @@ def branches_of(
     also reads columns of the user's data (`data.features`) is refused: a framework hands the
     adapter the question alone. `multi_arg` / `extra_arg`: the caller's own parameters for the
     multi-step branch and for the strategies' own branches, which the errors name (a
-    fixed `multi_step=` sent LlamaIndex users to an argument it does not have)."""
+    fixed `multi_step=` sent LlamaIndex users to an argument it does not have). A branch the
+    router never routes to (a misspelt strategy's, a multi-step one it never picks) is
+    refused, naming the branches it does route to."""
     check_gate(gate)
     if threshold is not None:
         checked_threshold(threshold)
@@ -104,6 +106,14 @@ def branches_of(
         raise ConfigError(
             f"router {gate.name!r} routes questions to {MULTI}: pass its branch ({multi_arg}=...)"
         )
+    unused = [f"{extra_arg}: {b}=..." for b in extra if b not in names]
+    if has_multi_step and MULTI not in names:
+        unused.insert(0, f"{multi_arg}=...")
+    if unused:  # a misspelt name was taken and never ran, its strategy's questions refused
+        raise ConfigError(
+            f"router {gate.name!r} never routes questions to the branch given as {unused[0]}: "
+            f"it routes to {', '.join(names)}; drop that branch, or fix its name"
+        )
     own = [b for b in names if b not in BUILT_IN_BRANCHES and b not in extra]
     if own:
         raise ConfigError(
@@ -120,26 +130,41 @@ def route(
     """The branch of each question: a router's strategy's (at `budget`), else the binary
     gate's decision at `threshold` (None: its own)."""
     if is_router(gate):
-        branch = branch_map(gate, budget)
-        return [branch[s] for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
+        return _branches(gate, _strategies(gate, texts, budget), budget)
     return routed(gate, texts, threshold)[0]
+
+
+def _strategies(gate: Gate, texts: Sequence[str], budget: float | None) -> list[str]:
+    return [str(s) for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
+
+
+def routed_choices(
+    gate: Gate, texts: Sequence[str], budget: float | None = None
+) -> tuple[list[str], list[str]]:
+    """A router's branch and strategy for each question, from one routing (no scoring)."""
+    strategies = _strategies(gate, texts, budget)
+    return _branches(gate, strategies, budget), strategies
+
+
+def _branches(gate: Gate, strategies: Sequence[str], budget: float | None) -> list[str]:
+    branch = branch_map(gate, budget)
+    return [branch[s] for s in strategies]
 
 
 def routed(
     gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
-) -> tuple[list[str], list[float]]:
-    """`route`'s branches and each question's P(needs retrieval), from one scoring of the
-    questions (a router's `scores` and `route` of the same batch share one model run)."""
+) -> tuple[list[str], list[float], list[str] | None]:
+    """`route`'s branches, each question's P(needs retrieval) and a router's strategy it
+    picked for each question (None: a binary gate), from one scoring of the questions (a
+    router's `scores` and `route` of the same batch share one model run). Two strategies may
+    share a branch (two multi-step ones): the strategy is the router's own choice, never read
+    back from its branch."""
     probs = [float(p) for p in gate.scores(list(texts))]
     if is_router(gate):
-        return route(gate, texts, budget=budget), probs
+        strategies = _strategies(gate, texts, budget)
+        return _branches(gate, strategies, budget), probs, strategies
     t = gate.threshold if threshold is None else threshold
-    return [RETRIEVE if p >= t else DIRECT for p in probs], probs
-
-
-def strategy_of(gate: Gate, branch: str, budget: float | None = None) -> str:
-    """The router's strategy a branch stands for (the cheapest one sent down it)."""
-    return next(s for s, b in branch_map(gate, budget).items() if b == branch)
+    return [RETRIEVE if p >= t else DIRECT for p in probs], probs, None
 
 
 # ------------------------------------------------------------------ the cascade's second step
@@ -181,16 +206,18 @@ class BudgetAccount:
     Thread-safe: one account may serve concurrent calls."""
 
     budget: float
-    costs: Mapping[str, float]  # branch -> its strategy's cost
+    costs: Mapping[str, float]  # strategy -> its cost (two may share a branch)
     extra: float  # an escalation's cost beside the direct answer it replaces
     questions: int = 0
     spent: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def charge(self, branches: Sequence[str]) -> None:
+    def charge(self, strategies: Sequence[str]) -> None:
+        """The router's choices (the strategies it picked, `routed`), each at its own cost: a
+        branch two strategies share was charged one of their costs for both."""
         with self._lock:
-            self.questions += len(branches)
-            self.spent += sum(self.costs[b] for b in branches)
+            self.questions += len(strategies)
+            self.spent += sum(self.costs[s] for s in strategies)
 
     def pay(self, scores: np.ndarray, threshold: float) -> list[int]:
         """The indices escalated (at or above `threshold`, highest first, as many as the
@@ -209,12 +236,14 @@ def budget_account(gate: Gate, budget: float | None) -> BudgetAccount | None:
     if budget is None or not is_router(first):
         return None
     registry = check_router(first, budget, flag="budget")
-    by_branch = {b: s for s, b in branch_map(first, budget).items()}
-    if DIRECT not in by_branch or RETRIEVE not in by_branch:
+    cheapest: dict[str, str] = {}  # branch -> its cheapest strategy (the router's cost order)
+    for s, b in branch_map(first, budget).items():
+        cheapest.setdefault(b, s)
+    if DIRECT not in cheapest or RETRIEVE not in cheapest:
         return None
-    prices = strategy_costs(first, registry)
-    costs = {b: prices[s] for b, s in by_branch.items()}
-    return BudgetAccount(float(budget), costs, costs[RETRIEVE] - costs[DIRECT])
+    costs = strategy_costs(first, registry)
+    extra = costs[cheapest[RETRIEVE]] - costs[cheapest[DIRECT]]
+    return BudgetAccount(float(budget), costs, extra)
 
 
 def check_answer(gate: Gate) -> Gate:

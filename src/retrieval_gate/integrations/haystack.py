@@ -19,6 +19,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 from ..errors import ConfigError
 from ..gates.base import Gate, is_router
 from .branches import (
+    MULTI,
     BudgetAccount,
     Escalator,
     LogprobsOf,
@@ -27,7 +28,6 @@ from .branches import (
     budget_account,
     openai_logprobs,
     routed,
-    strategy_of,
 )
 
 # budget_account: shared by the two routers so escalations are paid from the budget
@@ -99,8 +99,8 @@ class RetrievalGateRouter:
                  account: BudgetAccount | None = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account
-        own = list(branch_map(gate, budget).values())
-        self.branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold)
+        own = list(branch_map(gate, budget).values())  # a socket for each branch it routes to
+        self.branches = branches_of(gate, MULTI in own, budget, extra=own, threshold=threshold)
         extra = {"strategy": str} if is_router(gate) else {}
         component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
                                    **extra)  # fmt: skip
@@ -116,12 +116,12 @@ class RetrievalGateRouter:
         return default_from_dict(cls, _with_gate(data, "gate"))
 
     def run(self, query: str) -> dict[str, Any]:
-        (branch,), (p,) = routed(self.gate, [query], self.threshold, self.budget)
-        if self.account is not None:
-            self.account.charge([branch])
+        (branch,), (p,), strategies = routed(self.gate, [query], self.threshold, self.budget)
         out: dict[str, Any] = {branch: query, "probability": p}
-        if is_router(self.gate):
-            out["strategy"] = strategy_of(self.gate, branch, self.budget)
+        if strategies is not None:  # a router: the strategy it picked (two may share a branch)
+            if self.account is not None:
+                self.account.charge(strategies)
+            out["strategy"] = strategies[0]
         return out
 
 

@@ -24,6 +24,7 @@ from .branches import (
     escalator,
     openai_logprobs,
     route,
+    routed_choices,
 )
 
 HINT = ("enable log-probabilities on the chat model (e.g. ChatOpenAI(logprobs=True)) and let the "
@@ -133,9 +134,13 @@ class GateRouter(Runnable[Any, Any]):
         ok = self._readable(inputs, outputs) if kwargs.get("return_exceptions") else every
         if not ok:
             return outputs
-        decisions = dict(zip(ok, self.route([inputs[i] for i in ok]), strict=True))
-        if self.account is not None:
-            self.account.charge(list(decisions.values()))
+        texts = [self._text(inputs[i]) for i in ok]
+        if self.account is None:
+            branches = route(self.gate, texts, self.threshold, self.budget)
+        else:  # a router's budget: each choice charged at its strategy's cost
+            branches, strategies = routed_choices(self.gate, texts, self.budget)
+            self.account.charge(strategies)
+        decisions = dict(zip(ok, branches, strict=True))
         runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step,
                      **self.own}  # fmt: skip
         for name, branch in runnables.items():

@@ -19,7 +19,7 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.tools import QueryEngineTool, ToolMetadata
 
 from ..errors import ConfigError
-from ..gates.base import Gate, is_router
+from ..gates.base import Gate
 from ..rag.cascade import answer_gate_of
 from . import branches as shared  # its DIRECT / RETRIEVE names; this module has its own
 from .branches import (
@@ -47,7 +47,8 @@ class GateSelector(BaseSelector):
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account  # charged with each choice: escalations are paid from it
         # a router's choices must include multi-step when it routes there
-        branches = branches_of(gate, is_router(gate), budget, extra=own, threshold=threshold,
+        multi = shared.MULTI in shared.branch_map(gate, budget).values()
+        branches = branches_of(gate, multi, budget, extra=own, threshold=threshold,
                                extra_arg="own")  # fmt: skip
         self.multi = shared.MULTI in branches
         order = [shared.RETRIEVE, shared.DIRECT, *([shared.MULTI] if self.multi else []), *own]
@@ -66,12 +67,13 @@ class GateSelector(BaseSelector):
                 f"GateSelector routes between {self.choices} choices "
                 f"({', '.join(self.index)}), got {len(choices)}"
             )
-        (branch,), (p,) = routed(self.gate, [query.query_str], self.threshold, self.budget)
-        if self.account is not None:
-            self.account.charge([branch])
+        (branch,), (p,), strategies = routed(self.gate, [query.query_str], self.threshold,
+                                             self.budget)  # fmt: skip
+        if self.account is not None and strategies is not None:
+            self.account.charge(strategies)  # each strategy at its own cost
         index = self.index[branch]
-        if is_router(self.gate):
-            reason = f"routed to {branch} (P(needs retrieval) = {p:.3f})"
+        if strategies is not None:
+            reason = f"routed to {branch} ({strategies[0]}, P(needs retrieval) = {p:.3f})"
         else:
             t = self.gate.threshold if self.threshold is None else self.threshold
             reason = f"P(needs retrieval) = {p:.3f} {'>=' if index == RETRIEVE else '<'} {t}"

@@ -442,19 +442,28 @@ def create_app(
         answerer = Batcher(_locked(_answers(rag), engine), *sizes, name="engine",
                            weight=lambda r: steps.get(r.strategy, 1))  # fmt: skip
 
-    async def route(sent: dict[str, Any], client: Request) -> tuple[list[_Routed], float]:
+    async def route(
+        sent: dict[str, Any], client: Request, count: bool = True
+    ) -> tuple[list[_Routed], float]:
         """`sent`: the request as a dict (`model_dump`): its questions, a router's budget, the
         side features and answer log-probabilities the served gate reads; `client`: its
-        connection, watched while it waits."""
+        connection, watched while it waits. `count`: the routing counted now (/score); /answer
+        counts it once the engine's backlog admits the questions (`counted`), so a request
+        refused with 429 there is not in the realised figures."""
         budget = _budget_of(sent, default_budget)
         items = [(q, budget) for q in _as_questions(
             sent["questions"], sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
         routed, _ = await _wait(scorer, items, limits.request_timeout, client)
-        traffic.routed([r.strategy for r in routed])
         decided = routed[0].seconds if routed else 0.0
+        if count:
+            counted(routed, decided)
+        return routed, decided
+
+    def counted(routed: list[_Routed], decided: float) -> None:
+        """The routing of questions served (/health's traffic, /metrics)."""
+        traffic.routed([r.strategy for r in routed])
         metrics.routed_questions([r.strategy for r in routed], decided)
         metrics.escalations.inc(sum(r.escalated is True for r in routed))  # gate-mode cascade
-        return routed, decided
 
     async def warm() -> None:
         """One question through the gate and the engine: their first-call cost paid, their
@@ -627,10 +636,11 @@ def create_app(
             questions of concurrent requests share one batched generator call (a step)."""
             arrived = time.perf_counter()
             sent = request.model_dump()
-            routed, decided = await route(sent, client)
+            routed, decided = await route(sent, client, count=False)
             # the engine waits what is left of the request timeout, not all of it again
             left = limits.request_timeout - (time.perf_counter() - arrived)
-            done, waited = await _wait(answerer, routed, left, client, limits.request_timeout)
+            done, waited = await _wait(answerer, routed, left, client, limits.request_timeout,
+                                       admitted=lambda: counted(routed, decided))  # fmt: skip
             costs = done[0][1]
             answers = [a for a, _ in done]
             traffic.answered(len(answers), sum(a.retrievals for a in answers),
@@ -804,17 +814,20 @@ async def _wait(
     timeout: float,
     client: Request | None = None,
     limit: float | None = None,
+    admitted: Callable[[], None] | None = None,
 ) -> tuple[list, float]:
     """The batcher's results, or the HTTP error that says why there are none. `timeout`:
     the seconds left of the request's `limit` (--request-timeout; default: `timeout`);
     `client`: watched while it waits, its request withdrawn from the backlog if it leaves
     (499): Starlette does not cancel a handler whose client left, so a gone client's questions
-    were generated anyway while live clients got 429."""
+    were generated anyway while live clients got 429. `admitted`: called once the batcher's
+    backlog took the items (not for a 429 or a request that never fits)."""
     said = limit or timeout
     late = HTTPException(504, f"not answered within {said:g} s (--request-timeout); retry later")
     if timeout <= 0:
         raise late
     work = asyncio.ensure_future(batcher.submit(items))
+    taken = True  # admission is `submit`'s first step: Busy or TooHeavy, else in the backlog
     try:
         async with asyncio.timeout(timeout):
             while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL))[0]:
@@ -822,8 +835,10 @@ async def _wait(
                     raise HTTPException(CLIENT_CLOSED, "the client closed the connection")
             return work.result()
     except Busy as e:
+        taken = False
         raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
     except TooHeavy as e:  # never fits: not worth a retry
+        taken = False
         raise HTTPException(422, str(e)) from None
     except TimeoutError:
         raise late from None
@@ -833,6 +848,8 @@ async def _wait(
         raise HTTPException(422, str(e)) from None
     finally:
         work.cancel()  # a request given up (timeout, client gone) leaves the backlog
+        if taken and admitted is not None:
+            admitted()
 
 
 def _since(start: float | None, now: float) -> float | None:
