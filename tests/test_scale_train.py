@@ -100,18 +100,11 @@ def test_torchrun_rank_zero_locks_the_run_folder_for_all_its_ranks(tmp_path, mon
         pass
 
 
-# torchrun: its entry point, as the `torchrun` script calls it, in a process with the CLI's
-# collector settings (gc_thresholds.py): the launcher's last collections at exit walked all
-# of torch it had imported: its exit came 1.5-2 s after its ranks' (0.3-0.5 s frozen)
-TORCHRUN = ("from retrieval_gate.gc_thresholds import freeze_at_exit, raise_for_imports; "
-            "raise_for_imports(); freeze_at_exit(); import sys; "
-            "from torch.distributed.run import main; sys.exit(main())")  # fmt: skip
-
-
 def train_under_torchrun(config: Path, *args: str) -> None:
     """`retrieval-gate train --config config *args` as 2 gloo ranks of torchrun."""
-    cmd = [sys.executable, "-c", TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m",
-           "retrieval_gate.cli", "train", "--config", str(config), *args]  # fmt: skip
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "retrieval_gate.cli",
+           "train", "--config", str(config), *args]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=config.parent,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
