@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -222,7 +224,7 @@ class StrategyRegistry:
             raise ConfigError(
                 f"{where}: unknown strategy {unknown[0]!r}; the registry ({self.source}) holds "
                 f"{', '.join(self.names)} (in that cost order; declare more with "
-                "--strategies FILE.yaml)"
+                f"{declare_hint()})"
             )
 
     def in_cost_order(self, names: Sequence[str]) -> bool:
@@ -301,9 +303,9 @@ class StrategyRegistry:
                    for s, c in zip(specs, ours, strict=True)):  # fmt: skip
             raise ConfigError(
                 f"{where} was calibrated at costs {[s.cost for s in specs]} of "
-                f"{[s.name for s in specs]}; --strategies ({self.source}) prices them at "
+                f"{[s.name for s in specs]}; {_FLAG.get()} ({self.source}) prices them at "
                 f"{list(ours)}, so its budgets are not in the file's unit: pass a strategies "
-                "file with its costs, or leave --strategies out"
+                f"file with its costs, or leave {_FLAG.get()} out"
             )
 
     def to_list(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -520,6 +522,28 @@ def load_strategies(path: str | Path) -> StrategyRegistry:
     return registry_from_list(raw["strategies"], "strategies", path)
 
 
+# How the errors above tell the user to declare strategies: `--strategies FILE.yaml` on the
+# command line; the Python adapters (`integrations`) take `strategies=` instead (`declared_by`).
+_FLAG: ContextVar[str] = ContextVar("strategies_flag", default="--strategies")
+
+
+@contextmanager
+def declared_by(flag: str) -> Iterator[None]:
+    """Within it, the errors name `flag` (e.g. "strategies=") where they said --strategies."""
+    token = _FLAG.set(flag)
+    try:
+        yield
+    finally:
+        _FLAG.reset(token)
+
+
+def declare_hint() -> str:
+    flag = _FLAG.get()
+    if flag.startswith("--"):
+        return f"{flag} FILE.yaml"
+    return f'{flag}"FILE.yaml" or {flag}StrategyRegistry(...)'
+
+
 def is_strategies_file(value: str) -> bool:
     return str(value).lower().endswith((".yaml", ".yml"))
 
@@ -571,7 +595,7 @@ def specs_of(items: Any, names: Sequence[str], where: str) -> StrategyRegistry:
         raise ConfigError(
             f"{where}: strategy {unknown[0]!r} is not a built-in and the export carries no "
             f"spec for it (a label file's own names, {', '.join(names)}): declare them with "
-            "--strategies FILE.yaml (a strategies: list, docs/router.md), or train with that "
+            f"{declare_hint()} (a strategies: list, docs/router.md), or train with that "
             "file as the config's `strategies:` so the export carries them"
         )
     return StrategyRegistry(tuple(BUILTIN_BY_NAME[n] for n in names), where)

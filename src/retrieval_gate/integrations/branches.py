@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,16 +31,43 @@ from ..rag.cascade import Cascade, answer_gate_of, check_answer_gate, escalation
 from ..rag.decisions import check_router, strategy_costs
 from ..strategies import (
     BRANCHES,
+    BUILTIN,
     DIRECT_BRANCH,
     MULTI_STEP,
     RETRIEVE_BRANCH,
+    StrategyRegistry,
     StrategySpec,
     adapter_branch,
     check_branch_name,
+    declared_by,
+    is_strategies_file,
+    load_strategies,
 )
 
 DIRECT, RETRIEVE, MULTI = DIRECT_BRANCH, RETRIEVE_BRANCH, MULTI_STEP  # the registry's names
 BUILT_IN_BRANCHES = BRANCHES
+STRATEGIES_ARG = "strategies="  # what the errors tell a Python user to pass (not --strategies)
+
+Strategies = StrategyRegistry | str | Path | None
+
+
+def registry_of(strategies: Strategies) -> StrategyRegistry | None:
+    """The adapters' `strategies=`: a `StrategyRegistry`, or a strategies YAML file read as
+    the CLI's `--strategies FILE.yaml` reads it (`load_strategies`); None: the built-ins (and
+    a router export's own specs). It declares a router's strategies its export names only
+    (one trained on a label file's own strategy names, without a strategies file)."""
+    if strategies is None or isinstance(strategies, StrategyRegistry):
+        return strategies
+    if not isinstance(strategies, str | Path) or not is_strategies_file(str(strategies)):
+        raise ConfigError(f"strategies={strategies!r}: give a strategies YAML file (.yaml / "
+                          ".yml, a top-level strategies: list) or a StrategyRegistry")  # fmt: skip
+    return load_strategies(strategies)
+
+
+def _check_router(gate: Gate, budget: float | None, strategies: Strategies) -> StrategyRegistry:
+    """`check_router` at `strategies` (`registry_of`), its errors naming `strategies=`."""
+    with declared_by(STRATEGIES_ARG):
+        return check_router(gate, budget, registry_of(strategies) or BUILTIN, flag="budget")
 
 
 def branch_of(spec: StrategySpec) -> str:
@@ -50,10 +78,13 @@ def branch_of(spec: StrategySpec) -> str:
     return adapter_branch(spec)
 
 
-def branch_map(gate: Gate, budget: float | None = None) -> dict[str, str]:
-    """strategy -> branch of every strategy `gate` routes to (a binary gate: none)."""
+def branch_map(
+    gate: Gate, budget: float | None = None, strategies: Strategies = None
+) -> dict[str, str]:
+    """strategy -> branch of every strategy `gate` routes to (a binary gate: none), its
+    strategies declared by `strategies` (`registry_of`) where its export names them only."""
     check_gate(gate)
-    registry = check_router(gate, budget, flag="budget")
+    registry = _check_router(gate, budget, strategies)
     if not is_router(gate):
         return {}
     return {s: branch_of(registry[s]) for s in gate.strategies}  # type: ignore[attr-defined]
@@ -67,6 +98,7 @@ def branches_of(
     threshold: float | None = None,
     multi_arg: str = MULTI,
     extra_arg: str = "branches",
+    strategies: Strategies = None,
 ) -> list[str]:
     """The branches `gate` can send questions down, checked against what the caller wired:
     a router that routes to multi-step needs that branch, one with a strategy of its own
@@ -93,7 +125,7 @@ def branches_of(
             "or score with RetrievalGate.predict_proba(questions, {column: values}) or `serve` "
             '(its requests take "features")'
         )
-    mapping = branch_map(gate, budget)
+    mapping = branch_map(gate, budget, strategies)
     if not is_router(gate):
         if has_multi_step or extra:
             raise ConfigError(
@@ -125,12 +157,16 @@ def branches_of(
 
 
 def route(
-    gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
+    gate: Gate,
+    texts: Sequence[str],
+    threshold: float | None = None,
+    budget: float | None = None,
+    strategies: Strategies = None,
 ) -> list[str]:
     """The branch of each question: a router's strategy's (at `budget`), else the binary
     gate's decision at `threshold` (None: its own)."""
     if is_router(gate):
-        return _branches(gate, _strategies(gate, texts, budget), budget)
+        return _branches(gate, _strategies(gate, texts, budget), budget, strategies)
     return routed(gate, texts, threshold)[0]
 
 
@@ -139,20 +175,26 @@ def _strategies(gate: Gate, texts: Sequence[str], budget: float | None) -> list[
 
 
 def routed_choices(
-    gate: Gate, texts: Sequence[str], budget: float | None = None
+    gate: Gate, texts: Sequence[str], budget: float | None = None, strategies: Strategies = None
 ) -> tuple[list[str], list[str]]:
     """A router's branch and strategy for each question, from one routing (no scoring)."""
-    strategies = _strategies(gate, texts, budget)
-    return _branches(gate, strategies, budget), strategies
+    picked = _strategies(gate, texts, budget)
+    return _branches(gate, picked, budget, strategies), picked
 
 
-def _branches(gate: Gate, strategies: Sequence[str], budget: float | None) -> list[str]:
-    branch = branch_map(gate, budget)
-    return [branch[s] for s in strategies]
+def _branches(
+    gate: Gate, picked: Sequence[str], budget: float | None, strategies: Strategies = None
+) -> list[str]:
+    branch = branch_map(gate, budget, strategies)
+    return [branch[s] for s in picked]
 
 
 def routed(
-    gate: Gate, texts: Sequence[str], threshold: float | None = None, budget: float | None = None
+    gate: Gate,
+    texts: Sequence[str],
+    threshold: float | None = None,
+    budget: float | None = None,
+    strategies: Strategies = None,
 ) -> tuple[list[str], list[float], list[str] | None]:
     """`route`'s branches, each question's P(needs retrieval) and a router's strategy it
     picked for each question (None: a binary gate), from one scoring of the questions (a
@@ -161,8 +203,8 @@ def routed(
     back from its branch."""
     probs = [float(p) for p in gate.scores(list(texts))]
     if is_router(gate):
-        strategies = _strategies(gate, texts, budget)
-        return _branches(gate, strategies, budget), probs, strategies
+        picked = _strategies(gate, texts, budget)
+        return _branches(gate, picked, budget, strategies), probs, picked
     t = gate.threshold if threshold is None else threshold
     return [RETRIEVE if p >= t else DIRECT for p in probs], probs, None
 
@@ -229,15 +271,18 @@ class BudgetAccount:
         return picked
 
 
-def budget_account(gate: Gate, budget: float | None) -> BudgetAccount | None:
+def budget_account(
+    gate: Gate, budget: float | None, strategies: Strategies = None
+) -> BudgetAccount | None:
     """The account escalations are paid from: a router's (or a cascade's first router's) with
-    an explicit `budget` whose choices include `direct` and `retrieve`; None (no cap) else."""
+    an explicit `budget` whose choices include `direct` and `retrieve`; None (no cap) else.
+    `strategies`: as the adapter's (`registry_of`)."""
     first = gate.first if isinstance(gate, Cascade) else gate
     if budget is None or not is_router(first):
         return None
-    registry = check_router(first, budget, flag="budget")
+    registry = _check_router(first, budget, strategies)
     cheapest: dict[str, str] = {}  # branch -> its cheapest strategy (the router's cost order)
-    for s, b in branch_map(first, budget).items():
+    for s, b in branch_map(first, budget, strategies).items():
         cheapest.setdefault(b, s)
     if DIRECT not in cheapest or RETRIEVE not in cheapest:
         return None

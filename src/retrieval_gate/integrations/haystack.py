@@ -18,6 +18,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from ..errors import ConfigError
 from ..gates.base import Gate, is_router
+from ..strategies import StrategyRegistry
 from .branches import (
     MULTI,
     BudgetAccount,
@@ -27,6 +28,7 @@ from .branches import (
     branches_of,
     budget_account,
     openai_logprobs,
+    registry_of,
     routed,
 )
 
@@ -79,6 +81,16 @@ def _unshared(account: BudgetAccount | None) -> None:
                           "account=")  # fmt: skip
 
 
+def _saved_strategies(strategies: StrategyRegistry | str | Path) -> str:
+    """What a saved pipeline keeps of `strategies=`: the YAML file's absolute path (read again
+    on load); a `StrategyRegistry` built in Python has no file to name: refused, saying so."""
+    if isinstance(strategies, StrategyRegistry):
+        raise ConfigError("a pipeline saves strategies= by its YAML file, and it was given a "
+                          f"StrategyRegistry ({strategies.source}): pass the strategies file's "
+                          "path as strategies= to save the pipeline")  # fmt: skip
+    return str(Path(strategies).expanduser().absolute())
+
+
 def reply_logprobs(reply: Any) -> list[float] | None:
     """A generator reply's token log-probabilities: `reply.meta["logprobs"]`, as the OpenAI
     chat generators put them there (a stream's: one per chunk)."""
@@ -93,14 +105,20 @@ class RetrievalGateRouter:
     P(needs retrieval), and a router's `strategy` the strategy it picked. `threshold`
     overrides a binary gate's threshold, `budget` is a router's operating point; `account`
     (`budget_account(gate, budget)`, shared with an `AnswerGateRouter`) is charged with each
-    choice, so that the answer gate's escalations are paid from the budget."""
+    choice, so that the answer gate's escalations are paid from the budget. `strategies`: a
+    strategies YAML file (read as the CLI's `--strategies FILE.yaml`) or a `StrategyRegistry`
+    declaring a router's strategies its export names only (pass the same to `budget_account`);
+    a saved pipeline keeps the file's path (a registry object cannot be saved)."""
 
     def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
-                 account: BudgetAccount | None = None):  # fmt: skip
+                 account: BudgetAccount | None = None,
+                 strategies: StrategyRegistry | str | Path | None = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
-        self.account = account
-        own = list(branch_map(gate, budget).values())  # a socket for each branch it routes to
-        self.branches = branches_of(gate, MULTI in own, budget, extra=own, threshold=threshold)
+        self.account, self.strategies = account, strategies
+        self.registry = registry_of(strategies)  # read once, not per query
+        own = list(branch_map(gate, budget, self.registry).values())  # a socket per branch
+        self.branches = branches_of(gate, MULTI in own, budget, extra=own, threshold=threshold,
+                                    strategies=self.registry)  # fmt: skip
         extra = {"strategy": str} if is_router(gate) else {}
         component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
                                    **extra)  # fmt: skip
@@ -108,15 +126,18 @@ class RetrievalGateRouter:
     def to_dict(self) -> dict[str, Any]:
         """The component in a saved pipeline (`Pipeline.dumps`, YAML): its gate by folder."""
         _unshared(self.account)
+        given = self.strategies
+        saved = {} if given is None else {"strategies": _saved_strategies(given)}
         return default_to_dict(self, gate=_saved_gate(self.gate), threshold=self.threshold,
-                               budget=self.budget)  # fmt: skip
+                               budget=self.budget, **saved)  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RetrievalGateRouter:
         return default_from_dict(cls, _with_gate(data, "gate"))
 
     def run(self, query: str) -> dict[str, Any]:
-        (branch,), (p,), strategies = routed(self.gate, [query], self.threshold, self.budget)
+        (branch,), (p,), strategies = routed(self.gate, [query], self.threshold, self.budget,
+                                             self.registry)  # fmt: skip
         out: dict[str, Any] = {branch: query, "probability": p}
         if strategies is not None:  # a router: the strategy it picked (two may share a branch)
             if self.account is not None:

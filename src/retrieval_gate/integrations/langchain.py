@@ -7,6 +7,7 @@ cascade), the direct branch's unsure answers are escalated: re-run through `retr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -14,6 +15,7 @@ from langchain_core.runnables.base import coerce_to_runnable
 
 from ..errors import ConfigError, InputError
 from ..gates.base import Gate, as_questions
+from ..strategies import StrategyRegistry
 from .branches import (
     DIRECT,
     MULTI,
@@ -23,6 +25,7 @@ from .branches import (
     budget_account,
     escalator,
     openai_logprobs,
+    registry_of,
     route,
     routed_choices,
 )
@@ -62,7 +65,10 @@ class GateRouter(Runnable[Any, Any]):
     second step, at `answer_threshold` (None: its own), reading each direct output with
     `logprobs_of` (default `message_logprobs`); with a router's `budget`, escalations are paid
     from what its choices left (`branches.BudgetAccount`), the unsurest answers first. Each
-    branch is a Runnable, or a function (a dict of them) made one as RunnableBranch does."""
+    branch is a Runnable, or a function (a dict of them) made one as RunnableBranch does.
+    `strategies`: a strategies YAML file (read as the CLI's `--strategies FILE.yaml`) or a
+    `StrategyRegistry`, declaring a router's strategies its export names only (a router
+    trained on a label file's own strategy names without a strategies file)."""
 
     def __init__(
         self,
@@ -77,8 +83,10 @@ class GateRouter(Runnable[Any, Any]):
         answer_gate: Gate | None = None,
         answer_threshold: float | None = None,
         logprobs_of: LogprobsOf | None = None,
+        strategies: StrategyRegistry | str | Path | None = None,
     ):
         self.gate, self.question_key = gate, question_key
+        self.strategies = registry_of(strategies)  # read once, not per batch
         self.threshold, self.budget = threshold, budget
         self.retrieve, self.direct = _branch(retrieve, "retrieve"), _branch(direct, "direct")
         self.multi_step = None if multi_step is None else _branch(multi_step, MULTI)
@@ -88,8 +96,9 @@ class GateRouter(Runnable[Any, Any]):
         self.own = {name: _branch(b, f"branches[{name!r}]") for name, b in (branches or {}).items()}
         self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own),
                                     threshold=threshold, multi_arg=MULTI,  # its parameter
-                                    extra_arg="branches")  # fmt: skip
-        self.account = budget_account(gate, budget)  # escalations paid from the budget
+                                    extra_arg="branches", strategies=self.strategies)  # fmt: skip
+        # escalations paid from the budget
+        self.account = budget_account(gate, budget, self.strategies)
         self.escalator = escalator(gate, answer_gate, answer_threshold, logprobs_of,
                                    message_logprobs, HINT, self.account)  # fmt: skip
 
@@ -104,7 +113,8 @@ class GateRouter(Runnable[Any, Any]):
 
     def route(self, inputs: Sequence[Any]) -> list[str]:
         """The branch of each input: retrieve, direct or multi_step."""
-        return route(self.gate, [self._text(x) for x in inputs], self.threshold, self.budget)
+        texts = [self._text(x) for x in inputs]
+        return route(self.gate, texts, self.threshold, self.budget, self.strategies)
 
     def decide(self, inputs: Sequence[Any]) -> list[bool]:
         """Whether each input retrieves (one retrieval or multi-step)."""
@@ -136,9 +146,9 @@ class GateRouter(Runnable[Any, Any]):
             return outputs
         texts = [self._text(inputs[i]) for i in ok]
         if self.account is None:
-            branches = route(self.gate, texts, self.threshold, self.budget)
+            branches = route(self.gate, texts, self.threshold, self.budget, self.strategies)
         else:  # a router's budget: each choice charged at its strategy's cost
-            branches, strategies = routed_choices(self.gate, texts, self.budget)
+            branches, strategies = routed_choices(self.gate, texts, self.budget, self.strategies)
             self.account.charge(strategies)
         decisions = dict(zip(ok, branches, strict=True))
         runnables = {RETRIEVE: self.retrieve, DIRECT: self.direct, MULTI: self.multi_step,

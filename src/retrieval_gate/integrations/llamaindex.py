@@ -7,6 +7,7 @@ again by the retrieval engine."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.base_selector import BaseSelector, SelectorResult, SingleSelection
@@ -21,6 +22,7 @@ from llama_index.core.tools import QueryEngineTool, ToolMetadata
 from ..errors import ConfigError
 from ..gates.base import Gate
 from ..rag.cascade import answer_gate_of
+from ..strategies import StrategyRegistry
 from . import branches as shared  # its DIRECT / RETRIEVE names; this module has its own
 from .branches import (
     BudgetAccount,
@@ -30,6 +32,7 @@ from .branches import (
     budget_account,
     escalator,
     openai_logprobs,
+    registry_of,
     routed,
 )
 
@@ -40,16 +43,18 @@ class GateSelector(BaseSelector):
     """Selects choice 0 (retrieval) when the gate says the question needs retrieval, else
     choice 1 (the LLM alone); a router also selects choice 2 (multi-step retrieval) and takes
     a `budget`; choices 3.. are its strategies of their own (`own`, in that order). The reason
-    carries P(needs retrieval) or the routed strategy."""
+    carries P(needs retrieval) or the routed strategy. `strategies`: as `gated_query_engine`'s."""
 
     def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
-                 own: Sequence[str] = (), account: BudgetAccount | None = None):  # fmt: skip
+                 own: Sequence[str] = (), account: BudgetAccount | None = None,
+                 strategies: StrategyRegistry | str | Path | None = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account  # charged with each choice: escalations are paid from it
+        self.registry = registry_of(strategies)  # read once, not per query
         # a router's choices must include multi-step when it routes there
-        multi = shared.MULTI in shared.branch_map(gate, budget).values()
+        multi = shared.MULTI in shared.branch_map(gate, budget, self.registry).values()
         branches = branches_of(gate, multi, budget, extra=own, threshold=threshold,
-                               extra_arg="own")  # fmt: skip
+                               extra_arg="own", strategies=self.registry)  # fmt: skip
         self.multi = shared.MULTI in branches
         order = [shared.RETRIEVE, shared.DIRECT, *([shared.MULTI] if self.multi else []), *own]
         self.index = {b: i for i, b in enumerate(order)}
@@ -68,7 +73,7 @@ class GateSelector(BaseSelector):
                 f"({', '.join(self.index)}), got {len(choices)}"
             )
         (branch,), (p,), strategies = routed(self.gate, [query.query_str], self.threshold,
-                                             self.budget)  # fmt: skip
+                                             self.budget, self.registry)  # fmt: skip
         if self.account is not None and strategies is not None:
             self.account.charge(strategies)  # each strategy at its own cost
         index = self.index[branch]
@@ -162,6 +167,7 @@ def gated_query_engine(
     answer_gate: Gate | None = None,
     answer_threshold: float | None = None,
     logprobs_of: LogprobsOf | None = None,
+    strategies: StrategyRegistry | str | Path | None = None,
 ) -> RouterQueryEngine:
     """A `RouterQueryEngine`: flagged questions go to `retrieval_engine` (e.g.
     `index.as_query_engine()`), the rest to `llm` alone; with a router, the questions it
@@ -169,8 +175,12 @@ def gated_query_engine(
     it routes to a strategy of its own (its own retriever or k) to `engines[name]`.
     `answer_gate` (or `gate` a `rag.cascade.Cascade`): the LLM's answers it escalates, read
     with `logprobs_of` (default `completion_logprobs`), go to `retrieval_engine` too; with a
-    router's `budget`, only as many as the selector's choices so far left budget for."""
+    router's `budget`, only as many as the selector's choices so far left budget for.
+    `strategies`: a strategies YAML file (read as the CLI's `--strategies FILE.yaml`) or a
+    `StrategyRegistry`, declaring a router's strategies its export names only (a router
+    trained on a label file's own strategy names without a strategies file)."""
     engines = dict(engines or {})
+    registry = registry_of(strategies)  # read once
     _check_engine(retrieval_engine, "retrieval_engine")
     if multi_step_engine is not None:
         _check_engine(multi_step_engine, "multi_step_engine")
@@ -178,10 +188,12 @@ def gated_query_engine(
         _check_engine(engine, f"engines[{name!r}]")
     # what was wired, checked first: the errors name this function's parameters
     branches_of(gate, multi_step_engine is not None, budget, extra=list(engines),
-                threshold=threshold, multi_arg="multi_step_engine", extra_arg="engines")  # fmt: skip
+                threshold=threshold, multi_arg="multi_step_engine", extra_arg="engines",
+                strategies=registry)  # fmt: skip
     answer_gate = answer_gate_of(gate) if answer_gate is None else answer_gate
-    account = budget_account(gate, budget) if answer_gate is not None else None
-    selector = GateSelector(gate, threshold, budget, own=list(engines), account=account)
+    account = budget_account(gate, budget, registry) if answer_gate is not None else None
+    selector = GateSelector(gate, threshold, budget, own=list(engines), account=account,
+                            strategies=registry)  # fmt: skip
     direct = LLMQueryEngine(llm=llm, answer_gate=answer_gate, answer_threshold=answer_threshold,
                             logprobs_of=logprobs_of, retrieval_engine=retrieval_engine,
                             budget_account=account)  # fmt: skip
@@ -194,7 +206,8 @@ def gated_query_engine(
     if multi_step_engine is not None or selector.multi:
         if multi_step_engine is None or not selector.multi:
             branches_of(gate, multi_step_engine is not None, budget,  # says what is wrong
-                        multi_arg="multi_step_engine", extra_arg="engines")  # fmt: skip
+                        multi_arg="multi_step_engine", extra_arg="engines",
+                        strategies=registry)  # fmt: skip
         tools.append(QueryEngineTool.from_defaults(multi_step_engine, name=shared.MULTI,
                      description="answer by retrieving and reasoning in several steps"))  # fmt: skip
     for name, engine in engines.items():
