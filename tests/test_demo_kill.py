@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+
+from pg_server import free_port
+from processes import gone
 
 # The demo, in small: one stage run as the demo runs it. The stage is a real verb that runs
 # until stopped and needs no model: a gate-only server of the `always` gate.
@@ -22,15 +24,6 @@ import sys
 from retrieval_gate import demo
 demo.run_stage(sys.argv[1:], "serve", 600, None, fork=True)
 """
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie (a container's pid 1 may never reap the orphan)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _children(pid: int) -> list[int]:
@@ -47,19 +40,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 @pytest.mark.slow  # subprocesses: the stage starts a server (about 5 s)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_a_fresh_interpreter_stage_dies_with_a_killed_demo(sig):
     pytest.importorskip("uvicorn")
     env = {**os.environ, "RETRIEVAL_GATE_PRELOAD": "0"}
-    argv = ["serve", "--mode", "gate", "--gate", "always", "--port", _free_port()]
+    argv = ["serve", "--mode", "gate", "--gate", "always", "--port", str(free_port())]
     demo = subprocess.Popen([sys.executable, "-c", DEMO, *argv], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     watchdog = threading.Timer(180, demo.kill)  # a stage that never starts fails, not hangs
@@ -77,13 +64,13 @@ def test_a_fresh_interpreter_stage_dies_with_a_killed_demo(sig):
         demo.send_signal(sig)
         demo.wait(timeout=10)
         end = time.monotonic() + 5
-        while not _gone(stages[0]) and time.monotonic() < end:
+        while not gone(stages[0]) and time.monotonic() < end:
             time.sleep(0.05)
-        assert _gone(stages[0]), f"the stage outlived the demo killed with {sig.name}"
+        assert gone(stages[0]), f"the stage outlived the demo killed with {sig.name}"
     finally:
         watchdog.cancel()
         for pid in stages:
-            if not _gone(pid):
+            if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
         demo.kill()
         demo.wait()

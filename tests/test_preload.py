@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from processes import gone
 from retrieval_gate.errors import InputError
 from retrieval_gate.fileio import take_writer_lock
 
@@ -46,15 +47,6 @@ else:
 """
 
 
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie (a container's pid 1 may never reap the orphan)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.slow  # subprocesses
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="stages are forked on Linux")
 def test_a_forked_stage_dies_with_a_killed_demo_and_frees_its_lock(tmp_path):
@@ -66,12 +58,12 @@ def test_a_forked_stage_dies_with_a_killed_demo_and_frees_its_lock(tmp_path):
         demo.send_signal(signal.SIGKILL)
         demo.wait(timeout=10)
         end = time.monotonic() + 5
-        while not _gone(child) and time.monotonic() < end:
+        while not gone(child) and time.monotonic() < end:
             time.sleep(0.05)
-        assert _gone(child), "the stage outlived the demo"
+        assert gone(child), "the stage outlived the demo"
         os.close(take_writer_lock(tmp_path / "demo", "still held (pid {pid})"))  # a rerun
     finally:
-        if child is not None and not _gone(child):
+        if child is not None and not gone(child):
             os.kill(child, signal.SIGKILL)
         demo.kill()
         demo.wait()

@@ -244,7 +244,8 @@ def vllm_server(vllm_generator, tmp_path_factory) -> str:
     longer); its engine core runs in a process of its own, as under `vllm serve`."""
     import vllm.envs
 
-    from vllm_server import InProcessServer, free_port
+    from pg_server import free_port
+    from vllm_server import InProcessServer
 
     server = InProcessServer([
         "--model", vllm_generator.model, "--served-model-name", "smollm2",

@@ -7,7 +7,6 @@ they were reached."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -60,9 +59,9 @@ def reached(monkeypatch):
 
 
 def _serve(folder, *flags: str) -> int:
-    with socket.socket() as s:  # a port free now: serve tries it before anything starts
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    from pg_server import free_port
+
+    port = str(free_port())  # a port free now: serve tries it before anything starts
     return main(["serve", "--router", str(folder), "--retriever", "contexts", "--port", port,
                  *flags])  # fmt: skip
 

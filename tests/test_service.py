@@ -705,7 +705,10 @@ def test_what_is_not_a_gate_is_refused_when_the_app_is_made():
         create_app(None)
 
 
-def test_a_multi_step_question_counts_its_steps_against_the_backlog():
+def _refused_behind_a_multi_step_question() -> tuple[httpx.Response, ...]:
+    """A one-retrieval question sent while a multi-step one (4 steps) fills the engine's
+    backlog of 4 behind a busy engine: (its 429, the first and the multi-step request's
+    responses, /health and /metrics once both are answered)."""
     from routers import ScriptedGenerator
 
     blocking = BlockingGenerator(ScriptedGenerator())
@@ -727,9 +730,14 @@ def test_a_multi_step_question_counts_its_steps_against_the_backlog():
                 await asyncio.sleep(0.01)
             refused = await client.post("/answer", json={"questions": [ROUTED[1]]})
             blocking.release.set()
-            return refused, await first, await long
+            answered = await first, await long
+            return refused, *answered, await client.get("/health"), await client.get("/metrics")
 
-    refused, first, long = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_multi_step_question_counts_its_steps_against_the_backlog():
+    refused, first, long, _, _ = _refused_behind_a_multi_step_question()
     assert refused.status_code == 429 and "counts as its steps" in refused.json()["detail"]
     assert first.status_code == 200 and long.status_code == 200
     assert long.json()["answers"][0]["strategy"] == "multi_step"
@@ -980,32 +988,9 @@ def test_a_request_refused_by_the_engine_backlog_is_not_counted_as_routed():
     """/health's `traffic.routed` and `routed_questions_total` counted a question the router
     decided whose request the engine's backlog then refused with 429: figures docs/serve.md
     calls realised. Now only questions the engine admitted are counted."""
-    from routers import ScriptedGenerator
-
-    blocking = BlockingGenerator(ScriptedGenerator())
-    limits = Limits(max_questions=1, max_batch=8, max_backlog=4, request_timeout=60)
-    app = create_app(_router_rag(blocking, multi_step=MultiStepConfig(max_steps=4)), limits)
-
-    async def scenario():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-
-            def ask(q):
-                return asyncio.create_task(client.post("/answer", json={"questions": [q]}))
-
-            first = ask(ROUTED[0])
-            await asyncio.to_thread(blocking.entered.wait, 30)  # the engine is busy
-            long = ask(ROUTED[2])  # multi-step: 4 steps, the whole backlog
-            while (await client.get("/health")).json()["queue"]["engine"]["waiting"] < 4:
-                await asyncio.sleep(0.01)
-            refused = await client.post("/answer", json={"questions": [ROUTED[1]]})
-            blocking.release.set()
-            await first, await long
-            return refused, (await client.get("/health")).json(), await client.get("/metrics")
-
-    refused, health, metrics = asyncio.run(scenario())
+    refused, _, _, health, metrics = _refused_behind_a_multi_step_question()
     assert refused.status_code == 429
-    routed = health["traffic"]["routed"]
+    routed = health.json()["traffic"]["routed"]
     assert routed["questions"] == 2, routed  # the refused one-retrieval question is not in it
     assert routed["by_strategy"].get("one_retrieval", 0) == 0, routed
     lines = [x for x in metrics.text.splitlines() if x.startswith(

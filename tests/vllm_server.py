@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -99,9 +98,3 @@ class InProcessServer:
             callback, args = self.loop.handlers[0]
             self.loop.call_soon_threadsafe(callback, *args)
             self.thread.join(timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
