@@ -166,27 +166,17 @@ def route(
     """The branch of each question: a router's strategy's (at `budget`), else the binary
     gate's decision at `threshold` (None: its own)."""
     if is_router(gate):
-        return _branches(gate, _strategies(gate, texts, budget), budget, strategies)
+        return routed_choices(gate, texts, budget, strategies)[0]
     return routed(gate, texts, threshold)[0]
-
-
-def _strategies(gate: Gate, texts: Sequence[str], budget: float | None) -> list[str]:
-    return [str(s) for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
 
 
 def routed_choices(
     gate: Gate, texts: Sequence[str], budget: float | None = None, strategies: Strategies = None
 ) -> tuple[list[str], list[str]]:
     """A router's branch and strategy for each question, from one routing (no scoring)."""
-    picked = _strategies(gate, texts, budget)
-    return _branches(gate, picked, budget, strategies), picked
-
-
-def _branches(
-    gate: Gate, picked: Sequence[str], budget: float | None, strategies: Strategies = None
-) -> list[str]:
+    picked = [str(s) for s in gate.route(list(texts), budget=budget)]  # type: ignore[attr-defined]
     branch = branch_map(gate, budget, strategies)
-    return [branch[s] for s in picked]
+    return [branch[s] for s in picked], picked
 
 
 def routed(
@@ -203,8 +193,8 @@ def routed(
     back from its branch."""
     probs = [float(p) for p in gate.scores(list(texts))]
     if is_router(gate):
-        picked = _strategies(gate, texts, budget)
-        return _branches(gate, picked, budget, strategies), probs, picked
+        branches, picked = routed_choices(gate, texts, budget, strategies)
+        return branches, probs, picked
     t = gate.threshold if threshold is None else threshold
     return [RETRIEVE if p >= t else DIRECT for p in probs], probs, None
 

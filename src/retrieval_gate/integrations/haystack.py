@@ -24,6 +24,7 @@ from .branches import (
     BudgetAccount,
     Escalator,
     LogprobsOf,
+    Strategies,
     branch_map,
     branches_of,
     budget_account,
@@ -112,7 +113,7 @@ class RetrievalGateRouter:
 
     def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
                  account: BudgetAccount | None = None,
-                 strategies: StrategyRegistry | str | Path | None = None):  # fmt: skip
+                 strategies: Strategies = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account, self.strategies = account, strategies
         self.registry = registry_of(strategies)  # read once, not per query

@@ -7,7 +7,6 @@ cascade), the direct branch's unsure answers are escalated: re-run through `retr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -15,12 +14,12 @@ from langchain_core.runnables.base import coerce_to_runnable
 
 from ..errors import ConfigError, InputError
 from ..gates.base import Gate, as_questions
-from ..strategies import StrategyRegistry
 from .branches import (
     DIRECT,
     MULTI,
     RETRIEVE,
     LogprobsOf,
+    Strategies,
     branches_of,
     budget_account,
     escalator,
@@ -83,7 +82,7 @@ class GateRouter(Runnable[Any, Any]):
         answer_gate: Gate | None = None,
         answer_threshold: float | None = None,
         logprobs_of: LogprobsOf | None = None,
-        strategies: StrategyRegistry | str | Path | None = None,
+        strategies: Strategies = None,
     ):
         self.gate, self.question_key = gate, question_key
         self.strategies = registry_of(strategies)  # read once, not per batch

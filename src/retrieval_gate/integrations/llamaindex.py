@@ -7,7 +7,6 @@ again by the retrieval engine."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.base_selector import BaseSelector, SelectorResult, SingleSelection
@@ -22,12 +21,12 @@ from llama_index.core.tools import QueryEngineTool, ToolMetadata
 from ..errors import ConfigError
 from ..gates.base import Gate
 from ..rag.cascade import answer_gate_of
-from ..strategies import StrategyRegistry
 from . import branches as shared  # its DIRECT / RETRIEVE names; this module has its own
 from .branches import (
     BudgetAccount,
     Escalator,
     LogprobsOf,
+    Strategies,
     branches_of,
     budget_account,
     escalator,
@@ -47,7 +46,7 @@ class GateSelector(BaseSelector):
 
     def __init__(self, gate: Gate, threshold: float | None = None, budget: float | None = None,
                  own: Sequence[str] = (), account: BudgetAccount | None = None,
-                 strategies: StrategyRegistry | str | Path | None = None):  # fmt: skip
+                 strategies: Strategies = None):  # fmt: skip
         self.gate, self.threshold, self.budget = gate, threshold, budget
         self.account = account  # charged with each choice: escalations are paid from it
         self.registry = registry_of(strategies)  # read once, not per query
@@ -167,7 +166,7 @@ def gated_query_engine(
     answer_gate: Gate | None = None,
     answer_threshold: float | None = None,
     logprobs_of: LogprobsOf | None = None,
-    strategies: StrategyRegistry | str | Path | None = None,
+    strategies: Strategies = None,
 ) -> RouterQueryEngine:
     """A `RouterQueryEngine`: flagged questions go to `retrieval_engine` (e.g.
     `index.as_query_engine()`), the rest to `llm` alone; with a router, the questions it
