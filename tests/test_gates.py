@@ -439,6 +439,21 @@ def test_encoder_gates_cut_a_huge_text_before_tokenising_it():
     assert scores[0] == gate.score_texts([huge[:200]])[0]  # its first 16 tokens, as before
 
 
+def test_a_question_padded_with_whitespace_past_the_cut_keeps_its_words():
+    """The cut counted whitespace: 800 spaces before a question (or inside it) left only
+    spaces within max_length x CHARS_PER_TOKEN characters, scored as an empty question with no
+    error. Now a text past the bound has its whitespace runs squeezed first: it scores as the
+    question does."""
+    from retrieval_gate.gates.encoder import CHARS_PER_TOKEN
+
+    gate = word_gate(max_length=16)
+    pad = " " * (16 * CHARS_PER_TOKEN + 100)
+    question = "who wrote hamlet ?"
+    padded = [pad + question, "who wrote" + pad + "hamlet ?", question + "\n" * 900]
+    np.testing.assert_array_equal(gate.score_texts(padded), gate.score_texts([question] * 3))
+    assert gate.clip(padded)[0] == " " + question
+
+
 def test_pandas_and_numpy_missing_markers_are_unknown_feature_values():
     """pd.NA (a nullable Int64 / Float64 / string column's missing cell) was a raw TypeError,
     "boolean value of NA is ambiguous", where None and NaN are read as unknown; pd.NaT was

@@ -7,6 +7,7 @@ order. A backend implements two things: `encode` (token ids per text, truncated)
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,8 +54,11 @@ MAX_BATCH_TOKENS = 512
 # of it was tokenised before truncation, so one 10 MB line took 17 s and 2 GB (tens of MB, the
 # process killed). Tokens of normal text run 3-6 characters; 32 a token leaves room for long
 # words, numbers and runs of spaces, so the first max_length tokens, all a gate reads, are
-# the same, and a text within the bound (every question) is not touched.
+# the same, and a text within the bound (every question) is not touched. A longer text has its
+# runs of whitespace squeezed to one character first: whitespace is no WordPiece token, and 800
+# spaces before a question left only spaces within the bound, scored as an empty question.
 CHARS_PER_TOKEN = 32
+_WHITESPACE_RUN = re.compile(r"(\s)\s+")
 
 
 class EncoderGate(ABC):
@@ -81,12 +85,14 @@ class EncoderGate(ABC):
 
     def clip(self, texts: Sequence[str]) -> list[str]:
         """Each text cut to what its first `max_length` tokens span at most (`CHARS_PER_TOKEN`),
-        for `encode`: the texts within that bound as they are."""
+        for `encode`: the texts within that bound as they are, a longer one's runs of
+        whitespace squeezed before the cut."""
         max_length = getattr(self, "max_length", None)  # a subclass of its own may lack one
         if max_length is None:
             return list(texts)
         bound = max_length * CHARS_PER_TOKEN
-        return [text[:bound] for text in texts]
+        return [text if len(text) <= bound else _WHITESPACE_RUN.sub(r"\1", text)[:bound]
+                for text in texts]  # fmt: skip
 
     def scores(self, questions: Questions) -> np.ndarray:
         return self.score_texts(*self.features_of(questions))
