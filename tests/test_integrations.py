@@ -387,3 +387,43 @@ def test_haystack_saves_a_relatively_loaded_gate_by_its_absolute_folder(
     assert loaded.folder == export.resolve() and loaded.gate.batch_size == 8
     asked = {"gate": {"query": QUESTIONS[0]}}
     assert again.run(asked) == pipe.run(asked)
+
+
+def test_langchain_return_exceptions_keeps_an_unscorable_question_to_its_own_input(routed):
+    """A question with a lone surrogate ("ok\\ud800") passed the per-input check (a non-empty
+    string) and failed the gate's scoring of the whole batch, every input's output lost."""
+    from retrieval_gate.errors import InputError
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    gate, threshold, expected = routed
+    router = GateRouter(gate, retrieve=lambda q: "r", direct=lambda q: "d", threshold=threshold)
+    got = router.batch([QUESTIONS[0], "ok\ud800", "", QUESTIONS[1]], return_exceptions=True)
+    assert [got[0], got[3]] == ["r" if e else "d" for e in (expected[0], expected[1])]
+    assert isinstance(got[1], InputError) and isinstance(got[2], InputError)
+    assert "question 1 is not valid Unicode (a lone surrogate at character 2)" in str(got[1])
+    with pytest.raises(InputError, match="question 1 is not valid Unicode"):
+        router.batch([QUESTIONS[0], "ok\ud800"])
+
+
+def test_adapters_refuse_own_branches_that_are_no_mapping():
+    """engines="bm25_top3" (a name, not a mapping) was a raw ValueError from dict(); both
+    adapters say which argument and what it takes, in one wording."""
+    from langchain_core.runnables import RunnableLambda
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.query_engine import CustomQueryEngine
+
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.integrations.langchain import GateRouter
+    from retrieval_gate.integrations.llamaindex import gated_query_engine
+
+    class Echo(CustomQueryEngine):
+        def custom_query(self, query_str: str) -> str:
+            return query_str
+
+    said = r"^{} is str: give a mapping of strategy name -> {} \(e\.g\. {}=\{{"
+    with pytest.raises(ConfigError, match=said.format("engines", "query engine", "engines")):
+        gated_query_engine(_router(), Echo(), MockLLM(), multi_step_engine=Echo(),
+                           engines="bm25_top3")  # fmt: skip
+    echo = RunnableLambda(lambda q: q)
+    with pytest.raises(ConfigError, match=said.format("branches", "Runnable", "branches")):
+        GateRouter(_router(), retrieve=echo, direct=echo, multi_step=echo, branches="bm25_top3")

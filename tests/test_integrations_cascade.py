@@ -373,3 +373,30 @@ def test_llamaindex_escalations_are_paid_from_the_routers_budget():
     escalated = [engine.query(q).metadata["escalated"] for q in SHORT]
     assert escalated == [False, False, True, False, True]  # as the running account allows
     assert retrieval.seen == [SHORT[2], SHORT[4]]
+
+
+def test_langchain_keeps_a_failed_direct_call_as_its_own_output():
+    """return_exceptions=True: one direct call that failed was read for log-probabilities
+    with the rest, and the whole batch raised a misleading ConfigError about them. The
+    failure stays its input's output (not escalated), the others escalate as ever."""
+    from langchain_core.runnables import RunnableLambda
+
+    from retrieval_gate.integrations.langchain import GateRouter
+
+    def flaky(item: dict):
+        if item["question"] == QUESTIONS[2]:
+            raise TimeoutError("LLM server timed out")
+        return item
+
+    seen: list[str] = []
+    router = GateRouter(FirstGate(), retrieve=_rag(seen),
+                        direct=RunnableLambda(flaky) | _chat_model(),
+                        answer_gate=AnswerConfidenceGate())  # fmt: skip
+    inputs = [{"question": q} for q in QUESTIONS]
+    outputs = router.batch(inputs, return_exceptions=True)
+    assert isinstance(outputs[2], TimeoutError)
+    kept = [i for i in range(len(QUESTIONS)) if i != 2]
+    assert [_text(outputs[i]).startswith("from-rag") for i in kept] == [RETRIEVED[i] for i in kept]
+    assert QUESTIONS[2] not in seen
+    with pytest.raises(TimeoutError, match="timed out"):  # without: the call's own error
+        router.batch(inputs)

@@ -137,3 +137,18 @@ def test_adapters_refuse_branches_the_router_never_routes_to():
     assert GateRouter(two, retrieve=echo, direct=echo).batch(["Capital?"]) == ["Capital?"]
     assert RetrievalGateRouter(two).branches == ["direct", "retrieve"]
     assert GateSelector(two).choices == 2
+
+
+@pytest.mark.parametrize("name", ["probability", "strategy"])
+def test_haystack_refuses_a_strategy_named_like_a_fixed_output_socket(name):
+    """A strategy of its own named `probability` or `strategy` (valid names) was a raw
+    TypeError from set_output_types, and its query would have been overwritten by run()."""
+    from retrieval_gate.integrations.haystack import RetrievalGateRouter
+    from routers import LengthRouter
+
+    specs = (StrategySpec("closed", 0.0), StrategySpec(name, 1.0, "bm25", k=3),
+             StrategySpec("deep", 3.0, "default", multi_step=True))  # fmt: skip
+    router = LengthRouter(strategies=[s.name for s in specs], costs={s.name: s.cost for s in specs})
+    said = f"strategy '{name}' .* clashes with the component's fixed output socket '{name}'"
+    with pytest.raises(ConfigError, match=said + ".*rename the strategy"):
+        RetrievalGateRouter(router, strategies=StrategyRegistry(specs, "test registry"))

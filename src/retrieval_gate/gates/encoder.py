@@ -22,16 +22,22 @@ from ..strict_rows import lone_surrogate_at
 from .base import Questions, as_questions
 
 
+def check_text(text: str, i: int = 0) -> None:
+    """One text scorable (question `i` of its batch): non-empty, and valid Unicode (JSON may
+    carry an escaped lone surrogate, which no tokenizer can encode). The adapters check each
+    input with it (LangChain's return_exceptions: one bad input is that input's error)."""
+    if not isinstance(text, str) or not has_text(text):
+        raise InputError(f"question {i} is empty (or only whitespace or control "
+                         "characters): cannot score an empty question text")  # fmt: skip
+    if (at := lone_surrogate_at(text)) is not None:
+        raise InputError(f"question {i} is not valid Unicode (a lone surrogate at "
+                         f"character {at}); send UTF-8 text")  # fmt: skip
+
+
 def check_texts(texts: Sequence[str]) -> None:
-    """Every text scorable: non-empty, and valid Unicode (JSON may carry an escaped lone
-    surrogate, which no tokenizer can encode)."""
+    """Every text scorable (`check_text`)."""
     for i, text in enumerate(texts):
-        if not isinstance(text, str) or not has_text(text):
-            raise InputError(f"question {i} is empty (or only whitespace or control "
-                             "characters): cannot score an empty question text")  # fmt: skip
-        if (at := lone_surrogate_at(text)) is not None:
-            raise InputError(f"question {i} is not valid Unicode (a lone surrogate at "
-                             f"character {at}); send UTF-8 text")  # fmt: skip
+        check_text(text, i)
 
 
 def pad_right(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

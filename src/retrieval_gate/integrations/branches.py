@@ -70,6 +70,18 @@ def _check_router(gate: Gate, budget: float | None, strategies: Strategies) -> S
         return check_router(gate, budget, registry_of(strategies) or BUILTIN, flag="budget")
 
 
+def own_mapping(value: Any, arg: str, kind: str) -> dict[str, Any]:
+    """An adapter's branches of the strategies of their own (`arg`: its parameter, e.g.
+    LangChain's `branches`, LlamaIndex's `engines`): a mapping of strategy name -> `kind`,
+    None for none. A bare name (engines="bm25_top3") was a raw ValueError from dict()."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{arg} is {type(value).__name__}: give a mapping of strategy name "
+                          f"-> {kind} (e.g. {arg}={{\"bm25_top3\": ...}})")  # fmt: skip
+    return dict(value)
+
+
 def branch_of(spec: StrategySpec) -> str:
     """A strategy's branch, from what it does (never from its name); a strategy named after a
     built-in branch it does not run is refused (a spec built in Python, past the registry's

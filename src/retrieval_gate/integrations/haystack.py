@@ -40,6 +40,11 @@ HINT = ("enable log-probabilities on the generator (e.g. OpenAIChatGenerator(gen
         '{"logprobs": True}), which puts them in each reply\'s meta)')  # fmt: skip
 
 
+# RetrievalGateRouter's output sockets beside its branches': a strategy of its own named like
+# one (a valid name) was a raw TypeError from set_output_types, and run() overwrote its query
+FIXED_SOCKETS = {"probability": "P(needs retrieval)", "strategy": "the strategy picked"}
+
+
 def _saved_gate(gate: Gate) -> dict[str, Any]:
     """What a saved pipeline keeps of a gate: the folder it was loaded from
     (`RetrievalGate.from_pretrained`), absolute (a relative one named another folder, or none,
@@ -120,9 +125,13 @@ class RetrievalGateRouter:
         own = list(branch_map(gate, budget, self.registry).values())  # a socket per branch
         self.branches = branches_of(gate, MULTI in own, budget, extra=own, threshold=threshold,
                                     strategies=self.registry)  # fmt: skip
-        extra = {"strategy": str} if is_router(gate) else {}
-        component.set_output_types(self, **dict.fromkeys(self.branches, str), probability=float,
-                                   **extra)  # fmt: skip
+        fixed = {"probability": float, **({"strategy": str} if is_router(gate) else {})}
+        if clash := next((b for b in self.branches if b in FIXED_SOCKETS), None):
+            raise ConfigError(f"strategy {clash!r} names a branch socket that clashes with the "
+                              f"component's fixed output socket {clash!r} (it carries "
+                              f"{FIXED_SOCKETS[clash]}): rename the strategy in its strategies "
+                              "file (e.g. bm25_top3)")  # fmt: skip
+        component.set_output_types(self, **dict.fromkeys(self.branches, str), **fixed)
 
     def to_dict(self) -> dict[str, Any]:
         """The component in a saved pipeline (`Pipeline.dumps`, YAML): its gate by folder."""

@@ -14,6 +14,7 @@ from langchain_core.runnables.base import coerce_to_runnable
 
 from ..errors import ConfigError, InputError
 from ..gates.base import Gate, as_questions
+from ..gates.encoder import check_text
 from .branches import (
     DIRECT,
     MULTI,
@@ -24,6 +25,7 @@ from .branches import (
     budget_account,
     escalator,
     openai_logprobs,
+    own_mapping,
     registry_of,
     route,
     routed_choices,
@@ -89,10 +91,8 @@ class GateRouter(Runnable[Any, Any]):
         self.threshold, self.budget = threshold, budget
         self.retrieve, self.direct = _branch(retrieve, "retrieve"), _branch(direct, "direct")
         self.multi_step = None if multi_step is None else _branch(multi_step, MULTI)
-        if branches is not None and not isinstance(branches, Mapping):
-            raise ConfigError(f"branches is {type(branches).__name__}: give a mapping of "
-                              "strategy name -> Runnable")  # fmt: skip
-        self.own = {name: _branch(b, f"branches[{name!r}]") for name, b in (branches or {}).items()}
+        own = own_mapping(branches, "branches", "Runnable")
+        self.own = {name: _branch(b, f"branches[{name!r}]") for name, b in own.items()}
         self.branches = branches_of(gate, multi_step is not None, budget, extra=list(self.own),
                                     threshold=threshold, multi_arg=MULTI,  # its parameter
                                     extra_arg="branches", strategies=self.strategies)  # fmt: skip
@@ -156,19 +156,24 @@ class GateRouter(Runnable[Any, Any]):
             idx = [i for i, d in decisions.items() if d == name]
             self._run(branch, idx, inputs, outputs, config, kwargs)
         if self.escalator is not None:  # the cascade: unsure direct answers go to retrieve
-            direct = [i for i, d in decisions.items() if d == DIRECT]
+            # a failed call (return_exceptions) stays its input's output: it has no answer to
+            # read, and the others' escalations went with it (a log-probabilities ConfigError)
+            direct = [i for i, d in decisions.items()
+                      if d == DIRECT and not isinstance(outputs[i], Exception)]  # fmt: skip
             up = self.escalations([inputs[i] for i in direct], [outputs[i] for i in direct])
             idx = [i for i, e in zip(direct, up, strict=True) if e]
             self._run(self.retrieve, idx, inputs, outputs, config, kwargs)
         return outputs
 
     def _readable(self, inputs: list[Any], outputs: list[Any]) -> list[int]:
-        """The inputs a question can be read from; each other one's error is its output
-        (`return_exceptions`: one empty question failed the whole batch)."""
+        """The inputs a question can be read from and the gate can score (`check_text`: not
+        empty, valid Unicode); each other one's error is its output (`return_exceptions`: one
+        empty question, or one with a lone surrogate, failed the whole batch)."""
         ok = []
         for i, item in enumerate(inputs):
             try:
-                as_questions([self._text(item)])
+                for q in as_questions([self._text(item)]):
+                    check_text(q.text, i)
                 ok.append(i)
             except (InputError, ConfigError) as e:
                 outputs[i] = e

@@ -31,6 +31,7 @@ from .branches import (
     budget_account,
     escalator,
     openai_logprobs,
+    own_mapping,
     registry_of,
     routed,
 )
@@ -178,7 +179,7 @@ def gated_query_engine(
     `strategies`: a strategies YAML file (read as the CLI's `--strategies FILE.yaml`) or a
     `StrategyRegistry`, declaring a router's strategies its export names only (a router
     trained on a label file's own strategy names without a strategies file)."""
-    engines = dict(engines or {})
+    engines = own_mapping(engines, "engines", "query engine")
     registry = registry_of(strategies)  # read once
     _check_engine(retrieval_engine, "retrieval_engine")
     if multi_step_engine is not None:
