@@ -81,6 +81,27 @@ def test_an_openai_logprobs_column_is_the_answers_log_probabilities(tmp_path):
     assert _rows(tmp_path)["m1"]["token_logprobs"] == [-0.5, 0.0]
 
 
+def _both(m1: list[float]) -> list[dict]:
+    """A harness's own `token_logprobs` beside the raw OpenAI reply's `logprobs`."""
+    reply = {"content": [{"token": "William", "logprob": -0.5}, {"token": "!", "logprob": 0.0}]}
+    return [{"id": "m1", "correct": True, "token_logprobs": m1, "logprobs": reply}]
+
+
+def test_two_log_probability_columns_that_differ_are_refused(tmp_path, capsys):
+    """`token_logprobs` and `logprobs` that differ: the first was read, the other dropped
+    unseen; alike (to 1e-6) they are one answer's, and the flag picks one."""
+    assert _label(tmp_path, write_jsonl(tmp_path / "o.jsonl", _both([-9.0, -9.0]))) == 2
+    assert ("o.jsonl, line 1: columns 'token_logprobs' and 'logprobs' both give the answer's "
+            "token log-probabilities and differ ([-9.0, -9.0] vs [-0.5, 0.0]): keep one column, "
+            "or name the one to read with --outcome-field token_logprobs=COLUMN"
+            in capsys.readouterr().err)  # fmt: skip
+    assert not (tmp_path / "labels" / "my-llm" / "closed-book.jsonl").exists()
+    path = write_jsonl(tmp_path / "o.jsonl", _both([-9.0, -9.0]))
+    assert _label(tmp_path, path, "--outcome-field", "token_logprobs=logprobs") == 0
+    assert _rows(tmp_path)["m1"]["token_logprobs"] == [-0.5, 0.0]
+    assert _label(tmp_path, write_jsonl(path, _both([-0.5000001, 0.0]))) == 0  # alike
+
+
 @pytest.mark.parametrize(
     ("rows", "flags", "message"),
     [
@@ -172,6 +193,24 @@ def test_a_question_file_reads_answer_log_probabilities_under_other_names(tmp_pa
     assert hamlet.extra["mean_logprob"] == -1.0 and "conf" not in hamlet.extra
     with pytest.raises(DataError, match="line 2: column 'token_logprobs': -1 is not a list"):
         read_questions(str(path), {"token_logprobs": "conf"})  # read, and checked, as the field
+
+
+def test_a_question_file_with_two_log_probability_columns_that_differ_is_refused(tmp_path):
+    """`score --questions` read `token_logprobs` and dropped a `logprobs` that differs unseen;
+    alike (to 1e-6) they are one answer's, and --field picks one."""
+    from retrieval_gate.data.user_questions import read_questions
+
+    path = tmp_path / "new.csv"
+    path.write_text('question,token_logprobs,logprobs\nWho wrote Hamlet?,"[-0.5, 0.0]",'
+                    '"[-0.4999995, 0.0]"\nWhere is Oslo?,[-0.1],[-7.0]\n')  # fmt: skip
+    with pytest.raises(DataError) as refused:
+        read_questions(str(path))
+    assert ("new.csv, line 3: columns 'token_logprobs' and 'logprobs' both give the answer's "
+            "token log-probabilities and differ ([-0.1] vs [-7.0]): keep one column, or name "
+            "the one to read with --field token_logprobs=COLUMN" in str(refused.value))  # fmt: skip
+    hamlet, oslo = read_questions(str(path), {"token_logprobs": "logprobs"})
+    assert hamlet.extra["token_logprobs"] == [-0.4999995, 0.0]
+    assert oslo.extra["token_logprobs"] == [-7.0] and "logprobs" not in oslo.extra
 
 
 def test_a_prediction_cell_is_one_answers_text(tmp_path, capsys):

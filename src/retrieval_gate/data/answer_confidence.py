@@ -38,6 +38,7 @@ HAS_ANSWER = "has_answer"
 # No answer token is this unlikely (p < e^-100000); below it is a placeholder, e.g. float32's
 # lowest for a masked token, and two of them made the mean -inf (written as -Infinity).
 LOWEST = -1e5
+SAME_LOGPROB = 1e-6  # two columns' log-probabilities this close are one answer's
 
 
 def _number(value: Any, what: str, path: str | Path | None, line: int | None) -> float:
@@ -76,7 +77,7 @@ def parse_token_logprobs(
     when empty or null. An OpenAI-compatible server's `logprobs` object, or its list of chat
     token entries, is read as that list. An empty list is returned as []: the caller refuses
     it where the row has an answer."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if _no_cell(value):
         return None
     if isinstance(value, str):
         try:
@@ -155,6 +156,47 @@ def _plain(value: Any) -> Any:
     return dump() if callable(dump) else value
 
 
+def agreed_token_logprobs(
+    row: dict[str, Any], columns: Sequence[str], path: str | Path | None, line: int, flag: str
+) -> list[float] | None:
+    """`parse_token_logprobs` of the first of `columns` holding a value (None: none does),
+    where every other one that holds a list reads the same (to SAME_LOGPROB): a harness's own
+    `token_logprobs` beside the raw reply's `logprobs` that differ had the second dropped
+    unseen. `flag` names one column to read (`--outcome-field`, `--field`)."""
+    given = [(c, row[c]) for c in columns if not _no_cell(row.get(c))]
+    if not given:
+        return None
+    first = parse_token_logprobs(given[0][1], path, line)
+    for column, value in given[1:]:
+        other = _parsed_or_none(value)
+        if other is not None and not _same_logprobs(first, other):
+            raise DataError(f"columns {given[0][0]!r} and {column!r} both give the answer's "
+                            f"token log-probabilities and differ ({str(first)[:60]} vs "
+                            f"{str(other)[:60]}): keep one column, or name the one to read "
+                            f"with {flag} {TOKEN_LOGPROBS}=COLUMN", path, line)  # fmt: skip
+    return first
+
+
+def _no_cell(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _parsed_or_none(value: Any) -> list[float] | None:
+    """A second column's list, or None where it reads as none (never read: nothing to weigh)."""
+    try:
+        return parse_token_logprobs(value)
+    except DataError:
+        return None
+
+
+def _same_logprobs(a: list[float], b: list[float]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(
+        math.isclose(x, y, rel_tol=0.0, abs_tol=SAME_LOGPROB) for x, y in zip(a, b, strict=True)
+    )
+
+
 def parse_mean_logprob(
     value: Any,
     path: str | Path | None = None,
@@ -162,7 +204,7 @@ def parse_mean_logprob(
     column: str = MEAN_LOGPROB,
 ) -> float | None:
     """A `mean_logprob` cell: a number <= 0 (text in a CSV cell), None when empty."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if _no_cell(value):
         return None
     if isinstance(value, str):
         try:

@@ -31,6 +31,7 @@ from ..text_bytes import binary_kind, not_utf8, nul_byte
 from .answer_confidence import (
     MEAN_LOGPROB,
     TOKEN_LOGPROBS,
+    agreed_token_logprobs,
     parse_mean_logprob,
     parse_token_logprobs,
 )
@@ -413,6 +414,8 @@ def _question(
     spec: str, n: int, row: dict[str, Any], columns: dict[str, tuple[str, ...]], source: str
 ) -> Question:
     def get(field: str) -> Any:
+        if field == TOKEN_LOGPROBS:  # two columns of it that differ are refused, not one taken
+            return agreed_token_logprobs(row, columns[field], spec, n, "--field")
         return _cell(row, columns, field)[1]
 
     text = get("text")

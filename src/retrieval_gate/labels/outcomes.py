@@ -32,6 +32,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from ..data.answer_confidence import agreed_token_logprobs
 from ..data.user_questions import read_rows, text_id
 from ..errors import ConfigError, DataError
 from ..fileio import sha256_file
@@ -46,7 +47,6 @@ from .logprobs import (
     TOKEN_LOGPROBS,
     mean_of,
     parse_mean_logprob,
-    parse_token_logprobs,
     rounded,
 )
 from .outcome_columns import (
@@ -274,7 +274,7 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
 
 def _logprobs(row: dict, path, n: int, answer: Any) -> dict[str, Any]:
     """`mean_logprob` (None when not recorded) and, when recorded, `token_logprobs`."""
-    tokens = parse_token_logprobs(_first(row, LOGPROBS), path, n)
+    tokens = agreed_token_logprobs(row, LOGPROBS, path, n, "--outcome-field")
     mean = parse_mean_logprob(row.get(MEAN_LOGPROB), path, n)
     if tokens == [] and answer not in (None, ""):
         raise DataError(
