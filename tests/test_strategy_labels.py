@@ -331,6 +331,52 @@ def test_strategies_a_dying_server_fails_its_questions_and_a_rerun_redoes_only_t
     assert labels.meta["multi_step"] == {"max_steps": 2, "max_docs": 1, "step_k": 1}
 
 
+def test_strategies_resume_takes_the_corpus_by_its_checksum_not_its_path(
+    tmp_path, capsys, monkeypatch
+):
+    """The same corpus named by a relative path, then an absolute one (or a byte-identical
+    copy) resumes, as rag-gain's does; a corpus with other documents is refused."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "question": t, "answers": ["Paris"]})
+                                 + "\n" for i, t in enumerate(["Capital of France?",
+                                                               "City on the Seine?"])))  # fmt: skip
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "d0", "title": "Paris", "text": "Paris is in France."})
+                      + "\n")  # fmt: skip
+    copy = tmp_path / "copy" / "docs.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(corpus.read_bytes())
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "d0", "title": "Lyon", "text": "Lyon is in France."})
+                     + "\n")  # fmt: skip
+    server = _FakeServer()
+    path = tmp_path / "labels" / "fake-llm" / "strategies.jsonl"
+
+    def run(corpus_arg: str) -> int:
+        return main(["label", "--policy", "strategies", "--questions", str(questions),
+                     "--generator-url", server.url, "--retriever", "bm25", "--corpus",
+                     corpus_arg, "--k", "1", "--max-steps", "2", "--labels-dir",
+                     str(tmp_path / "labels")])  # fmt: skip
+
+    def interrupted() -> None:  # as if killed after the first row
+        path.write_text(path.read_text().splitlines(keepends=True)[0])
+
+    try:
+        monkeypatch.chdir(tmp_path)
+        assert run("corpus.jsonl") == 0
+        for again in (str(corpus), str(copy)):
+            interrupted()
+            assert run(again) == 0, capsys.readouterr().err
+            assert sorted(json.loads(line)["id"] for line in path.read_text().splitlines()) == [
+                "q0", "q1"]  # fmt: skip
+        assert read_strategy_labels(path).meta["corpus"] == str(copy)  # the path, recorded
+        interrupted()
+        assert run(str(other)) == 2
+        assert "this label file was made with corpus_sha256=" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
 def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path):
     from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
     from retrieval_gate.rag.multistep import MultiStepConfig

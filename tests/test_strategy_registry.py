@@ -143,6 +143,13 @@ strategies:
          "strategies[0]: unknown key 'colour'"),
         ("strategies: []\n", "strategies: a non-empty list"),
         ("strategies:\n  - {cost: 1}\n", "strategies[0]: missing name:"),
+        ("strategies:\n  - {name: yes, cost: 1}\n", "strategies[0]: name True is read by YAML "
+         "as a boolean, not text (YAML 1.1 reads a plain yes/no, on/off or true/false so): "
+         "quote it as written (name: 'yes', not name: yes)"),
+        ("strategies:\n  - {name: on, cost: 1}\n", "name True is read by YAML as a boolean"),
+        ("strategies:\n  - {name: 7, cost: 1}\n", "strategies[0]: name 7 is read by YAML as a "
+         "number, not text: quote it as written (name: \"7\")"),
+        ("strategies:\n  - {name: [a], cost: 1}\n", "name ['a'] is not text"),
         ("strategies:\n  - {name: 'a,b', cost: 1}\n", "strategies[0]: name 'a,b' is not a plain"),
         ("strategies:\n  - {name: 'top k=3', cost: 1}\n", "name 'top k=3' is not a plain name"),
         ("strategies:\n  - {name: '-x', cost: 1}\n", "name '-x' is not a plain name"),
@@ -297,6 +304,23 @@ def test_label_takes_names_or_a_file(tmp_path, capsys):
                  "--labels-dir", str(tmp_path / "labels")]) == 2  # fmt: skip
     assert "cannot run strategy dense_top2 (dense retriever" in capsys.readouterr().err
     assert not (tmp_path / "labels").exists()
+
+
+def test_a_strategy_with_its_own_generator_is_refused_for_that_reason(tmp_path, capsys):
+    """The hint was "pass --retriever bm25" with --retriever bm25 given: the generator: line,
+    not the retriever, is what this run cannot honour."""
+    path = write(tmp_path, "strategies:\n  - {name: no_retrieval}\n  - {name: b3, cost: 0.5, "
+                 "retriever: bm25, generator: 'http://127.0.0.1:9/v1'}\n")  # fmt: skip
+    assert main(["label", "--policy", "strategies", "--strategies", str(path),
+                 "--dataset", "retrievalqa", "--limit", "2", "--retriever", "bm25",
+                 "--labels-dir", str(tmp_path / "labels")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "cannot run strategy b3 (generator http://127.0.0.1:9/v1): it names its own " in err
+    assert "drop its generator: line" in err and "pass --retriever" not in err
+    assert not (tmp_path / "labels").exists()
+    with pytest.raises(ConfigError, match="b3 .*names its own generator") as e:
+        check_modes(["b3"], ModeOptions(strategies=load_strategies(path), retriever="bm25"))
+    assert "pass --retriever" not in str(e.value)
 
 
 def test_a_training_config_takes_a_strategies_section():

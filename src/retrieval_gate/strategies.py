@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -337,7 +338,9 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a strategy takes "
                           f"{', '.join(KEYS)}", path)  # fmt: skip
     name = item.get("name")
-    if not isinstance(name, str) or not name.strip():
+    if name is not None and not isinstance(name, str):  # `name: yes` is True to YAML 1.1
+        raise ConfigError(f"{where}: name {name!r} {_not_text(name)}", path)
+    if name is None or not name.strip():
         raise ConfigError(f"{where}: missing name: (a strategy's name, e.g. bm25_top3)", path)
     name = name.strip()
     if not NAME.fullmatch(name):
@@ -383,6 +386,20 @@ def spec_from_mapping(item: Any, where: str, path: str | Path | None = None) -> 
                         str(item.get("description") or ""))  # fmt: skip
     check_branch_name(spec, where, path)
     return spec
+
+
+def _not_text(value: Any) -> str:
+    """Why a scalar a name should be is not text, for a message: YAML 1.1 reads a plain `yes`,
+    `on` or `true` as a boolean, `7` as a number, `2024-01-01` as a date."""
+    if isinstance(value, bool):
+        return (
+            "is read by YAML as a boolean, not text (YAML 1.1 reads a plain yes/no, on/off or "
+            "true/false so): quote it as written (name: 'yes', not name: yes)"
+        )
+    if not isinstance(value, int | float | date):  # a list or mapping: no quoting helps
+        return "is not text: a strategy's name is one plain name (e.g. bm25_top3)"
+    kind = "a date" if isinstance(value, date) else "a number"
+    return f'is read by YAML as {kind}, not text: quote it as written (name: "{value}")'
 
 
 def is_cost(value: float) -> bool:

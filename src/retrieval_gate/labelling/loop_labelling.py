@@ -59,9 +59,12 @@ POLICY = "strategies"
 PROMPT_IDS = dict(zip(PROMPTS, (CLOSED_BOOK_ID, WITH_CONTEXT_ID, MULTI_STEP_ID), strict=True))
 # Provenance a resumed file must share with this run (checked before any engine starts);
 # `multi_step` (the registry's name of the built-in) keys the multi-step reasoner's settings.
-RESUME_KEYS = ("policy", "source", "generator", "strategies", "retriever", "corpus",
-               "corpus_sha256", "k", "max_new_tokens", MULTI_STEP, "doc_words", "prompt_ids",
-               "criterion", "unanswered", "strategy_specs")  # fmt: skip
+# The corpus by its checksum, as rag-gain's: its path (`corpus`) and the questions file's
+# (`questions_source`) are recorded, not compared, so the same file named by another path (or
+# a copy) resumes; the questions themselves are compared row by row (`question_sha`).
+RESUME_KEYS = ("policy", "source", "generator", "strategies", "retriever", "corpus_sha256",
+               "k", "max_new_tokens", MULTI_STEP, "doc_words", "prompt_ids", "criterion",
+               "unanswered", "strategy_specs")  # fmt: skip
 
 
 @dataclass

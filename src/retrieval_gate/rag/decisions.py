@@ -105,16 +105,25 @@ def _binary_budget(gate: Gate, budget: Budget, flag: str) -> ConfigError:
 
 def check_runnable(specs: Sequence[StrategySpec], retriever: str, where: str) -> None:
     """Before any engine starts: every strategy retrieves with the verb's `--retriever` (or
-    none) and runs on the verb's generator; else the ones that cannot run are named."""
-    bad = [s for s in specs
-           if s.retriever_name(retriever) not in (None, retriever) or s.generator is not None]  # fmt: skip
+    none) and runs on the verb's generator; else the ones that cannot run are named, with
+    what stops them (another retriever, or a generator of their own)."""
+    own = [s for s in specs if s.generator is not None]
+    if own:  # a --retriever flag would not help: the verbs run one generator
+        said = ", ".join(f"{s.name} (generator {s.generator})" for s in own)
+        raise ConfigError(
+            f"{where}: this run cannot run strategy {said}: it names its own generator, and "
+            "this version runs every strategy on the run's one generator (--generator / "
+            "--generator-url); drop its generator: line from the strategies file to run it "
+            "on this run's generator, or run it separately with that generator as "
+            "--generator-url (or --generator) and no generator: line"
+        )
+    bad = [s for s in specs if s.retriever_name(retriever) not in (None, retriever)]
     if bad:
-        said = ", ".join(f"{s.name} ({s.retriever or 'no'} retriever"
-                         f"{', generator ' + s.generator if s.generator else ''})" for s in bad)  # fmt: skip
+        said = ", ".join(f"{s.name} ({s.retriever} retriever)" for s in bad)
         raise ConfigError(
             f"{where}: this run cannot run strategy {said}: it retrieves with --retriever "
-            f"{retriever} on one generator; pass --retriever "
-            f"{bad[0].retriever_name(retriever) or retriever}, or drop the strategy"
+            f"{retriever}; pass --retriever {bad[0].retriever_name(retriever)}, or drop the "
+            "strategy"
         )
 
 
