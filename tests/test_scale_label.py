@@ -9,6 +9,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,6 +165,67 @@ def test_killed_ray_driver_resumes_without_resending_finished_questions(tmp_path
     assert resent == {closed_book_prompt(q.text) for q in qs if q.id not in before}
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert sorted(ids) == sorted(q.id for q in qs)  # every question once: no duplicate rows
+
+
+def _session_processes(sid: int) -> dict[int, str]:
+    """The live processes of session `sid` (a process started with start_new_session leads
+    its own), by pid: their command lines, from /proc."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    return {pid: cmd.decode(errors="replace") for pid, cmd in found.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads processes in /proc")
+def test_ctrl_c_while_ray_starts_exits_130_and_leaves_no_ray_behind(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while `label --engine
+    ray` started its local Ray: a KeyboardInterrupt inside ray.init left the Ray processes it
+    had started (DashboardAgent, RuntimeEnvAgent) running a minute after the driver said
+    "interrupted", and one just after ray.init made the driver's core worker died of SIGSEGV
+    at exit (rc -11). The Ctrl-C is sent at three moments of the start: when its GCS, its
+    raylet, and its agents appear."""
+    import tempfile
+
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text("".join(json.dumps({"id": q.id, "question": q.text,
+                                         "answers": list(q.answers)}) + "\n"
+                             for q in questions(4)))  # fmt: skip
+    ray_tmp = tempfile.mkdtemp(prefix="rg-ray-")  # short: Ray's socket paths must fit 107 bytes
+    try:
+        env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+        with FakeServer(0.5) as url:
+            for n, moment in enumerate(("gcs_server", "raylet", "ray::DashboardAgent")):
+                cmd = [sys.executable, "-m", "retrieval_gate.cli", "label", "--policy",
+                       "closed-book", "--questions", str(qfile), "--out",
+                       str(tmp_path / f"run{n}.jsonl"), "--generator-url", url,
+                       "--engine", "ray", "--actors", "1"]  # fmt: skip
+                run = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, env=env)  # fmt: skip
+                try:
+                    deadline = time.monotonic() + 120
+                    while not any(moment in c for c in _session_processes(run.pid).values()):
+                        assert run.poll() is None and time.monotonic() < deadline, moment
+                        time.sleep(0.02)
+                    os.killpg(run.pid, signal.SIGINT)
+                    err = run.communicate(timeout=60)[1].decode()
+                    assert run.returncode == 130, (moment, run.returncode, err[-2000:])
+                    assert "retrieval-gate label: interrupted" in err, (moment, err[-2000:])
+                    deadline = time.monotonic() + 5  # Ray's processes are stopped, not orphaned
+                    while (left := _session_processes(run.pid)) and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    assert not left, (moment, left)
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(run.pid, signal.SIGKILL)
+                    for pid in _session_processes(run.pid):  # any the test found left
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -886,6 +948,43 @@ def test_a_question_the_server_refuses_is_listed_and_the_run_goes_on(
         assert "refused every question of a chunk of 6" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("outage", ["always_fail", "garbled"])
+def test_a_prompt_failed_by_an_outage_is_asked_again_once_the_server_is_back(monkeypatch, outage):
+    """`serve --mode answer --generator-url`: a question asked while the server was down (a
+    500 to every retry, or a 200 that is no chat completion: a proxy's page) got 503, and
+    asked again once the server was back it got the outage's 503 for a minute, the server
+    unasked: the refusal was remembered as the prompt's. A refusal every prompt of the batch
+    got is the server's, forgotten; a 400 naming the request, or a 500 while the prompts
+    batched with it were answered, is still the prompt's, answered again unasked."""
+    from retrieval_gate.errors import PromptRefused
+    from retrieval_gate.generation import remote
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    question, poison = "What is the capital of Peru?", "Who wrote FAILME?"
+    server = FakeServer(0.0, refuse="REFUSEME")
+    with server as url:
+        generator = RemoteGenerator(url, "fake-llm")
+        setattr(server, outage, "capital")  # the server down, for every prompt of the batch
+        with pytest.raises(PromptRefused):
+            generator.generate([question])
+        assert isinstance(generator.try_generate([question])[0], PromptRefused)  # asked again
+        down = server.requests[question]
+        assert down == {"always_fail": 8, "garbled": 2}[outage]
+        setattr(server, outage, None)  # back
+        (got,) = generator.generate([question])
+        assert got.text == answer(question) and server.requests[question] == down + 1
+        for _ in range(2):  # the prompt's own refusals: asked once, then answered unasked
+            with pytest.raises(PromptRefused, match="answered 400"):
+                generator.generate(["Who wrote REFUSEME?"])
+        assert server.refused == 1
+        server.always_fail = "FAILME"  # a poison prompt, while the one batched with it is answered
+        for _ in range(2):
+            out = generator.try_generate([question, poison])
+            assert out[0].text == answer(question) and isinstance(out[1], PromptRefused)
+        assert server.requests[poison] == remote.RETRIES + 1
+        generator.close()
+
+
 def test_prompts_are_fitted_to_a_servers_window_as_to_the_local_engines(tmp_path):
     """A server's window was its own business: a with-retrieval prompt past a small
     `--max-model-len` got a 400 that stopped the labelling run. Where the server lists its
@@ -928,3 +1027,66 @@ def test_a_prompt_refused_in_rags_warm_up_fails_its_question_only(tmp_path, monk
                      "--generator-url", url, "--out", str(tmp_path / "rag.md")]) == 0  # fmt: skip
     assert "never: 1 of 3 questions got no answer" in capsys.readouterr().err
     assert (tmp_path / "rag.md").is_file()
+
+
+def test_a_failed_questions_list_no_label_run_wrote_is_refused_not_emptied(
+    tmp_path, capsys, monkeypatch
+):
+    """A label run rewrote `<file>.failed.jsonl` whenever one was there, so the user's own file
+    of that name beside --out was emptied even when no question failed. One that no label run
+    wrote is refused by name before any question is asked, left as it was; the run's own list
+    is rewritten on the next run, and so is one an earlier release wrote beside its label file
+    (no ledger entry yet: recognised by its rows)."""
+    from retrieval_gate.generation import remote
+    from user_files import QUESTIONS, write_jsonl
+
+    monkeypatch.setattr(remote, "RETRY_PAUSE", 0.0)
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    out = tmp_path / "mine.jsonl"
+    failed = tmp_path / "mine.failed.jsonl"
+    mine = '{"id": "x", "note": "my own notes"}\n'
+    failed.write_text(mine)
+
+    def label_with(server: FakeServer) -> tuple[int, str]:
+        with server as url:
+            code = main(["label", "--policy", "closed-book", "--questions", str(qs), "--out",
+                         str(out), "--generator-url", url, "--no-cache"])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    server = FakeServer(0.0)
+    code, err = label_with(server)
+    assert code == 2 and str(failed) in err and "did not write it" in err, err
+    assert "pass another --out" in err and failed.read_text() == mine
+    assert not out.exists() and not server.requests  # refused before the first question
+    failed.unlink()
+    assert label_with(FakeServer(0.0, refuse="Hamlet"))[0] == 0  # m1 fails: listed
+    assert [json.loads(line)["id"] for line in failed.read_text().splitlines()] == ["m1"]
+    (tmp_path / ".retrieval-gate-files.json").unlink()  # as an earlier release left it
+    assert label_with(FakeServer(0.0))[0] == 0  # m1 answered now: the list is emptied
+    assert failed.read_text() == "" and sorted(rows_of(out)) == ["m1", "m2", "m3"]
+    failed.write_text(mine)  # the user's, beside a label file a run made: still refused
+    code, err = label_with(FakeServer(0.0))
+    assert code == 2 and str(failed) in err and failed.read_text() == mine, err
+
+
+def test_an_out_not_ending_in_jsonl_never_takes_another_label_files_provenance(tmp_path, capsys):
+    """`--out DIR/l` wrote its provenance to DIR/l.meta.json, the sidecar of DIR/l.jsonl, and
+    replaced that file's record (its rows, questions, date). A label file's name must end in
+    .jsonl: another is refused before anything is written, the other file's sidecar kept."""
+    from user_files import QUESTIONS, write_jsonl
+
+    qs = write_jsonl(tmp_path / "qs.jsonl", QUESTIONS)
+    first = tmp_path / "l.jsonl"
+
+    def label_to(out: Path, *more: str) -> int:
+        with FakeServer(0.0) as url:
+            return main(["label", "--policy", "closed-book", "--questions", str(qs), "--out",
+                         str(out), "--generator-url", url, "--no-cache", *more])  # fmt: skip
+
+    assert label_to(first, "--limit", "1") == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    assert label_to(tmp_path / "l") == 2
+    err = capsys.readouterr().err
+    assert "a label file's name must end in .jsonl" in err and str(tmp_path / "l") in err, err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no lock file either

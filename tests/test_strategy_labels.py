@@ -377,6 +377,32 @@ def test_strategies_resume_takes_the_corpus_by_its_checksum_not_its_path(
         server.close()
 
 
+def test_strategies_refuse_a_users_failed_questions_file_before_the_generator(tmp_path, capsys):
+    """The strategies loop lists failed questions in `strategies.failed.jsonl` beside its
+    label file: a user's file of that name is refused by name before the corpus is read and
+    the generator built (it was checked only when the loop began: a local engine had started
+    for nothing; here the damaged corpus was said instead)."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "q0", "question": "Capital of France?",
+                                     "answers": ["Paris"]}) + "\n")  # fmt: skip
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "d0", "text": \n')  # read after the refusal, if ever
+    mine = tmp_path / "labels" / "fake-llm" / "strategies.failed.jsonl"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my notes\n")
+    server = _FakeServer()
+    try:
+        code = main(["label", "--policy", "strategies", "--questions", str(questions),
+                     "--generator-url", server.url, "--retriever", "bm25", "--corpus",
+                     str(corpus), "--labels-dir", str(tmp_path / "labels")])  # fmt: skip
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert code == 2 and server.count == 0
+    assert "strategies.failed.jsonl" in err and "corpus" not in err, err
+    assert mine.read_text() == "my notes\n"
+
+
 def test_strategies_label_real_vllm_resume_and_refusals(vllm_generator, tmp_path):
     from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
     from retrieval_gate.rag.multistep import MultiStepConfig

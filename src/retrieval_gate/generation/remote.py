@@ -44,8 +44,20 @@ RETRY_PAUSE = 1.0  # seconds before the first retry; doubled each time
 LIST_TIMEOUT = 10.0
 # Seconds a prompt refused for good answers with that refusal again, unasked: the labelling loop
 # halves a chunk around it, and a poison prompt (a 500 to every retry, 7 s of pauses) was asked
-# again at every halving.
+# again at every halving. Only a refusal that is the prompt's is remembered (`_remember`): a
+# final 4xx naming the request, or a 500 or a reply with no answer while the server answered
+# (or refused so) a prompt batched with it. A refusal of that kind every prompt of its batch got
+# is the server's (an outage, a proxy's page): `serve` asked the question again after the
+# server came back and got the outage's 503 for a minute, the server unasked.
 REFUSAL_MEMORY = 60.0
+# The final 4xx that name the request itself (malformed, too large, unprocessable: a prompt past
+# the window of a server that counts no tokens): the same request is refused again.
+REQUEST_REFUSALS = frozenset({400, 413, 414, 422})
+
+
+class RequestRefused(PromptRefused):
+    """A final 4xx naming the request (REQUEST_REFUSALS): the prompt's whatever else the server
+    answers, so remembered for REFUSAL_MEMORY seconds."""
 
 
 class RemoteGenerator:
@@ -130,6 +142,8 @@ class RemoteGenerator:
                 problem = f"generator server {answered(base + path, r)}"
                 if chat and self._traits.resend(r.status_code, r.text, body):
                     return None
+                if r.status_code in REQUEST_REFUSALS:
+                    raise RequestRefused(problem)
                 if r.status_code < 500 and r.status_code != 429:
                     raise PromptRefused(problem)
             pause = max(RETRY_PAUSE * 2**attempt, wait)
@@ -202,23 +216,51 @@ class RemoteGenerator:
             return list(pool.map(fn, items))
 
     def _chat(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
-        """One answer, or the refusal the same request got within REFUSAL_MEMORY seconds."""
+        """One answer, or the refusal remembered for the same request (`_remember`)."""
         key = (prompt, max_new_tokens, logprobs)
         with self._refused_lock:
             when, refusal = self._refused.get(key, (-REFUSAL_MEMORY, None))
         if refusal is not None and time.monotonic() - when < REFUSAL_MEMORY:
             raise refusal
-        try:
-            answer = self._ask(prompt, max_new_tokens, logprobs)
-            answer.finished = time.perf_counter()
-            return answer
-        except PromptRefused as e:
-            now = time.monotonic()
-            with self._refused_lock:
-                self._refused = {k: v for k, v in self._refused.items()
-                                 if now - v[0] < REFUSAL_MEMORY}  # fmt: skip
-                self._refused[key] = (now, e)
-            raise
+        answer = self._ask(prompt, max_new_tokens, logprobs)
+        answer.finished = time.perf_counter()
+        return answer
+
+    def _batch(
+        self, prompts: Sequence[str], max_new_tokens: int, logprobs: bool
+    ) -> list[Generation | BackendError]:
+        """Each prompt's answer, or the error its request failed with, in its place."""
+
+        def one(prompt: str) -> Generation | BackendError:
+            try:
+                return self._chat(prompt, max_new_tokens, logprobs)
+            except BackendError as e:
+                return e
+
+        out = self._map(one, list(prompts))
+        self._remember([(p, max_new_tokens, logprobs) for p in prompts], out)
+        return out
+
+    def _remember(
+        self, keys: list[tuple[str, int, bool]], out: list[Generation | BackendError]
+    ) -> None:
+        """Keeps for REFUSAL_MEMORY seconds the refusals that are their prompts': a final 4xx
+        naming the request (`RequestRefused`), or any `PromptRefused` (a 500 to every retry, a
+        200 with no answer) while the server answered another prompt of the batch, or refused
+        it so (it was up, reading requests). Such a refusal every prompt got is the server's
+        (down, or a proxy's page in its place): forgotten, the next request for the prompt asks
+        the server again. A lost connection, a timeout, a 429 or 503 is a `BackendError` only,
+        never remembered."""
+        answered = any(isinstance(g, (Generation, RequestRefused)) for g in out)  # it was up
+        now = time.monotonic()
+        with self._refused_lock:
+            self._refused = {k: v for k, v in self._refused.items()
+                             if now - v[0] < REFUSAL_MEMORY}  # fmt: skip
+            for key, got in zip(keys, out, strict=True):
+                known = self._refused.get(key, (0.0, None))[1] is got  # kept from when it came
+                if isinstance(got, PromptRefused) and not known:
+                    if answered or isinstance(got, RequestRefused):
+                        self._refused[key] = (now, got)
 
     def _ask(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
         """One answer, asked as the server was seen to take it (`ServerTraits`: without the
@@ -233,21 +275,18 @@ class RemoteGenerator:
     def generate(
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation]:
-        return self._map(lambda p: self._chat(p, max_new_tokens, logprobs), list(prompts))
+        out = self._batch(prompts, max_new_tokens, logprobs)
+        failed = next((g for g in out if isinstance(g, BackendError)), None)
+        if failed is not None:  # the first in the prompts' order, as a pool's map raises
+            raise failed
+        return out  # type: ignore[return-value]
 
     def try_generate(
         self, prompts: Sequence[str], max_new_tokens: int = 24, logprobs: bool = False
     ) -> list[Generation | BackendError]:
         """As `generate`, but a request that fails (after its retries) gives its error in its
         place instead of failing the batch (`generation.base.PartialGenerator`)."""
-
-        def one(prompt: str) -> Generation | BackendError:
-            try:
-                return self._chat(prompt, max_new_tokens, logprobs)
-            except BackendError as e:
-                return e
-
-        return self._map(one, list(prompts))
+        return self._batch(prompts, max_new_tokens, logprobs)
 
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         """P(choice | prompt) normalised over `choices`, scoring each whole choice as the

@@ -34,7 +34,7 @@ from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
 from ..labels.label_files import LabelFile, meta_path
 from ..labels.lock import single_writer
 from ..labels.logprobs import TOKEN_LOGPROBS, rounded
-from ..labels.policy_loop import pending, provenance, run_chunked
+from ..labels.policy_loop import check_failures_ours, pending, provenance, run_chunked
 from ..labels.scoring import DEFAULT_CRITERION, correct, judge
 from ..labels.strategy_labels import (
     STRATEGY_FILE,
@@ -139,6 +139,7 @@ def label_strategies(
         raise InputError("no questions to label")
     settings = req.settings(strategies, treat)
     LabelFile(req.out).require_ours()  # a folder or a user's file: refused before the lock file
+    check_failures_ours(req.out)  # so is a user's file where its failed questions go
     with single_writer(req.out):
         out = LabelFile(req.out)  # read under the lock: another run may have appended meanwhile
         out.require_ours()

@@ -51,6 +51,8 @@ def read_meta(mp: Path) -> dict[str, Any]:
 
 
 def meta_path(path: Path) -> Path:
+    """`<name>.meta.json` beside `<name>.jsonl`. Writers take only names that end in `.jsonl`
+    (`require_ours`): `<name>` and `<name>.jsonl` would share one provenance file."""
     return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
 
 
@@ -394,7 +396,8 @@ def read_labels(path: str | Path) -> dict[str, int]:
 
 def require_ours(path: Path, flag: str = "--out") -> None:
     """Writers change only files a label run made: an existing non-empty file without its
-    `.meta.json` (written before the first row) is the user's, never truncated. Checked before
+    `.meta.json` (written before the first row) is the user's, never truncated; and only
+    files named `*.jsonl`, so no two label files share a sidecar (`meta_path`). Checked before
     the file is read, so a user's text file is named as such, not as malformed rows. `flag`:
     what picks another file (an import into a folder: `--labels-dir`)."""
     if path.is_dir():
@@ -412,6 +415,14 @@ def require_ours(path: Path, flag: str = "--out") -> None:
             f"refusing to change it: pass another {flag} or move the file",
             path,
         )
+    if not path.name.endswith(".jsonl"):
+        # its sidecars are named from the name less `.jsonl`: `l` would write the provenance
+        # (and the list of failed questions) of `l.jsonl`
+        raise DataError(f"a label file's name must end in .jsonl: {meta_path(path).name}, its "
+                        f"provenance, would also be {path.name}.jsonl's; pass a {flag} that "
+                        "ends in .jsonl (a label file an earlier release made under this name: "
+                        "add .jsonl to its name, its provenance stays beside it)",
+                        path)  # fmt: skip
 
 
 def read_label_file(path: str | Path) -> LabelFile:

@@ -214,12 +214,14 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
     its lock, resumed (or rebuilt whole) over the requested questions."""
 
     def run(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
-        from .policy_loop import pending
+        from .policy_loop import check_failures_ours, pending
 
         rebuilt = policy_spec(req.policy).rebuilt
         # A folder or a user's file is refused before the lock file is made beside it (and
         # read again under the lock: another run may have appended meanwhile).
         require_ours(path)
+        if policy_spec(req.policy).needs_generator and not rebuilt:  # the chunked loop's list
+            check_failures_ours(path)  # of failed questions beside it: a user's file refused
         check_writable(path)  # a read-only folder: said before the generator's config is read
         before = LabelFile(path, replacing=rebuilt)
         questions = _questions(req)

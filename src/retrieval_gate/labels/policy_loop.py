@@ -5,7 +5,10 @@ Questions go to the generator in chunks (default 512): each chunk is ONE batched
 call, and its rows are appended and flushed before the next chunk starts, so an interrupted
 run loses at most the chunk in flight and a re-run skips every id already in the file. A
 question whose prompt a server refused for good (`PromptRefused`) is listed in
-`<file>.failed.jsonl`, as the Ray engine lists its failures, and the run goes on."""
+`<file>.failed.jsonl`, as the Ray engine lists its failures, and the run goes on. That list is
+written through the folder's ledger (`outputs.write_owned`): a file of that name that no label
+run wrote (the user's) is refused by name before any engine starts (`check_failures_ours`),
+never emptied or replaced."""
 
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import PromptRefused
-from ..fileio import write_text
 from ..generation.base import Generator
+from ..outputs import refuse_foreign, vouch_for, write_owned
 from ..questions import Question
-from .label_files import LabelFile
+from ..strict_rows import parse_json
+from .label_files import LabelFile, meta_path, read_meta
 
 ChunkFn = Callable[[list[Question]], list[dict[str, Any]]]
 log = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ def run_chunked(
     """Computes rows for the questions not yet in `out`, chunk by chunk, appending each chunk.
     Returns the throughput of this run (questions, seconds, questions per second) and its
     failed questions (`failed`, `failed_file`)."""
+    check_failures_ours(out.path)  # before the first question is asked
     todo = pending(questions, out.done_ids())
     start = time.perf_counter()
     failed: list[dict[str, Any]] = []
@@ -102,13 +107,47 @@ def listed_failures(label_path: Path) -> set[str]:
         return set()
 
 
+def check_failures_ours(label_path: Path) -> None:
+    """Refuses, by name, a `<file>.failed.jsonl` beside the label file that no label run wrote
+    (or that was changed since): `with_failures` rewrites that list each run, so a user's file
+    of that name would be emptied or replaced. Ours: the folder's ledger records it as it is;
+    one written before the ledger is recognised by its rows (id and error, each) beside a label
+    file a label run made, and recorded as it is now (`outputs.vouch_for`)."""
+    path = failures_path(label_path)
+    if not path.exists():
+        return
+    if _listed_by_a_run(label_path, path):
+        vouch_for(path)  # recorded only where the ledger has no entry for it
+    refuse_foreign([path], "--out")
+
+
+# the fields of a failed question's row: a local run's id and error, a Ray run's attempts too
+_FAILURE_FIELDS = {"id", "error", "attempts"}
+
+
+def _listed_by_a_run(label_path: Path, path: Path) -> bool:
+    """`path` reads as a list of failed questions, beside a label file a label run made."""
+    mp = meta_path(label_path)
+    try:
+        if not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):
+            return False
+        rows = [parse_json(line) for line in path.read_bytes().splitlines() if line.strip()]
+    except (OSError, ValueError):  # unreadable, not JSON, damaged provenance: not recognised
+        return False
+    return all(isinstance(r, dict) and {"id", "error"} <= r.keys() <= _FAILURE_FIELDS for r in rows)
+
+
 def with_failures(stats: dict[str, Any], label_path: Path, failed: list[dict]) -> dict[str, Any]:
     """The run's stats with its failed questions, listed in `<file>.failed.jsonl` (rewritten
-    each run: a retried question that succeeds leaves the list; emptied when none failed)."""
+    each run: a retried question that succeeds leaves the list; emptied when none failed), only
+    where no file of that name is there or a label run wrote the one there
+    (`check_failures_ours`)."""
     path = failures_path(label_path)
     stats["failed"] = len(failed)
     if failed or path.exists():
-        write_text(path, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
+        check_failures_ours(label_path)
+        text = "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed)
+        write_owned(path, text, "--out")
     if failed:
         stats["failed_file"] = str(path)
         log.warning("%d questions failed after retries: listed in %s; run again to retry them",

@@ -20,13 +20,16 @@ loses only the requests in flight; the questions of a request that kept failing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,14 +270,16 @@ class RayEngine:
         ]
         by_id = {q.id: q for q in todo}
         started = time.perf_counter()
-        started_ray = _start_ray(self.options) if rows else False
-        try:
+        started_ray = False
+        try:  # _start_ray shuts down what it started if it fails or is interrupted itself
+            started_ray = _start_ray(self.options) if rows else False
             failed, timing = self._stream(rows, plan, by_id, out, compute, desc)
         finally:
             if started_ray:
                 import ray
 
-                ray.shutdown()
+                with _sigint_deferred():  # a half-done shutdown is a half-started Ray again
+                    ray.shutdown()
         seconds = time.perf_counter() - started
         stats: dict[str, Any] = {
             "questions": len(todo) - len(failed),
@@ -384,16 +389,53 @@ def _start_ray(options: RayOptions) -> bool:
     import ray
 
     started = not ray.is_initialized()
-    if started:
-        _init_ray(options)
-    if options.backend == "vllm" and not ray.cluster_resources().get("GPU"):
+    try:
         if started:
-            ray.shutdown()
-        raise BackendError(
-            "--ray-backend vllm runs vLLM engines as Ray actors on GPUs, and this Ray cluster "
-            "has none; on CPUs label through `vllm serve` replicas with --generator-url"
-        )
+            with _sigint_deferred():
+                _init_ray(options)
+        if options.backend == "vllm" and not ray.cluster_resources().get("GPU"):
+            raise BackendError(
+                "--ray-backend vllm runs vLLM engines as Ray actors on GPUs, and this Ray "
+                "cluster has none; on CPUs label through `vllm serve` replicas with "
+                "--generator-url"
+            )
+    except BaseException:  # Ctrl-C included: what ray.init started goes with this run
+        if started:
+            with _sigint_deferred():
+                ray.shutdown()
+        raise
     return started
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Holds a Ctrl-C (SIGINT) back until the block ends, then delivers it (the CLI's
+    "interrupted", exit 130). A KeyboardInterrupt inside ray.init or ray.shutdown leaves Ray
+    half-made: interrupted while it starts its processes, it has no record of them and
+    cannot shut them down (its agents outlived the run by a minute); interrupted after it
+    made the driver's core worker but before Python holds it, nothing shuts that worker down
+    and its C++ exit handler tears it down under its own running IO thread: SIGSEGV at exit.
+    Both calls end within seconds (a local start, ~3 s, completes even when the Ctrl-C also
+    reached Ray's processes), so waiting for them is the robust choice; a second Ctrl-C
+    interrupts at once, as a stuck call must stay interruptible."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is None):  # fmt: skip
+        yield  # signals reach the main thread only; a handler set in C cannot be put back
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:  # the second: Python's own handler (KeyboardInterrupt)
+            signal.default_int_handler(signum, frame)
+        held.append(signum)  # no output here: a write to stderr under way would be re-entered
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:  # to the handler that was there (Python's raises KeyboardInterrupt)
+            signal.raise_signal(signal.SIGINT)
 
 
 def _init_ray(options: RayOptions) -> None:
