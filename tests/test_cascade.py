@@ -194,3 +194,26 @@ def test_a_gate_mode_cascade_with_nothing_to_escalate_to_is_refused_at_start():
     alone = Cascade(LengthRouter(strategies=("no_retrieval",)), AnswerConfidenceGate())
     with pytest.raises(ConfigError, match="a dearer one to escalate to"):
         create_app(alone)
+
+
+def test_each_questions_own_budget_caps_its_escalations():
+    """A list of budgets (the service batches requests of different budgets) was dropped for
+    the loop's own: budget 0 escalated as if there were none. Each budget's questions now
+    escalate within their own slack, as a run at that budget alone."""
+    from fastapi.testclient import TestClient
+
+    from retrieval_gate.rag.service import create_app
+
+    qs = _questions(6)
+    router = LengthRouter(costs={"no_retrieval": 0.0, "one_retrieval": 1.0, "multi_step": 3.0})
+    loop = AdaptiveRAG(Cascade(router, AnswerConfidenceGate()), ContextRetriever(), SureOnEven())
+    run = loop.run(qs + qs, budget=[0.0] * 6 + [None] * 6)
+    assert [a.escalated for a in run.answers] == [False] * 6 + [False, True] * 3
+    assert loop.run(qs, budget=[0.34] * 6).costs.escalations == 2  # as budget=0.34
+    with TestClient(create_app(loop)) as client:
+        texts = [q.text for q in qs]
+        held = client.post("/answer", json={"questions": texts, "budget": 0})
+        free = client.post("/answer", json={"questions": texts})
+    assert held.status_code == 200 and free.status_code == 200, (held.text, free.text)
+    assert held.json()["costs"]["escalations"] == 0, held.json()["answers"]
+    assert free.json()["costs"]["escalations"] == 3

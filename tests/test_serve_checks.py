@@ -87,3 +87,179 @@ def test_a_backlog_that_holds_one_full_request_serves_with_the_router_loaded_onc
     folder, loads = router_dir
     assert _serve(folder, "--max-backlog", "100", "--max-steps", "1") == 0, capsys.readouterr()
     assert reached == ["engine", "server"] and len(loads) == 1  # not loaded again after the check
+
+
+# The real `serve` in a process of its own (signals), its router and answer gate the stand-ins
+# of `routers`; argv[1]: uvicorn's graceful timeout (SHUTDOWN_GRACE), the rest serve's flags.
+_CHILD = """
+import signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's job gets it
+import retrieval_gate.rag.cascade as cascade, retrieval_gate.rag.modes as modes
+import retrieval_gate.rag.service as service
+from routers import AnswerConfidenceGate, LengthRouter
+modes.load_router = lambda path, variant="fp32": (
+    AnswerConfidenceGate() if Path(path).name == "answers" else LengthRouter(short=3, long=6))
+modes.check_answer_gate_folder = cascade.check_answer_gate_folder = lambda *a, **k: None
+service.SHUTDOWN_GRACE = float(sys.argv[1])
+from retrieval_gate.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+class _Generator:
+    """An OpenAI-compatible generator server in a thread: it answers (with log-probabilities)
+    but holds, until `release`, the requests whose body has `hold` in it ("": all); `held`
+    counts those."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.release = threading.Event()
+        self.hold: str | None = None
+        self.held = 0
+        me = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self._send({"data": [{"id": "m"}]})
+
+            def do_POST(self):
+                sent = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if me.hold is not None and me.hold.encode() in sent:
+                    me.held += 1
+                    me.release.wait(60)
+                    return
+                tokens = [{"token": "Paris", "logprob": -0.1, "top_logprobs": []}]
+                self._send({"choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": "Paris"},
+                                         "logprobs": {"content": tokens}}],
+                            "usage": {"prompt_tokens": 5, "completion_tokens": 1}})  # fmt: skip
+
+            def _send(self, body):
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+
+
+@pytest.fixture
+def serve_child(router_dir, tmp_path):
+    """Starts `serve` (the router of `router_dir`, --generator-url a `_Generator`) in a child
+    process: `start(grace, *flags, hold=)` -> (process, generator, port); killed at the end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pg_server import free_port
+
+    folder, _ = router_dir
+    (tmp_path / "answers").mkdir()
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(tests=str(Path(__file__).parent)))
+    started: list = []
+
+    def start(grace: float, *flags: str, hold: str | None = None):
+        generator, port = _Generator(), free_port()
+        generator.hold = hold
+        argv = [sys.executable, str(script), str(grace), "serve", "--router", str(folder),
+                "--retriever", "contexts", "--generator-url", generator.url, "--no-cache",
+                "--port", str(port), *flags]  # fmt: skip
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        started.append((proc, generator))
+        return proc, generator, port
+
+    yield start
+    for proc, generator in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        generator.close()
+
+
+def _until(done, seconds: float = 60) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_requests_a_stopping_server_cannot_answer_get_503_not_500(serve_child):
+    """SIGTERM while /answer requests wait on a generator that never answers: uvicorn's
+    graceful timeout ran out and cancelled them, each a bare "500 Internal Server Error". Now
+    they get a 503 saying the server is shutting down, just before, and serve exits."""
+    import signal
+    import threading
+
+    import httpx
+
+    proc, generator, port = serve_child(2.0, "--request-timeout", "30")
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            return httpx.get(url + "/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    _until(up)
+    generator.hold, replies = "", []
+
+    def ask(i: int) -> None:
+        replies.append(httpx.post(url + "/answer", json={"questions": [f"Who is {i}?"]},
+                                  timeout=30))  # fmt: skip
+
+    askers = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in askers:
+        t.start()
+    _until(lambda: generator.held > 0)  # their batch is in the generator, held
+    proc.send_signal(signal.SIGTERM)
+    for t in askers:
+        t.join(20)
+    assert proc.wait(10) == -signal.SIGTERM
+    assert [r.status_code for r in replies] == [503, 503], [r.text for r in replies]
+    assert all("server is shutting down" in r.json()["detail"] for r in replies)
+    assert all(r.headers["retry-after"] == "1" for r in replies)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cascade", [False, True], ids=["warm-up", "logprobs-check"])
+def test_ctrl_c_at_startup_while_the_generator_hangs_stops_at_once(serve_child, tmp_path,
+                                                                   cascade):  # fmt: skip
+    """Ctrl-C while the warm-up question (or a cascade's check that the generator returns
+    log-probabilities) waits on a generator that never answers: the process stayed until
+    --request-timeout. Now it stops at once: "interrupted", exit 130."""
+    import signal
+    import time
+
+    flags = ["--answer-gate", str(tmp_path / "answers")] if cascade else []
+    hold = "Reply with one word" if cascade else "Who wrote Hamlet?"  # the warm-up's question
+    proc, generator, _ = serve_child(2.0, "--request-timeout", "60", *flags, hold=hold)
+    _until(lambda: generator.held > 0 or proc.poll() is not None)
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    code = proc.wait(15)
+    assert time.monotonic() - start < 5
+    err = proc.stderr.read()
+    assert code == 130, err
+    assert "retrieval-gate serve: interrupted" in err, err

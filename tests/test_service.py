@@ -883,7 +883,12 @@ def test_serve_warms_up_before_uvicorn_and_bounds_its_shutdown(monkeypatch, gate
     from retrieval_gate.rag.service import serve
 
     started = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(kw))
+
+    def run(server, *args):
+        server.started = True
+        started["timeout_graceful_shutdown"] = server.config.timeout_graceful_shutdown
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     serve(gate, limits=Limits(request_timeout=8))
     assert started["timeout_graceful_shutdown"] == 8
     serve(gate)
@@ -899,7 +904,7 @@ def test_a_stuck_engine_fails_the_warm_up_and_is_reported_by_health(monkeypatch)
     from retrieval_gate.rag.service import serve
     from routers import ScriptedGenerator
 
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, *a: None)
     blocking = BlockingGenerator(ScriptedGenerator())
     rag = _router_rag(blocking)
     start = time.perf_counter()

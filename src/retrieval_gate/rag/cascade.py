@@ -15,7 +15,8 @@ does), so every place that takes a gate takes it: the loop reads `answer_gate` f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,12 +92,33 @@ def check_answer_gate_folder(folder: str | Path, flag: str = "--answer-gate") ->
 def check_logprobs(generator: Generator, where: str) -> None:
     """The generator returns token log-probabilities (asked once, before the run): the cascade
     cannot read an answer without them. `where`: the option that named the generator."""
-    out = generator.generate(["Reply with one word: yes."], 2, logprobs=True)
+    out = _interruptible(lambda: generator.generate(["Reply with one word: yes."], 2,
+                                                    logprobs=True))  # fmt: skip
     if not out or not out[0].token_logprobs:
         raise BackendError(
             f"{where}: the generator returned no token log-probabilities, which the cascade "
             "reads (an OpenAI-compatible server must honour `logprobs: true`; vLLM's does)"
         )
+
+
+def _interruptible(call: Callable[[], Any]) -> Any:
+    """`call()` on a thread of its own, waited for here: Ctrl-C stops the wait at once (a
+    generator server that took the request and never answered held Ctrl-C in the main
+    thread until the request's deadline, --request-timeout)."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["result"] = call()
+        except BaseException as e:  # noqa: BLE001  (raised again in the waiting thread)
+            done["error"] = e
+
+    worker = threading.Thread(target=run, name="logprobs-check", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
 
 
 def escalation_strategy(gate: Cascade, registry: StrategyRegistry) -> tuple[str, str]:

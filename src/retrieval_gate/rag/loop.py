@@ -255,9 +255,11 @@ class AdaptiveRAG:
                                "questions")  # fmt: skip
         meter = Meter(costs, self.logprobs)
         if isinstance(self.gate, Cascade):
-            scalar = None if isinstance(budget, list) else budget
+            # each question escalates within its own budget (a list: the service batches
+            # requests of different budgets); None is this loop's
+            each = budget if isinstance(budget, list) else [budget] * len(questions)
             answers = self._cascade(self.gate, questions, decision.strategies, meter,
-                                    self.budget if scalar is None else scalar)  # fmt: skip
+                                    [self.budget if b is None else b for b in each])  # fmt: skip
         else:
             answers = self._answers(questions, decision.strategies, meter)
         for a, p in zip(answers, decision.probabilities, strict=True):
@@ -277,12 +279,14 @@ class AdaptiveRAG:
         questions: Sequence[Question],
         strategies: list[str],
         meter: Meter,
-        budget: Budget,
+        budgets: Sequence[Budget],
     ) -> list[Answer]:
         """The cascade (rag/cascade.py): the questions the first gate keeps closed-book are
         answered with their log-probabilities (one call), the rest as any mode answers them
         (another: their prompts keep the generation cache's keys); the answer gate reads the
-        closed-book answers, and those it escalates are answered again by the next strategy."""
+        closed-book answers, and those it escalates are answered again by the next strategy.
+        `budgets`: each question's; escalations are picked within each budget's slack over
+        the questions of that budget (as one run at that budget picks them)."""
         closed, up = escalation_strategy(cascade, self.registry)
         kept = [i for i, s in enumerate(strategies) if s == closed]
         rest = [i for i, s in enumerate(strategies) if s != closed]
@@ -297,12 +301,19 @@ class AdaptiveRAG:
         if not kept:
             return done
         start = time.perf_counter()
-        # an empty answer has no tokens to read: its question-only score decides
-        read = as_questions([questions[i] for i in kept],
-                            token_logprobs=[done[i].token_logprobs or None for i in kept])  # fmt: skip
-        picks, _ = escalate(cascade, read, strategies, budget, self.registry)
+        again: list[int] = []
+        for b in dict.fromkeys(budgets):
+            group = [i for i, x in enumerate(budgets) if x == b]
+            mine = [i for i in kept if budgets[i] == b]
+            if not mine:
+                continue
+            # an empty answer has no tokens to read: its question-only score decides
+            logprobs = [done[i].token_logprobs or None for i in mine]
+            read = as_questions([questions[i] for i in mine], token_logprobs=logprobs)
+            picks, _ = escalate(cascade, read, [strategies[i] for i in group], b, self.registry)
+            again += [mine[j] for j in picks]
+        again.sort()
         meter.costs.gate_seconds += time.perf_counter() - start
-        again = [kept[j] for j in picks]
         second = self._answers([questions[i] for i in again], [up] * len(again), meter)
         for i, a in zip(again, second, strict=True):
             done[i] = _escalated(done[i], a)

@@ -90,6 +90,38 @@ MAX_REASONS = 10
 # Seconds uvicorn waits, on SIGTERM or Ctrl-C, for requests under way (at most the request
 # timeout): a client that never read its response held the shutdown for good.
 SHUTDOWN_GRACE = 30.0
+# Seconds before the grace ends that requests still waiting get their 503 (the response sent
+# while uvicorn still waits, at most half the grace; it then cancels them: a bare 500).
+SHUTDOWN_MARGIN = 1.0
+
+
+class Shutdown:
+    """When the server began to stop (SIGTERM or Ctrl-C, `serve`'s uvicorn) and, from then,
+    by when a request still waiting is answered 503: `grace` is uvicorn's graceful timeout,
+    past which it cancels the requests under way (each got a bare 500)."""
+
+    def __init__(self, grace: float):
+        self.grace = grace
+        self.answer_by: float | None = None  # time.monotonic()
+
+    def begin(self) -> None:
+        """Called from the signal handler: an assignment, safe there."""
+        if self.answer_by is None:
+            margin = min(SHUTDOWN_MARGIN, self.grace / 2)
+            self.answer_by = time.monotonic() + self.grace - margin
+
+    def left(self) -> float | None:
+        """Seconds until a waiting request must be answered (None: not stopping)."""
+        return None if self.answer_by is None else self.answer_by - time.monotonic()
+
+    def over(self) -> bool:
+        """The server is stopping and a waiting request must be answered now."""
+        left = self.left()
+        return left is not None and left <= 0
+
+
+STOPPING = ("the server is shutting down and this request was not answered in time; retry "
+            "(on another server, or once this one is back)")  # fmt: skip
 
 
 class ScoreItem(BaseModel):
@@ -169,7 +201,7 @@ _ERRORS = {
         413: "body larger than the limit",
         422: "invalid request (the reason names the field), or one too heavy for the backlog",
         429: "backlog full; retry after `Retry-After` seconds",
-        503: "the engine failed",
+        503: "the engine failed, or the server is shutting down",
         504: "not answered within the request timeout",
     }.items()
 }
@@ -431,6 +463,9 @@ def create_app(
     # while it generates: both workers then take the engine's lock.
     engine = threading.Lock()
     sizes = (limits.max_batch, limits.max_backlog, limits.request_timeout)
+    # uvicorn's graceful timeout (`serve`): a client that never read its response held the
+    # shutdown for good
+    shutdown = Shutdown(min(SHUTDOWN_GRACE, limits.request_timeout))
     shared = engine if isinstance(gate, AsksGenerator) else None
     scorer = Batcher(_locked(_decisions(gate, rag, registry, cascade), shared), *sizes,
                      name="gate")  # fmt: skip
@@ -453,7 +488,8 @@ def create_app(
         budget = _budget_of(sent, default_budget)
         items = [(q, budget) for q in _as_questions(
             sent["questions"], sent.get("features"), sent.get("token_logprobs"))]  # fmt: skip
-        routed, _ = await _wait(scorer, items, limits.request_timeout, client)
+        routed, _ = await _wait(scorer, items, limits.request_timeout, client,
+                                shutdown=shutdown)  # fmt: skip
         decided = routed[0].seconds if routed else 0.0
         if count:
             counted(routed, decided)
@@ -508,6 +544,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.warm_up = warm  # `serve` warms up before uvicorn starts: a failure is one line
+    app.state.shutdown = shutdown  # `serve` begins it on SIGTERM or Ctrl-C
     app.router.route_class = StrictJSON  # the routes below: a key twice is refused
     _docs(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
@@ -640,7 +677,8 @@ def create_app(
             # the engine waits what is left of the request timeout, not all of it again
             left = limits.request_timeout - (time.perf_counter() - arrived)
             done, waited = await _wait(answerer, routed, left, client, limits.request_timeout,
-                                       admitted=lambda: counted(routed, decided))  # fmt: skip
+                                       admitted=lambda: counted(routed, decided),
+                                       shutdown=shutdown)  # fmt: skip
             costs = done[0][1]
             answers = [a for a, _ in done]
             traffic.answered(len(answers), sum(a.retrievals for a in answers),
@@ -683,6 +721,7 @@ class _Routed:
     seconds: float = 0.0  # the decision call's time
     escalated: bool | None = None  # a gate-mode cascade's, where it read the answer
     answer_score: float | None = None
+    budget: float | None = None  # its request's (None: the server's), for a cascade's escalations
 
 
 def _decisions(
@@ -699,8 +738,8 @@ def _decisions(
         start = time.perf_counter()
         budgets = [b for _, b in items]
         d = rag.decide(questions, budgets) if rag else decide(gate, questions, budgets, strategies)
-        routed = [_Routed(q, s, p) for q, s, p in
-                  zip(questions, d.strategies, d.probabilities, strict=True)]  # fmt: skip
+        routed = [_Routed(q, s, p, budget=b) for q, s, p, b in
+                  zip(questions, d.strategies, d.probabilities, budgets, strict=True)]  # fmt: skip
         if cascade is not None:
             routed = _escalated(cascade, routed, budgets, strategies)
         seconds = time.perf_counter() - start
@@ -790,7 +829,9 @@ def _locked(fn: Callable, lock: "threading.Lock | None") -> Callable:
 def _answers(rag: AdaptiveRAG) -> Callable[[list[_Routed]], list[tuple[Answer, Costs]]]:
     def run(items: list[_Routed]) -> list[tuple[Answer, Costs]]:
         decision = Decision([r.strategy for r in items], [r.probability for r in items])
-        result = rag.run([r.question for r in items], decision=decision)
+        # each question's own request budget: a cascade escalates within it (batched
+        # requests may differ); the loop's own budget stood for every request's
+        result = rag.run([r.question for r in items], [r.budget for r in items], decision)
         return [(a, result.costs) for a in result.answers]
 
     return run
@@ -815,13 +856,16 @@ async def _wait(
     client: Request | None = None,
     limit: float | None = None,
     admitted: Callable[[], None] | None = None,
+    shutdown: Shutdown | None = None,
 ) -> tuple[list, float]:
     """The batcher's results, or the HTTP error that says why there are none. `timeout`:
     the seconds left of the request's `limit` (--request-timeout; default: `timeout`);
     `client`: watched while it waits, its request withdrawn from the backlog if it leaves
     (499): Starlette does not cancel a handler whose client left, so a gone client's questions
     were generated anyway while live clients got 429. `admitted`: called once the batcher's
-    backlog took the items (not for a 429 or a request that never fits)."""
+    backlog took the items (not for a 429 or a request that never fits). `shutdown`: once
+    the server is stopping, a request not answered by its `answer_by` gets 503 (uvicorn
+    cancelled it at the end of its grace: a bare 500)."""
     said = limit or timeout
     late = HTTPException(504, f"not answered within {said:g} s (--request-timeout); retry later")
     if timeout <= 0:
@@ -830,7 +874,9 @@ async def _wait(
     taken = True  # admission is `submit`'s first step: Busy or TooHeavy, else in the backlog
     try:
         async with asyncio.timeout(timeout):
-            while not (await asyncio.wait({work}, timeout=DISCONNECT_POLL))[0]:
+            while not (await asyncio.wait({work}, timeout=_poll(shutdown)))[0]:
+                if shutdown is not None and shutdown.over():
+                    raise HTTPException(503, STOPPING, headers={"Retry-After": "1"})
                 if client is not None and await client.is_disconnected():
                     raise HTTPException(CLIENT_CLOSED, "the client closed the connection")
             return work.result()
@@ -850,6 +896,13 @@ async def _wait(
         work.cancel()  # a request given up (timeout, client gone) leaves the backlog
         if taken and admitted is not None:
             admitted()
+
+
+def _poll(shutdown: Shutdown | None) -> float:
+    """Seconds to the next check of a waiting request: DISCONNECT_POLL, or less when the
+    server stops sooner."""
+    left = None if shutdown is None else shutdown.left()
+    return DISCONNECT_POLL if left is None else max(0.0, min(DISCONNECT_POLL, left))
 
 
 def _since(start: float | None, now: float) -> float | None:
@@ -1021,5 +1074,26 @@ def serve(
     log.info("warming up: one question through the gate and the engine")
     asyncio.run(app.state.warm_up())  # before the port opens: a failure is one clear line
     protocol = slow_clients.head_deadline_protocol()
-    uvicorn.run(app, host=host, port=port, workers=1, http=protocol,
-                timeout_graceful_shutdown=min(SHUTDOWN_GRACE, limits.request_timeout))  # fmt: skip
+    shutdown: Shutdown = app.state.shutdown
+    config = uvicorn.Config(app, host=host, port=port, workers=1, http=protocol,
+                            timeout_graceful_shutdown=shutdown.grace)  # fmt: skip
+    server = _server(config, shutdown)
+    # Ctrl-C goes on as the CLI's "interrupted" once the requests under way are answered
+    # (uvicorn.run swallowed it: exit 0); SIGTERM, raised again by uvicorn, ends the process
+    server.run()
+    if not server.started:  # stopped before it started (uvicorn.run exited 3 then)
+        raise BackendError(f"the HTTP server on {host}:{port} did not start (see above)")
+
+
+def _server(config: Any, shutdown: Shutdown) -> Any:
+    """uvicorn's server, telling `shutdown` when a signal stops it: uvicorn then waits its
+    graceful timeout for the requests under way and cancels the rest (each a bare 500), so
+    those still waiting get their 503 just before (`_wait`)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            shutdown.begin()
+
+    return Server(config)
