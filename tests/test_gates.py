@@ -71,6 +71,20 @@ def test_per_relation_fit_and_score_semantics():
     assert np.mean(np.where(d[:-1], rag[:-1], closed[:-1])) == 1.0
 
 
+def test_popularity_gate_keeps_a_question_exactly_at_its_cut_as_best_cut_does():
+    """best_cut's rule retrieves iff s_pop < cut; a question at the cut scored exactly 0.5 and
+    the threshold 0.5 retrieved it. Below and above the cut, and the order, are unchanged."""
+    from retrieval_gate.gates.popularity import PopularityGate
+
+    for log_scale in (True, False):
+        gate = PopularityGate({"A": 100.0}, 10.0, 0.5, log_scale=log_scale)
+        qs = [q(0, s_pop=99.0, relation="A"), q(1, s_pop=100.0, relation="A"),
+              q(2, s_pop=101.0, relation="A"), q(3, s_pop=10.0, relation="Z")]  # fmt: skip
+        s = gate.scores(qs)
+        assert list(s >= gate.threshold) == [True, False, False, False]
+        assert s[0] > s[1] > s[2] and s[1] == pytest.approx(0.5)
+
+
 def test_global_threshold_is_brute_force_optimal_across_relations():
     qs = [
         q(i, s_pop=int(p), relation=r)

@@ -514,3 +514,31 @@ def test_a_frozen_body_encodes_each_question_once_and_changes_no_figure(train_ga
         afresh = trained("afresh", mp)
         assert sum(encoded) > sum(splits[s]["n"] for s in ("train", "dev", "test"))
     assert json.dumps(kept, sort_keys=True) == json.dumps(afresh, sort_keys=True)
+
+
+def test_the_figure_draws_a_traffic_calibrated_routers_operating_points(tmp_path, monkeypatch):
+    """A router calibrated on traffic reads its budget prices on the traffic curve, while its
+    line is drawn at its dev curve's prices: its "@ budget" and "@ default" rows, skipped as
+    "on the router's line", were on no drawn point."""
+    from retrieval_gate.evaluation import routing_policies as RP
+    from retrieval_gate.labels.evalset import EvalSet
+    from retrieval_gate.questions import Question
+    from routers import TableRouter
+
+    (P, Y), (dev, dev_y) = _random(60, seed=3), _random(40, seed=4)  # test, dev
+    qs = tuple(Question(f"q{i}", f"question {i}?", ("x",), "ab"[i % 2]) for i in range(60))
+    test = EvalSet(qs, 1 - Y[:, 0], Y[:, 0], Y[:, 1], STRATEGIES, Y, None)
+    traffic = np.random.default_rng(9).uniform(size=P.shape)
+    cal = Calibration.fit(STRATEGIES, COSTS, dev, dev_y).on_traffic(traffic, "t", 1.0)
+    router = TableRouter({q.id: p for q, p in zip(qs, P, strict=True)}, cal)
+    figures = []
+    monkeypatch.setattr(RP, "save_figure", lambda fig, path: figures.append(fig) or path)
+    report = RP.routing_report(test, test, {"r": router}, tmp_path, "t", 20)
+    lines = figures[0].axes[0].get_lines()
+    drawn = {(round(x, 9), round(y, 9)) for ln in lines if ln.get_linestyle() == "-"
+             for x, y in zip(ln.get_xdata(), ln.get_ydata(), strict=True)}  # fmt: skip
+    legend = {ln.get_label() for ln in lines}
+    points = [r for r in report["policies"] if " @ " in r["policy"]]
+    off = [r["policy"] for r in points
+           if (round(r["overall"]["mean_cost"], 9), round(r["overall"]["accuracy"], 9)) not in drawn]  # fmt: skip
+    assert off and all(name[:48] in legend for name in off)

@@ -111,3 +111,31 @@ def test_tune_refuses_a_strategies_file_pricing_a_routers_strategies_otherwise(t
     priced_alike(Loaded(), None)  # no --strategies: the router's own
     with pytest.raises(ConfigError, match=r"prices them at \[0.0, 50.0\]"):
         priced_alike(Loaded(), load_strategies(tmp_path / "s50.yaml"))
+
+
+def test_a_price_list_not_the_labels_sets_their_per_question_costs_aside(tmp_path, caplog):
+    """Labels with per-question costs (ms) and a --strategies file pricing the strategies
+    5 / 6 / 7: the router was calibrated and budgeted at the file's prices, but its curve, the
+    table's mean cost and tune's test figures read the labels' milliseconds, so the "@ default
+    (budget 6)" row spent more than 6 a question in the file's unit."""
+    from retrieval_gate.evaluation.routing_policies import routing_report
+    from retrieval_gate.tuning.router_budgets import test_figures
+
+    dev, file = _dev(np.tile(MS, (8, 1))), (5.0, 6.5, 7.25)
+    ms = prior_router(dev)  # the labels' own prices: their per-question costs kept
+    assert ms.calibration.dev.mean_cost.max() > 150.0  # in milliseconds
+    assert ms.at_costs(ms.calibration.costs, labels_own=True) is ms
+    with caplog.at_level("WARNING"):
+        for router in (prior_router(dev, costs=file), ms.at_costs(file)):
+            curve = router.calibration.dev.mean_cost
+            assert curve.min() >= 5.0 - 1e-9 and curve.max() <= 7.25 + 1e-9
+    said = [r.message for r in caplog.records if "per-question costs are set aside" in r.message]
+    assert len(said) == 1 and "[5.0, 6.5, 7.25]" in said[0]  # said once
+    report = routing_report(dev, dev, {"router-prior": ms}, tmp_path, "x", 20, costs=file)
+    for row in report["policies"]:
+        assert 5.0 - 1e-9 <= row["overall"]["mean_cost"] <= 7.25 + 1e-9, row["policy"]
+    own = routing_report(dev, dev, {"router-prior": ms}, tmp_path, "y", 20)  # labels' prices
+    assert max(r["overall"]["mean_cost"] for r in own["policies"]) == pytest.approx(1200.0)
+    result = {"chosen": {"b": {"price": prior_router(dev, costs=file).calibration.price(6.0)}}}
+    test_figures(prior_router(dev, costs=file), result, dev)
+    assert 5.0 <= result["chosen"]["b"]["test"]["mean_cost"] <= 6.0 + 1e-9

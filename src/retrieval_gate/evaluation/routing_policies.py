@@ -184,7 +184,7 @@ def _calibrated_on(gate: Gate, cal: Calibration, labels: str | Path | None) -> s
 
 
 def alone_policies(
-    answer: AnswerGate, test: EvalSet, dev: EvalSet, costs: Sequence[float]
+    answer: AnswerGate, test: EvalSet, dev: EvalSet, costs: Sequence[float], own: bool = True
 ) -> list[Policy]:
     """The answer gate alone at its own threshold, and at each budget it can spend at the
     threshold most accurate on dev within it (no cap on test: the threshold is the operating
@@ -192,7 +192,7 @@ def alone_policies(
     first = Policy("", np.full(len(test), FIRST))
     out = [first.cascade(answer, costs, None, answer_gate_alone(answer))]
     for budget in BUDGETS:
-        t = answer.threshold_for(budget, dev.costs_paid(costs), dev.correct)
+        t = answer.threshold_for(budget, dev.costs_paid(costs, own), dev.correct)
         if t is not None and budget <= costs[FIRST] + costs[next_strategy(costs)]:
             named = replace(answer, threshold=t)
             out.append(first.cascade(named, costs, None, f"{ALONE} @ budget {budget:g} "
@@ -243,14 +243,14 @@ def routing_report(
     `labels`: the label file `test` comes from (`gate_policies`)."""
     for gate in gates.values():
         same_strategies(gate, test.strategies)
-    costs, gates = _priced(gates, dev, costs)
-    paid = test.costs_paid(costs)
+    costs, gates, own = _priced(gates, dev, costs)
+    paid = test.costs_paid(costs, own)
     per_strategy = _llm_calls(gates, test.strategies, registry)
     calls = None if per_strategy is None else np.asarray(per_strategy, float)
     policies = fixed_policies(test, dev) + gate_policies(gates, test, dev, answer, costs,
                                                          labels)  # fmt: skip
     if answer is not None:  # the answer gate alone: every question answered closed-book first
-        policies += alone_policies(answer, test, dev, costs)
+        policies += alone_policies(answer, test, dev, costs, own)
     everything = np.arange(len(test))
     sources = sorted(set(test.sources.tolist()))
     rows = []
@@ -310,16 +310,18 @@ def _llm_calls(
 
 def _priced(
     gates: Mapping[str, Gate], dev: EvalSet, costs: Sequence[float] | None
-) -> tuple[tuple[float, ...], dict[str, Gate]]:
+) -> tuple[tuple[float, ...], dict[str, Gate], bool]:
     """One price list for every policy: --strategies' (`costs`), else the routers' own (a
     loaded router's calibration), else the labels' per-question costs or retrievals
     (`labels_costs`); a router fitted here (router-tfidf, router-prior) is calibrated at it,
     and a loaded one calibrated at other costs is refused: its budgets would not be the
-    table's."""
+    table's. The flag: whether the list is in the labels' unit, not --strategies' (else their
+    per-question costs, of another unit, are set aside: `EvalSet.costs_paid`)."""
     strategies = dev.strategies
     own = {name: tuple(gate.calibration.costs) for name, gate in gates.items()  # type: ignore[attr-defined]
            if is_router(gate) and gate.calibration is not None  # type: ignore[attr-defined]
            and not hasattr(gate, "at_costs")}  # fmt: skip
+    labels_own = costs is None  # --strategies' prices are in a unit of their own
     if costs is None:
         _one_list(own, "costs", "evaluate them apart")
         costs = next(iter(own.values()), None) or labels_costs(dev)
@@ -330,8 +332,8 @@ def _priced(
                           f"{list(strategies)}; --strategies prices them at {list(costs)}, so its "
                           "budgets are not this table's: pass a strategies file with its costs, "
                           "or evaluate it without --strategies")  # fmt: skip
-    return costs, {n: g.at_costs(costs) if hasattr(g, "at_costs") else g  # type: ignore[attr-defined]
-                   for n, g in gates.items()}  # fmt: skip
+    return costs, {n: g.at_costs(costs, labels_own) if hasattr(g, "at_costs") else g  # type: ignore[attr-defined]
+                   for n, g in gates.items()}, labels_own  # fmt: skip
 
 
 def _one_list(said: Mapping[str, tuple[float, ...]], what: str, fix: str) -> None:
@@ -383,11 +385,16 @@ def accuracy_cost_figure(
             pts = sorted(pts, key=lambda p: (p[x], p[2]))
             ax.plot([p[x] for p in pts], [p[2] for p in pts], "-", lw=1.2, label=f"{name} (test)")
         key = "mean_cost" if which == "retrievals" else "mean_llm_calls"
+        drawn = [(p[0], p[2]) for pts in lines.values() for p in pts]
         for row in rows:
-            on_line = " @ budget" in row["policy"] or " @ default" in row["policy"]
-            if on_line and THEN_ANSWER_GATE not in row["policy"]:
+            o, name = row["overall"], row["policy"]
+            # a router's operating point is left to its line where a drawn point is it (one
+            # calibrated on traffic reads its prices on the traffic curve: on no drawn point)
+            point = " @ budget" in name or " @ default" in name
+            at = (o["mean_cost"], o["accuracy"])
+            on = any(np.allclose(at, d, rtol=1e-9, atol=1e-12) for d in drawn)
+            if point and on and THEN_ANSWER_GATE not in name:
                 continue  # on the router's line
-            o = row["overall"]
             ax.plot(o[key], o["accuracy"], "o", ms=5, label=row["policy"][:48])
         ax.set(xlabel=AXIS_LABEL[which], ylabel="accuracy (test)",
                title=f"accuracy vs {'cost' if x == 0 else 'LLM calls'} on the test questions")  # fmt: skip

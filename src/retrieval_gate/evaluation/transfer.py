@@ -26,6 +26,7 @@ from .. import metrics as M
 from ..errors import ConfigError, InputError, MissingInputError
 from ..gates.base import Gate, is_router
 from ..gates.registry import GateContext, GateOptions, build_gate
+from ..gates.strategy_routers import paid_at
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..outputs import write_owned
 from ..pricing import outcome, route_indices
@@ -80,7 +81,7 @@ def _routed(cell: Cell, gate: Gate, test: EvalSet) -> Cell:
     if is_router(gate) and test.has_strategies:
         cal = gate.calibration  # type: ignore[attr-defined]
         choice = route_indices(gate.strategy_proba(test.questions), cal.default_price, cal.costs)  # type: ignore[attr-defined]
-        ok, cost = outcome(choice, test.correct, test.costs_paid(cal.costs))
+        ok, cost = outcome(choice, test.correct, paid_at(gate, test))
         cell.routed_accuracy, cell.routed_cost = float(ok.mean()), float(cost.mean())
         calls = cal.llm_calls()  # each strategy's, from the router's specs
         if calls is not None:

@@ -5,7 +5,8 @@ yours (a column of your question file: a channel's hit count, an index score) ca
 for s_pop (`feature`): "retrieve when it is low".
 
 Scores: sigmoid(log1p(t_r) - log1p(s_pop)), so the gate's threshold 0.5 is exactly
-"s_pop < t_r" and the scores still rank questions (ROC curve) on the popularity scale.
+"s_pop < t_r" (a question exactly at its cut scores just below 0.5) and the scores still rank
+questions (ROC curve) on the popularity scale.
 Questions without s_pop (every source but PopQA) or of a relation never seen in fitting fall
 back: unseen relation -> the global threshold; no s_pop -> a constant score, the share of
 fitting questions without s_pop that need retrieval (so at 0.5 the gate takes their majority
@@ -21,6 +22,8 @@ import numpy as np
 from ..errors import MissingInputError
 from ..questions import Question, feature_value
 from .base import Questions, as_questions
+
+_BELOW_HALF = float(np.nextafter(0.5, 0.0))  # the largest score below the threshold 0.5
 
 
 def candidate_cuts(s_pop: np.ndarray) -> np.ndarray:
@@ -69,7 +72,10 @@ class PopularityGate:
                     z = np.log1p(cut) - np.log1p(max(value, 0.0))
                 else:
                     z = cut - value
-                out[i] = 1.0 / (1.0 + np.exp(-z))
+                score = 1.0 / (1.0 + np.exp(-z))
+                # the fitted rule is strict (retrieve iff below the cut): a question at the cut,
+                # scored 0.5 (or rounded to it), falls just below the threshold
+                out[i] = score if value < cut else min(score, _BELOW_HALF)
         return out
 
 

@@ -10,6 +10,7 @@ below fit on the train split of strategy labels and calibrate on dev."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,25 +84,31 @@ class FittedRouter(RoutingMixin):
     calibrated on dev at `budget` (None: `pricing.default_budget` of its costs)."""
 
     def __init__(self, name: str, predict, strategies: Sequence[str], dev: EvalSet,  # noqa: ANN001
-                 costs: Sequence[float] | None = None, budget: float | None = None):  # fmt: skip
+                 costs: Sequence[float] | None = None, budget: float | None = None,
+                 labels_priced: bool | None = None):  # fmt: skip
         self.name = name
         self.threshold = 0.5
         self._predict = predict
         self.strategies = tuple(strategies)
+        # whether the labels' per-question costs are its unit: priced by them (no costs given),
+        # or by a list said to be in their unit (a loaded router's own); not --strategies'
+        self.labels_priced = costs is None if labels_priced is None else labels_priced
         costs = tuple(costs) if costs is not None else labels_costs(dev)
         self._dev, self._budget = dev, budget  # None kept: re-read at other costs (`at_costs`)
         P = self.strategy_proba(dev.questions)
         at = budget if budget is not None else default_budget(costs)
         self.calibration = Calibration.fit(self.strategies, costs, P, dev.correct,
-                                           dev.costs_paid(costs), at)  # fmt: skip
+                                           dev.costs_paid(costs, self.labels_priced), at)  # fmt: skip
 
-    def at_costs(self, costs: Sequence[float]) -> FittedRouter:
+    def at_costs(self, costs: Sequence[float], labels_own: bool = False) -> FittedRouter:
         """This router calibrated at `costs` (the price list of the table it stands in):
-        fitted here, it has no costs of its own."""
-        if np.allclose(costs, self.calibration.costs):
+        fitted here, it has no costs of its own. `labels_own`: the list is in the labels'
+        unit (not --strategies'), so their per-question costs price its questions."""
+        same_unit = labels_own == self.labels_priced or self._dev.paid is None
+        if np.allclose(costs, self.calibration.costs) and same_unit:
             return self
         return FittedRouter(self.name, self._predict, self.strategies, self._dev, costs,
-                            self._budget)  # fmt: skip
+                            self._budget, labels_own)  # fmt: skip
 
     def at_budget(self, budget: float) -> FittedRouter:
         """This router with its default operating point at `budget` (tune's --budget): fitted
@@ -109,11 +116,18 @@ class FittedRouter(RoutingMixin):
         if budget == self.calibration.default_budget:
             return self
         return FittedRouter(self.name, self._predict, self.strategies, self._dev,
-                            self.calibration.costs, budget)  # fmt: skip
+                            self.calibration.costs, budget, self.labels_priced)  # fmt: skip
 
     def strategy_proba(self, questions: Questions) -> np.ndarray:
         qs = as_questions(questions)
         return self._predict(qs) if qs else np.zeros((0, len(self.strategies)))
+
+
+def paid_at(router: Any, split: EvalSet) -> np.ndarray:
+    """(n, S) what each strategy costs each question at `router`'s price list: the labels'
+    per-question costs where the list is in their unit (a router fitted here without costs,
+    or a trained one: its own list), else the list's own prices (`EvalSet.costs_paid`)."""
+    return split.costs_paid(router.calibration.costs, getattr(router, "labels_priced", True))
 
 
 def labels_costs(dev: EvalSet) -> tuple[float, ...]:

@@ -7,6 +7,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,14 @@ from .strategy_labels import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@cache
+def _set_aside_note(costs: tuple[float, ...]) -> None:
+    """Said once per price list: the labels' per-question costs are not its unit."""
+    log.warning(f"the labels' per-question costs are set aside for the price list {list(costs)} "
+                "(--strategies FILE's): every strategy costs each question "
+                "its listed price, in the table, tune and the routers' calibration")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,11 +75,17 @@ class EvalSet:
     def has_strategies(self) -> bool:
         return self.correct is not None
 
-    def costs_paid(self, costs: Sequence[float]) -> np.ndarray:
+    def costs_paid(self, costs: Sequence[float], labels_own: bool = True) -> np.ndarray:
         """(n, S) what each strategy costs each question: its own cost where the labels carry
-        one, else `costs`."""
+        one, else `costs`. `labels_own`: whether `costs` are in the labels' unit (their mean
+        per-question costs, `labels_costs`, or a trained router's own); where they are not
+        (--strategies FILE's), the per-question costs are in another unit and set aside:
+        every strategy costs each question its price (said once)."""
         default = np.tile(np.asarray(costs, float), (len(self), 1))
         if self.paid is None:
+            return default
+        if not labels_own:
+            _set_aside_note(tuple(float(c) for c in costs))
             return default
         return np.where(np.isnan(self.paid), default, self.paid)
 

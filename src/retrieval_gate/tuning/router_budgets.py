@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import ConfigError, DataError, MissingInputError
 from ..fileio import read_json
 from ..gates.base import Gate, HasMetadata, is_router
+from ..gates.strategy_routers import paid_at
 from ..labels.evalset import EvalSet
 from ..labels.strategy_labels import load_strategy_labels, strategy_labels_sha256
 from ..pricing import (
@@ -155,7 +156,7 @@ def dev_curve(router: Any, dev: EvalSet, labels: str | Path | None = None) -> tu
         _stored_curve_is_these_labels(router, cal, labels)
         return cal.dev, cal.calibrated_on
     P = router.strategy_proba(dev.questions)
-    return sweep(P, cal.costs, dev.correct, dev.costs_paid(cal.costs)), "dev"
+    return sweep(P, cal.costs, dev.correct, paid_at(router, dev)), "dev"
 
 
 def _stored_curve_is_these_labels(router: Any, cal: Calibration, labels: str | Path | None,
@@ -252,7 +253,7 @@ def test_figures(gate: Gate, result: dict[str, Any], test: EvalSet) -> None:
         return
     costs = router.calibration.costs
     P = router.strategy_proba(test.questions)
-    paid = test.costs_paid(costs)
+    paid = paid_at(router, test)
     calls = result.get("llm_calls")
 
     def at(price: float) -> dict[str, float | None]:
