@@ -317,10 +317,14 @@ def test_train_into_an_existing_run_refuses_unless_overwrite_or_resume(
         monkeypatch.delenv("LOCAL_RANK")
     assert (run_dir / "gate.pt").read_bytes() == weights
     (run_dir / "notes.txt").write_text("mine")  # not a run file: overwrite keeps it
+    (run_dir / "logs" / "my-notes.md").write_text("mine")  # nor one under logs/ (was deleted)
+    (run_dir / "logs" / "metrics.csv").write_text("epoch,step\n0,12345\n")  # the run's: goes
     train_gate(other, questions=QUESTIONS, overwrite=True)
     assert (run_dir / "gate.pt").read_bytes() != weights
     assert json.loads((run_dir / "labels.json").read_text())["path"] == str(flipped)
     assert (run_dir / "notes.txt").read_text() == "mine"
+    assert (run_dir / "logs" / "my-notes.md").read_text() == "mine"
+    assert "12345" not in (run_dir / "logs" / "metrics.csv").read_text()
 
 
 def test_resume_keeps_every_epoch_and_sets_a_damaged_checkpoint_aside(
@@ -365,6 +369,75 @@ def test_resume_goes_on_from_the_last_epoch_not_the_best(tmp_path, label_file, b
     train_gate(cfg.override("trainer.max_epochs=4"), questions=QUESTIONS, resume=True)
     epochs = json.loads((run_dir / "metrics.json").read_text())["epochs"]
     assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]  # one epoch more, none twice
+
+
+def _logged(run_dir: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+    """logs/metrics.csv's rows as (epoch, step, the metrics they hold)."""
+    with open(run_dir / "logs" / "metrics.csv") as f:
+        return [(r["epoch"], r["step"], tuple(sorted(k for k, v in r.items() if v
+                 and k not in ("epoch", "step")))) for r in csv.DictReader(f)]  # fmt: skip
+
+
+def test_a_resume_logs_each_step_once_and_never_trains_shorter(
+    tmp_path, label_file, body, train_gate
+):
+    """`train --resume` kept every row of logs/metrics.csv and logged again those past the
+    checkpoint it resumed: a killed run's steps past its last epoch, all of a run killed
+    before its first checkpoint, a finished run's closing validation and test. A resume with
+    a smaller trainer.max_epochs than the checkpoint's was Lightning's traceback, and the log
+    was left set aside as metrics.before-resume.csv."""
+    from retrieval_gate.training.trainer import check_run_dir, claim_run_dir
+
+    cfg = _tiny(body, label_file, tmp_path, max_epochs=1, log_every_n_steps=1)
+    run_dir = tmp_path / "x"
+    run_dir.mkdir()
+    claim_run_dir(run_dir, check_run_dir(run_dir, cfg), "labels", overwrite=False)
+    (run_dir / "logs").mkdir()  # killed before its first checkpoint: nothing to resume
+    (run_dir / "logs" / "metrics.csv").write_text("epoch,step,val/auroc\n0,0,0.125\n")
+    train_gate(cfg, questions=QUESTIONS, resume=True)
+    once = _logged(run_dir)
+    assert "0.125" not in (run_dir / "logs" / "metrics.csv").read_text()
+    assert len(set(once)) == len(once)
+    train_gate(cfg, questions=QUESTIONS, resume=True)  # a finished run: nothing more to log
+    assert _logged(run_dir) == once
+    rows = (run_dir / "logs" / "metrics.csv").read_text().splitlines()  # + a killed run's row
+    fields = rows[0].split(",")
+    past = ",".join({"epoch": "1", "step": "100000"}.get(k, "") for k in fields)
+    (run_dir / "logs" / "metrics.csv").write_text("\n".join([*rows, past]) + "\n")
+    train_gate(cfg.override("trainer.max_epochs=2"), questions=QUESTIONS, resume=True)
+    twice = _logged(run_dir)
+    assert len(set(twice)) == len(twice) and "100000" not in {step for _, step, _ in twice}
+    # the first fit's closing validation and test (its last two rows) logged once, anew
+    assert twice[: len(once) - 2] == once[:-2] and len(twice) > len(once)
+    assert [e for e, _, m in twice if any(k.startswith("test/") for k in m)] == ["2"]
+    before = (run_dir / "logs" / "metrics.csv").read_bytes()
+    with pytest.raises(ConfigError, match=r"trainer.max_epochs=1: .*saved in epoch 1 .*set "
+                       r"trainer.max_epochs=2 or more"):  # fmt: skip
+        train_gate(cfg, questions=QUESTIONS, resume=True)
+    assert (run_dir / "logs" / "metrics.csv").read_bytes() == before
+    assert not (run_dir / "logs" / "metrics.before-resume.csv").exists()
+
+
+def test_a_validation_interval_past_an_epoch_is_refused_before_the_run_folder(
+    tmp_path, label_file, body, train_gate
+):
+    """trainer.val_check_interval=1000 with fewer batches an epoch: Lightning's ValueError
+    once the fit started, an internal error leaving run.json and logs/ behind (a re-run was
+    then refused: 'already holds a run')."""
+    cfg = _tiny(body, label_file, tmp_path, val_check_interval=1000, limit_train_batches=3)
+    with pytest.raises(ConfigError, match=r"trainer.val_check_interval=1000: .* an epoch "
+                       r"trains 3 .*give at most 3"):  # fmt: skip
+        train_gate(cfg, questions=QUESTIONS)
+    assert not (tmp_path / "x").exists()
+
+
+def test_trainer_keys_the_project_sets_itself_are_refused_by_name():
+    """trainer.default_root_dir or trainer.callbacks passed validation, then Lightning's
+    TypeError (a second keyword) once the data and model had loaded."""
+    for item in ("trainer.default_root_dir=/tmp/elsewhere", "trainer.callbacks=[]"):
+        key = item.split("=")[0]
+        with pytest.raises(ConfigError, match=rf"{key} is set by retrieval-gate itself"):
+            load_config(None, ["data.label_file=x", item])
 
 
 def test_a_run_resumes_from_a_mid_epoch_checkpoint(tmp_path, label_file, body, train_gate):

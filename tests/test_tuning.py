@@ -534,3 +534,16 @@ def test_a_handful_of_labelled_questions_is_said_not_a_traceback(tmp_path, capsy
                  str(tmp_path / "labels/h/closed-book.jsonl"), "--questions", str(split),
                  "--objective", "macro-f1", "--out", str(tmp_path / "t2")]) == 0  # fmt: skip
     assert "every dev question needs no retrieval (train 6, dev 2, test 2)" in caplog.text
+
+
+@pytest.mark.slow  # imports Lightning (~5 s)
+def test_an_hparam_study_refuses_trainer_keys_each_trial_sets_itself(tmp_path):
+    """`tune --objective hparams --set trainer.callbacks=[]` was accepted, then each trial's
+    Trainer got callbacks twice (an internal error): refused, named, before any trial."""
+    from retrieval_gate.errors import ConfigError
+    from retrieval_gate.tuning.hparams import tune_hparams
+
+    with pytest.raises(ConfigError, match=r"trainer.callbacks is set by retrieval-gate itself"):
+        tune_hparams(tmp_path / "labels.jsonl", "s", tmp_path / "s.db", n_trials=1,
+                     overrides=["trainer.callbacks=[]"])  # fmt: skip
+    assert not (tmp_path / "s.db").exists()

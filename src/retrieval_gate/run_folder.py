@@ -30,9 +30,15 @@ class RunFolder:
     REQUIRED: ClassVar[tuple[str, ...]] = (CONFIG, BACKBONE, TOKENIZER, WEIGHTS, METADATA)
     # the gate itself (what `save_pretrained` copies; the rest is training state)
     GATE: ClassVar[tuple[str, ...]] = (*REQUIRED, MANIFEST, LABELS, METRICS)
-    # everything training writes (all that `--overwrite` removes; nothing else in the folder)
+    # everything training writes (all that `--overwrite` removes, under LOGS its LOG_FILES;
+    # nothing else in the folder)
     WRITTEN: ClassVar[tuple[str, ...]] = (RUN, CONFIG, LABELS, BACKBONE, TOKENIZER, WEIGHTS,
                                           METRICS, METADATA, MANIFEST, LIGHTNING, LOGS)  # fmt: skip
+
+    # what training writes under LOGS (the CSV log, set aside over a resume; Lightning's
+    # hparams.yaml; the TensorBoard logger's folder): `--overwrite` removes these, not LOGS
+    LOG_FILES: ClassVar[tuple[str, ...]] = ("metrics.csv", "metrics.before-resume.csv",
+                                            "hparams.yaml", "tensorboard")  # fmt: skip
 
     # training's own files: any one of them makes the folder a run (`made_by_training`)
     MARKS: ClassVar[tuple[str, ...]] = (RUN, MANIFEST, WEIGHTS)

@@ -403,6 +403,18 @@ TRAINER_RANGES: dict[str, Range] = {"log_every_n_steps": AT_LEAST_1, "gradient_c
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16")
 
 
+# Trainer arguments retrieval-gate passes itself (training/trainer.py `_trainer`, the tuning
+# trial's tuning/hparams.py `fit_trial`): a config's own value was a second keyword, a
+# TypeError once the data and model had loaded. (`logger` is read as a config key; the
+# keys a tuning trial sets over the config's, `val_check_interval`, `logger` and
+# `enable_checkpointing`, are the config's own in training.)
+PROJECT_SET: dict[str, str] = {
+    "default_root_dir": "the run folder, run.output_dir/run.name: set those",
+    "callbacks": "its checkpoints, early stopping (the early_stopping section), progress bar "
+    "and throughput; a tuning trial's pruning",
+}
+
+
 def _trainer_keys() -> set[str]:
     """The parameters of Lightning's `Trainer.__init__`, read from its source: importing
     Lightning takes seconds, and a misspelt key is refused before that."""
@@ -430,6 +442,9 @@ def check_trainer(values: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"unknown key {key!r} in section 'trainer'{_close(key, known)}")
+        if key in PROJECT_SET:
+            raise ConfigError(f"trainer.{key} is set by retrieval-gate itself ({PROJECT_SET[key]}"
+                              f"), not by the config; leave trainer.{key} out")  # fmt: skip
         hint = TRAINER_TYPES.get(key)
         out[key] = _check(f"trainer.{key}", value, hint | None) if hint else copy.deepcopy(value)
         ok, what = TRAINER_RANGES.get(key, (None, ""))

@@ -144,11 +144,11 @@ def _trainer(config: TrainConfig, run_dir: Path, callbacks: list[pl.Callback]) -
     )
 
 
-def check_trainer_here(config: TrainConfig) -> None:
+def check_trainer_here(config: TrainConfig) -> int:
     """The trainer arguments against this machine, before any data or model loads: Lightning
     refuses a GPU it cannot find, a precision or strategy it does not know only when its
     Trainer is built (a traceback, once the run folder was claimed), and takes any number of
-    CPU devices, each a process."""
+    CPU devices, each a process. Returns the run's number of processes (its world size)."""
     from lightning_fabric.utilities.exceptions import MisconfigurationException
     from pytorch_lightning.accelerators import CPUAccelerator
 
@@ -176,6 +176,36 @@ def check_trainer_here(config: TrainConfig) -> None:
         raise ConfigError(f"trainer.devices={config.trainer.get('devices')}: {trial.num_devices} "
                           f"CPU processes on a machine with {cpus} CPUs; use at most {cpus} "
                           "(or a GPU machine)")  # fmt: skip
+    return int(trial.world_size)
+
+
+def check_val_interval(config: TrainConfig, train_rows: int, world_size: int = 1) -> None:
+    """A `trainer.val_check_interval` of more batches than an epoch trains (each process's
+    share of the training split, in `data.batch_size` batches, within
+    `trainer.limit_train_batches`): Lightning refuses it only when the fit starts, once the
+    run folder was claimed. Checked once the data are read, before the folder is touched."""
+    trainer = config.trainer
+    interval = trainer.get("val_check_interval")
+    if not isinstance(interval, int) or isinstance(interval, bool):
+        return  # a fraction of an epoch, or none
+    if trainer.get("check_val_every_n_epoch", 1) is None:  # counted across epochs
+        return
+    share = -(-train_rows // max(world_size, 1))  # a DistributedSampler pads to equal shares
+    batches = -(-share // config.data.batch_size)
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = max(int(batches * limit), 1)
+    if interval <= batches:
+        return
+    ranks = f" on each of {world_size} processes" if world_size > 1 else ""
+    raise ConfigError(
+        f"trainer.val_check_interval={interval}: validation every {interval} batches, but an "
+        f"epoch trains {batches}{ranks} ({train_rows} training questions, "
+        f"data.batch_size={config.data.batch_size}); give at most {batches}, a fraction of an "
+        "epoch (e.g. 0.5), or leave it out"
+    )
 
 
 def _defined_only(metrics: dict[str, float], split: dict[str, int], name: str) -> dict[str, float]:
@@ -371,6 +401,9 @@ def claim_run_dir(
     """With `overwrite`, removes the files a run writes (RUN_FILES; nothing else in the folder),
     then records this run's identity in run.json (`questions_digest`: `questions_sha256`)."""
     for name in RUN_FILES if overwrite else ():
+        if name == RunFolder.LOGS:  # a folder the user may keep notes in too
+            _remove_logs(run_dir / name)
+            continue
         target = run_dir / name
         if target.is_dir():
             shutil.rmtree(target)
@@ -381,31 +414,61 @@ def claim_run_dir(
                "started": datetime.now(UTC).isoformat(timespec="seconds")})  # fmt: skip
 
 
+def _remove_logs(logs: Path) -> None:
+    """The run's own files under logs/ (RunFolder.LOG_FILES), and the folder once empty;
+    any other file there is the user's, and stays."""
+    for name in RunFolder.LOG_FILES:
+        target = logs / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    if logs.is_dir() and not any(logs.iterdir()):
+        logs.rmdir()
+
+
 def resume_checkpoint(run_dir: Path, set_aside: bool = True) -> Path | None:
     """The readable Lightning checkpoint of the most training steps (the latest epoch's, or
     the end of a fit's last.ckpt), else best's; an unreadable one is reported and renamed
     `*.damaged` (never deleted; not `set_aside`: only skipped, as a DDP run's other ranks do,
     which leave the folder to rank zero), and training falls back."""
+    return resume_point(run_dir, set_aside).path
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a resume continues from (None: training starts from scratch), with its
+    training steps and its epoch (Lightning's `epoch`: the one it was saved in)."""
+
+    path: Path | None = None
+    global_step: int = 0
+    epoch: int = -1
+
+
+def resume_point(run_dir: Path, set_aside: bool = True) -> ResumePoint:
+    """`resume_checkpoint`, with the checkpoint's steps and epoch."""
     folder = run_dir / "lightning"
     newest = [folder / f"{LATEST}.ckpt", folder / "last.ckpt"]
     for group in (newest, sorted(folder.glob("best*.ckpt"))):  # best: trained no more
-        steps = _readable_steps(group, set_aside)
-        if steps:
-            return max(steps, key=steps.__getitem__)  # the first of the most steps
+        read = _readable_steps(group, set_aside)
+        if read:
+            path = max(read, key=lambda p: read[p][0])  # the first of the most steps
+            return ResumePoint(path, *read[path])
     if folder.is_dir():
         log.warning("no readable checkpoint in %s; training from scratch", folder)
-    return None
+    return ResumePoint()
 
 
-def _readable_steps(ckpts: list[Path], set_aside: bool = True) -> dict[Path, int]:
-    """Each readable checkpoint's training steps; an unreadable one set aside, said."""
-    steps: dict[Path, int] = {}
+def _readable_steps(ckpts: list[Path], set_aside: bool = True) -> dict[Path, tuple[int, int]]:
+    """Each readable checkpoint's training steps and epoch; an unreadable one set aside,
+    said."""
+    steps: dict[Path, tuple[int, int]] = {}
     for ckpt in ckpts:
         if not ckpt.is_file():
             continue
         try:
-            steps[ckpt] = int(torch.load(ckpt, map_location="cpu", weights_only=False)
-                              .get("global_step", 0))  # fmt: skip
+            state = torch.load(ckpt, map_location="cpu", weights_only=False)
+            steps[ckpt] = int(state.get("global_step", 0)), int(state.get("epoch", 0))
         except Exception as e:  # torch raises several types for truncated/garbled files
             if not set_aside:
                 continue
@@ -413,6 +476,30 @@ def _readable_steps(ckpts: list[Path], set_aside: bool = True) -> dict[Path, int
             ckpt.replace(aside)
             log.warning("%s is damaged (%s); set aside as %s", ckpt, type(e).__name__, aside.name)
     return steps
+
+
+def check_resume_length(config: TrainConfig, point: ResumePoint) -> None:
+    """A resume may train longer, never shorter: a `trainer.max_epochs` below the epochs the
+    checkpoint has trained (or a `max_steps` below its steps) was Lightning's traceback once
+    the run's log had been set aside. Refused before the run folder is touched."""
+    if point.path is None:
+        return
+    epochs, steps = config.trainer.get("max_epochs"), config.trainer.get("max_steps")
+    trained = point.epoch + 1  # the checkpoint was saved in (at the end of) that epoch
+    if epochs is not None and epochs != -1 and epochs < trained:
+        raise ConfigError(
+            f"trainer.max_epochs={epochs}: --resume continues {point.path.name}, saved in epoch "
+            f"{point.epoch} ({trained} epochs, counted from 0 to {point.epoch}); a resume "
+            f"trains longer, never shorter: set trainer.max_epochs={trained} or more, or "
+            "--overwrite to train a shorter run from the start"
+        )
+    if steps is not None and steps != -1 and steps < point.global_step:
+        raise ConfigError(
+            f"trainer.max_steps={steps}: --resume continues {point.path.name}, saved after "
+            f"{point.global_step} steps; a resume trains longer, never shorter: set "
+            f"trainer.max_steps={point.global_step} or more, or --overwrite to train a shorter "
+            "run from the start"
+        )
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -439,15 +526,31 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
     write_text(path, buf.getvalue())
 
 
-def keep_csv_history(run_dir: Path) -> Path:
+def keep_csv_history(run_dir: Path, below_step: int | None = None) -> Path:
     """Lightning's CSVLogger deletes `logs/metrics.csv` when it starts: on resume its rows are
-    first carried into `logs/metrics.before-resume.csv` (merged back by `merge_csv_history`)."""
+    first carried into `logs/metrics.before-resume.csv` (merged back by `merge_csv_history`).
+    `below_step`: the resumed checkpoint's global step (0: training starts from scratch); the
+    rows logged at or past it (Lightning logs a step's row at the step count before it; a
+    killed run's steps past its checkpoint, a finished run's closing validation and test) are
+    dropped, as the resumed run logs them again."""
     logs = run_dir / "logs"
     earlier = logs / "metrics.before-resume.csv"
     rows = _read_csv(earlier) + _read_csv(logs / "metrics.csv")
+    if below_step is not None:
+        rows = [r for r in rows if _logged_before(r, below_step)]
     if rows:
         _write_csv(earlier, rows)
+    elif earlier.is_file():  # every row was past the checkpoint
+        earlier.unlink()
     return earlier
+
+
+def _logged_before(row: Mapping[str, str | None], step: int) -> bool:
+    """Whether a metrics row was logged before `step` (a row without a step is kept)."""
+    try:
+        return int(float(row.get("step") or "")) < step
+    except ValueError:
+        return True
 
 
 def merge_csv_history(run_dir: Path, earlier: Path) -> None:
@@ -533,9 +636,10 @@ def train(
     if resume and not _run_files(run_dir):  # said, not warned: the demo resumes on purpose
         log.info("--resume: the run folder %s holds no run yet; training from the start",
                  run_dir)  # fmt: skip
-    check_trainer_here(config)
+    world_size = check_trainer_here(config)
     _say_answers_unread(config)  # reads them: a bad cell is refused before the model loads
     tokenizer, dm, module = prepare(config, questions, labels, monitored=True)
+    check_val_interval(config, len(dm.rows["train"]), world_size)
     with one_trainer(run_dir), without_known_warnings():  # the data are good: now the folder
         # a run may have ended since (the labels were read and hashed above: not again)
         check_run_dir(run_dir, config, overwrite, resume, labels, digest, asked)
@@ -639,12 +743,15 @@ def _fit(
     # refused the lock would delete the running job's files with --overwrite before torchrun
     # stopped them, and a second history kept would log a resumed run's epochs twice.
     writer = rank_zero()
+    # overwrite: nothing to resume (rank zero's claim removes lightning/, perhaps not yet)
+    point = ResumePoint() if overwrite else resume_point(run_dir, set_aside=writer)
+    check_resume_length(config, point)  # before the folder or its log is touched
+    start_from = point.path
     if writer:
         claim_run_dir(run_dir, digest, dm.provenance["sha256"], overwrite, questions_digest)
     throughput = Throughput()
-    # overwrite: nothing to resume (rank zero's claim removes lightning/, perhaps not yet)
-    start_from = None if overwrite else resume_checkpoint(run_dir, set_aside=writer)
-    earlier = keep_csv_history(run_dir) if writer else None
+    # rows past the checkpoint (all, from scratch) are logged again by this run
+    earlier = keep_csv_history(run_dir, point.global_step) if writer else None
     trainer = _trainer(config, run_dir, [throughput])
     started = time.perf_counter()
     head = HEADS[config.model.head]
