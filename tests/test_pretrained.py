@@ -524,3 +524,62 @@ def test_features_given_as_an_iterator_of_rows_are_checked_as_a_list_is(tmp_path
     kept = [{"hits": 1}, {"hits": None}]
     for given in (kept, iter(kept), (dict(r) for r in kept)):  # read once, then scored
         assert gate.predict_proba(TEXTS[:2], features=given).tolist() == [1.0, 0.0]
+
+
+def test_questions_features_and_answers_that_would_be_misread_are_refused(tmp_path):
+    """A set of questions was scored in its arbitrary order (scores matched to no question),
+    features="popularity" split into its characters ("10 rows for 2 questions"), and one
+    number as token_logprobs for a list of questions a raw TypeError (not iterable)."""
+    gate = RetrievalGate(SideGate(), tmp_path, "onnx")
+    for questions in (set(TEXTS), frozenset(TEXTS)):
+        with pytest.raises(InputError, match=r"whose order is arbitrary.*ordered sequence"):
+            gate.predict_proba(questions)
+    assert len(as_questions(dict.fromkeys(TEXTS).keys())) == 3  # insertion order: kept
+    for text in ("popularity", b"hits"):
+        with pytest.raises(InputError, match=r"features is .*, a text: give a mapping"):
+            as_questions(TEXTS[:2], text)
+    for number in (5, -0.5, np.float64(-1.0), "[-0.1]", {"a": 1}):
+        with pytest.raises(InputError, match=r"token_logprobs: .* is not a list of log-prob"):
+            as_questions(TEXTS[:2], token_logprobs=number)
+    assert as_questions(TEXTS[:2], token_logprobs=[[-0.1], None])[1].extra == {
+        "token_logprobs": None
+    }
+
+
+def test_a_router_names_its_own_class_and_load_arguments_are_checked_first(tmp_path):
+    """A loaded router's repr said RetrievalGate(...); variant=["int8"] was a raw TypeError
+    (unhashable) and device=1 an ONNX export's raw AttributeError (device=0: the default)."""
+    from retrieval_gate.gates.onnx import select_providers
+    from retrieval_gate.gates.pretrained import RetrievalRouter
+
+    class TwoStep:
+        name, threshold, strategies = "two-step", 0.5, ("no_retrieval", "one_retrieval")
+
+        def scores(self, questions):
+            return np.full(len(questions), 0.5)
+
+        def strategy_proba(self, questions):
+            return np.tile([0.3, 0.7], (len(questions), 1))
+
+        def route(self, questions, budget=None):
+            return ["one_retrieval"] * len(questions)
+
+    assert repr(RetrievalRouter(TwoStep(), tmp_path, "onnx")).startswith("RetrievalRouter(")
+    for variant in (["int8"], {}):
+        with pytest.raises(InputError, match=r"unknown variant .*; choose from fp32"):
+            RetrievalGate.from_pretrained(tmp_path, variant=variant)
+    for device in (1, 0, True, ["cpu"]):
+        with pytest.raises(InputError, match=r"unknown device .*: choose cpu or cuda"):
+            RetrievalGate.from_pretrained(tmp_path, device=device)
+        with pytest.raises(InputError, match=r"unknown device .*: choose cpu or cuda"):
+            select_providers(["CPUExecutionProvider"], device)
+
+
+def test_a_numpy_integer_batch_size_is_taken_as_an_int(gate_dirs):
+    """batch_size=np.int64(8) (a threshold or budget of numpy's is taken) was refused as
+    "not a whole number"."""
+    gate = RetrievalGate.from_pretrained(gate_dirs[1], batch_size=np.int64(8))
+    assert gate.gate.batch_size == 8 and type(gate.load_options["batch_size"]) is int
+    for bad in (np.int64(0), np.float64(8.0), True):
+        with pytest.raises(InputError, match="batch_size must be a whole number of 1 or more"):
+            RetrievalGate.from_pretrained(gate_dirs[1], batch_size=bad)

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..data.answer_confidence import TOKEN_LOGPROBS, parse_token_logprobs
-from ..errors import ConfigError, DataError, InputError
+from ..errors import ConfigError, DataError, InputError, clipped
 from ..generation.base import Generator
 from ..questions import Question
 from ..strategies import StrategyRegistry
@@ -110,12 +110,16 @@ def _refuse_container(questions: Any) -> None:
     if isinstance(questions, bytes | bytearray):
         raise InputError("questions is bytes: decode it to a str first (e.g. "
                          "data.decode('utf-8'))")  # fmt: skip
+    if isinstance(questions, set | frozenset):  # scored in no set order: not matchable
+        raise InputError(f"questions is a {type(questions).__name__}, whose order is arbitrary "
+                         "(scores could not be matched to questions): pass an ordered sequence "
+                         "(list, tuple, array, Series)")  # fmt: skip
 
 
 def _answers_for(
     token_logprobs: TokenLogprobs | Sequence[float], n: int, one: bool
 ) -> list[list[float] | None]:
-    lists = [token_logprobs] if one else list(token_logprobs)
+    lists = [token_logprobs] if one else _entries(token_logprobs, n)
     if len(lists) != n:
         raise InputError(f"token_logprobs has {len(lists)} entries for {n} question"
                          f"{'s' * (n != 1)}: give one list (or None, null in JSON) per "
@@ -131,6 +135,20 @@ def _answers_for(
                              "log-probabilities, or None for no answer")  # fmt: skip
         out.append(parsed)
     return out
+
+
+def _entries(token_logprobs: Any, n: int) -> list[Any]:
+    """token_logprobs' entries, one per question: a number, a text or a mapping was iterated
+    (a raw TypeError "'int' object is not iterable", or a list split into its characters)."""
+    one_value = isinstance(token_logprobs, str | bytes | Mapping)
+    if not one_value:
+        try:
+            return list(token_logprobs)
+        except TypeError:
+            pass
+    raise InputError(f"token_logprobs: {clipped(repr(token_logprobs))} is not a list of "
+                     "log-probabilities per question: give one list (e.g. [-0.1, -2.3, 0.0]), "
+                     f"or None, for each of the {n} questions")  # fmt: skip
 
 
 def _features_for(features: Features | None, n: int, one: bool = False) -> list[dict[str, Any]]:
@@ -150,6 +168,9 @@ def _features_for(features: Features | None, n: int, one: bool = False) -> list[
                                  f"{'s' * (n != 1)}: give one per question (None, null in JSON: "
                                  "unknown)")  # fmt: skip
         return [{name: column[i] for name, column in columns.items()} for i in range(n)]
+    if isinstance(features, str | bytes):  # was split into its characters, one row each
+        raise InputError(f"features is {clipped(repr(features))}, a text: give a mapping of "
+                         "columns ({name: values}) or one mapping per question")  # fmt: skip
     try:
         rows = list(features)
     except TypeError:  # a number: a TypeError from list()

@@ -51,6 +51,8 @@ def installed_onnxruntime_wheels() -> list[str]:
 
 def select_providers(available: Sequence[str], prefer: str | None = None) -> list[str]:
     """CUDA when onnxruntime-gpu sees a GPU, else CPU; `prefer` forces one (e.g. "cpu")."""
+    if prefer is not None and not isinstance(prefer, str):  # 1, True: a raw AttributeError
+        raise InputError(f"unknown device {prefer!r}: choose cpu or cuda")
     if prefer:
         wanted = {"cpu": CPU, "cuda": CUDA}.get(prefer.lower(), prefer)
         if wanted not in available:

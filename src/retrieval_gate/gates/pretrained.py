@@ -14,6 +14,7 @@ path); `save_pretrained` and `push_to_hub` are the mixin's around `_save_pretrai
 from __future__ import annotations
 
 import inspect
+import numbers
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -172,22 +173,29 @@ def _export_files(folder: Path) -> list[str]:
     return sorted(n for n in (*EXPORT_FILES, *TOKENIZER_FILES) if (folder / n).is_file())
 
 
-def _check_load_args(variant: str | None, batch_size: Any, hub_kwargs: dict[str, Any]) -> None:
-    """from_pretrained's arguments, before anything loads: a misspelt or unknown keyword
-    (`threshold=0.5`, `varient=`) was ignored for a local folder, and `batch_size=0` taken."""
+def _check_load_args(variant: Any, device: Any, batch_size: Any, hub: dict[str, Any]) -> int:
+    """from_pretrained's arguments, before anything loads, and the batch size as an int: a
+    misspelt or unknown keyword (`threshold=0.5`, `varient=`) was ignored for a local folder,
+    `batch_size=0` taken, `variant=["int8"]` a raw TypeError, and a device not a str (1,
+    True) an ONNX export's raw AttributeError (0: the default device)."""
     from huggingface_hub import snapshot_download
 
     known = set(inspect.signature(snapshot_download).parameters) - {"repo_id"}
-    if unknown := sorted(set(hub_kwargs) - known):
+    if unknown := sorted(set(hub) - known):
         hint = "; set gate.threshold after loading" if "threshold" in unknown else ""
         raise InputError(f"from_pretrained got unknown argument(s) {', '.join(unknown)}: it "
                          "takes backend, variant, device, batch_size and snapshot_download's "
                          "(revision, token, cache_dir, local_dir, local_files_only, ...)"
                          f"{hint}")  # fmt: skip
-    if variant is not None and variant not in VARIANTS:
+    if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
         raise InputError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if device is not None and not isinstance(device, str):  # as LearnedGate's checked_device
+        raise InputError(f"unknown device {device!r}: choose cpu or cuda (cuda:N for the "
+                         "N-th GPU)")  # fmt: skip
+    whole = isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool)
+    if not whole or batch_size < 1:
         raise InputError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    return int(batch_size)
 
 
 class RetrievalGate(
@@ -266,7 +274,7 @@ class RetrievalGate(
         run gives a `RetrievalRouter`."""
         if backend is not None and backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-        _check_load_args(variant, batch_size, hub_kwargs)
+        batch_size = _check_load_args(variant, device, batch_size, hub_kwargs)
         folder = resolve_folder(model_id, revision=revision, cache_dir=cache_dir, token=token,
                                 force_download=force_download, local_files_only=local_files_only,
                                 **hub_kwargs)  # fmt: skip
@@ -439,7 +447,7 @@ class RetrievalGate(
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
-        return (f"RetrievalGate({str(self.folder)!r}, backend={self.backend!r}, "
+        return (f"{type(self).__name__}({str(self.folder)!r}, backend={self.backend!r}, "
                 f"variant={self.variant!r}, threshold={self.threshold})")  # fmt: skip
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
