@@ -398,6 +398,75 @@ def test_progress_file_half_written_foreign_or_damaged(tmp_path):
     assert progress.read_text() == text  # never changed
 
 
+class _FailingSome(CountingTestGenerator):
+    """A server failing the prompts that hold `failing` (a 500: each prompt its own request),
+    answering the rest."""
+
+    def __init__(self, failing: str = "") -> None:
+        super().__init__()
+        self.failing = failing
+
+    def try_generate(self, prompts, max_new_tokens=24, logprobs=False):
+        out = self.generate(prompts, max_new_tokens)
+        return [BackendError("answered 500") if self.failing and self.failing in p else g
+                for p, g in zip(prompts, out, strict=True)]  # fmt: skip
+
+
+def test_a_saved_mode_whose_questions_the_generator_failed_is_asked_again(tmp_path):
+    """A mode saved with questions a failed generator call left unanswered (retryable) was
+    kept by a rerun against the healthy server: scored as misses for good."""
+    progress = tmp_path / "run.modes.jsonl"
+    qs = [Question(id=str(i), text=t, answers=("x",), source="user", split="test",
+                   contexts=({"title": "", "text": "it is x"},))
+          for i, t in enumerate(["Who wrote Hamlet?", "Who is Ada?", "Who is Bob?"])]  # fmt: skip
+
+    def run(gen: CountingTestGenerator) -> dict:
+        return run_comparison(["never", "always"], sample=Sample(limit=None), generator=gen,
+                              pipeline=Pipeline("contexts", k=1), progress_file=progress,
+                              mode_options=ModeOptions(questions=qs))  # fmt: skip
+
+    first = run(_FailingSome("Hamlet"))
+    assert "never: 1 of 3 questions got no answer" in first["note"]
+    healthy = _FailingSome()
+    again = run(healthy)
+    assert "kept" not in again["note"] and healthy.calls  # both modes asked again
+    assert "in an earlier run: never (1 failed), always (1 failed)" in again["note"]
+    assert not [a for m in again["modes"].values() for a in m["answers"] if a["error"]]
+    third = run(_FailingSome())
+    assert "kept from an earlier run: never, always" in third["note"]  # now whole: kept
+
+
+def test_a_strategies_file_changing_a_built_in_runs_its_fixed_mode(tmp_path):
+    """`{name: one_retrieval, k: 1}` in --strategies (docs/router.md) failed `rag --modes never
+    one_retrieval` mid-run, after never ran: the mode's strategy was checked against the
+    built-ins ("runs ... k: 1 there but ... k: None in the registry")."""
+    from retrieval_gate.strategies import load_strategies
+
+    path = tmp_path / "s.yaml"
+    path.write_text("strategies:\n  - name: no_retrieval\n  - name: one_retrieval\n    k: 1\n"
+                    "  - name: multi_step\n  - name: two\n    cost: 4\n"
+                    "    retriever: default\n    k: 2\n")  # fmt: skip
+    options = ModeOptions(strategies=load_strategies(path))
+    report = run_comparison(["never", "one_retrieval", "two", "multi-step"],
+                            Sample(["retrievalqa"], limit=2), Pipeline("contexts", k=3),
+                            mode_options=options, generator=CountingTestGenerator())  # fmt: skip
+    assert [r["mode"] for r in report["table"]] == ["never", "one_retrieval", "two", "multi-step"]
+    assert {a["strategy"] for a in report["modes"]["two"]["answers"]} == {"two"}
+
+
+def test_an_empty_progress_file_rag_did_not_write_is_refused(tmp_path):
+    """An empty file of the user's at <out>.modes.jsonl (not in the folder's ledger) was taken
+    over: vouched for and appended to."""
+    from retrieval_gate.outputs import LEDGER
+
+    progress = tmp_path / "run.modes.jsonl"
+    progress.write_bytes(b"")
+    with pytest.raises(InputError, match="`rag` did not write this file"):
+        check_progress_file(progress)
+    assert progress.read_bytes() == b"" and not (tmp_path / LEDGER).exists()
+    check_progress_file(tmp_path / "absent.modes.jsonl")  # none there: fine
+
+
 def _oracle_file(tmp_path, ids):
     path = tmp_path / "oracle.jsonl"
     LabelFile(path).append([{"id": i, "label": 1} for i in ids])

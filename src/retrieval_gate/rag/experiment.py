@@ -40,6 +40,7 @@ from .modes import (
     ModeOptions,
     build_gates_then_engine,
     check_modes,
+    loop_strategies,
     oracle_from_run,
 )
 from .multistep import MultiStepConfig
@@ -113,9 +114,9 @@ def run_comparison(
               pipeline.max_new_tokens, generator.checksum, multi]  # fmt: skip
     progress = Progress(progress_file, shared, mode_options, keep=resume)
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
-                         mode_options.budget)  # fmt: skip
+                         mode_options)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds)  # fmt: skip
+                 generator.name, setup_seconds, progress.retried)  # fmt: skip
     note += _speed_note(results) + _failed_note(results)
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
                 "budget": mode_options.budget,
@@ -176,16 +177,19 @@ def _run_modes(
     generator: Generator,
     pipeline: Pipeline,
     progress: Progress,
-    budget: float | None = None,
+    options: ModeOptions,
 ) -> list[ModeResult]:
     """Every mode on the questions; oracle-run goes last, built from never's and always's
-    (and multi-step's) answers."""
+    (and multi-step's) answers. Each mode runs with the registry its gate was checked
+    against before the engine started (`loop_strategies`)."""
 
     def run(some: dict[str, Gate], done: dict[str, ModeResult]) -> list[ModeResult]:
+        registries = {m: loop_strategies(m, g, options) for m, g in some.items()}
         return compare_modes(some, questions, ret, generator, k=pipeline.k,
                              max_new_tokens=pipeline.max_new_tokens,
                              done={**progress.saved(some, done), **done}, on_result=progress.append,
-                             multi_step=pipeline.multi_step, budget=budget)  # fmt: skip
+                             multi_step=pipeline.multi_step, budget=options.budget,
+                             strategies=registries)  # fmt: skip
 
     results = run(gates, {})
     if ORACLE_RUN in modes:
@@ -205,13 +209,20 @@ def _note(
     pipeline: Pipeline,
     generator: str,
     setup_seconds: float,
+    retried: dict[str, int] | None = None,
 ) -> str:
+    again = ", ".join(f"{m} ({n} failed)" for m, n in (retried or {}).items())
+    if again:
+        again = "; modes run again, the generator failed some of their questions in an " + (
+            f"earlier run: {again}"
+        )
     return (
         f"{n} questions (datasets={list(sample.datasets or ['all'])}, split={sample.split}, "
         f"seed={sample.seed}"
         + (", with their own documents" if sample.with_contexts else "")
         + ("; sampled among the oracle's labelled questions" if oracle_sampled else "")
         + (f"; modes kept from an earlier run: {', '.join(kept)}" if kept else "")
+        + again
         + f"), retriever={retriever}, k={pipeline.k}, generator={generator}, "
         f"max_new_tokens={pipeline.max_new_tokens}, multi-step: {_multi_note(pipeline)}; "
         f"setup (engine start, gate loading) "
@@ -262,6 +273,8 @@ class Progress:
         self.path, self.shared, self.options, self.keep = path, shared, options, keep
         self.keys: dict[str, str] = {}
         self.kept: list[str] = []
+        # saved modes run again whole: questions the generator failed (mode -> how many)
+        self.retried: dict[str, int] = {}
 
     def saved(self, gates: dict[str, Gate], done: dict[str, ModeResult]) -> dict[str, ModeResult]:
         """The saved results of these modes whose key still matches (`done`: run just now)."""
@@ -269,6 +282,11 @@ class Progress:
         saved = _read_progress(self.path, self.keys)  # read (and checked) even when not kept
         if not self.keep:
             return {}
+        for mode, result in list(saved.items()):  # a failed generator call: asked again
+            failed = sum(a.retryable for a in result.run.answers)
+            if failed and mode not in done:
+                del saved[mode]
+                self.retried.setdefault(mode, failed)
         self.kept.extend(m for m in saved if m not in done and m not in self.kept)
         return saved
 
@@ -342,10 +360,14 @@ def check_progress_file(path: Path) -> None:
     """`rag --out`'s progress file, before any engine: absent, or one `rag` wrote (it is
     appended to, so a file of the user's of that name would be changed), every saved result
     whole. One of whole saved rows that the folder's ledger does not record (`rag` wrote it
-    before it kept one) is recorded now, as it is."""
-    for _ in _saved_results(path):
-        pass
+    before it kept one) is recorded now, as it is; one without a row (empty) is the user's."""
+    rows = sum(1 for _ in _saved_results(path))
     if path.is_file() and recorded_digest(regular_target(path)) is None:
+        if not rows:  # nothing shows `rag` wrote it: appending would change a file of yours
+            raise InputError("`rag` did not write this file (its folder's "
+                             ".retrieval-gate-files.json does not record it, and it holds no "
+                             "saved mode), and it would append each mode's result to it: move "
+                             "it away, or pass another --out", path)  # fmt: skip
         vouch_for(path)
 
 

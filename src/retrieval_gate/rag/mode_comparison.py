@@ -37,6 +37,7 @@ from ..generation.base import Generator
 from ..generation.prompts import closed_book_prompt
 from ..questions import Question
 from ..retrieval.base import Retriever
+from ..strategies import StrategyRegistry
 from .decisions import Budget
 from .loop import DEFAULT_K, DEFAULT_MAX_NEW_TOKENS, AdaptiveRAG, Answer, Costs, RagRun
 from .multistep import MultiStepConfig
@@ -76,9 +77,11 @@ def compare_modes(
     on_result: Callable[[ModeResult], None] | None = None,
     multi_step: MultiStepConfig | None = None,
     budget: Budget = None,
+    strategies: Mapping[str, StrategyRegistry] | None = None,
 ) -> list[ModeResult]:
     """One measured RAG pass per mode (mode name -> gate or router), on exactly the same
-    questions. `budget` is the routers' operating point (None: each router's default).
+    questions. `budget` is the routers' operating point (None: each router's default);
+    `strategies`: mode -> the registry its loop runs with (absent: the built-ins).
 
     `done`: modes already measured by an interrupted run (kept, not re-run); `on_result` is
     called as each mode finishes, so a caller can save it at once."""
@@ -93,7 +96,8 @@ def compare_modes(
         bar.set_postfix_str(mode)
         clear_prefix_cache(generator)
         rag = AdaptiveRAG(gate, retriever, generator, k=k, max_new_tokens=max_new_tokens,
-                          multi_step=multi_step, budget=budget if is_router(gate) else None)  # fmt: skip
+                          multi_step=multi_step, budget=budget if is_router(gate) else None,
+                          strategies=(strategies or {}).get(mode))  # fmt: skip
         replay = getattr(generator, "replay_seconds", None)  # a cached generator's ledger
         before = work.snapshot()
         run = rag.run(questions)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..artifacts import open_artifact
 from ..errors import ConfigError, DataError, comma_joined
-from ..gates.base import Gate, uncached_gate
+from ..gates.base import Gate, is_router, uncached_gate
 from ..gates.registry import GATES, GateContext, GateOptions, build_gate, check_options, needing
 from ..generation.base import Generator
 from ..labels.evalset import load_splits
@@ -182,16 +182,28 @@ def build_gates_then_engine(
 
 
 def _mode_gate(mode: str, context: GateContext, options: ModeOptions) -> Gate:
-    """One mode's gate; a router checked against the registry and the loop's retriever."""
+    """One mode's gate, checked as the loop will run it (`loop_strategies`: a strategy
+    declared twice with different specs failed mid-run); a router against the loop's
+    retriever too."""
     gate = _build(mode, context, options)
+    budget = options.budget if mode in FIRST_GATE or is_router(gate) else None
+    registry = check_router(gate, budget, loop_strategies(mode, gate, options))
     if mode in FIRST_GATE:
-        registry = check_router(gate, options.budget, options.strategies)
         if options.retriever is not None:
             check_runnable([registry[s] for s in routed_strategies(gate, registry)], options.retriever,
                            f"router {gate.name!r}")  # fmt: skip
     if mode in options.thresholds:
         gate.threshold = options.thresholds[mode]
     return gate
+
+
+def loop_strategies(mode: str, gate: Gate, options: ModeOptions) -> StrategyRegistry:
+    """The registry `rag` runs a mode's gate with (`AdaptiveRAG`'s `strategies`): a
+    fixed-strategy mode's or an oracle router's own (a --strategies file's specs, the
+    built-in multi-step's), --strategies' for a router, the built-ins for a binary gate."""
+    if isinstance(gate, FixedStrategy | OracleRouter):
+        return gate.strategy_registry()
+    return options.strategies if mode in FIRST_GATE else BUILTIN
 
 
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
