@@ -675,6 +675,39 @@ def test_a_damaged_entry_is_computed_again(tmp_path, caplog):
     assert fake.calls == []
 
 
+def test_a_stored_field_of_the_wrong_type_is_computed_again(tmp_path, caplog):
+    """A bit flipped in a row's type byte (which `quick_check` does not check) made its value
+    bytes: `zlib.crc32(text.encode())` raised AttributeError and the verb stopped with
+    "internal error". Such a row is damage like a failed CRC: computed again, stored whole; a
+    size of the wrong type is evicted, not a TypeError."""
+    import sqlite3
+
+    path = tmp_path / "g.sqlite"
+    gen = CachedGenerator(FakeGenerator(), store=GenerationStore(path))
+    first = gen.generate(["Who wrote Hamlet?", "Capital of France?"], 8)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE entries SET value = CAST(value AS BLOB) WHERE rowid = 1")
+        db.execute("UPDATE entries SET crc = crc + 0.5 WHERE rowid = 2")  # a REAL
+        assert db.execute("SELECT typeof(value) FROM entries WHERE rowid = 1").fetchone() == (
+            "blob",
+        )
+    fake = FakeGenerator()
+    with caplog.at_level("WARNING"):
+        again = CachedGenerator(fake, store=GenerationStore(path)).generate(
+            ["Who wrote Hamlet?", "Capital of France?"], 8
+        )
+    assert [g.text for g in again] == [g.text for g in first] and len(fake.calls[0]) == 2
+    assert "2 entries of the generation cache" in caplog.text and "are damaged" in caplog.text
+    fake = FakeGenerator()  # stored whole again: served from the cache
+    CachedGenerator(fake, store=GenerationStore(path)).generate(["Who wrote Hamlet?"], 8)
+    assert fake.calls == []
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE entries SET bytes = CAST('12' AS BLOB)")
+    store = GenerationStore(path, limit_bytes=20)
+    store.put_many({"new": {"text": "x"}})  # evicts past the bound: no TypeError
+    assert store.info()["entries"] == 1 and store.get_many(["new"]) == {"new": {"text": "x"}}
+
+
 def test_a_cache_made_before_crcs_is_read_and_gains_the_column(tmp_path):
     import sqlite3
 
@@ -903,3 +936,47 @@ def test_two_clears_within_a_second_keep_both_copies_set_aside(tmp_path, monkeyp
     for n, copy in enumerate(copies):
         assert copy.name.startswith("generations.sqlite.damaged-20261202-055005")
         assert copy.read_bytes() == f"not a database {n} ".encode() * 100
+
+
+def test_a_cache_intact_but_unusable_is_not_sent_to_cache_clear(tmp_path, monkeypatch, caplog):
+    """A full disk, a read-only file, or a file above the cache's folder: every warning said
+    "If it is damaged, `retrieval-gate cache clear` sets it aside", and `cache clear` then
+    refused or did nothing. Each now names the problem and a fix that works; only a damaged
+    file is sent to `cache clear`."""
+    import sqlite3
+
+    from retrieval_gate.cli import main
+
+    caplog.set_level("WARNING", logger="retrieval_gate")
+    store = GenerationStore(tmp_path / "g.sqlite")
+
+    def failing(code, words):
+        def fail(self, *args):
+            e = sqlite3.OperationalError(words)
+            e.sqlite_errorcode = code
+            raise e
+
+        return fail
+
+    monkeypatch.setattr(GenerationStore, "_put", failing(sqlite3.SQLITE_FULL, "disk is full"))
+    store.put_many({"k": {"text": "x"}})
+    assert "free disk space" in caplog.text and "cache clear" not in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(GenerationStore, "_get", failing(sqlite3.SQLITE_READONLY, "readonly"))
+    store.get_many(["k"])
+    assert "permissions" in caplog.text and "cache clear" not in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(GenerationStore, "_get", failing(sqlite3.SQLITE_CORRUPT, "malformed"))
+    store.get_many(["k"])  # damaged: the one case `cache clear` is the way out
+    assert "`retrieval-gate cache clear`" in caplog.text
+    caplog.clear()
+    store.close()
+    (tmp_path / "notes.txt").write_text("mine")  # a file two levels above the cache's file
+    monkeypatch.setenv("RETRIEVAL_GATE_CACHE", str(tmp_path / "notes.txt" / "sub"))
+    monkeypatch.setenv(NO_CACHE_ENV, "0")
+    assert default_store() is None
+    assert f"{tmp_path / 'notes.txt'} is not a folder" in caplog.text
+    assert "cache clear" not in caplog.text
+    for action in ("info", "clear"):
+        assert main(["cache", action]) == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine"

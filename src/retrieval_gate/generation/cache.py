@@ -232,6 +232,8 @@ class GenerationStore:
         else its newest entries that do. Runs inside `_put`'s write transaction, so no other
         process writes between the sum and the deletes."""
         self._written = 0
+        # a damaged row (its size not a number: a bit flipped in its type byte) goes first
+        self._db.execute("DELETE FROM entries WHERE typeof(bytes) != 'integer'")
         (total,) = self._db.execute("SELECT COALESCE(SUM(bytes), 0) FROM entries").fetchone()
         if total <= self.limit:
             return
@@ -298,10 +300,11 @@ def store_action(action: str) -> dict[str, Any]:
     that is intact but could not be used (in use by another process, not writable) is refused
     as it is: nothing moved."""
     path = cache_path()
-    if path.parent.exists() and not path.parent.is_dir():  # every verb would refuse it too
+    above = _file_above(path)
+    if above is not None:  # every verb would refuse it too
         raise InputError("is not a folder: the cache ($RETRIEVAL_GATE_CACHE, else "
                          "~/.cache/retrieval-gate) must be one; point $RETRIEVAL_GATE_CACHE at "
-                         "a folder this user can write", path.parent)  # fmt: skip
+                         "a folder this user can write", above)  # fmt: skip
     if not path.exists():  # said, not made: `info` only looks, `clear` has nothing to clear
         # (a mistyped $RETRIEVAL_GATE_CACHE made folders and an empty cache there)
         cleared = {"cleared": 0} if action == "clear" else {}
@@ -379,8 +382,31 @@ def _damaged(e: BaseException) -> bool:
 IN_USE_FIX = "Another process is writing it: it is not damaged, try again when that finishes."
 
 
+# what an intact cache that could not be used is told (disk full, not writable): `cache
+# clear` refuses it too, so it is sent where the problem is
+FULL_FIX = ("The disk is full: it is not damaged; free disk space, or point "
+            "$RETRIEVAL_GATE_CACHE at another folder.")  # fmt: skip
+UNUSABLE_FIX = ("It is not damaged: check its and its folder's permissions and the free "
+                "disk space, or point $RETRIEVAL_GATE_CACHE at a folder this user can "
+                "write.")  # fmt: skip
+
+
 def _fix_of(e: BaseException) -> str:
-    return IN_USE_FIX if _in_use(e) else CLEAR_FIX
+    """The way out of `e`: `cache clear` only for a damaged file (it refuses an intact one)."""
+    if _in_use(e):
+        return IN_USE_FIX
+    if _damaged(e):
+        return CLEAR_FIX
+    return FULL_FIX if _sqlite_code(e) == sqlite3.SQLITE_FULL else UNUSABLE_FIX
+
+
+def _file_above(path: Path) -> Path | None:
+    """The nearest existing path above `path` where it is not a folder (a file where a folder
+    of $RETRIEVAL_GATE_CACHE goes), else None: only the parent was looked at."""
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            return None if parent.is_dir() else parent
+    return None
 
 
 def _refusal(e: BaseException, path: Path, action: str) -> InputError | None:
@@ -434,10 +460,13 @@ def _on_store(store: GenerationStore, action: str) -> dict[str, Any]:
 def _intact_rows(rows: list[tuple[str, str, int | None]], path: Path) -> dict[str, Any]:
     """The rows whose value is the text their CRC was taken of, parsed: a damaged one (a bit
     flipped inside a stored answer, which SQLite does not check) is left out, so computed
-    again and stored whole. Rows stored before entries carried a CRC are read as before."""
+    again and stored whole. Rows stored before entries carried a CRC are read as before. A
+    field not of its type (a bit flipped in a row's type byte, which `quick_check` does not
+    check either: a value read as bytes) is damage too, where it stopped the verb."""
     found, damaged = {}, 0
     for key, text, crc in rows:
-        if crc is not None and zlib.crc32(text.encode()) != crc:
+        typed = isinstance(text, str) and (crc is None or type(crc) is int)
+        if not typed or (crc is not None and zlib.crc32(text.encode()) != crc):
             damaged += 1
             continue
         try:
@@ -868,17 +897,18 @@ _STORES: dict[str, GenerationStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def _fix_for(path: Path) -> str:
+def _fix_for(path: Path, e: BaseException | None = None) -> str:
     """The way out where the cache cannot be opened: `cache clear` for a damaged file (it
     sets it aside), another folder where the folder is not one (clear refuses it too), moving
     it where the file's path holds something else (clear refuses that too)."""
     what = _not_a_file(path)
     if what is not None:
         return f"{path} {what}: {NOT_A_FILE_FIX}"
-    if path.parent.exists() and not path.parent.is_dir():
-        return (f"{path.parent} is not a folder: point $RETRIEVAL_GATE_CACHE at a folder this "
+    above = _file_above(path)
+    if above is not None:
+        return (f"{above} is not a folder: point $RETRIEVAL_GATE_CACHE at a folder this "
                 "user can write")  # fmt: skip
-    return CLEAR_FIX
+    return CLEAR_FIX if e is None else _fix_of(e)
 
 
 def default_store() -> GenerationStore | None:
@@ -895,7 +925,7 @@ def default_store() -> GenerationStore | None:
             try:
                 _STORES[path] = GenerationStore(path)
             except (sqlite3.Error, OSError) as e:
-                fix = IN_USE_FIX if _in_use(e) else _fix_for(Path(path))
+                fix = _fix_for(Path(path), e)
                 fix = "" if isinstance(e, _NotOurs) else fix  # its own words name the fix
                 _warn(f"the generation cache {path} cannot be opened ({e}); computing "
                       f"everything. {fix}")  # fmt: skip
