@@ -446,6 +446,32 @@ def test_limit_larger_than_the_split_zero_or_negative(caplog):
             sample_test(test, bad)
 
 
+def test_label_names_apart_in_any_case_and_unknown_ids_of_the_bundled_questions_said(
+    tmp_path, caplog
+):
+    """`closed-book.jsonl` and `Closed-Book.jsonl` in one report wrote `closed-book-*.png` and
+    `Closed-Book-*.png`: one file where case is ignored (macOS, Windows), one section showing
+    the other's figures. And label ids that are no bundled question were left out unsaid (the
+    user's --questions got a warning). Now the names differ in any case, and the ids are said."""
+    from retrieval_gate.data import canonical_questions
+    from retrieval_gate.labels.evalset import label_file_names, load_splits
+
+    folder = tmp_path / "g"
+    folder.mkdir()
+    names = label_file_names([folder / "closed-book.jsonl", folder / "Closed-Book.jsonl"])
+    assert len({n.casefold() for n in names}) == 2, list(names)
+    qs = [q for q in canonical_questions() if q.source == "popqa"][::20]
+    rows = [{"id": q.id, "label": i % 2} for i, q in enumerate(qs)]
+    rows += [{"id": f"ghost-{i}", "label": 1} for i in range(5)]
+    label_file = folder / "closed-book.jsonl"
+    label_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING"):
+        load_splits(label_file)
+    assert f"5 of {len(rows)} label ids are no question of these data (e.g. 'ghost-0')" in (
+        caplog.text)  # fmt: skip
+    assert "questions have no label" not in caplog.text  # a part of the bundled ones: the rule
+
+
 def test_two_generators_closed_book_files_keep_their_own_sections(tmp_path):
     """Label files are named by generator/policy from their provenance, never by stem: two
     generators' closed-book.jsonl in one report stay apart (they overwrote each other)."""

@@ -213,8 +213,9 @@ def load_splits(
             label_path,
         )
     check_made_for(stamped(rows), qs, label_path)  # (a release's rows carry no stamp)
-    if questions is not None:  # the user's: labels of a part of them, or of others too
-        say_unmatched(label_path, qs, labels)
+    # the user's questions: labels of a part of them, or of others too; the bundled ones:
+    # labels of a part of them is the rule, label ids of none were left out unsaid
+    say_unmatched(label_path, qs, labels, unlabelled=questions is not None)
     return split_evalsets(qs, labels, outcomes, strategy_labels)
 
 
@@ -242,17 +243,21 @@ def answers_for(run: LabellingRun, questions: Sequence[Question], users: bool) -
 
 
 def say_unmatched(
-    path: str | Path, questions: Sequence[Question], labels: Mapping[str, Any]
+    path: str | Path,
+    questions: Sequence[Question],
+    labels: Mapping[str, Any],
+    unlabelled: bool = True,
 ) -> None:
-    """Says (once a process) the label ids that are no question of these and the questions
-    without a label, both left out: evaluate, tune and transfer left them out unsaid."""
+    """Says (once a process) the label ids that are no question of these and (`unlabelled`)
+    the questions without a label, both left out: evaluate, tune and transfer left them out
+    unsaid."""
     known = {q.id for q in questions}
     missing = [i for i in labels if i not in known]
-    unlabelled = [q.id for q in questions if q.id not in labels]
+    without = [q.id for q in questions if q.id not in labels] if unlabelled else []
     parts = ([f"{len(missing):,} of {len(labels):,} label ids are no question of these data "
               f"(e.g. {missing[0]!r})"] if missing else []) + (
-             [f"{len(unlabelled):,} of {len(questions):,} questions have no label (e.g. "
-              f"{unlabelled[0]!r})"] if unlabelled else [])  # fmt: skip
+             [f"{len(without):,} of {len(questions):,} questions have no label (e.g. "
+              f"{without[0]!r})"] if without else [])  # fmt: skip
     note = f"{path}: {'; '.join(parts)}: left out"
     if parts and note not in _SAID:
         _SAID.add(note)
@@ -301,14 +306,18 @@ def label_file_names(paths: Sequence[str | Path]) -> dict[str, Path]:
     """One unique name per label file, for the sections of one report: `<generator>/<policy>`
     from its provenance (`smollm2-135m-instruct/closed-book`), the policy alone where the
     provenance names no generator (no provenance: the file's stem). Names two files would
-    share become `<folder>/<stem>`, then get a number: no file's results replace another's."""
+    share become `<folder>/<stem>`, then get a number: no file's results replace another's.
+    Names are compared in any case: `closed-book` and `Closed-Book` name one figure file on a
+    file system that ignores case (macOS, Windows), where one overwrote the other's."""
     paths = [Path(p) for p in paths]
     first = [_label_name(p) for p in paths]
-    names = [n if first.count(n) == 1 else f"{p.parent.name}/{p.stem}" for n, p in zip(first, paths, strict=True)]  # fmt: skip
+    folded = [n.casefold() for n in first]
+    names = [n if folded.count(n.casefold()) == 1 else f"{p.parent.name}/{p.stem}"
+             for n, p in zip(first, paths, strict=True)]  # fmt: skip
     out: dict[str, Path] = {}
     for name, path in zip(names, paths, strict=True):
         unique, i = name, 1
-        while unique in out:
+        while unique.casefold() in {k.casefold() for k in out}:
             i += 1
             unique = f"{name}-{i}"
         out[unique] = path
