@@ -9,7 +9,10 @@ labels. Faults:
 - `always_fail="text"`: any prompt containing the text answers 500, always;
 - `refuse="text"`: any prompt containing the text answers 400 (as a prompt past a window), always;
 - `garbled="text"`: any prompt containing the text answers 200 with an error object, no
-  chat completion (as a hosted API's filter may), always.
+  chat completion (as a hosted API's filter may), always;
+- `hold="text"` (also set after start; "" holds every prompt): any prompt containing the text
+  is held, counted in `held`, until `release` is set (a server that took the request and
+  never answers), then answers 503.
 With `api_key="..."` every route answers 401 to a request without `Authorization: Bearer <key>`,
 as `vllm serve --api-key` does. With `window=N` the models list `max_model_len: N` and
 `POST /tokenize` counts a chat prompt's words as its tokens (as `usage` does), as vLLM's does.
@@ -89,6 +92,7 @@ class FakeServer:
         retry_after: str | None = None,
         garbled: str | None = None,
         length_field: str = "max_tokens",
+        hold: str | None = None,
     ):
         self.latency, self.transient, self.always_fail = latency, transient, always_fail
         self.model, self.api_key = model, api_key
@@ -99,6 +103,7 @@ class FakeServer:
         self.reasoning, self.refuse, self.refused = reasoning, refuse, 0
         self.template_kwargs, self.thinking_off = template_kwargs, 0  # requests asking it
         self.retry_after, self.garbled, self.length_field = retry_after, garbled, length_field
+        self.hold, self.held, self.release = hold, 0, threading.Event()
         self.requests: Counter[str] = Counter()
         self.served = 0
         self._lock = threading.Lock()
@@ -120,6 +125,7 @@ class FakeServer:
         self.stop()
 
     def stop(self) -> None:
+        self.release.set()  # held requests end: their threads do not outlive the server
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -156,6 +162,11 @@ class FakeServer:
                 self.refused += 1
             return 400, {"error": {"message": "This model's maximum context length is 2048 tokens",
                                    "type": "BadRequestError"}}  # fmt: skip
+        if self.hold is not None and self.hold in prompt:
+            with self._lock:
+                self.held += 1
+            self.release.wait(60)
+            return 503, {"error": {"message": "held, then released"}}
         with self._lock:
             self.requests[prompt] += 1
             self.served += 1

@@ -108,66 +108,21 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-class _Generator:
-    """An OpenAI-compatible generator server in a thread: it answers (with log-probabilities)
-    but holds, until `release`, the requests whose body has `hold` in it ("": all); `held`
-    counts those."""
-
-    def __init__(self):
-        import http.server
-        import threading
-
-        self.release = threading.Event()
-        self.hold: str | None = None
-        self.held = 0
-        me = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self._send({"data": [{"id": "m"}]})
-
-            def do_POST(self):
-                sent = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if me.hold is not None and me.hold.encode() in sent:
-                    me.held += 1
-                    me.release.wait(60)
-                    return
-                tokens = [{"token": "Paris", "logprob": -0.1, "top_logprobs": []}]
-                self._send({"choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": "Paris"},
-                                         "logprobs": {"content": tokens}}],
-                            "usage": {"prompt_tokens": 5, "completion_tokens": 1}})  # fmt: skip
-
-            def _send(self, body):
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-
-
 @pytest.fixture
 def serve_child(router_dir, tmp_path):
-    """Starts `serve` (the router of `router_dir`, --generator-url a `_Generator`) in a child
-    process: `start(grace, *flags, hold=)` -> (process, generator, port); killed at the end."""
+    """Starts `serve` (the router of `router_dir`, --generator-url the project's fake server,
+    holding the prompts that hold `hold`: "" all) in a child process: `start(grace, *flags,
+    hold=)` -> (process, generator, port); killed at the end."""
     import subprocess
     import sys
     from pathlib import Path
 
     from pg_server import free_port
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    from fake_openai_server import FakeServer
 
     folder, _ = router_dir
     (tmp_path / "answers").mkdir()
@@ -176,8 +131,8 @@ def serve_child(router_dir, tmp_path):
     started: list = []
 
     def start(grace: float, *flags: str, hold: str | None = None):
-        generator, port = _Generator(), free_port()
-        generator.hold = hold
+        generator, port = FakeServer(latency=0.0, hold=hold), free_port()
+        generator.__enter__()  # serving until `stop`, below
         argv = [sys.executable, str(script), str(grace), "serve", "--router", str(folder),
                 "--retriever", "contexts", "--generator-url", generator.url, "--no-cache",
                 "--port", str(port), *flags]  # fmt: skip
@@ -190,7 +145,7 @@ def serve_child(router_dir, tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        generator.close()
+        generator.stop()
 
 
 def _until(done, seconds: float = 60) -> None:
