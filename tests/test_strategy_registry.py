@@ -143,10 +143,19 @@ strategies:
          "strategies[0]: unknown key 'colour'"),
         ("strategies: []\n", "strategies: a non-empty list"),
         ("strategies:\n  - {cost: 1}\n", "strategies[0]: missing name:"),
-        ("strategies:\n  - {name: yes, cost: 1}\n", "strategies[0]: name True is read by YAML "
-         "as a boolean, not text (YAML 1.1 reads a plain yes/no, on/off or true/false so): "
-         "quote it as written (name: 'yes', not name: yes)"),
-        ("strategies:\n  - {name: on, cost: 1}\n", "name True is read by YAML as a boolean"),
+        ("strategies:\n  - {name: yes, cost: 1}\n", "line 2: strategies[0].name: YAML 1.1 "
+         "reads yes as a boolean (True); quote it as written (name: 'yes')"),
+        ("strategies:\n  - {name: on, cost: 1}\n", "reads on as a boolean (True); quote it as "
+         "written (name: 'on')"),
+        # Octal and hex were read silently (k: 010 ran 8 passages); a name is quoted as written
+        ("strategies:\n  - {name: a, cost: 1, retriever: bm25, k: 010}\n",
+         "strategies[0].k: YAML 1.1 reads 010 as an octal number (8); write it in decimal "
+         "(e.g. 10), or quote it if it is text"),
+        ("strategies:\n  - {name: a, cost: 0x10}\n", "reads 0x10 as a hex number (16)"),
+        ("strategies:\n  - {name: 010, cost: 1}\n", "strategies[0].name: YAML 1.1 reads 010 "
+         "as an octal number (8); quote it as written (name: '010')"),
+        ("strategies:\n  - {name: a, cost: 1, description: off}\n",
+         "quote it as written (description: 'off')"),
         ("strategies:\n  - {name: 7, cost: 1}\n", "strategies[0]: name 7 is read by YAML as a "
          "number, not text: quote it as written (name: \"7\")"),
         ("strategies:\n  - {name: [a], cost: 1}\n", "name ['a'] is not text"),
@@ -169,7 +178,8 @@ strategies:
          "YAML as text, not a number: write it as 1000 or 1.0e+3"),
         ("strategies:\n  - {name: a, cost: 2.5e3}\n", "write it as 2500 or 2.5e+3"),
         ("strategies:\n  - {name: a,\n     cost: 1:30}\n",
-         "line 3: 1:30 is a base-60 number to YAML 1.1 (read as 90)"),
+         "line 3: strategies[0].cost: YAML 1.1 reads 1:30 as a base-60 number (90); write it "
+         "in decimal (e.g. 90)"),
         ("strategies:\n  - {name: s0, cost: 0}\n  - {name: direct, cost: 1, retriever: bm25, "
          "k: 3}\n", "strategies[1] (direct): 'direct' is the name of a framework adapter's "
          "built-in branch (direct, retrieve, multi_step), and this strategy retrieves in its "

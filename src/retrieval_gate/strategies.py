@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .yaml_files import read_yaml
+from .yaml_files import Misread, read_yaml
 
 NO_RETRIEVAL, ONE_RETRIEVAL, MULTI_STEP = "no_retrieval", "one_retrieval", "multi_step"
 MAX_COST = 1e12  # a strategy's cost in any unit (ms, tokens, money); 1e308 overflowed sums
@@ -435,31 +435,20 @@ def _exponent_form(value: float) -> str:
     return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{int(exponent):+d}"
 
 
-_BASE_60 = re.compile(r"\d:[0-5]?\d")  # `1:30`: a number to YAML 1.1 (90)
+def _refuse_misreads(misreads: list[Misread], path: Path) -> None:
+    """A plain scalar YAML 1.1 alone reads otherwise is refused, named as written: `cost: 1:30`
+    was read as 90, `k: 010` as 8, `name: on` as true. A strategy has no yes/no key."""
+    for misread in misreads:
+        key = misread.path[-1] if misread.path else None
+        quoted = f"{key}: '{misread.text}'" if isinstance(key, str) else f"'{misread.text}'"
+        if misread.kind == "a boolean" or key in _TEXT_KEYS:
+            fix = f"quote it as written ({quoted})"
+        else:
+            fix = f"write it in decimal (e.g. {misread.decimal()}), or quote it if it is text"
+        raise ConfigError(f"{misread.read_as(misread.where())}; {fix}", path, misread.line)
 
 
-def _refuse_base_60(text: str, path: Path) -> None:
-    """A number written base 60 (`cost: 1:30`), which YAML 1.1 reads as 90, is refused: a
-    cost or a count meant as 1:30 was read silently as 90."""
-    import yaml
-
-    if not _BASE_60.search(text):  # most files: no second pass
-        return
-    nodes, seen = [yaml.compose(text, Loader=yaml.SafeLoader)], set()
-    while nodes:
-        node = nodes.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.ScalarNode):
-            if node.tag.endswith((":int", ":float")) and ":" in node.value:
-                raise ConfigError(f"{node.value} is a base-60 number to YAML 1.1 (read as "
-                                  f"{yaml.safe_load(node.value)}): write the number you mean "
-                                  "(quote it if it is text)", path, node.start_mark.line + 1)  # fmt: skip
-        elif isinstance(node, yaml.SequenceNode):
-            nodes.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            nodes.extend(n for pair in node.value for n in pair)
+_TEXT_KEYS = ("name", "prompt", "generator", "description", "retriever")
 
 
 def _count(value: Any, where: str, path, top: int | None = None) -> int | None:
@@ -524,11 +513,11 @@ def load_strategies(path: str | Path) -> StrategyRegistry:
     if not path.is_file():
         raise ConfigError("strategies file not found (a YAML file with a top-level "
                           "strategies: list)", path)  # fmt: skip
+    misreads: list[Misread] = []
     try:
-        raw = read_yaml(path)
+        raw = read_yaml(path, misreads)
     except yaml.YAMLError as e:
         raise ConfigError(f"strategies file is not valid YAML: {e}", path) from None
-    _refuse_base_60(path.read_text(encoding="utf-8-sig"), path)
     if not isinstance(raw, Mapping) or "strategies" not in raw:
         raise ConfigError("a strategies file is a YAML mapping with a top-level strategies: "
                           "list", path)  # fmt: skip
@@ -536,6 +525,7 @@ def load_strategies(path: str | Path) -> StrategyRegistry:
     if extra:
         raise ConfigError(f"unknown top-level key {extra[0]!r}; a strategies file has only "
                           "strategies:", path)  # fmt: skip
+    _refuse_misreads(misreads, path)
     return registry_from_list(raw["strategies"], "strategies", path)
 
 

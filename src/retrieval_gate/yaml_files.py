@@ -152,6 +152,19 @@ class Misread(NamedTuple):
     # "a boolean"
     line: int
 
+    def where(self, prefix: tuple[Any, ...] = ()) -> str:
+        """Its place as a message writes it: `strategies[0].cost`."""
+        parts = (*prefix, *self.path)
+        return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+
+    def read_as(self, where: str) -> str:
+        """`WHERE: YAML 1.1 reads TEXT as KIND (VALUE)`, a message's first half."""
+        return f"{where or 'the value'}: YAML 1.1 reads {self.text} as {self.kind} ({self.value})"
+
+    def decimal(self) -> Any:
+        """The number most people read in the text: `010` is 10 (to YAML 1.1, 8)."""
+        return int(self.text.replace("_", "")) if self.kind == "an octal number" else self.value
+
 
 def _yaml11_kind(node: yaml.ScalarNode) -> str | None:
     """What YAML 1.1 alone reads a plain scalar as: `010` octal (8), `0x3` hex, `0b11` binary,

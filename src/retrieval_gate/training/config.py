@@ -759,19 +759,17 @@ def _misread_why(misread: Misread, prefix: tuple[Any, ...], cli: bool = False) -
     key): `run.seed=010` trained with seed 8, `data.max_train_examples=1:30` with 90 examples,
     and `run.name=yes` was "run.name=True: expected a string", a value never typed."""
     path = (*prefix, *misread.path)
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    where = misread.where(prefix)
     keyed = cli and not any(isinstance(p, int) for p in path)  # a list item: no KEY=VALUE
     quoted = f"{where}=\"'{misread.text}'\"" if keyed else f"'{misread.text}'"
-    read = f"{where or 'the value'}: YAML 1.1 reads {misread.text} as {misread.kind} " + (
-        f"({misread.value})")  # fmt: skip
+    read = misread.read_as(where)
     target = _strip_none(_target(path))
     if misread.kind == "a boolean" and target in (None, bool):  # a flag: what yes/on mean
         return None
     if misread.kind == "a boolean" or target is str:
         return f"{read}; quote it if it is text: {quoted}"
-    plain = misread.text.replace("_", "")
-    number = int(plain) if misread.kind == "an octal number" else misread.value
-    return f"{read}; write it in decimal (e.g. {number}), or quote it if it is text: {quoted}"
+    return (f"{read}; write it in decimal (e.g. {misread.decimal()}), or quote it if it is "
+            f"text: {quoted}")  # fmt: skip
 
 
 def _target(path: Sequence[Any]) -> Any:
