@@ -318,19 +318,24 @@ def test_score_input_refuses_answers_it_would_not_read(tmp_path, capsys, caplog)
     assert "every score is the question-only score of the two-stage gate" in caplog.text
 
 
-def test_the_columns_score_peeks_at_in_an_input_file(tmp_path):
-    from retrieval_gate.commands.score import _columns
+def test_the_columns_score_gathers_from_an_input_file(tmp_path):
+    from retrieval_gate.data.question_lines import iter_question_lines
+
+    def columns(name: str) -> set[str]:
+        seen: set[str] = set()
+        for _ in iter_question_lines(tmp_path / name, seen):
+            pass
+        return seen
 
     (tmp_path / "a.csv").write_text('\ufeffID,Question,Token_LogProbs\n1,Who?,"[-0.1]"\n')
     (tmp_path / "b.tsv").write_text("question\tmean_logprob\nWho?\t-0.3\n")
     (tmp_path / "c.jsonl").write_text('\n{"question": "Who?", "logprobs": {"content": []}}\n')
     (tmp_path / "d.jsonl").write_text("[1, 2]\n")
     (tmp_path / "e.txt").write_text("Who wrote Hamlet?\n")
-    assert _columns(tmp_path / "a.csv") == ["id", "question", "token_logprobs"]
-    assert _columns(tmp_path / "b.tsv") == ["question", "mean_logprob"]
-    assert _columns(tmp_path / "c.jsonl") == ["question", "logprobs"]
-    assert _columns(tmp_path / "d.jsonl") == _columns(tmp_path / "e.txt") == []
-    assert _columns(tmp_path / "missing.csv") == []
+    assert columns("a.csv") == {"id", "question", "token_logprobs"}
+    assert columns("b.tsv") == {"question", "mean_logprob"}
+    assert columns("c.jsonl") == {"question", "logprobs"}
+    assert columns("d.jsonl") == columns("e.txt") == set()
 
 
 def test_the_answer_level_fits_with_three_or_four_answers_of_a_kind():

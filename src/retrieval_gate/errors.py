@@ -135,6 +135,8 @@ _OS_ERRORS = {
     errno.ENOSPC: "no space left on the device: free some, or write elsewhere",
     errno.EDQUOT: "over the disk quota: free some, or write elsewhere",
     errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EFBIG: "file too large for the file system or the process's file-size limit "
+    "(`ulimit -f`): raise the limit, or write elsewhere",
 }
 
 

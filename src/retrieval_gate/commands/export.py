@@ -76,10 +76,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"parity on {report['n']} test questions (PyTorch AUROC {auroc}):")
     for variant, r in report["variants"].items():
         print(f"  {variant:5s} {json.dumps(r)}")
+    # an fp32 file that misses its bar is a BackendError in build_export, nothing written
     failed = [v for v, r in report["variants"].items() if r.get("runnable") and not r["passed"]]
-    if "fp32" in failed:
-        print("error: fp32 ONNX does not match PyTorch; do not ship this export")
-        return 1
     if failed:
         print(f"warning: {', '.join(failed)} missed their quality bar (see parity.json)")
     return 0

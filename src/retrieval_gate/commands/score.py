@@ -7,7 +7,7 @@ scorable line is an error (exit 2), bad lines otherwise become error records."""
 from __future__ import annotations
 
 import argparse
-import csv
+import hashlib
 import itertools
 import json
 import logging
@@ -31,7 +31,9 @@ from .plan import check_output_file
 from .question_args import add_question_args, questions_from
 
 log = logging.getLogger(__name__)
-CHUNK = 2048  # questions scored, then written, at a time: a stopped run keeps what it wrote
+# questions scored, then written, at a time: a stopped run keeps what it wrote; batches start
+# at multiples of it, resumed or not (a router cascade's budget caps each batch's escalations)
+CHUNK = 2048
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -145,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     questions = questions_from(args)
     lines = _lines(args, questions)
     stamp = _stamp(args.input)
-    total, good, first = _tally(lines())  # the whole input read once before the model loads
+    columns: set[str] = set()  # every row's, not the first's: a later row's answers were unread
+    total, good, first = _tally(lines(columns))  # the whole input read before the model loads
     if not good:
         raise InputError(f"no line could be scored ({first or 'the file is empty'})", args.input)
     artifact = open_artifact(args.model, "export", "--model")  # the manifest, before the model
@@ -167,20 +170,24 @@ def run(args: argparse.Namespace) -> int:
         escalation_strategy(cascade, registry)  # before any output
     if questions is None:
         _refuse_side_features(gate, args.input)
-        _refuse_answers_unread(cascade.answer_gate if cascade else gate, args.input)
+        _refuse_answers_unread(cascade.answer_gate if cascade else gate, args.input, columns)
     else:
         _say_answers_read(cascade.answer_gate if cascade else gate, questions)
-    out = _output(args, gate, threshold, lines, cascade)
+    out = _output(args, gate, threshold, lines, cascade, questions)
     try:
         with tqdm(total=total, initial=out.done, desc="score", unit="q",
                   disable=total - out.done <= CHUNK) as bar:  # fmt: skip
-            i = out.done
-            for records in _chunks(itertools.islice(lines(), out.done, None), CHUNK):
+            # a resume scores the batch it stopped in whole again, as a run never stopped
+            # did, and writes only its lines not yet written
+            i = out.done // CHUNK * CHUNK
+            skip = out.done - i
+            for records in _chunks(itertools.islice(lines(), i, None), CHUNK):
                 part = questions[i : i + len(records)] if questions is not None else None
-                out.write(_scored(gate, records, part, threshold, args.budget, registry,
-                                  cascade))  # fmt: skip
+                text = _scored(gate, records, part, threshold, args.budget, registry, cascade)
+                out.write(text.split("\n", skip)[skip])  # "\n" inside a JSON string is escaped
                 i += len(records)
-                bar.update(len(records))
+                bar.update(len(records) - skip)
+                skip = 0
         if _stamp(args.input) != stamp:
             raise InputError("the input changed while it was scored, so the lines written may "
                              "come from two versions of it: score it again", args.input)  # fmt: skip
@@ -195,12 +202,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lines(args: argparse.Namespace, questions: list | None) -> Callable[[], Iterator[dict]]:
+def _lines(args: argparse.Namespace, questions: Any) -> Callable[..., Iterator[dict]]:
     """A fresh pass over the input's records each call: an --input file is streamed (millions
-    of questions take the memory of a chunk), --questions were loaded whole."""
+    of questions take the memory of a chunk), --questions were loaded whole. Given a set, a
+    pass over an --input file gathers its rows' column names in it."""
     if questions is not None:
-        return lambda: ({"id": q.id, "text": q.text} for q in questions)
-    return lambda: iter_question_lines(Path(args.input))
+        return lambda columns=None: ({"id": q.id, "text": q.text} for q in questions)
+    return lambda columns=None: iter_question_lines(Path(args.input), columns)
 
 
 def _tally(records: Iterable[dict]) -> tuple[int, int, str | None]:
@@ -259,9 +267,10 @@ def _refuse_side_features(gate: Any, path: str) -> None:
         )
 
 
-def _refuse_answers_unread(gate: Any, path: str) -> None:
+def _refuse_answers_unread(gate: Any, path: str, columns: set[str]) -> None:
     """--input reads a question's id and text alone: a two-stage gate scored every question on
-    its text, the answers' log-probabilities in the file's columns unread, without a word."""
+    its text, the answers' log-probabilities in the file's columns unread, without a word.
+    `columns`: those of every row of the file (a CSV's header, each JSON object's keys)."""
     from ..data.answer_confidence import TOKEN_LOGPROBS
     from ..data.user_questions import ANSWER_FIELDS, DEFAULT_COLUMNS
     from ..gates.base import reads_answers
@@ -269,7 +278,7 @@ def _refuse_answers_unread(gate: Any, path: str) -> None:
     if not reads_answers(gate):
         return
     read = {c for field in ANSWER_FIELDS for c in DEFAULT_COLUMNS[field]}  # as --questions does
-    answers = [c for c in _columns(Path(path)) if c in read]
+    answers = sorted({c.lower() for c in columns} & read)
     if answers:
         raise InputError(f"gate {gate.name} reads the answers' log-probabilities, and --input "
                          f"reads a question's id and text alone (its {answers[0]!r} column "
@@ -277,24 +286,6 @@ def _refuse_answers_unread(gate: Any, path: str) -> None:
     log.info(f"--input gives no answers: every score is the question-only score of the "
              f"two-stage gate {gate.name}; --questions FILE with a {TOKEN_LOGPROBS} column reads "
              "them")  # fmt: skip
-
-
-def _columns(path: Path) -> list[str]:
-    """The column names of a CSV / TSV header or of a JSONL file's first object, lower-cased
-    (none for other files, or one that cannot be read: its reader says why)."""
-    suffix = path.suffix.lower()
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            if suffix in (".csv", ".tsv"):
-                return [c.strip().lower() for c in next(csv.reader(f, dialect=csv.excel_tab
-                        if suffix == ".tsv" else csv.excel), [])]  # fmt: skip
-            if suffix in (".jsonl", ".ndjson"):
-                first = next((line for line in f if line.strip()), "{}")
-                row = json.loads(first)
-                return [str(c).lower() for c in row] if isinstance(row, dict) else []
-    except (OSError, ValueError, csv.Error):
-        pass
-    return []
 
 
 def _scored(
@@ -379,6 +370,7 @@ def _output(
     threshold: float,
     lines: Callable[[], Iterator[dict]],
     cascade: Any = None,
+    questions: Any = None,
 ) -> Any:
     """Where the lines go: --output written as they are made (resumable), else stdout. A
     partial --output continues only for the same model, input and options, and only when each
@@ -386,13 +378,29 @@ def _output(
     if not args.output:
         return _Stdout()
     source = Path(args.input or args.questions)
+    # a file by its bytes; a dataset folder or hf: spec by the questions it gave (its name
+    # stays when its rows change: a resume mixed two versions)
     identity = {"model": gate.checksum, "variant": args.variant,
-                "input": sha256_file(source) if source.is_file() else str(source),
+                "input": _digest(questions) if questions is not None and not source.is_file()
+                else sha256_file(source),
                 "field": sorted(args.field or []), "threshold": threshold, "budget": args.budget}  # fmt: skip
     if cascade is not None:  # only then: a partial file of a run without it resumes as before
         identity["answer_gate"] = cascade.answer_gate.checksum
     return ResumableOutput(args.output, identity, args.resume, "--output",
                            records=lambda: map(_line_says, lines()))  # fmt: skip
+
+
+def _digest(questions: Any) -> str:
+    """The sha256 of the questions as loaded (every field, `extra`'s columns too), one pass."""
+    h = hashlib.sha256()
+    for q in questions:
+        h.update(json.dumps(vars(q), sort_keys=True, default=_plain).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value for a cell json cannot write: a numpy array whole (its str elides)."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 def _line_says(rec: dict) -> dict[str, Any]:

@@ -44,10 +44,12 @@ def read_question_lines(path: Path) -> list[dict[str, Any]]:
     return list(iter_question_lines(path))
 
 
-def iter_question_lines(path: Path) -> Iterator[dict[str, Any]]:
+def iter_question_lines(path: Path, columns: set[str] | None = None) -> Iterator[dict[str, Any]]:
     """`read_question_lines`, one record at a time: a text, JSONL or CSV file is read as a
     stream, so a file of millions of questions takes the memory of a line (a `.json` file is
-    read whole: it may be one array). Errors of the whole file are raised on the way."""
+    read whole: it may be one array). Errors of the whole file are raised on the way.
+    `columns`, when given, gathers the names of every row's fields (a CSV's header, each JSON
+    object's keys, as written): `score` refuses a file whose answer columns it would not read."""
     # a stream cannot be checked whole before the model loads, nor resumed: `-`, /dev/stdin
     if str(path) == "-" or (path.exists() and not path.is_file() and not path.is_dir()):
         what = "standard input" if str(path) == "-" else "a pipe or device (standard input?)"
@@ -63,31 +65,33 @@ def iter_question_lines(path: Path) -> Iterator[dict[str, Any]]:
             _refuse_binary(f.read(HEAD_BYTES), path)
             f.seek(0)
             if suffix == ".json":
-                yield from _read_json(f.read(), path)
+                yield from _read_json(f.read(), path, columns)
             elif suffix in CSV_DELIMITERS:
-                yield from _read_csv(f, path, CSV_DELIMITERS[suffix])
+                yield from _read_csv(f, path, CSV_DELIMITERS[suffix], columns)
             else:
-                yield from _read_lines(f, path, suffix in JSONL_SUFFIXES)
+                yield from _read_lines(f, path, suffix in JSONL_SUFFIXES, columns)
     except OSError as e:
         raise InputError(f"cannot read the input ({e.strerror})", path) from None
 
 
-def _read_json(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
+def _read_json(data: bytes, path: Path, columns: set[str] | None) -> Iterator[dict[str, Any]]:
     """A `.json` file: an array of row objects, else one object a line."""
     text = data.removeprefix(BOM)
     if text.lstrip().startswith(b"["):
         # an item without an id takes its place in the array: its line is no id (an array
         # written on one line has every item on line 1)
         for i, (n, row) in enumerate(read_json_array(path), start=1):
-            yield _row_record({"line": n, "id": str(i)}, row)
+            yield _row_record({"line": n, "id": str(i)}, row, columns)
         return
     refuse_one_object(text.decode("utf-8", "replace"), path)
-    yield from _read_lines(io.BytesIO(data), path, True)  # which drops the byte-order mark
+    yield from _read_lines(io.BytesIO(data), path, True, columns)  # which drops the BOM
 
 
-def _read_lines(f: BinaryIO, path: Path, is_jsonl: bool) -> Iterator[dict[str, Any]]:
-    """One record a line (a question, or a JSON object when `is_jsonl`); a header line
-    ("question") is skipped."""
+def _read_lines(
+    f: BinaryIO, path: Path, is_jsonl: bool, columns: set[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """One record a line (a question, or a JSON object when `is_jsonl`); a text file's header
+    line ("question") is skipped (JSONL has none: a row asking "Text" is a question)."""
     lineno = 0
     for chunk in f:  # up to each b"\n"; splitlines() below also ends lines at a lone b"\r"
         if lineno == 0:
@@ -96,8 +100,9 @@ def _read_lines(f: BinaryIO, path: Path, is_jsonl: bool) -> Iterator[dict[str, A
                 refuse_structured_text(chunk.split(b"\n", 1)[0].decode("utf-8", "replace"), path)
         for raw in chunk.splitlines(keepends=True):
             lineno += 1
-            rec = _parse_line(raw, lineno, is_jsonl)
-            if lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS:
+            rec = _parse_line(raw, lineno, is_jsonl, columns)
+            header = lineno == 1 and rec.get("text", "").strip().lower() in HEADER_WORDS
+            if header and not is_jsonl:
                 continue  # a header line, not a question
             yield rec
 
@@ -153,7 +158,9 @@ def _refuse_binary(head: bytes, path: Path) -> None:
 _NUL = "holds a NUL byte (binary data, or UTF-16 text); save it as UTF-8"
 
 
-def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
+def _parse_line(
+    raw: bytes, lineno: int, is_jsonl: bool, columns: set[str] | None = None
+) -> dict[str, Any]:
     rec: dict[str, Any] = {"line": lineno, "id": str(lineno)}
     if b"\x00" in raw:
         return {**rec, "error": _NUL}
@@ -170,14 +177,19 @@ def _parse_line(raw: bytes, lineno: int, is_jsonl: bool) -> dict[str, Any]:
             return {**rec, "error": f"malformed JSON ({e.msg})"}
         if not isinstance(row, dict):
             return {**rec, "error": "expected a JSON object with a 'question' field"}
-        return _row_record(rec, row)
+        return _row_record(rec, row, columns)
     if not has_text(line):
         return {**rec, "error": "empty question"}
     return {**rec, "text": line}
 
 
-def _row_record(rec: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """The record of one JSON object: its question, or an error naming what is wrong."""
+def _row_record(
+    rec: dict[str, Any], row: dict[str, Any], columns: set[str] | None = None
+) -> dict[str, Any]:
+    """The record of one JSON object: its question, or an error naming what is wrong (its
+    keys gathered in `columns`, when given)."""
+    if columns is not None:
+        columns.update(row)
     id_key = "id" if "id" in row else _in_any_case(("id",), row) or "id"
     if row.get(id_key) is not None:  # the row's own id, also on its error record
         rid = id_text(row[id_key])
@@ -223,7 +235,9 @@ def _in_any_case(candidates: tuple[str, ...], row: dict[str, Any]) -> str | None
     return next(iter(columns_in_any_case(candidates, set(row))), None)
 
 
-def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
+def _read_csv(
+    f: BinaryIO, path: Path, delimiter: str, columns: set[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """A CSV (or TSV) with a header naming a `question` (or `text`) column and optionally
     `id`, read a row at a time."""
     text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
@@ -231,7 +245,7 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
     try:
         # strict: a quote left open ends in an error, where it read the rest of the file
         rows = csv.reader(text, delimiter=delimiter, strict=True)
-        yield from _csv_records(rows, path, delimiter)
+        yield from _csv_records(rows, path, delimiter, columns)
     except UnicodeDecodeError:  # said with its place in the whole file, read again for it
         data = path.read_bytes()
         try:
@@ -245,7 +259,9 @@ def _read_csv(f: BinaryIO, path: Path, delimiter: str) -> Iterator[dict[str, Any
         text.detach()  # the caller closes the file
 
 
-def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, Any]]:
+def _csv_records(
+    rows: Any, path: Path, delimiter: str, columns: set[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """`rows`: a csv.reader, whose line count places each row where it starts in the file (a
     quoted cell may hold line breaks, so the row's count is not its line)."""
     first = next(rows, None)
@@ -253,6 +269,8 @@ def _csv_records(rows: Any, path: Path, delimiter: str) -> Iterator[dict[str, An
         return
     refuse_other_separator(first, path, delimiter)
     header = [h.strip().lower() for h in first]
+    if columns is not None:
+        columns.update(header)
     if repeated := first_repeated([h for h in header if h in (*QUESTION_COLUMNS, "id")]):
         raise InputError(f"CSV header names column {repeated!r} twice; rename one", path, 1)
     col = next((header.index(c) for c in QUESTION_COLUMNS if c in header), None)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import BackendError
 from ..fileio import staged_folder
 from ..questions import Question
 from .card import write_model_card
@@ -23,7 +24,8 @@ def build_export(
 ) -> tuple[Path, dict[str, Any]]:
     """`parity` = (texts, labels[, side features]) to check on; by default the run's test split (up to
     `parity_limit` questions) of `questions` (default: the run's own question set). The folder
-    (ONNX files, tokenizer, parity.json, model card) appears whole or not at all."""
+    (ONNX files, tokenizer, parity.json, model card) appears whole or not at all, and not at
+    all when its fp32 file misses the parity bar (a BackendError; an older export is kept)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_export_target(out_dir, variants)
     texts, labels, *features = (
@@ -35,7 +37,25 @@ def build_export(
         write_export(run_dir, stage, variants, calibration, progress)
         progress.step(f"parity: {len(texts)} test questions through PyTorch and each variant")
         report = check_parity(run_dir, stage, texts, labels, features[0] if features else None)
+        _refuse_failed_fp32(report, out_dir)  # raised here, the stage is discarded
         progress.step("model card")
         write_model_card(run_dir, stage, report, name=out_dir.name, path=str(out_dir))
         keep_users_files(out_dir, stage)
     return out_dir, report
+
+
+def _refuse_failed_fp32(report: dict[str, Any], out_dir: Path) -> None:
+    """The fp32 graph scoring otherwise than PyTorch is a broken export: it replaced the
+    folder (an older, good export too) and loaded silently everywhere, its parity.json alone
+    saying `passed: false`."""
+    fp32 = report["variants"].get("fp32") or {}
+    if not fp32.get("runnable") or fp32["passed"]:
+        return
+    bar = fp32["bar"]
+    raise BackendError(
+        f"{out_dir}: fp32 ONNX does not match PyTorch; do not ship this export (on "
+        f"{report['n']} test questions: max |score diff| {fp32['max_abs_diff']:.3g} against "
+        f"{bar['max_abs_diff']}, decision agreement {fp32['decision_agreement']:.4f} against "
+        f"{bar['min_agreement']}); nothing was written, the folder is as it was: check the "
+        "installed torch, onnx and onnxruntime versions, and report it with the run's backbone"
+    )

@@ -5,6 +5,7 @@ measured at) written by `huggingface_hub`'s card classes, then the human-readabl
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,11 @@ def _questions(config: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     return [*source, f"- inputs: {inputs}"]
 
 
+# The snippets load the folder where export wrote it; `RetrievalGate.save_pretrained` and
+# `push_to_hub` point a copy's at its own folder or Hub id (`pretrained.card_loading`).
+_WHERE = "this folder; moved or copied: its new path, or its Hub id"
+
+
 def _use(path: str, meta: dict[str, Any]) -> list[str]:
     """A snippet that runs for this gate: with its side features and its answers'
     log-probabilities when it reads them."""
@@ -153,10 +159,10 @@ def _use(path: str, meta: dict[str, Any]) -> list[str]:
     return [
         "```python",
         "from retrieval_gate import RetrievalGate",
-        f"gate = RetrievalGate.from_pretrained({json.dumps(path)})  # this folder, or its Hub id",
+        f"gate = RetrievalGate.from_pretrained({json.dumps(path)})  # {_WHERE}",
         f"print(gate.predict({', '.join(args)}))  # [True] = retrieve",
         "```",
-        f"or `retrieval-gate score --model {path} "
+        f"or `retrieval-gate score --model {shlex.quote(path)} "
         + (f"--questions questions.csv` (a file with the columns question, {', '.join(columns)})."
            if columns else "--input questions.txt`."),
     ]  # fmt: skip
@@ -228,7 +234,7 @@ def write_model_card(
     if "router" in meta:  # what it routes, at what measured accuracy and cost
         lines[0] = f"# Retrieval router `{name}`"
         lines[lines.index("## Model") : lines.index("## Model")] = _router_lines(
-            meta, metrics, name
+            meta, metrics, path or name
         )
     data = card_data(name, meta, config, metrics.get("test", {}))
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
@@ -237,7 +243,7 @@ def write_model_card(
     return path
 
 
-def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], name: str) -> list[str]:
+def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], path: str) -> list[str]:
     """A router's section: its strategies and costs, the default budget and how it was
     chosen, and accuracy and mean cost there on its calibration questions (dev, or out-of-fold
     train+dev) and on test (from training)."""
@@ -276,7 +282,7 @@ def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], name: str) -> l
         "",
         "```python",
         "from retrieval_gate import RetrievalGate",
-        f'router = RetrievalGate.from_pretrained("{name}")',
+        f"router = RetrievalGate.from_pretrained({json.dumps(path)})  # {_WHERE}",
         'router.route(["Who wrote Hamlet?"], budget=1.0)  # one strategy a question',
         "```",
         "",

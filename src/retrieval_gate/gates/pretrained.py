@@ -14,7 +14,10 @@ path); `save_pretrained` and `push_to_hub` are the mixin's around `_save_pretrai
 from __future__ import annotations
 
 import inspect
+import json
 import numbers
+import re
+import shlex
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +29,7 @@ from huggingface_hub import ModelCard, ModelHubMixin
 from ..artifacts import EXPORT_FILES, TOKENIZER_FILES, VARIANTS, open_artifact
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
 from ..errors import BackendError, InputError, clipped, first_line
+from ..fileio import staged_folder, write_text
 from ..hub import offline_when_unreachable, silent
 from ..questions import Question
 from ..run_folder import RunFolder
@@ -65,6 +69,21 @@ gate = RetrievalGate.from_pretrained("<this folder or Hub id>")
 gate.predict_proba(["Who wrote Hamlet?"])
 ```
 """
+# a card snippet's load: `RetrievalGate.from_pretrained("<path>")` (a JSON string literal)
+_CARD_LOAD = re.compile(r'(RetrievalGate\.from_pretrained\()("(?:[^"\\]|\\.)*")')
+
+
+def card_loading(card: str, target: str) -> str:
+    """`card` (a README.md) with its snippets loading `target`: an export's card names the
+    folder export wrote, so a copy's or a Hub repo's loaded the original (or nothing)."""
+    found = _CARD_LOAD.search(card)
+    if found is None:
+        return card
+    old = json.loads(found.group(2))
+    card = _CARD_LOAD.sub(lambda m: m.group(1) + json.dumps(target), card)
+    return card.replace(f"--model {shlex.quote(old)} ", f"--model {shlex.quote(target)} ")
+
+
 # The Hub's rules for a repo id (huggingface_hub's validator says which is broken)
 _REPO_ID_RULES = (
     "owner/name, each part letters, digits, '-', '_' or '.', not starting or ending with '-' "
@@ -416,8 +435,31 @@ class RetrievalGate(
         if not self.folder.is_dir():  # an empty target was left, and pathlib's traceback
             raise InputError(f"the gate's files are gone from {self.folder}, the folder it was "
                              "loaded from: load it again from where they are now", out)  # fmt: skip
-        super().save_pretrained(out, **kwargs)
+        push, repo_id = kwargs.pop("push_to_hub", False), kwargs.pop("repo_id", None)
+        local = {k: kwargs.pop(k) for k in ("config", "model_card_kwargs") if k in kwargs}
+        # written whole or not at all: a full disk or read-only folder left half a folder
+        # that the retry refused as non-empty and loading called a damaged export
+        with staged_folder(out) as stage:
+            super().save_pretrained(stage, **local)
+            card = stage / "README.md"  # its snippets load the folder where it now is
+            write_text(card, card_loading(card.read_text(encoding="utf-8"), self._card_target(out)))
+        if push:  # the mixin's push, after the local copy is whole
+            self.push_to_hub(repo_id or out.name, **local, **kwargs)
         return out
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
+        """The mixin's (kwargs: private, token, commit_message, branch, create_pr, ...); the
+        card it uploads loads the gate by its Hub id."""
+        self.__dict__["_pushing"] = True  # the mixin saves into <tmp>/<owner>/<name>
+        try:
+            return super().push_to_hub(repo_id, **kwargs)
+        finally:
+            self.__dict__.pop("_pushing", None)
+
+    def _card_target(self, out: Path) -> str:
+        """What the saved card's snippets load: the Hub id when pushing, else the folder as
+        given to save_pretrained."""
+        return "/".join(out.parts[-2:]) if self.__dict__.get("_pushing") else str(out)
 
     def _save_pretrained(self, save_directory: Path) -> None:
         # a run folder's gate files (the rest is training state); an export is all its files

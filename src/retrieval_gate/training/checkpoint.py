@@ -46,6 +46,7 @@ from ..fileio import atomic_path, read_json, sha256_file, staged_folder, write_j
 from ..pricing import Calibration
 from ..questions import Question
 from ..run_folder import RunFolder
+from ..yaml_files import read_yaml
 from .backbones import load_tokenizer, saved_config
 from .config import TASKS, TrainConfig, read_run_config
 from .module import RetrievalGateModule
@@ -178,7 +179,36 @@ def read_metadata(run_dir: str | Path) -> dict[str, Any]:
         if not isinstance(meta[key], str):
             raise DataError(f"field {key!r} = {clipped(repr(meta[key]))} is not a string: the "
                             "file is damaged; re-train the run (`retrieval-gate train`)", path)  # fmt: skip
+    _check_against_config(meta, path)
     return meta
+
+
+# metadata.json key -> where config.yaml holds the same value (save_run writes both from it)
+CONFIG_KEYS = {"task": ("data", "task"), "max_length": ("data", "max_length"),
+               "backbone": ("model", "backbone"), "model_name": ("model", "name")}  # fmt: skip
+
+
+def _check_against_config(meta: dict[str, Any], path: Path) -> None:
+    """metadata.json says what config.yaml says (checksummed; metadata.json is not: tuning
+    rewrites it): one edited or copied from another run (max_length 24 -> 4) exported and
+    scored every question cut to its length, silently. Only the keys both files hold."""
+    config_file = path.parent / RunFolder.CONFIG
+    try:
+        config = read_yaml(config_file) if config_file.is_file() else None
+    except yaml.YAMLError:
+        return  # read_run_config names a damaged config.yaml
+    if not isinstance(config, dict):
+        return
+    for key, (section, field) in CONFIG_KEYS.items():
+        part = config.get(section)
+        if not isinstance(part, dict) or field not in part or key not in meta:
+            continue
+        if meta[key] != part[field]:
+            raise DataError(f"field {key!r} = {clipped(repr(meta[key]))}, but the run's "
+                            f"{RunFolder.CONFIG} (checksummed) has {section}.{field} = "
+                            f"{clipped(repr(part[field]))}: the file was edited or copied from "
+                            f"another run; set {key!r} back to {clipped(repr(part[field]))}, or "
+                            "re-train the run (`retrieval-gate train`)", path)  # fmt: skip
 
 
 # labels.json: each key training writes and its types (path null: labels given in memory)
