@@ -191,8 +191,9 @@ def test_a_question_file_reads_answer_log_probabilities_under_other_names(tmp_pa
     assert "token_logprobs" in oslo.extra and oslo.extra["token_logprobs"] is None
     hamlet, _ = read_questions(str(path), {"mean_logprob": "conf"})
     assert hamlet.extra["mean_logprob"] == -1.0 and "conf" not in hamlet.extra
-    with pytest.raises(DataError, match="line 2: column 'token_logprobs': -1 is not a list"):
-        read_questions(str(path), {"token_logprobs": "conf"})  # read, and checked, as the field
+    with pytest.raises(DataError, match="line 2: column 'conf': -1 is not a list"):
+        read_questions(str(path), {"token_logprobs": "conf"})  # checked as the field, named as
+        # the file names it
 
 
 def test_a_question_file_with_two_log_probability_columns_that_differ_is_refused(tmp_path):

@@ -18,7 +18,7 @@ question without them (`has_answer` 0) gets the question-only score of the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,19 +157,27 @@ def _plain(value: Any) -> Any:
 
 
 def agreed_token_logprobs(
-    row: dict[str, Any], columns: Sequence[str], path: str | Path | None, line: int, flag: str
+    row: dict[str, Any],
+    columns: Sequence[str],
+    path: str | Path | None,
+    line: int,
+    flag: str,
+    names: Mapping[str, str] | None = None,
 ) -> list[float] | None:
     """`parse_token_logprobs` of the first of `columns` holding a value (None: none does),
     where every other one that holds a list reads the same (to SAME_LOGPROB): a harness's own
     `token_logprobs` beside the raw reply's `logprobs` that differ had the second dropped
-    unseen. `flag` names one column to read (`--outcome-field`, `--field`)."""
-    given = [(c, row[c]) for c in columns if not _no_cell(row.get(c))]
+    unseen. `flag` names one column to read (`--outcome-field`, `--field`); `names`: the
+    file's own name of a column the row holds under its field's (`--outcome-field`), so a bad
+    cell is refused under the name the user can find."""
+    named = names or {}
+    given = [(named.get(c, c), row[c]) for c in columns if not _no_cell(row.get(c))]
     if not given:
         return None
-    first = parse_token_logprobs(given[0][1], path, line)
+    first = parse_token_logprobs(given[0][1], path, line, given[0][0])
     for column, value in given[1:]:
         other = _parsed_or_none(value)
-        if other is not None and not _same_logprobs(first, other):
+        if other is not None and not same_logprobs(first, other):
             raise DataError(f"columns {given[0][0]!r} and {column!r} both give the answer's "
                             f"token log-probabilities and differ ({str(first)[:60]} vs "
                             f"{str(other)[:60]}): keep one column, or name the one to read "
@@ -189,7 +197,8 @@ def _parsed_or_none(value: Any) -> list[float] | None:
         return None
 
 
-def _same_logprobs(a: list[float], b: list[float]) -> bool:
+def same_logprobs(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two token lists are one answer's (each log-probability within SAME_LOGPROB)."""
     if len(a) != len(b):
         return False
     return all(

@@ -32,10 +32,24 @@ def confidence_score(mean_logprob: float | None, idk: bool) -> float:
     return float(1.0 - np.exp(min(mean_logprob, 0.0)))
 
 
+def records_confidence(row: Mapping[str, Any]) -> bool:
+    """Whether a closed-book record gives its answer's confidence: a mean log-probability, or
+    an answer that declined (`idk`: an empty answer too, which has no tokens). A row whose
+    mean is null beside an answer (imported without log-probabilities, or from a server that
+    returned none) records none: scored 1.0 it read as "certainly wrong"."""
+    return bool(row.get("idk")) or row.get("mean_logprob") is not None
+
+
+def unrecorded(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ids of `records` whose row gives no answer confidence (`records_confidence`)."""
+    return [qid for qid, row in records.items() if not records_confidence(row)]
+
+
 class ConfidenceGate:
     """Scores from the labelling run's recorded closed-book answers (`records`: closed-book
-    label rows by id, with `mean_logprob` and `idk`); questions without a record are answered
-    closed-book by the generator, as a deployed gate would."""
+    label rows by id, with `mean_logprob` and `idk`); questions without a record, or whose
+    record gives no confidence (`records_confidence`), are answered closed-book by the
+    generator, as a deployed gate would."""
 
     def __init__(
         self,
@@ -69,7 +83,7 @@ class ConfidenceGate:
         missing = []
         for i, q in enumerate(questions):
             row = self.records.get(q.id)
-            if row is None:
+            if row is None or not records_confidence(row):
                 missing.append(i)
             else:
                 out[i] = confidence_score(row.get("mean_logprob"), bool(row.get("idk")))
@@ -79,10 +93,16 @@ class ConfidenceGate:
         return out
 
     def _generate(self, questions: Sequence[Question]) -> list[Generation]:
+        recorded = sum(q.id in self.records for q in questions)  # a record, but no confidence
+        why = (f"confidence gate: {len(questions)} questions have no closed-book record, or one "
+               f"without log-probabilities ({recorded} record no mean_logprob / "
+               f"token_logprobs; e.g. {questions[0].id})")  # fmt: skip
         if self.generator is None:
-            raise MissingInputError(
-                f"confidence gate: {len(questions)} questions have no closed-book record "
-                "(e.g. " + questions[0].id + "); pass the closed-book label file or a generator"
-            )
+            raise MissingInputError(f"{why}; pass the closed-book label file with them, or a "
+                                    "generator")  # fmt: skip
+        try:
+            generator = self.generator()
+        except MissingInputError as e:  # a generator with no local copy: say what it was for
+            raise MissingInputError(f"{why}: {e}") from None
         prompts = [closed_book_prompt(q.text) for q in questions]
-        return self.generator().generate(prompts, self.max_new_tokens, logprobs=True)
+        return generator.generate(prompts, self.max_new_tokens, logprobs=True)

@@ -305,8 +305,18 @@ def _length(ctx: GateContext, opts: GateOptions) -> Gate:
 
 
 def _confidence(ctx: GateContext, opts: GateOptions) -> Gate:
-    from .confidence import ConfidenceGate
+    from .confidence import ConfidenceGate, unrecorded
 
+    lacking = unrecorded(ctx.closed_book)
+    if lacking and isinstance(ctx.generator, RecordedGenerator):  # no copy to answer them
+        raise MissingInputError(
+            f"{len(lacking)} of the {len(ctx.closed_book)} recorded closed-book answers record "
+            f"no log-probabilities (mean_logprob / token_logprobs null; e.g. {lacking[0]}), "
+            "so the confidence gate has nothing to score them by (1.0 read as 'certainly "
+            f"wrong'); {ctx.generator.unavailable()}: record them (a token_logprobs column of "
+            "the outcomes file, re-imported), or pass --generator MODEL (a local copy of it) to "
+            "answer them"
+        )
     return ConfidenceGate(ctx.closed_book, ctx.generator)
 
 

@@ -34,6 +34,7 @@ from ..data.answer_confidence import (  # noqa: F401  (the label rows' vocabular
     logprob_features,
     parse_mean_logprob,
     parse_token_logprobs,
+    same_logprobs,
 )
 from ..errors import DataError
 from ..questions import Question, id_text
@@ -41,6 +42,7 @@ from ..strict_rows import loads
 from .label_files import LabelFile, meta_path
 
 DECIMALS = 4
+MEAN_SLACK = 2 * 10**-DECIMALS  # two means each rounded to DECIMALS, one from rounded tokens
 
 
 def rounded(token_logprobs: Sequence[float] | None) -> list[float] | None:
@@ -152,17 +154,53 @@ def feature_matrix(records: Mapping[str, AnswerLogprobs], ids: Sequence[str]) ->
 
 
 def with_answer_logprobs(
-    questions: dict[str, Question], label_file: str | Path | None
+    questions: dict[str, Question],
+    label_file: str | Path | None,
+    questions_file: str | Path | None = None,
 ) -> dict[str, Question]:
     """The questions with their closed-book answer's log-probabilities from the label file in
-    `extra`, where the questions file did not carry them already."""
+    `extra`, where the questions file did not carry them already. Where it carries them and
+    the label file records others for a question (the questions saved from one LLM run, the
+    labels imported from another), neither is taken unsaid: a DataError names both files
+    (`questions_file`, default the --questions file) and the first such question."""
     records = answer_logprobs(label_file) if label_file is not None else {}
     out = dict(questions)
+    differ = []
     for qid, rec in records.items():
         q = out.get(qid)
-        if q is None or TOKEN_LOGPROBS in q.extra or MEAN_LOGPROB in q.extra:
+        if q is None:
+            continue
+        if TOKEN_LOGPROBS in q.extra or MEAN_LOGPROB in q.extra:  # its own (an empty cell: none)
+            if not _agrees(q, rec):
+                differ.append(qid)
             continue
         given = ({TOKEN_LOGPROBS: list(rec.token_logprobs)} if rec.token_logprobs
                  else {MEAN_LOGPROB: rec.mean_logprob})  # fmt: skip
         out[qid] = replace(q, extra={**q.extra, **given})
+    if differ:
+        raise DataError(
+            f"{len(differ)} questions (the first: {differ[0]!r}) have their closed-book "
+            f"answer's log-probabilities ({TOKEN_LOGPROBS} / {MEAN_LOGPROB}) in the questions "
+            f"file ({questions_file or '--questions'}), and "
+            "this label file records others for them: a two-stage gate would read answers the "
+            "labels did not judge. Drop that column from the questions file (this file's are "
+            "then read), or re-label from the answers the column records",
+            label_file,
+        )
     return out
+
+
+def _agrees(q: Question, rec: AnswerLogprobs) -> bool:
+    """Whether `q`'s own log-probabilities are the label file's `rec` (to the 4 decimals the
+    label file keeps); an empty cell (the questions file says "no answer": never filled in)
+    agrees."""
+    tokens = parse_token_logprobs(q.extra.get(TOKEN_LOGPROBS))
+    mean = parse_mean_logprob(q.extra.get(MEAN_LOGPROB))
+    if tokens and rec.token_logprobs:
+        return same_logprobs(rounded(tokens) or [], rec.token_logprobs)
+    if not tokens and mean is None:
+        return True
+    mine = mean_of(rounded(tokens)) if tokens else mean
+    # either mean may be rounded from the other's tokens: 4 decimals, twice
+    return mine is not None and rec.mean_logprob is not None and (
+        abs(mine - rec.mean_logprob) <= MEAN_SLACK)  # fmt: skip

@@ -32,6 +32,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "rag_correct": RAG_CORRECT, "rag_prediction": RAG_PREDICTION, TOKEN_LOGPROBS: LOGPROBS,
     MEAN_LOGPROB: (MEAN_LOGPROB,),
 }  # fmt: skip
+# a renamed row's {field: the file's column it was read from}: an error names the user's column
+RENAMED = "_renamed"
 # per strategy of a several-strategy file: <name>_correct, <name>_prediction, ...
 STRATEGY_SUFFIXES = ("_correct", "_prediction", "_cost", f"_{TOKEN_LOGPROBS}")
 
@@ -59,9 +61,10 @@ def parse_outcome_fields(items: Iterable[str] | None) -> dict[str, str]:
 def renamed(
     path: str | Path, rows: list[tuple[int, dict[str, Any]]], fields: dict[str, str]
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Rows with each mapped column read under its field's name; a column the file lacks is
-    refused, listing the file's columns. The field's own columns, if the file has them too,
-    are set aside: the mapping says which holds the outcome."""
+    """Rows with each mapped column read under its field's name (and the mapping under
+    `RENAMED`); a column the file lacks is refused, listing the file's columns. The field's own
+    columns, if the file has them too, are set aside: the mapping says which holds the
+    outcome."""
     seen = columns(rows)
     fields = {**_in_another_case(seen, fields), **fields}
     if not fields:
@@ -74,7 +77,7 @@ def renamed(
 
     def rename(row: dict[str, Any]) -> dict[str, Any]:
         kept = {k: v for k, v in row.items() if k not in aside}
-        return {**kept, **{f: row.get(c) for f, c in fields.items()}}
+        return {**kept, **{f: row.get(c) for f, c in fields.items()}, RENAMED: fields}
 
     return [(n, rename(row)) for n, row in rows]
 
@@ -93,7 +96,13 @@ def _in_another_case(seen: set[str], given: dict[str, str]) -> dict[str, str]:
 
 
 def columns(rows: Sequence[tuple[int, dict[str, Any]]]) -> set[str]:
-    return {c for _, row in rows for c in row} - {"_line"}  # _line: where a matched row was
+    # _line: where a matched row was; RENAMED: where its renamed columns came from
+    return {c for _, row in rows for c in row} - {"_line", RENAMED}
+
+
+def source_names(row: dict[str, Any]) -> dict[str, str]:
+    """field -> the file's own column a renamed row read it from ({}: none renamed)."""
+    return row.get(RENAMED) or {}
 
 
 def listed(rows: Sequence[tuple[int, dict[str, Any]]]) -> str:

@@ -60,6 +60,7 @@ from .outcome_columns import (
     listed,
     note_unread,
     renamed,
+    source_names,
 )
 from .policy_loop import provenance
 from .rag_gain import judge_gain
@@ -274,11 +275,14 @@ def _closed_row(q, row, fmt, frequent, criterion, path) -> dict[str, Any]:
 
 def _logprobs(row: dict, path, n: int, answer: Any) -> dict[str, Any]:
     """`mean_logprob` (None when not recorded) and, when recorded, `token_logprobs`."""
-    tokens = agreed_token_logprobs(row, LOGPROBS, path, n, "--outcome-field")
-    mean = parse_mean_logprob(row.get(MEAN_LOGPROB), path, n)
+    names = source_names(row)  # a bad cell is named by the file's column (--outcome-field)
+    tokens = agreed_token_logprobs(row, LOGPROBS, path, n, "--outcome-field", names)
+    mean = parse_mean_logprob(row.get(MEAN_LOGPROB), path, n,
+                              names.get(MEAN_LOGPROB, MEAN_LOGPROB))  # fmt: skip
     if tokens == [] and answer not in (None, ""):
+        column = next(names.get(c, c) for c in LOGPROBS if not _blank(row.get(c)))
         raise DataError(
-            f"column {TOKEN_LOGPROBS!r} is an empty list, but the row has an answer: record its "
+            f"column {column!r} is an empty list, but the row has an answer: record its "
             "tokens' log-probabilities, or leave the cell empty",
             path,
             n,
@@ -288,6 +292,10 @@ def _logprobs(row: dict, path, n: int, answer: Any) -> dict[str, Any]:
     if tokens is not None:
         out[TOKEN_LOGPROBS] = tokens
     return out
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def _rag_row(q, row, closed, frequent, criterion, neither_label, path) -> dict | None:

@@ -70,6 +70,7 @@ from .outcome_columns import (
     answer_text,
     note_unread,
     renamed,
+    source_names,
 )
 from .outcomes import import_lock, import_outcomes, match_rows, parse_bool, replaceable
 from .policy_loop import provenance
@@ -398,8 +399,9 @@ def _outcome(q, row, strategies, frequent, criterion, path) -> Outcome:
 
 def _logprobs(row: dict, strategy: str, path, n: int) -> list[float] | None:
     """`<strategy>_token_logprobs`: its answer's log-probabilities (None: not recorded)."""
-    column = f"{strategy}_{TOKEN_LOGPROBS}"
-    tokens = parse_token_logprobs(row.get(column), path, n, column)
+    field = f"{strategy}_{TOKEN_LOGPROBS}"
+    column = source_names(row).get(field, field)  # the file's own name (--outcome-field)
+    tokens = parse_token_logprobs(row.get(field), path, n, column)
     if tokens == [] and row.get(f"{strategy}_prediction") not in (None, ""):
         raise DataError(f"column {column!r} is an empty list, but the row has an answer: "
                         "record its tokens' log-probabilities, or leave the cell empty", path, n)  # fmt: skip

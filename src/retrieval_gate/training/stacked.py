@@ -339,7 +339,8 @@ def fit_stacked_head(
     side = dm.side_features if isinstance(dm.side_features, SideFeatures) else None
     confidence = None
     if module.config.answer_confidence:  # a two-stage gate: its answers' log-probabilities
-        dm.questions = with_answer_logprobs(dm.questions, dm.path)
+        named = f"data.questions={dm.cfg.questions}" if dm.cfg.questions else None
+        dm.questions = with_answer_logprobs(dm.questions, dm.path, named)
         confidence = AnswerConfidence.fit([dm.questions[r[0]] for r in rows])
     columns = TextFeatures((), TokenLayout(0, 0), side, confidence)  # the columns beside the text
     F = columns.matrix([dm.questions[r[0]] for r in rows], strict=False)
