@@ -69,27 +69,33 @@ def test_what_the_stages_read_is_found_before_the_first_one(tmp_path, monkeypatc
 
 
 def _finished(out, stages=STAGES, seconds=1.5):
-    """Markers as a finished demo leaves them, each keyed by its present inputs."""
-    from retrieval_gate.demo import _data_dir
-    from retrieval_gate.stage_markers import inputs_key, shared_key
+    """Markers as a finished demo leaves them, each keyed by its present inputs and recording
+    the files it made (stand-ins, where not there)."""
+    from retrieval_gate.demo import common_keys
+    from retrieval_gate.stage_markers import inputs_key, output_record
 
-    shared, markers = shared_key(_data_dir()), {s.name: out / f"{s.name}.done.json" for s in STAGES}
+    (shared, release), markers = (
+        common_keys(),
+        {s.name: out / f"{s.name}.done.json" for s in STAGES},
+    )
     for stage in stages:
-        inputs = inputs_key(stage.argv(out), shared, [markers[n] for n in upstream(stage)], out)
-        done = {"argv": stage.argv(out), "seconds": seconds, "inputs": inputs}
-        markers[stage.name].write_text(json.dumps(done))
-        for path in stage.outputs(out):  # and the files it made (reused only while there)
+        for path in stage.outputs(out):  # the files it made (reused only while as it left them)
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():
                 path.write_text("")
+        key = release if stage.release else shared
+        inputs = inputs_key(stage.argv(out), key, [markers[n] for n in upstream(stage)], out)
+        done = {"argv": stage.argv(out), "seconds": seconds, "inputs": inputs,
+                "outputs": output_record(stage.outputs(out), out)}  # fmt: skip
+        markers[stage.name].write_text(json.dumps(done))
 
 
 def test_finished_stages_are_reused_and_reported(tmp_path, capsys):
-    _finished(tmp_path)
     (tmp_path / "evaluate").mkdir(exist_ok=True)
     (tmp_path / "evaluate" / "report.md").write_text(
         "# Gates\n\n| gate | auroc |\n|---|---|\n| tfidf | 0.8 |\n"
     )
+    _finished(tmp_path)
     assert run_demo(tmp_path) == 0  # every stage reused: nothing runs
     out = capsys.readouterr().out
     assert out.count("(reused, 2 s)") == len(STAGES)
@@ -524,11 +530,11 @@ def test_a_stage_whose_outputs_are_gone_or_edited_runs_again(tmp_path, monkeypat
     (tmp_path / "tune").write_text("not a folder")
     assert run_demo(tmp_path) == 0 and ran[:2] == ["tune", "export"] and "train" not in ran
     (tmp_path / "tune").unlink()
-    _finished(tmp_path)
-    (tmp_path / "evaluate" / "report.md").unlink()  # _finished's stand-in: now the stage's
+    (tmp_path / "evaluate" / "report.md").unlink(missing_ok=True)
     write_owned(tmp_path / "evaluate" / "report.md", "# Gates\n\n| gate |\n|---|\n| tfidf |\n")
+    _finished(tmp_path)  # the stage's report, recorded in its marker
     ran.clear()
-    assert run_demo(tmp_path) == 0 and ran == []  # the ledger's record matches
+    assert run_demo(tmp_path) == 0 and ran == []  # the marker's record matches
     (tmp_path / "evaluate" / "report.md").write_text("# Gates\n\n| gate |\n|---|\n| mine |\n")
     capsys.readouterr()
     assert run_demo(tmp_path) == 0 and ran == ["evaluate"]

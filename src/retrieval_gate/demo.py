@@ -1,9 +1,9 @@
 """The main job end to end: each stage is one `retrieval-gate` verb run in its own process,
 writing under `runs/demo/` (on Linux forked from this one, which imports torch, transformers
 and vLLM once for all of them: `preload`). A finished stage leaves `<stage>.done.json`
-(command, seconds, a checksum of its inputs: `stage_markers`) and is reused on the next run
-while its inputs are unchanged and the files it made (`Stage.outputs`) are there as it left
-them; `--stage NAME` re-runs one stage alone, `--force` all of them.
+(command, seconds, a checksum of its inputs and of the files it made: `stage_markers`) and is
+reused on the next run while its inputs are unchanged and the files it made (`Stage.outputs`)
+are there as it left them; `--stage NAME` re-runs one stage alone, `--force` all of them.
 
 Each stage has a time budget (its share of 15 minutes on a quiet 2-core machine); a stage past
 it prints, once a minute, where it is and how long it still needs, read from the last progress
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import preload, work
+from .artifacts import EXPORT_METADATA, EXPORT_TOKENIZER, VARIANTS
 from .errors import ConfigError, InputError
 from .fileio import one_writer, write_text
 from .labels import LABELS_DIR
@@ -34,7 +35,15 @@ from .outputs import refuse_foreign, vouch_for, write_owned
 from .rag.cascade import CASCADE
 from .rag.modes import DEFAULT_MODES
 from .run_folder import RunFolder
-from .stage_markers import MARKER, damaged_output, inputs_key, read_marker, shared_key
+from .stage_markers import (
+    MARKER,
+    damaged_output,
+    folder_key,
+    inputs_key,
+    output_record,
+    read_marker,
+    shared_key,
+)
 from .strict_rows import parse_json
 from .tables import markdown_table
 
@@ -61,11 +70,15 @@ class Stage:
     # the stages whose results it reads: it runs again when one of them (or theirs) did
     reads: tuple[str, ...] = ()
     preload: bool = True  # forked from the process that imported torch once (`preload`)
-    # the files it makes, given the demo folder (a run's or export's manifest for the folder):
-    # it is reused only while they are there as it left them (`stage_markers.damaged_output`)
+    # the files it makes, given the demo folder (a run's weights, configs, tokenizer and
+    # manifest; an export's variants): its marker records their digests, and it is reused only
+    # while they are there as it left them (`stage_markers.damaged_output`)
     outputs: Callable[[Path], list[Path]] = lambda out: []
     # files a forced or requested run removes first: the verb would resume from them
     fresh: Callable[[Path], list[Path]] = lambda out: []
+    # it reads the Adaptive-RAG release ($RETRIEVAL_GATE_ADAPTIVE_RAG, else the data folder's):
+    # the release's files are among its inputs
+    release: bool = False
 
 
 def _sample(out: Path) -> Path:
@@ -95,6 +108,19 @@ def _run_dir(out: Path) -> Path:
 
 def _export_dir(out: Path) -> Path:
     return out / "export" / "minilm-gate"
+
+
+def _run_files(run: Path) -> list[Path]:
+    """What loading a run reads (`RunFolder.REQUIRED`, its folders' files) and its manifest."""
+    named = [run / name for name in (*RunFolder.REQUIRED, MANIFEST)]
+    return [f for p in named for f in (sorted(q for q in p.rglob("*") if q.is_file())
+                                       if p.is_dir() else [p])]  # fmt: skip
+
+
+def _export_files(export: Path) -> list[Path]:
+    """The demo's export: its two variants, the tokenizer and metadata they run with."""
+    names = (VARIANTS["fp32"], VARIANTS["int8"], EXPORT_TOKENIZER, EXPORT_METADATA, MANIFEST)
+    return [export / name for name in names]
 
 
 # The demo's gate (issues 37, 38): the stacked head on frozen MiniLM, fitted in seconds, its
@@ -197,24 +223,29 @@ STAGES = [
     Stage("labels", "labels (committed SmolLM2 labels; re-label a sample)", _label_sample, 60,
           ("models",), outputs=lambda out: [_sample(out)], fresh=_sample_files),
     Stage("train", "train the MiniLM gate", _train, 80, ("models",),
-          outputs=lambda out: [_run_dir(out) / MANIFEST]),
-    # tune saves the threshold into the run, which export carries
+          outputs=lambda out: _run_files(_run_dir(out))),
+    # tune saves the threshold into the run's metadata.json, which export carries
     Stage("tune", "tune its threshold (Optuna)", _tune, 50, ("train",),
-          outputs=lambda out: [_section(out, "tune")]),
+          outputs=lambda out: [_section(out, "tune"), _run_dir(out) / RunFolder.METADATA]),
     Stage("export", "export ONNX (+int8)", _export, 40, ("tune",),
-          outputs=lambda out: [_export_dir(out) / MANIFEST]),
+          outputs=lambda out: _export_files(_export_dir(out))),
     Stage("evaluate", "evaluate against every baseline", _evaluate, 280, ("export",),
           outputs=lambda out: [_section(out, "evaluate")]),
     Stage("rag", "adaptive RAG loop on held-out questions", _rag, 215, ("export",),
           outputs=lambda out: [_section(out, "rag")]),
     Stage("router-train", "train the Llama-3.1-8B router (no / one / multi-step retrieval)",
-          _router_train, 45, ("models",), outputs=lambda out: [_router_run(out) / MANIFEST]),
+          _router_train, 45, ("models",), outputs=lambda out: _run_files(_router_run(out)),
+          release=True),
     Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 10,
-          ("router-train",), outputs=lambda out: [_section(out, "router-tune")]),
+          ("router-train",), release=True,
+          outputs=lambda out: [_section(out, "router-tune"),
+                               _router_run(out) / RunFolder.METADATA]),
     Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 40,
-          ("router-tune",), outputs=lambda out: [_router_export(out) / MANIFEST]),
+          ("router-tune",), outputs=lambda out: _export_files(_router_export(out)),
+          release=True),  # its parity and int8 calibration questions are the release's
     Stage("router-evaluate", "every routing policy on the bundle's test split", _router_evaluate,
-          20, ("router-export",), outputs=lambda out: [_section(out, "router-evaluate")]),
+          20, ("router-export",), outputs=lambda out: [_section(out, "router-evaluate")],
+          release=True),
 ]  # fmt: skip
 
 
@@ -270,8 +301,16 @@ def check_inputs(out: Path) -> None:
         find_release()  # the router's stages read it: its absence named now, not at stage 9
 
 
-def _run_stages(out: Path, only: str | None, force: bool) -> int:
+def common_keys() -> tuple[str, str]:
+    """What every stage reads (`shared_key`: the code and the data folder), and that with the
+    Adaptive-RAG release the router's stages read (`Stage.release`): $RETRIEVAL_GATE_ADAPTIVE_RAG
+    may name one outside the data folder."""
     shared = shared_key(_data_dir())
+    return shared, f"{shared}\0release {folder_key(_release_dir())}"
+
+
+def _run_stages(out: Path, only: str | None, force: bool) -> int:
+    shared, release = common_keys()
     markers = {s.name: out / MARKER.format(s.name) for s in STAGES}
     for stage in STAGES:  # before the first stage, not as a traceback at the stage's end
         _not_a_folder(markers[stage.name], f"stage {stage.name}'s done marker")
@@ -282,9 +321,10 @@ def _run_stages(out: Path, only: str | None, force: bool) -> int:
         if only is not None and stage.name != only:
             continue
         argv, done = stage.argv(out), markers[stage.name]
-        inputs = inputs_key(argv, shared, [markers[n] for n in upstream(stage)], out)
+        common = release if stage.release else shared
+        inputs = inputs_key(argv, common, [markers[n] for n in upstream(stage)], out)
         marker = read_marker(done) if not force and only is None else None
-        damage = damaged_output(stage.outputs(out)) if marker is not None else None
+        damage = _damage(stage, out, markers, i) if marker is not None else None
         if marker is not None and marker.get("inputs") == inputs and damage is None:
             print(f"== stage {i}/{len(STAGES)}: {stage.title} (reused, {marker['seconds']:.0f} s)")
             continue
@@ -327,12 +367,20 @@ def _run_stages(out: Path, only: str | None, force: bool) -> int:
             return code
         print(f"== stage {stage.name} done in {seconds:.0f} s", flush=True)
         record = {"argv": argv, "seconds": round(seconds, 1), "work": _read_work(work_file),
-                  "inputs": inputs}  # fmt: skip
+                  "inputs": inputs, "outputs": output_record(stage.outputs(out), out)}  # fmt: skip
         write_text(done, json.dumps(record) + "\n")
         work_file.unlink(missing_ok=True)
     report = write_report(out)
     print(f"\n{headline(out)}\n{stage_times(out)}\nfull report: {report}")
     return 0
+
+
+def _damage(stage: Stage, out: Path, markers: dict[str, Path], i: int) -> str | None:
+    """Why the files `stage` (the i-th) made are not as it left them (None: they are): each
+    as its marker records it, or as a later stage that rewrites it does (tune, metadata.json)."""
+    later = [read_marker(markers[s.name]) for s in STAGES[i - 1 :]]
+    records = [info.get("outputs", {}) if info is not None else {} for info in later]
+    return damaged_output(stage.outputs(out), out, records)
 
 
 def _not_a_folder(path: Path, what: str) -> None:
@@ -461,6 +509,18 @@ def _data_dir() -> Path | None:
 
     try:
         return resolve_data_dir(download=False)
+    except RetrievalGateError:
+        return None
+
+
+def _release_dir() -> Path | None:
+    """The Adaptive-RAG release the router's stages read, as they find it (None: none; they
+    will say why)."""
+    from .data.adaptive_rag import release_root
+    from .errors import RetrievalGateError
+
+    try:
+        return release_root()
     except RetrievalGateError:
         return None
 
