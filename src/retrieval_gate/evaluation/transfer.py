@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -30,7 +31,7 @@ from ..gates.strategy_routers import paid_at
 from ..labels.evalset import DEFAULT_RUN_DIR, EvalSet, Splits, load_splits, policy_name
 from ..outputs import write_owned
 from ..pricing import outcome, route_indices
-from ..questions import Question
+from ..questions import Question, feature_value
 from ..tables import markdown_table
 from . import plots
 
@@ -284,26 +285,52 @@ def run_transfer(
     return write_transfer_report(cells, out_dir, command)
 
 
-def _fittable(pool: Sequence[Question], held_out: str) -> None:
+def _fittable(pool: Sequence[Question], held_out: str, config: Any = None) -> None:
     """A cell whose questions carry their splits has each of them left without `held_out`
     (all of a split's questions its own: training refused it after the other cells had
-    trained, and no report was written)."""
-    if not pool or not all(q.split for q in pool):
-        return  # training splits them itself
-    have = {q.split for q in pool}
-    missing = [s for s in ("train", "dev", "test") if s not in have]
-    if missing:
-        raise CANNOT_FIT(f"without {held_out!r} no {' or '.join(missing)} questions are left "
-                         f"(all of them are {held_out!r}'s)")  # fmt: skip
+    trained, and no report was written). With the cell's training `config`, its train (and a
+    monitored dev) split must hold both labels, as training requires: one label left was an
+    error that stopped the matrix (exit 2, no report), where a registry gate's cell said it."""
+    if pool and all(q.split for q in pool):
+        have = {q.split for q in pool}
+        missing = [s for s in ("train", "dev", "test") if s not in have]
+        if missing:
+            raise CANNOT_FIT(f"without {held_out!r} no {' or '.join(missing)} questions are "
+                             f"left (all of them are {held_out!r}'s)")  # fmt: skip
+    if config is None or not pool:
+        return
+    from ..training.sources import check_monitor, check_splits, labelled_questions
+
+    _, rows, _ = labelled_questions(config.data, pool)  # the rows training would fit on
+    try:
+        check_splits(rows, None)
+        check_monitor(rows, config, None)
+    except (InputError, ConfigError) as e:
+        left = f"without {held_out!r}" if held_out else "with every source"
+        raise CANNOT_FIT(f"{left}: {e}") from None
 
 
 def cell_key(config: Any, questions: Sequence[Question]) -> str:
     """12 hex digits of what a transfer cell's run depends on: the whole resolved config (its
-    length too), the labels' sha256 and the training questions' ids, texts and splits."""
-    from ..training.trainer import labels_sha256
-
-    parts = [config.to_dict(), labels_sha256(config), [(q.id, q.text, q.split) for q in questions]]
+    length too), the labels' sha256 and the training questions' ids, texts, splits and values
+    of `data.features` (changed values reused a run trained on the old ones)."""
+    features = list(config.data.features or ())
+    rows = [(q.id, q.text, q.split, *[feature_value(q, f) for f in features]) for q in questions]
+    labels = config.data.task_spec.labels_sha256(config.data.label_file)  # as training's
+    parts = [config.to_dict(), labels, rows]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def folder_part(source: str) -> str:
+    """A source as part of a run folder's name: itself when plain (letters, digits, `._-`, no
+    leading `.`), else a slug of it and 8 hex digits of its sha256 (`../esc` -> `esc-<hash>`):
+    any source value names a folder of its own (`../esc` was refused as a run.name, after the
+    in-domain cell had trained)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", source).strip(".-")[:40]
+    if slug == source:
+        return source
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug}-{digest}" if slug else digest
 
 
 def learned_fitter(
@@ -316,9 +343,10 @@ def learned_fitter(
     """Trains the learned gate (training API) without the held-out source, once per cell: a
     run folder that already has its weights is reused, so an interrupted matrix resumes. Its
     name ends in a key of what the run depends on (the resolved config, the labels' sha256, the
-    training questions), so other labels or settings train their own cell, never reuse this
-    one. The questions are `questions`, else the ones the labels were split over (a release's
-    own for strategy labels); a router config trains a router (routed figures in its cells)."""
+    training questions and their side features), so other labels or settings train their own
+    cell, never reuse this one. The questions are `questions`, else the ones the labels were
+    split over (a release's own for strategy labels); a router config trains a router (routed
+    figures in its cells)."""
 
     @cache
     def labelled(policy: str) -> list[Question]:  # every split: training splits them itself
@@ -326,23 +354,26 @@ def learned_fitter(
         return [*sp.train.questions, *sp.dev.questions, *sp.test.questions]
 
     def fit(sp: Splits, policy: str, held_out: str) -> Gate:
-        from ..gates.learned import load_learned
         from ..training.config import load_config
-        from ..training.trainer import train
 
+        # quoted: a value is read as YAML, where ` #` cut a path and `: ` made a mapping
         sets = [
             *overrides,
-            f"data.label_file={label_files[policy]}",
-            f"run.output_dir={output_dir}",
+            f"data.label_file={json.dumps(str(label_files[policy]))}",
+            f"run.output_dir={json.dumps(str(output_dir))}",
         ]
         pool = questions if questions is not None else labelled(policy)
         pool = [q for q in pool if q.source != held_out]
-        _fittable(pool, held_out)
-        key = cell_key(load_config(config, sets), pool)
-        name = f"transfer-{policy}-without-{held_out or 'nothing'}-{key}"
+        resolved = load_config(config, sets)
+        _fittable(pool, held_out, resolved)
+        from ..gates.learned import load_learned  # torch and Lightning: a cell that fits
+        from ..training.trainer import train
+
+        key = cell_key(resolved, pool)
+        name = f"transfer-{policy}-without-{folder_part(held_out) or 'nothing'}-{key}"
         run = output_dir / name
         if not (run / "gate.pt").is_file():
-            train(load_config(config, [*sets, f"run.name={name}"]), pool,
+            train(load_config(config, [*sets, f"run.name={json.dumps(name)}"]), pool,
                   resume=run.is_dir())  # fmt: skip
         return load_learned(run, name="learned")
 
