@@ -39,6 +39,7 @@ from .strategies import (
 )
 
 _TIE = 1e-12  # breaks ties toward the cheaper strategy
+_NUDGE = 1e-9  # a candidate price past its breakpoint, as a share of it (`breakpoints`)
 
 
 def default_costs(strategies: Sequence[str]) -> tuple[float, ...]:
@@ -124,7 +125,12 @@ def breakpoints(P: np.ndarray, costs: Sequence[float]) -> np.ndarray:
     prices = prices[prices >= 0]
     steps = np.diff(np.unique(c))
     top = max(prices.max() if len(prices) else 0.0, 1.0 / steps.min() if len(steps) else 0.0)
-    return np.unique(np.concatenate([[0.0], prices + 1e-9, [top + 1.0]]))
+    # each just past its breakpoint by a share of it, not by a fixed 1e-9: with costs of 1e11
+    # the breakpoints are about 1e-11 and 1e-9 passed most of them (2 routings of 832). The
+    # share keeps the old guard: a breakpoint found apart from another only by rounding still
+    # lands on the same side (ties at the breakpoint itself go cheaper by `_TIE`)
+    nudged = prices * (1.0 + _NUDGE)
+    return np.unique(np.concatenate([[0.0], nudged, [top + 1.0]]))
 
 
 def answer_read_calls(calls: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -296,7 +302,8 @@ def point_for_budget(
     within it (ties: the cheaper); none within it: the cheapest routing. `spend`: what the
     budget bounds per row (default the mean cost; `Curve.mean_llm_calls` for LLM calls)."""
     spend = curve.mean_cost if spend is None else spend
-    within = np.flatnonzero(spend <= budget + 1e-9)
+    # rounding's slack as a share of the budget: a fixed 1e-9 was none at a budget of 5e11
+    within = np.flatnonzero(spend <= budget + 1e-9 * abs(budget))
     if not len(within):
         return int(np.argmin(spend))
     if not best_accuracy or curve.accuracy is None:

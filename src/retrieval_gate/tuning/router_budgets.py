@@ -303,7 +303,8 @@ def router_markdown(result: dict[str, Any]) -> str:
 
     def row(name: str, p: dict[str, Any]) -> list[Any]:
         t = p.get("test", {})
-        return [name, p["price"], p["accuracy"], p["mean_cost"], p.get("mean_llm_calls"),
+        # 4 significant digits (as the save note): 3 decimals read 5.468e-05 (costs in ms) as 0
+        return [name, f"{p['price']:.4g}", p["accuracy"], p["mean_cost"], p.get("mean_llm_calls"),
                 t.get("accuracy"), t.get("mean_cost"), t.get("mean_llm_calls"),
                 *_percents(p["shares"], len(names)),
                 *_percents(t.get("shares"), len(names))]  # fmt: skip

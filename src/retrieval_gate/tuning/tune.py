@@ -207,10 +207,11 @@ class TuneConfig:
         """--budget and --budget-llm-calls against the router's own costs and LLM calls (from
         its files, before it is loaded)."""
         self._check_llm_budget()
-        if not (set(self.objectives) & set(ROUTER) or self.calibrate_on):
-            return
-        costs = declared_costs(self.gate, self.gate_options)
-        check_budget(self.budget, costs or [float("inf")], "--budget")
+        # where --budget is read alone (`_check_used`): its unread default 1.0 was refused
+        # beside min-cost for a router with costs in ms, and so was --budget 500 (unread)
+        if "budget-accuracy" in self.objectives or self.calibrate_on:
+            costs = declared_costs(self.gate, self.gate_options)
+            check_budget(self.budget, costs or [float("inf")], "--budget")
         if (
             self.calibrate_on
             and not Path(self.calibrate_on).exists()

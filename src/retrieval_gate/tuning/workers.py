@@ -80,8 +80,33 @@ def optimize_until(
                     return ran
                 time.sleep(poll)  # the rest run elsewhere; wait for them (or their heartbeat)
                 continue
-            study.optimize(lambda trial: _signed(trial, objective), n_trials=1, catch=())
+            _optimize_one(study, objective)
             ran += 1
+
+
+def _optimize_one(study: optuna.Study, objective: Callable[[optuna.Trial], Any]) -> None:
+    """One trial. A Ctrl-C that lands while Optuna records the trial (its storage commit)
+    comes out of Optuna's `finally` as an UnboundLocalError (`updated_state`), read as a bug
+    (exit 1): it goes on as the KeyboardInterrupt it was (the CLI's exit 130)."""
+    try:
+        study.optimize(lambda trial: _signed(trial, objective), n_trials=1, catch=())
+    except Exception as e:
+        interrupt = _interrupt_in(e)
+        if interrupt is None:
+            raise
+        raise interrupt from None  # its own traceback says where the Ctrl-C landed
+
+
+def _interrupt_in(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt along the chain of exceptions `error` was raised in, if any."""
+    seen: set[int] = set()
+    at = error.__cause__ or error.__context__
+    while at is not None and id(at) not in seen:
+        if isinstance(at, KeyboardInterrupt):
+            return at
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return None
 
 
 def fail_dead_here(study: optuna.Study) -> None:
