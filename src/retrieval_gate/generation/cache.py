@@ -1,7 +1,8 @@
 """The generation cache: greedy answers and choice scores stored under what they depend on.
 
 `CachedGenerator` wraps any `Generator`. Every prompt of a call gets a key: the sha256 of (the
-generator's weights checksum, its backend, engine version, device and the settings that change
+generator's weights checksum and, for a model folder, the sha256 of its config.json and
+generation_config.json, its backend, engine version, device and the settings that change
 numbers (dtype, tensor parallelism), how a server is asked (`RemoteGenerator.asks`), the
 prompt's exact token ids with the chat template applied (a server: the prompt text, its
 template is the server's), max_new_tokens, whether log-probabilities were asked for; for
@@ -146,6 +147,9 @@ class GenerationStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._written = self.limit  # bytes written since the size was last summed: sum first
+        self._open()
+
+    def _open(self) -> None:
         self._db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, check_same_thread=False)
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
         self._db.execute("PRAGMA synchronous = NORMAL")
@@ -171,21 +175,25 @@ class GenerationStore:
                     if "duplicate column" not in str(e):
                         raise
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def get_many(
+        self, keys: Sequence[str], shape: Callable[[Any], bool] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """The stored values of those keys that are stored (their use time and hit count
-        updated)."""
+        updated); `shape`: what a value must be, one that is not is damaged (`_intact_rows`)."""
         keys = list(dict.fromkeys(keys))
         found: dict[str, dict[str, Any]] = {}
         if not keys:
             return found
         try:
-            self._get(keys, found)
+            self._get(keys, found, shape)
         except sqlite3.Error as e:  # a cache is never a reason to fail: compute instead
             _warn(f"the generation cache {self.path} could not be read ({e}); computing. "
                   f"{_fix_of(e)}")  # fmt: skip
         return found
 
-    def _get(self, keys: list[str], found: dict[str, dict[str, Any]]) -> None:
+    def _get(
+        self, keys: list[str], found: dict[str, dict[str, Any]], shape: Callable[[Any], bool] | None
+    ) -> None:
         with self._lock, self._db:
             for i in range(0, len(keys), 500):
                 part = keys[i : i + 500]
@@ -193,7 +201,7 @@ class GenerationStore:
                 rows = self._db.execute(
                     f"SELECT key, value, crc FROM entries WHERE key IN ({marks})", part
                 ).fetchall()
-                found.update(_intact_rows(rows, self.path))
+                found.update(_intact_rows(rows, self.path, shape))
             if found:
                 now = time.time()
                 self._db.executemany(
@@ -280,13 +288,27 @@ class GenerationStore:
         }
 
     def clear(self) -> int:
-        """Deletes every entry; returns how many there were."""
-        with self._lock, self._db:
-            (n,) = self._db.execute("SELECT COUNT(*) FROM entries").fetchone()
-            self._db.execute("DELETE FROM entries")
+        """Deletes every entry; returns how many there were. On a full disk (the cache may have
+        filled it) the DELETE and VACUUM have no room for their log: the files, ours
+        (`_check_ours` passed on opening), are removed instead and an empty cache made."""
         with self._lock:
-            self._db.execute("VACUUM")
+            (n,) = self._db.execute("SELECT COUNT(*) FROM entries").fetchone()
+            try:
+                with self._db:
+                    self._db.execute("DELETE FROM entries")
+                self._db.execute("VACUUM")
+            except sqlite3.OperationalError as e:
+                if _sqlite_code(e) != sqlite3.SQLITE_FULL:
+                    raise
+                self._remove_files()
         return int(n)
+
+    def _remove_files(self) -> None:
+        """The database and its log files unlinked, then opened afresh (empty)."""
+        self._db.close()
+        for suffix in ("", "-wal", "-shm"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        self._open()
 
     def close(self) -> None:
         with self._lock:
@@ -457,12 +479,15 @@ def _on_store(store: GenerationStore, action: str) -> dict[str, Any]:
         store.close()
 
 
-def _intact_rows(rows: list[tuple[str, str, int | None]], path: Path) -> dict[str, Any]:
+def _intact_rows(
+    rows: list[tuple[str, str, int | None]], path: Path, shape: Callable[[Any], bool] | None = None
+) -> dict[str, Any]:
     """The rows whose value is the text their CRC was taken of, parsed: a damaged one (a bit
     flipped inside a stored answer, which SQLite does not check) is left out, so computed
     again and stored whole. Rows stored before entries carried a CRC are read as before. A
     field not of its type (a bit flipped in a row's type byte, which `quick_check` does not
-    check either: a value read as bytes) is damage too, where it stopped the verb."""
+    check either: a value read as bytes) is damage too, where it stopped the verb, and so is
+    JSON not of the value's `shape` (a row without a CRC is not checked otherwise)."""
     found, damaged = {}, 0
     for key, text, crc in rows:
         typed = isinstance(text, str) and (crc is None or type(crc) is int)
@@ -470,12 +495,46 @@ def _intact_rows(rows: list[tuple[str, str, int | None]], path: Path) -> dict[st
             damaged += 1
             continue
         try:
-            found[key] = json.loads(text)
+            value = json.loads(text)
         except ValueError:
+            damaged += 1
+            continue
+        if shape is None or shape(value):
+            found[key] = value
+        else:
             damaged += 1
     if damaged:
         _warn(f"{damaged} entries of the generation cache {path} are damaged: computed again")
     return found
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _numbers(x: Any, n: int | None = None) -> bool:
+    return isinstance(x, list) and all(map(_number, x)) and (n is None or len(x) == n)
+
+
+def _counted(value: Any) -> bool:
+    """A dict with the prompt's token count and, if any, the seconds it took."""
+    if not isinstance(value, dict) or not isinstance(value.get("prompt_tokens"), int):
+        return False
+    return value.get("seconds") is None or _number(value["seconds"])
+
+
+def _answer_shaped(value: Any) -> bool:
+    """A stored answer's shape (`_to_value`): a value of another (a row stored before entries
+    carried a CRC, since changed) stopped the verb with a TypeError or KeyError."""
+    logprobs = value.get("token_logprobs") if isinstance(value, dict) else None
+    return (_counted(value) and isinstance(value.get("text"), str)
+            and isinstance(value.get("completion_tokens"), int)
+            and (logprobs is None or _numbers(logprobs)))  # fmt: skip
+
+
+def _scores_of(n: int) -> Callable[[Any], bool]:
+    """The shape of stored scores of `n` choices."""
+    return lambda value: _counted(value) and _numbers(value.get("probs"), n)
 
 
 def _retry_locked(step: Callable[[], None], seconds: float = BUSY_SECONDS) -> None:
@@ -521,6 +580,11 @@ def identity_of(generator: Any) -> dict[str, Any]:
     }
     if getattr(generator, "asks", None):  # how a client asks a server, where that changed
         identity["asks"] = generator.asks
+    folder = _local_folder(generator, backend)
+    if folder is not None:  # as `lazy_generator`'s: the two share their entries
+        from .model_folders import config_checksums
+
+        identity["config"] = config_checksums(folder)
     if hasattr(generator, "cuda"):
         identity["device"] = "cuda" if generator.cuda else "cpu"
     elif hasattr(generator, "device"):
@@ -530,6 +594,14 @@ def identity_of(generator: Any) -> dict[str, Any]:
 
             identity["dtype"] = transformers_dtype(generator.device)
     return identity
+
+
+def _local_folder(generator: Any, backend: str) -> Path | None:
+    """The model folder a local engine loaded (vLLM's `model`, transformers' `model_path`)."""
+    if backend not in ("vllm", "transformers"):
+        return None
+    path = getattr(generator, "model_path", None) or getattr(generator, "model", None)
+    return Path(path) if isinstance(path, (str, Path)) and Path(path).is_dir() else None
 
 
 def _digest(parts: Any) -> str:
@@ -731,7 +803,7 @@ class CachedGenerator:
         keys = self._keys(self._prompt_ids(prompts),
                           {"kind": "generate", "max_new_tokens": int(max_new_tokens),
                            "logprobs": bool(logprobs), "greedy": True})  # fmt: skip
-        stored = {k: _from_value(v) for k, v in store.get_many(keys).items()
+        stored = {k: _from_value(v) for k, v in store.get_many(keys, _answer_shaped).items()
                   if not (logprobs and _without_logprobs(v))}  # fmt: skip
         first = {}  # each missing key's first prompt
         for i, k in enumerate(keys):
@@ -807,7 +879,7 @@ class CachedGenerator:
             _count_choices(sum(lengths), len(prompts), cached=False)
             return probs, seconds
         keys = self._keys(ids, {"kind": "choices", "choices": choices}, self.choice_identity)
-        stored = store.get_many(keys)
+        stored = store.get_many(keys, _scores_of(len(choices)))
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
             if k not in stored and k not in first:
@@ -948,12 +1020,14 @@ def lazy_generator(
     **kwargs: Any,
 ) -> CachedGenerator:
     """`build_generator(name_or_path, backend, **kwargs)` behind the cache, started on the first
-    miss: its key (weights checksum, backend, engine version, device, dtype, the tokenizer's
-    chat-template token ids) and context window are known without starting the engine."""
+    miss: its key (weights and config checksums, backend, engine version, device, dtype, the
+    tokenizer's chat-template token ids) and context window are known without starting the
+    engine."""
     import importlib.util
 
     from ..models import SMOLLM2
     from .model_folders import (
+        config_checksums,
         folder_checksum,
         load_tokenizer_checked,
         read_config,
@@ -1000,6 +1074,8 @@ def lazy_generator(
         "quantization": str(settings.get("quantization") or ""),
         "device": device,
     }
+    if folder:  # its config changes the answers as its weights do
+        identity["config"] = config_checksums(Path(model))
 
     def factory() -> Generator:
         from .. import generation  # looked up at call time: tests put their engine there

@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..models import SMOLLM2
 from .cache import GenerationStore, _digest, _split, _store_of, _storing, default_store
 from .chat import all_extend, chat_token_ids, common_prefix_length
-from .model_folders import folder_checksum, resolve_generator_model
+from .model_folders import config_checksums, folder_checksum, resolve_generator_model
 
 KIND = "hidden-state"
 KEY_VERSION = 1  # bump when what a stored state means changes
@@ -105,6 +105,8 @@ class HiddenStateReader:
         self._prefix_kv: Any = None
         self.dtype = dtype  # part of every state's key: states of two dtypes never mix
         self.identity = {"checksum": self.checksum, "dtype": dtype, "key_version": KEY_VERSION}
+        if folder:  # its config (rope, norm eps) changes the states as its weights do
+            self.identity["config"] = config_checksums(Path(self.model_path))
 
     def check_layers(self, layers: Sequence[int], flag: str = "layers") -> None:
         bad = [x for x in layers if not 0 <= int(x) <= self.num_layers]

@@ -32,9 +32,10 @@ def smollm2_dir() -> Path:
 
 
 def folder_checksum(folder: Path) -> str:
-    """sha256 over a model folder's weight files (recorded once in the marker when present)."""
-    recorded = _recorded(folder)
-    return recorded if recorded is not None else weights_checksum(folder)
+    """sha256 over a model folder's weight files, hashed once per process and file state. The
+    marker's recorded value is not taken on trust: it comes along when a prepared folder is
+    copied to be changed, and gave the changed weights the original's cache entries."""
+    return _hashed(folder.resolve(), _state(folder))
 
 
 def weights_checksum(folder: Path) -> str:
@@ -46,7 +47,23 @@ def weights_checksum(folder: Path) -> str:
 
 
 def _weights(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    """The weight files the loaders take (`WEIGHT_FILES`): safetensors, else .bin, else .pt and
+    .pth (a .pt folder hashed nothing: every one had the empty input's checksum)."""
+    for patterns in (("*.safetensors",), ("*.bin",), ("*.pt", "*.pth")):
+        found = sorted(f for pattern in patterns for f in folder.glob(pattern))
+        if found:
+            return found
+    return []
+
+
+# the files beside the weights that change a model's answers (rope, norm eps, the
+# architecture; vLLM's default sampling settings): part of the generation cache's key
+CONFIG_FILES = ("config.json", "generation_config.json")
+
+
+def config_checksums(folder: Path) -> dict[str, str]:
+    """sha256 of each of the folder's `CONFIG_FILES` that is there."""
+    return {name: sha256_file(folder / name) for name in CONFIG_FILES if (folder / name).is_file()}
 
 
 def _recorded(folder: Path) -> str | None:
@@ -79,12 +96,19 @@ def _state(folder: Path) -> tuple:
     return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file())
 
 
-@lru_cache(maxsize=4)
 def _intact(folder: Path, state: tuple) -> bool:
-    """The weights hashed once per process and file state (about 0.2 s for SmolLM2's 269 MB),
-    not once per stage of a demo."""
+    """The folder's weights are the ones its marker recorded."""
     recorded = _recorded(folder)
-    return recorded is not None and bool(_weights(folder)) and weights_checksum(folder) == recorded
+    if recorded is None or not _weights(folder):
+        return False
+    return _hashed(folder.resolve(), state) == recorded
+
+
+@lru_cache(maxsize=8)
+def _hashed(folder: Path, state: tuple) -> str:
+    """The weights hashed once per process and file state (about 0.25 s for SmolLM2's 269 MB),
+    not once per stage of a demo; `state` (`_state`): the files' names, sizes and times."""
+    return weights_checksum(folder)
 
 
 def _convert(target: Path, force: bool) -> Path:
