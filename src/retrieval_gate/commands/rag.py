@@ -120,11 +120,18 @@ def check_multi_step_read(
     args: argparse.Namespace, modes: Sequence[str], strategies: StrategyRegistry
 ) -> None:
     """The multi-step flags go with a mode that can run a multi-step strategy (the
-    multi-step mode, a router, or a multi-step strategy's fixed mode); given to others, they
-    went unused."""
+    multi-step mode, a router, or a multi-step strategy's fixed mode), --max-steps with one
+    whose strategy sets no `max_steps:` of its own; given to others, they went unused."""
     reads = [m for m in modes if m in (MULTI_STEP_MODE, *FIRST_GATE)
              or (m in strategies and strategies[m].multi_step)]  # fmt: skip
+    # a strategy's own max_steps: wins over the flag (`AdaptiveRAG.steps_config`)
+    steps = [m for m in reads if not (m in strategies and strategies[m].max_steps is not None)]
     given = given_flags(args, add_multi_step_args)
+    if "--max-steps" in given and reads and not steps:
+        raise ConfigError(f"--max-steps sets the multi-step strategy's LLM calls, and every "
+                          f"multi-step mode of this run sets its own (max_steps: of "
+                          f"{', '.join(reads)} in {strategies.source}): drop it, or edit the "
+                          "file")  # fmt: skip
     if given and not reads:
         raise ConfigError(f"{given[0]} sets the multi-step strategy, and no mode of this run "
                           f"runs it ({' '.join(modes)}): drop it, or add the multi-step mode, "
@@ -301,7 +308,8 @@ def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
                     strategies: StrategyRegistry) -> None:  # fmt: skip
     """-k, --retriever and --corpus go with a mode that can retrieve; given to a run whose
     modes never do (`never`, a strategy retrieving nothing), they went unused, and the report
-    named them as its setup."""
+    named them as its setup. -k, likewise, goes with a mode whose strategy sets no `k:` of its
+    own (the strategy's wins: `StrategySpec.documents`)."""
     closed = [m for m in modes
               if m == "never" or (m in strategies and not strategies[m].retrieves)]  # fmt: skip
     given = given_flags(args, add_retrieval_args)
@@ -309,9 +317,27 @@ def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
         raise ConfigError(f"{given[0]} sets the retrieval, and no mode of this run retrieves "
                           f"({' '.join(modes)}): drop it, or add a mode that "
                           "retrieves")  # fmt: skip
+    own = [m for m in modes if m not in closed and m in strategies and strategies[m].k]
+    if "--k" in given and own and len(closed) + len(own) == len(modes):
+        raise ConfigError(f"-k sets the documents per retrieved question, and every mode of "
+                          f"this run that retrieves sets its own (k: of {', '.join(own)} in "
+                          f"{strategies.source}): drop it, or edit the file")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    import threading
+
+    from .serve import _leave_waiting_threads
+
+    before = set(threading.enumerate())
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # the saved modes stay; requests a server holds are not waited for
+        _leave_waiting_threads(before)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..fileio import one_writer, writer_busy
     from ..rag.experiment import Pipeline, check_progress_file
 

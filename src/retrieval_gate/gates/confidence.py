@@ -88,8 +88,16 @@ class ConfidenceGate:
             else:
                 out[i] = confidence_score(row.get("mean_logprob"), bool(row.get("idk")))
         if missing:
-            for i, g in zip(missing, self._generate([questions[i] for i in missing]), strict=True):
-                out[i] = confidence_score(g.mean_logprob, is_idk(g.text))
+            asked = [questions[i] for i in missing]
+            for i, q, g in zip(missing, asked, self._generate(asked), strict=True):
+                idk = is_idk(g.text)
+                if g.token_logprobs is None and not idk:  # scored 1.0: "certainly wrong"
+                    raise MissingInputError(
+                        f"confidence gate: the generator returned no token log-probabilities "
+                        f"for the closed-book answer of question {q.id!r}, which the gate "
+                        "scores by; use a generator that returns them (an OpenAI-compatible "
+                        "server must honour `logprobs: true`; vLLM's does)")  # fmt: skip
+                out[i] = confidence_score(g.mean_logprob, idk)
         return out
 
     def _generate(self, questions: Sequence[Question]) -> list[Generation]:

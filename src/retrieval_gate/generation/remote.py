@@ -211,9 +211,20 @@ class RemoteGenerator:
         return int((self._post("/tokenize", body, root=True) or {})["count"])
 
     def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
-        """Concurrent requests so the server can batch them; results in input order."""
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(items)))) as pool:
-            return list(pool.map(fn, items))
+        """Concurrent requests so the server can batch them; results in input order. Ctrl-C
+        (or an exit) does not wait for the requests under way: a pool's `with` waited for each,
+        retries and all (minutes for a server that holds them); the client is closed, so
+        they end at their next attempt."""
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(items))))
+        try:
+            out = list(pool.map(fn, items))
+        except BaseException as e:
+            pool.shutdown(wait=False, cancel_futures=True)
+            if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: leaving
+                self._client.close()
+            raise
+        pool.shutdown()
+        return out
 
     def _chat(self, prompt: str, max_new_tokens: int, logprobs: bool) -> Generation:
         """One answer, or the refusal remembered for the same request (`_remember`)."""

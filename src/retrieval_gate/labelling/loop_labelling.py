@@ -200,7 +200,7 @@ class _Chunk:
         judged = []
         for n, q in enumerate(questions):
             mine = answers[n * width : (n + 1) * width]
-            broken = next((a for a in mine if a.retryable), None)
+            broken = next((a for a in mine if a.retryable or a.refused), None)
             if broken is not None:
                 self.failed.append((q.id, broken.error or "the generator failed"))
                 continue

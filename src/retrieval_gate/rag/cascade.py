@@ -89,14 +89,15 @@ def check_answer_gate_folder(folder: str | Path, flag: str = "--answer-gate") ->
                           "cascade-closed-book")  # fmt: skip
 
 
-def check_logprobs(generator: Generator, where: str) -> None:
+def check_logprobs(generator: Generator, where: str, reader: str = "the cascade") -> None:
     """The generator returns token log-probabilities (asked once, before the run): the cascade
-    cannot read an answer without them. `where`: the option that named the generator."""
+    (`reader`: or another gate that reads them) cannot read an answer without them. `where`:
+    the option that named the generator."""
     out = _interruptible(lambda: generator.generate(["Reply with one word: yes."], 2,
                                                     logprobs=True))  # fmt: skip
     if not out or not out[0].token_logprobs:
         raise BackendError(
-            f"{where}: the generator returned no token log-probabilities, which the cascade "
+            f"{where}: the generator returned no token log-probabilities, which {reader} "
             "reads (an OpenAI-compatible server must honour `logprobs: true`; vLLM's does)"
         )
 

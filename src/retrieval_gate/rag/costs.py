@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-from ..errors import BackendError, clipped
+from ..errors import BackendError, PromptRefused, clipped
 from ..generation.base import Generation, Generator, PartialGenerator
 from ..questions import Question
 from ..retrieval.base import Hit, Retriever
@@ -145,6 +145,19 @@ class Costs:
         return cls(**{k: v for k, v in d.items() if k in names}, by_strategy=by)
 
 
+class Failure(str):
+    """A prompt's failed generation, as its message; `refused`: the server refused that prompt
+    for good (a final 4xx, a reply with no answer, while it answered others: `PromptRefused`),
+    so a rerun gets the same refusal; else it was busy or unreachable, and a rerun may answer."""
+
+    refused: bool
+
+    def __new__(cls, message: str, refused: bool = False) -> Failure:
+        out = super().__new__(cls, message)
+        out.refused = refused
+        return out
+
+
 class Meter:
     """Makes the batched retriever and generator calls of one pass and books their time into
     `costs`, split between the strategies each call served (see the module docstring)."""
@@ -176,10 +189,10 @@ class Meter:
         prompts: Sequence[str],
         strategies: Sequence[str],
         max_new_tokens: int,
-    ) -> list[Generation | str]:
+    ) -> list[Generation | Failure]:
         """ONE generator call over `prompts`; per prompt its generation, or the error that
-        ended it when the generator reports failures prompt by prompt (a server: see
-        `PartialGenerator`). Any other failure fails the call."""
+        ended it (a `Failure`) when the generator reports failures prompt by prompt (a server:
+        see `PartialGenerator`). Any other failure fails the call."""
         if not prompts:
             return []
         method = (
@@ -195,7 +208,12 @@ class Meter:
             _check_generation(g, what, i)
         self.costs.generation_calls += 1
         self.costs.generation_seconds += seconds
-        out = [g if isinstance(g, Generation) else f"the generator failed: {g}" for g in raw]
+        # a PromptRefused beside anything else is the prompt's, for good (every prompt
+        # refused: the server's, an outage or a proxy's page, as `RemoteGenerator` keeps them)
+        own = not all(isinstance(g, PromptRefused) for g in raw)
+        out = [g if isinstance(g, Generation)
+               else Failure(f"the generator failed: {g}", own and isinstance(g, PromptRefused))
+               for g in raw]  # fmt: skip
         tokens = [g.prompt_tokens + g.completion_tokens if isinstance(g, Generation) else 0
                   for g in out]  # fmt: skip
         self._split("generation", seconds, strategies, tokens)

@@ -11,7 +11,7 @@ import logging
 import platform
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
@@ -31,8 +31,9 @@ from ..questions import Question
 from ..retrieval import BM25Retriever, DenseRetriever
 from ..retrieval.base import Retriever
 from ..strict_rows import parse_json
-from .backends import check_answers_readable, open_generator, open_retriever
-from .cascade import CASCADE, answer_gate_of
+from .backends import open_generator, open_retriever
+from .cascade import CASCADE, answer_gate_of, check_logprobs
+from .decisions import FixedStrategy, loop_registry
 from .mode_comparison import ModeResult, compare_modes, comparison_rows
 from .modes import (
     MULTI_STEP_MODE,
@@ -103,8 +104,10 @@ def run_comparison(
         modes, lambda: running or open_generator(**(engine or {})), mode_options
     )  # a damaged gate file or an unmet budget: before the engine
     check_room(generator, pipeline.max_new_tokens)  # the engine starts on the first miss
-    if CASCADE in modes:  # the cascade reads answers' log-probabilities: asked once, up front
-        check_answers_readable(generator, engine or {})
+    readers = [m for m in (CASCADE, "confidence") if m in modes]
+    if readers:  # they read answers' log-probabilities: asked once, up front
+        where = "--generator-url" if (engine or {}).get("generator_url") else "--model"
+        check_logprobs(generator, where, f"the {' and '.join(readers)} mode")
     setup_seconds = time.perf_counter() - started
     # each question by id and content: one edited under its id is another experiment
     asked = [q.key() for q in questions]
@@ -116,7 +119,8 @@ def run_comparison(
     results = _run_modes(modes, gates, questions, ret, generator, pipeline, progress,
                          mode_options)  # fmt: skip
     note = _note(len(questions), sample, among is not None, progress.kept, ret.name, pipeline,
-                 generator.name, setup_seconds, progress.retried)  # fmt: skip
+                 generator.name, setup_seconds, progress.retried,
+                 _own_settings(gates, pipeline))  # fmt: skip
     note += _speed_note(results) + _failed_note(results)
     settings = {**asdict(sample), **asdict(pipeline), "modes": list(modes),
                 "budget": mode_options.budget,
@@ -210,6 +214,7 @@ def _note(
     generator: str,
     setup_seconds: float,
     retried: dict[str, int] | None = None,
+    own: str = "",
 ) -> str:
     again = ", ".join(f"{m} ({n} failed)" for m, n in (retried or {}).items())
     if again:
@@ -224,8 +229,9 @@ def _note(
         + (f"; modes kept from an earlier run: {', '.join(kept)}" if kept else "")
         + again
         + f"), retriever={retriever}, k={pipeline.k}, generator={generator}, "
-        f"max_new_tokens={pipeline.max_new_tokens}, multi-step: {_multi_note(pipeline)}; "
-        f"setup (engine start, gate loading) "
+        f"max_new_tokens={pipeline.max_new_tokens}, multi-step: {_multi_note(pipeline)}"
+        + (f"; strategies' own settings (they win): {own}" if own else "")
+        + "; setup (engine start, gate loading) "
         f"{setup_seconds:.1f} s, not counted in any mode."
     )
 
@@ -256,9 +262,30 @@ def _failed_note(results: Sequence[ModeResult]) -> str:
             if notes else "")  # fmt: skip
 
 
-def _multi_note(pipeline: Pipeline) -> str:
-    m = pipeline.multi_step.resolved(pipeline.k)
+def _multi_note(pipeline: Pipeline, config: MultiStepConfig | None = None) -> str:
+    m = config or pipeline.multi_step.resolved(pipeline.k)
     return f"max_steps={m.max_steps}, max_docs={m.max_docs}, step_k={m.step_k}"
+
+
+def _own_settings(gates: dict[str, Gate], pipeline: Pipeline) -> str:
+    """The settings a fixed-strategy mode ran with where its strategy sets its own `k:` or
+    `max_steps:` (the note's k and multi-step settings are not its own then), as the loop
+    applies them (`AdaptiveRAG.steps_config`)."""
+    out = []
+    for mode, gate in gates.items():
+        if not isinstance(gate, FixedStrategy):
+            continue
+        spec = gate.strategy_registry()[gate.strategy]
+        if spec.k is None and spec.max_steps is None:
+            continue
+        k = spec.documents(pipeline.k)
+        said = f"{mode}: k={k}"
+        if spec.multi_step:
+            steps = spec.max_steps or pipeline.multi_step.max_steps
+            config = replace(pipeline.multi_step, max_steps=steps).resolved(k)
+            said += ", " + _multi_note(pipeline, config)
+        out.append(said)
+    return "; ".join(out)
 
 
 class Progress:
@@ -317,7 +344,11 @@ class Progress:
             if "labels" in spec.needs:
                 out += self._fitted_on
         if isinstance(gate, CarriesStrategies):  # a --strategies file's specs, not their names
-            out.append(json.dumps([asdict(s) for s in gate.strategy_registry()], default=str))
+            try:
+                registry = gate.strategy_registry()
+            except ConfigError:  # a fitted router's names only: --strategies declares them
+                registry = loop_registry(gate, loop_strategies(mode, gate, self.options))
+            out.append(json.dumps([asdict(s) for s in registry], default=str))
         return out
 
     @cached_property

@@ -43,7 +43,7 @@ from ..questions import Question, exact_match, match, token_f1
 from ..retrieval.base import Hit, Retriever
 from ..strategies import BUILTIN, DEFAULT_RETRIEVER, StrategyRegistry, StrategySpec
 from .cascade import Cascade, escalate, escalation_strategy
-from .costs import Costs, Meter, StrategyCosts
+from .costs import Costs, Failure, Meter, StrategyCosts
 from .decisions import (
     Budget,
     Decision,
@@ -104,6 +104,9 @@ class Answer:
     llm_calls: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
     retryable: bool = False  # the error is a failed generator call: a rerun may answer it
+    # the error is the server's refusal of this prompt, for good (`costs.Failure`): scored as
+    # a miss and kept, a rerun would be refused again
+    refused: bool = False
     # the answer's token log-probabilities (multi-step: its last step's generation), when the
     # loop asked for them (`logprobs=True`) and the generator returned them
     token_logprobs: list[float] | None = None
@@ -269,7 +272,9 @@ class AdaptiveRAG:
         costs.overhead_seconds = costs.total_seconds - (
             costs.gate_seconds + costs.retrieval_seconds + costs.generation_seconds
         )
-        if answers and all(a.retryable for a in answers):  # the generator is down: say so
+        # every question failed, refused too: the generator is down (or a proxy's page in its
+        # place, or a model it does not serve): say so
+        if answers and all(a.retryable or a.refused for a in answers):
             raise BackendError(answers[0].error or "the generator failed")
         return RagRun(answers, costs)
 
@@ -374,7 +379,7 @@ class AdaptiveRAG:
         strategies: list[str],
         multi: dict[int, Reasoning],
         meter: Meter,
-    ) -> list[Generation | str | None]:
+    ) -> list[Generation | Failure | None]:
         """ONE generator call over the closed-book and with-context prompts that fit and the
         first step of every multi-step question; None where a question's prompt did not fit."""
         states = list(multi.values())
@@ -425,7 +430,7 @@ def _scored(q: Question, text: str) -> dict[str, Any]:
 
 
 def _answer(
-    q: Question, g: Generation | str | None, spec: StrategySpec, fitted: FittedPrompt
+    q: Question, g: Generation | Failure | None, spec: StrategySpec, fitted: FittedPrompt
 ) -> Answer:
     """A one-call strategy's answer; without a generation (its prompt did not fit, or the
     generator failed) the reason, and scored as a miss when the question has gold answers."""
@@ -440,11 +445,12 @@ def _answer(
         prompt_tokens=g.prompt_tokens if isinstance(g, Generation) else 0,
         completion_tokens=g.completion_tokens if isinstance(g, Generation) else 0,
         **_scored(q, text),
-        error=g if isinstance(g, str) else fitted.error,
+        error=str(g) if isinstance(g, str) else fitted.error,
         strategy=spec.name,
         retrievals=int(spec.retrieves),
         llm_calls=int(fitted.prompt is not None),
-        retryable=isinstance(g, str),
+        retryable=isinstance(g, Failure) and not g.refused,
+        refused=isinstance(g, Failure) and g.refused,
         token_logprobs=g.token_logprobs if isinstance(g, Generation) else None,
     )
 
@@ -468,5 +474,6 @@ def _multi_answer(state: Reasoning) -> Answer:
         llm_calls=state.llm_calls,
         steps=state.steps,
         retryable=state.retryable,
+        refused=state.refused,
         token_logprobs=state.token_logprobs,
     )

@@ -200,10 +200,11 @@ def _mode_gate(mode: str, context: GateContext, options: ModeOptions) -> Gate:
 def loop_strategies(mode: str, gate: Gate, options: ModeOptions) -> StrategyRegistry:
     """The registry `rag` runs a mode's gate with (`AdaptiveRAG`'s `strategies`): a
     fixed-strategy mode's or an oracle router's own (a --strategies file's specs, the
-    built-in multi-step's), --strategies' for a router, the built-ins for a binary gate."""
+    built-in multi-step's), --strategies' for a router (the registry's `router-prior` and
+    `router-tfidf` too: they declare their names there), the built-ins for a binary gate."""
     if isinstance(gate, FixedStrategy | OracleRouter):
         return gate.strategy_registry()
-    return options.strategies if mode in FIRST_GATE else BUILTIN
+    return options.strategies if mode in FIRST_GATE or is_router(gate) else BUILTIN
 
 
 def _build(mode: str, context: GateContext, options: ModeOptions) -> Gate:
@@ -237,6 +238,11 @@ def _context(
     if needing("labels", modes):
         splits = load_splits(options.labels, options.run_dir, options.questions)
         context.train, context.dev = splits.train, splits.dev
+        if options.strategies is not BUILTIN and splits.dev.has_strategies:
+            # the fitted routers are priced at --strategies' costs, as `evaluate` prices them
+            context.costs = options.strategies.costs_in_order(
+                splits.dev.strategies, "the label file's strategies"
+            )
     if "prompt-ta-are" in modes:
         context.closed_book = LabellingRun(Path(options.run_dir)).records()
     return context

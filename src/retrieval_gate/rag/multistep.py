@@ -106,6 +106,7 @@ class Reasoning:
     answer: str | None = None
     error: str | None = None
     retryable: bool = False  # the generator call failed (a rerun may answer it)
+    refused: bool = False  # the server refused the step's prompt for good (`costs.Failure`)
     retrievals: int = 0
     llm_calls: int = 0
     prompt_tokens: int = 0
@@ -148,7 +149,8 @@ class Reasoning:
         """One step's generation (or its error): the sentence, or the answer that ends it."""
         self.llm_calls += 1
         if isinstance(result, str):
-            self.error, self.retryable = result, True
+            refused = bool(getattr(result, "refused", False))  # a `Failure` says whose it is
+            self.error, self.retryable, self.refused = str(result), not refused, refused
             return
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
