@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, DataError, InputError
+from ..evaluation.bootstrap import min_resamples
 from ..strategies import COST_AXES, StrategyRegistry
 from .plan import Distinct
 
 DEFAULT_GATES = ["always", "never", "popularity", "confidence", "tfidf"]
-COST_QUESTIONS = 30  # questions timed per gate
+COST_QUESTIONS = 30  # questions timed per gate (a third for one that asks the generator)
 MAX_RESAMPLES = 100_000  # bootstrap resamples: more only costs time
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--run-dir",
         type=Path,
         help="labelling run with closed-book.jsonl / rag-gain.jsonl (answers for adaptive "
-        "accuracy, confidence records, TA-ARE demonstrations; default: the folder of the first "
-        "--labels file when it holds one, else the bundled SmolLM2 run)",
+        "accuracy, confidence records, TA-ARE demonstrations; default: each --labels file's "
+        "own folder when it holds one, else the bundled SmolLM2 run)",
     )
     p.add_argument("--generator", metavar="MODEL",
                    help="generator model, a name or folder (default: the labelling generator, "
@@ -61,10 +62,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--resamples",
         type=int,
         default=1000,
-        help=f"bootstrap resamples, 1 to {MAX_RESAMPLES:,}",
+        help=f"bootstrap resamples, 1 to {MAX_RESAMPLES:,} (below {min_resamples()} a 95%% "
+        "percentile interval has no tails: the report gives no CIs)",
     )
     p.add_argument("--cost-questions", type=int, default=COST_QUESTIONS,
-                   help="questions timed per gate")  # fmt: skip
+                   help="questions timed per gate; a gate that asks the generator (an LLM "
+                   "call each) times a third of them, at least 5 and at most N")  # fmt: skip
     p.add_argument("--no-cost", action="store_true", help="skip the per-question timing")
     p.add_argument("--limit", type=int, help="only N test questions per label file (default: all)")
     p.add_argument("--cost-axis", choices=(*COST_AXES, "both"), default=COST_AXES[0],
@@ -159,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--resamples {args.resamples}: past {MAX_RESAMPLES:,} a 95% CI moves "
                          "by less than the report rounds it to, and each resample is a pass "
                          f"over every gate; pass at most {MAX_RESAMPLES}")  # fmt: skip
+    if args.resamples < min_resamples():
+        log.warning(f"--resamples {args.resamples}: a 95% percentile interval needs at least "
+                    f"{min_resamples()}, so the report gives no CIs")  # fmt: skip
     check_output_dir(args.out, "--out", WRITES)
     check_run_dir(args.run_dir)
     options = gate_options(args, args.gates)
@@ -173,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         gates=args.gates,
         label_files=args.labels,
         out_dir=args.out,
-        run_dir=run_dir_for(args.labels[0], args.run_dir),
+        run_dir=run_dir_for(args.labels[0], args.run_dir),  # the generator's, when unnamed
+        run_dirs={Path(p): run_dir_for(p, args.run_dir) for p in args.labels},  # each file's
         gate_options=options,
         generator_options={"name_or_path": args.generator} if args.generator else {},
         n_resamples=args.resamples,

@@ -60,8 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--run-dir",
         type=Path,
-        help="labelling run (recorded answers; default: the folder of the first --labels file "
-        "when it holds one, else the bundled SmolLM2 run)",
+        help="labelling run (recorded answers; default: each --labels file's own folder when "
+        "it holds one, else the bundled SmolLM2 run)",
     )
     p.add_argument("--out", type=Path, default=Path("reports/transfer"), help="report folder")
     add_question_args(p)
@@ -123,11 +123,12 @@ def run(args: argparse.Namespace) -> int:
             files, args.learned_config, args.learned_set, args.learned_out, questions
         )
     command = "retrieval-gate " + shlex.join(sys.argv[1:])
-    run_dir = run_dir_for(args.labels[0], args.run_dir)
+    # each label file with its own labelling run's answers, not the first file's
+    run_dirs = {Path(p): run_dir_for(p, args.run_dir) for p in args.labels}
     busy = writer_busy("transfer run", "--out", args.out)
     with one_writer(args.out, busy):  # one run's matrix in a report folder at a time
         path = run_transfer(
-            args.labels, args.gates, args.out, run_dir, extra, command, questions, options
+            args.labels, args.gates, args.out, run_dirs, extra, command, questions, options
         )
     print(f"report: {path}")
     return 0

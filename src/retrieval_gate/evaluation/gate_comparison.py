@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,12 +46,13 @@ from ..labels.label_files import LabelFile
 from ..labels.labelling_run import LabellingRun
 from ..outputs import write_owned
 from ..pricing import answer_read_calls, binary_llm_calls
-from ..questions import Question
+from ..questions import Question, feature_value
 from ..rag.cascade import check_answer_gate_folder
 from ..strategies import StrategyRegistry
 from ..strict_rows import parse_json
 from . import plots
 from .answer_gate import answer_gate_scores, check_answer_labels
+from .bootstrap import min_resamples
 from .evaluate import GateResult, cost_per_question, evaluate_gate, result_json
 from .gate_tables import comparison_table, per_source_table
 from .routing_policies import check_axis, registry_costs, routing_markdown, routing_report
@@ -70,6 +71,8 @@ class EvaluationConfig:
     label_files: Sequence[Path]
     out_dir: Path
     run_dir: Path | None = DEFAULT_RUN_DIR  # labelling run: closed-book/rag-gain answers
+    # each label file's own labelling run (`run_dir_for`); a file not in it: `run_dir`
+    run_dirs: Mapping[Path, Path | None] = field(default_factory=dict)
     gate_options: GateOptions = field(default_factory=GateOptions)
     generator_options: dict[str, Any] = field(default_factory=dict)
     n_resamples: int = 1000
@@ -125,15 +128,16 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
     generator, named_by = _generator(cfg, gates)  # one engine for every gate
     _check_generator_runs(cfg, gates, generator)  # before the labels are read
     files = label_file_names(cfg.label_files)  # unique names: two generators' closed-book
-    splits = {name: load_splits(p, cfg.run_dir, cfg.questions) for name, p in files.items()}
+    # each file with its own labelling run's answers: a second generator's labels were scored
+    # with the first's (adaptive accuracy, popularity fit, confidence records)
+    runs = {name: cfg.run_dirs.get(Path(p), cfg.run_dir) for name, p in files.items()}
+    splits = {name: load_splits(p, runs[name], cfg.questions) for name, p in files.items()}
     tests = {k: sample_test(s.test, cfg.limit) for k, s in splits.items()}
     _check_gate_questions(gates, cfg.gate_options, tests)
     # the questions alone, though a questions file may carry its answers' log-probabilities:
     # what the label-free scores and a two-stage gate's question-only row are computed on
     bare = {k: without_answers(t) for k, t in tests.items()}
-    run = LabellingRun(cfg.run_dir or DEFAULT_RUN_DIR)
-    records = run.records()
-    _check_recorded_answers(gates, tests, records, generator, run.closed_book)
+    records = _records(gates, tests, runs, generator)
     costs: dict[str, float] = {}
     report: dict[str, Any] = {
         "label_files": [str(p) for p in cfg.label_files],
@@ -151,7 +155,8 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         priced = (
             registry_costs(cfg.strategies, sp.test.strategies) if sp.test.has_strategies else None
         )
-        ctx = GateContext(sp.train, sp.dev, records, generator, costs=priced)
+        ctx = GateContext(sp.train, sp.dev, records[runs[policy]], generator, costs=priced)
+        same_run = {k: t for k, t in bare.items() if runs[k] == runs[policy]}  # same records
         results, built = [], {}
         calls = binary_llm_calls(sp.test.strategies, cfg.strategies)  # LLM calls/q of a decision
         for name in tqdm(gates, desc=f"gates on {policy}"):
@@ -163,7 +168,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
                 continue
             scores = (
                 _label_free_scores(
-                    spec, gate, policy, bare, cfg.out_dir / "scores", cfg.gate_options
+                    spec, gate, policy, same_run, cfg.out_dir / "scores", cfg.gate_options
                 )
                 if spec.label_free
                 else None
@@ -180,7 +185,7 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
             result = evaluate_gate(gate, test, cfg.n_resamples, scores, paid)
             if cfg.measure_cost and name not in costs:
                 llm = "generator" in spec.needs  # an LLM call per question: fewer timed
-                n = max(5, cfg.cost_questions // 3) if llm else cfg.cost_questions
+                n = timed_questions(cfg.cost_questions, llm)
                 try:
                     costs[name] = cost_per_question(gate, test.questions, n)
                 except MissingInputError as e:  # e.g. no generator here: say so, keep the rest
@@ -191,7 +196,9 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         if not results:  # every gate lacked an input: nothing to report, say why
             reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
             raise ConfigError(f"no gate could be evaluated on {policy} ({reasons})")
-        report["policies"][policy] = _policy_report(policy, sp, tests[policy], results, cfg.out_dir)
+        report["policies"][policy] = _policy_report(
+            policy, sp, tests[policy], results, cfg.out_dir, _feature(cfg)
+        )
         if sp.test.has_strategies:  # strategy labels: every routing policy (evaluation.routing)
             answer = None if answer_gate is None else answer_gate_scores(
                 answer_gate, tests[policy], sp.dev, files[policy])  # fmt: skip
@@ -201,9 +208,38 @@ def run_evaluation(cfg: EvaluationConfig) -> Path:
         report["policies"][policy]["label_file"] = _provenance(files[policy])
         report["policies"][policy]["llm_calls_without_with_retrieval"] = calls
     if any(g.startswith("popularity") for g in cfg.gates):
-        report["mallen_protocol"] = _mallen(splits)
+        report["mallen_protocol"] = {p: _mallen(sp, _feature(cfg)) for p, sp in splits.items()}
     write_owned(cfg.out_dir / "results.json", json.dumps(report, indent=2, default=float))
     return write_owned(cfg.out_dir / "report.md", _markdown(report, cfg))
+
+
+def timed_questions(cost_questions: int, asks_llm: bool) -> int:
+    """Questions timed for a gate's cost (--cost-questions N): N; a gate that asks the
+    generator (an LLM call a question, seconds each on a CPU) a third of them, at least 5 and
+    never more than N."""
+    return min(cost_questions, max(5, cost_questions // 3)) if asks_llm else cost_questions
+
+
+def _feature(cfg: EvaluationConfig) -> str:
+    """The signal the popularity gates threshold (--feature; s_pop by default)."""
+    return cfg.gate_options.feature or "s_pop"
+
+
+def _records(
+    gates: Sequence[str],
+    tests: dict[str, EvalSet],
+    runs: Mapping[str, Path | None],
+    generator: LazyGenerator,
+) -> dict[Path | None, dict]:
+    """Each labelling run's closed-book records, checked against the test questions of the
+    label files it goes with."""
+    out = {}
+    for run_dir in dict.fromkeys(runs.values()):
+        run = LabellingRun(run_dir or DEFAULT_RUN_DIR)
+        out[run_dir] = run.records()
+        mine = {k: t for k, t in tests.items() if runs[k] == run_dir}
+        _check_recorded_answers(gates, mine, out[run_dir], generator, run.closed_book)
+    return out
 
 
 def _say_fitted(gate: Gate, questions: EvalSet, split: str) -> None:
@@ -367,10 +403,10 @@ def _provenance(path: Path) -> dict[str, Any]:
     return {"path": str(path), "rows": len(lf.rows), **{k: meta[k] for k in keep if k in meta}}
 
 
-def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
-    """Mallen's own protocol on every labelled PopQA question with both recorded answers
-    (all splits: the paper fits on random 75% and tests on 25%, 100 times)."""
-    sp = next(iter(splits.values()))
+def _mallen(sp: Splits, feature: str) -> dict[str, Any]:
+    """Mallen's own protocol on every labelled question of one label file with a `feature`
+    value (PopQA's s_pop by default) and both recorded answers (all splits: the paper fits on
+    random 75% and tests on 25%, 100 times)."""
     every = EvalSet(
         sp.train.questions + sp.dev.questions + sp.test.questions,
         np.r_[sp.train.y, sp.dev.y, sp.test.y],
@@ -382,14 +418,15 @@ def _mallen(splits: dict[str, Splits]) -> dict[str, Any]:
         try:
             out["per-relation" if per_relation else "global"] = mallen_protocol(
                 every.questions, every.y, every.closed_correct, every.rag_correct,
-                n_splits=100, per_relation=per_relation,
+                n_splits=100, per_relation=per_relation, feature=feature,
             )  # fmt: skip
         except MissingInputError as e:
             out["per-relation" if per_relation else "global"] = {"n/a": str(e)}
     return out
 
 
-def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path):
+def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateResult], out: Path,
+                   feature: str = "s_pop"):  # fmt: skip
     scores = {r.name: r.scores for r in results}
     stem = policy.replace("/", "-")  # figure files of `<generator>/<policy>`
     figs = {
@@ -398,10 +435,11 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
             test.y, scores, f"reliability: {policy}", out / f"{stem}-reliability.png"
         ).name,
     }
-    pop = np.array([q.s_pop is not None for q in test.questions])
+    values = [feature_value(q, feature) for q in test.questions]  # the popularity gate's
+    pop = np.array([v is not None for v in values])
     known = pop & ~np.isnan(test.closed_correct) & ~np.isnan(test.rag_correct)
     if known.sum() >= 20:
-        s_pop = np.array([q.s_pop or 0 for q in test.questions], float)[known]
+        s_pop = np.array([v or 0 for v in values], float)[known]
         decisions = {
             r.name: (r.scores >= r.threshold)[known]
             for r in results
@@ -413,6 +451,7 @@ def _policy_report(policy: str, sp: Splits, test: EvalSet, results: list[GateRes
             test.rag_correct[known],
             decisions,
             out / f"{stem}-mallen.png",
+            feature=feature,
         ).name
     return {
         "n_train": len(sp.train),
@@ -437,8 +476,8 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
     )
     lines.append(
         f"{split}; every gate on the same test "
-        "questions of each label file. 95% CIs: percentile bootstrap, "
-        f"{cfg.n_resamples} resamples. Cost: median ms of one decision on one question "
+        f"questions of each label file. {_ci_note(cfg.n_resamples)} Cost: median ms of one "
+        "decision on one question "
         "(batch 1, after a warm-up), measured once per gate in this run. Retrieval rate: "
         "retrievals per question (one for each question a gate sends to retrieval); LLM calls/q: "
         "the answering strategies' LLM calls per question, from their specs (a gate that asks "
@@ -469,20 +508,38 @@ def _markdown(report: dict[str, Any], cfg: EvaluationConfig) -> str:
         lines += [f"![{k}]({v})" for k, v in pr["figures"].items()]
     lines += [f"- skipped {k}: {v}" for k, v in report["skipped"].items()]
     if "mallen_protocol" in report:
-        lines += ["", "## Popularity gate: Mallen et al.'s protocol", "",
-                  "Thresholds fitted by brute force on a random 75% of the labelled PopQA questions "
-                  "with both recorded answers, adaptive accuracy on the other 25%, mean (std) over "
-                  "100 random splits. In the tables above the popularity gate is fitted on the dev "
-                  "split instead; questions without s_pop (every source but PopQA) get a constant "
-                  "score, the share of dev questions without s_pop that need retrieval, so the "
-                  "gate takes their majority label; a relation unseen in fitting (or with fewer "
-                  "than 5 questions) uses the global threshold.", ""]  # fmt: skip
-        for kind, m in report["mallen_protocol"].items():
-            if "n/a" in m:
-                lines.append(f"- {kind}: n/a ({m['n/a']})")
-                continue
-            lines.append(f"- {kind} thresholds: adaptive accuracy {m['adaptive_accuracy_mean']:.3f} "
-                         f"({m['adaptive_accuracy_std']:.3f}), retrieval rate {m['retrieval_rate_mean']:.3f}; "
-                         f"closed-book {m['closed_book_accuracy']:.3f}, always retrieve "
-                         f"{m['always_retrieve_accuracy']:.3f}; {m['n_questions']} questions")  # fmt: skip
+        lines += _mallen_markdown(report["mallen_protocol"], _feature(cfg))
     return "\n".join(lines) + "\n"
+
+
+def _ci_note(n_resamples: int) -> str:
+    """How the CIs were made, or why there are none (too few resamples for their tails)."""
+    if n_resamples < min_resamples():
+        return (f"No 95% CIs: {n_resamples} bootstrap resamples (--resamples) are fewer than "
+                f"the {min_resamples()} a percentile interval needs.")  # fmt: skip
+    return f"95% CIs: percentile bootstrap, {n_resamples} resamples."
+
+
+def _mallen_markdown(protocol: dict[str, dict[str, Any]], feature: str) -> list[str]:
+    """The Mallen-protocol section: per label file, on the signal the popularity gate reads."""
+    without = "(every source but PopQA)" if feature == "s_pop" else f"(--feature {feature})"
+    lines = ["", "## Popularity gate: Mallen et al.'s protocol", "",
+             f"Thresholds on `{feature}` fitted by brute force on a random 75% of each label "
+             f"file's labelled questions with a `{feature}` value and both recorded answers "
+             "(its own labelling run's), adaptive accuracy on the other 25%, mean (std) over "
+             "100 random splits. In the tables above the popularity gate is fitted on the dev "
+             f"split instead; questions without `{feature}` {without} get a constant score, "
+             f"the share of dev questions without `{feature}` that need retrieval, so the gate "
+             "takes their majority label; a relation unseen in fitting (or with fewer than 5 "
+             "questions) uses the global threshold.", ""]  # fmt: skip
+    for policy, kinds in protocol.items():
+        for kind, m in kinds.items():
+            if "n/a" in m:
+                lines.append(f"- {policy}, {kind}: n/a ({m['n/a']})")
+                continue
+            lines.append(f"- {policy}, {kind} thresholds: adaptive accuracy "
+                         f"{m['adaptive_accuracy_mean']:.3f} ({m['adaptive_accuracy_std']:.3f}), "
+                         f"retrieval rate {m['retrieval_rate_mean']:.3f}; closed-book "
+                         f"{m['closed_book_accuracy']:.3f}, always retrieve "
+                         f"{m['always_retrieve_accuracy']:.3f}; {m['n_questions']} questions")  # fmt: skip
+    return lines

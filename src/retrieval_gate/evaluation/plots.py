@@ -82,22 +82,32 @@ def mallen(
     decisions: Mapping[str, np.ndarray],
     path: Path,
     n_bins: int = 8,
+    feature: str = "s_pop",
 ) -> Path:
     """Accuracy vs subject popularity (Mallen et al.'s figure): closed-book, always-retrieve
-    and each gate's adaptive accuracy per log-popularity bin."""
+    and each gate's adaptive accuracy per log-popularity bin; `feature`: the signal `s_pop`
+    holds (--feature), on a linear axis where it goes below 0 (no log scale there)."""
     edges = np.unique(np.quantile(s_pop, np.linspace(0, 1, n_bins + 1)))
     bins = np.clip(np.searchsorted(edges, s_pop, side="right") - 1, 0, len(edges) - 2)
+    log_x = bool((s_pop >= 0).all())
     centres = np.array(
-        [np.sqrt(max(edges[b], 1) * max(edges[b + 1], 1)) for b in range(len(edges) - 1)]
-    )
+        [np.sqrt(max(edges[b], 1) * max(edges[b + 1], 1)) if log_x
+         else (edges[b] + edges[b + 1]) / 2 for b in range(len(edges) - 1)]
+    )  # fmt: skip
     series = {"closed-book": closed, "always retrieve": rag}
     series |= {f"adaptive: {k}": np.where(d, rag, closed) for k, d in decisions.items()}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, v in series.items():
         acc = [v[bins == b].mean() if (bins == b).any() else np.nan for b in range(len(centres))]
         ax.plot(centres, acc, marker="o", label=name, ls="--" if name == "closed-book" else "-")
-    ax.set_xscale("log")
-    ax.set(xlabel="subject popularity s_pop (monthly page views, bin centre)", ylabel="accuracy")
-    ax.set_title(f"PopQA accuracy vs popularity ({len(s_pop)} questions)")
+    if log_x:
+        ax.set_xscale("log")
+    if feature == "s_pop":
+        ax.set(xlabel="subject popularity s_pop (monthly page views, bin centre)")
+        ax.set_title(f"PopQA accuracy vs popularity ({len(s_pop)} questions)")
+    else:
+        ax.set(xlabel=f"{feature} (--feature, bin centre)")
+        ax.set_title(f"accuracy vs {feature} ({len(s_pop)} questions)")
+    ax.set(ylabel="accuracy")
     ax.legend(fontsize=8)
     return save_figure(fig, path)

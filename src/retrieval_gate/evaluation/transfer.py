@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -262,7 +262,7 @@ def run_transfer(
     label_files: Sequence[Path],
     gates: Sequence[str],
     out_dir: Path,
-    run_dir: Path | None = DEFAULT_RUN_DIR,
+    run_dir: Path | Mapping[Path, Path] | None = DEFAULT_RUN_DIR,  # a map: each file's own run
     extra_fitters: dict[str, Fitter] | None = None,
     command: str = "",
     questions: Sequence[Question] | None = None,
@@ -272,7 +272,8 @@ def run_transfer(
     `options`: the gates' flags (`feature` for the popularity gates)."""
     cells = []
     for name, path in named_label_files(label_files).items():
-        sp = load_splits(path, run_dir, questions)
+        own = run_dir.get(path) if isinstance(run_dir, Mapping) else run_dir
+        sp = load_splits(path, own, questions)
         fitters: dict[str, Any] = {g: registry_fitter(g, options) for g in gates}
         fitters |= extra_fitters or {}
         found = transfer_cells(sp, name, fitters)

@@ -133,21 +133,25 @@ def mallen_protocol(
     fit_share: float = 0.75,
     seed: int = 0,
     per_relation: bool = True,
+    feature: str = "s_pop",
 ) -> dict[str, float]:
     """Mallen's protocol: fit thresholds on a random 75%, measure adaptive accuracy on the
     other 25%, repeat over `n_splits` seeds; mean and std of the held-out accuracy and of the
-    retrieval rate. Only questions with s_pop and both recorded answers take part."""
+    retrieval rate. Only questions with a `feature` value (the gate's signal: s_pop unless
+    --feature names another) and both recorded answers take part."""
     from ..metrics import adaptive_accuracy
 
     closed, rag = np.asarray(closed, float), np.asarray(rag, float)
     keep = [
         i
         for i, q in enumerate(questions)
-        if q.s_pop is not None and not np.isnan(closed[i]) and not np.isnan(rag[i])
+        if feature_value(q, feature) is not None
+        and not np.isnan(closed[i])
+        and not np.isnan(rag[i])
     ]
     if len(keep) < 8:
         raise MissingInputError(
-            f"Mallen protocol needs questions with s_pop and answers; got {len(keep)}"
+            f"Mallen protocol needs questions with {feature} and answers; got {len(keep)}"
         )
     qs = [questions[i] for i in keep]
     y, closed, rag = np.asarray(y)[keep], closed[keep], rag[keep]
@@ -157,7 +161,8 @@ def mallen_protocol(
         perm = rng.permutation(len(qs))
         cut = int(round(fit_share * len(qs)))
         fit, held = perm[:cut], perm[cut:]
-        gate = fit_popularity([qs[i] for i in fit], y[fit], closed[fit], rag[fit], per_relation)
+        gate = fit_popularity([qs[i] for i in fit], y[fit], closed[fit], rag[fit], per_relation,
+                              feature=feature)  # fmt: skip
         d = gate.scores([qs[i] for i in held]) >= gate.threshold
         accs.append(adaptive_accuracy(d, closed[held], rag[held]))
         rates.append(float(d.mean()))
