@@ -325,16 +325,10 @@ def _retrieval_read(args: argparse.Namespace, modes: Sequence[str],
 
 
 def run(args: argparse.Namespace) -> int:
-    import threading
+    from .interrupts import not_waiting_on_threads
 
-    from .serve import _leave_waiting_threads
-
-    before = set(threading.enumerate())
-    try:
+    with not_waiting_on_threads():  # the saved modes stay; held requests are not waited for
         return _run(args)
-    except KeyboardInterrupt:  # the saved modes stay; requests a server holds are not waited for
-        _leave_waiting_threads(before)
-        raise
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import ipaddress
 import logging
 import os
 import socket
-import sys
-import threading
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
@@ -18,6 +14,7 @@ from ..errors import ConfigError
 from ..gates.registry import gate_names, gate_spec, needing
 from ..rag.cascade import CASCADE
 from ..rag.limits import Limits
+from .interrupts import not_waiting_on_threads
 from .question_args import add_data_dir
 from .rag import (
     add_gate_args,
@@ -204,34 +201,8 @@ def _heaviest(gate: Gate, options: ModeOptions, multi_step: MultiStepConfig) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    before = set(threading.enumerate())
-    try:
+    with not_waiting_on_threads():  # Ctrl-C while a generator server holds a request
         return _run(args)
-    except KeyboardInterrupt:
-        _leave_waiting_threads(before)
-        raise
-
-
-def _leave_waiting_threads(before: set[threading.Thread]) -> None:
-    """Ctrl-C while a generator server holds a request (startup's checks, the warm-up, a call
-    under way when the server stops): Python's exit joins the threads waiting on it, so the
-    process lingered, "interrupted" said, until --request-timeout. If threads started since
-    `before` are still there when the interpreter exits, it runs its exit handlers (as
-    `preload` does) and exits 130, the CLI's code for it, without them."""
-    started = [t for t in threading.enumerate() if t not in before]
-    if not started:
-        return
-
-    def leave() -> None:  # first at exit, in the main thread, before Python joins threads
-        if not any(t.is_alive() for t in started):
-            return
-        atexit._run_exitfuncs()  # counters, engine shutdown: what the exit would run
-        for stream in (sys.stdout, sys.stderr):  # the CLI's "interrupted" line, said
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(130)
-
-    threading._register_atexit(leave)  # type: ignore[attr-defined]  # as concurrent.futures
 
 
 def _run(args: argparse.Namespace) -> int:
