@@ -559,8 +559,9 @@ def test_empty_split_and_source_cells_filled_in_are_said(tmp_path, caplog):
              "source": "news" if i < 3 else ""} for i in range(6)]  # fmt: skip
     caplog.set_level(logging.WARNING)
     read_questions(str(_jsonl(tmp_path / "mine.jsonl", rows)))
-    assert "mine.jsonl: 3 of 6 rows have an empty 'split' cell (the first: line 1) and get a " \
-           "drawn split" in caplog.text  # fmt: skip
+    assert "mine.jsonl: 3 of 6 rows have an empty 'split' cell (the first: line 1) and get " \
+           "the split their entity's (else text's) rows have, else a drawn one" \
+           in caplog.text  # fmt: skip
     assert "3 of 6 rows have an empty 'source' cell (the first: line 4) and get source 'mine'" \
            in caplog.text  # fmt: skip
     caplog.clear()

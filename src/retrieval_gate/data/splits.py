@@ -108,10 +108,16 @@ def group_splits(
     spread over train/dev/test. Depends only on ids, texts, entities, relations and the seed."""
     groups: dict[str, list[Question]] = defaultdict(list)
     for q in questions:
-        key = f"entity:{normalize_answer(q.entity)}" if q.entity else normalize_answer(q.text)
-        groups[key or q.id].append(q)
+        groups[group_key(q)].append(q)
     strata: dict[tuple[str, str], list[str]] = defaultdict(list)
     for key, members in groups.items():
         first = min(members, key=lambda q: q.id)
         strata[(first.source, first.relation or "")].append(key)
     return _cut([strata[k] for k in sorted(strata)], groups, seed, fractions)
+
+
+def group_key(q: Question) -> str:
+    """The group a question of a user's file shares its split with: its entity when it has
+    one, else its normalised text (else its id, for a text of punctuation alone)."""
+    key = f"entity:{normalize_answer(q.entity)}" if q.entity else normalize_answer(q.text)
+    return key or q.id

@@ -19,7 +19,7 @@ import math
 import numbers
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from .question_lines import (
     refuse_structured_text,
     second_header,
 )
-from .splits import SPLITS, canonical_questions, group_splits
+from .splits import SPLITS, canonical_questions, group_key, group_splits
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,8 @@ COMPRESSED = {".gz": "gunzip", ".bz2": "bunzip2", ".xz": "unxz", ".zst": "unzstd
 
 Row = tuple[int, dict[str, Any]]
 _JOINED = re.compile(r"[|;]")
+_WHOLE_FLOAT = re.compile(r"-?\d+\.0")  # pandas' to_csv of an int column with a gap
+_LINE_END = re.compile(r"\r\n|\r|\n")  # not str.splitlines' U+2028, form feed, ...
 
 
 def parse_fields(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]:
@@ -120,6 +122,8 @@ def read_questions(
     if not rows:
         raise DataError("the question file has no rows; write one question a row", spec)
     columns = _columns(spec, rows, fields or {})
+    if not spec.startswith("hf:") and Path(spec).suffix.lower() in CSV_DELIMITERS:
+        rows = _whole_float_answers(rows, columns["answers"])
     default_source = _default_source(spec)
     numbered = [(n, _question(spec, n, row, columns, default_source)) for n, row in rows]
     _note_joined_answers(spec, numbered)
@@ -127,13 +131,32 @@ def read_questions(
     return spec_splits(_drop_duplicates(spec, numbered), seed)
 
 
+def _whole_float_answers(rows: list[Row], answer_columns: tuple[str, ...]) -> list[Row]:
+    """A CSV answers column whose every answer is spelled `1999.0` is the float column pandas
+    writes for an int one with a gap: read as its integers, as Parquet and JSONL give them
+    (else every label of it reads "wrong"). A column that also holds other answers is kept
+    as written (a version "2.0" beside "2.1" is text)."""
+    for column in answer_columns:
+        cells = [row[column] for _, row in rows if not _blank(row.get(column))]
+        if cells and all(isinstance(c, str) and _WHOLE_FLOAT.fullmatch(c) for c in cells):
+            rows = [(n, _with_int_answer(row, column)) for n, row in rows]
+    return rows
+
+
+def _with_int_answer(row: dict[str, Any], column: str) -> dict[str, Any]:
+    if _blank(row.get(column)):
+        return row
+    return {**row, column: row[column].removesuffix(".0")}
+
+
 def _note_filled_in(
     spec: str, rows: list[Row], columns: dict[str, tuple[str, ...]], source: str
 ) -> None:
-    """A `split` or `source` column with empty cells: those rows get a drawn split, or the
-    file's name as their source, beside the other rows' own; said, as it was not (a test set
-    of the rows that name it and some drawn ones)."""
-    for field, given in (("split", "a drawn split (seeded)"), ("source", f"source {source!r}")):
+    """A `split` or `source` column with empty cells: those rows get their group's or a drawn
+    split, or the file's name as their source, beside the other rows' own; said, as it was not
+    (a test set of the rows that name it and some drawn ones)."""
+    drawn = "the split their entity's (else text's) rows have, else a drawn one (seeded)"
+    for field, given in (("split", drawn), ("source", f"source {source!r}")):
         if not columns[field]:  # no such column: every row's is filled in, as documented
             continue
         empty = [n for n, row in rows if _blank(_cell(row, columns, field)[1])]
@@ -156,12 +179,19 @@ def _note_joined_answers(spec: str, numbered: Sequence[tuple[int, Question]]) ->
 
 
 def spec_splits(questions: Sequence[Question], seed: int = 0) -> list[Question]:
-    """Questions that carry no split get one from `group_splits` (deterministic in the seed)."""
-    missing = [q for q in questions if q.split is None]
+    """Questions that carry no split take the one their group (entity, else normalised text:
+    `group_key`) already has in the file, so no entity straddles train and test; groups with
+    none get one from `group_splits` (deterministic in the seed)."""
+    given: dict[str, str] = {}
+    for q in questions:
+        if q.split is not None:
+            given.setdefault(group_key(q), q.split)  # the file's first, if it split one itself
+    taken = [q if q.split else replace(q, split=given.get(group_key(q))) for q in questions]
+    missing = [q for q in taken if q.split is None]
     if not missing:
-        return list(questions)
+        return taken
     assigned = group_splits(missing, seed)
-    return [q if q.split else replace(q, split=assigned[q.id]) for q in questions]
+    return [q if q.split else replace(q, split=assigned[q.id]) for q in taken]
 
 
 def _default_source(spec: str) -> str:
@@ -237,7 +267,7 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
 def _text_rows(path: Path) -> Iterator[Row]:
     """One question a line (as `score --input` reads it), an optional `question` header line
     skipped; a blank line inside is refused naming it (blank lines at the end are not)."""
-    lines = path.read_text(encoding="utf-8-sig").rstrip().splitlines()
+    lines = _LINE_END.split(path.read_text(encoding="utf-8-sig").rstrip())
     refuse_structured_text(lines[0] if lines else "", path)
     for n, line in enumerate(lines, start=1):
         if n == 1 and line.strip().lower() in HEADER_WORDS:
@@ -269,8 +299,11 @@ def _csv_dicts(reader: Any, path: Path, delimiter: str) -> Iterator[Row]:
     if header is None:
         return
     refuse_other_separator(header, path, delimiter)
+    # read stripped, as `score --input` reads them: an `answers ` column was kept in extra, and
+    # the questions read with no gold answers, ids made from the text and a drawn split
+    names = [h.strip() for h in header]
     # empty header cells (a spreadsheet's trailing columns) name nothing
-    if repeated := first_repeated([n for n in header if n.strip()]):
+    if repeated := first_repeated([n for n in names if n]):
         raise DataError(f"the header names column {repeated!r} twice; rename one", path, 1)
     start = reader.line_num + 1
     for cells in reader:
@@ -281,7 +314,7 @@ def _csv_dicts(reader: Any, path: Path, delimiter: str) -> Iterator[Row]:
         if why := cell_count_problem(len(cells), header, delimiter) or second_header(cells, header):
             raise DataError(why, path, n)
         padded = [*cells, *[""] * (len(header) - len(cells))]  # unnamed columns only
-        yield n, {k: (v if v != "" else None) for k, v in zip(header, padded, strict=True)}
+        yield n, {k: (v if v != "" else None) for k, v in zip(names, padded, strict=True)}
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:
@@ -551,9 +584,14 @@ def _text_or_none(cell: tuple[str, Any], spec: str, n: int) -> str | None:
 
 
 def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
-    """A count cell (s_pop, o_pop); empty, null or NaN (a data frame's missing value): None."""
+    """A count cell (s_pop, o_pop); empty, null or NaN (a data frame's missing value): None.
+    true/false and a fraction are refused: read as 1, 0 or 2 (for 2.9) they fed the gates a
+    count nobody wrote."""
     if value is None or value == "":
         return None
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+        raise DataError(f"column {column!r} holds {value!r}, not a count: write a whole "
+                        "number, or leave the cell empty", spec, n)  # fmt: skip
     try:
         number = float(value)
     except OverflowError:  # an int past the float range (JSON reads 10**400 exactly)
@@ -568,12 +606,22 @@ def _int_or_none(value: Any, column: str, spec: str, n: int) -> int | None:
         raise DataError(
             f"column {column!r} must be a finite number, got {clipped(repr(value), 40)}", spec, n
         )
+    if not number.is_integer():
+        raise DataError(f"column {column!r} must be a whole number (a count), got "
+                        f"{clipped(repr(value), 40)}", spec, n)  # fmt: skip
     return int(number)
 
 
-def _values(q: Question) -> str:
-    """A row's other columns, comparable (a NaN cell equals a NaN cell)."""
-    return json.dumps(q.extra, sort_keys=True, default=str)
+def _differing(kept: Question, q: Question) -> list[str]:
+    """The fields (answers, split, s_pop, ..., the other columns) in which a repeat of a row
+    differs from it; its id and text are the same. A NaN cell equals a NaN cell."""
+    names = [f.name for f in fields(Question) if f.name not in ("id", "text")]
+    return [
+        name
+        for name in names
+        if json.dumps(getattr(kept, name), sort_keys=True, default=str)
+        != json.dumps(getattr(q, name), sort_keys=True, default=str)
+    ]
 
 
 def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> list[Question]:
@@ -596,16 +644,17 @@ def _drop_duplicates(spec: str, numbered: Sequence[tuple[int, Question]]) -> lis
                 spec,
             )
         repeats += 1
-        if kept.answers != q.answers or _values(kept) != _values(q):
-            differing.append((m, n, q))
+        if other := _differing(kept, q):
+            differing.append((m, n, q, other))
     if differing:
-        m, n, q = differing[0]
+        m, n, q, other = differing[0]
         fix = ("if they are different questions (or answers), give each row an id (--field "
                "id=COLUMN)" if q.id == text_id(q.text)
                else "make the ids unique or the rows agree")  # fmt: skip
+        shown = ", ".join("other columns" if f == "extra" else f for f in other)
         log.warning(f"{spec}: {len(differing)} row(s) repeat an earlier row's question with "
-                    f"other answers or values (e.g. line {n} repeats line {m}, {q.text[:60]!r}); "
-                    f"the first row of each is kept; {fix}")  # fmt: skip
+                    f"other answers or values (e.g. line {n} repeats line {m}, {q.text[:60]!r}, "
+                    f"with another {shown}); the first row of each is kept; {fix}")  # fmt: skip
     if repeats > len(differing):
         log.info(f"{spec}: {repeats - len(differing)} repeated question row(s) kept once")
     return [q for _, q in first.values()]
