@@ -119,20 +119,59 @@ def is_sqlite(spec: str | Path) -> bool:
 
 def shown(spec: str | Path) -> str:
     """The storage for messages and reports, password hidden. SQLAlchemy reads the URL (a
-    password may hold '/', '#' or '?', which urlsplit takes for the path); one it cannot read
-    has whatever stands between the user's ':' and the last '@' hidden."""
+    password may hold '/', '#' or '?', which urlsplit takes for the path); one it cannot read,
+    or one with an unencoded '@' in its password (SQLAlchemy took the rest for the host), has
+    whatever stands between the user's ':' and the last '@' hidden. A password in the query
+    (`?password=...`, `passfile`, `sslpassword`) is hidden too."""
     url = str(spec)
     if "://" not in url:
         return url
     from sqlalchemy.engine import make_url
 
-    try:
-        parsed = make_url(url)
-    except Exception:  # noqa: BLE001 (any parse failure: hide by pattern)
+    if url.partition("://")[2].count("@") > 1:
         parsed = None
+    else:
+        try:
+            parsed = make_url(url)
+        except Exception:  # noqa: BLE001 (any parse failure: hide by pattern)
+            parsed = None
     if parsed is not None and parsed.password:
-        return parsed.render_as_string(hide_password=True)
-    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
+        url = parsed.render_as_string(hide_password=True)
+    else:
+        url = re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
+    return QUERY_SECRET.sub(r"\1***", url)
+
+
+# libpq's query keys that hold a secret (or where it is kept)
+QUERY_SECRET = re.compile(r"([?&](?:password|passfile|sslpassword)=)[^&#]*", re.IGNORECASE)
+
+
+def _secrets(url: str) -> list[str]:
+    """What `shown` hides, as a driver may repeat it: the password (and, past an unencoded '@',
+    the part SQLAlchemy took for the host) and query secrets; longest first."""
+    found = [m.group(0).partition("=")[2] for m in QUERY_SECRET.finditer(url)]
+    hidden = re.search(r"://[^:/@]*:(.*)@", url)
+    if hidden:
+        parts = hidden.group(1).split("@")
+        found += ["@".join(parts[i:]) for i in range(len(parts))]
+    return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def _said(error: Exception, url: str) -> str:
+    """The driver's first line with the URL's secrets hidden (a host it could not resolve was
+    the tail of a password holding '@')."""
+    text = _first_line(error)
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _at_hint(url: str) -> str:
+    """A password holding '@' must be percent-encoded: SQLAlchemy splits at its first '@'."""
+    if url.partition("://")[2].count("@") > 1:
+        return ("; a '@' in the user or password is written %40 (percent-encoded, as ':' is "
+                "%3A and '/' is %2F)")  # fmt: skip
+    return ""
 
 
 def shown_arg(arg: str) -> str:
@@ -190,7 +229,7 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
         raise ConfigError(f"--storage {shown(url)} is not a database URL ({e})") from None
     except sqlalchemy.exc.ProgrammingError as e:
         raise BackendError(
-            f"the database at {shown(url)} refused Optuna's tables ({_first_line(e)}); give the "
+            f"the database at {shown(url)} refused Optuna's tables ({_said(e, url)}); give the "
             "user the right to create tables in its schema (PostgreSQL: GRANT CREATE ON SCHEMA "
             "public TO <user>) or point --storage at a database it owns"
         ) from None
@@ -199,11 +238,17 @@ def open_storage(spec: str | Path) -> optuna.storages.BaseStorage:
                  "the server runs and the host, port, user, password and database name are "
                  "right")  # fmt: skip
         raise BackendError(
-            f"cannot open the study database {shown(url)} ({_first_line(e)}); check that {check}"
+            f"cannot open the study database {shown(url)} ({_said(e, url)}); check that {check}"
+            f"{_at_hint(url)}"
+        ) from None
+    except optuna.exceptions.StorageInternalError as e:  # Optuna's wrapper of a failed commit
+        raise BackendError(
+            f"cannot open the study database {shown(url)} ({_said_along(e, url)}); check that "
+            f"the server runs and the user may read and write it{_at_hint(url)}"
         ) from None
     except sqlalchemy.exc.DatabaseError as e:  # e.g. a SQLite path holding another kind of file
         raise InputError(
-            f"--storage {shown(url)} is not a usable study database ({_first_line(e)}); it is "
+            f"--storage {shown(url)} is not a usable study database ({_said(e, url)}); it is "
             "left as it is: pass a new file name"
         ) from None
 
@@ -341,6 +386,15 @@ def _check_sqlite(path: Path, url: str) -> None:
                          "name") from None  # fmt: skip
 
 
+def _said_along(error: BaseException, url: str) -> str:
+    """What the database said along the chain of `error` (Optuna's StorageInternalError
+    wraps it), secrets hidden."""
+    cause = _storage_cause(error) or first_line(error)
+    for secret in _secrets(url):
+        cause = cause.replace(secret, "***")
+    return cause
+
+
 def _first_line(error: Exception) -> str:
     """SQLAlchemy's wrapper says what the driver said in `orig`."""
     return first_line(getattr(error, "orig", None) or error)
@@ -359,14 +413,40 @@ def check_storage(spec: str | Path, workers: int, reach: bool = True) -> None:
             "(postgresql://user:pass@host/db) or journal:PATH on a shared file system"
         )
     if reach:
-        open_storage(spec)
+        _check_writable(open_storage(spec), storage_url(spec))
+
+
+PROBE = "retrieval-gate-write-check-"  # a probe study's name: made and deleted at once
+
+
+def _check_writable(storage: optuna.storages.BaseStorage, url: str) -> None:
+    """A database that can be read but not written (a read-only user, a hot standby) passed
+    the check and failed once the gate was scored: a probe study is created and deleted. A
+    journal's file is opened for appending already (`_journal`)."""
+    import sqlalchemy.exc
+
+    if not isinstance(storage, optuna.storages.RDBStorage):
+        return
+    try:
+        study_id = storage.create_new_study(
+            [optuna.study.StudyDirection.MINIMIZE], f"{PROBE}{os.getpid()}-{time.time_ns()}"
+        )
+        storage.delete_study(study_id)
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
+        raise BackendError(
+            f"the study database {shown(url)} cannot be written ({_said_along(e, url)}); "
+            "give the user the right to write its tables (INSERT, UPDATE, DELETE; not a "
+            "read-only user or transaction) and point --storage at the primary server, not a "
+            "read-only replica"
+        ) from None
 
 
 @contextmanager
-def failures_said(study: optuna.Study) -> Iterator[None]:
+def failures_said(where: optuna.Study | optuna.storages.BaseStorage) -> Iterator[None]:
     """A study whose storage fails mid-run (a full disk, a dropped server) says so, naming
     the storage and the cause: Optuna's StorageInternalError, or the "Should not reach"
-    assertion that follows it, read as a bug. The finished trials are kept."""
+    assertion that follows it, read as a bug. The finished trials are kept. `where` is the
+    study, or its storage while the study is being opened."""
     try:
         yield
     except RetrievalGateError:
@@ -376,9 +456,9 @@ def failures_said(study: optuna.Study) -> Iterator[None]:
         if cause is None:
             raise
         raise BackendError(
-            f"the study storage {_named(study)} failed during tuning ({cause}); its finished "
-            "trials are kept: fix that (free disk space, restart the database server) and run "
-            "the same tune command again to continue"
+            f"the study storage {_named(where)} failed during tuning ({cause}); its finished "
+            "trials are kept: fix that (free disk space, restart the database server, give "
+            "the user the right to write) and run the same tune command again to continue"
         ) from e
 
 
@@ -403,9 +483,10 @@ def _storage_cause(error: BaseException) -> str | None:
     return storage_said
 
 
-def _named(study: optuna.Study) -> str:
+def _named(where: optuna.Study | optuna.storages.BaseStorage) -> str:
     """The study's storage for a message: its URL (password hidden) or journal file."""
-    storage = getattr(study._storage, "_backend", study._storage)  # under Optuna's cache
+    storage = getattr(where, "_storage", where)
+    storage = getattr(storage, "_backend", storage)  # under Optuna's cache
     url = getattr(storage, "url", None)
     if url:
         return shown(url)

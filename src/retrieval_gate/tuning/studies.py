@@ -15,7 +15,7 @@ import optuna
 
 from ..errors import LeakageError
 from ..labels.evalset import EvalSet
-from .storage import open_storage
+from .storage import failures_said, open_storage
 
 STUDIES_FILE = "studies.db"  # the SQLite storage in the report folder, unless --storage names one
 
@@ -40,14 +40,16 @@ def open_study(
     """The study, created or resumed, sampling with `sampler(seed)` when new, and with a seed
     of its own when it holds trials already: a resumed study, or a second `tune` on the same
     storage, replayed the first run's parameters (trials 5-9 were trials 0-4 again)."""
-    study = optuna.create_study(
-        study_name=name,
-        storage=open_storage(storage),
-        sampler=sampler(seed),
-        directions=directions,
-        load_if_exists=True,
-    )
-    held = len(study.get_trials(deepcopy=False))
+    opened = open_storage(storage)
+    with failures_said(opened):  # a read-only database failed here after the gate was scored
+        study = optuna.create_study(
+            study_name=name,
+            storage=opened,
+            sampler=sampler(seed),
+            directions=directions,
+            load_if_exists=True,
+        )
+        held = len(study.get_trials(deepcopy=False))
     if held:  # not reproducible by nature (whoever ran what): new points, not the old ones
         mixed = hashlib.sha256(f"{seed}|{held}|{os.getpid()}|{time.time_ns()}".encode())
         study.sampler = sampler(int.from_bytes(mixed.digest()[:4], "big"))
