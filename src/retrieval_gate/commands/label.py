@@ -104,6 +104,12 @@ def check_plan(args: argparse.Namespace) -> Any:
         names = " / ".join(n for n, s in POLICIES.items() if s.relabel)
         raise InputError(f"--relabel recomputes the labels of --policy's file: pass --policy "
                          f"{names}")  # fmt: skip
+    if not args.relabel:  # --relabel refuses the flags it does not read itself, these too
+        mode = (
+            "--report" if args.report else "--throughput" if args.throughput is not None else None
+        )
+        if mode:
+            _refuse_unread(args, mode, *MODE_READS[mode])
     req = _request(args) if args.policy else None
     for url in args.generator_url or []:
         check_engine(generator_url=url)
@@ -172,28 +178,43 @@ def _check_relabel(args: argparse.Namespace, spec: Any) -> None:
     if args.generator_url:
         raise InputError("--generator-url asks a server for answers, and --relabel generates "
                          "none: drop it; --generator NAME names the labels' folder")  # fmt: skip
-    _refuse_unread_by_relabel(args)
+    _refuse_unread(args, "--relabel", *MODE_READS["--relabel"])
 
 
-# what --relabel reads; every other label flag it would ignore, so it is refused
-RELABEL_READS = {"policy", "relabel", "criterion", "neither_label", "generator", "labels_dir",
-                 "out"}  # fmt: skip
+# What each mode besides labelling reads (the flags' dests) and says it reads; every other
+# label flag it would ignore (`--report --out FILE` reported data/labels), so it is refused.
+MODE_READS: dict[str, tuple[set[str], str]] = {
+    "--relabel": (
+        {"policy", "relabel", "criterion", "neither_label", "generator", "labels_dir", "out"},
+        "recomputes the labels already in the label file from the measures its rows keep, "
+        "reading only --policy, --criterion, --neither-label (rag-gain), --out or "
+        "--labels-dir, and --generator",
+    ),
+    "--report": (
+        {"report", "labels_dir", "generator", "questions", "field", "data_dir"},
+        "prints figures of every label file of --generator under --labels-dir (not one --out "
+        "file), over the bundled questions or --questions (--field), reading only those flags "
+        "and --data-dir",
+    ),
+    "--throughput": (
+        {"throughput", "backend", "generator", "data_dir"},
+        "times --generator on --backend over RetrievalQA questions and writes no label, "
+        "reading only those flags and --data-dir",
+    ),
+}
 
 
-def _refuse_unread_by_relabel(args: argparse.Namespace) -> None:
-    """A flag --relabel never reads (`--chunk-size`, `--k`, `--backend vllm`, `--report`...),
-    given other than its default, is refused: the run would look as if it had applied it."""
+def _refuse_unread(args: argparse.Namespace, mode: str, reads: set[str], does: str) -> None:
+    """A flag `mode` never reads (`--chunk-size`, `--k`, `--backend vllm`, `--out`...), given
+    other than its default, is refused: the run would look as if it had applied it."""
     sub = argparse.ArgumentParser(add_help=False).add_subparsers()
     add_parser(sub)  # the flags and their defaults, as `label` declares them
     for action in sub.choices["label"]._actions:
-        if action.dest in RELABEL_READS or not action.option_strings:
+        if action.dest in reads or not action.option_strings:
             continue
         if getattr(args, action.dest, action.default) != action.default:
             flag = action.option_strings[0]
-            raise InputError(f"{flag} is not read by --relabel, which recomputes the labels "
-                             "already in the label file from the measures its rows keep, "
-                             "reading only --policy, --criterion, --neither-label (rag-gain), "
-                             f"--out or --labels-dir, and --generator: drop {flag}")  # fmt: skip
+            raise InputError(f"{flag} is not read by {mode}, which {does}: drop {flag}")
 
 
 def _check_selection(args: argparse.Namespace, spec: Any) -> None:

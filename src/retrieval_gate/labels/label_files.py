@@ -65,10 +65,11 @@ _NOTED_PARTIAL: set[tuple[str, int, bytes]] = set()
 TARGET_FIELDS = ("label", "target", "correct", "cost")
 
 # Provenance fields a resumed file must share with the run that started it: rows made under
-# another policy, generator, criterion, prompt or documents (retriever, corpus, k) or another
-# policy option would mix while the `.meta.json` claims one.
-RESUME_KEYS = ("policy", "generator", "criterion", "prompt_id", "prompt_ids", "retriever",
-               "corpus_sha256", "top_k", "neither_label", "evaluator", "t_ans", "t_com")  # fmt: skip
+# another policy, generator, backend, criterion, prompt or documents (retriever, corpus, k) or
+# another policy option would mix while the `.meta.json` claims one.
+RESUME_KEYS = ("policy", "generator", "backend", "criterion", "prompt_id", "prompt_ids",
+               "retriever", "corpus_sha256", "top_k", "neither_label", "evaluator", "t_ans",
+               "t_com")  # fmt: skip
 
 
 def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -78,6 +79,8 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     _check_weights(path, old.get("generator_checksum"), new.get("generator_checksum"))
     _check_root(path, old.get("generator_root"), new.get("generator_root"))
     for key in RESUME_KEYS:
+        if key == "backend" and not other_engine(old.get(key), new.get(key)):
+            continue  # compared by engine (vLLM in-process or as Ray actors answers alike)
         if key in old and key in new and old[key] != new[key]:
             fix = (
                 "pass --relabel to recompute its labels under the new --criterion"
@@ -91,10 +94,29 @@ def check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
             )
 
 
+def other_weights(old: str | None, new: str | None) -> bool:
+    """Two generator checksums name other weights. A server's identity names its URL, which a
+    restarted or moved server changes: only weights checksums (a model folder's) differ."""
+    if not old or not new or old == new:
+        return False
+    return not (old.startswith("remote:") or new.startswith("remote:"))
+
+
+# A recorded backend -> the engine that answered: vLLM in-process or as Ray actors answers
+# alike, and so does one server asked directly or through Ray; vLLM and transformers do not.
+_ENGINES = {"ray:vllm-engine": "vllm", "ray:openai-server": "server", "RemoteGenerator": "server"}
+
+
+def other_engine(old: Any, new: Any) -> bool:
+    """Two recorded backends name engines that answer otherwise (unknown ones, a file from
+    before backends were recorded: not compared)."""
+    if not old or not new or "?" in (old, new):
+        return False
+    return _ENGINES.get(str(old), str(old)) != _ENGINES.get(str(new), str(new))
+
+
 def _check_weights(path: Path, old: str | None, new: str | None) -> None:
-    """A server's identity names its URL, which a restarted or moved server changes: only
-    weights checksums (a model folder's) are compared."""
-    if not old or not new or old == new or old.startswith("remote:") or new.startswith("remote:"):
+    if not old or not new or not other_weights(old, new):
         return
     raise DataError(f"this label file was made with other weights of its generator (checksum "
                     f"{old[:12]}..., now {new[:12]}...): resuming would mix their answers under "
@@ -131,9 +153,14 @@ class LabelFile:
     """A label file on disk: read what is there, append new rows, record provenance."""
 
     def __init__(
-        self, path: str | Path, replacing: bool = False, extra_meta: dict[str, Any] | None = None
+        self,
+        path: str | Path,
+        replacing: bool = False,
+        extra_meta: dict[str, Any] | None = None,
+        flag: str = "--out",
     ):
         self.path = Path(path)
+        self.flag = flag  # the flag that named the file: what a refusal tells to change
         # recorded in every provenance write (the questions file a run labels: `train` names it)
         self.extra_meta = extra_meta or {}
         # True when every row is rewritten (relabelling, rebuilt policies): the provenance may
@@ -219,7 +246,7 @@ class LabelFile:
         return read_meta(mp)
 
     def require_ours(self) -> None:
-        require_ours(self.path)
+        require_ours(self.path, self.flag)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.require_ours()
@@ -318,9 +345,12 @@ def check_made_for(
         )
 
 
-def made_for_others(recorded: Mapping[str, Stamp], questions: Iterable[Question]) -> list[str]:
-    """The ids of `questions` whose stamped row (`stamped`) was made for another question."""
-    return _made_for_others(recorded, questions)
+def made_for_others(
+    recorded: Mapping[str, Stamp], questions: Iterable[Question], exact: bool = False
+) -> list[str]:
+    """The ids of `questions` whose stamped row (`stamped`) was made for another question
+    (`exact`: another text or other gold answers, as a labelling run compares them)."""
+    return _made_for_others(recorded, questions, exact)
 
 
 def _made_for_others(
@@ -401,7 +431,10 @@ def require_ours(path: Path, flag: str = "--out") -> None:
     the file is read, so a user's text file is named as such, not as malformed rows. `flag`:
     what picks another file (an import into a folder: `--labels-dir`)."""
     if path.is_dir():
-        raise DataError("is a folder; --out needs a .jsonl file path", path)
+        if flag == "--out":
+            raise DataError("is a folder; --out needs a .jsonl file path", path)
+        raise DataError(f"is a folder where the label file goes: pass another {flag} or move "
+                        "the folder", path)  # fmt: skip
     regular_target(path)  # not a device or pipe: rewrite() would replace it
     mp = meta_path(path)
     if mp.exists() and not (mp.is_file() and isinstance(read_meta(mp).get("policy"), str)):

@@ -18,10 +18,14 @@ from .label_files import (
     LABELS_DIR,
     LabelFile,
     check_resume,
+    made_for_others,
     meta_path,
     missing,
+    other_engine,
+    other_weights,
     read_meta,
     require_ours,
+    stamped,
 )
 from .lock import single_writer
 from .policy_registry import (
@@ -216,24 +220,27 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
     def run(req: LabelRequest, path: Path, generator: Any, retriever: Any) -> dict[str, Any]:
         from .policy_loop import check_failures_ours, pending
 
-        rebuilt = policy_spec(req.policy).rebuilt
+        spec = policy_spec(req.policy)
+        rebuilt, flag = spec.rebuilt, "--out" if req.out else "--labels-dir"
         # A folder or a user's file is refused before the lock file is made beside it (and
         # read again under the lock: another run may have appended meanwhile).
-        require_ours(path)
-        if policy_spec(req.policy).needs_generator and not rebuilt:  # the chunked loop's list
+        require_ours(path, flag)
+        if spec.needs_generator and not rebuilt:  # the chunked loop's list
             check_failures_ours(path)  # of failed questions beside it: a user's file refused
         check_writable(path)  # a read-only folder: said before the generator's config is read
-        before = LabelFile(path, replacing=rebuilt)
+        before = LabelFile(path, replacing=rebuilt, flag=flag)
         questions = _questions(req)
         todo = questions if rebuilt else pending(questions, before.done_ids())
-        if policy_spec(req.policy).needs_generator and todo:
+        if spec.needs_generator and todo:
             generator = generator or _build(req)  # its tokenizer and window: no engine yet
             check_questions_fit(generator, todo)
+        if spec.reads_closed_book and todo:  # the closed-book rows it will read
+            _check_closed_book(req, todo, None if rebuilt else generator)
         with single_writer(path):  # one run (local or Ray) writes a label file at a time
             # rebuilt: no old row survives to mix
-            out = LabelFile(path, replacing=rebuilt, extra_meta=_source_meta(req))
+            out = LabelFile(path, replacing=rebuilt, extra_meta=_source_meta(req), flag=flag)
             out.require_ours()  # before any engine starts: a user's file or other settings
-            _check_resume(req, out, rebuilt)
+            _check_resume(req, out, rebuilt, generator)
             out.resume_over([] if rebuilt else questions)  # rebuilt: every row made anew
             stats = labeller(req, questions, out, generator, retriever)
             return {"path": str(path), "rows": len(out.rows), **stats}
@@ -241,14 +248,61 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
     return run
 
 
-def _check_resume(req: LabelRequest, out: LabelFile, rebuilt: bool) -> None:
+def _check_resume(req: LabelRequest, out: LabelFile, rebuilt: bool, generator: Any) -> None:
     if not meta_path(out.path).exists():
         return
+    if not out.rows:  # a run stopped before its first chunk (Ctrl-C): no row to mix with
+        log.info(f"{meta_path(out.path)}: the provenance of a run that wrote no row (stopped "
+                 "before its first chunk); replaced by this run's")  # fmt: skip
+        out.replacing = True  # its settings bind no row: this run's provenance replaces them
+        return
     old = out.meta
-    expected = {"policy": req.policy} if rebuilt else _expected_meta(req, out.extra_meta)
+    expected = {"policy": req.policy} if rebuilt else _expected_meta(req, out.extra_meta, generator)
     check_resume(out.path, old, expected)
     if not rebuilt:
         _same_generator(out.path, old, req.generator)
+
+
+def _backend(req: LabelRequest, generator: Any) -> str | None:
+    """The backend this run answers with, known before any engine starts: the given
+    generator's, else --backend with auto resolved as the engine is built (None: unknown)."""
+    import importlib.util
+
+    if generator is not None:
+        return getattr(generator, "backend", None)
+    if req.backend != "auto":
+        return req.backend
+    return "vllm" if importlib.util.find_spec("vllm") else "transformers"
+
+
+def _check_closed_book(req: LabelRequest, questions: list[Question], generator: Any) -> None:
+    """The closed-book rows a policy reads (rag-gain, rrcp, retrievalqa-style) must be of
+    these very questions, as a resume's own rows (`resume_over`), and, where `generator`
+    answers the rest, made by its weights and engine: else the labels compared answers to
+    other questions, or two engines' answers, under this run's provenance."""
+    closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+    if not closed.rows:
+        return
+    fix = ("label closed-book again into another --labels-dir (or pass one without a "
+           "closed-book file: the closed-book answers are then generated here)")  # fmt: skip
+    if changed := made_for_others(stamped(closed.rows), questions, exact=True):
+        raise DataError(f"{len(changed)} closed-book rows here were made for other questions "
+                        f"under the same id (id {changed[0]!r}: its text or gold answers "
+                        f"changed since), and --policy {req.policy} would read them as these "
+                        f"questions' answers: {fix}, or pass the questions it was made "
+                        "for", closed.path)  # fmt: skip
+    if generator is None or not meta_path(closed.path).is_file():
+        return
+    meta, backend = closed.meta, _backend(req, generator)
+    if other_engine(meta.get("backend"), backend):
+        raise DataError(f"this closed-book file was made with backend={meta['backend']!r}, "
+                        f"and this run answers with {backend!r}: --policy {req.policy} would "
+                        "compare two engines' answers; pass the --backend that made it, or "
+                        f"{fix}", closed.path)  # fmt: skip
+    if other_weights(meta.get("generator_checksum"), getattr(generator, "checksum", None)):
+        raise DataError(f"this closed-book file was made with other weights of its generator "
+                        f"than this run's: --policy {req.policy} would compare two models' "
+                        f"answers; {fix}", closed.path)  # fmt: skip
 
 
 def _questions(req: LabelRequest) -> list[Question]:
@@ -259,9 +313,12 @@ def _questions(req: LabelRequest) -> list[Question]:
     else:
         questions = list(req.questions)
         check_answers(questions, req.policy)
-    needs_docs = req.questions is None or req.options.get("retriever") == "contexts"
-    if policy_spec(req.policy).needs_retriever and needs_docs:  # only where documents exist
-        questions = _carrying_documents(req, questions)
+    # only where documents exist: the questions' own (contexts), or the bundled datasets'
+    # documents without --corpus (bm25 / dense over --corpus retrieve for every question)
+    contexts = req.options.get("retriever") == "contexts"
+    needs_docs = contexts or (req.questions is None and not req.options.get("corpus"))
+    if policy_spec(req.policy).needs_retriever and needs_docs:
+        questions = _carrying_documents(req, questions, contexts)
     if req.limit is not None:
         if req.limit > len(questions):
             log.info(f"--limit {req.limit} is more than the {len(questions)} questions "
@@ -270,31 +327,44 @@ def _questions(req: LabelRequest) -> list[Question]:
     return questions
 
 
-def _carrying_documents(req: LabelRequest, questions: list[Question]) -> list[Question]:
-    """The questions that carry documents of their own (`contexts`). Of the user's questions
-    none did: a run labelled nothing and ended 0; so it is refused, and a part left out said."""
+def _carrying_documents(
+    req: LabelRequest, questions: list[Question], contexts: bool
+) -> list[Question]:
+    """The questions that carry documents of their own (`contexts`). None did: a run labelled
+    nothing and ended 0; so it is refused, and a part left out said."""
     kept = [q for q in questions if q.contexts]
-    if req.questions is None or len(kept) == len(questions):
+    if len(kept) == len(questions):
         return kept
+    if contexts:
+        why = "--retriever contexts reads the documents each question carries"
+    else:
+        name = req.options.get("retriever") or RETRIEVER.default
+        why = (f"--retriever {name} without --corpus retrieves from the documents the "
+               "datasets carry, for their questions only")  # fmt: skip
+    fix = "retrieve from your documents with --retriever bm25 --corpus FILE (or dense)"
     if not kept:
-        raise InputError(f"--retriever contexts reads the documents each question carries, and "
-                         f"none of your {len(questions)} questions carries any (a question "
-                         "file's columns give none): retrieve from your documents with "
-                         "--retriever bm25 --corpus FILE (or dense)")  # fmt: skip
+        mine = req.questions is not None
+        which, none = ("your", "a question file's columns") if mine else ("the", "FreshQA, ToolQA")
+        raise InputError(f"{why}, and none of {which} {len(questions)} questions carries any "
+                         f"({none} give none): {fix}")  # fmt: skip
     log.warning(f"{len(questions) - len(kept)} of {len(questions)} questions carry no "
-                "documents for --retriever contexts and are left out")  # fmt: skip
+                f"documents and are left out ({why}); to label them, {fix}")  # fmt: skip
     return kept
 
 
-def _expected_meta(req: LabelRequest, source: dict[str, Any]) -> dict[str, Any]:
+def _expected_meta(req: LabelRequest, source: dict[str, Any], generator: Any = None) -> dict:
     """The provenance fields of an appending policy comparable before the engine is built (the
     generator is compared by folder name in `_same_generator`, the prompt id at write_meta):
-    its options recorded in the sidecar (`PolicyOption.meta`) and the corpus's checksum of
-    `source` (`_source_meta`; its questions file may differ: more questions labelled later)."""
+    its options recorded in the sidecar (`PolicyOption.meta`), the corpus's checksum of
+    `source` (`_source_meta`; its questions file may differ: more questions labelled later)
+    and the backend answering (`_backend`)."""
     spec = policy_spec(req.policy)
     recorded = {o.meta: req.value(o.name) for o in spec.options if o.meta}
     corpus = {k: v for k, v in source.items() if k == CORPUS_SHA}
-    return {"policy": req.policy, "criterion": req.value("criterion"), **recorded, **corpus}
+    backend = _backend(req, generator) if spec.needs_generator else None
+    engine = {"backend": backend} if backend else {}
+    return {"policy": req.policy, "criterion": req.value("criterion"), **recorded, **corpus,
+            **engine}  # fmt: skip
 
 
 def _same_generator(path: Path, old: dict[str, Any], generator: str) -> None:
@@ -324,6 +394,7 @@ def _retrievalqa_style(req: LabelRequest, questions: list, out: LabelFile, *_: A
     from .retrievalqa_style import label_retrievalqa_style
 
     closed = LabelFile(label_path("closed-book", req.generator, req.labels_dir))
+    out.made_for(questions)  # its rows stamped: a train over questions edited since refused
     return label_retrievalqa_style(questions, out, closed, req.value("criterion"))
 
 
@@ -437,6 +508,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
     rag-gain and strategies files in one folder."""
     from ..data.adaptive_rag import is_release
     from ..data.user_questions import question_set
+    from ..strategies import registry_names
     from .outcome_columns import parse_outcome_fields
     from .strategy_labels import import_release, import_strategy_outcomes, parse_strategies
 
@@ -463,6 +535,7 @@ def _strategy_outcomes(req: LabelRequest) -> dict[str, Any]:
         opts["outcomes"], questions, strategies or [], folder,
         req.generator, req.value("criterion"), opts.get("unanswered"), opts.get("neither_label"),
         fields=parse_outcome_fields(opts.get("outcome_field")), extra_meta=_source_meta(req),
+        strategies_file=registry_names(opts.get("strategies"))[0],  # its costs price the rows
     )  # fmt: skip
 
 
@@ -541,11 +614,12 @@ def relabel(
     if policy not in POLICIES or not policy_spec(policy).relabel:
         raise DataError(f"--relabel works on closed-book, rag-gain and rrcp, not {policy!r}")
     path = Path(out) if out is not None else label_path(policy, generator, labels_dir)
-    _relabelled_meta(path, policy)  # refused before a lock file is made beside it
+    flag = "--out" if out is not None else "--labels-dir"  # the flag that named the file
+    _relabelled_meta(path, policy, flag)  # refused before a lock file is made beside it
     # the writer lock `label` takes: a run appending meanwhile would lose its rows to the rewrite
     with single_writer(path, RELABEL_BUSY):
-        meta = _relabelled_meta(path, policy)  # as it is now that no other run writes it
-        out_file = LabelFile(path, replacing=True)
+        meta = _relabelled_meta(path, policy, flag)  # as it is now that no other run writes it
+        out_file = LabelFile(path, replacing=True, flag=flag)
         closed_path = label_path("closed-book", generator, labels_dir)
         rows = _relabelled_rows(out_file, policy, criterion, closed_path, neither_label)
         before = out_file.labels()
@@ -590,14 +664,14 @@ def _relabelled_rows(
     return rows
 
 
-def _relabelled_meta(path: Path, policy: str) -> dict[str, Any]:
+def _relabelled_meta(path: Path, policy: str, flag: str = "--out") -> dict[str, Any]:
     """The provenance of the label file --relabel rewrites, refused (nothing created) unless
     `label` wrote that file under `policy`: its rows keep the measures relabelling reads."""
     named = f"name a {policy} file that `label` wrote with --out FILE or --labels-dir DIR"
     if not path.is_file():
         fix = f"--relabel rewrites an existing label file: {named}, or label it first"
         raise DataError(missing(path, fix=fix), path)
-    require_ours(path)  # a user's file (rows, no provenance) or a folder
+    require_ours(path, flag)  # a user's file (rows, no provenance) or a folder
     mp = meta_path(path)
     if not mp.is_file():
         raise DataError(f"label file has no provenance file {mp.name} beside it: {named}", path)
