@@ -76,11 +76,26 @@ def check_budget(
     top, bottom = max(costs), min(costs)
     bottom = bottom if math.isfinite(bottom) else 0.0  # unknown before a model loads
     ok = isinstance(budget, numbers.Real) and not isinstance(budget, bool)  # np.float32 too
-    if not (ok and math.isfinite(budget) and bottom <= budget <= top):
-        top_known = f" ({top:g})" if math.isfinite(top) else ""
-        low = "0" if bottom <= 0 else f"the cheapest strategy's ({bottom:g})"
+    if not (ok and math.isfinite(budget) and _within(float(budget), bottom, top)):
+        top_known = f" ({_shown(top)})" if math.isfinite(top) else ""
+        low = "0" if bottom <= 0 else f"the cheapest strategy's ({_shown(bottom)})"
         raise InputError(f"{flag} {budget!r}: a budget is a mean {unit} per question from "
                          f"{low} to the most expensive strategy's{top_known}")  # fmt: skip
+
+
+def _within(budget: float, bottom: float, top: float) -> bool:
+    """bottom <= budget <= top, up to rounding: a router's costs are means of per-question
+    costs (0.6 of every question stored 0.5999999999999976), and a budget of exactly the
+    dearest strategy's cost (always that one) was refused naming that very cost."""
+    near = [math.isclose(budget, x, rel_tol=1e-9, abs_tol=1e-12) for x in (bottom, top)]
+    return (bottom <= budget or near[0]) and (budget <= top or near[1])
+
+
+def _shown(x: float) -> str:
+    """A limit as typed (`:g`), in full where `:g` rounds it (0.6667667 showed as 0.666767,
+    which reads as another limit than the one applied)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(float(x))
 
 
 def default_budget(costs: Sequence[float]) -> float:

@@ -274,11 +274,14 @@ class StrategyRegistry:
             )
         return closed.name, pick.name
 
-    def merged(self, specs: Iterable[StrategySpec], where: str) -> StrategyRegistry:
+    def merged(
+        self, specs: Iterable[StrategySpec], where: str, carried: bool = True
+    ) -> StrategyRegistry:
         """This registry plus `specs` it lacks (a router export's own); a spec registered here
         under the same name must agree on what it runs (retriever, k, steps, prompt) and, in
         a registry the user declared (not the built-ins, whose costs a router's replace), on
-        its cost: else a budget in the router's unit was read in the file's."""
+        its cost: else a budget in the router's unit was read in the file's. `carried`: the
+        router carries these specs (False: names only, which the file must declare)."""
         specs = list(specs)
         extra = []
         for s in specs:
@@ -289,24 +292,28 @@ class StrategyRegistry:
                     f"{where}: strategy {s.name!r} runs {_runs(s)} there but {_runs(self[s.name])}"
                     f" in the registry ({self.source}); rename one of them"
                 )
-        self._check_costs([s for s in specs if s.name in self], where)
+        self._check_costs([s for s in specs if s.name in self], where, carried)
         if not extra:
             return self
         specs_all = sorted((*self.specs, *extra), key=lambda s: s.cost)  # stable: ties keep order
         return StrategyRegistry(tuple(specs_all), f"{self.source} + {where}")
 
-    def _check_costs(self, specs: Sequence[StrategySpec], where: str) -> None:
-        """`specs` (a router's) cost what this registry declares (`merged`)."""
+    def _check_costs(self, specs: Sequence[StrategySpec], where: str, carried: bool) -> None:
+        """`specs` (a router's) cost what this registry declares (`merged`). Leaving the file
+        out is offered only where the router `carried` its specs: one with names only was then
+        refused as undeclared."""
         if self == BUILTIN:  # no --strategies: the router's own costs price its strategies
             return
         ours = self.costs([s.name for s in specs])
         if not all(math.isclose(s.cost, c, rel_tol=1e-5, abs_tol=1e-8)
                    for s, c in zip(specs, ours, strict=True)):  # fmt: skip
+            declare = ", ".join(f"{s.name}: {s.cost!r}" for s in specs)
+            out = f", or leave {_FLAG.get()} out" if carried else ""
             raise ConfigError(
                 f"{where} was calibrated at costs {[s.cost for s in specs]} of "
                 f"{[s.name for s in specs]}; {_FLAG.get()} ({self.source}) prices them at "
                 f"{list(ours)}, so its budgets are not in the file's unit: pass a strategies "
-                f"file with its costs, or leave {_FLAG.get()} out"
+                f"file with its costs (cost: entries {declare}){out}"
             )
 
     def to_list(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -9,11 +9,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..fileio import write_text
 from ..gates.onnx_format import VARIANTS
 from ..models import MINILM, minilm_path
+from ..pricing import Curve, point_for_budget
 from ..tables import markdown_table
 from ..training.checkpoint import read_metrics, read_provenance, read_run_json
 from ..yaml_files import read_yaml
@@ -264,7 +266,7 @@ def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], path: str) -> l
         f"{r['default_price']:.4g}"
         + (f"; calibrated on {r['traffic_source']}" if r.get("traffic_source") else ""),
         "",
-        "Measured at the default operating point when it was trained (PyTorch; accuracy = the "
+        f"Measured when it was trained, {_measured_at(r, figures)} (PyTorch; accuracy = the "
         "routed strategy's recorded correctness):",
         "",
         markdown_table(
@@ -280,6 +282,7 @@ def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], path: str) -> l
             digits=3,
         ),  # fmt: skip
         "",
+        *_retuned_lines(r, figures),
         "```python",
         "from retrieval_gate import RetrievalGate",
         f"router = RetrievalGate.from_pretrained({json.dumps(path)})  # {_WHERE}",
@@ -287,3 +290,46 @@ def _router_lines(meta: dict[str, Any], metrics: dict[str, Any], path: str) -> l
         "```",
         "",
     ]
+
+
+def _retuned(r: dict[str, Any], figures: dict[str, Any]) -> bool:
+    """The default operating point was set after training (`tune --save-objective`): the
+    training figures are of another budget and price than the card's default."""
+    if "default_budget" not in figures or "objective" not in figures:  # runs before: unknown
+        return False
+    return (figures["objective"], figures["default_budget"]) != (
+        r["objective"], r["default_budget"])  # fmt: skip
+
+
+def _measured_at(r: dict[str, Any], figures: dict[str, Any]) -> str:
+    """Where the training figures were measured: the default, or (retuned since) the budget
+    and price training chose, read off the stored calibration curve as training read it."""
+    if not _retuned(r, figures):
+        return (f"at the default operating point (budget {r['default_budget']:g}, price "
+                f"{r['default_price']:.4g})")  # fmt: skip
+    budget = float(figures["default_budget"])
+    price = ""
+    if figures["objective"].startswith("best "):  # `Calibration.fit`: best accuracy in budget
+        dev = Curve.from_dict(r["dev"])
+        price = f", price {dev.price[point_for_budget(dev, budget, best_accuracy=True)]:.4g}"
+    return (f"at the operating point it was trained with (budget {budget:g}: "
+            f"{figures['objective']}{price}), NOT the default above, which was retuned since")  # fmt: skip
+
+
+def _retuned_lines(r: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    """A retuned default's figures on the calibration questions, from the calibration curve
+    the metadata stores (training's sweep; the row of the default price). Test figures at it
+    are not stored: `evaluate` measures them."""
+    if not _retuned(r, figures):
+        return []
+    dev = Curve.from_dict(r["dev"])
+    if dev.accuracy is None or not len(dev.price):
+        return ["At the retuned default no figures are stored: `evaluate` measures them.", ""]
+    i = max(int(np.searchsorted(dev.price, r["default_price"], side="right")) - 1, 0)
+    shares = ", ".join(f"{s} {100 * x:.0f}%" for s, x in zip(r["strategies"], dev.shares[i],
+                                                               strict=True))  # fmt: skip
+    where = r.get("calibrated_on", "dev") + (f", {dev.n} questions" if dev.n else "")
+    return [f"At the retuned default (price {r['default_price']:.4g}), the calibration curve "
+            f"stored in the metadata ({where}) gives accuracy {dev.accuracy[i]:.3f} at mean "
+            f"cost {dev.mean_cost[i]:.3f}, routed to {shares}; test figures there are not "
+            "stored (`evaluate` measures them).", ""]  # fmt: skip

@@ -13,7 +13,8 @@ Row schema (one JSON object a line, keyed by question id; `.meta.json` sidecar):
                  strategy answers the `--unanswered` treatment's pick (null: excluded)
     target_from  "cheapest" | "prior" | "learned" | "fixed" | "excluded"
     source       the question's source (what a learned prior is counted by)
-    cost         {strategy: cost} for this question (only when the outcomes carry costs)
+    cost         {strategy: cost} for this question (only when the outcomes carry costs, or
+                 --strategies names a FILE.yaml: its `cost:` entries, sidecar `costs_from_file`)
     prediction   {strategy: answer} for the strategies whose correctness was judged here from
                  their answer (absent when every correctness was recorded)
     token_logprobs  {strategy: the answer's token log-probabilities or null} (only when the
@@ -305,11 +306,14 @@ def import_strategy_outcomes(
     neither_label: int | None = None,
     fields: dict[str, str] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    strategies_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """A generic file with `<strategy>_correct` or `<strategy>_prediction` (and optionally
     `<strategy>_cost` and `<strategy>_token_logprobs`) columns per strategy -> the three label
     files in out_dir. `fields`: field -> the file's column it is read from (`--outcome-field`);
-    `extra_meta`: more for the sidecars (where the questions came from)."""
+    `extra_meta`: more for the sidecars (where the questions came from); `strategies_file`:
+    the --strategies FILE.yaml the names came from, whose costs price the rows without cost
+    columns (`_priced`)."""
     strategies = list(strategies)
     treat = parse_unanswered(unanswered, strategies)
     rows = renamed(path, list(read_rows(str(path))), fields or {})
@@ -324,13 +328,45 @@ def import_strategy_outcomes(
     outcomes = [
         _outcome(q, row, strategies, frequent, criterion, path) for q, row in matched.values()
     ]
+    _refuse_costless(outcomes, [row["_line"] for _, row in matched.values()], path)
+    outcomes, priced = _priced(outcomes, strategies, strategies_file)
     _refuse_unordered(strategies, _mean_costs(outcomes, strategies),
                       f"their mean cost columns in {Path(path).name}")  # fmt: skip
     meta = {"outcomes_file": str(path), "outcomes_format": "generic-strategies",
             "outcomes_sha256": sha256_file(Path(path)) if Path(path).is_file() else None,
-            "criterion": criterion, **(extra_meta or {})}  # fmt: skip
+            "criterion": criterion, **priced, **(extra_meta or {})}  # fmt: skip
     return _write_all(outcomes, strategies, treat, out_dir, generator, meta, neither_label,
                       unmatched, stamp=True)  # fmt: skip
+
+
+def _refuse_costless(outcomes: Sequence[Outcome], lines: Sequence[int], path) -> None:
+    """A row without costs in a file whose other rows have them: its questions were priced
+    at no strategy's cost (train then refused naming no row, and dev and test rows took the
+    router's costs unsaid)."""
+    costed = sum(o.cost is not None for o in outcomes)
+    if 0 < costed < len(outcomes):
+        n, o = next((n, o) for n, o in zip(lines, outcomes, strict=True) if o.cost is None)
+        raise DataError(f"row of {o.question.id!r} has no <strategy>_cost values, while "
+                        f"{costed} other rows have them: give every row its costs, or drop "
+                        f"the cost columns ({len(outcomes) - costed} rows lack them)", path, n)  # fmt: skip
+
+
+def _priced(
+    outcomes: list[Outcome], strategies: Sequence[str], strategies_file: str | Path | None
+) -> tuple[list[Outcome], dict[str, Any]]:
+    """Outcomes without cost columns priced at the --strategies FILE's costs (each row's
+    `cost`, as `label --policy strategies` records a spec's), and the sidecar's record of
+    it; recorded per-question costs are kept. No file: as they are."""
+    if strategies_file is None:
+        return outcomes, {}
+    from ..strategies import load_strategies
+
+    costs = dict(zip(strategies, load_strategies(strategies_file).costs(strategies), strict=True))
+    if any(o.cost is not None for o in outcomes):
+        return outcomes, {"strategies_spec_file": str(strategies_file)}
+    priced = [Outcome(o.question, o.correct, o.prediction, dict(costs), o.logprobs)
+              for o in outcomes]  # fmt: skip
+    return priced, {"strategies_spec_file": str(strategies_file), "costs_from_file": costs}
 
 
 def _mean_costs(outcomes: Sequence[Outcome], strategies: Sequence[str]) -> list[float]:
@@ -415,8 +451,7 @@ def _costs(row: dict, strategies: Sequence[str], path, n: int) -> dict[str, floa
     if len(given) != len(strategies):
         lacking = ", ".join(f"{s}_cost" for s in strategies if s not in given)
         raise DataError(f"row has some strategy costs but not {lacking}: give every strategy "
-                        "its cost in this row (0 for a free one), or none for the strategies' "
-                        "own costs", path, n)  # fmt: skip
+                        "its cost in this row (0 for a free one)", path, n)  # fmt: skip
     out = {}
     for s in strategies:
         try:

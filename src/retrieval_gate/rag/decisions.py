@@ -61,7 +61,7 @@ def loop_registry(gate: Gate, registry: StrategyRegistry = BUILTIN) -> StrategyR
             if all(s in registry for s in gate.strategies):
                 priced = strategy_costs(gate, registry).items()
                 return registry.merged([with_cost(registry[s], c) for s, c in priced],
-                                       f"router {gate.name!r}")  # fmt: skip
+                                       f"router {gate.name!r}", carried=False)  # fmt: skip
             raise
         return registry.merged(carried, f"router {gate.name!r}")
     return registry

@@ -22,6 +22,7 @@ import importlib.util
 import inspect
 import math
 import os
+import statistics
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import yaml
 
 from ..errors import ConfigError, clipped
@@ -529,7 +529,9 @@ class TrainConfig:
     ) -> tuple[float, ...]:
         """A router's strategy costs: model.costs; else the config's `strategies:` specs';
         else the mean of the labels' per-question costs when every training question has
-        them; else retrievals (0, 1, 3.35). Checked against `strategies`."""
+        them (exactly rounded: 0.6 of every question is 0.6, a budget of 0.6 its top); else
+        retrievals (0, 1, 3.35). Checked against `strategies`."""
+        from ..errors import InputError
         from ..pricing import check_costs, default_costs
 
         if self.model.costs is not None:
@@ -540,9 +542,19 @@ class TrainConfig:
             where = f"data.label_file {label_file} (its strategies)" if label_file else (
                 "the labels' strategies")  # fmt: skip
             return self.registry().costs_in_order(strategies, where)
-        if question_costs and train_ids and all(i in question_costs for i in train_ids):
-            return tuple(np.mean([question_costs[i] for i in train_ids], axis=0).tolist())
-        return default_costs(strategies)
+        lacking = next((i for i in train_ids if i not in (question_costs or {})), None)
+        if question_costs and train_ids and lacking is None:
+            rows = [question_costs[i] for i in train_ids]
+            # exactly rounded (fractions): np.mean stored 0.5999999999999976 for 0.6 each
+            return tuple(float(statistics.mean(map(float, col))) for col in zip(*rows, strict=True))
+        try:
+            return default_costs(strategies)
+        except InputError as e:  # said of the row: its file's other rows have costs
+            if not question_costs or lacking is None:
+                raise
+            raise InputError(f"{e}; the labels give per-question costs, but not for training "
+                             f"question {lacking!r}: re-import the outcomes with every row's "
+                             "costs") from None  # fmt: skip
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():
