@@ -446,7 +446,7 @@ def no_engine(monkeypatch):
         (["--gate", "learned", "--learned-run", "{tmp}/missing"], "not a training run folder"),
         (["--gate", "always", "--corpus", "{tmp}/missing.jsonl"], "corpus file not found"),
         (["--gate", "always", "-k", "0"], "-k must be at least 1"),
-        (["--gate", "popularity", "--labels", "{tmp}/none.jsonl"], "no label file"),
+        (["--gate", "tfidf", "--labels", "{tmp}/none.jsonl"], "no label file"),
     ],
 )
 def test_serve_refuses_bad_paths_before_the_engine_starts(tmp_path, capsys, no_engine, flags,

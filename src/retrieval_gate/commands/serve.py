@@ -108,9 +108,21 @@ def check_bind(host: str, port: int, api_key: str | None) -> None:
         raise ConfigError(f"--port must be 1-65535, got {port}")
     if api_key is not None and not api_key.strip():
         raise ConfigError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if api_key is not None and not _sendable(api_key):
+        # HTTP strips a header value's surrounding whitespace and clients encode non-ASCII
+        # differently (curl UTF-8, Starlette reads latin-1): every request got 401
+        raise ConfigError(f"--api-key (or ${API_KEY_ENV}) has whitespace around it or a "
+                          "character that is not printable ASCII, which no client can send "
+                          "in `Authorization: Bearer KEY` as it is: use printable ASCII "
+                          "without leading or trailing whitespace")  # fmt: skip
     _check_listen(host, port)  # first: no warning about an address it cannot serve on
     if not api_key and not _loopback(host):
         log.warning(f"serving on {host} without --api-key: anyone who can reach it can use it")
+
+
+def _sendable(key: str) -> bool:
+    """The key reaches the server byte for byte in an HTTP header, from any client."""
+    return key == key.strip() and key.isascii() and key.isprintable()
 
 
 def _check_listen(host: str, port: int) -> None:
@@ -137,20 +149,34 @@ def _check_listen(host: str, port: int) -> None:
 def _gate_mode(args: argparse.Namespace) -> str:
     """`cascade` with --answer-gate, `router` with --router, else the --gate (default onnx);
     a --gate and --router not both."""
+    from ..rag.modes import ModeOptions
+
     if args.router is not None and args.gate is not None:
         raise ConfigError(f"pass --gate {args.gate} or --router {args.router}, not both")
     if args.router is None and args.budget is not None:
         raise ConfigError("--budget goes with --router (a binary gate's operating point is "
                           "its threshold)")  # fmt: skip
+    if args.router is None and args.router_variant != ModeOptions.router_variant:
+        raise ConfigError("--router-variant picks the ONNX file of --router DIR's export: "
+                          "pass it with --router DIR, or --variant for --gate onnx")  # fmt: skip
     if args.gate is not None and not gate_spec(args.gate).serves:
-        raise ConfigError(f"--gate {args.gate} looks its decisions up by question id, and the "
-                          "questions a server is sent have none: serve a trained gate (--gate "
-                          "onnx --onnx DIR) or a router (--router DIR)")  # fmt: skip
+        raise ConfigError(f"--gate {args.gate} {_not_served(args.gate)}: serve a trained gate "
+                          "(--gate onnx --onnx DIR) or a router (--router DIR)")  # fmt: skip
     if getattr(args, "answer_gate", None) is not None:
         # the router with the two-stage gate reading its closed-book answers: the ones the
         # engine makes (--mode answer), or the ones /score requests send (--mode gate)
         return CASCADE
     return "router" if args.router is not None else args.gate or "onnx"
+
+
+def _not_served(gate: str) -> str:
+    """Why a registry gate cannot decide for the questions a server is sent."""
+    if "feature" in gate_spec(gate).options:  # the popularity gates
+        return ("thresholds each question's popularity signal (--feature, s_pop by default), "
+                "which the questions a server is sent do not carry: every one would get the "
+                "same score (a gate trained with the signal as a side feature, data.features, "
+                "reads it from each request's \"features\")")  # fmt: skip
+    return "looks its decisions up by question id, and the questions a server is sent have none"
 
 
 def _no_engine_flags(args: argparse.Namespace) -> None:

@@ -257,7 +257,7 @@ class GateSpec:
     options: tuple[str, ...] = ()
     # checks its options before any gate is built or weights load (raises InputError)
     check: Callable[[GateOptions], None] | None = None
-    # False: it looks scores up by question id, which questions sent to `serve` never have
+    # False: it reads what questions sent to `serve` never have (an id, a popularity signal)
     serves: bool = True
     # refuses test questions it cannot score (and, on strategy labels, route) before any
     # gate is built: (options, questions, the labels' strategies or ())
@@ -408,9 +408,9 @@ GATES: dict[str, GateSpec] = {
         GateSpec("always", _always, "retrieve for every question", label_free=True),
         GateSpec("never", _never, "never retrieve", label_free=True),
         GateSpec("popularity", _popularity(True), "entity popularity, per-relation thresholds "
-                 "(Mallen et al.)", frozenset({"labels"}), options=("feature",)),
+                 "(Mallen et al.)", frozenset({"labels"}), options=("feature",), serves=False),
         GateSpec("popularity-global", _popularity(False), "entity popularity, one threshold",
-                 frozenset({"labels"}), options=("feature",)),
+                 frozenset({"labels"}), options=("feature",), serves=False),
         GateSpec("prompt-vanilla", _prompt("vanilla"), "ask the generator (RetrievalQA's "
                  "prompt)", frozenset({"generator"}), label_free=True),
         GateSpec("prompt-ta-are", _prompt("ta-are"), "ask the generator with date and "

@@ -678,8 +678,10 @@ class CachedGenerator:
         # sum over calls of (the answers' seconds when computed - the call's wall seconds): what
         # turns a wall time measured around calls into the cost of computing their answers
         self.replay_seconds = 0.0
-        # without a store: the answers of a call that failed on other prompts (`_uncached`)
+        # without a store: the answers of a call that failed on other prompts (`_uncached`),
+        # for its retries alone: the calls whose prompts are all among `_held_for`, its own
         self._held: dict[tuple[str, int, bool], Generation] = {}
+        self._held_for: frozenset[tuple[str, int, bool]] = frozenset()
 
     # -- the wrapped engine --------------------------------------------------------------
 
@@ -842,9 +844,14 @@ class CachedGenerator:
     ) -> list[Generation | Exception]:
         """Every prompt computed (no store), except those a failed call already answered: a
         call that fails on one prompt is asked again without it (the labelling loop halves
-        it), and the others' answers, held from the failed call, are not asked for twice."""
+        it), and the others' answers, held from the failed call, are not asked for twice by
+        its retries (calls of its prompts only); any other call drops them."""
         reuse = getattr(_MODE, "value", None) != "compute"  # timing computes everything
         what = (int(max_new_tokens), bool(logprobs))
+        asked = frozenset((p, *what) for p in prompts)
+        retry = asked <= self._held_for
+        if not retry:  # another call: a failed one's answers replayed as its own (serve)
+            self.release_held()
         held = [self._held.pop((p, *what), None) if reuse else None for p in prompts]
         todo = [p for p, h in zip(prompts, held, strict=True) if h is None]
         raw, seconds = self._compute(todo, max_new_tokens, logprobs, **kw) if todo else ([], 0)
@@ -857,9 +864,15 @@ class CachedGenerator:
             self._held.update({(p, *what): replace(g, cached=True)
                                for p, g in zip(prompts, out, strict=True)
                                if isinstance(g, Generation)})  # fmt: skip
+            self._held_for = self._held_for if retry else asked  # a retry's: the first call's
             for stale in list(self._held)[: max(0, len(self._held) - HELD_MAX)]:
                 del self._held[stale]  # the oldest: a caller that never asked again (serve)
         return out
+
+    def release_held(self) -> None:
+        """Drops the answers held for a failed call's retry: its caller will not retry it
+        (serve, once a request is answered)."""
+        self._held, self._held_for = {}, frozenset()
 
     def choice_probs(self, prompts: Sequence[str], choices: Sequence[str]) -> np.ndarray:
         t = time.perf_counter()

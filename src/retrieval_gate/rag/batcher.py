@@ -11,7 +11,8 @@ rate is measured per call size: a lone question measures the engine's latency, n
 batch of 16 gets through, so a burst is judged by calls of its own size; before one has run,
 the burst is taken, and each call's measurement refuses at once the waiting requests it shows
 will not be served in time (still `Busy`, never a timeout). A batch that fails is re-run
-request by request, so one bad request cannot fail the others.
+request by request, so one bad request cannot fail the others (those whose caller already
+gave up are not re-run, and /health's "stuck" clock runs from the failed batch's start).
 
 Items have a weight (`weight`, default 1): the backlog, the batch size and the measured rate
 count weights, so a multi-step question counts as its steps and long questions cannot starve
@@ -216,9 +217,13 @@ class Batcher(Generic[T, R]):
                 self._run(jobs)
             self.running, self.call_started = 0, None
 
-    def _run(self, jobs: list[_Job[T]]) -> None:
+    def _run(self, jobs: list[_Job[T]], rerun: bool = False) -> None:
+        """One call for `jobs`; `rerun`: one request of a failed batch, run alone (the call
+        under way, for /health's "stuck", is still the batch's: from its start)."""
         items = [x for job in jobs for x in job.items]
-        start = self.call_started = time.perf_counter()
+        start = time.perf_counter()
+        if not rerun:
+            self.call_started = start
         try:
             results = list(self.fn(items))
             if len(results) != len(items):
@@ -226,7 +231,10 @@ class Batcher(Generic[T, R]):
         except Exception as e:  # noqa: BLE001  (delivered to the request that caused it)
             if len(jobs) > 1:  # find the request that fails, serve the others
                 for job in jobs:
-                    self._run([job])
+                    # one that timed out or whose client left: re-running it held the
+                    # engine (a down generator's retries) from every live request
+                    if not job.future.done():
+                        self._run([job], rerun=True)
                 return
             log.warning("request failed: %s", e, exc_info=not _expected(e))
             _deliver(jobs[0], exception=e)

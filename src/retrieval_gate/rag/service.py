@@ -198,7 +198,10 @@ _ERRORS = {
     for code, text in {
         400: "unreadable body",
         401: "missing or wrong bearer token",
+        405: "another method than POST",
+        408: "the body did not arrive in time",
         413: "body larger than the limit",
+        415: "a body not sent as `Content-Type: application/json`",
         422: "invalid request (the reason names the field), or one too heavy for the backlog",
         429: "backlog full; retry after `Retry-After` seconds",
         503: "the engine failed, or the server is shutting down",
@@ -501,6 +504,13 @@ def create_app(
         metrics.routed_questions([r.strategy for r in routed], decided)
         metrics.escalations.inc(sum(r.escalated is True for r in routed))  # gate-mode cascade
 
+    def all_failed(routed: list[_Routed]) -> None:
+        """A request whose every question failed in the engine (503): run and failed, as
+        those of a 200 with `error` are, or a generator outage left the counters flat."""
+        for r in routed:
+            metrics.answered.labels(r.strategy).inc()
+            metrics.failed.labels(r.strategy).inc()
+
     async def warm() -> None:
         """One question through the gate and the engine: their first-call cost paid, their
         rate measured. Each within the request timeout (the gate may ask the generator too),
@@ -678,7 +688,8 @@ def create_app(
             left = limits.request_timeout - (time.perf_counter() - arrived)
             done, waited = await _wait(answerer, routed, left, client, limits.request_timeout,
                                        admitted=lambda: counted(routed, decided),
-                                       shutdown=shutdown)  # fmt: skip
+                                       shutdown=shutdown,
+                                       failed=lambda: all_failed(routed))  # fmt: skip
             costs = done[0][1]
             answers = [a for a, _ in done]
             traffic.answered(len(answers), sum(a.retrievals for a in answers),
@@ -832,6 +843,11 @@ def _answers(rag: AdaptiveRAG) -> Callable[[list[_Routed]], list[tuple[Answer, C
         # each question's own request budget: a cascade escalates within it (batched
         # requests may differ); the loop's own budget stood for every request's
         result = rag.run([r.question for r in items], [r.budget for r in items], decision)
+        # answered: no retry of this call comes, so answers a failed generator call left held
+        # (--no-cache) must not stand in for a later request's
+        release = getattr(rag.generator, "release_held", None)
+        if release is not None:
+            release()
         return [(a, result.costs) for a in result.answers]
 
     return run
@@ -857,6 +873,7 @@ async def _wait(
     limit: float | None = None,
     admitted: Callable[[], None] | None = None,
     shutdown: Shutdown | None = None,
+    failed: Callable[[], None] | None = None,
 ) -> tuple[list, float]:
     """The batcher's results, or the HTTP error that says why there are none. `timeout`:
     the seconds left of the request's `limit` (--request-timeout; default: `timeout`);
@@ -865,7 +882,8 @@ async def _wait(
     were generated anyway while live clients got 429. `admitted`: called once the batcher's
     backlog took the items (not for a 429 or a request that never fits). `shutdown`: once
     the server is stopping, a request not answered by its `answer_by` gets 503 (uvicorn
-    cancelled it at the end of its grace: a bare 500)."""
+    cancelled it at the end of its grace: a bare 500). `failed`: called when the engine
+    failed them (the 503 of `BackendError`)."""
     said = limit or timeout
     late = HTTPException(504, f"not answered within {said:g} s (--request-timeout); retry later")
     if timeout <= 0:
@@ -889,6 +907,8 @@ async def _wait(
     except TimeoutError:
         raise late from None
     except BackendError as e:
+        if failed is not None:
+            failed()
         raise HTTPException(503, f"the engine failed: {e}") from None
     except RetrievalGateError as e:
         raise HTTPException(422, str(e)) from None
