@@ -114,7 +114,7 @@ def test_label_with_a_cached_hub_generator_and_no_network(tmp_path):
            "--generator", "some-org/smol", "--no-cache"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Hub cannot be reached (hub.invalid" in done.stderr
+    # the Hub name resolves to the cache's snapshot folder: loaded as a folder, no Hub asked
     row = json.loads((tmp_path / "labels" / "smol" / "closed-book.jsonl").read_text())
     assert row["id"] == "q1" and row["prediction"]
 

@@ -5,12 +5,14 @@ checks the Hub once and, where it cannot be reached, turns offline mode on for t
 process and the engines it starts: what the Hugging Face cache holds loads at once, anything
 else fails at once, and the caller names why. A gate's Hub id also asks the Hub's endpoint
 for an answer within huggingface_hub's metadata timeout (`silent`): one that takes the
-connection and never answers hung `snapshot_download` for good."""
+connection and never answers hung `snapshot_download` for good. A generator's Hub name asks it
+too (`offline_when_unreachable(probe=True)`): refused or silent, offline mode as well."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 import urllib.error
@@ -37,43 +39,62 @@ def unreachable() -> str | None:
 
 def silent(endpoint: str | None = None) -> str | None:
     """Why the Hub's endpoint did not answer in time, or None: it answered (any HTTP status),
-    or failed at once (refused, no route: huggingface_hub fails as fast there, and falls back
-    to its cache). `snapshot_download` first asks `repo_info` through a client with no timeout,
+    or failed at once (refused, no route: left to huggingface_hub, which falls back to its
+    cache). `snapshot_download` first asks `repo_info` through a client with no timeout,
     so a host that takes the connection and never answers (a stalled proxy or mirror, a
-    firewall that drops) hung a load for good. One HEAD request, bounded as huggingface_hub
-    bounds its own metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default) for the connection
-    and for the answer; the environment's proxies apply, as they do to huggingface_hub."""
+    firewall that drops) hung a load for good."""
+    kind, why = _head(endpoint)
+    return why if kind == "silent" else None
+
+
+def _head(endpoint: str | None = None) -> tuple[str, str | None]:
+    """One HEAD request to the Hub's endpoint, bounded as huggingface_hub bounds its own
+    metadata requests (HF_HUB_ETAG_TIMEOUT, 10 s by default) for the connection and for the
+    answer; the environment's proxies apply, as they do to huggingface_hub. ("answered",
+    None): any HTTP status; ("silent", why): no answer in time; ("failed", why): refused,
+    reset, no route; ("malformed", why): an endpoint urllib cannot ask."""
     from huggingface_hub import constants
 
     url = (endpoint or constants.ENDPOINT).rstrip("/") + "/"
     timeout = float(getattr(constants, "HF_HUB_ETAG_TIMEOUT", 10) or 10)
+    no_answer = f"no answer within {timeout:g} s (HF_HUB_ETAG_TIMEOUT)"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-            return None
+            return "answered", None
     except TimeoutError:  # the connection taken, no answer
-        pass
+        return "silent", no_answer
     except urllib.error.HTTPError as e:  # an answer, if an error status
         e.close()
-        return None
+        return "answered", None
     except urllib.error.URLError as e:
-        if not isinstance(e.reason, TimeoutError):  # else: no connection within the timeout
-            return None
-    except (OSError, ValueError):  # refused, reset, a malformed endpoint: left to the Hub's
-        return None  # own client, which says so at once
-    return f"no answer within {timeout:g} s (HF_HUB_ETAG_TIMEOUT)"
+        if isinstance(e.reason, TimeoutError):  # no connection within the timeout
+            return "silent", no_answer
+        return "failed", str(getattr(e.reason, "strerror", None) or e.reason)
+    except ValueError as e:
+        return "malformed", str(e)
+    except OSError as e:  # refused, reset
+        return "failed", str(e.strerror or e)
 
 
 _WENT_OFFLINE: dict[str, str] = {}  # "why": set once this process turned offline mode on
 
 
-def offline_when_unreachable() -> str | None:
+def offline_when_unreachable(probe: bool = False) -> str | None:
     """Offline mode from here on when the Hub cannot be reached: why (None: online as usual,
-    or offline by the user's own setting). The libraries read their offline flags when
-    imported, so the flags are set where they keep them, and the variable for the processes an
-    engine starts."""
+    or offline by the user's own setting). `probe`: its endpoint must also answer one bounded
+    HEAD request (`_head`); refused or silent, huggingface_hub retried each file for minutes
+    (a model's load, 2 min where refused) or waited for good. The libraries read their
+    offline flags when imported, so the flags are set where they keep them, and the variable
+    for the processes an engine starts."""
     if "why" in _WENT_OFFLINE:
         return _WENT_OFFLINE["why"]
     why = unreachable()
+    if why is None and probe:
+        from huggingface_hub import constants
+
+        if not constants.HF_HUB_OFFLINE:
+            kind, reason = _head()
+            why = f"{constants.ENDPOINT}: {reason}" if kind in ("silent", "failed") else None
     if why is None:
         return None
     _WENT_OFFLINE["why"] = why
@@ -86,3 +107,15 @@ def offline_when_unreachable() -> str | None:
     log.info(f"the Hugging Face Hub cannot be reached ({why}): Hub names are read from the "
              "Hugging Face cache alone from here on (offline mode)")  # fmt: skip
     return why
+
+
+# huggingface_hub's hint in offline mode, wrong when this tool turned it on: the Hub cannot be
+# reached, so HF_HUB_OFFLINE=0 changes nothing
+_OFFLINE_HINT = re.compile(r"\s*[^.;]*HF_HUB_OFFLINE=0[^.;]*[.;]?")
+OFFLINE_FIX = ("check the network, or put the model in the Hugging Face cache (download it where "
+               "the Hub can be reached) or in a folder and pass that")  # fmt: skip
+
+
+def without_offline_hint(message: str) -> str:
+    """huggingface_hub's error without its 'set HF_HUB_OFFLINE=0' advice."""
+    return _OFFLINE_HINT.sub("", message).rstrip(" .;:") or message

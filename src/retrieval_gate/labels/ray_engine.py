@@ -202,10 +202,16 @@ class RayEngine:
             self.checksum = remote_checksum(live, model, root)
             self.backend = "ray:openai-server"
         else:
-            from ..generation.model_folders import folder_checksum, resolve_generator_model
+            from ..generation.model_folders import (
+                folder_checksum,
+                generator_name,
+                resolve_generator_model,
+            )
 
-            folder = Path(resolve_generator_model(options.model or "smollm2-135m-instruct"))
-            self.urls, self.name = [], folder.name
+            asked = options.model or "smollm2-135m-instruct"
+            folder = Path(resolve_generator_model(asked))
+            named = generator_name(asked, str(folder)) if folder.is_dir() else folder.name
+            self.urls, self.name = [], named
             self.checksum = folder_checksum(folder) if folder.is_dir() else str(folder)
             self.model_source = str(folder)
             self.backend = "ray:vllm-engine"
