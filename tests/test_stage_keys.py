@@ -79,8 +79,12 @@ FOLDERS = {"train": ("checkpoints/minilm-closed-book", RUN),
 
 def _make(out, stage, n):
     """What a stage writes (stand-ins), the n-th time it runs: its files, and tune rewrites the
-    run's metadata.json, as it saves its threshold there."""
+    run's metadata.json and the manifest's record of it, as --save-objective does (a second
+    demo re-ran the router's stages when only metadata.json was known to change)."""
     folder, names = FOLDERS.get(stage.name, ("", ()))
+    tuned = {"tune": "checkpoints/minilm-closed-book", "router-tune": "checkpoints/router-llama8b"}
+    if stage.name in tuned:
+        folder, names = tuned[stage.name], ("metadata.json", "manifest.json")
     for path in (out / folder / name for name in names):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{stage.name} {n}\n" * 100)

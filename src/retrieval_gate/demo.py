@@ -117,6 +117,12 @@ def _run_files(run: Path) -> list[Path]:
                                        if p.is_dir() else [p])]  # fmt: skip
 
 
+def _tuned(run: Path) -> list[Path]:
+    """What tune's --save-objective rewrites in a run: its metadata and the manifest's record
+    of it (train's marker recorded the manifest before: a second demo re-ran the router)."""
+    return [run / RunFolder.METADATA, run / MANIFEST]
+
+
 def _export_files(export: Path) -> list[Path]:
     """The demo's export: its two variants, the tokenizer and metadata they run with."""
     names = (VARIANTS["fp32"], VARIANTS["int8"], EXPORT_TOKENIZER, EXPORT_METADATA, MANIFEST)
@@ -224,9 +230,10 @@ STAGES = [
           ("models",), outputs=lambda out: [_sample(out)], fresh=_sample_files),
     Stage("train", "train the MiniLM gate", _train, 80, ("models",),
           outputs=lambda out: _run_files(_run_dir(out))),
-    # tune saves the threshold into the run's metadata.json, which export carries
+    # tune saves the threshold into the run's metadata.json (and its manifest's checksum of
+    # it), which export carries
     Stage("tune", "tune its threshold (Optuna)", _tune, 50, ("train",),
-          outputs=lambda out: [_section(out, "tune"), _run_dir(out) / RunFolder.METADATA]),
+          outputs=lambda out: [_section(out, "tune"), *_tuned(_run_dir(out))]),
     Stage("export", "export ONNX (+int8)", _export, 40, ("tune",),
           outputs=lambda out: _export_files(_export_dir(out))),
     Stage("evaluate", "evaluate against every baseline", _evaluate, 280, ("export",),
@@ -239,7 +246,7 @@ STAGES = [
     Stage("router-tune", "its price for a budget, and the Pareto front", _router_tune, 10,
           ("router-train",), release=True,
           outputs=lambda out: [_section(out, "router-tune"),
-                               _router_run(out) / RunFolder.METADATA]),
+                               *_tuned(_router_run(out))]),
     Stage("router-export", "export the router ONNX (+int8)", _router_export_argv, 40,
           ("router-tune",), outputs=lambda out: _export_files(_router_export(out)),
           release=True),  # its parity and int8 calibration questions are the release's
