@@ -4,6 +4,7 @@ default prior of a source without one; and no module outside the registry naming
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -544,6 +545,21 @@ def test_label_strategies_on_a_source_without_a_prior(tmp_path):
     assert all(r["target"] == best for r in unanswered)
     costs = next(iter(labels.rows.values()))["cost"]
     assert (costs["no_retrieval"], costs["bm25_top3"], costs["one_retrieval"]) == (0.0, 0.6, 1.0)
+
+
+def test_a_strategies_sidecar_no_row_was_written_under_binds_no_settings(tmp_path):
+    """A run stopped before its first chunk left strategies.meta.json and no row: it refused
+    every other setting ("made with k=5"), naming a file that did not exist to move."""
+    from retrieval_gate.labelling.loop_labelling import StrategyLabelling, label_strategies
+
+    questions = [q(0, "Who wrote the tragedy Hamlet?", ("Shakespeare",), "retrievalqa")]
+    out = tmp_path / "strategies.jsonl"
+    out.with_name("strategies.meta.json").write_text(json.dumps(
+        {"source": "generator", "policy": "strategies", "k": 9}))  # fmt: skip
+    req = StrategyLabelling(questions, out, "scripted", "bm25", k=5, chunk_size=1,
+                            registry=load_strategies(FOUR))  # fmt: skip
+    assert label_strategies(req, ScriptedGenerator(), BM25Retriever(DOCS))["rows"] == 1
+    assert json.loads(out.with_name("strategies.meta.json").read_text())["k"] == 5
 
 
 # ---------------------------------------------------------------- one home for the names

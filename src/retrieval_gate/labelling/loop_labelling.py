@@ -242,6 +242,11 @@ class _Chunk:
 def _check_resume(out: LabelFile, settings: dict[str, Any]) -> None:
     if not meta_path(out.path).exists():
         return
+    if not out.rows:  # a run stopped before its first chunk (Ctrl-C): no row to mix with
+        log.info(f"{meta_path(out.path)}: the provenance of a run that wrote no row (stopped "
+                 "before its first chunk); replaced by this run's")  # fmt: skip
+        out.replacing = True  # its settings bind no row (they refused any other run's)
+        return
     old = out.meta
     if old.get("source") != "generator" or old.get("policy") != POLICY:
         raise DataError(
