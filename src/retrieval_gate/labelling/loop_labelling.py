@@ -31,7 +31,7 @@ from ..fileio import sha256_file
 from ..generation.base import Generator
 from ..generation.prompts import CLOSED_BOOK_ID, DOC_WORDS, MULTI_STEP_ID, WITH_CONTEXT_ID
 from ..labels.closed_book import PREDICTION_CHARS, source_frequent_answers
-from ..labels.label_files import LabelFile, meta_path
+from ..labels.label_files import LabelFile
 from ..labels.lock import single_writer
 from ..labels.logprobs import TOKEN_LOGPROBS, rounded
 from ..labels.policy_loop import check_failures_ours, pending, provenance, run_chunked
@@ -240,12 +240,7 @@ class _Chunk:
 
 
 def _check_resume(out: LabelFile, settings: dict[str, Any]) -> None:
-    if not meta_path(out.path).exists():
-        return
-    if not out.rows:  # a run stopped before its first chunk (Ctrl-C): no row to mix with
-        log.info(f"{meta_path(out.path)}: the provenance of a run that wrote no row (stopped "
-                 "before its first chunk); replaced by this run's")  # fmt: skip
-        out.replacing = True  # its settings bind no row (they refused any other run's)
+    if not out.meta_binds():
         return
     old = out.meta
     if old.get("source") != "generator" or old.get("policy") != POLICY:

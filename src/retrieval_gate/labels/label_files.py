@@ -248,6 +248,19 @@ class LabelFile:
     def require_ours(self) -> None:
         require_ours(self.path, self.flag)
 
+    def meta_binds(self) -> bool:
+        """Whether its `.meta.json` binds a resuming run to its settings: not when no row was
+        written under it (a run stopped before its first chunk refused every other setting,
+        naming a file that did not exist); this run's provenance then replaces it, said."""
+        if not meta_path(self.path).exists():
+            return False
+        if not self.rows:
+            log.info(f"{meta_path(self.path)}: the provenance of a run that wrote no row "
+                     "(stopped before its first chunk); replaced by this run's")  # fmt: skip
+            self.replacing = True
+            return False
+        return True
+
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.require_ours()
         meta = {**meta, **self.extra_meta}

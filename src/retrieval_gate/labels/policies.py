@@ -249,12 +249,7 @@ def _one_file(labeller: FileLabeller) -> Callable[..., dict[str, Any]]:
 
 
 def _check_resume(req: LabelRequest, out: LabelFile, rebuilt: bool, generator: Any) -> None:
-    if not meta_path(out.path).exists():
-        return
-    if not out.rows:  # a run stopped before its first chunk (Ctrl-C): no row to mix with
-        log.info(f"{meta_path(out.path)}: the provenance of a run that wrote no row (stopped "
-                 "before its first chunk); replaced by this run's")  # fmt: skip
-        out.replacing = True  # its settings bind no row: this run's provenance replaces them
+    if not out.meta_binds():
         return
     old = out.meta
     expected = {"policy": req.policy} if rebuilt else _expected_meta(req, out.extra_meta, generator)
