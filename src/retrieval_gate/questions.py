@@ -97,7 +97,7 @@ class Question:
         it) is not given the old one's result."""
         skip = set(leave_out)
         kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        text = json.dumps(kept, sort_keys=True, default=str)  # tuples as lists, as to_dict
+        text = json.dumps(kept, sort_keys=True, default=_plain)  # tuples as lists, as to_dict
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def key(self, leave_out: Iterable[str] = ("split",)) -> str:
@@ -110,6 +110,12 @@ class Question:
         d["answers"] = tuple(d.get("answers") or ())
         d["contexts"] = tuple(d.get("contexts") or ())
         return cls(**d)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value for a cell json cannot write: a numpy array whole (its str elides past
+    1,000 items: two columns of answers' log-probabilities hashed alike), else its str."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -394,13 +394,8 @@ def _digest(questions: Any) -> str:
     """The sha256 of the questions as loaded (every field, `extra`'s columns too), one pass."""
     h = hashlib.sha256()
     for q in questions:
-        h.update(json.dumps(vars(q), sort_keys=True, default=_plain).encode() + b"\n")
+        h.update(q.digest(leave_out=()).encode())  # every field, arrays whole
     return h.hexdigest()
-
-
-def _plain(value: Any) -> Any:
-    """A JSON value for a cell json cannot write: a numpy array whole (its str elides)."""
-    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 def _line_says(rec: dict) -> dict[str, Any]:
