@@ -160,7 +160,11 @@ def _secrets(url: str) -> list[str]:
 def _said(error: Exception, url: str) -> str:
     """The driver's first line with the URL's secrets hidden (a host it could not resolve was
     the tail of a password holding '@')."""
-    text = _first_line(error)
+    return _hidden(_first_line(error), url)
+
+
+def _hidden(text: str, url: str) -> str:
+    """`text` with the secrets of `url` (`_secrets`) written ***."""
     for secret in _secrets(url):
         text = text.replace(secret, "***")
     return text
@@ -389,10 +393,7 @@ def _check_sqlite(path: Path, url: str) -> None:
 def _said_along(error: BaseException, url: str) -> str:
     """What the database said along the chain of `error` (Optuna's StorageInternalError
     wraps it), secrets hidden."""
-    cause = _storage_cause(error) or first_line(error)
-    for secret in _secrets(url):
-        cause = cause.replace(secret, "***")
-    return cause
+    return _hidden(_storage_cause(error) or first_line(error), url)
 
 
 def _first_line(error: Exception) -> str:
