@@ -16,9 +16,10 @@ SMOLLM2 = "smollm2-135m-instruct"
 
 def cache_dir() -> Path:
     """Where prepared models, embeddings and downloaded datasets are cached:
-    `$RETRIEVAL_GATE_CACHE` or ~/.cache/retrieval-gate."""
+    `$RETRIEVAL_GATE_CACHE` or ~/.cache/retrieval-gate. Made absolute (and `~` expanded) here:
+    a relative one named another folder in a worker started in another directory."""
     root = os.environ.get("RETRIEVAL_GATE_CACHE") or Path.home() / ".cache" / "retrieval-gate"
-    return Path(root)
+    return Path(root).expanduser().absolute()
 
 
 def package_dir(package: str, pip_name: str, extra: str = "") -> Path:
