@@ -17,7 +17,12 @@ from retrieval_gate.cli import main
 from retrieval_gate.errors import ConfigError, InputError
 from retrieval_gate.evaluation.evaluate import evaluate_gate, result_json
 from retrieval_gate.evaluation.gate_tables import comparison_table
-from retrieval_gate.evaluation.routing_policies import check_axis, routing_markdown, routing_report
+from retrieval_gate.evaluation.routing_policies import (
+    check_axis,
+    cost_digits,
+    routing_markdown,
+    routing_report,
+)
 from retrieval_gate.labels.evalset import EvalSet
 from retrieval_gate.pricing import Calibration, binary_llm_calls, route_indices
 from retrieval_gate.questions import Question
@@ -113,6 +118,22 @@ def test_the_routing_tables_report_llm_calls_with_cis(tmp_path):
     assert "LLM calls/q [95% CI]" in text and "1.59 [" in text
     assert "multi_step 3.35" in text.split("LLM calls per question")[1]
     assert (tmp_path / report["figure"]).is_file() and report["figure_axis"] == "both"
+
+
+def test_mean_costs_in_small_money_keep_their_digits(tmp_path):
+    """Strategies priced in dollars per question (0.0004) read 0.00 in every mean-cost cell."""
+    test, dev = _strategy_set("test"), _strategy_set("dev")
+    report = routing_report(test, dev, {}, tmp_path, "t", n_resamples=50, axis="both")
+    scale = 1e-4  # the same routing, its costs in dollars
+    report["costs"] = [c * scale for c in report["costs"]]
+    for row in report["policies"]:
+        for stats in (row["overall"], *row["per_source"].values()):
+            stats["mean_cost"] *= scale
+            if stats.get("mean_cost_ci95"):
+                stats["mean_cost_ci95"] = [v * scale for v in stats["mean_cost_ci95"]]
+    assert cost_digits(report) == 6 and cost_digits({"costs": [0, 1, 3.35]}) == 2
+    oracle = [line for line in routing_markdown(report).splitlines() if "| oracle" in line]
+    assert oracle and all("0.000109 [" in line for line in oracle[:1])  # (0+1+3.35+0)/4 * 1e-4
 
 
 def test_a_strategies_file_declares_the_llm_calls_the_tables_use(tmp_path):

@@ -17,6 +17,7 @@ strategy that answers; none does: the first, at no cost)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -443,12 +444,13 @@ def routing_markdown(report: dict[str, Any]) -> str:
     header = ["policy", "accuracy [95% CI]", "mean cost [95% CI]", "LLM calls/q [95% CI]",
               *(f"% {s}" for s in report["strategies"]),
               *(["% escalated"] if cascade else [])]  # fmt: skip
-    body = [[r["policy"], *_cells(r["overall"]),
+    digits = cost_digits(report)
+    body = [[r["policy"], *_cells(r["overall"], digits),
              *(f"{100 * v:.0f}" for v in r["overall"]["shares"].values()),
              *([_escalated_cell(r["overall"])] if cascade else [])]
             for r in report["policies"]]  # fmt: skip
     sources = list(report["policies"][0]["per_source"]) if report["policies"] else []
-    per = [[r["policy"], *(_per_source_cell(r["per_source"][s]) for s in sources)]
+    per = [[r["policy"], *(_per_source_cell(r["per_source"][s], digits) for s in sources)]
            for r in report["policies"]]  # fmt: skip
     au = report["auroc_no_retrieval_wrong"]
     auroc = [[n, a["auroc"], f"[{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]" if a["ci95"] else "n/a",
@@ -476,16 +478,23 @@ def _escalated_cell(stats: dict) -> str:
     return "" if share is None else f"{100 * share:.0f}"
 
 
-def _cells(stats: dict) -> list[str]:
-    """Accuracy, mean cost and LLM calls per question, each with its CI."""
-    return [_cell(stats, "accuracy", 3), _cell(stats, "mean_cost", 2),
+def cost_digits(report: dict[str, Any]) -> int:
+    """Decimals for mean costs: two for retrievals, enough for three significant digits of the
+    dearest strategy where costs are small money (a price of $0.0004 read 0.00 everywhere)."""
+    top = max((abs(c) for c in report.get("costs") or ()), default=0.0)
+    return 2 if not 0 < top < 1 else max(2, 2 - math.floor(math.log10(top)))
+
+
+def _cells(stats: dict, digits: int = 2) -> list[str]:
+    """Accuracy, mean cost (`digits` decimals) and LLM calls per question, each with its CI."""
+    return [_cell(stats, "accuracy", 3), _cell(stats, "mean_cost", digits),
             _cell(stats, "mean_llm_calls", 2)]  # fmt: skip
 
 
-def _per_source_cell(stats: dict) -> str:
+def _per_source_cell(stats: dict, digits: int = 2) -> str:
     calls = stats.get("mean_llm_calls")
     llm = "n/a" if calls is None else f"{calls:.2f}"
-    return f"{stats['accuracy']:.3f} / {stats['mean_cost']:.2f} / {llm}"
+    return f"{stats['accuracy']:.3f} / {stats['mean_cost']:.{digits}f} / {llm}"
 
 
 def _axes(report: dict[str, Any]) -> str:
@@ -509,7 +518,7 @@ def saving_table(report: dict[str, Any]) -> str:
             f" @ {BEST_DEV}", ALONE, f" @ {RECORDED}")  # fmt: skip
     rows = [r for r in report["policies"] if any(k in r["policy"] for k in keep)]
     rows.sort(key=lambda r: r["policy"].startswith("oracle"))  # the oracle last: a bound
-    body = [[r["policy"], *_cells(r["overall"])] for r in rows
+    body = [[r["policy"], *_cells(r["overall"], cost_digits(report))] for r in rows
             if " @ threshold" not in r["policy"] or ALONE in r["policy"]]  # fmt: skip
     return markdown_table(["policy", "accuracy [95% CI]", "mean cost [95% CI]",
                            "LLM calls/q [95% CI]"], body)  # fmt: skip
