@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .override_flags import RepeatableOverrides
 from .question_args import add_data_dir
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--set",
         dest="overrides",
         nargs="+",
+        action=RepeatableOverrides,
         default=[],
         metavar="KEY=VALUE",
         help="override config keys, e.g. --set trainer.max_epochs=1 data.max_train_examples=2000 "

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from .override_flags import RepeatableOverrides
 from .plan import Distinct
 
 # --learned's flags (the CPU budget by default): given without --learned, they are refused
@@ -48,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--learned-set",
         nargs="*",
+        action=RepeatableOverrides,
         default=list(LEARNED_DEFAULTS["learned_set"]),
         help="training overrides (CPU budget by default; drop them on a GPU)",
     )

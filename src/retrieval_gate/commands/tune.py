@@ -10,6 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from .override_flags import RepeatableOverrides
 from .plan import Distinct
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", default=d.config, help="hparams: training config: a YAML path "
                    "or an example config's name (found from any folder)")  # fmt: skip
-    p.add_argument("--set", nargs="*", default=list(d.overrides),
+    p.add_argument("--set", nargs="*", default=list(d.overrides), action=RepeatableOverrides,
                    help="hparams: training overrides (the CPU budget; drop on a GPU)")  # fmt: skip
     p.add_argument("--max-epochs", type=int, default=d.max_epochs,
                    help="hparams: upper bound of the epochs searched")  # fmt: skip
