@@ -60,6 +60,11 @@ def multi(generator, retriever, k=2, **config) -> AdaptiveRAG:
         ("Q: So the answer is: So the answer is: So the answer is: So the", ("", None)),
         ("So the answer is: the answer is: Paris.", ("", "Paris")),
         ("So the answer is: The answer is: The answer is: Th", ("", None)),
+        # initials and short abbreviations end no sentence: "J." retrieved nothing useful
+        ("J. K. Rowling wrote it. Then more.", ("J. K. Rowling wrote it.", None)),
+        ("St. Louis, Missouri is big. Next.", ("St. Louis, Missouri is big.", None)),
+        ("The U.S. Navy sank it. Later.", ("The U.S. Navy sank it.", None)),
+        ("He was born in 1900. He died.", ("He was born in 1900.", None)),
     ],
 )
 def test_parse_step(text, expected):
@@ -283,6 +288,13 @@ def test_one_step_asks_for_the_answer_at_once():
     gen = ScriptedGenerator()
     run = multi(gen, BM25Retriever(DOCS), max_steps=1).run([q(1, "Who wrote Hamlet?")])
     assert gen.calls[0][0].endswith(ANSWER_MARKER) and run.answers[0].llm_calls == 1
+
+
+def test_the_last_step_s_answer_keeps_its_initials():
+    """The last step's reply to "So the answer is:" was cut at its first ". ": "J"."""
+    gen = ScriptedGenerator({"Who wrote Harry Potter?": ["J. K. Rowling wrote it."]})
+    run = multi(gen, BM25Retriever(DOCS), max_steps=1).run([q(1, "Who wrote Harry Potter?")])
+    assert run.answers[0].answer == "J. K. Rowling wrote it"
 
 
 def test_the_context_limit_drops_the_oldest_documents_then_fails_that_question_alone():

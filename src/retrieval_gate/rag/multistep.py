@@ -38,7 +38,12 @@ from .costs import Meter
 DEFAULT_MAX_STEPS = 4
 _ANSWER = re.compile(r"\b(?:so )?the answer is\s*:?\s*", re.IGNORECASE)
 _ECHO = re.compile(r"^(?:\s*A:)+\s*")  # a chat model may repeat the prompt's "A:" first
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# A sentence ends at ". ", "! ", "? " or a line break, but not after an initial ("J. K.
+# Rowling", "U.S. Navy") or a short abbreviation ("St. Louis"): the sentence is the next
+# retrieval query, and "J." retrieves nothing useful.
+_ABBREVIATIONS = ("St", "Mr", "Mrs", "Ms", "Dr", "Jr", "Sr", "Mt", "Ft", "No", "vs", "Prof", "Gen")
+_NOT_AN_END = "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS)
+_SENTENCE_END = re.compile(rf"(?<=[.!?])(?<!\b[A-Za-z]\.){_NOT_AN_END}\s+|\n+")
 
 
 @dataclass(frozen=True)
