@@ -57,6 +57,17 @@ def test_judge_and_criteria():
         correct(r, "bleu")
 
 
+@pytest.mark.parametrize("answer", ["I don\u2019t know.", "I\u2019m sorry, I can't help.",
+                                    "Unknown.", "The author is unknown."])  # fmt: skip
+def test_declines_with_typographic_apostrophes_or_unknown_are_idk(answer):
+    assert is_idk(answer)  # instruct models often write U+2019
+
+
+@pytest.mark.parametrize("answer", ["Unknown Pleasures", "The Unknown Soldier"])
+def test_unknown_inside_a_real_answer_is_no_decline(answer):
+    assert not is_idk(answer)
+
+
 def test_sample_by_relation_is_even_seeded_and_exact():
     qs = [q(f"{r}{i}", relation=r) for r, n in (("a", 50), ("b", 5), ("c", 50)) for i in range(n)]
     s = sample_by_relation(qs, 40, seed=1)

@@ -19,11 +19,17 @@ from typing import Any
 from .errors import InputError, clipped
 
 # One rule for "the model declined", used by label files (`idk`) and the confidence gate alike.
+# "Unknown" declines as the whole answer or what something "is"/"remains", not inside a real
+# answer ("Unknown Pleasures").
 _IDK = re.compile(
-    r"\b(i don'?t know|i do not know|not sure|unknown|no information|cannot answer|"
-    r"can'?t answer|unable to (answer|determine|find|provide)|i'?m sorry|no idea)\b",
+    r"\b(i don'?t know|i do not know|not sure|no information|cannot answer|"
+    r"can'?t answer|unable to (answer|determine|find|provide)|i'?m sorry|no idea|"
+    r"(is|are|was|were|remains?) unknown)\b|^\W*unknown\W*$",
     re.IGNORECASE,
 )
+# Instruct models often write the typographic apostrophe ("I don’t know"), which the rule's
+# "'" missed: read as the plain one.
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 
 # A visible character: any but those of Unicode's categories Cc (controls), Cf (format: zero-
@@ -51,7 +57,7 @@ def has_text(text: str) -> bool:
 
 def is_idk(prediction: str) -> bool:
     """The model declined ("I don't know", "I'm sorry", an empty answer)."""
-    return not prediction.strip() or bool(_IDK.search(prediction))
+    return not prediction.strip() or bool(_IDK.search(prediction.translate(_APOSTROPHES)))
 
 
 @dataclass(frozen=True)
