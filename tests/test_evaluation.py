@@ -56,6 +56,14 @@ def test_degenerate_predictions_match_sklearn():
     assert M.macro_prf(y, d) == pytest.approx((p, r, f))
 
 
+@pytest.mark.parametrize("y, d", [([1, 1, 1], [1, 1, 1]), ([0, 0, 0], [0, 0, 0]),
+                                  ([1, 1, 1], [1, 0, 1]), ([0, 0], [1, 1])])  # fmt: skip
+def test_one_class_macro_scores_match_sklearn(y, d):
+    """A perfect gate on a one-class source read 0.5 (the absent class averaged in)."""
+    p, r, f, _ = precision_recall_fscore_support(y, d, average="macro", zero_division=0)
+    assert M.macro_prf(np.array(y), np.array(d, bool)) == pytest.approx((p, r, f))
+
+
 def test_undefined_metrics_are_none():
     y = np.ones(4, int)
     assert M.auroc(y, np.array([0.1, 0.2, 0.3, 0.4])) is None

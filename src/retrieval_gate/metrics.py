@@ -29,11 +29,13 @@ def accuracy(y, decisions) -> float:
 
 
 def macro_prf(y, decisions) -> tuple[float, float, float]:
-    """Macro precision, recall and F1 over both classes (scikit-learn's zero_division=0)."""
+    """Macro precision, recall and F1 over the classes in the labels or decisions, as
+    scikit-learn's (zero_division=0): over both always, a perfect gate on a one-class source
+    read 0.5."""
     y, d = _arrays(y, decisions)
     d = d.astype(int)
     ps, rs, fs = [], [], []
-    for c in (0, 1):
+    for c in np.union1d(y, d) if len(y) else (0, 1):
         tp = np.sum((d == c) & (y == c))
         pred, true = np.sum(d == c), np.sum(y == c)
         p = tp / pred if pred else 0.0
