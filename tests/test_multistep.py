@@ -22,7 +22,7 @@ from retrieval_gate.rag.decisions import DEFAULT_COSTS, FixedStrategy, strategy_
 from retrieval_gate.rag.experiment import Pipeline, Sample, run_comparison
 from retrieval_gate.rag.mode_comparison import ModeResult
 from retrieval_gate.rag.modes import ModeOptions, build_mode_gates, check_modes, oracle_from_run
-from retrieval_gate.rag.multistep import MultiStepConfig, parse_step
+from retrieval_gate.rag.multistep import MultiStepConfig, final_answer, parse_step
 from retrieval_gate.rag.oracle import OracleRouter
 from retrieval_gate.retrieval import BM25Retriever, ContextRetriever, Document
 from routers import DOCS, LengthRouter, ScriptedGenerator, WindowedScripted
@@ -295,6 +295,27 @@ def test_the_last_step_s_answer_keeps_its_initials():
     gen = ScriptedGenerator({"Who wrote Harry Potter?": ["J. K. Rowling wrote it."]})
     run = multi(gen, BM25Retriever(DOCS), max_steps=1).run([q(1, "Who wrote Harry Potter?")])
     assert run.answers[0].answer == "J. K. Rowling wrote it"
+
+
+def test_the_last_step_s_answer_is_its_whole_first_line():
+    """Not its first sentence: "Bros." (no abbreviation the splitter knows) cut it short."""
+    gen = ScriptedGenerator({"Who made it?": ["Hamlet is a play.", "Warner Bros. Pictures.\nQ:"]})
+    run = multi(gen, BM25Retriever(DOCS), max_steps=2).run([q(1, "Who made it?")])
+    assert run.answers[0].answer == "Warner Bros. Pictures"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("J. K. Rowling.", "J. K. Rowling"),
+        ("A: Warner Bros. Pictures.\nQ: Who?", "Warner Bros. Pictures"),
+        ("\nSt. Louis, Missouri\nmore", "St. Louis, Missouri"),
+        ("Paris. So the answer is: So the answer is: So th", "Paris"),
+        ("So the answer is: So the", ""),
+    ],
+)
+def test_final_answer(text, expected):
+    assert final_answer(text) == expected
 
 
 def test_the_context_limit_drops_the_oldest_documents_then_fails_that_question_alone():

@@ -15,8 +15,11 @@ log-probabilities asked for (its server gave none) is a miss while they are aske
 Stored with each answer: its text, token counts, token log-probabilities (when asked for) and
 the seconds it took when it was computed (its batch's wall time split by its prompt + generated
 tokens), which `Generation.seconds` carries to the RAG comparison so a cached run reports the
-same per-mode costs as a fresh one. Floats go through JSON (Python's float repr round-trips),
-so a cached `Generation` is byte-identical to the one computed.
+same per-mode costs as a fresh one. A prompt repeated within one call is booked once: its later
+copies carry 0.0 seconds and count as its first does (computed, or read from the store; an
+empty store serves no copy), so a cold, a warm and a `--no-cache` call cost the same. Floats
+go through JSON (Python's float repr round-trips), so a cached `Generation` is byte-identical
+to the one computed.
 
 Storage: one SQLite file, `$RETRIEVAL_GATE_CACHE/generations.sqlite` (default
 ~/.cache/retrieval-gate), in WAL mode with a busy timeout (two processes may read and write at
@@ -821,23 +824,7 @@ class CachedGenerator:
             if _storing():
                 store.put_many({k: _to_value(g) for k, g in computed.items()
                                  if isinstance(g, Generation)})  # fmt: skip
-        out: list[Generation | Exception] = []
-        fresh: list[Generation] = []
-        reused: list[Generation] = []
-        for k in keys:
-            g = computed.get(k, stored.get(k))
-            if isinstance(g, Generation) and k in computed and not g.cached:
-                g.cached = True  # its duplicates (later in this batch) are not computed again
-                fresh.append(g)
-                out.append(replace(g, cached=False))
-            elif isinstance(g, Generation):
-                out.append(replace(g, cached=True))
-                reused.append(out[-1])  # type: ignore[arg-type]
-            else:
-                out.append(g)  # type: ignore[arg-type]  # the error of a failed prompt
-        _count(fresh, cached=False)
-        _count(reused, cached=True)
-        return out
+        return _answers(keys, computed, stored)
 
     def _uncached(
         self, prompts: list[str], max_new_tokens: int, logprobs: bool, **kw: Any
@@ -907,12 +894,13 @@ class CachedGenerator:
             if _storing():
                 store.put_many(values)
             stored.update(values)
-        fresh = set(first.values())
+        # a duplicate counts as its first copy does, and its seconds are booked once (`_answers`)
+        fresh = [i for i, k in enumerate(keys) if k in first]
         done = sum(lengths[i] for i in fresh)
         _count_choices(done, len(fresh), cached=False)
         _count_choices(sum(lengths) - done, len(prompts) - len(fresh), cached=True)
         probs = np.array([stored[k]["probs"] for k in keys], dtype=np.float64)
-        seconds = sum(float(stored[k].get("seconds") or 0.0) for k in keys)
+        seconds = sum(float(stored[k].get("seconds") or 0.0) for k in dict.fromkeys(keys))
         return probs.reshape(len(prompts), len(choices)), seconds
 
     def choice_engine(self) -> Generator:
@@ -933,6 +921,25 @@ class CachedGenerator:
         t = time.perf_counter()
         probs = np.asarray(inner.choice_probs(prompts, choices), dtype=np.float64)
         return probs, time.perf_counter() - t
+
+
+def _answers(keys: Sequence[str], computed: dict[str, Generation | Exception],
+             stored: dict[str, Generation]) -> list[Generation | Exception]:  # fmt: skip
+    """One answer object per prompt, counted. A key met again in the call (a duplicate prompt)
+    was computed or read once: its later copies carry 0.0 seconds, and count as its first copy
+    does (computed, or from the store), so a call costs the same cold, warm or `--no-cache`."""
+    out: list[Generation | Exception] = []
+    seen: set[str] = set()
+    for k in keys:
+        g = computed.get(k, stored.get(k))
+        if isinstance(g, Generation):
+            g = replace(g, cached=k not in computed, seconds=0.0 if k in seen else g.seconds)
+            seen.add(k)
+        out.append(g)  # type: ignore[arg-type]  # or the error of a failed prompt
+    gens = [g for g in out if isinstance(g, Generation)]
+    _count([g for g in gens if not g.cached], cached=False)
+    _count([g for g in gens if g.cached], cached=True)
+    return out
 
 
 def _timed(raw: list[Any], seconds: float) -> None:

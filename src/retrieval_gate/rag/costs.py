@@ -73,8 +73,10 @@ class Costs:
     total_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    prompts_computed: int = 0  # prompts the generator computed in this pass
-    prompts_cached: int = 0  # prompts answered from the generation cache
+    # prompts the generator computed in this pass (a copy of one in the same call too: that
+    # call computed it once, and the cache gives the copy 0.0 seconds)
+    prompts_computed: int = 0
+    prompts_cached: int = 0  # prompts answered from the generation cache's store
     prefill_tokens_computed: int = 0  # their prompt tokens (the RAG comparison counts these)
     prefill_tokens_cached: int = 0
     computed_seconds: float = 0.0  # the generations' seconds when they were computed

@@ -41,7 +41,8 @@ _ECHO = re.compile(r"^(?:\s*A:)+\s*")  # a chat model may repeat the prompt's "A
 # A sentence ends at ". ", "! ", "? " or a line break, but not after an initial ("J. K.
 # Rowling", "U.S. Navy") or a short abbreviation ("St. Louis"): the sentence is the next
 # retrieval query, and "J." retrieves nothing useful.
-_ABBREVIATIONS = ("St", "Mr", "Mrs", "Ms", "Dr", "Jr", "Sr", "Mt", "Ft", "No", "vs", "Prof", "Gen")
+_ABBREVIATIONS = ("St", "Mr", "Mrs", "Ms", "Dr", "Jr", "Sr", "Mt", "Ft", "vs", "Prof", "Gen",
+                  "Gov", "Sen", "Rev", "Lt", "Col", "Capt")  # fmt: skip
 _NOT_AN_END = "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS)
 _SENTENCE_END = re.compile(rf"(?<=[.!?])(?<!\b[A-Za-z]\.){_NOT_AN_END}\s+|\n+")
 
@@ -82,6 +83,17 @@ def parse_step(text: str) -> tuple[str, str | None]:
     parts = [p.strip() for p in _SENTENCE_END.split(text[: found.start()] if found else text)]
     parts = [p for p in parts if p and not p.startswith(("Q:", "A:"))]  # prompt echoes
     return (parts[0] if parts else ""), None
+
+
+def final_answer(text: str) -> str:
+    """The reply to the last step, whose prompt ends with the answer marker: its first line
+    is the answer (not its first sentence: "J. K. Rowling", "Warner Bros. Pictures"). A marker
+    repeated with no answer after it (`parse_step` found none) is cut off, with what follows."""
+    text = _ECHO.sub("", text)
+    found = _ANSWER.search(text)
+    lines = [line.strip() for line in text[: found.start() if found else None].split("\n")]
+    lines = [line for line in lines if line and not line.startswith(("Q:", "A:"))]  # echoes
+    return lines[0].rstrip(".").strip() if lines else ""
 
 
 def _answer_after(rest: str) -> str:
@@ -165,7 +177,7 @@ class Reasoning:
         self.steps.append({"query": self.query, "documents": [h.document.id for h in shown],
                            "text": result.text})  # fmt: skip
         if final and answer is None:  # the prompt ended with the marker: the text answers
-            answer = sentence.rstrip(".")
+            answer = final_answer(result.text)
         if answer is not None:
             self.answer = answer.strip()
         elif sentence and not self._repeats(sentence):
