@@ -123,9 +123,18 @@ def objective(name: str, target: float = 0.95) -> Objective:
 
 
 def candidate_thresholds(scores: np.ndarray) -> np.ndarray:
-    """Every distinct decision a threshold can make: each distinct score, and above all."""
-    u = np.unique(scores)
-    return np.r_[u, np.nextafter(u[-1], np.inf)]
+    """Every distinct decision a threshold in [0, 1] can make (retrieve iff score >= it, as
+    every gate): each distinct score, and one above all where some threshold is. A top score
+    of 1.0 has none: its "above all", 1.0000000000000002, read 1.000 in the report (which
+    retrieves for the questions scored 1.0) and no flag, gate or run took it."""
+    u = np.unique(np.clip(scores, 0.0, 1.0))
+    return u if u[-1] >= 1.0 else np.r_[u, np.nextafter(u[-1], np.inf)]
+
+
+def retrieved_at_every_threshold(scores: np.ndarray) -> float:
+    """The share of questions scored 1.0, retrieved for at every threshold in [0, 1]: above
+    0, no threshold of the gate never retrieves."""
+    return float(np.mean(np.asarray(scores) >= 1.0)) if len(scores) else 0.0
 
 
 def exhaustive_best(obj: Objective, dev: DevData) -> tuple[float, float]:

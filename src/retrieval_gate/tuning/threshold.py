@@ -36,7 +36,7 @@ class ThresholdResult:
     objective: str
     threshold: float
     value: float
-    n_candidates: int  # distinct decisions searched: every distinct dev score, and above all
+    n_candidates: int  # distinct decisions searched: `candidate_thresholds`
     dev_figures: dict[str, Any]
 
 

@@ -19,7 +19,7 @@ from ..gates.registry import GateContext, GateOptions, LazyGenerator, build_gate
 from ..labels.evalset import EvalSet
 from ..labels.labelling_run import LabellingRun
 from ..outputs import refuse_unrecorded, write_cache
-from .objectives import DevData, objective
+from .objectives import DevData, objective, retrieved_at_every_threshold
 from .studies import require_no_test, study_name
 from .threshold import pareto_front, plot_pareto, tune_threshold
 
@@ -102,6 +102,8 @@ def tune_gate_thresholds(
     data = DevData(dev.y, scores, dev.closed_correct, dev.rag_correct, llm_calls)
     out: dict[str, Any] = {"gate": gate.name, "policy": policy, "thresholds": {}, "skipped": {},
                            "llm_calls": llm_calls}  # fmt: skip
+    # dev questions no threshold in [0, 1] keeps from retrieval (the report says so)
+    out["dev_retrieved_at_every_threshold"] = retrieved_at_every_threshold(scores)
     for name in objectives:
         if name == "pareto":
             continue

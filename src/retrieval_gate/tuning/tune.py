@@ -489,9 +489,10 @@ def _thresholds(cfg: TuneConfig, sp: Splits, objectives: list[str]) -> Path:
     if asks_generator([cfg.gate]):  # which model scored dev and test
         result["generator"] = {"name": generator.name, "chosen": cfg.generator()[1]}
         md += f"\nThe generator the gate asked: `{generator.name}` ({cfg.generator()[1]}).\n"
+    path = _write(cfg, "thresholds", result, md)  # first: a refused save keeps the report
     if cfg.save_objective in THRESHOLDS:  # only when asked: tuning alone never changes a run
         _save_threshold(cfg, result)
-    return _write(cfg, "thresholds", result, md)
+    return path
 
 
 def _asked_generator(
@@ -536,7 +537,7 @@ def _save_threshold(cfg: TuneConfig, result: dict[str, Any]) -> None:
                           f"nothing saved into {run}")  # fmt: skip
     r = result["thresholds"][key]
     save_threshold(run, r["threshold"], key, r["dev_figures"])
-    log.info(f"saved threshold {r['threshold']:.4f} ({key}) into {run}/metadata.json")
+    log.info(f"saved threshold {r['threshold']!r} ({key}) into {run}/metadata.json")
 
 
 def _relations(cfg: TuneConfig, sp: Splits) -> Path:

@@ -43,7 +43,7 @@ def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     shown = {"retrieval_rate": "retrievals/q", "llm_calls_per_question": "LLM calls/q"}
     header = ["objective", "threshold", "dev value", "thresholds tried"]
     header += [f"{split} {shown.get(k, k)}" for split in ("dev", "test") for k in keys]
-    body = [[r["objective"], r["threshold"], r["value"], r["n_candidates"],
+    body = [[r["objective"], exact(r["threshold"]), r["value"], r["n_candidates"],
              *(r["dev"].get(k) for k in keys), *(r["test"].get(k) for k in keys)] for r in rows]  # fmt: skip
     lines = [
         f"## {result['gate']} on labels {result['policy']}",
@@ -56,11 +56,12 @@ def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                  f"never retrieve {fmt(n['adaptive_accuracy'])}.")  # fmt: skip
     for obj, why in result["skipped"].items():
         lines.append(f"- {obj} skipped: {why}")
+    lines += _never_note(result.get("dev_retrieved_at_every_threshold", 0.0))
     lines.append(f"Retrievals/q: one for each question sent to retrieval (the retrieval rate); "
                  f"LLM calls/q: {_pair(result.get('llm_calls', (1.0, 1.0)))}.")  # fmt: skip
     if "pareto" in result:
         pr = result["pareto"]
-        front = [[p["threshold"], p["adaptive_accuracy"], p["retrieval_rate"],
+        front = [[exact(p["threshold"]), p["adaptive_accuracy"], p["retrieval_rate"],
                   p.get("llm_calls_per_question"), p["test"]["adaptive_accuracy"],
                   p["test"]["retrieval_rate"], p["test"].get("llm_calls_per_question")]
                  for p in pr["front"]]  # fmt: skip
@@ -69,6 +70,24 @@ def tuned_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                                   "test adaptive acc.", "test retrievals/q", "test LLM calls/q"], front),
                   "", f"![pareto]({pr['plot']})"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def exact(threshold: float) -> str:
+    """A threshold as the shortest text that reads back as the same float: one rounded to 3
+    places can decide otherwise (0.9996 read 1.000)."""
+    return repr(float(threshold))
+
+
+def _never_note(share: float) -> list[str]:
+    """Where the gate scores dev questions 1.0, no threshold never retrieves (retrieve iff
+    score >= threshold, and a threshold is at most 1): said, not shown as a threshold."""
+    if not share:
+        return []
+    return [
+        f"- The gate scores {share:.1%} of dev questions 1.0: every threshold in [0, 1] "
+        "retrieves for them (retrieve iff score >= threshold), so no threshold of this gate "
+        "never retrieves; never retrieving is the test reference point above."
+    ]
 
 
 def _pair(calls: tuple[float, float] | None) -> str:
